@@ -1,0 +1,33 @@
+# Third-party libraries, all from Debian packages installed by scripts/setup.sh.
+find_package(OpenMP REQUIRED)
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+
+# OpenBLAS's OpenMP build, so BLAS and our kernels share one OpenMP thread pool
+# instead of two pools fighting over the cores.
+set(TITAN_OPENBLAS_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp" CACHE PATH
+    "Folder holding the OpenMP build of OpenBLAS")
+find_library(TITAN_OPENBLAS openblas PATHS ${TITAN_OPENBLAS_DIR} NO_DEFAULT_PATH)
+find_path(TITAN_CBLAS_INCLUDE cblas.h PATHS "/usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp"
+          NO_DEFAULT_PATH)
+if(NOT TITAN_OPENBLAS OR NOT TITAN_CBLAS_INCLUDE)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found in ${TITAN_OPENBLAS_DIR}: "
+                      "install libopenblas-openmp-dev (make deps does it)")
+endif()
+
+add_library(titan_deps INTERFACE)
+target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
+target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
+                      nlohmann_json::nlohmann_json PkgConfig::TOMLPP)
+# Pin the OpenMP build at run time too, whatever the system BLAS alternative points at.
+set(CMAKE_BUILD_RPATH ${TITAN_OPENBLAS_DIR})
+set(CMAKE_INSTALL_RPATH ${TITAN_OPENBLAS_DIR})
+
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  message(STATUS "CUDA toolkit found (${CMAKE_CUDA_COMPILER}); no CUDA kernels are built yet")
+  set(TITAN_HAVE_CUDA_TOOLKIT ON)
+endif()

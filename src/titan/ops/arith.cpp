@@ -1,0 +1,143 @@
+#include "titan/ops/arith.h"
+
+#include "titan/autograd/node.h"
+#include "titan/kernels/cpu/elementwise.h"
+#include "titan/ops/reduce.h"
+
+namespace titan::ops {
+
+namespace {
+using kernels::cpu::BinaryOp;
+using kernels::cpu::UnaryOp;
+
+void check_float(const char* op, const Tensor& x) {
+  check_cpu(op, x);
+  TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": expected an f32 or f64 tensor, got ",
+              x.desc());
+}
+
+Tensor binary(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
+  check_float(op, a);
+  check_float(op, b);
+  TITAN_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.desc(), " and ", b.desc(),
+              "; cast one with .to()");
+  Tensor out = Tensor::empty(broadcast_shapes(a.sizes(), b.sizes(), op), a.options());
+  kernels::cpu::binary(k, a, b, out);
+  return out;
+}
+
+Tensor unary(const char* op, UnaryOp k, const Tensor& x) {
+  check_float(op, x);
+  Tensor out = Tensor::empty(x.sizes(), x.options());
+  kernels::cpu::unary(k, x, out);
+  return out;
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("add", BinaryOp::add, a, b);
+  Shape sa = a.sizes(), sb = b.sizes();
+  autograd::record("add", {a, b}, {out}, [sa, sb](const autograd::GradContext& g) {
+    return std::vector<Tensor>{g.needs(0) ? sum_to(g[0], sa) : Tensor(),
+                               g.needs(1) ? sum_to(g[0], sb) : Tensor()};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("sub", BinaryOp::sub, a, b);
+  Shape sa = a.sizes(), sb = b.sizes();
+  autograd::record("sub", {a, b}, {out}, [sa, sb](const autograd::GradContext& g) {
+    return std::vector<Tensor>{g.needs(0) ? sum_to(g[0], sa) : Tensor(),
+                               g.needs(1) ? sum_to(neg(g[0]), sb) : Tensor()};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("mul", BinaryOp::mul, a, b);
+  Tensor ad = a.detach(), bd = b.detach();
+  autograd::record("mul", {a, b}, {out}, [ad, bd](const autograd::GradContext& g) {
+    return std::vector<Tensor>{g.needs(0) ? sum_to(mul(g[0], bd), ad.sizes()) : Tensor(),
+                               g.needs(1) ? sum_to(mul(g[0], ad), bd.sizes()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary("div", BinaryOp::div, a, b);
+  Tensor bd = b.detach(), od = out.detach();
+  Shape sa = a.sizes();
+  autograd::record("div", {a, b}, {out}, [bd, od, sa](const autograd::GradContext& g) {
+    Tensor ga = div(g[0], bd);
+    return std::vector<Tensor>{g.needs(0) ? sum_to(ga, sa) : Tensor(),
+                               g.needs(1) ? sum_to(neg(mul(ga, od)), bd.sizes()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary("neg", UnaryOp::neg, x);
+  autograd::record("neg", {x}, {out}, [](const autograd::GradContext& g) {
+    return std::vector<Tensor>{neg(g[0])};
+  });
+  return out;
+}
+
+Tensor scale(const Tensor& x, double s) {
+  check_float("scale", x);
+  Tensor out = Tensor::empty(x.sizes(), x.options());
+  kernels::cpu::affine(x, s, 0.0, out);
+  autograd::record("scale", {x}, {out}, [s](const autograd::GradContext& g) {
+    return std::vector<Tensor>{scale(g[0], s)};
+  });
+  return out;
+}
+
+Tensor add_scalar(const Tensor& x, double c) {
+  check_float("add_scalar", x);
+  Tensor out = Tensor::empty(x.sizes(), x.options());
+  kernels::cpu::affine(x, 1.0, c, out);
+  autograd::record("add_scalar", {x}, {out}, [](const autograd::GradContext& g) {
+    return std::vector<Tensor>{g[0]};
+  });
+  return out;
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor out = unary("exp", UnaryOp::exp, x);
+  Tensor od = out.detach();
+  autograd::record("exp", {x}, {out}, [od](const autograd::GradContext& g) {
+    return std::vector<Tensor>{mul(g[0], od)};
+  });
+  return out;
+}
+
+Tensor log(const Tensor& x) {
+  Tensor out = unary("log", UnaryOp::log, x);
+  Tensor xd = x.detach();
+  autograd::record("log", {x}, {out}, [xd](const autograd::GradContext& g) {
+    return std::vector<Tensor>{div(g[0], xd)};
+  });
+  return out;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary("sqrt", UnaryOp::sqrt, x);
+  Tensor od = out.detach();
+  autograd::record("sqrt", {x}, {out}, [od](const autograd::GradContext& g) {
+    return std::vector<Tensor>{scale(div(g[0], od), 0.5)};
+  });
+  return out;
+}
+
+Tensor square(const Tensor& x) {
+  Tensor out = unary("square", UnaryOp::square, x);
+  Tensor xd = x.detach();
+  autograd::record("square", {x}, {out}, [xd](const autograd::GradContext& g) {
+    return std::vector<Tensor>{scale(mul(g[0], xd), 2.0)};
+  });
+  return out;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,134 @@
+#include "titan/ops/linalg.h"
+
+#include "titan/autograd/node.h"
+#include "titan/kernels/cpu/elementwise.h"
+#include "titan/kernels/cpu/gemm.h"
+#include "titan/ops/reduce.h"
+
+namespace titan::ops {
+
+namespace {
+
+// A batch of matrices as BLAS sees them: base pointer, per-matrix stride, leading dim, transpose.
+struct MatBatch {
+  Tensor t;  // keeps the data alive; possibly a contiguous copy
+  int64_t ld = 0, batch_stride = 0;
+  bool trans = false;
+};
+
+// Describes `x` (already expanded to batch shape + [r, c]) for BLAS, copying only when the
+// matrices are neither row- nor column-major or the batch dims do not collapse to one stride.
+MatBatch as_blas(const Tensor& x) {
+  int64_t nd = x.dim();
+  int64_t r = x.sizes()[nd - 2], c = x.sizes()[nd - 1];
+  int64_t sr = x.strides()[nd - 2], sc = x.strides()[nd - 1];
+  auto batch_stride = [&](const Tensor& t, int64_t& out) {
+    int64_t expected = -1;
+    for (int64_t d = nd - 3; d >= 0; --d) {
+      if (t.sizes()[d] == 1) continue;
+      int64_t st = t.strides()[d];
+      if (expected == -1) {
+        out = st;
+        expected = st * t.sizes()[d];
+      } else if (st == expected || (st == 0 && out == 0)) {
+        expected = st * t.sizes()[d];
+      } else {
+        return false;
+      }
+    }
+    if (expected == -1) out = 0;
+    return true;
+  };
+  MatBatch m;
+  int64_t bs = 0;
+  bool rowmajor = (sc == 1 || c == 1) && sr >= std::max<int64_t>(c, 1);
+  bool colmajor = (sr == 1 || r == 1) && sc >= std::max<int64_t>(r, 1);
+  if ((rowmajor || colmajor) && batch_stride(x, bs)) {
+    m.t = x;
+    m.trans = !rowmajor;
+    m.ld = rowmajor ? sr : sc;
+    m.batch_stride = bs;
+    return m;
+  }
+  m.t = x.contiguous();
+  m.ld = c;
+  m.batch_stride = r * c;
+  return m;
+}
+
+Tensor matmul_raw(const Tensor& a, const Tensor& b) {
+  check_cpu("matmul", a);
+  check_cpu("matmul", b);
+  TITAN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected tensors with >= 2 dims, got ", a.desc(),
+              " and ", b.desc());
+  TITAN_CHECK(a.dtype() == b.dtype() && (a.dtype() == kF32 || a.dtype() == kF64),
+              "matmul: expected two f32 or two f64 tensors, got ", a.desc(), " and ", b.desc());
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  TITAN_CHECK(b.size(-2) == k, "matmul: inner dims differ: ", a.desc(), " @ ", b.desc());
+  Shape ba(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape ea = batch, eb = batch, eo = batch;
+  ea.insert(ea.end(), {m, k});
+  eb.insert(eb.end(), {k, n});
+  eo.insert(eo.end(), {m, n});
+  Tensor out = Tensor::empty(eo, a.options());
+  if (out.numel() == 0) return out;
+  MatBatch A = as_blas(a.detach().expand(ea)), B = as_blas(b.detach().expand(eb));
+  int64_t nb = numel_of(batch);
+  auto run = [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::gemm_strided_batched<T>(A.trans, B.trans, m, n, k, T(1), A.t.template data<T>(), A.ld,
+                                          A.batch_stride, B.t.template data<T>(), B.ld, B.batch_stride,
+                                          T(0), out.data<T>(), n, m * n, nb);
+  };
+  if (a.dtype() == kF32) run(float{});
+  else run(double{});
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = matmul_raw(a, b);
+  Tensor ad = a.detach(), bd = b.detach();
+  autograd::record("matmul", {a, b}, {out}, [ad, bd](const autograd::GradContext& g) {
+    Tensor ga, gb;
+    if (g.needs(0)) ga = sum_to(matmul_raw(g[0], bd.transpose(-1, -2)), ad.sizes());
+    if (g.needs(1)) gb = sum_to(matmul_raw(ad.transpose(-1, -2), g[0]), bd.sizes());
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TITAN_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ",
+              x.desc(), " does not match weight ", weight.desc(), " (expected [..., ", weight.dim() == 2 ? weight.size(1) : -1,
+              "])");
+  TITAN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "linear: bias ",
+              bias.desc(), " does not match weight ", weight.desc());
+  Shape out_shape = x.sizes();
+  out_shape.back() = weight.size(0);
+  Tensor x2 = x.detach().reshape({-1, x.size(-1)});
+  Tensor y = matmul_raw(x2, weight.detach().transpose(0, 1));
+  if (bias.defined()) {
+    check_cpu("linear", bias);
+    TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
+                weight.desc());
+    kernels::cpu::binary(kernels::cpu::BinaryOp::add, y, bias.detach(), y);
+  }
+  y = y.view(out_shape);
+  Tensor xd = x.detach(), wd = weight.detach();
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  autograd::record("linear", inputs, {y}, [xd, wd](const autograd::GradContext& g) {
+    Tensor g2 = g[0].reshape({-1, wd.size(0)});
+    std::vector<Tensor> r(g.needs_input_grad.size());
+    if (g.needs(0)) r[0] = matmul_raw(g2, wd).view(xd.sizes());
+    if (g.needs(1)) r[1] = matmul_raw(g2.transpose(0, 1), xd.reshape({-1, wd.size(1)}));
+    if (r.size() > 2 && g.needs(2)) r[2] = sum(g2, 0);
+    return r;
+  });
+  return y;
+}
+
+}  // namespace titan::ops

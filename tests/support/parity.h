@@ -1,0 +1,34 @@
+#pragma once
+// Loads a PyTorch reference case written by tests/parity/make_reference.py.
+#include <string>
+
+#include "titan/checkpoint/safetensors.h"
+#include "titan/core/error.h"
+
+namespace titan::test {
+
+struct ParityCase {
+  checkpoint::SafetensorsFile file;
+  const Tensor& operator[](const std::string& name) const {
+    auto it = file.tensors.find(name);
+    TITAN_CHECK(it != file.tensors.end(), "parity case lacks tensor '", name, "'");
+    return it->second;
+  }
+  double attr(const std::string& key) const {
+    auto it = file.metadata.find(key);
+    TITAN_CHECK(it != file.metadata.end(), "parity case lacks attribute '", key, "'");
+    return std::stod(it->second);
+  }
+  // A reference input as a fresh leaf that requires grad.
+  Tensor input(const std::string& name) const {
+    Tensor t = (*this)[name].clone();
+    if (is_floating(t.dtype())) t.requires_grad_();
+    return t;
+  }
+};
+
+inline ParityCase load_parity_case(const std::string& name) {
+  return ParityCase{checkpoint::read_safetensors(std::string(TITAN_PARITY_DIR) + "/" + name + ".safetensors")};
+}
+
+}  // namespace titan::test

@@ -1,0 +1,39 @@
+#pragma once
+// Shared test helpers: comparisons that report where tensors differ, random inputs, and an
+// assertion that an error message names what it should.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::test {
+
+// max |a - b| / max(|b|_inf, floor): one relative figure per tensor, robust to near-zero entries.
+double max_rel_error(const Tensor& a, const Tensor& ref, double floor = 1e-6);
+
+// Asserts shape equality and max_rel_error <= tol, naming `what` on failure.
+::testing::AssertionResult tensors_close(const Tensor& a, const Tensor& ref, double tol,
+                                         const std::string& what = "");
+
+// Random f64 leaf requiring grad (for gradcheck) or f32 tensor, from a fixed stream.
+Tensor rand_f64(const Shape& s, uint64_t seed, bool requires_grad = true, double lo = -1, double hi = 1);
+Tensor rand_f32(const Shape& s, uint64_t seed, double lo = -1, double hi = 1);
+
+}  // namespace titan::test
+
+// Runs `stmt`, expects a titan::Error whose message contains every string in the list.
+#define EXPECT_TITAN_ERROR(stmt, ...)                                                       \
+  do {                                                                                      \
+    bool thrown = false;                                                                    \
+    try {                                                                                   \
+      stmt;                                                                                 \
+    } catch (const ::titan::Error& e) {                                                     \
+      thrown = true;                                                                        \
+      std::string msg = e.what();                                                           \
+      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                 \
+        EXPECT_NE(msg.find(part), std::string::npos) << "message lacks '" << part << "': " << msg; \
+    }                                                                                       \
+    EXPECT_TRUE(thrown) << "expected a titan::Error from " #stmt;                          \
+  } while (0)
