@@ -1,0 +1,22 @@
+#pragma once
+// One fused AdamW update over a flat parameter: reads p, g, m, v once and writes p, m, v once.
+#include <cstdint>
+
+namespace titan::kernels::cpu {
+
+struct AdamWHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based step number, for bias correction
+};
+
+// Decoupled weight decay (Loshchilov & Hutter), matching torch.optim.AdamW:
+//   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+template <typename T>
+void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h);
+
+}  // namespace titan::kernels::cpu

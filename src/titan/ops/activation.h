@@ -1,0 +1,13 @@
+#pragma once
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
+enum class GeluApproximation { none, tanh };  // none: exact erf form (PyTorch's default)
+Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
+// silu(gate) * up in one fused kernel (forward and backward): the SwiGLU feed-forward's core.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
+}  // namespace titan::ops
