@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+#include "titan/kernels/cpu/gemm.h"
+#include "titan/ops/linalg.h"
+
+namespace titan {
+namespace {
+
+// C = alpha op(A) op(B) + beta C, naive in double, row-major with leading dims.
+std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                              const std::vector<float>& a, int64_t lda, const std::vector<float>& b,
+                              int64_t ldb, double beta, const std::vector<float>& c, int64_t ldc) {
+  std::vector<double> out(c.begin(), c.end());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p)
+        acc += static_cast<double>(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      out[i * ldc + j] = alpha * acc + beta * c[i * ldc + j];
+    }
+  return out;
+}
+
+class GemmTranspose : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(GemmTranspose, MatchesReferenceWithPaddedLeadingDimsAndBeta) {
+  auto [ta, tb] = GetParam();
+  const int64_t m = 37, n = 19, k = 129;
+  const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  std::vector<float> a = test::rand_f32({(ta ? k : m) * lda}, 1).to_vector<float>();
+  std::vector<float> b = test::rand_f32({(tb ? n : k) * ldb}, 2).to_vector<float>();
+  std::vector<float> c = test::rand_f32({m * ldc}, 3).to_vector<float>();
+  std::vector<double> ref = reference(ta, tb, m, n, k, 0.5, a, lda, b, ldb, 2.0, c, ldc);
+  kernels::cpu::gemm<float>(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(c[i * ldc + j], ref[i * ldc + j], 1e-4) << i << "," << j;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemmTranspose, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+
+TEST(Gemm, StridedBatchedWithBroadcastOperand) {
+  const int64_t batch = 5, m = 4, n = 3, k = 6;
+  std::vector<float> a = test::rand_f32({batch * m * k}, 4).to_vector<float>();
+  std::vector<float> b = test::rand_f32({k * n}, 5).to_vector<float>();  // shared by every batch
+  std::vector<float> c(batch * m * n, 0.f);
+  kernels::cpu::gemm_strided_batched<float>(false, false, m, n, k, 1.f, a.data(), k, m * k, b.data(), n, 0, 0.f,
+                                            c.data(), n, m * n, batch);
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<float> ai(a.begin() + i * m * k, a.begin() + (i + 1) * m * k), ci(m * n, 0.f);
+    std::vector<double> ref = reference(false, false, m, n, k, 1.0, ai, k, b, n, 0.0, ci, n);
+    for (int64_t j = 0; j < m * n; ++j) ASSERT_NEAR(c[i * m * n + j], ref[j], 1e-5);
+  }
+}
+
+TEST(Gemm, EmptyInnerDimScalesC) {
+  std::vector<float> c = {1, 2, 3, 4};
+  kernels::cpu::gemm<float>(false, false, 2, 2, 0, 1.f, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+}
+
+TEST(Matmul, TransposedViewsGoToBlasWithoutCopies) {
+  Tensor a = test::rand_f32({64, 32}, 6), b = test::rand_f32({48, 32}, 7);
+  Tensor viaT = ops::matmul(a, b.transpose(0, 1));
+  Tensor viaCopy = ops::matmul(a, b.transpose(0, 1).contiguous());
+  EXPECT_TRUE(test::tensors_close(viaT, viaCopy, 1e-6));
+}
+
+}  // namespace
+}  // namespace titan
