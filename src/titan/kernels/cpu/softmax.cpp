@@ -1,0 +1,110 @@
+#include "titan/kernels/cpu/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "titan/core/parallel.h"
+#include "titan/kernels/cpu/vec_math.h"
+
+namespace titan::kernels::cpu {
+
+namespace {
+
+// Each task takes whole rows, at least this many elements of them: a row is read two or three
+// times, so it should stay in the task's L1/L2 between passes.
+template <typename F>
+void for_rows(int64_t rows, int64_t n, const F& f) {
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) f(r * n);
+  });
+}
+
+// GCC does not vectorise a max reduction over floats (not even under omp simd: it will not turn
+// the compare-select into a max without -ffinite-math-only), so the row is folded into
+// kMaxLanes independent running maxima, an elementwise select that does vectorise. A NaN entry
+// is skipped here but still poisons the row's sum, so the row comes out NaN as in PyTorch.
+constexpr int64_t kMaxLanes = 32;
+
+// By value: std::max returns a reference, which GCC lowers to a branch around the store.
+template <typename T>
+inline T greater(T v, T m) {
+  return v > m ? v : m;
+}
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T lanes[kMaxLanes];
+  std::fill(lanes, lanes + kMaxLanes, -std::numeric_limits<T>::infinity());
+  int64_t i = 0;
+  for (; i + kMaxLanes <= n; i += kMaxLanes)
+    for (int64_t j = 0; j < kMaxLanes; ++j) lanes[j] = greater(x[i + j], lanes[j]);
+  for (; i < n; ++i) lanes[0] = greater(x[i], lanes[0]);
+  return *std::max_element(lanes, lanes + kMaxLanes);
+}
+
+// The simd reduction lets the compiler keep one partial sum per vector lane, which strict IEEE
+// ordering would otherwise forbid (it would not vectorise the sum).
+template <typename T>
+T row_sum(const T* x, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+}  // namespace
+
+template <typename T>
+void softmax_fwd(SoftmaxKind kind, const T* x, T* y, int64_t rows, int64_t n) {
+  for_rows(rows, n, [&](int64_t off) {
+    const T* xr = x + off;
+    T* yr = y + off;
+    const T m = row_max(xr, n);
+    T s = 0;
+    if (kind == SoftmaxKind::softmax) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < n; ++i) {
+        const T e = vexp(xr[i] - m);
+        yr[i] = e;
+        s += e;
+      }
+      const T inv = T(1) / s;
+      for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < n; ++i) s += vexp(xr[i] - m);
+      // (x - m) - log s, not x - (m + log s): the latter rounds at the scale of m, which loses
+      // digits when logits are large and close together.
+      const T log_s = std::log(s);
+      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - log_s;
+    }
+  });
+}
+
+template <typename T>
+void softmax_bwd(SoftmaxKind kind, const T* y, const T* dy, T* dx, int64_t rows, int64_t n) {
+  for_rows(rows, n, [&](int64_t off) {
+    const T* yr = y + off;
+    const T* gr = dy + off;
+    T* dr = dx + off;
+    if (kind == SoftmaxKind::softmax) {
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < n; ++i) dot += gr[i] * yr[i];
+      for (int64_t i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - dot);
+    } else {
+      const T s = row_sum(gr, n);
+      for (int64_t i = 0; i < n; ++i) dr[i] = gr[i] - vexp(yr[i]) * s;
+    }
+  });
+}
+
+#define TITAN_INSTANTIATE(T)                                                              \
+  template void softmax_fwd<T>(SoftmaxKind, const T*, T*, int64_t, int64_t);             \
+  template void softmax_bwd<T>(SoftmaxKind, const T*, const T*, T*, int64_t, int64_t);
+TITAN_INSTANTIATE(float)
+TITAN_INSTANTIATE(double)
+#undef TITAN_INSTANTIATE
+
+}  // namespace titan::kernels::cpu

@@ -1,0 +1,71 @@
+#include "titan/ops/softmax.h"
+
+#include <algorithm>
+
+#include "titan/autograd/node.h"
+#include "titan/kernels/cpu/softmax.h"
+
+namespace titan::ops {
+
+namespace {
+using kernels::cpu::SoftmaxKind;
+
+template <typename F>
+void dispatch_float(DType t, F f) {
+  if (t == kF32) f(float{});
+  else f(double{});
+}
+
+// The kernels run along the last, contiguous dim. Another dim is moved there and back with a
+// transposed copy each way: softmax over a non-last dim is rare enough not to need its own
+// strided kernel. Detached, so the copies record no autograd nodes of their own.
+struct LastDim {
+  int64_t dim;
+  bool is_last;
+  Tensor to_rows(const Tensor& t) const {
+    return is_last ? t.detach().contiguous() : t.detach().transpose(dim, -1).contiguous();
+  }
+  Tensor from_rows(const Tensor& t) const { return is_last ? t : t.transpose(dim, -1).contiguous(); }
+};
+
+Tensor softmax_like(const char* op, SoftmaxKind kind, const Tensor& x, int64_t dim) {
+  check_cpu(op, x);
+  TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": input must be f32 or f64, got ", x.desc());
+  // A 0-d tensor is one row of one element (dims 0 and -1 both name it, as in PyTorch).
+  const int64_t ndim = std::max<int64_t>(x.dim(), 1);
+  const int64_t d = wrap_dim(dim, ndim, op);
+  const LastDim ld{d, d == ndim - 1};
+  const int64_t n = x.dim() == 0 ? 1 : x.size(ld.dim);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+
+  Tensor xr = ld.to_rows(x);
+  Tensor yr = Tensor::empty(xr.sizes(), x.options());
+  dispatch_float(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::softmax_fwd<T>(kind, xr.data<T>(), yr.data<T>(), rows, n);
+  });
+  Tensor out = ld.from_rows(yr);
+
+  // Saves the output only (both backwards need just y), re-laid-out in backward if need be, so a
+  // non-last dim costs no extra memory between forward and backward.
+  Tensor od = out.detach();
+  autograd::record(op, {x}, {out}, [kind, ld, od, rows, n](const autograd::GradContext& g) {
+    Tensor y = ld.to_rows(od), gr = ld.to_rows(g[0]);
+    Tensor dx = Tensor::empty(y.sizes(), y.options());
+    dispatch_float(y.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::cpu::softmax_bwd<T>(kind, y.data<T>(), gr.data<T>(), dx.data<T>(), rows, n);
+    });
+    return std::vector<Tensor>{ld.from_rows(dx)};
+  });
+  return out;
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_like("softmax", SoftmaxKind::softmax, x, dim); }
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_like("log_softmax", SoftmaxKind::log_softmax, x, dim);
+}
+
+}  // namespace titan::ops
