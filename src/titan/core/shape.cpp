@@ -23,8 +23,10 @@ Shape contiguous_strides(const Shape& s) {
 }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
-  int64_t d = dim < 0 ? dim + ndim : dim;
-  TITAN_CHECK(d >= 0 && d < std::max<int64_t>(ndim, 1), op, ": dim ", dim,
+  // A 0-d tensor accepts dims 0 and -1, as in PyTorch.
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  int64_t d = dim < 0 ? dim + n : dim;
+  TITAN_CHECK(d >= 0 && d < n, op, ": dim ", dim,
               " is out of range for a tensor with ", ndim, " dims");
   return d;
 }

@@ -43,7 +43,7 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& x, int64_t dim, bool 
   check_float(name, x);
   int64_t d = wrap_dim(dim, x.dim(), name);
   DimSplit s = split(x, d);
-  Tensor xc = x.contiguous();
+  Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -75,7 +75,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor sum(const Tensor& x) {
   check_float("sum", x);
-  Tensor xc = x.contiguous();
+  Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty({}, x.options());
   dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -98,7 +98,7 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   int64_t d = wrap_dim(dim, x.dim(), "max");
   DimSplit s = split(x, d);
   TITAN_CHECK(s.n > 0, "max: dim ", d, " of ", x.desc(), " is empty");
-  Tensor xc = x.contiguous();
+  Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   Tensor idx = Tensor::empty(s.out, {.dtype = kI64});
   dispatch_float(x.dtype(), [&](auto z) {
@@ -130,7 +130,7 @@ Tensor var(const Tensor& x, int64_t dim, bool keepdim, int64_t correction) {
   DimSplit s = split(x, d);
   TITAN_CHECK(s.n - correction > 0, "var: dim ", d, " of ", x.desc(), " has ", s.n,
               " elements, too few for correction ", correction);
-  Tensor xc = x.contiguous();
+  Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   Tensor mu = Tensor::empty(s.out_keep, x.options());
   dispatch_float(x.dtype(), [&](auto z) {

@@ -9,6 +9,12 @@
 namespace titan::kernels::cpu {
 
 namespace {
+// max that propagates NaN, as torch.max does.
+template <typename T>
+T max_nan(T a, T v) {
+  return (v > a || v != v) ? v : a;
+}
+
 // Rows of length n at stride `inner`: for inner == 1 a contiguous dot-like loop; otherwise a
 // vectorisable sweep over `inner` columns per step of n.
 template <typename T, typename Init, typename Step>
@@ -63,8 +69,9 @@ void reduce_dim(ReduceOp op, const T* x, T* out, int64_t outer, int64_t n, int64
       break;
     }
     case ReduceOp::max:
-      reduce_rows(x, out, outer, n, inner, -std::numeric_limits<T>::infinity(),
-                  [](T a, T v) { return (v > a || v != v) ? v : a; });
+      // NaN-propagating, like torch.max. Not vectorised for inner == 1 (GCC 12 keeps a
+      // NaN-aware max chain scalar); softmax and cross-entropy have their own lane-split maxima.
+      reduce_rows(x, out, outer, n, inner, -std::numeric_limits<T>::infinity(), max_nan<T>);
       break;
   }
 }
