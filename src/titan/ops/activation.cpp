@@ -2,40 +2,27 @@
 
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/activation.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/ops/checks.h"
 
 namespace titan::ops {
 
 namespace {
 using kernels::cpu::Activation;
 
-void check_float(const char* op, const char* arg, const Tensor& t) {
-  check_cpu(op, t);
-  TITAN_CHECK(t.dtype() == kF32 || t.dtype() == kF64, op, ": ", arg, " must be f32 or f64, got ",
-              t.desc());
-}
-
-template <typename F>
-void dispatch_float(DType t, F f) {
-  if (t == kF32) f(float{});
-  else f(double{});
-}
-
-// The kernels read dense buffers; detaching first keeps contiguous() from recording a node of
-// its own, since the op records one for the original input.
-Tensor dense(const Tensor& t) { return t.detach().contiguous(); }
 
 Tensor pointwise(const char* op, Activation act, const Tensor& x) {
   check_float(op, "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::activation_fwd<T>(act, xc.data<T>(), out.data<T>(), x.numel());
   });
   autograd::record(op, {x}, {out}, [act, xc](const autograd::GradContext& g) {
     Tensor gc = g[0].contiguous();
     Tensor dx = Tensor::empty(xc.sizes(), xc.options());
-    dispatch_float(xc.dtype(), [&](auto z) {
+    kernels::cpu::dispatch_float(xc.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::cpu::activation_bwd<T>(act, xc.data<T>(), gc.data<T>(), dx.data<T>(), dx.numel());
     });
@@ -63,14 +50,14 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
               " must have the same shape (no broadcasting in the fused kernel)");
   Tensor gc = dense(gate), uc = dense(up);
   Tensor out = Tensor::empty(gate.sizes(), gate.options());
-  dispatch_float(gate.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(gate.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::swiglu_fwd<T>(gc.data<T>(), uc.data<T>(), out.data<T>(), out.numel());
   });
   autograd::record("swiglu", {gate, up}, {out}, [gc, uc](const autograd::GradContext& g) {
     Tensor dc = g[0].contiguous();
     Tensor d_gate = Tensor::empty(gc.sizes(), gc.options()), d_up = Tensor::empty(uc.sizes(), uc.options());
-    dispatch_float(gc.dtype(), [&](auto z) {
+    kernels::cpu::dispatch_float(gc.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::cpu::swiglu_bwd<T>(gc.data<T>(), uc.data<T>(), dc.data<T>(), d_gate.data<T>(), d_up.data<T>(),
                                   d_gate.numel());

@@ -2,6 +2,7 @@
 
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/elementwise.h"
+#include "titan/ops/checks.h"
 #include "titan/ops/reduce.h"
 
 namespace titan::ops {
@@ -10,15 +11,9 @@ namespace {
 using kernels::cpu::BinaryOp;
 using kernels::cpu::UnaryOp;
 
-void check_float(const char* op, const Tensor& x) {
-  check_cpu(op, x);
-  TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": expected an f32 or f64 tensor, got ",
-              x.desc());
-}
-
 Tensor binary(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
-  check_float(op, a);
-  check_float(op, b);
+  check_float(op, "a", a);
+  check_float(op, "b", b);
   TITAN_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.desc(), " and ", b.desc(),
               "; cast one with .to()");
   Tensor out = Tensor::empty(broadcast_shapes(a.sizes(), b.sizes(), op), a.options());
@@ -27,7 +22,7 @@ Tensor binary(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
 }
 
 Tensor unary(const char* op, UnaryOp k, const Tensor& x) {
-  check_float(op, x);
+  check_float(op, "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::unary(k, x, out);
   return out;
@@ -85,7 +80,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor scale(const Tensor& x, double s) {
-  check_float("scale", x);
+  check_float("scale", "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::affine(x, s, 0.0, out);
   autograd::record("scale", {x}, {out}, [s](const autograd::GradContext& g) {
@@ -95,7 +90,7 @@ Tensor scale(const Tensor& x, double s) {
 }
 
 Tensor add_scalar(const Tensor& x, double c) {
-  check_float("add_scalar", x);
+  check_float("add_scalar", "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::affine(x, 1.0, c, out);
   autograd::record("add_scalar", {x}, {out}, [](const autograd::GradContext& g) {

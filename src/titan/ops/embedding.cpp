@@ -1,7 +1,9 @@
 #include "titan/ops/embedding.h"
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/embedding.h"
+#include "titan/kernels/cpu/index_check.h"
 
 namespace titan::ops {
 

@@ -3,8 +3,9 @@
 #include <limits>
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/index_check.h"
 #include "titan/kernels/cpu/cross_entropy.h"
-#include "titan/kernels/cpu/embedding.h"
 
 namespace titan::ops {
 

@@ -1,8 +1,10 @@
 #include "titan/ops/reduce.h"
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/reduce.h"
 #include "titan/ops/arith.h"
+#include "titan/ops/checks.h"
 
 namespace titan::ops {
 
@@ -27,25 +29,13 @@ DimSplit split(const Tensor& x, int64_t dim) {
   return s;
 }
 
-void check_float(const char* op, const Tensor& x) {
-  check_cpu(op, x);
-  TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": expected an f32 or f64 tensor, got ",
-              x.desc());
-}
-
-template <typename F>
-void dispatch_float(DType t, F f) {
-  if (t == kF32) f(float{});
-  else f(double{});
-}
-
 Tensor reduce(ReduceOp op, const char* name, const Tensor& x, int64_t dim, bool keepdim) {
-  check_float(name, x);
+  check_float(name, "input", x);
   int64_t d = wrap_dim(dim, x.dim(), name);
   DimSplit s = split(x, d);
-  Tensor xc = x.detach().contiguous();
+  Tensor xc = dense(x);
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::reduce_dim<T>(op, xc.data<T>(), out.data<T>(), s.outer, s.n, s.inner);
   });
@@ -74,10 +64,10 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum(const Tensor& x) {
-  check_float("sum", x);
-  Tensor xc = x.detach().contiguous();
+  check_float("sum", "input", x);
+  Tensor xc = dense(x);
   Tensor out = Tensor::empty({}, x.options());
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     *out.data<T>() = static_cast<T>(kernels::cpu::sum_all<T>(xc.data<T>(), x.numel()));
   });
@@ -94,14 +84,14 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
-  check_float("max", x);
+  check_float("max", "input", x);
   int64_t d = wrap_dim(dim, x.dim(), "max");
   DimSplit s = split(x, d);
   TITAN_CHECK(s.n > 0, "max: dim ", d, " of ", x.desc(), " is empty");
-  Tensor xc = x.detach().contiguous();
+  Tensor xc = dense(x);
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   Tensor idx = Tensor::empty(s.out, {.dtype = kI64});
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::max_dim<T>(xc.data<T>(), out.data<T>(), idx.data<int64_t>(), s.outer, s.n, s.inner);
   });
@@ -110,7 +100,7 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
     Tensor gin = Tensor::zeros(in, g[0].options());
     Tensor gc = g[0].contiguous();
     const int64_t* ip = idx.data<int64_t>();
-    dispatch_float(gin.dtype(), [&](auto z) {
+    kernels::cpu::dispatch_float(gin.dtype(), [&](auto z) {
       using T = decltype(z);
       T* dst = gin.data<T>();
       const T* src = gc.data<T>();
@@ -125,15 +115,15 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, int64_t dim, bool keepdim, int64_t correction) {
-  check_float("var", x);
+  check_float("var", "input", x);
   int64_t d = wrap_dim(dim, x.dim(), "var");
   DimSplit s = split(x, d);
   TITAN_CHECK(s.n - correction > 0, "var: dim ", d, " of ", x.desc(), " has ", s.n,
               " elements, too few for correction ", correction);
-  Tensor xc = x.detach().contiguous();
+  Tensor xc = dense(x);
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   Tensor mu = Tensor::empty(s.out_keep, x.options());
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::var_dim<T>(xc.data<T>(), out.data<T>(), mu.data<T>(), s.outer, s.n, s.inner, correction);
   });

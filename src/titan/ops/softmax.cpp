@@ -3,18 +3,13 @@
 #include <algorithm>
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/softmax.h"
 
 namespace titan::ops {
 
 namespace {
 using kernels::cpu::SoftmaxKind;
-
-template <typename F>
-void dispatch_float(DType t, F f) {
-  if (t == kF32) f(float{});
-  else f(double{});
-}
 
 // The kernels run along the last, contiguous dim. Another dim is moved there and back with a
 // transposed copy each way: softmax over a non-last dim is rare enough not to need its own
@@ -40,7 +35,7 @@ Tensor softmax_like(const char* op, SoftmaxKind kind, const Tensor& x, int64_t d
 
   Tensor xr = ld.to_rows(x);
   Tensor yr = Tensor::empty(xr.sizes(), x.options());
-  dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
     kernels::cpu::softmax_fwd<T>(kind, xr.data<T>(), yr.data<T>(), rows, n);
   });
@@ -52,7 +47,7 @@ Tensor softmax_like(const char* op, SoftmaxKind kind, const Tensor& x, int64_t d
   autograd::record(op, {x}, {out}, [kind, ld, od, rows, n](const autograd::GradContext& g) {
     Tensor y = ld.to_rows(od), gr = ld.to_rows(g[0]);
     Tensor dx = Tensor::empty(y.sizes(), y.options());
-    dispatch_float(y.dtype(), [&](auto z) {
+    kernels::cpu::dispatch_float(y.dtype(), [&](auto z) {
       using T = decltype(z);
       kernels::cpu::softmax_bwd<T>(kind, y.data<T>(), gr.data<T>(), dx.data<T>(), rows, n);
     });
