@@ -1,0 +1,112 @@
+#include "titan/ops/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "titan/autograd/node.h"
+#include "titan/core/parallel.h"
+#include "titan/kernels/cpu/rope.h"
+#include "titan/ops/checks.h"
+
+namespace titan::ops {
+
+namespace {
+
+// Llama 3.1 ("rope_type": "llama3"): frequencies whose wavelength fits many times in the original
+// context keep their value, those longer than it are slowed by `factor`, and the band between
+// blends the two linearly in original_max_position / wavelength.
+double llama3_scaled(double freq, const RopeScaling& s) {
+  const double orig = static_cast<double>(s.original_max_position);
+  const double wavelen = 2 * std::numbers::pi / freq;
+  if (wavelen < orig / s.high_freq_factor) return freq;
+  if (wavelen > orig / s.low_freq_factor) return freq / s.factor;
+  const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1 - smooth) * freq / s.factor + smooth * freq;
+}
+
+void rotate(const Tensor& x, const Tensor& out, const RopeTable& table, RopeLayout layout, int64_t start_pos,
+            bool inverse) {
+  kernels::cpu::RopeGeometry geo{x.size(0), x.size(1), x.size(2), x.size(3), start_pos};
+  const bool interleaved = layout == RopeLayout::interleaved;
+  const float* c = table.cos.data<float>();
+  const float* s = table.sin.data<float>();
+  if (x.dtype() == kF32)
+    kernels::cpu::rope<float>(x.data<float>(), out.data<float>(), c, s, geo, interleaved, inverse);
+  else
+    kernels::cpu::rope<double>(x.data<double>(), out.data<double>(), c, s, geo, interleaved, inverse);
+}
+
+}  // namespace
+
+RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
+                           std::optional<RopeScaling> scaling) {
+  TITAN_CHECK(head_dim > 0 && head_dim % 2 == 0,
+              "RopeTable::build: head_dim must be positive and even (dims rotate in pairs), got ", head_dim);
+  TITAN_CHECK(max_seq > 0, "RopeTable::build: max_seq must be positive, got ", max_seq);
+  TITAN_CHECK(theta > 0, "RopeTable::build: theta must be positive, got ", theta);
+  if (scaling) {
+    TITAN_CHECK(scaling->factor > 0 && scaling->original_max_position > 0 && scaling->low_freq_factor > 0 &&
+                    scaling->high_freq_factor > scaling->low_freq_factor,
+                "RopeTable::build: llama3 scaling needs factor > 0, original_max_position > 0 and "
+                "0 < low_freq_factor < high_freq_factor; got factor ",
+                scaling->factor, ", original_max_position ", scaling->original_max_position,
+                ", low_freq_factor ", scaling->low_freq_factor, ", high_freq_factor ",
+                scaling->high_freq_factor);
+  }
+  const int64_t half = head_dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    double f = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    inv_freq[static_cast<size_t>(i)] = scaling ? llama3_scaled(f, *scaling) : f;
+  }
+  RopeTable t{Tensor::empty({max_seq, half}), Tensor::empty({max_seq, half}), head_dim};
+  float* c = t.cos.data<float>();
+  float* s = t.sin.data<float>();
+  parallel_for(0, max_seq, std::max<int64_t>(1, 4096 / half), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t i = 0; i < half; ++i) {
+        // The angle in f64: in f32 it would be off by ~pos * 6e-8 radians at long positions.
+        const double angle = static_cast<double>(p) * inv_freq[static_cast<size_t>(i)];
+        c[p * half + i] = static_cast<float>(std::cos(angle));
+        s[p * half + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+  });
+  return t;
+}
+
+Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
+  check_float("rope", "x", x);
+  TITAN_CHECK(table.cos.defined() && table.sin.defined(),
+              "rope: the RopeTable is empty; make it with RopeTable::build");
+  const int64_t half = table.head_dim / 2;
+  TITAN_CHECK(table.head_dim > 0 && table.head_dim % 2 == 0 && table.cos.dtype() == kF32 &&
+                  table.cos.dim() == 2 && table.cos.size(1) == half &&
+                  table.sin.sizes() == table.cos.sizes() && table.sin.dtype() == kF32 &&
+                  table.cos.is_contiguous() && table.sin.is_contiguous(),
+              "rope: malformed table: head_dim ", table.head_dim, ", cos ", table.cos.desc(), ", sin ",
+              table.sin.desc(), "; expected an even head_dim and contiguous f32 [max_seq, head_dim / 2]");
+  check_cpu("rope", table.cos);
+  check_cpu("rope", table.sin);
+  TITAN_CHECK(x.dim() == 4 && x.size(3) == table.head_dim,
+              "rope: expected x as [batch, seq, heads, head_dim] with head_dim ", table.head_dim,
+              " (the table's), got ", x.desc());
+  const int64_t max_seq = table.cos.size(0);
+  TITAN_CHECK(start_pos >= 0 && start_pos + x.size(1) <= max_seq, "rope: positions ", start_pos, " to ",
+              start_pos + x.size(1) - 1, " of x ", x.desc(), " are outside the table's max_seq ", max_seq,
+              " (cos ", table.cos.desc(), ")");
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.sizes(), x.options());
+  rotate(xc, out, table, layout, start_pos, false);
+  autograd::record("rope", {x}, {out}, [table, layout, start_pos](const autograd::GradContext& g) {
+    Tensor gy = g[0].contiguous();
+    Tensor gx = Tensor::empty(gy.sizes(), gy.options());
+    rotate(gy, gx, table, layout, start_pos, true);
+    return std::vector<Tensor>{gx};
+  });
+  return out;
+}
+
+}  // namespace titan::ops
