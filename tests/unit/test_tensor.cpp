@@ -24,6 +24,7 @@ TEST(Tensor, FactoriesAndMetadata) {
   EXPECT_EQ(Tensor::arange(0, 1, 0.25, {.dtype = kF64}).to_vector<double>(),
             (std::vector<double>{0, 0.25, 0.5, 0.75}));
   EXPECT_EQ(Tensor::scalar<int32_t>(7).item(), 7.0);
+  EXPECT_EQ(Tensor::full({1, 1}, 3.0).item(), 3.0);
   EXPECT_EQ(z.desc(), "f32[2, 3]");
 }
 

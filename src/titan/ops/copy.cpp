@@ -61,7 +61,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 double Tensor::item() const {
   TITAN_CHECK(numel() == 1, "item: tensor ", desc(), " has ", numel(), " elements, expected 1");
-  Tensor d = Tensor::empty({}, {.dtype = kF64});
+  Tensor d = Tensor::empty(sizes(), {.dtype = kF64});
   kernels::cpu::copy(*this, d);
   return *d.data<double>();
 }

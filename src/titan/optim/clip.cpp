@@ -1,0 +1,65 @@
+#include "titan/optim/clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/kernels/cpu/elementwise.h"
+#include "titan/kernels/cpu/reduce.h"
+
+namespace titan::optim {
+
+namespace {
+void check_norm_type(double norm_type) {
+  TITAN_CHECK(norm_type == 2.0 || norm_type == INFINITY, "clip_grad_norm_: norm_type must be 2 or inf, got ",
+              norm_type);
+}
+
+// Sum of g^2, or max |g|, of one gradient, in double.
+template <typename T>
+double partial_of(const Tensor& g, bool inf) {
+  Tensor tmp = Tensor::empty(g.sizes(), g.options());
+  kernels::cpu::unary(inf ? kernels::cpu::UnaryOp::abs : kernels::cpu::UnaryOp::square, g, tmp);
+  const T* p = tmp.data<T>();
+  if (!inf) return kernels::cpu::sum_all<T>(p, tmp.numel());
+  return static_cast<double>(*std::max_element(p, p + tmp.numel()));
+}
+}  // namespace
+
+double grad_norm_partial(const std::vector<Tensor>& params, double norm_type) {
+  check_norm_type(norm_type);
+  bool inf = norm_type == INFINITY;
+  double total = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    check_cpu("clip_grad_norm_", g);
+    TITAN_CHECK(g.dtype() == kF32 || g.dtype() == kF64, "clip_grad_norm_: gradient ", g.desc(),
+                " is neither f32 nor f64");
+    double part = g.dtype() == kF32 ? partial_of<float>(g, inf) : partial_of<double>(g, inf);
+    total = inf ? std::max(total, part) : total + part;
+  }
+  return total;
+}
+
+double grad_norm_from_partial(double partial, double norm_type) {
+  check_norm_type(norm_type);
+  return norm_type == INFINITY ? partial : std::sqrt(partial);
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+  TITAN_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be positive, got ", max_norm);
+  double coef = max_norm / (total_norm + 1e-6);
+  if (!(coef < 1.0)) return;  // also when total_norm is NaN
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) kernels::cpu::affine(g, coef, 0.0, g);
+  }
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  double total = grad_norm_from_partial(grad_norm_partial(params, norm_type), norm_type);
+  clip_grads_with_norm_(params, max_norm, total);
+  return total;
+}
+
+}  // namespace titan::optim
