@@ -1,0 +1,52 @@
+#pragma once
+// model.name -> TrainSpec: everything the trainer needs to know about a model family, so that
+// train/ never names a model.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/rng.h"
+#include "titan/models/causal_lm.h"
+
+namespace titan::models {
+
+// The [model] section as a model family sees it.
+struct ModelConfig {
+  std::string name = "llama3";
+  std::string flavor = "debugmodel";
+  std::string attention = "reference";  // "reference" | "splash"
+  int64_t vocab_size = 0;               // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
+  bool weight_tying = false;            // only families whose flavors allow it
+};
+
+// Sizes computed from the config alone, without allocating the model (405B must work).
+struct ModelSummary {
+  int64_t num_params = 0;
+  int64_t num_embedding_params = 0;
+  // Training FLOPs per token at this sequence length: 6 * (params - embedding) for the matmuls
+  // forward + backward, plus 12 * layers * dim * seq for attention scores and values (as
+  // TorchTitan and the PaLM appendix count them).
+  double flops_per_token = 0;
+  std::string description;  // one line: dims, layers, heads, ...
+};
+
+struct TrainSpec {
+  std::string name;
+  std::vector<std::string> flavors;
+  // Builds the model on the CPU with weights initialised from `gen` (deterministic per seed);
+  // `max_seq_len` sizes position tables.
+  std::function<std::shared_ptr<CausalLM>(const ModelConfig&, int64_t max_seq_len, Generator& gen)> build;
+  std::function<ModelSummary(const ModelConfig&, int64_t seq_len)> summarize;
+};
+
+void register_train_spec(TrainSpec spec);
+// Registers the families that ship with titan (models/builtin.cpp). Called once, lazily, by
+// get_train_spec and registered_models: self-registering static objects would be dropped by the
+// linker from a static library.
+void register_builtin_models();
+// Errors name the unknown model and list the registered ones.
+const TrainSpec& get_train_spec(const std::string& name);
+std::vector<std::string> registered_models();
+
+}  // namespace titan::models
