@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/vec_math.h"
 
 namespace titan::kernels::cpu {
@@ -136,10 +137,7 @@ void cross_entropy_backward(const T* logits, const I* targets, const T* lse, int
   template CrossEntropySums cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T*, \
                                                         int64_t);                                          \
   template void cross_entropy_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T, T*);
-TITAN_INSTANTIATE(float, int32_t)
-TITAN_INSTANTIATE(float, int64_t)
-TITAN_INSTANTIATE(double, int32_t)
-TITAN_INSTANTIATE(double, int64_t)
+TITAN_FOR_EACH_FLOAT_INDEX(TITAN_INSTANTIATE)
 #undef TITAN_INSTANTIATE
 
 }  // namespace titan::kernels::cpu

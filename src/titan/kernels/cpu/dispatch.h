@@ -24,3 +24,7 @@ void dispatch_float_index(DType value, DType index, const F& f) {
 }
 
 }  // namespace titan::kernels::cpu
+
+// Expands M(T, I) for every (float, index) pair dispatch_float_index produces: the explicit
+// instantiations of a kernel template that dispatch_float_index calls.
+#define TITAN_FOR_EACH_FLOAT_INDEX(M) M(float, int32_t) M(float, int64_t) M(double, int32_t) M(double, int64_t)

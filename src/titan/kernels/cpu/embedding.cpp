@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/dispatch.h"
 
 namespace titan::kernels::cpu {
 
@@ -41,10 +42,7 @@ void embedding_backward(const I* ids, int64_t n, const T* dout, int64_t dim, int
 #define TITAN_INSTANTIATE(T, I)                                                    \
   template void embedding_forward<T, I>(const I*, int64_t, const T*, int64_t, T*); \
   template void embedding_backward<T, I>(const I*, int64_t, const T*, int64_t, int64_t, T*);
-TITAN_INSTANTIATE(float, int32_t)
-TITAN_INSTANTIATE(float, int64_t)
-TITAN_INSTANTIATE(double, int32_t)
-TITAN_INSTANTIATE(double, int64_t)
+TITAN_FOR_EACH_FLOAT_INDEX(TITAN_INSTANTIATE)
 #undef TITAN_INSTANTIATE
 
 }  // namespace titan::kernels::cpu
