@@ -31,6 +31,13 @@ struct ModelSummary {
   std::string description;  // one line: dims, layers, heads, ...
 };
 
+// How parallelize() spreads and wraps a built model ([activation_checkpoint] and, later, the
+// [parallelism] plans).
+struct ParallelizeOptions {
+  std::string activation_checkpoint_mode = "none";  // "none" | "full" | "selective"
+  int64_t activation_checkpoint_every_k = 1;        // selective: every k-th block
+};
+
 struct TrainSpec {
   std::string name;
   std::vector<std::string> flavors;
@@ -38,6 +45,9 @@ struct TrainSpec {
   // `max_seq_len` sizes position tables.
   std::function<std::shared_ptr<CausalLM>(const ModelConfig&, int64_t max_seq_len, Generator& gen)> build;
   std::function<ModelSummary(const ModelConfig&, int64_t seq_len)> summarize;
+  // Applies the parallel plans to a built model, in TorchTitan's order (TP, EP, activation
+  // checkpointing, compile, FSDP); the model's code does not change.
+  std::function<void(CausalLM&, const ParallelizeOptions&)> parallelize;
 };
 
 void register_train_spec(TrainSpec spec);

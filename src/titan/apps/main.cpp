@@ -1,0 +1,71 @@
+// The `titan` command. Subcommands: train (more come with their issues: generate, convert,
+// tokenizer, bench).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "titan/core/error.h"
+#include "titan/train/job_config.h"
+#include "titan/train/trainer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: titan train --config FILE [--section.key=value ...] [--print-config]\n"
+    "  --config FILE      a TOML job config (see configs/)\n"
+    "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
+    "  --print-config     prints the resolved config as TOML and exits\n";
+
+int train(const std::vector<std::string>& args) {
+  std::string config;
+  bool print = false;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--config" || a == "--job.config_file") {
+      TITAN_CHECK(i + 1 < args.size(), "titan train: ", a, " needs a file name");
+      config = args[++i];
+    } else if (a.starts_with("--config=")) {
+      config = a.substr(9);
+    } else if (a == "--print-config") {
+      print = true;
+    } else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  TITAN_CHECK(!config.empty(), "titan train: no --config given\n", kUsage);
+  titan::train::JobConfig cfg = titan::train::load_job_config(config, overrides);
+  if (print) {
+    std::cout << titan::train::to_toml(cfg);
+    return 0;
+  }
+  titan::train::StopOnSignal stop_on_signal;
+  titan::train::Trainer trainer(cfg, std::cout);
+  titan::train::TrainResult r = trainer.train();
+  std::cout << "titan: " << r.steps_run << " steps, final loss " << (r.losses.empty() ? 0.0 : r.losses.back())
+            << (r.interrupted ? " (interrupted)" : "") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  try {
+    std::string cmd = args[0];
+    args.erase(args.begin());
+    if (cmd == "train") return train(args);
+    std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
+    return 2;
+  } catch (const titan::Error& e) {
+    std::cerr << "titan: error: " << e.what() << "\n";
+    return 1;
+  }
+}

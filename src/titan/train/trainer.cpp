@@ -1,0 +1,198 @@
+#include "titan/train/trainer.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <ostream>
+
+#include "titan/core/allocator.h"
+#include "titan/core/parallel.h"
+#include "titan/data/byte_tokenizer.h"
+#include "titan/data/loader.h"
+#include "titan/data/text_dataset.h"
+#include "titan/models/registry.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/loss.h"
+#include "titan/optim/adamw.h"
+#include "titan/optim/clip.h"
+#include "titan/optim/lr_scheduler.h"
+#include "titan/train/metrics.h"
+#include "titan/train/peak_flops.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signals{0};
+
+extern "C" void on_signal(int sig) {
+  // The first signal asks for a clean stop after the current step; a second one means "now".
+  if (g_signals.fetch_add(1) > 0) std::_Exit(128 + sig);
+  g_stop.store(true);
+}
+
+// The files of the [training] dataset: dataset_path when given (a file or a folder of text
+// files), else the bundled corpus for "kjv", else `dataset` read as a path.
+std::vector<fs::path> dataset_files(const JobConfig::Training& t) {
+  fs::path p = !t.dataset_path.empty() ? fs::path(t.dataset_path) : fs::path(t.dataset);
+  if (t.dataset_path.empty() && t.dataset == "kjv") {
+    for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
+      if (fs::exists(candidate)) return {candidate};
+    TITAN_CHECK(false, "training.dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
+                fs::current_path().string(), " nor in ", TITAN_SOURCE_DIR,
+                "; set training.dataset_path to a text file");
+  }
+  TITAN_CHECK(fs::exists(p), "training.dataset_path: '", p.string(),
+              "' does not exist; give a text file (.txt or .gz) or a folder of them");
+  if (!fs::is_directory(p)) return {p};
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(p))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  TITAN_CHECK(!files.empty(), "training.dataset_path: folder '", p.string(), "' holds no files");
+  return files;
+}
+
+}  // namespace
+
+struct Trainer::State {
+  State(JobConfig c, std::ostream& l) : cfg(std::move(c)), log(l) {}
+  JobConfig cfg;
+  std::ostream& log;
+  std::shared_ptr<models::CausalLM> model;
+  models::ModelSummary summary;
+  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<optim::LrScheduler> scheduler;
+  std::unique_ptr<MetricsLogger> metrics;
+  std::vector<Tensor> params;
+  BatchPlan plan;
+};
+
+Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<State>(std::move(cfg), log)) {
+  State& s = *state_;
+  const JobConfig& c = s.cfg;
+  validate(c);
+  s.plan = plan_batches(c, 1);
+
+  data::ByteTokenizer tokenizer;
+  std::vector<fs::path> files = dataset_files(c.training);
+  data::TextDataset ds = data::load_text_dataset(files, tokenizer, {.split = data::DocumentSplit::blank_line});
+  s.loader = std::make_unique<data::DataLoader>(
+      std::move(ds.train), data::LoaderOptions{.seq_len = c.training.seq_len,
+                                               .local_batch_size = c.training.local_batch_size,
+                                               .seed = static_cast<uint64_t>(c.training.seed)});
+
+  const models::TrainSpec& spec = models::get_train_spec(c.model.name);
+  s.summary = spec.summarize(c.model, c.training.seq_len);
+  TITAN_CHECK(s.summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
+  Generator gen(static_cast<uint64_t>(c.training.seed));
+  s.model = spec.build(c.model, c.training.seq_len, gen);
+  TITAN_CHECK(s.model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", s.model->vocab_size(),
+              " is smaller than the byte tokenizer's ", tokenizer.vocab_size(), " ids; raise it");
+  if (spec.parallelize) {
+    spec.parallelize(*s.model, {.activation_checkpoint_mode = c.activation_checkpoint.mode,
+                                .activation_checkpoint_every_k = selective_ac_layer_interval(c.activation_checkpoint)});
+  }
+
+  auto named = s.model->named_parameters();
+  for (auto& [n, p] : named) s.params.push_back(p);
+  s.optimizer = std::make_unique<optim::AdamW>(
+      named, optim::AdamWOptions{.lr = c.optimizer.lr,
+                                 .beta1 = c.optimizer.beta1,
+                                 .beta2 = c.optimizer.beta2,
+                                 .eps = c.optimizer.eps,
+                                 .weight_decay = c.optimizer.weight_decay});
+  s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, lr_schedule(c));
+
+  PeakFlops peak = resolve_peak_flops(c.metrics.peak_flops);
+  s.metrics = std::make_unique<MetricsLogger>(
+      MetricsOptions{.dump_folder = c.job.dump_folder,
+                     .log_freq = c.metrics.log_freq,
+                     .total_steps = c.training.steps,
+                     .peak_flops = peak.flops_per_second,
+                     .enable_jsonl = c.metrics.enable_jsonl,
+                     .enable_tensorboard = c.metrics.enable_tensorboard,
+                     .save_tb_folder = c.metrics.save_tb_folder},
+      log);
+
+  log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
+      << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
+      << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
+      << "titan: data " << files.front().string() << (files.size() > 1 ? " (+more)" : "") << ": "
+      << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of " << c.training.seq_len
+      << "\n"
+      << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
+      << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
+      << " GFLOP/s (" << peak.source << ")\n";
+}
+
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::train() {
+  State& s = *state_;
+  const JobConfig& c = s.cfg;
+  TrainResult result;
+  CpuAllocator::instance().reset_peak();
+  const int64_t accum = s.plan.gradient_accumulation_steps;
+  const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
+  for (int64_t step = 1; step <= c.training.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    s.optimizer->zero_grad();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      data::Batch batch = s.loader->next();
+      Tensor logits = (*s.model)(batch.inputs);
+      Tensor loss = ops::cross_entropy(logits, batch.labels);
+      loss_sum += loss.item();
+      (accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(accum))).backward();
+    }
+    double grad_norm = optim::clip_grad_norm_(s.params, c.training.max_norm);
+    double lr = s.optimizer->lr();
+    s.optimizer->step();
+    s.scheduler->step();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double loss_mean = loss_sum / static_cast<double>(accum);
+    TITAN_CHECK(std::isfinite(loss_mean), "training: loss became ", loss_mean, " at step ", step,
+                "; lower optimizer.lr or raise lr_scheduler.warmup_steps");
+    result.losses.push_back(loss_mean);
+    result.grad_norms.push_back(grad_norm);
+    result.steps_run = step;
+    s.metrics->record({.step = step,
+                       .loss = loss_mean,
+                       .grad_norm = grad_norm,
+                       .lr = lr,
+                       .tokens = tokens_per_step,
+                       .step_seconds = seconds,
+                       .flops_per_token = s.summary.flops_per_token});
+    if (StopOnSignal::requested() && step < c.training.steps) {
+      s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
+      result.interrupted = true;
+      break;
+    }
+  }
+  return result;
+}
+
+StopOnSignal::StopOnSignal() {
+  reset();
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+StopOnSignal::~StopOnSignal() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+bool StopOnSignal::requested() { return g_stop.load(); }
+void StopOnSignal::request() { g_stop.store(true); }
+void StopOnSignal::reset() {
+  g_stop.store(false);
+  g_signals.store(0);
+}
+
+}  // namespace titan::train
