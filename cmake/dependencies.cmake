@@ -1,6 +1,7 @@
 # Third-party libraries, all from Debian packages installed by scripts/setup.sh.
 find_package(OpenMP REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
@@ -21,6 +22,7 @@ add_library(titan_deps INTERFACE)
 target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP)
+target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB)
 # Pin the OpenMP build at run time too, whatever the system BLAS alternative points at.
 set(CMAKE_BUILD_RPATH ${TITAN_OPENBLAS_DIR})
 set(CMAKE_INSTALL_RPATH ${TITAN_OPENBLAS_DIR})
@@ -31,3 +33,14 @@ if(CMAKE_CUDA_COMPILER)
   message(STATUS "CUDA toolkit found (${CMAKE_CUDA_COMPILER}); no CUDA kernels are built yet")
   set(TITAN_HAVE_CUDA_TOOLKIT ON)
 endif()
+
+# TensorBoard event files: our .proto (TensorFlow's field numbers) compiled by protoc at build
+# time, into a library of its own: generated code is not ours to keep warning-free (-w), and
+# titan reaches it through titan_deps.
+find_package(Protobuf REQUIRED)
+add_library(titan_proto STATIC ${CMAKE_SOURCE_DIR}/src/titan/train/proto/tensorboard_event.proto)
+protobuf_generate(TARGET titan_proto APPEND_PATH PROTOC_OUT_DIR ${CMAKE_BINARY_DIR}/generated/titan/train/proto)
+target_include_directories(titan_proto SYSTEM PUBLIC ${CMAKE_BINARY_DIR}/generated)
+target_compile_options(titan_proto PRIVATE -w)
+target_link_libraries(titan_proto PUBLIC protobuf::libprotobuf-lite)
+target_link_libraries(titan_deps INTERFACE titan_proto)

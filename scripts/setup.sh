@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build ccache pkg-config
-      libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev
+      libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-venv python3-torch python3-numpy
+      libprotobuf-dev protobuf-compiler
       clang-format clang-tidy)
 
 missing=()
@@ -33,10 +34,18 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import torch" 2>/dev/nu
   rm -rf .venv
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if [[ -f requirements-test.txt ]] && ! .venv/bin/python -m pip install -q --disable-pip-version-check \
-     -r requirements-test.txt; then
-  echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
-  echo "  .venv/bin/python -m pip install -r requirements-test.txt" >&2
-  exit 1
+# pip runs only when requirements-test.txt changed since the last successful install, so an
+# offline machine that has the packages already does not need PyPI.
+if [[ -f requirements-test.txt ]]; then
+  want=$(sha256sum requirements-test.txt | cut -d' ' -f1)
+  have=$(cat .venv/.requirements-test.sha256 2>/dev/null || true)
+  if [[ "$want" != "$have" ]]; then
+    if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
+      echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
+      echo "  .venv/bin/python -m pip install -r requirements-test.txt" >&2
+      exit 1
+    fi
+    echo "$want" > .venv/.requirements-test.sha256
+  fi
 fi
 .venv/bin/python -c "import torch" || { echo "setup: torch is not importable from .venv" >&2; exit 1; }

@@ -1,0 +1,44 @@
+#pragma once
+// The peak FLOP/s that MFU divides by, measured on this machine rather than looked up in a
+// table of devices (tables go stale; a measurement also reflects the thread count in use).
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace titan::train {
+
+// Best-of-N f32 GEMM rate of n x n x n sgemm through kernels::cpu::gemm, at the current OpenMP
+// thread count, after one warm-up call; stops early once `budget_seconds` are spent (at least
+// one timed call). Run it while nothing else busies the cores: MPI ranks sharing a node should
+// measure one at a time or share a cached figure.
+double measure_peak_flops(int n = 2048, int max_repeats = 5, double budget_seconds = 1.5);
+
+// "model name" from /proc/cpuinfo, or "unknown cpu" where there is none.
+std::string cpu_model_name();
+
+// What a cached figure is valid for: this CPU at this thread count.
+std::string peak_flops_cache_key();
+
+// $XDG_CACHE_HOME/titan/peak_flops.json, else ~/.cache/titan/peak_flops.json.
+std::filesystem::path default_peak_flops_cache();
+
+// The cache is one JSON object mapping keys to FLOP/s. A missing file or key is nullopt; a file
+// that is not such an object is an error naming it.
+std::optional<double> read_cached_peak_flops(const std::filesystem::path& cache, const std::string& key);
+// Adds or replaces `key`, keeping other keys; written to a temporary file and renamed, so ranks
+// writing at once never leave a half-written file.
+void write_cached_peak_flops(const std::filesystem::path& cache, const std::string& key, double flops);
+
+struct PeakFlops {
+  double flops_per_second;
+  std::string source;  // where the figure came from, for the start-up log
+};
+
+// metrics.peak_flops when it is > 0; otherwise the figure for this machine in `cache`, measured
+// and cached on first use. A cache that cannot be written costs a re-measurement next time, not
+// the run: that failure is reported in `source`.
+PeakFlops resolve_peak_flops(double configured, const std::filesystem::path& cache);
+// The same with default_peak_flops_cache(), looked up only when there is no configured figure.
+PeakFlops resolve_peak_flops(double configured);
+
+}  // namespace titan::train
