@@ -13,6 +13,11 @@
 // is where parallel/ acts on a module without the model knowing: FSDP all-gathers a block's
 // shards in a pre-hook and frees them in a post-hook, which also sees the output and so can hook
 // its gradient to gather them again for backward. Call modules, not forward(), so hooks run.
+//
+// A module whose forward is a function of one tensor passes that tensor and the function (its
+// body) to run_forward(x, body). parallel/ can then change how the body runs by setting a forward
+// wrapper, between the hooks: activation checkpointing wraps blocks in autograd::checkpoint,
+// which runs the body without keeping activations and again in backward.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -104,18 +109,44 @@ class Module {
   uint64_t register_forward_hook(ForwardHook hook);
   void remove_hook(uint64_t id);
 
+  // ---- execution -------------------------------------------------------------------------------
+  using ForwardBody = std::function<Tensor(const Tensor&)>;
+  // Must return body(x)'s value; decides only how it is computed.
+  using ForwardWrapper = std::function<Tensor(const ForwardBody& body, const Tensor& x)>;
+  // Runs this module's body through `wrapper` from now on (an empty one restores plain calls).
+  // Only a module that calls run_forward(x, body) can be wrapped; the other form refuses to run.
+  void set_forward_wrapper(ForwardWrapper wrapper) { forward_wrapper_ = std::move(wrapper); }
+  bool has_forward_wrapper() const { return static_cast<bool>(forward_wrapper_); }
+
  protected:
   // What a derived module's call operator returns: `forward` (a callable returning the output)
   // run between the pre-hooks and the post-hooks.
   template <typename F>
   Tensor run_forward(F&& forward) {
+    TITAN_CHECK(!forward_wrapper_,
+                "Module: a forward wrapper (activation checkpointing) is set on a "
+                "module whose call operator does not pass its input through run_forward(x, body), "
+                "so it cannot be wrapped; call run_forward(x, body) from its operator()");
+    return run_hooked(std::forward<F>(forward));
+  }
+  // The same for a forward that is `body(x)`: the forward wrapper, when set, runs the body. The
+  // wrapper may call the body again during backward (checkpointing), so the body must capture by
+  // value whatever does not outlive the backward (a mask or table built for this step); the
+  // module itself, `this`, is fine.
+  template <typename Body>
+  Tensor run_forward(const Tensor& x, Body&& body) {
+    return run_hooked([&] { return forward_wrapper_ ? forward_wrapper_(body, x) : body(x); });
+  }
+
+ private:
+  template <typename F>
+  Tensor run_hooked(F&& forward) {
     for (auto& [id, hook] : pre_hooks_) hook(*this);
     Tensor out = std::forward<F>(forward)();
     for (auto& [id, hook] : post_hooks_) hook(*this, out);
     return out;
   }
 
- private:
   struct Slot {
     std::string name;
     Tensor tensor;
@@ -136,6 +167,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<std::pair<uint64_t, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<uint64_t, ForwardHook>> post_hooks_;
+  ForwardWrapper forward_wrapper_;
   uint64_t next_hook_id_ = 1;
   bool training_ = true;
 };
