@@ -1,0 +1,10 @@
+#include "titan/models/llama3/train_spec.h"
+#include "titan/models/registry.h"
+
+namespace titan::models {
+
+void register_builtin_models() {
+  register_train_spec(llama3::train_spec());
+}
+
+}  // namespace titan::models

@@ -1,0 +1,121 @@
+#include "titan/models/llama3/model.h"
+
+#include <cmath>
+
+#include "titan/attention/reference.h"
+#include "titan/nn/init.h"
+#include "titan/ops/activation.h"
+#include "titan/ops/arith.h"
+
+namespace titan::models::llama3 {
+
+namespace {
+
+// TorchTitan's default truncation: PyTorch's trunc_normal_ bounds are absolute, so at std 0.02
+// the cut at +-2 is 100 std away and changes nothing.
+void trunc_normal(const std::shared_ptr<nn::Linear>& layer, double std, Generator& gen) {
+  nn::init::trunc_normal_(layer->weight, 0.0, std, -2.0, 2.0, gen);
+}
+constexpr double kInitStd = 0.02;
+
+}  // namespace
+
+// ---- Attention ----------------------------------------------------------------------------------
+
+Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts)
+    : head_dim_(args.head_dim()), init_std_(init_std) {
+  const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;
+  wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, false, opts));
+  wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
+  wv = register_module("wv", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
+  wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
+}
+
+Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope) {
+  const int64_t B = x.size(0), S = x.size(1);
+  Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
+  Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
+  Tensor v = (*wv)(x).view({B, S, -1, head_dim_});
+  // Meta's layout: dims (2i, 2i + 1) rotate together, as their complex multiply pairs them.
+  q = ops::rope(q, rope, ops::RopeLayout::interleaved);
+  k = ops::rope(k, rope, ops::RopeLayout::interleaved);
+  Tensor out = attention::attention_reference(q, k, v);  // causal, scaled by 1/sqrt(head_dim)
+  return (*wo)(out.view({B, S, -1}));
+}
+
+void Attention::reset_parameters(Generator& gen) {
+  for (const auto& w : {wq, wk, wv}) trunc_normal(w, kInitStd, gen);
+  trunc_normal(wo, init_std_, gen);
+}
+
+// ---- FeedForward --------------------------------------------------------------------------------
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts)
+    : init_std_(init_std) {
+  w1 = register_module("w1", std::make_shared<nn::Linear>(dim, hidden_dim, false, opts));
+  w2 = register_module("w2", std::make_shared<nn::Linear>(hidden_dim, dim, false, opts));
+  w3 = register_module("w3", std::make_shared<nn::Linear>(dim, hidden_dim, false, opts));
+}
+
+Tensor FeedForward::forward(const Tensor& x) {
+  return (*w2)(ops::swiglu((*w1)(x), (*w3)(x)));
+}
+
+void FeedForward::reset_parameters(Generator& gen) {
+  trunc_normal(w1, kInitStd, gen);
+  trunc_normal(w2, init_std_, gen);
+  trunc_normal(w3, init_std_, gen);
+}
+
+// ---- TransformerBlock ---------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts) {
+  // TorchTitan's depth init: the projections that write into the residual stream (wo, w2; and
+  // w3, as TorchTitan has it) start smaller the deeper the block, so the stream's variance grows
+  // slowly with depth.
+  const double init_std = kInitStd / std::sqrt(2.0 * static_cast<double>(layer_id + 1));
+  attention = register_module("attention", std::make_shared<Attention>(args, init_std, opts));
+  feed_forward = register_module(
+      "feed_forward", std::make_shared<FeedForward>(args.dim, args.ffn_hidden_dim(), init_std, opts));
+  attention_norm =
+      register_module("attention_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
+  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope);
+  return h + (*feed_forward)((*ffn_norm)(h));
+}
+
+// ---- Transformer --------------------------------------------------------------------------------
+
+Transformer::Transformer(const ModelArgs& args, TensorOptions opts) : args_(args) {
+  args_.validate();
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args_.vocab_size, args_.dim, opts));
+  layers = register_module("layers", std::make_shared<nn::ModuleList<TransformerBlock>>());
+  for (int64_t i = 0; i < args_.n_layers; ++i)
+    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts));
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
+  output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
+  rope_ = ops::RopeTable::build(args_.head_dim(), args_.max_seq_len, args_.rope_theta,
+                                args_.rope_scaling_if_used());
+  rope_.cos = register_buffer("rope_cos", rope_.cos, false);
+  rope_.sin = register_buffer("rope_sin", rope_.sin, false);
+}
+
+Tensor Transformer::forward(const Tensor& tokens) {
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
+              "llama3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
+              "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
+  Tensor h = (*tok_embeddings)(tokens);
+  for (const auto& layer : *layers) h = (*layer)(h, rope_);
+  return (*output)((*norm)(h));
+}
+
+void Transformer::reset_parameters(Generator& gen) {
+  const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
+  nn::init::trunc_normal_(output->weight, 0.0, std, -3 * std, 3 * std, gen);
+}
+
+}  // namespace titan::models::llama3

@@ -1,0 +1,49 @@
+#include "titan/models/llama3/train_spec.h"
+
+#include "titan/models/llama3/model.h"
+
+namespace titan::models::llama3 {
+
+namespace {
+
+// The flavor's args with the job's overrides applied, after checking the choices this family
+// cannot honour.
+ModelArgs args_from(const ModelConfig& cfg) {
+  TITAN_CHECK(cfg.attention == "reference" || cfg.attention == "splash", "llama3: unknown model.attention '",
+              cfg.attention, "'; choose \"reference\" (or \"splash\" once it is built)");
+  TITAN_CHECK(
+      cfg.attention != "splash",
+      "llama3: model.attention = \"splash\" (block-sparse flash attention) is not built yet; it arrives "
+      "with the splash-attention issue. Use model.attention = \"reference\" for now");
+  TITAN_CHECK(!cfg.weight_tying,
+              "llama3: model.weight_tying is not supported: like TorchTitan's Llama 3, every "
+              "flavor keeps a separate output projection. Set model.weight_tying = false");
+  TITAN_CHECK(cfg.vocab_size >= 0, "llama3: model.vocab_size must be 0 (the flavor's own) or positive, got ",
+              cfg.vocab_size);
+  ModelArgs args = flavor(cfg.flavor);
+  if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
+  return args;
+}
+
+}  // namespace
+
+TrainSpec train_spec() {
+  TrainSpec spec;
+  spec.name = "llama3";
+  spec.flavors = flavor_names();
+  spec.build = [](const ModelConfig& cfg, int64_t max_seq_len, Generator& gen) -> std::shared_ptr<CausalLM> {
+    ModelArgs args = args_from(cfg);
+    args.max_seq_len = max_seq_len;
+    auto model = std::make_shared<Transformer>(args);
+    model->init_weights(gen);
+    return model;
+  };
+  spec.summarize = [](const ModelConfig& cfg, int64_t seq_len) {
+    ModelSummary s = summarize(args_from(cfg), seq_len);
+    s.description = "llama3 " + cfg.flavor + ": " + s.description;
+    return s;
+  };
+  return spec;
+}
+
+}  // namespace titan::models::llama3
