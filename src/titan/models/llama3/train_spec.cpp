@@ -1,6 +1,7 @@
 #include "titan/models/llama3/train_spec.h"
 
 #include "titan/models/llama3/model.h"
+#include "titan/models/llama3/parallelize.h"
 
 namespace titan::models::llama3 {
 
@@ -43,6 +44,7 @@ TrainSpec train_spec() {
     s.description = "llama3 " + cfg.flavor + ": " + s.description;
     return s;
   };
+  spec.parallelize = parallelize;
   return spec;
 }
 

@@ -1,0 +1,16 @@
+#include "titan/models/llama3/parallelize.h"
+
+#include "titan/models/llama3/model.h"
+#include "titan/parallel/activation_checkpoint.h"
+
+namespace titan::models::llama3 {
+
+void parallelize(CausalLM& model, const ParallelizeOptions& options) {
+  auto* llama = dynamic_cast<Transformer*>(&model);
+  TITAN_CHECK(llama != nullptr, "llama3::parallelize: expected a llama3 Transformer");
+  parallel::apply_activation_checkpointing(
+      *llama->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
+      options.activation_checkpoint_every_k);
+}
+
+}  // namespace titan::models::llama3
