@@ -96,8 +96,10 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
   TITAN_CHECK(s.model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the byte tokenizer's ", tokenizer.vocab_size(), " ids; raise it");
   if (spec.parallelize) {
-    spec.parallelize(*s.model, {.activation_checkpoint_mode = c.activation_checkpoint.mode,
-                                .activation_checkpoint_every_k = selective_ac_layer_interval(c.activation_checkpoint)});
+    const auto& ac = c.activation_checkpoint;
+    spec.parallelize(*s.model, {.activation_checkpoint_mode = ac.mode,
+                                .activation_checkpoint_every_k =
+                                    ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1});
   }
 
   auto named = s.model->named_parameters();
