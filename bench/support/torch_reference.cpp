@@ -1,0 +1,314 @@
+#include "support/torch_reference.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "titan/core/allocator.h"
+#include "titan/core/error.h"
+#include "titan/core/parallel.h"
+
+namespace titan::bench {
+
+namespace {
+
+constexpr const char* kPeakCounter = "peak_bytes";
+
+struct Slot {
+  std::string key;
+  std::type_index type = typeid(void);
+  std::shared_ptr<void> value;
+};
+
+Slot& slot() {
+  static Slot s;
+  return s;
+}
+
+void release_inputs() {
+  slot() = Slot{};
+  CpuAllocator::instance().empty_cache();
+}
+
+// Keeps each benchmark's median while printing what Google Benchmark prints anyway.
+class Collector : public benchmark::ConsoleReporter {
+ public:
+  explicit Collector(bool color) : benchmark::ConsoleReporter(color ? OO_ColorTabular : OO_Tabular) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    benchmark::ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.error_occurred || r.run_type != Run::RT_Aggregate || r.aggregate_name != "median") continue;
+      Measurement m;
+      // Every repetition runs the same iteration count, so this is the median time per call.
+      m.seconds = r.real_accumulated_time / static_cast<double>(std::max<int64_t>(r.iterations, 1));
+      if (auto it = r.counters.find(kPeakCounter); it != r.counters.end()) m.peak_bytes = it->second.value;
+      results[r.run_name.function_name] = m;
+    }
+  }
+  std::map<std::string, Measurement> results;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string python_path() {
+  if (const char* p = std::getenv("TITAN_PYTHON"); p && *p) return p;
+  return std::string(TITAN_SOURCE_DIR) + "/.venv/bin/python";
+}
+
+// CPU time of the whole machine (from /proc/stat) and of this process and its waited-for
+// children (the reference script), in seconds; the difference is what other processes took.
+struct CpuTimes {
+  double busy = 0, total = 0, ours = 0;
+};
+
+CpuTimes cpu_times() {
+  CpuTimes t;
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) {
+    double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    t.busy = (user + nice + system + irq + softirq + steal) / tick;
+    t.total = t.busy + (idle + iowait) / tick;
+  }
+  auto seconds = [](const rusage& r) {
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  };
+  rusage self{}, children{};
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &children);
+  t.ours = seconds(self) + seconds(children);
+  return t;
+}
+
+std::optional<CpuTimes>& start_times() {
+  static std::optional<CpuTimes> t;
+  return t;
+}
+
+}  // namespace
+
+namespace detail {
+std::shared_ptr<void>& input_slot(const std::string& key, std::type_index type) {
+  Slot& s = slot();
+  if (s.key != key) {
+    release_inputs();
+    s.key = key;
+    s.type = type;
+  }
+  TITAN_CHECK(s.type == type, "bench: inputs under key '", key, "' were made with another type");
+  return s.value;
+}
+}  // namespace detail
+
+void add_benchmark(const std::string& name, const Plan& plan, std::function<void(benchmark::State&)> fn) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), std::move(fn));
+  b->Repetitions(plan.reps)
+      ->ReportAggregatesOnly(true)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinWarmUpTime(plan.warmup)
+      ->MinTime(plan.min_time);
+}
+
+std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
+  start_times() = cpu_times();
+  std::cout << machine_summary() << "\n";
+  // A reporter passed in does not read --benchmark_color, so decide here: colour on a terminal
+  // unless the flag says otherwise, never in a file.
+  bool color = isatty(STDOUT_FILENO) != 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--benchmark_color=", 0) == 0) {
+      std::string v = arg.substr(arg.find('=') + 1);
+      color = v == "true" || v == "yes" || v == "1" || (v == "auto" && color);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::ReportUnrecognizedArguments(argc, argv);
+  Collector collector(color);
+  benchmark::RunSpecifiedBenchmarks(&collector);
+  benchmark::Shutdown();
+  release_inputs();
+  return collector.results;
+}
+
+PeakMemory::PeakMemory() {
+  CpuAllocator::instance().reset_peak();
+}
+
+void PeakMemory::report(benchmark::State& state) const {
+  state.counters[kPeakCounter] =
+      benchmark::Counter(static_cast<double>(CpuAllocator::instance().stats().peak_allocated_bytes),
+                         benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+}
+
+std::optional<double> TorchResults::get(const std::string& name) const {
+  auto it = seconds.find(name);
+  if (it == seconds.end()) return std::nullopt;
+  return it->second;
+}
+
+TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads) {
+  TorchResults out;
+  if (cases.empty()) {
+    out.about = "no cases ran, so none were timed in PyTorch";
+    return out;
+  }
+  std::string python = python_path();
+  std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/torch_reference.py";
+  if (access(python.c_str(), X_OK) != 0) {
+    out.about = "PyTorch reference unavailable: no Python interpreter at " + python +
+                " (set TITAN_PYTHON, or run `make deps` to create .venv with torch)";
+    return out;
+  }
+
+  nlohmann::json request = {{"threads", threads}, {"cases", nlohmann::json::array()}};
+  for (const TorchCase& c : cases) {
+    nlohmann::json j = c.spec;
+    j["name"] = c.name;
+    j["reps"] = c.plan.reps;
+    j["min_time"] = c.plan.min_time;
+    j["warmup"] = c.plan.warmup;
+    request["cases"].push_back(std::move(j));
+  }
+  char path[] = "/tmp/titan-bench-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    out.about = "PyTorch reference unavailable: cannot create a temporary file for its cases";
+    return out;
+  }
+  close(fd);
+  std::ofstream(path) << request.dump();
+
+  // The script's progress goes to stderr (the terminal); stdout carries one JSON line.
+  std::string command = shell_quote(python) + " " + shell_quote(script) + " " + shell_quote(path);
+  // glibc returns every freed block over 32 MiB to the kernel, so each fresh eager output is
+  // page-faulted 4 KiB at a time: on this VM that costs more than the kernel writing it (a
+  // 256 MiB x * c takes 120 ms instead of 17). Transparent huge pages for malloc's blocks cut
+  // that to a few ms, so the ratio measures kernels rather than page faults (titan's caching
+  // allocator does not fault once warm). A GLIBC_TUNABLES from the caller is kept as it is.
+  if (!std::getenv("GLIBC_TUNABLES")) command = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 " + command;
+  std::cout << "\nTiming the PyTorch reference (" << cases.size() << " cases): " << command << "\n"
+            << std::flush;
+  std::string text;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+    int status = pclose(pipe);
+    if (status != 0 && text.empty()) text = "exit status " + std::to_string(status);
+  }
+  std::remove(path);
+
+  std::string last;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.front() == '{') last = line;
+  nlohmann::json reply = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    out.about = "PyTorch reference unavailable: " + script + " gave no result (" +
+                (text.empty() ? std::string("no output") : text.substr(0, 300)) + ")";
+    return out;
+  }
+  if (reply.contains("error")) {
+    out.about = "PyTorch reference unavailable: " + reply["error"].get<std::string>();
+    return out;
+  }
+  out.available = true;
+  out.about = "reference: PyTorch " + reply.value("torch", std::string("?")) + " eager, CPU, " +
+              std::to_string(reply.value("threads", 0)) +
+              " threads, GLIBC_TUNABLES=" + reply.value("glibc_tunables", std::string()) + ", BLAS " +
+              reply.value("blas", std::string("?"));
+  for (const auto& [name, r] : reply["results"].items()) {
+    if (r.contains("seconds"))
+      out.seconds[name] = r["seconds"].get<double>();
+    else
+      out.errors[name] = r.value("error", std::string("no result"));
+  }
+  return out;
+}
+
+std::string fixed(double value, int decimals) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(decimals) << value;
+  return s.str();
+}
+
+std::string mib(double bytes) {
+  return fixed(bytes / (1024.0 * 1024.0), 0) + " MiB";
+}
+
+void print_table(const Table& table, const TorchResults& reference) {
+  std::vector<std::string> header = {"case", table.titan_label + " " + table.unit,
+                                     table.reference_label + " " + table.unit,
+                                     table.titan_label + "/" + table.reference_label};
+  header.insert(header.end(), table.extra_headers.begin(), table.extra_headers.end());
+  std::vector<std::vector<std::string>> cells;
+  auto figure = [](const std::optional<double>& v) { return v ? fixed(*v, 1) : std::string("n/a"); };
+  for (const Row& r : table.rows) {
+    std::vector<std::string> line = {
+        r.name, figure(r.titan), figure(r.reference),
+        r.titan && r.reference ? fixed(*r.titan / *r.reference, 2) + "x" : std::string("n/a")};
+    line.insert(line.end(), r.extra.begin(), r.extra.end());
+    line.resize(header.size());
+    cells.push_back(std::move(line));
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) {
+    width[i] = header[i].size();
+    for (const auto& line : cells) width[i] = std::max(width[i], line[i].size());
+  }
+  auto print_line = [&](const std::vector<std::string>& line) {
+    for (size_t i = 0; i < line.size(); ++i) {
+      if (i == 0)
+        std::cout << std::left << std::setw(static_cast<int>(width[i])) << line[i];
+      else
+        std::cout << "  " << std::right << std::setw(static_cast<int>(width[i])) << line[i];
+    }
+    std::cout << "\n";
+  };
+
+  std::cout << "\n== " << table.title << "\n";
+  print_line(header);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  std::cout << std::string(total - 2, '-') << "\n";
+  for (const auto& line : cells) print_line(line);
+  std::cout << reference.about << "\n";
+  if (!reference.available) std::cout << "(titan's figures above stand alone)\n";
+  for (const auto& [name, why] : reference.errors)
+    std::cout << "torch failed on " << name << ": " << why << "\n";
+  for (const std::string& n : table.notes) std::cout << n << "\n";
+  std::cout << machine_summary() << "\n" << std::flush;
+}
+
+std::string machine_summary() {
+  std::ostringstream s;
+  s << "machine: " << std::thread::hardware_concurrency() << " cores, titan threads " << num_threads();
+  if (const auto& start = start_times()) {
+    CpuTimes now = cpu_times();
+    double total = now.total - start->total;
+    if (total > 0) {
+      double others = std::max(0.0, (now.busy - start->busy) - (now.ours - start->ours)) / total;
+      s << "; other processes took " << fixed(100 * others, 0) << "% of the CPUs since the start";
+      if (others > 0.1) s << " -- figures are noisy";
+    }
+  }
+  return s.str();
+}
+
+}  // namespace titan::bench

@@ -1,0 +1,111 @@
+#pragma once
+// Shared by every bench/<name>.cpp. A benchmark binary registers titan's cases with a timing Plan,
+// runs them under Google Benchmark, then has bench/torch_reference.py time the same cases in
+// PyTorch eager with the same plan and thread count, and prints one table: titan's figure, the
+// reference's figure and their ratio.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+namespace titan::bench {
+
+// How one case is timed, identically on both sides: calls for `warmup` seconds (at least one),
+// then `reps` repetitions of as many calls as fill `min_time` seconds (at least one). The figure
+// is the median repetition's wall time per call.
+struct Plan {
+  int reps = 5;
+  double min_time = 0.2;
+  double warmup = 0.2;
+};
+
+// Registers `fn` under `name`, timed by `plan` in wall time (the work runs on several threads,
+// so the main thread's CPU time would undercount it).
+void add_benchmark(const std::string& name, const Plan& plan, std::function<void(benchmark::State&)> fn);
+
+struct Measurement {
+  double seconds = 0;     // median wall time per call
+  double peak_bytes = 0;  // titan's allocator high-water mark during the timed calls; 0: not tracked
+};
+
+// Runs the registered benchmarks that pass the command line's --benchmark_filter (Google
+// Benchmark's flags apply) and returns each one's median, by name. Cached inputs are released
+// and the allocator's cache emptied before returning, so the reference gets the memory back.
+std::map<std::string, Measurement> run_benchmarks(int argc, char** argv);
+
+// Scoped to a benchmark function: resets the allocator's high-water mark; report() records it
+// as the counter run_benchmarks reads.
+class PeakMemory {
+ public:
+  PeakMemory();
+  void report(benchmark::State& state) const;
+};
+
+namespace detail {
+// The one input slot; switching to another key frees the previous inputs first.
+std::shared_ptr<void>& input_slot(const std::string& key, std::type_index type);
+}  // namespace detail
+
+// Inputs kept across calls of the benchmark functions that share `key` (Google Benchmark calls a
+// function once per warm-up, calibration round and repetition, and filling a large tensor with
+// random numbers costs more than most ops on it), freed when a benchmark with another key asks.
+template <typename T, typename Make>
+T& cached_inputs(const std::string& key, Make&& make) {
+  std::shared_ptr<void>& slot = detail::input_slot(key, typeid(T));
+  if (!slot) slot = std::make_shared<T>(make());
+  return *static_cast<T*>(slot.get());
+}
+
+// One case for bench/torch_reference.py: `spec` holds "op" and its parameters (see the script).
+struct TorchCase {
+  std::string name;
+  Plan plan;
+  nlohmann::json spec;
+};
+
+struct TorchResults {
+  bool available = false;
+  std::string about;  // torch version, threads and BLAS in use, or why there is no reference
+  std::map<std::string, double> seconds;      // median per call, by case name
+  std::map<std::string, std::string> errors;  // cases the script could not run, and why
+  std::optional<double> get(const std::string& name) const;
+};
+
+// Runs bench/torch_reference.py with $TITAN_PYTHON (default: the source tree's .venv) on
+// `cases`, with torch.set_num_threads(threads). Never throws: a missing interpreter or torch, or
+// a failed script, gives available = false and says why in `about`.
+TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads);
+
+// A comparison table. Figures are throughputs (higher is better); ratio = titan / reference, so
+// above 1 means titan is faster.
+struct Row {
+  std::string name;
+  std::optional<double> titan, reference;
+  std::vector<std::string> extra;  // one cell per Table::extra_headers
+};
+struct Table {
+  std::string title;
+  std::string unit;  // of both figures, e.g. "GFLOP/s"
+  std::string titan_label = "titan";
+  std::string reference_label = "torch";
+  std::vector<std::string> extra_headers;
+  std::vector<Row> rows;
+  std::vector<std::string> notes;  // printed under the table
+};
+void print_table(const Table& table, const TorchResults& reference);
+
+// Cores, titan's threads, and the share of the CPUs that other processes took since
+// run_benchmarks started: work from others (a compile) makes every figure noisy.
+std::string machine_summary();
+
+std::string fixed(double value, int decimals);
+std::string mib(double bytes);
+
+}  // namespace titan::bench

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every benchmark binary of a build, one after another (they would compete for the cores if
+# run together), and keeps everything they print in <build>/bench-results.txt. Builds nothing.
+#   scripts/run_benchmarks.sh [build-dir] [Google Benchmark flags, e.g. --benchmark_filter=gemm]
+# `make bench` sets LD_LIBRARY_PATH to OpenBLAS's OpenMP build so that PyTorch, the reference,
+# runs on the same BLAS as titan.
+set -euo pipefail
+
+build=${1:-build}
+shift || true
+out="$build/bench-results.txt"
+
+shopt -s nullglob
+benches=()
+for b in "$build"/bench/bench_*; do
+  if [[ -f $b && -x $b ]]; then benches+=("$b"); fi
+done
+if [[ ${#benches[@]} -eq 0 ]]; then
+  echo "no benchmark binaries in $build/bench: build first (make build)" >&2
+  exit 1
+fi
+
+{
+  echo "titan benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+  echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} TITAN_PYTHON=${TITAN_PYTHON:-}"
+} | tee "$out"
+status=0
+for b in "${benches[@]}"; do
+  echo -e "\n===== $(basename "$b")" | tee -a "$out"
+  "$b" "$@" 2>&1 | tee -a "$out" || status=1
+done
+echo -e "\nresults in $out"
+exit $status
