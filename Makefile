@@ -20,11 +20,12 @@ $(BUILD)/build.ninja: CMakeLists.txt
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Until the Llama 3 trainer lands (issue 3), `train` runs the engine end to end: a tiny
-# embedding -> RMSNorm -> SwiGLU model trained with AdamW, warmup-cosine and clipping on a
-# synthetic next-token task; it prints every step and fails unless the loss falls by half.
+# Trains the Llama 3 debug model on the bundled King James Bible (configs/llama3/debug.toml);
+# pass overrides with ARGS, e.g. make train ARGS="--training.steps=50".
+CONFIG ?= configs/llama3/debug.toml
+ARGS   ?=
 train: build
-	$(BUILD)/examples/train_tiny
+	$(BUILD)/titan train --config $(CONFIG) $(ARGS)
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS)

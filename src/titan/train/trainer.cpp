@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 
 #include "titan/core/allocator.h"
@@ -60,6 +61,24 @@ std::vector<fs::path> dataset_files(const JobConfig::Training& t) {
 
 }  // namespace
 
+StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
+                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch) {
+  optimizer.zero_grad();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    data::Batch batch = next_batch();
+    Tensor logits = model(batch.inputs);
+    Tensor loss = ops::cross_entropy(logits, batch.labels);
+    loss_sum += loss.item();
+    (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
+  }
+  StepStats stats;
+  stats.grad_norm = optim::clip_grad_norm_(params, max_norm);
+  optimizer.step();
+  stats.loss = loss_sum / static_cast<double>(micro_batches);
+  return stats;
+}
+
 struct Trainer::State {
   State(JobConfig c, std::ostream& l) : cfg(std::move(c)), log(l) {}
   JobConfig cfg;
@@ -72,6 +91,8 @@ struct Trainer::State {
   std::unique_ptr<MetricsLogger> metrics;
   std::vector<Tensor> params;
   BatchPlan plan;
+  PeakFlops peak;
+  bool warned_peak = false;
 };
 
 Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<State>(std::move(cfg), log)) {
@@ -82,7 +103,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
 
   data::ByteTokenizer tokenizer;
   std::vector<fs::path> files = dataset_files(c.training);
-  data::TextDataset ds = data::load_text_dataset(files, tokenizer, {.split = data::DocumentSplit::blank_line});
+  data::TextDataset ds =
+      data::load_text_dataset(files, tokenizer, {.split = data::DocumentSplit::blank_line});
   s.loader = std::make_unique<data::DataLoader>(
       std::move(ds.train), data::LoaderOptions{.seq_len = c.training.seq_len,
                                                .local_batch_size = c.training.local_batch_size,
@@ -104,31 +126,32 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
 
   auto named = s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
-  s.optimizer = std::make_unique<optim::AdamW>(
-      named, optim::AdamWOptions{.lr = c.optimizer.lr,
-                                 .beta1 = c.optimizer.beta1,
-                                 .beta2 = c.optimizer.beta2,
-                                 .eps = c.optimizer.eps,
-                                 .weight_decay = c.optimizer.weight_decay});
+  s.optimizer =
+      std::make_unique<optim::AdamW>(named, optim::AdamWOptions{.lr = c.optimizer.lr,
+                                                                .beta1 = c.optimizer.beta1,
+                                                                .beta2 = c.optimizer.beta2,
+                                                                .eps = c.optimizer.eps,
+                                                                .weight_decay = c.optimizer.weight_decay});
   s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, lr_schedule(c));
 
-  PeakFlops peak = resolve_peak_flops(c.metrics.peak_flops);
-  s.metrics = std::make_unique<MetricsLogger>(
-      MetricsOptions{.dump_folder = c.job.dump_folder,
-                     .log_freq = c.metrics.log_freq,
-                     .total_steps = c.training.steps,
-                     .peak_flops = peak.flops_per_second,
-                     .enable_jsonl = c.metrics.enable_jsonl,
-                     .enable_tensorboard = c.metrics.enable_tensorboard,
-                     .save_tb_folder = c.metrics.save_tb_folder},
-      log);
+  s.peak = resolve_peak_flops(c.metrics.peak_flops);
+  const PeakFlops& peak = s.peak;
+  s.metrics =
+      std::make_unique<MetricsLogger>(MetricsOptions{.dump_folder = c.job.dump_folder,
+                                                     .log_freq = c.metrics.log_freq,
+                                                     .total_steps = c.training.steps,
+                                                     .peak_flops = peak.flops_per_second,
+                                                     .enable_jsonl = c.metrics.enable_jsonl,
+                                                     .enable_tensorboard = c.metrics.enable_tensorboard,
+                                                     .save_tb_folder = c.metrics.save_tb_folder},
+                                      log);
 
   log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
       << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
       << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
       << "titan: data " << files.front().string() << (files.size() > 1 ? " (+more)" : "") << ": "
-      << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of " << c.training.seq_len
-      << "\n"
+      << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of "
+      << c.training.seq_len << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
@@ -145,33 +168,31 @@ TrainResult Trainer::train() {
   const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
   for (int64_t step = 1; step <= c.training.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    s.optimizer->zero_grad();
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      data::Batch batch = s.loader->next();
-      Tensor logits = (*s.model)(batch.inputs);
-      Tensor loss = ops::cross_entropy(logits, batch.labels);
-      loss_sum += loss.item();
-      (accum == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(accum))).backward();
-    }
-    double grad_norm = optim::clip_grad_norm_(s.params, c.training.max_norm);
     double lr = s.optimizer->lr();
-    s.optimizer->step();
+    StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
+                                 [&] { return s.loader->next(); });
     s.scheduler->step();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double loss_mean = loss_sum / static_cast<double>(accum);
+    double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     TITAN_CHECK(std::isfinite(loss_mean), "training: loss became ", loss_mean, " at step ", step,
                 "; lower optimizer.lr or raise lr_scheduler.warmup_steps");
     result.losses.push_back(loss_mean);
     result.grad_norms.push_back(grad_norm);
     result.steps_run = step;
-    s.metrics->record({.step = step,
-                       .loss = loss_mean,
-                       .grad_norm = grad_norm,
-                       .lr = lr,
-                       .tokens = tokens_per_step,
-                       .step_seconds = seconds,
-                       .flops_per_token = s.summary.flops_per_token});
+    std::optional<LoggedMetrics> logged = s.metrics->record({.step = step,
+                                                             .loss = loss_mean,
+                                                             .grad_norm = grad_norm,
+                                                             .lr = lr,
+                                                             .tokens = tokens_per_step,
+                                                             .step_seconds = seconds,
+                                                             .flops_per_token = s.summary.flops_per_token});
+    if (logged && logged->mfu_percent > 100.0 && !s.warned_peak) {
+      // A peak measured while the machine was busy is too low, and stays cached.
+      s.log << "titan: warning: MFU above 100% means the peak FLOP/s figure (" << s.peak.source
+            << ") is too low, probably measured while the machine was busy; delete that cache file or set "
+               "metrics.peak_flops\n";
+      s.warned_peak = true;
+    }
     if (StopOnSignal::requested() && step < c.training.steps) {
       s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
       result.interrupted = true;
@@ -190,8 +211,12 @@ StopOnSignal::~StopOnSignal() {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
 }
-bool StopOnSignal::requested() { return g_stop.load(); }
-void StopOnSignal::request() { g_stop.store(true); }
+bool StopOnSignal::requested() {
+  return g_stop.load();
+}
+void StopOnSignal::request() {
+  g_stop.store(true);
+}
 void StopOnSignal::reset() {
   g_stop.store(false);
   g_signals.store(0);
