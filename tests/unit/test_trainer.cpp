@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -72,6 +73,15 @@ TEST(Trainer, StopRequestEndsAfterTheCurrentStep) {
   EXPECT_TRUE(r.interrupted);
   EXPECT_EQ(r.steps_run, 1);
   StopOnSignal::reset();
+}
+
+TEST(Trainer, SigintAndSigtermRequestAStop) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    StopOnSignal guard;
+    EXPECT_FALSE(StopOnSignal::requested());
+    std::raise(sig);
+    EXPECT_TRUE(StopOnSignal::requested());
+  }
 }
 
 TEST(Trainer, MissingDatasetIsAClearError) {
