@@ -34,15 +34,9 @@ ModelArgs args_of(const ParityCase& c) {
 TEST(ParityLlama3, TwentyTrainingStepsMatchPyTorch) {
   ParityCase c = load_parity_case("llama3_train_tiny");
   Transformer model(args_of(c));
-  nn::StateDict initial;
-  for (auto& [name, t] : model.state_dict()) initial[name] = c["in." + name];
-  model.load_state_dict(initial);
+  c.load_initial_weights(model);
 
-  optim::AdamW opt(model.named_parameters(), {.lr = c.attr("lr"),
-                                              .beta1 = c.attr("beta1"),
-                                              .beta2 = c.attr("beta2"),
-                                              .eps = c.attr("eps"),
-                                              .weight_decay = c.attr("weight_decay")});
+  optim::AdamW opt(model.named_parameters(), c.adamw_options());
   const int64_t steps = static_cast<int64_t>(c.attr("steps"));
   const Tensor& tokens = c["in.tokens"];
   const Tensor& targets = c["in.targets"];

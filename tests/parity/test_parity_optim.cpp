@@ -53,15 +53,9 @@ void check_training_run(const std::string& name, double tol) {
   const Tensor& xs = c["in.x"];
   const Tensor& ts = c["in.t"];
   TwoLayer model(xs.dtype());
-  nn::StateDict initial;
-  for (auto& [key, t] : model.state_dict()) initial[key] = c["in." + key];
-  model.load_state_dict(initial);
+  c.load_initial_weights(model);
 
-  optim::AdamW opt(model.named_parameters(), {.lr = c.attr("lr"),
-                                              .beta1 = c.attr("beta1"),
-                                              .beta2 = c.attr("beta2"),
-                                              .eps = c.attr("eps"),
-                                              .weight_decay = c.attr("weight_decay")});
+  optim::AdamW opt(model.named_parameters(), c.adamw_options());
   std::optional<optim::LrScheduler> sched;
   if (c.file.metadata.count("warmup_steps")) sched.emplace(opt, schedule_of(c));
   bool clip = c.file.metadata.count("max_norm") > 0;

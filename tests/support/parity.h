@@ -4,6 +4,8 @@
 
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/error.h"
+#include "titan/nn/module.h"
+#include "titan/optim/adamw.h"
 
 namespace titan::test {
 
@@ -18,6 +20,17 @@ struct ParityCase {
     auto it = file.metadata.find(key);
     TITAN_CHECK(it != file.metadata.end(), "parity case lacks attribute '", key, "'");
     return std::stod(it->second);
+  }
+  // Copies the reference's initial weights ("in.<parameter name>") into `model`.
+  void load_initial_weights(nn::Module& model) const {
+    nn::StateDict initial;
+    for (auto& [name, t] : model.state_dict()) initial[name] = (*this)["in." + name];
+    model.load_state_dict(initial);
+  }
+  // The reference optimizer's hyperparameters (attributes lr, beta1, beta2, eps, weight_decay).
+  optim::AdamWOptions adamw_options() const {
+    return {.lr = attr("lr"), .beta1 = attr("beta1"), .beta2 = attr("beta2"), .eps = attr("eps"),
+            .weight_decay = attr("weight_decay")};
   }
   // A reference input as a fresh leaf that requires grad.
   Tensor input(const std::string& name) const {
