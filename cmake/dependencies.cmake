@@ -5,6 +5,10 @@ find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+# Tokenizers: PCRE2 (with its JIT) runs the pre-tokenizer regexes; ICU's NFC normalizes text
+# for the tokenizers that ask for it (Qwen).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 
 # OpenBLAS's OpenMP build, so BLAS and our kernels share one OpenMP thread pool
 # instead of two pools fighting over the cores.
@@ -21,7 +25,7 @@ endif()
 add_library(titan_deps INTERFACE)
 target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
-                      nlohmann_json::nlohmann_json PkgConfig::TOMLPP)
+                      nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
 target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB)
 # Pin the OpenMP build at run time too, whatever the system BLAS alternative points at.
 set(CMAKE_BUILD_RPATH ${TITAN_OPENBLAS_DIR})

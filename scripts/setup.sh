@@ -9,6 +9,7 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-venv python3-torch python3-numpy
       libprotobuf-dev protobuf-compiler
+      libpcre2-dev libicu-dev
       clang-format clang-tidy)
 
 missing=()

@@ -49,7 +49,9 @@ TEST(JobConfig, DefaultsAreTorchTitans) {
   EXPECT_EQ(c.job.dump_folder, "./outputs");
   EXPECT_EQ(c.model.name, "llama3");
   EXPECT_EQ(c.model.flavor, "debugmodel");
-  EXPECT_EQ(c.model.attention, "reference");
+  EXPECT_EQ(c.model.attention, "splash");
+  EXPECT_EQ(c.model.attention_block_q, 64);
+  EXPECT_EQ(c.model.attention_block_kv, 64);
   EXPECT_EQ(c.model.vocab_size, 0);
   EXPECT_EQ(c.optimizer.name, "AdamW");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
@@ -110,7 +112,7 @@ TEST(JobConfig, ShippedConfigsLoad) {
   JobConfig debug = load_job_config((kConfigs / "llama3/debug.toml").string());
   EXPECT_EQ(debug.model.flavor, "debugmodel");
   EXPECT_EQ(debug.training.seq_len, 256);
-  EXPECT_EQ(debug.training.steps, 150);
+  EXPECT_EQ(debug.training.steps, 300);
   EXPECT_EQ(debug.lr_scheduler.decay_type, "cosine");
   for (auto [file, flavor] : {std::pair{"1b", "1B"}, {"8b", "8B"}, {"70b", "70B"}, {"405b", "405B"}}) {
     SCOPED_TRACE(file);
@@ -395,7 +397,9 @@ JobConfig unusual_config() {
   return with({"--job.description=quotes \" and \\ backslash\tand tab",
                "--job.dump_folder=/tmp/ü out",
                "--model.flavor=8B",
-               "--model.attention=splash",
+               "--model.attention=reference",
+               "--attention.block_q=96",
+               "--attention.block_kv=48",
                "--model.vocab_size=128256",
                "--model.weight_tying=true",
                "--model.tokenizer_path=a/tokenizer.json",

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
@@ -14,7 +15,8 @@ constexpr const char* kUsage =
     "usage: titan train --config FILE [--section.key=value ...] [--print-config]\n"
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
-    "  --print-config     prints the resolved config as TOML and exits\n";
+    "  --print-config     prints the resolved config as TOML and exits\n"
+    "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n";
 
 int train(const std::vector<std::string>& args) {
   std::string config;
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
     std::string cmd = args[0];
     args.erase(args.begin());
     if (cmd == "train") return train(args);
+    if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const titan::Error& e) {

@@ -1,0 +1,148 @@
+#include "titan/data/tokenizer/bpe_tokenizer.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "titan/core/error.h"
+#include "titan/core/parallel.h"
+#include "titan/data/tokenizer/byte_level.h"
+
+namespace titan::data {
+
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in.good(), "cannot open ", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  TITAN_CHECK(!j.is_discarded(), path.string(), " is not valid JSON");
+  return j;
+}
+
+// tokenizer_config.json spells a token as its text, as {"content": text, ...}, or as null.
+std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
+  if (!config.contains(key) || config[key].is_null()) return std::nullopt;
+  const nlohmann::json& t = config[key];
+  if (t.is_object() && t.contains("content")) return t["content"].get<std::string>();
+  return t.get<std::string>();
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::load(const std::filesystem::path& path) {
+  std::filesystem::path file = std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
+  TITAN_CHECK(std::filesystem::is_regular_file(file), "no tokenizer at ", path.string(),
+              ": name a folder holding tokenizer.json, or the tokenizer.json itself");
+  std::filesystem::path config_file = file.parent_path() / "tokenizer_config.json";
+  nlohmann::json config =
+      std::filesystem::exists(config_file) ? read_json(config_file) : nlohmann::json::object();
+  return BpeTokenizer(read_json(file), config, file.string());
+}
+
+BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config,
+                           const std::string& source)
+    : normalizer_(tokenizer.value("normalizer", nlohmann::json()), source),
+      pretokenizer_(tokenizer.value("pre_tokenizer", nlohmann::json()), source),
+      model_(tokenizer.value("model", nlohmann::json()), source) {
+  const nlohmann::json decoder = tokenizer.value("decoder", nlohmann::json());
+  TITAN_CHECK(decoder.is_object() && decoder.value("type", "") == "ByteLevel", source, ": decoder ",
+              decoder.dump().substr(0, 200),
+              " is not supported; titan reads byte-level BPE (decoder ByteLevel)");
+
+  pieces_.resize(model_.size());
+  kinds_.assign(model_.size(), Kind::absent);
+  for (int32_t id = 0; id < model_.size(); ++id) {
+    if (const std::string* bytes = model_.token(id)) {
+      pieces_[id] = *bytes;
+      kinds_[id] = Kind::token;
+    }
+  }
+  for (const nlohmann::json& a : tokenizer.value("added_tokens", nlohmann::json::array())) {
+    AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false),
+                 a.value("normalized", false)};
+    TITAN_CHECK(!a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
+                source, ": added token ", t.content,
+                " sets single_word, lstrip or rstrip, which titan does not support");
+    TITAN_CHECK(t.id >= 0 && !t.content.empty(), source, ": added token '", t.content, "' with id ", t.id,
+                " needs a non-negative id and some text");
+    if (t.id >= vocab_size()) {
+      pieces_.resize(t.id + 1);
+      kinds_.resize(t.id + 1, Kind::absent);
+    }
+    // The ByteLevel decoder reads an added token as any other token: through the alphabet when
+    // its every character is in it, else as its text.
+    pieces_[t.id] = byte_level_decode(t.content).value_or(t.content);
+    kinds_[t.id] = t.special ? Kind::special : Kind::token;
+    added_.push_back(std::move(t));
+  }
+  std::vector<AddedToken> raw, normalized;
+  for (const AddedToken& t : added_) (t.normalized && normalizer_.active() ? normalized : raw).push_back(t);
+  raw_matcher_ = AddedTokenMatcher(raw);
+  normalized_matcher_ = AddedTokenMatcher(normalized);
+
+  auto special = [&](const char* key) -> std::optional<int32_t> {
+    std::optional<std::string> text = config_token(config, key);
+    if (!text) return std::nullopt;
+    std::optional<int32_t> id = token_id(*text);
+    TITAN_CHECK(id.has_value(), source, ": tokenizer_config.json names ", key, " '", *text,
+                "', which is neither an added token nor in the vocab");
+    return id;
+  };
+  bos_ = special("bos_token");
+  eos_ = special("eos_token");
+  add_bos_ = bos_.has_value() && config.value("add_bos_token", true);
+  add_eos_ = eos_.has_value() && config.value("add_eos_token", false);
+}
+
+std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
+  for (const AddedToken& t : added_)
+    if (t.content == token) return t.id;
+  return model_.id_of(token);
+}
+
+void BpeTokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& out) const {
+  normalized_matcher_.split(
+      text,
+      [&](std::string_view plain) {
+        pretokenizer_.split(plain, [&](std::string_view word) { model_.encode_word(word, out); });
+      },
+      [&](int32_t id) { out.push_back(id); });
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_special && add_bos_) out.push_back(*bos_);
+  std::string scratch;
+  raw_matcher_.split(
+      text, [&](std::string_view plain) { encode_normalized(normalizer_.apply(plain, scratch), out); },
+      [&](int32_t id) { out.push_back(id); });
+  if (add_special && add_eos_) out.push_back(*eos_);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std::string_view> texts,
+                                                             bool add_special) const {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  const int64_t n = static_cast<int64_t>(texts.size());
+  // Dynamic: texts differ in length, and equal shares of them would leave threads idle.
+#pragma omp parallel for schedule(dynamic) if (n > 1 && !omp_in_parallel())
+  for (int64_t i = 0; i < n; ++i) out[i] = encode(texts[i], add_special);
+  return out;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    TITAN_CHECK(id >= 0 && id < vocab_size() && kinds_[id] != Kind::absent, "decode: id ", id,
+                " at position ", i, " is not in the vocabulary (", vocab_size(), " ids)");
+    if (skip_special && kinds_[id] == Kind::special) continue;
+    out += pieces_[id];
+  }
+  return out;
+}
+
+}  // namespace titan::data

@@ -1,0 +1,67 @@
+#pragma once
+// Byte-level BPE tokenizers read from Hugging Face tokenizer.json files (Llama 3, Qwen 2/3,
+// GPT-2 style), giving the ids Hugging Face tokenizers gives:
+//   text -> added tokens found whole (raw text) -> normalizer (NFC or none) -> added tokens marked
+//   "normalized" -> pre-tokenizer regexes -> merges per word -> ids.
+// bos and eos come from tokenizer_config.json beside it. The post_processor is not read:
+// add_special = true wraps the ids in bos/eos as tokenizer_config.json's add_bos_token (default:
+// true when there is a bos) and add_eos_token (default: false) say.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "titan/data/tokenizer/added_tokens.h"
+#include "titan/data/tokenizer/bpe_model.h"
+#include "titan/data/tokenizer/normalizer.h"
+#include "titan/data/tokenizer/pretokenizer.h"
+
+namespace titan::data {
+
+class BpeTokenizer {
+ public:
+  // `path`: a folder holding tokenizer.json (and, optionally, tokenizer_config.json), or the
+  // tokenizer.json file itself. Throws, naming the file and the key, on anything it cannot honour.
+  static BpeTokenizer load(const std::filesystem::path& path);
+
+  // Any bytes: those that are not valid UTF-8 are encoded byte by byte. Safe to call from
+  // several threads at once.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  // encode() of each text, in parallel over the texts.
+  std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
+                                                 bool add_special = false) const;
+  // The bytes the ids stand for, added tokens as their text; exactly the encoded text when `ids`
+  // came from encode(). Unlike Hugging Face, bytes that are not valid UTF-8 (a character cut
+  // between tokens) are returned as they are, not replaced. Throws on an id outside the
+  // vocabulary, naming it and its position.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // One past the largest id, added tokens included.
+  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  std::optional<int32_t> bos_id() const { return bos_; }
+  std::optional<int32_t> eos_id() const { return eos_; }
+  // The id of an added token by its text, else of a vocabulary token by its bytes.
+  std::optional<int32_t> token_id(std::string_view token) const;
+
+ private:
+  BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& source);
+  void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
+
+  Normalizer normalizer_;
+  Pretokenizer pretokenizer_;
+  BpeModel model_;
+  std::vector<AddedToken> added_;
+  AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
+  AddedTokenMatcher normalized_matcher_;  // the others, matched after the normalizer
+  // By id: the bytes decode() gives, and what the id is.
+  enum class Kind : uint8_t { absent, token, special };
+  std::vector<std::string> pieces_;
+  std::vector<Kind> kinds_;
+  std::optional<int32_t> bos_, eos_;
+  bool add_bos_ = false, add_eos_ = false;
+};
+
+}  // namespace titan::data
