@@ -105,14 +105,14 @@ StepMetrics step(int64_t s, int64_t tokens, double seconds) {
 // ---- CRC32C and TFRecord framing ----------------------------------------------------------------
 
 TEST(Tensorboard, Crc32cTestVectors) {
-  EXPECT_EQ(train::crc32c("123456789"), 0xE3069283u);
-  EXPECT_EQ(train::crc32c(""), 0u);
+  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(crc32c(""), 0u);
   // RFC 3720 (iSCSI) appendix B.4.
-  EXPECT_EQ(train::crc32c(std::string(32, '\0')), 0x8A9136AAu);
-  EXPECT_EQ(train::crc32c(std::string(32, '\xFF')), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(std::string(32, '\xFF')), 0x62A8AB43u);
   std::string ascending;
   for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
-  EXPECT_EQ(train::crc32c(ascending), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(ascending), 0x46DD794Eu);
 }
 
 TEST(Tensorboard, MaskedCrcRotatesAndOffsets) {

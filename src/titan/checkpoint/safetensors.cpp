@@ -1,24 +1,21 @@
 #include "titan/checkpoint/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "titan/checkpoint/file_io.h"
 
 namespace titan::checkpoint {
 
 namespace {
 using json = nlohmann::json;
-
-DType parse_dtype(const std::string& s, const std::string& path, const std::string& name) {
-  if (s == "F32") return kF32;
-  if (s == "F64") return kF64;
-  if (s == "BF16") return kBF16;
-  if (s == "I32") return kI32;
-  if (s == "I64") return kI64;
-  TITAN_CHECK(false, "safetensors ", path, ": tensor '", name, "' has dtype ", s,
-              ", expected one of F32, F64, BF16, I32, I64");
-  return kF32;
-}
+}  // namespace
 
 const char* dtype_tag(DType t) {
   switch (t) {
@@ -30,75 +27,124 @@ const char* dtype_tag(DType t) {
   }
   return "?";
 }
-}  // namespace
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  TITAN_CHECK(f.good(), "safetensors: cannot open ", path);
-  f.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
+DType parse_dtype_tag(const std::string& tag, const std::string& where) {
+  for (DType t : {kF32, kF64, kBF16, kI32, kI64})
+    if (tag == dtype_tag(t)) return t;
+  TITAN_CHECK(false, where, ": dtype \"", tag, "\" is not one of F32, F64, BF16, I32, I64");
+  return kF32;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TITAN_CHECK(fd >= 0, "safetensors: cannot open ", path, ": ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < 8) {
+    ::close(fd);
+    TITAN_CHECK(false, "safetensors ", path, ": file of ", st.st_size,
+                " bytes is too short for the 8-byte header length (truncated file?)");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the file open
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    TITAN_CHECK(false, "safetensors: cannot map ", path, ": ", std::strerror(errno));
+  }
   uint64_t header_len = 0;
-  TITAN_CHECK(file_size >= 8 && f.read(reinterpret_cast<char*>(&header_len), 8), "safetensors ", path,
-              ": file of ", file_size, " bytes is too short for a header");
+  std::memcpy(&header_len, map_, 8);
+  const uint64_t file_size = size_;
   TITAN_CHECK(header_len <= file_size - 8, "safetensors ", path, ": header length ", header_len,
               " exceeds the file size ", file_size, " (truncated file?)");
-  std::string header(header_len, '\0');
-  f.read(header.data(), static_cast<std::streamsize>(header_len));
   json h;
   try {
-    h = json::parse(header);
+    h = json::parse(bytes().substr(8, header_len));
   } catch (const json::exception& e) {
     TITAN_CHECK(false, "safetensors ", path, ": header is not valid JSON: ", e.what());
   }
   TITAN_CHECK(h.is_object(), "safetensors ", path, ": header is not a JSON object");
   const uint64_t data_start = 8 + header_len, data_size = file_size - data_start;
-  SafetensorsFile out;
-  for (auto& [name, entry] : h.items()) {
+  for (auto& [name, e] : h.items()) {
     if (name == "__metadata__") {
-      for (auto& [k, v] : entry.items())
-        out.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      for (auto& [k, v] : e.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    TITAN_CHECK(entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
-                "safetensors ", path, ": tensor '", name, "' lacks dtype, shape or data_offsets");
-    DType dt = parse_dtype(entry["dtype"].get<std::string>(), path, name);
-    Shape shape = entry["shape"].get<Shape>();
-    auto offs = entry["data_offsets"].get<std::vector<uint64_t>>();
-    TITAN_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, "safetensors ", path,
-                ": tensor '", name, "' has data_offsets outside the ", data_size, "-byte data section");
-    Tensor t = Tensor::empty(shape, {.dtype = dt});
-    TITAN_CHECK(offs[1] - offs[0] == t.nbytes(), "safetensors ", path, ": tensor '", name, "' spans ",
-                offs[1] - offs[0], " bytes but ", dtype_tag(dt), shape_str(shape), " needs ", t.nbytes());
-    f.seekg(static_cast<std::streamoff>(data_start + offs[0]));
-    f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    TITAN_CHECK(f.good(), "safetensors ", path, ": could not read tensor '", name, "'");
-    out.tensors.emplace(name, t);
+    const std::string where = "safetensors " + path + ": tensor '" + name + "'";
+    TITAN_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"),
+                where, " lacks dtype, shape or data_offsets");
+    SafetensorsEntry entry;
+    std::vector<uint64_t> offs;
+    try {
+      entry.dtype = parse_dtype_tag(e["dtype"].get<std::string>(), where);
+      entry.shape = e["shape"].get<Shape>();
+      offs = e["data_offsets"].get<std::vector<uint64_t>>();
+    } catch (const json::exception& err) {
+      TITAN_CHECK(false, where, ": malformed entry ", e.dump(), ": ", err.what());
+    }
+    for (int64_t d : entry.shape)
+      TITAN_CHECK(d >= 0, where, " has a negative size in ", shape_str(entry.shape));
+    TITAN_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, where,
+                " has data_offsets outside the ", data_size, "-byte data section (truncated file?)");
+    entry.offset = data_start + offs[0];
+    entry.nbytes = offs[1] - offs[0];
+    const uint64_t need = static_cast<uint64_t>(numel_of(entry.shape)) * dtype_size(entry.dtype);
+    TITAN_CHECK(entry.nbytes == need, where, " spans ", entry.nbytes, " bytes but ", dtype_tag(entry.dtype),
+                shape_str(entry.shape), " needs ", need);
+    entries_.emplace(name, std::move(entry));
   }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (map_) ::munmap(map_, size_);
+}
+
+const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  TITAN_CHECK(it != entries_.end(), "safetensors ", path_, ": no tensor named '", name, "'");
+  return it->second;
+}
+
+Tensor SafetensorsReader::tensor(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, {.dtype = e.dtype});
+  std::memcpy(t.data_ptr(), static_cast<const char*>(map_) + e.offset, e.nbytes);
+  return t;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  SafetensorsReader reader(path);
+  SafetensorsFile out;
+  out.metadata = reader.metadata();
+  for (const auto& [name, entry] : reader.entries()) out.tensors.emplace(name, reader.tensor(name));
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+WrittenFile write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                              const std::map<std::string, std::string>& metadata, bool durable) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
   std::vector<Tensor> ordered;
   for (auto& [name, t] : tensors) {
-    Tensor c = t.detach().contiguous();
-    h[name] = {{"dtype", dtype_tag(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {off, off + c.nbytes()}}};
+    Tensor c = t.detach();
+    if (!c.is_contiguous()) c = Tensor::empty(t.sizes(), {.dtype = t.dtype()}).copy_(c);
+    h[name] = {
+        {"dtype", dtype_tag(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {off, off + c.nbytes()}}};
     off += c.nbytes();
     ordered.push_back(c);
   }
   std::string header = h.dump();
+  // The format pads the header, not the tensors (the data section has no holes), so that the
+  // data section, and a mapping of a file holding one dtype, starts 8-byte aligned.
   header.append((8 - header.size() % 8) % 8, ' ');
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  TITAN_CHECK(f.good(), "safetensors: cannot write ", path);
+  OutFile f(path);
   uint64_t len = header.size();
-  f.write(reinterpret_cast<const char*>(&len), 8);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const Tensor& c : ordered) f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-  TITAN_CHECK(f.good(), "safetensors: write to ", path, " failed (disk full?)");
+  f.write(&len, 8);
+  f.write(header.data(), header.size());
+  for (const Tensor& c : ordered) f.write(c.data_ptr(), c.nbytes());
+  if (durable) f.sync();
+  f.close();
+  return {f.bytes(), f.crc32c()};
 }
 
 }  // namespace titan::checkpoint

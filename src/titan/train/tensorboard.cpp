@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <system_error>
 
@@ -11,17 +10,6 @@
 
 namespace titan::train {
 namespace {
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int bit = 0; bit < 8; ++bit) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 // TFRecord's integers are little-endian whatever the host; spelling the bytes out says so.
 template <typename T>
@@ -39,12 +27,6 @@ std::string host_name() {
 
 double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-uint32_t crc32c(std::string_view data) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char byte : data) c = kCrc32cTable[(c ^ byte) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
 }
 
 uint32_t masked_crc32c(std::string_view data) {

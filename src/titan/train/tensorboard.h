@@ -11,11 +11,9 @@
 #include <utility>
 #include <vector>
 
-namespace titan::train {
+#include "titan/core/crc32c.h"
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord and iSCSI use it;
-// crc32c("123456789") == 0xE3069283.
-uint32_t crc32c(std::string_view data);
+namespace titan::train {
 
 // TFRecord stores CRCs rotated and offset, so a CRC over bytes that themselves hold CRCs does
 // not degenerate.

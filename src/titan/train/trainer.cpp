@@ -19,6 +19,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/optim/clip.h"
 #include "titan/optim/lr_scheduler.h"
+#include "titan/train/checkpoint_manager.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
 
@@ -80,9 +81,11 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
 }
 
 struct Trainer::State {
-  State(JobConfig c, std::ostream& l) : cfg(std::move(c)), log(l) {}
+  State(JobConfig c, std::ostream& l)
+      : cfg(std::move(c)), log(l), rng(static_cast<uint64_t>(cfg.training.seed)) {}
   JobConfig cfg;
   std::ostream& log;
+  Generator rng;
   std::shared_ptr<models::CausalLM> model;
   models::ModelSummary summary;
   std::unique_ptr<data::DataLoader> loader;
@@ -93,6 +96,9 @@ struct Trainer::State {
   BatchPlan plan;
   PeakFlops peak;
   bool warned_peak = false;
+  // Holds references to the members above, so it is declared, and destroyed, after them.
+  std::unique_ptr<CheckpointManager> checkpointer;
+  int64_t start_step = 0;
 };
 
 Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<State>(std::move(cfg), log)) {
@@ -113,8 +119,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(s.summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
-  Generator gen(static_cast<uint64_t>(c.training.seed));
-  s.model = spec.build(c.model, c.training.seq_len, gen);
+  s.model = spec.build(c.model, c.training.seq_len, s.rng);
   TITAN_CHECK(s.model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the byte tokenizer's ", tokenizer.vocab_size(), " ids; raise it");
   if (spec.parallelize) {
@@ -155,6 +160,10 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
       << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
+
+  s.checkpointer = std::make_unique<CheckpointManager>(
+      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng}, log);
+  s.start_step = s.checkpointer->load();
 }
 
 Trainer::~Trainer() = default;
@@ -163,10 +172,11 @@ TrainResult Trainer::train() {
   State& s = *state_;
   const JobConfig& c = s.cfg;
   TrainResult result;
+  result.steps_run = result.resumed_from = s.start_step;
   CpuAllocator::instance().reset_peak();
   const int64_t accum = s.plan.gradient_accumulation_steps;
   const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
-  for (int64_t step = 1; step <= c.training.steps; ++step) {
+  for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
     StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
@@ -193,12 +203,14 @@ TrainResult Trainer::train() {
                "metrics.peak_flops\n";
       s.warned_peak = true;
     }
+    s.checkpointer->after_step(step, StopOnSignal::requested());
     if (StopOnSignal::requested() && step < c.training.steps) {
       s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
       result.interrupted = true;
       break;
     }
   }
+  s.checkpointer->wait();
   return result;
 }
 

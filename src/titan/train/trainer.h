@@ -1,26 +1,44 @@
 #pragma once
 // The training loop: batch -> forward -> fused cross-entropy -> backward -> clip -> AdamW ->
-// LR step, with gradient accumulation, metrics every log_freq steps and a clean stop on
-// SIGINT/SIGTERM after the step in flight.
+// LR step, with gradient accumulation, metrics every log_freq steps, checkpoints (resume, save
+// every interval and at the end) and a clean stop on SIGINT/SIGTERM after the step in flight,
+// saving a checkpoint there.
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <vector>
 
+#include "titan/data/loader.h"
+#include "titan/models/causal_lm.h"
+#include "titan/optim/adamw.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
 
+struct StepStats {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // before clipping
+};
+
+// One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
+// cross-entropy -> backward (of the loss over `micro_batches`); clipping to max_norm; AdamW step.
+// The learning-rate schedule is the caller's. Public so that benchmarks time this very step.
+StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
+                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch);
+
 struct TrainResult {
-  std::vector<double> losses;  // per optimizer step (mean over its micro-batches)
+  std::vector<double> losses;  // per optimizer step run by this call (mean over its micro-batches)
   std::vector<double> grad_norms;
-  int64_t steps_run = 0;
+  int64_t steps_run = 0;     // the step training reached, counting those before a resume
+  int64_t resumed_from = 0;  // the checkpoint step this run continued after; 0: a fresh start
   bool interrupted = false;  // stopped by a signal before training.steps
 };
 
 class Trainer {
  public:
-  // Builds data, model, optimizer and logger from `cfg`; every problem with the config or the
-  // data is reported here, before the first step.
+  // Builds data, model, optimizer and logger from `cfg` and, with checkpointing enabled,
+  // restores them from a checkpoint; every problem with the config, the data or the checkpoint
+  // is reported here, before the first step.
   explicit Trainer(JobConfig cfg, std::ostream& log);
   ~Trainer();
   TrainResult train();

@@ -1,0 +1,42 @@
+#pragma once
+// The POSIX file operations a crash-safe save needs and std::ofstream does not offer: fsync of
+// files and directories, and a rename that swaps two directories.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace titan::checkpoint {
+
+// A file being written (created or truncated), its CRC-32C and size kept as bytes go out.
+// Errors name the file and the system's reason.
+class OutFile {
+ public:
+  explicit OutFile(std::filesystem::path path);
+  ~OutFile();
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+
+  void write(const void* data, size_t n);
+  // fsync: the bytes written so far are on disk once this returns.
+  void sync();
+  // Closes the file, reporting a failure the kernel only reveals then (NFS, quotas).
+  void close();
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc32c() const { return crc_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// fsync of a directory: makes the creation, removal and renaming of its entries durable.
+void sync_directory(const std::filesystem::path& dir);
+
+// Moves directory `from` to `to`. When `to` exists, the two are swapped in one atomic step
+// (renameat2 RENAME_EXCHANGE), so that `to` is whole, old or new, at every instant; `from` then
+// holds the old one.
+void rename_directory(const std::filesystem::path& from, const std::filesystem::path& to);
+
+}  // namespace titan::checkpoint

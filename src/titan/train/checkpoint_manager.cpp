@@ -1,0 +1,257 @@
+#include "titan/train/checkpoint_manager.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "titan/checkpoint/checkpoint.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kModel = "model.";
+constexpr const char* kOptimizer = "optimizer.";
+
+std::string step_name(int64_t step) {
+  return "step-" + std::to_string(step);
+}
+
+// Fresh tensors shaped like `state`'s, under "<prefix><name>", for a checkpoint to fill.
+void add_targets(checkpoint::Pieces& targets, const std::string& prefix,
+                 const std::map<std::string, Tensor>& state) {
+  for (const auto& [name, t] : state)
+    targets.emplace(prefix + name, checkpoint::whole(Tensor::empty(t.sizes(), {.dtype = t.dtype()})));
+}
+
+std::map<std::string, Tensor> strip(const checkpoint::Pieces& pieces, const std::string& prefix) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, p] : pieces)
+    if (name.starts_with(prefix)) out.emplace(name.substr(prefix.size()), p.data);
+  return out;
+}
+
+// "section.key (saved -> now)" for every key whose value differs.
+std::string config_changes(const json& saved, const json& now) {
+  std::string out;
+  for (const auto& [section, keys] : now.items()) {
+    for (const auto& [key, value] : keys.items()) {
+      const json* old =
+          saved.contains(section) && saved[section].contains(key) ? &saved[section][key] : nullptr;
+      if (old && *old == value) continue;
+      out += (out.empty() ? "" : ", ") + section + "." + key + " (" + (old ? old->dump() : "absent") +
+             " -> " + value.dump() + ")";
+    }
+  }
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log)
+    : cfg_(cfg), parts_(parts), log_(log), folder_(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder) {
+  const std::string& d = cfg.checkpoint.export_dtype;
+  TITAN_CHECK(d == "float32" || d == "bfloat16", "checkpoint.export_dtype = \"", d,
+              "\": titan has no float16 tensors yet; use \"float32\" or \"bfloat16\"");
+  export_dtype_ = d == "bfloat16" ? kBF16 : kF32;
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log_ << "titan: error: checkpoint save failed: " << e.what() << "\n";
+  }
+}
+
+std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
+  std::map<int64_t, fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step-") || name.size() == 5 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    if (fs::exists(e.path() / checkpoint::kMetadataFile)) out.emplace(std::stoll(name.substr(5)), e.path());
+  }
+  return out;
+}
+
+int64_t CheckpointManager::load() {
+  const auto& c = cfg_.checkpoint;
+  if (!c.enable) return 0;
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (const auto& e : fs::directory_iterator(folder_, ec))
+    if (checkpoint::is_staging_dir(e.path())) leftovers.push_back(e.path());
+  for (const fs::path& p : leftovers) {
+    log_ << "titan: removing " << p.string() << ", left by an interrupted save or deletion\n";
+    fs::remove_all(p, ec);
+  }
+  std::map<int64_t, fs::path> found = list(folder_);
+  if (c.load_step >= 0) {
+    auto it = found.find(c.load_step);
+    std::string have;
+    for (const auto& [step, dir] : found) have += (have.empty() ? "" : ", ") + std::to_string(step);
+    TITAN_CHECK(it != found.end(), "checkpoint.load_step = ", c.load_step, ": ",
+                (folder_ / step_name(c.load_step)).string(), " is not a complete checkpoint; ",
+                folder_.string(), " holds steps [", have, "]; pick one of them, or -1 for the latest");
+    return last_saved_ = restore(it->second, false);
+  }
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    if (!checkpoint::read_metadata(it->second).state.value("model_only", false))
+      return last_saved_ = restore(it->second, false);
+    if (it->first >= cfg_.training.steps) {
+      // The final export of a finished run: the weights are all there is left to restore.
+      log_ << "titan: " << it->second.string()
+           << " is the final export of a finished run (training.steps = " << cfg_.training.steps
+           << "); nothing is left to run\n";
+      restore(it->second, true);
+      return last_saved_ = it->first;
+    }
+    log_ << "titan: skipping " << it->second.string()
+         << ": a model-only export holds no optimizer or data state to resume from\n";
+  }
+  if (!c.initial_load_path.empty()) return restore(c.initial_load_path, c.initial_load_model_only);
+  return 0;
+}
+
+int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
+  auto t0 = std::chrono::steady_clock::now();
+  checkpoint::Reader reader(dir);
+  const json& state = reader.metadata().state;
+  TITAN_CHECK(model_only || !state.value("model_only", false), "checkpoint ", dir.string(),
+              " is a model-only export (last_save_model_only): it holds no optimizer, data or step state to "
+              "resume from; resume from a full checkpoint, or start from its weights with "
+              "checkpoint.initial_load_path and initial_load_model_only = true in a fresh folder");
+  // Everything is read and checked before any part changes.
+  int64_t step = 0, windows = 0, lr_step = 0;
+  data::LoaderState position;
+  uint64_t seed = parts_.rng.seed(), offset = 0;
+  if (!model_only) {
+    try {
+      step = state.at("step").get<int64_t>();
+      position = {state.at("data").at("epoch").get<int64_t>(), state.at("data").at("index").get<int64_t>()};
+      windows = state.at("data").at("windows").get<int64_t>();
+      seed = state.at("rng").at("seed").get<uint64_t>();
+      offset = state.at("rng").at("offset").get<uint64_t>();
+      lr_step = state.at("lr_scheduler").at("step").get<int64_t>();
+    } catch (const json::exception& e) {
+      TITAN_CHECK(false, "checkpoint ", dir.string(), ": the training state in ", checkpoint::kMetadataFile,
+                  " is incomplete (", e.what(), "); it was not written by this trainer, or edited");
+    }
+  }
+  TITAN_CHECK(seed == parts_.rng.seed(), "checkpoint ", dir.string(),
+              " was saved with training.seed = ", seed, " but this run has ", parts_.rng.seed(),
+              ": its data order and random streams would not continue; set --training.seed=", seed,
+              " or start a new run in another checkpoint.folder");
+  checkpoint::Pieces targets;
+  add_targets(targets, kModel, parts_.model.state_dict());
+  if (!model_only) add_targets(targets, kOptimizer, parts_.optimizer.state_dict());
+  // A model-only load takes weights from any export: cast from its dtype, ignoring optimizer state.
+  reader.load(targets, {.scope = model_only ? kModel : "", .allow_cast = model_only});
+  // First, since it is the one part that still checks its value (against this run's corpus).
+  if (!model_only) parts_.loader.set_state(position);
+  parts_.model.load_state_dict(strip(targets, kModel));
+  log_ << "titan: loaded " << (model_only ? "the weights of " : "") << dir.string();
+  if (!model_only) {
+    parts_.optimizer.load_state_dict(strip(targets, kOptimizer));
+    parts_.scheduler.set_step(lr_step);
+    parts_.rng.set_offset(offset);
+    log_ << " (step " << step << ")";
+  }
+  log_ << " in " << seconds_since(t0) << " s\n";
+  if (!model_only && windows != parts_.loader.num_windows())
+    log_ << "titan: warning: that checkpoint was saved reading a stream of " << windows
+         << " windows, this run's has " << parts_.loader.num_windows()
+         << " (another dataset or seq_len): the data position is kept, but it points elsewhere now\n";
+  if (state.contains("config")) {
+    std::string changes = config_changes(state["config"], to_json(cfg_));
+    if (!changes.empty()) log_ << "titan: config changed since that save: " << changes << "\n";
+  }
+  return step;
+}
+
+void CheckpointManager::after_step(int64_t step, bool stopping) {
+  const auto& c = cfg_.checkpoint;
+  if (!c.enable || step == last_saved_) return;
+  const bool last = step == cfg_.training.steps;
+  if (last || stopping || step % c.interval == 0) save(step, last && c.last_save_model_only);
+}
+
+void CheckpointManager::save(int64_t step, bool model_only) {
+  wait();
+  auto t0 = std::chrono::steady_clock::now();
+  const bool async = cfg_.checkpoint.async_mode != "disabled";
+  checkpoint::Pieces pieces;
+  // In the background the tensors must not change under the writer: the next step updates
+  // weights and moments in place, so they are copied here. So is a cast to the export dtype.
+  auto add = [&](const std::string& name, const Tensor& t, DType dtype) {
+    const bool copy = async || dtype != t.dtype();
+    pieces.emplace(name, checkpoint::whole(copy ? Tensor::empty(t.sizes(), {.dtype = dtype}).copy_(t) : t));
+  };
+  for (const auto& [name, t] : parts_.model.state_dict())
+    add(kModel + name, t, model_only ? export_dtype_ : t.dtype());
+  if (!model_only)
+    for (const auto& [name, t] : parts_.optimizer.state_dict()) add(kOptimizer + name, t, t.dtype());
+  const data::LoaderState position = parts_.loader.get_state();
+  json state = {
+      {"step", step},
+      {"model_only", model_only},
+      {"rng", {{"seed", parts_.rng.seed()}, {"offset", parts_.rng.offset()}}},
+      {"data",
+       {{"epoch", position.epoch}, {"index", position.index}, {"windows", parts_.loader.num_windows()}}},
+      {"lr_scheduler", {{"step", parts_.scheduler.current_step()}}},
+      {"config", to_json(cfg_)}};
+  size_t bytes = 0;
+  for (const auto& [name, p] : pieces) bytes += p.data.nbytes();
+  const fs::path dir = folder_ / step_name(step);
+  last_saved_ = step;
+  auto write = [this, dir, step, pieces = std::move(pieces), state = std::move(state)] {
+    checkpoint::save(dir, pieces, state);
+    purge(step);
+  };
+  log_ << "titan: checkpoint " << dir.string() << (model_only ? " (model only, " : " (")
+       << static_cast<double>(bytes) / (1 << 20) << " MiB)";
+  if (async) {
+    pending_ = std::async(std::launch::async, std::move(write));
+    log_ << " copied in " << seconds_since(t0) << " s, writing in the background\n";
+  } else {
+    write();
+    log_ << " saved in " << seconds_since(t0) << " s\n";
+  }
+}
+
+void CheckpointManager::wait() {
+  if (pending_.valid()) pending_.get();
+}
+
+void CheckpointManager::purge(int64_t saved) const {
+  const int64_t k = cfg_.checkpoint.keep_latest_k;
+  if (k <= 0) return;
+  std::map<int64_t, fs::path> found = list(folder_);
+  // The one just saved stays even when a resume from an earlier step left newer ones behind.
+  int64_t excess = static_cast<int64_t>(found.size()) - k;
+  for (auto it = found.begin(); excess > 0 && it != found.end(); ++it) {
+    if (it->first == saved) continue;
+    // Renamed out of the way first, so that a kill halfway through the deletion leaves no
+    // step-<N> that looks complete but lacks files; load() removes the remains.
+    const fs::path doomed = checkpoint::staging_dir(it->second);
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    if (!ec) fs::rename(it->second, doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
+    TITAN_CHECK(!ec, "checkpoint.keep_latest_k = ", k, ": cannot remove ", it->second.string(), ": ",
+                ec.message());
+    --excess;
+  }
+}
+
+}  // namespace titan::train

@@ -1,0 +1,80 @@
+#pragma once
+// When the trainer saves and what it restores, per the [checkpoint] config. Checkpoints are
+// checkpoint::save directories <job.dump_folder>/<checkpoint.folder>/step-<N>. A full one holds
+//   tensors  "model.<name>" for every entry of the model's state dict, and
+//            "optimizer.<param>.exp_avg|exp_avg_sq|step" for AdamW's,
+//   state    {"step", "model_only": false, "rng": {"seed", "offset"},
+//             "data": {"epoch", "index", "windows"}, "lr_scheduler": {"step"},
+//             "config": the resolved job config as JSON}
+// and resuming from it continues bit for bit as if the run had never stopped. With
+// last_save_model_only, the final save holds the model's tensors only, in export_dtype, with
+// "model_only": true: an export for inference or for initial_load_path, not for resuming.
+#include <cstdint>
+#include <filesystem>
+#include <future>
+#include <iosfwd>
+#include <map>
+
+#include "titan/core/rng.h"
+#include "titan/data/loader.h"
+#include "titan/nn/module.h"
+#include "titan/optim/adamw.h"
+#include "titan/optim/lr_scheduler.h"
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+// What a checkpoint restores; these outlive the manager.
+struct Checkpointed {
+  nn::Module& model;
+  optim::AdamW& optimizer;
+  optim::LrScheduler& scheduler;
+  data::DataLoader& loader;
+  Generator& rng;
+};
+
+class CheckpointManager {
+ public:
+  // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
+  CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log);
+  // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // With checkpointing enabled, restores the parts from checkpoint.load_step when set, else
+  // from the latest complete full checkpoint in the folder, else from initial_load_path (the
+  // model alone with initial_load_model_only). Returns the step training continues after:
+  // 0 for a fresh start or a model-only load. Removes what killed saves left behind.
+  int64_t load();
+
+  // Called after every optimizer step (and the LR schedule's): saves when `step` is a multiple
+  // of checkpoint.interval, the last step, or `stopping` (a clean stop on a signal), so that a
+  // stopped run resumes where it stopped. In async mode the state is copied before this
+  // returns and written in the background; a save still running is waited for first.
+  void after_step(int64_t step, bool stopping = false);
+
+  // Waits for a background save, throwing its error.
+  void wait();
+
+  const std::filesystem::path& folder() const { return folder_; }
+  // The complete checkpoints of `folder` (step-<N> holding metadata.json) by step.
+  static std::map<int64_t, std::filesystem::path> list(const std::filesystem::path& folder);
+
+ private:
+  void save(int64_t step, bool model_only);
+  // Loads checkpoint `dir` into the parts; returns its step, or 0 when only the model is loaded.
+  int64_t restore(const std::filesystem::path& dir, bool model_only);
+  // Deletes all but the newest keep_latest_k checkpoints, never the one just saved at `saved`.
+  void purge(int64_t saved) const;
+
+  const JobConfig& cfg_;
+  Checkpointed parts_;
+  std::ostream& log_;
+  std::filesystem::path folder_;
+  DType export_dtype_ = kF32;
+  int64_t last_saved_ = -1;
+  std::future<void> pending_;
+};
+
+}  // namespace titan::train
