@@ -56,17 +56,6 @@ class Collector : public benchmark::ConsoleReporter {
   std::map<std::string, Measurement> results;
 };
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string python_path() {
-  if (const char* p = std::getenv("TITAN_PYTHON"); p && *p) return p;
-  return std::string(TITAN_SOURCE_DIR) + "/.venv/bin/python";
-}
-
 // CPU time of the whole machine (from /proc/stat) and of this process and its waited-for
 // children (the reference script), in seconds; the difference is what other processes took.
 struct CpuTimes {
@@ -101,6 +90,46 @@ std::optional<CpuTimes>& start_times() {
 
 }  // namespace
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string python_path() {
+  if (const char* p = std::getenv("TITAN_PYTHON"); p && *p) return p;
+  return std::string(TITAN_SOURCE_DIR) + "/.venv/bin/python";
+}
+
+std::string with_malloc_tunables(const std::string& command) {
+  // glibc returns every freed block over 32 MiB to the kernel, so each fresh eager output is
+  // page-faulted 4 KiB at a time: on this VM that costs more than the kernel writing it (a
+  // 256 MiB x * c takes 120 ms instead of 17). Transparent huge pages for malloc's blocks cut
+  // that to a few ms, so the ratio measures kernels rather than page faults (titan's caching
+  // allocator does not fault once warm). A GLIBC_TUNABLES from the caller is kept as it is.
+  if (std::getenv("GLIBC_TUNABLES")) return command;
+  return "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 " + command;
+}
+
+nlohmann::json run_for_json(const std::string& command) {
+  std::string text;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+    int status = pclose(pipe);
+    if (status != 0 && text.empty()) text = "exit status " + std::to_string(status);
+  }
+  std::string last;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.front() == '{') last = line;
+  nlohmann::json reply = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object())
+    return {{"error", "no result (" + (text.empty() ? std::string("no output") : text.substr(0, 300)) + ")"}};
+  return reply;
+}
+
 namespace detail {
 std::shared_ptr<void>& input_slot(const std::string& key, std::type_index type) {
   Slot& s = slot();
@@ -124,8 +153,10 @@ void add_benchmark(const std::string& name, const Plan& plan, std::function<void
       ->MinTime(plan.min_time);
 }
 
+void mark_start() { start_times() = cpu_times(); }
+
 std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
-  start_times() = cpu_times();
+  mark_start();
   std::cout << machine_summary() << "\n";
   // A reporter passed in does not read --benchmark_color, so decide here: colour on a terminal
   // unless the flag says otherwise, never in a file.
@@ -195,37 +226,14 @@ TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int thread
   std::ofstream(path) << request.dump();
 
   // The script's progress goes to stderr (the terminal); stdout carries one JSON line.
-  std::string command = shell_quote(python) + " " + shell_quote(script) + " " + shell_quote(path);
-  // glibc returns every freed block over 32 MiB to the kernel, so each fresh eager output is
-  // page-faulted 4 KiB at a time: on this VM that costs more than the kernel writing it (a
-  // 256 MiB x * c takes 120 ms instead of 17). Transparent huge pages for malloc's blocks cut
-  // that to a few ms, so the ratio measures kernels rather than page faults (titan's caching
-  // allocator does not fault once warm). A GLIBC_TUNABLES from the caller is kept as it is.
-  if (!std::getenv("GLIBC_TUNABLES")) command = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 " + command;
+  std::string command =
+      with_malloc_tunables(shell_quote(python) + " " + shell_quote(script) + " " + shell_quote(path));
   std::cout << "\nTiming the PyTorch reference (" << cases.size() << " cases): " << command << "\n"
             << std::flush;
-  std::string text;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-    int status = pclose(pipe);
-    if (status != 0 && text.empty()) text = "exit status " + std::to_string(status);
-  }
+  nlohmann::json reply = run_for_json(command);
   std::remove(path);
-
-  std::string last;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line.front() == '{') last = line;
-  nlohmann::json reply = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded() || !reply.is_object()) {
-    out.about = "PyTorch reference unavailable: " + script + " gave no result (" +
-                (text.empty() ? std::string("no output") : text.substr(0, 300)) + ")";
-    return out;
-  }
   if (reply.contains("error")) {
-    out.about = "PyTorch reference unavailable: " + reply["error"].get<std::string>();
+    out.about = "PyTorch reference unavailable: " + script + ": " + reply["error"].get<std::string>();
     return out;
   }
   out.available = true;

@@ -78,6 +78,16 @@ struct TorchResults {
   std::optional<double> get(const std::string& name) const;
 };
 
+// The interpreter that runs PyTorch scripts: $TITAN_PYTHON, else the source tree's .venv.
+std::string python_path();
+std::string shell_quote(const std::string& s);
+// `command` with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in front, unless the caller set
+// GLIBC_TUNABLES (see torch_reference.cpp for why the reference runs so).
+std::string with_malloc_tunables(const std::string& command);
+// Runs `command` through the shell (its stderr goes to ours, for progress) and returns the last
+// line of its stdout that is a JSON object, or {"error": why} when there is none.
+nlohmann::json run_for_json(const std::string& command);
+
 // Runs bench/torch_reference.py with $TITAN_PYTHON (default: the source tree's .venv) on
 // `cases`, with torch.set_num_threads(threads). Never throws: a missing interpreter or torch, or
 // a failed script, gives available = false and says why in `about`.
@@ -102,8 +112,10 @@ struct Table {
 void print_table(const Table& table, const TorchResults& reference);
 
 // Cores, titan's threads, and the share of the CPUs that other processes took since
-// run_benchmarks started: work from others (a compile) makes every figure noisy.
+// run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from
+// others (a compile) makes every figure noisy.
 std::string machine_summary();
+void mark_start();
 
 std::string fixed(double value, int decimals);
 std::string mib(double bytes);

@@ -36,6 +36,7 @@ class ModelArgs:
     vocab_size: int = 128256
     multiple_of: int = 256
     ffn_dim_multiplier: Optional[float] = None
+    ffn_dim: int = 0  # the SwiGLU hidden size as given; 0: from Meta's rule (ffn_hidden_dim)
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     use_scaled_rope: bool = True
@@ -48,6 +49,8 @@ class ModelArgs:
 
     @property
     def ffn_hidden_dim(self) -> int:
+        if self.ffn_dim > 0:
+            return self.ffn_dim
         hidden = int(2 * 4 * self.dim / 3)
         if self.ffn_dim_multiplier is not None:
             hidden = int(self.ffn_dim_multiplier * hidden)

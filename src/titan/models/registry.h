@@ -6,18 +6,23 @@
 #include <string>
 #include <vector>
 
+#include "titan/attention/block_mask.h"
 #include "titan/core/rng.h"
 #include "titan/models/causal_lm.h"
 
 namespace titan::models {
 
-// The [model] section as a model family sees it.
+// The [model] section as a model family sees it, with the [attention] section's keys (so that
+// the family gets them with the rest).
 struct ModelConfig {
   std::string name = "llama3";
   std::string flavor = "debugmodel";
-  std::string attention = "reference";  // "reference" | "splash"
-  int64_t vocab_size = 0;               // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
-  bool weight_tying = false;            // only families whose flavors allow it
+  std::string attention = "splash";  // "splash" | "reference"
+  int64_t vocab_size = 0;            // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
+  bool weight_tying = false;         // only families whose flavors allow it
+  // [attention] block_q, block_kv: splash attention's tiles, queries x keys.
+  int64_t attention_block_q = attention::kDefaultBlockQ;
+  int64_t attention_block_kv = attention::kDefaultBlockKv;
 };
 
 // Sizes computed from the config alone, without allocating the model (405B must work).

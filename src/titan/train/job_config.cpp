@@ -215,12 +215,17 @@ Schema make_schema() {
       .add("name", &C::Model::name, non_empty(), "model family in the registry, e.g. llama3")
       .add("flavor", &C::Model::flavor, non_empty(), "size preset of the family, e.g. debugmodel, 8B")
       .add("attention", &C::Model::attention, one_of({"reference", "splash"}),
-           "attention kernel: plain reference or block-sparse splash")
+           "attention kernel: block-sparse splash, or the reference that materialises the scores")
       .add("vocab_size", &C::Model::vocab_size, non_negative(),
            "0: the flavor's; else overrides it (e.g. the tokenizer's size)")
       .add("weight_tying", &C::Model::weight_tying, {}, "share the embedding with the output projection")
       .add("tokenizer_path", &C::Model::tokenizer_path, {},
            "tokenizer.json of the tokenizer; empty: the dataset's own");
+
+  // Kept in the model section's struct (models::ModelConfig), which the model is built from.
+  SectionBuilder(s, "attention", &C::model, "splash attention's tiles (model.attention = \"splash\")")
+      .add("block_q", &C::Model::attention_block_q, at_least_one(), "queries per tile")
+      .add("block_kv", &C::Model::attention_block_kv, at_least_one(), "keys per tile");
 
   SectionBuilder(s, "optimizer", &C::optimizer, "AdamW with decoupled weight decay")
       .add("name", &C::Optimizer::name, one_of({"AdamW"}), "optimizer")

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "titan/attention/reference.h"
+#include "titan/attention/splash.h"
 #include "titan/nn/init.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
@@ -22,8 +23,8 @@ constexpr double kInitStd = 0.02;
 
 // ---- Attention ----------------------------------------------------------------------------------
 
-Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts)
-    : head_dim_(args.head_dim()), init_std_(init_std) {
+Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)
+    : head_dim_(args.head_dim()), init_std_(init_std), kernel_(kernel) {
   const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;
   wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, false, opts));
   wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
@@ -31,7 +32,7 @@ Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts)
   wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
 }
 
-Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope) {
+Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
   const int64_t B = x.size(0), S = x.size(1);
   Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
   Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
@@ -39,7 +40,9 @@ Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope) {
   // Meta's layout: dims (2i, 2i + 1) rotate together, as their complex multiply pairs them.
   q = ops::rope(q, rope, ops::RopeLayout::interleaved);
   k = ops::rope(k, rope, ops::RopeLayout::interleaved);
-  Tensor out = attention::attention_reference(q, k, v);  // causal, scaled by 1/sqrt(head_dim)
+  // Both scale by 1/sqrt(head_dim).
+  Tensor out =
+      kernel_.splash ? attention::splash_attention(q, k, v, mask) : attention::attention_reference(q, k, v);
   return (*wo)(out.view({B, S, -1}));
 }
 
@@ -69,12 +72,13 @@ void FeedForward::reset_parameters(Generator& gen) {
 
 // ---- TransformerBlock ---------------------------------------------------------------------------
 
-TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts) {
+TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts,
+                                   AttentionKernel kernel) {
   // TorchTitan's depth init: the projections that write into the residual stream (wo, w2; and
   // w3, as TorchTitan has it) start smaller the deeper the block, so the stream's variance grows
   // slowly with depth.
   const double init_std = kInitStd / std::sqrt(2.0 * static_cast<double>(layer_id + 1));
-  attention = register_module("attention", std::make_shared<Attention>(args, init_std, opts));
+  attention = register_module("attention", std::make_shared<Attention>(args, init_std, opts, kernel));
   feed_forward = register_module(
       "feed_forward", std::make_shared<FeedForward>(args.dim, args.ffn_hidden_dim(), init_std, opts));
   attention_norm =
@@ -82,20 +86,22 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, Tens
   ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
 }
 
-Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope) {
-  Tensor h = x + (*attention)((*attention_norm)(x), rope);
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope,
+                                 const attention::BlockMask& mask) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope, mask);
   return h + (*feed_forward)((*ffn_norm)(h));
 }
 
 // ---- Transformer --------------------------------------------------------------------------------
 
-Transformer::Transformer(const ModelArgs& args, TensorOptions opts) : args_(args) {
+Transformer::Transformer(const ModelArgs& args, TensorOptions opts, AttentionKernel kernel)
+    : args_(args), kernel_(kernel) {
   args_.validate();
   tok_embeddings =
       register_module("tok_embeddings", std::make_shared<nn::Embedding>(args_.vocab_size, args_.dim, opts));
   layers = register_module("layers", std::make_shared<nn::ModuleList<TransformerBlock>>());
   for (int64_t i = 0; i < args_.n_layers; ++i)
-    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts));
+    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
   output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
   rope_ = ops::RopeTable::build(args_.head_dim(), args_.max_seq_len, args_.rope_theta,
@@ -108,8 +114,11 @@ Tensor Transformer::forward(const Tensor& tokens) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "llama3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
+  // One mask for every layer, built per call: for a causal rule it is a few microseconds.
+  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
+                                                kernel_.block_q, kernel_.block_kv);
   Tensor h = (*tok_embeddings)(tokens);
-  for (const auto& layer : *layers) h = (*layer)(h, rope_);
+  for (const auto& layer : *layers) h = (*layer)(h, rope_, mask);
   return (*output)((*norm)(h));
 }
 

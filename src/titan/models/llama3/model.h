@@ -5,6 +5,7 @@
 // initialisation follow TorchTitan's llama3, so its checkpoints load as they are.
 #include <memory>
 
+#include "titan/attention/block_mask.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/llama3/model_args.h"
 #include "titan/nn/embedding.h"
@@ -14,18 +15,30 @@
 
 namespace titan::models::llama3 {
 
+// The attention kernel of every block ([model] attention, [attention] block_q / block_kv):
+// splash attention over a causal BlockMask of block_q x block_kv tiles, or the reference path,
+// which materialises the scores and is kept to compare against.
+struct AttentionKernel {
+  bool splash = true;
+  int64_t block_q = attention::kDefaultBlockQ;
+  int64_t block_kv = attention::kDefaultBlockKv;
+};
+
 class Attention : public nn::Module {
  public:
   // `init_std`: the std of wo at initialisation (depth-scaled per block).
-  Attention(const ModelArgs& args, double init_std, TensorOptions opts = {});
+  Attention(const ModelArgs& args, double init_std, TensorOptions opts = {}, AttentionKernel kernel = {});
 
   // x [B, S, dim] -> [B, S, dim]. Head counts are read from the projections' output sizes, so a
-  // tensor-parallel plan that shards wq/wk/wv by heads leaves this code as it is.
-  Tensor forward(const Tensor& x, const ops::RopeTable& rope);
+  // tensor-parallel plan that shards wq/wk/wv by heads leaves this code as it is. `mask` is the
+  // causal mask for S tokens (the reference path is causal by construction).
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask);
   // The table is the model's and outlives backward, so a wrapper that re-runs the body there
-  // (activation checkpointing) may hold on to it.
-  Tensor operator()(const Tensor& x, const ops::RopeTable& rope) {
-    return run_forward(x, [this, table = &rope](const Tensor& in) { return forward(in, *table); });
+  // (activation checkpointing) may hold on to it; the mask is this step's, so it is copied (a
+  // copy shares the lists).
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+    return run_forward(x,
+                       [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
   // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std.
   void reset_parameters(Generator& gen) override;
@@ -35,6 +48,7 @@ class Attention : public nn::Module {
  private:
   int64_t head_dim_;
   double init_std_;
+  AttentionKernel kernel_;
 };
 
 class FeedForward : public nn::Module {
@@ -56,14 +70,16 @@ class FeedForward : public nn::Module {
 
 class TransformerBlock : public nn::Module {
  public:
-  TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts = {});
+  TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts = {},
+                   AttentionKernel kernel = {});
 
   // h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h)).
-  Tensor forward(const Tensor& x, const ops::RopeTable& rope);
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask);
   // Through run_forward(x, body), so activation checkpointing can wrap the block (see Attention's
-  // call operator for why the table may be held).
-  Tensor operator()(const Tensor& x, const ops::RopeTable& rope) {
-    return run_forward(x, [this, table = &rope](const Tensor& in) { return forward(in, *table); });
+  // call operator for why the table may be held and the mask is copied).
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+    return run_forward(x,
+                       [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
 
   std::shared_ptr<Attention> attention;
@@ -75,7 +91,7 @@ class Transformer : public CausalLM {
  public:
   // Parameters of dtype `opts.dtype` (f32 to train; f64 for gradient checks), all zero until
   // init_weights(gen).
-  explicit Transformer(const ModelArgs& args, TensorOptions opts = {});
+  explicit Transformer(const ModelArgs& args, TensorOptions opts = {}, AttentionKernel kernel = {});
 
   // tokens [B, S] (i32/i64), S <= args.max_seq_len -> logits [B, S, vocab_size].
   Tensor forward(const Tensor& tokens);
@@ -95,6 +111,7 @@ class Transformer : public CausalLM {
 
  private:
   ModelArgs args_;
+  AttentionKernel kernel_;
   ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
 };
 

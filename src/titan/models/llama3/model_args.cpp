@@ -8,6 +8,7 @@
 namespace titan::models::llama3 {
 
 int64_t ModelArgs::ffn_hidden_dim() const {
+  if (ffn_dim > 0) return ffn_dim;
   int64_t hidden = 2 * (4 * dim) / 3;
   if (ffn_dim_multiplier) hidden = static_cast<int64_t>(*ffn_dim_multiplier * static_cast<double>(hidden));
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
@@ -26,6 +27,7 @@ void ModelArgs::validate() const {
               dim % n_heads);
   TITAN_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama3 ModelArgs: n_heads (", n_heads,
               ") must be a positive multiple of n_kv_heads (", n_kv_heads, ")");
+  TITAN_CHECK(ffn_dim >= 0, "llama3 ModelArgs: ffn_dim must be 0 (from multiple_of) or positive, got ", ffn_dim);
   TITAN_CHECK(!ffn_dim_multiplier || *ffn_dim_multiplier > 0,
               "llama3 ModelArgs: ffn_dim_multiplier must be positive, got ", ffn_dim_multiplier.value_or(0));
   TITAN_CHECK(norm_eps >= 0 && rope_theta > 0,

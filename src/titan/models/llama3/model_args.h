@@ -19,6 +19,7 @@ struct ModelArgs {
   int64_t vocab_size = 128256;
   int64_t multiple_of = 256;  // the SwiGLU hidden size is rounded up to a multiple of this
   std::optional<double> ffn_dim_multiplier;
+  int64_t ffn_dim = 0;  // the SwiGLU hidden size as given; 0: from Meta's rule below
   double norm_eps = 1e-5;
   double rope_theta = 500000;
   bool use_scaled_rope = true;  // Llama 3.1 long-context frequency scaling
@@ -26,7 +27,8 @@ struct ModelArgs {
   int64_t max_seq_len = 131072;  // positions the RoPE table covers
 
   int64_t head_dim() const { return dim / n_heads; }
-  // Meta's rule: two thirds of 4 * dim, times ffn_dim_multiplier, rounded up to multiple_of.
+  // ffn_dim when set, else Meta's rule: two thirds of 4 * dim, times ffn_dim_multiplier, rounded
+  // up to multiple_of.
   int64_t ffn_hidden_dim() const;
   std::optional<ops::RopeScaling> rope_scaling_if_used() const {
     return use_scaled_rope ? std::optional(rope_scaling) : std::nullopt;

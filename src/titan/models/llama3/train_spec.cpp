@@ -11,11 +11,7 @@ namespace {
 // cannot honour.
 ModelArgs args_from(const ModelConfig& cfg) {
   TITAN_CHECK(cfg.attention == "reference" || cfg.attention == "splash", "llama3: unknown model.attention '",
-              cfg.attention, "'; choose \"reference\" (or \"splash\" once it is built)");
-  TITAN_CHECK(
-      cfg.attention != "splash",
-      "llama3: model.attention = \"splash\" (block-sparse flash attention) is not built yet; it arrives "
-      "with the splash-attention issue. Use model.attention = \"reference\" for now");
+              cfg.attention, "'; choose \"splash\" (block-sparse flash attention) or \"reference\"");
   TITAN_CHECK(!cfg.weight_tying,
               "llama3: model.weight_tying is not supported: like TorchTitan's Llama 3, every "
               "flavor keeps a separate output projection. Set model.weight_tying = false");
@@ -35,7 +31,9 @@ TrainSpec train_spec() {
   spec.build = [](const ModelConfig& cfg, int64_t max_seq_len, Generator& gen) -> std::shared_ptr<CausalLM> {
     ModelArgs args = args_from(cfg);
     args.max_seq_len = max_seq_len;
-    auto model = std::make_shared<Transformer>(args);
+    auto model = std::make_shared<Transformer>(
+        args, TensorOptions{},
+        AttentionKernel{cfg.attention == "splash", cfg.attention_block_q, cfg.attention_block_kv});
     model->init_weights(gen);
     return model;
   };

@@ -1,0 +1,397 @@
+// Attention, forward + backward in f32, three ways on the same shapes and threads: splash
+// attention (block-sparse, tile by tile, never materialising the scores), titan's reference path
+// (each head's [S, S] probabilities materialised; causal only, skipping the key blocks above the
+// diagonal) and PyTorch eager (bench/attention_torch.py: torch 1.13 has no
+// scaled_dot_product_attention, so the eager formula, every score computed and masked). Batch 1,
+// 8 heads, seq 512..8k, head_dim 64 and 128; masks causal, sliding window of 256 keys, and 8
+// packed documents of equal length (document ids, causal within each).
+//
+// A call is out = attention(q, k, v), then the gradients of q, k and v for a random dout. Every
+// path's GFLOP/s uses one count, splash's: 14 x (query, key) pairs in the tiles it computes
+// (full and partial) x head_dim x heads, i.e. 4 for the forward's two GEMMs and 10 for the
+// backward's five, so ratios are ratios of time. The BlockMask is built once per case, outside
+// the timed calls (a model builds it once per batch for all layers); its build time is a column.
+// Peak memory: titan's allocator high-water mark during the calls, PyTorch's resident growth
+// (both include the inputs).
+//
+// `bench_attention --sweep` times splash alone over block sizes instead (how the defaults in
+// attention/block_mask.h were chosen).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/torch_reference.h"
+#include "titan/attention/block_mask.h"
+#include "titan/attention/reference.h"
+#include "titan/attention/splash.h"
+#include "titan/autograd/engine.h"
+#include "titan/core/allocator.h"
+#include "titan/core/parallel.h"
+#include "titan/core/rng.h"
+#include "titan/core/tensor.h"
+#include "titan/kernels/cpu/gemm.h"
+
+namespace {
+
+using nlohmann::json;
+using titan::Tensor;
+using titan::attention::BlockMask;
+using titan::attention::Mask;
+namespace bench = titan::bench;
+
+constexpr int64_t kBatch = 1, kHeads = 8;
+
+struct MaskKind {
+  std::string name;
+  std::function<Mask(int64_t seq)> make;
+  json torch;  // bench/attention_torch.py's "mask"
+};
+
+// Document d holds positions [d S / 8, (d + 1) S / 8): the ids attention_torch.py computes.
+Mask eight_documents(int64_t seq) {
+  std::vector<int64_t> ids(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s) ids[s] = s * 8 / seq;
+  return Mask::document(Tensor::from_vector(ids, {kBatch, seq}));
+}
+
+const std::vector<MaskKind>& mask_kinds() {
+  static const std::vector<MaskKind> kinds = {
+      {"causal", [](int64_t) { return Mask::causal(); }, {{"kind", "causal"}}},
+      {"window256", [](int64_t) { return Mask::sliding_window(256); }, {{"kind", "window"}, {"left", 256}}},
+      {"document8", eight_documents, {{"kind", "document"}, {"docs", 8}}},
+  };
+  return kinds;
+}
+
+struct Inputs {
+  Tensor q, k, v, dout;
+};
+
+Inputs make_inputs(int64_t seq, int64_t head_dim) {
+  titan::Generator gen(7);
+  auto leaf = [&] { return Tensor::randn({kBatch, seq, kHeads, head_dim}, gen).requires_grad_(); };
+  Inputs in{leaf(), leaf(), leaf(), Tensor()};
+  in.dout = Tensor::randn({kBatch, seq, kHeads, head_dim}, gen);
+  return in;
+}
+
+bench::Plan plan_for(int64_t seq) {
+  if (seq <= 1024) return {.reps = 5, .min_time = 0.2, .warmup = 0.1};
+  if (seq <= 4096) return {.reps = 3, .min_time = 1e-3, .warmup = 0.0};
+  return {.reps = 2, .min_time = 1e-3, .warmup = 0.0};
+}
+
+// (query, key) pairs in the tiles splash computes, per batch row and head.
+double tile_pairs(const BlockMask& bm) {
+  double pairs = 0;
+  for (int64_t qb = 0; qb < bm.num_q_blocks(); ++qb) {
+    const int64_t rows = std::min(bm.block_q(), bm.seq() - qb * bm.block_q());
+    for (auto list : {bm.full_kv(0, qb), bm.partial_kv(0, qb)})
+      for (int32_t kb : list) pairs += double(rows * std::min(bm.block_kv(), bm.seq() - kb * bm.block_kv()));
+  }
+  return pairs;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Median seconds of BlockMask::build over at least 5 builds and 0.1 s.
+double build_seconds(const Mask& mask, int64_t seq, int64_t block_q, int64_t block_kv) {
+  std::vector<double> times;
+  const auto start = std::chrono::steady_clock::now();
+  while (times.size() < 5 || seconds_since(start) < 0.1) {
+    const auto t = std::chrono::steady_clock::now();
+    BlockMask::build(mask, kBatch, seq, block_q, block_kv);
+    times.push_back(seconds_since(t));
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// One timed forward + backward per iteration.
+void time_fwd_bwd(benchmark::State& s, const Inputs& in, const std::function<Tensor()>& forward) {
+  bench::PeakMemory peak;
+  for (auto _ : s) {
+    Tensor out = forward();
+    std::vector<Tensor> grads = titan::autograd::grad({out}, {in.dout}, {in.q, in.k, in.v});
+    benchmark::DoNotOptimize(grads.front().data_ptr());
+  }
+  peak.report(s);
+}
+
+void add_splash(const std::string& name, int64_t seq, int64_t head_dim, const MaskKind& kind, int64_t block_q,
+                int64_t block_kv) {
+  bench::add_benchmark(name, plan_for(seq), [=](benchmark::State& s) {
+    const Inputs& in =
+        bench::cached_inputs<Inputs>("s" + std::to_string(seq) + "d" + std::to_string(head_dim),
+                                     [=] { return make_inputs(seq, head_dim); });
+    const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq, block_q, block_kv);
+    time_fwd_bwd(s, in, [&] { return titan::attention::splash_attention(in.q, in.k, in.v, bm); });
+  });
+}
+
+// The machine's f32 GEMM rate on all of titan's threads: the median of 5 square 2048 GEMMs.
+double gemm_gflops() {
+  const int64_t n = 2048;
+  titan::Generator gen(1);
+  Tensor a = Tensor::randn({n, n}, gen), b = Tensor::randn({n, n}, gen), c = Tensor::zeros({n, n});
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    titan::kernels::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data<float>(), n, b.data<float>(), n, 0.f,
+                                     c.data<float>(), n);
+    if (i > 0) times.push_back(seconds_since(t));
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * double(n * n * n) / times[times.size() / 2] / 1e9;
+}
+
+struct Case {
+  std::string name;  // "<mask>/s<seq>/d<head_dim>"
+  int64_t seq, head_dim;
+  const MaskKind* kind;
+  double flops = 0, tile_fraction = 0, build_s = 0;
+};
+
+// PyTorch's figures by case name.
+struct TorchRun {
+  std::map<std::string, double> seconds, peak_bytes;
+  std::map<std::string, std::string> errors;
+  std::string about;
+  bool available = false;
+};
+
+TorchRun run_torch(const std::vector<Case>& cases, const std::map<std::string, bench::Measurement>& ran) {
+  TorchRun out;
+  json request = {{"threads", titan::num_threads()}, {"cases", json::array()}};
+  for (const Case& c : cases) {
+    if (!ran.count("splash/" + c.name)) continue;
+    const bench::Plan p = plan_for(c.seq);
+    request["cases"].push_back({{"name", c.name},
+                                {"batch", kBatch},
+                                {"seq", c.seq},
+                                {"heads", kHeads},
+                                {"head_dim", c.head_dim},
+                                {"mask", c.kind->torch},
+                                {"reps", p.reps},
+                                {"min_time", p.min_time},
+                                {"warmup", p.warmup}});
+  }
+  if (request["cases"].empty()) {
+    out.about = "no cases ran, so none were timed in PyTorch";
+    return out;
+  }
+  char path[] = "/tmp/titan-bench-attention-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) {
+    out.about = "PyTorch reference unavailable: cannot create a temporary file for its cases";
+    return out;
+  }
+  const std::string text = request.dump();
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  const std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/attention_torch.py";
+  const std::string command =
+      bench::with_malloc_tunables(bench::shell_quote(bench::python_path()) + " " +
+                                  bench::shell_quote(script) + " " + bench::shell_quote(path));
+  std::cout << "\nTiming PyTorch (" << request["cases"].size() << " cases): " << command << "\n"
+            << std::flush;
+  json reply = written ? bench::run_for_json(command) : json{{"error", "cannot write the cases"}};
+  std::remove(path);
+  if (reply.contains("error")) {
+    out.about = "PyTorch reference unavailable: " + script + ": " + reply["error"].get<std::string>();
+    return out;
+  }
+  out.available = true;
+  out.about = "torch: PyTorch " + reply.value("torch", std::string("?")) +
+              " eager (materialised scores), CPU, " + std::to_string(reply.value("threads", 0)) +
+              " threads, BLAS " + reply.value("blas", std::string("?"));
+  for (const auto& [name, r] : reply["results"].items()) {
+    if (r.contains("seconds")) {
+      out.seconds[name] = r["seconds"].get<double>();
+      out.peak_bytes[name] = r["peak_bytes"].get<double>();
+    } else {
+      out.errors[name] = r.value("error", std::string("no result"));
+    }
+  }
+  return out;
+}
+
+std::string ratio(double a, double b) {
+  return bench::fixed(a / b, 2) + "x";
+}
+
+int run_comparison(int argc, char** argv) {
+  std::vector<Case> cases;
+  for (int64_t head_dim : {64, 128})
+    for (int64_t seq : {512, 1024, 2048, 4096, 8192}) {
+      for (const MaskKind& kind : mask_kinds()) {
+        Case c{kind.name + "/s" + std::to_string(seq) + "/d" + std::to_string(head_dim), seq, head_dim,
+               &kind};
+        add_splash("splash/" + c.name, seq, head_dim, kind, titan::attention::kDefaultBlockQ,
+                   titan::attention::kDefaultBlockKv);
+        cases.push_back(c);
+      }
+      // The reference path is causal; other masks have no reference-path figure.
+      bench::add_benchmark(
+          "reference/causal/s" + std::to_string(seq) + "/d" + std::to_string(head_dim), plan_for(seq),
+          [=](benchmark::State& s) {
+            const Inputs& in =
+                bench::cached_inputs<Inputs>("s" + std::to_string(seq) + "d" + std::to_string(head_dim),
+                                             [=] { return make_inputs(seq, head_dim); });
+            time_fwd_bwd(s, in, [&] { return titan::attention::attention_reference(in.q, in.k, in.v); });
+          });
+    }
+  const auto ran = bench::run_benchmarks(argc, argv);
+  const double gemm = gemm_gflops();
+
+  for (Case& c : cases) {
+    const Mask mask = c.kind->make(c.seq);
+    const BlockMask bm = BlockMask::build(mask, kBatch, c.seq);
+    const double pairs = tile_pairs(bm);
+    c.flops = 14.0 * pairs * double(c.head_dim * kHeads * kBatch);
+    c.tile_fraction = pairs / double(c.seq * c.seq);
+    c.build_s = build_seconds(mask, c.seq, bm.block_q(), bm.block_kv());
+  }
+  const TorchRun torch = run_torch(cases, ran);
+
+  bench::Table table{
+      .title =
+          "Attention forward + backward, f32, batch 1, 8 heads (GFLOP/s = 14 x pairs in splash's "
+          "tiles x head_dim x heads / median s, one count for every path)",
+      .unit = "GFLOP/s",
+      .titan_label = "splash",
+      .reference_label = "torch",
+      .extra_headers = {"splash ms", "ref ms", "torch ms", "splash/ref", "splash peak", "ref peak",
+                        "torch peak", "tiles", "mask ms", "of GEMM"},
+      .rows = {},
+      .notes = {}};
+  auto splash_of = [&](const std::string& name) -> const bench::Measurement* {
+    auto it = ran.find("splash/" + name);
+    return it == ran.end() ? nullptr : &it->second;
+  };
+  for (const Case& c : cases) {
+    const bench::Measurement* s = splash_of(c.name);
+    if (!s) continue;
+    auto ref = ran.find(c.kind->name == "causal" ? "reference/" + c.name : std::string());
+    const bool has_ref = ref != ran.end();
+    auto t = torch.seconds.find(c.name);
+    const bool has_torch = t != torch.seconds.end();
+    bench::Row row{.name = c.name, .titan = c.flops / s->seconds / 1e9, .reference = {}, .extra = {}};
+    if (has_torch) row.reference = c.flops / t->second / 1e9;
+    row.extra = {bench::fixed(s->seconds * 1e3, 1),
+                 has_ref ? bench::fixed(ref->second.seconds * 1e3, 1) : "n/a",
+                 has_torch ? bench::fixed(t->second * 1e3, 1) : "n/a",
+                 has_ref ? ratio(ref->second.seconds, s->seconds) : "n/a",
+                 bench::mib(s->peak_bytes),
+                 has_ref ? bench::mib(ref->second.peak_bytes) : "n/a",
+                 has_torch ? bench::mib(torch.peak_bytes.at(c.name)) : "n/a",
+                 bench::fixed(100 * c.tile_fraction, 1) + "%",
+                 bench::fixed(c.build_s * 1e3, 2),
+                 bench::fixed(100 * (c.flops / s->seconds / 1e9) / gemm, 0) + "%"};
+    table.rows.push_back(std::move(row));
+  }
+
+  // The targets, from the rows above.
+  table.notes.push_back("GEMM rate of this machine (f32 2048^3, " + std::to_string(titan::num_threads()) +
+                        " threads): " + bench::fixed(gemm, 1) +
+                        " GFLOP/s; 'of GEMM' = splash GFLOP/s / that.");
+  table.notes.push_back(
+      "ref: titan's reference path (causal only). splash/ref = ref ms / splash ms. tiles = share "
+      "of the [S, S] pairs in the tiles splash computes.");
+  for (int64_t d : {64, 128}) {
+    const std::string dim = "/d" + std::to_string(d);
+    auto seconds = [&](const std::string& name) -> std::optional<double> {
+      const bench::Measurement* m = splash_of(name);
+      return m ? std::optional(m->seconds) : std::nullopt;
+    };
+    if (auto c4 = seconds("causal/s4096" + dim); c4 && ran.count("reference/causal/s4096" + dim))
+      table.notes.push_back("target causal s4096" + dim + ": splash " +
+                            ratio(ran.at("reference/causal/s4096" + dim).seconds, *c4) +
+                            " faster than the reference path (asked: >= 2x)");
+    if (auto w8 = seconds("window256/s8192" + dim), c8 = seconds("causal/s8192" + dim); w8 && c8)
+      table.notes.push_back("target window256 s8192" + dim + ": " + ratio(*c8, *w8) +
+                            " faster than causal s8192 (asked: >= 8x)");
+    for (const MaskKind& kind : mask_kinds()) {
+      std::string growth;
+      for (int64_t seq : {1024, 2048, 4096, 8192}) {
+        const bench::Measurement* a = splash_of(kind.name + "/s" + std::to_string(seq / 2) + dim);
+        const bench::Measurement* b = splash_of(kind.name + "/s" + std::to_string(seq) + dim);
+        if (a && b) growth += " " + bench::fixed(b->peak_bytes / a->peak_bytes, 2);
+      }
+      if (!growth.empty())
+        table.notes.push_back("target peak memory linear in seq, " + kind.name + dim +
+                              ": splash peak(2S) / peak(S) for S = 512..4096:" + growth + " (linear: 2)");
+    }
+  }
+  table.notes.push_back("target: splash GFLOP/s within 2x of the GEMM rate ('of GEMM' >= 50%)");
+  bench::TorchResults about{
+      .available = torch.available, .about = torch.about, .seconds = {}, .errors = torch.errors};
+  bench::print_table(table, about);
+  return 0;
+}
+
+// Splash alone over block sizes, on the masks and lengths where they matter most.
+int run_sweep(int argc, char** argv) {
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {
+      {32, 64}, {64, 32}, {64, 64}, {64, 128}, {128, 64}, {128, 128}, {256, 64}, {64, 256}, {256, 128}};
+  struct SweepCase {
+    std::string name;
+    double flops;
+  };
+  std::vector<SweepCase> cases;
+  for (int64_t head_dim : {64, 128})
+    for (const MaskKind& kind : mask_kinds())
+      for (auto [bq, bk] : blocks) {
+        const int64_t seq = 4096;
+        const std::string name = kind.name + "/s" + std::to_string(seq) + "/d" + std::to_string(head_dim) +
+                                 "/" + std::to_string(bq) + "x" + std::to_string(bk);
+        add_splash(name, seq, head_dim, kind, bq, bk);
+        const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq, 64, 64);
+        cases.push_back({name, 14.0 * tile_pairs(bm) * double(head_dim * kHeads * kBatch)});
+      }
+  const auto ran = bench::run_benchmarks(argc, argv);
+  bench::Table table{.title =
+                         "Splash block sizes, forward + backward, f32, batch 1, 8 heads (GFLOP/s counted on "
+                         "64 x 64 tiles for every block size, so figures compare as times)",
+                     .unit = "GFLOP/s",
+                     .titan_label = "splash",
+                     .reference_label = "none",
+                     .extra_headers = {"ms", "peak"},
+                     .rows = {},
+                     .notes = {}};
+  for (const SweepCase& c : cases) {
+    auto it = ran.find(c.name);
+    if (it == ran.end()) continue;
+    table.rows.push_back(
+        {.name = c.name,
+         .titan = c.flops / it->second.seconds / 1e9,
+         .reference = {},
+         .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes)}});
+  }
+  bench::print_table(
+      table, {.available = false, .about = "block-size sweep: splash only", .seconds = {}, .errors = {}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  const auto sweep =
+      std::find_if(args.begin(), args.end(), [](char* a) { return std::strcmp(a, "--sweep") == 0; });
+  if (sweep == args.end()) return run_comparison(argc, argv);
+  args.erase(sweep);
+  return run_sweep(static_cast<int>(args.size()), args.data());
+}

@@ -1,0 +1,500 @@
+// Llama 3 training steps on the CPU: tokens/s, achieved FLOP/s and peak memory of titan and of the
+// PyTorch twin (tests/parity/llama3_torch.py, eager) on the same configs, threads and machine, in
+// one run, plus what activation checkpointing saves in titan.
+//
+// A step is train::train_step, the trainer's own: forward -> ops::cross_entropy -> backward ->
+// clip_grad_norm_ -> AdamW step; PyTorch's is the same sequence in eager mode
+// (bench/train_step_torch.py). Every round runs in a fresh process (this binary with --worker, or
+// the script), so that the resident-set figures of one round are not inflated by another's and
+// the two sides are measured alike; titan and PyTorch rounds alternate, so load from other
+// processes falls on both, and the figures are medians.
+//
+// Memory: "RSS growth" is the resident set's high-water mark over the timed steps (reset after
+// the warm-up steps) minus the resident set before the model was built: parameters, gradients,
+// optimizer moments and activations, with whatever the allocators keep on top, without the
+// runtime itself (the Python interpreter and libtorch's code weigh hundreds of MiB). Both sides
+// hand init's temporaries back before the first step. titan's allocator high-water mark over the
+// timed steps (live tensors only) is printed beside it.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/torch_reference.h"
+#include "titan/core/allocator.h"
+#include "titan/core/error.h"
+#include "titan/core/parallel.h"
+#include "titan/models/llama3/model.h"
+#include "titan/models/llama3/parallelize.h"
+#include "titan/train/peak_flops.h"
+#include "titan/train/trainer.h"
+
+namespace {
+
+using nlohmann::json;
+using titan::Tensor;
+namespace bench = titan::bench;
+namespace llama3 = titan::models::llama3;
+
+struct Config {
+  std::string name;
+  int64_t dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab_size, seq, batch;
+  int warmup, steps;  // per round; sized so that a round takes seconds, not minutes
+};
+
+const std::vector<Config>& configs() {
+  static const std::vector<Config> table = {
+      {"S", 256, 4, 8, 4, 768, 2048, 256, 8, 2, 8},
+      {"M", 512, 8, 8, 4, 1536, 8192, 512, 4, 1, 3},
+      {"L", 768, 12, 12, 4, 2048, 32000, 1024, 2, 1, 2},
+  };
+  return table;
+}
+
+const Config& config_named(const std::string& name) {
+  for (const Config& c : configs())
+    if (c.name == name) return c;
+  TITAN_CHECK(false, "bench_train_step: unknown config '", name, "'; choose S, M or L");
+  return configs().front();
+}
+
+llama3::ModelArgs model_args(const Config& c) {
+  llama3::ModelArgs a;
+  a.dim = c.dim;
+  a.n_layers = c.n_layers;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.ffn_dim = c.ffn_dim;
+  a.vocab_size = c.vocab_size;
+  a.max_seq_len = c.seq;
+  return a;
+}
+
+// TorchTitan's Llama 3 recipe, on both sides.
+constexpr double kLr = 8e-4, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kWeightDecay = 0.1, kMaxNorm = 1.0;
+constexpr uint64_t kSeed = 0;
+
+int64_t status_bytes(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::istringstream s(line.substr(field.size() + 1));
+    int64_t kib = 0;
+    s >> kib;
+    return kib * 1024;
+  }
+  TITAN_CHECK(false, "bench_train_step: no ", field, " in /proc/self/status");
+  return 0;
+}
+
+void reset_peak_rss() {
+  // "5" resets VmHWM to the current resident set (Linux >= 4.0).
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  TITAN_CHECK(f.good(), "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
+}
+
+// One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
+json titan_round(const Config& c, const std::string& ac_mode, int warmup, int steps) {
+  llama3::ModelArgs args = model_args(c);
+  std::mt19937_64 rng(kSeed);
+  std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
+  std::vector<int64_t> tokens(static_cast<size_t>(c.batch * (c.seq + 1)));
+  for (int64_t& t : tokens) t = token(rng);
+  std::vector<int64_t> inputs, labels;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    auto row = tokens.begin() + b * (c.seq + 1);
+    inputs.insert(inputs.end(), row, row + c.seq);
+    labels.insert(labels.end(), row + 1, row + c.seq + 1);
+  }
+  titan::data::Batch batch{Tensor::from_vector(inputs, {c.batch, c.seq}),
+                           Tensor::from_vector(labels, {c.batch, c.seq})};
+
+  const int64_t rss_baseline = status_bytes("VmRSS");
+  titan::Generator gen(kSeed);
+  auto model = std::make_shared<llama3::Transformer>(args);
+  model->init_weights(gen);
+  llama3::parallelize(*model, {.activation_checkpoint_mode = ac_mode});
+  auto named = model->named_parameters();
+  std::vector<Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  titan::optim::AdamW optimizer(
+      named, {.lr = kLr, .beta1 = kBeta1, .beta2 = kBeta2, .eps = kEps, .weight_decay = kWeightDecay});
+  titan::CpuAllocator::instance().empty_cache();
+  malloc_trim(0);
+
+  std::vector<double> seconds, losses;
+  for (int i = 0; i < warmup + steps; ++i) {
+    if (i == warmup) {
+      reset_peak_rss();
+      titan::CpuAllocator::instance().reset_peak();
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    titan::train::StepStats s =
+        titan::train::train_step(*model, optimizer, params, kMaxNorm, 1, [&] { return batch; });
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) seconds.push_back(dt);
+    losses.push_back(s.loss);
+    std::cerr << "titan  step " << i + 1 << ": " << bench::fixed(dt * 1e3, 0) << " ms, loss "
+              << bench::fixed(s.loss, 4) << "\n";
+  }
+  titan::MemoryStats mem = titan::CpuAllocator::instance().stats();
+  return {{"step_seconds", seconds},
+          {"losses", losses},
+          {"rss_baseline", rss_baseline},
+          {"rss_peak", status_bytes("VmHWM")},
+          {"alloc_peak", mem.peak_allocated_bytes},
+          {"alloc_reserved", mem.reserved_bytes}};
+}
+
+std::string self_path() {
+  std::vector<char> buf(4096);
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  TITAN_CHECK(n > 0, "bench_train_step: cannot read /proc/self/exe to start its worker processes");
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+json run_titan_round(const Config& c, const std::string& ac_mode, int threads, int warmup, int steps) {
+  std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
+                        " --worker --config=" + c.name + " --ac=" + ac_mode +
+                        " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
+  return bench::run_for_json(bench::with_malloc_tunables(command));
+}
+
+json run_torch_round(const Config& c, int threads, int warmup, int steps) {
+  std::string python = bench::python_path();
+  if (access(python.c_str(), X_OK) != 0)
+    return {{"error", "no Python interpreter at " + python + " (set TITAN_PYTHON, or run `make deps`)"}};
+  json request = {{"threads", threads},
+                  {"warmup", warmup},
+                  {"steps", steps},
+                  {"seed", kSeed},
+                  {"config",
+                   {{"dim", c.dim},
+                    {"n_layers", c.n_layers},
+                    {"n_heads", c.n_heads},
+                    {"n_kv_heads", c.n_kv_heads},
+                    {"ffn_dim", c.ffn_dim},
+                    {"vocab_size", c.vocab_size},
+                    {"seq", c.seq},
+                    {"batch", c.batch}}}};
+  char path[] = "/tmp/titan-train-step-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return {{"error", "cannot create a temporary file for the request"}};
+  close(fd);
+  std::ofstream(path) << request.dump();
+  std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/train_step_torch.py";
+  json reply = bench::run_for_json(bench::with_malloc_tunables(bench::shell_quote(python) + " " +
+                                                               bench::shell_quote(script) + " " +
+                                                               bench::shell_quote(path)));
+  std::remove(path);
+  return reply;
+}
+
+double median(std::vector<double> v) {
+  TITAN_CHECK(!v.empty(), "bench_train_step: median of nothing");
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The rounds of one side of one config.
+struct Side {
+  std::vector<json> rounds;
+  std::vector<std::string> errors;
+
+  void add(json reply) {
+    if (reply.contains("error"))
+      errors.push_back(reply["error"].get<std::string>());
+    else
+      rounds.push_back(std::move(reply));
+  }
+  bool ok() const { return !rounds.empty(); }
+  // Median step time over every timed step of every round.
+  double step_seconds() const {
+    std::vector<double> all;
+    for (const json& r : rounds)
+      for (const json& s : r["step_seconds"]) all.push_back(s.get<double>());
+    return median(all);
+  }
+  std::vector<double> round_step_seconds() const {
+    std::vector<double> out;
+    for (const json& r : rounds) out.push_back(median(r["step_seconds"].get<std::vector<double>>()));
+    return out;
+  }
+  double median_of(const std::function<double(const json&)>& f) const {
+    std::vector<double> v;
+    for (const json& r : rounds) v.push_back(f(r));
+    return median(v);
+  }
+  double rss_growth() const {
+    return median_of([](const json& r) { return r["rss_peak"].get<double>() - r["rss_baseline"].get<double>(); });
+  }
+  double rss_peak() const {
+    return median_of([](const json& r) { return r["rss_peak"].get<double>(); });
+  }
+  double alloc_peak() const {
+    return median_of([](const json& r) { return r["alloc_peak"].get<double>(); });
+  }
+  double first_loss() const { return rounds.front()["losses"][0].get<double>(); }
+};
+
+struct Result {
+  const Config* config;
+  titan::models::ModelSummary summary;
+  Side titan, torch, titan_ac_full;
+};
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  double one = 0, five = 0, fifteen = 0;
+  f >> one >> five >> fifteen;
+  return bench::fixed(one, 2) + ", " + bench::fixed(five, 2) + ", " + bench::fixed(fifteen, 2);
+}
+
+std::string flag_value(const std::string& arg, const std::string& key) {
+  return arg.rfind(key + "=", 0) == 0 ? arg.substr(key.size() + 1) : std::string();
+}
+
+int worker_main(int argc, char** argv) {
+  std::string config, ac = "none";
+  int warmup = 1, steps = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (auto v = flag_value(a, "--config"); !v.empty()) config = v;
+    if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
+    if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
+    if (auto v = flag_value(a, "--steps"); !v.empty()) steps = std::stoi(v);
+  }
+  try {
+    std::cout << titan_round(config_named(config), ac, warmup, steps).dump() << "\n";
+  } catch (const std::exception& e) {
+    std::cout << json{{"error", e.what()}}.dump() << "\n";
+  }
+  return 0;
+}
+
+std::string per_round(const std::vector<double>& step_seconds, double tokens) {
+  std::string s;
+  for (double t : step_seconds) {
+    if (!s.empty()) s += ' ';
+    s += bench::fixed(tokens / t, 0);
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--worker") return worker_main(argc, argv);
+
+  // --benchmark_filter (as scripts/run_benchmarks.sh passes it to every benchmark) picks configs
+  // by "train_step/<S|M|L>"; --rounds=N and --steps=N override the defaults; --no_ac skips the
+  // activation-checkpointing rounds.
+  int rounds = 3;
+  std::optional<int> steps_override;
+  bool with_ac = true;
+  std::regex filter(".*");
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (auto v = flag_value(a, "--benchmark_filter"); !v.empty()) filter = std::regex(v);
+    if (auto v = flag_value(a, "--rounds"); !v.empty()) rounds = std::max(1, std::stoi(v));
+    if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
+    if (a == "--no_ac") with_ac = false;
+  }
+  std::vector<const Config*> chosen;
+  for (const Config& c : configs())
+    if (std::regex_search("train_step/" + c.name, filter)) chosen.push_back(&c);
+  if (chosen.empty()) {
+    std::cout << "bench_train_step: no config matches the filter (names: train_step/S, train_step/M, "
+                 "train_step/L)\n";
+    return 0;
+  }
+
+  bench::mark_start();
+  const int threads = titan::num_threads();
+  const std::string load_start = loadavg();
+  std::cout << bench::machine_summary() << "; load average " << load_start << "\n" << std::flush;
+  const double sgemm_start = titan::train::measure_peak_flops();
+  std::cout << "SGEMM 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
+            << " GFLOP/s\n"
+            << std::flush;
+
+  std::vector<Result> results;
+  for (const Config* c : chosen) {
+    Result r{c, llama3::summarize(model_args(*c), c->seq), {}, {}, {}};
+    const int steps = steps_override.value_or(c->steps);
+    std::cout << "\n== config " << c->name << ": " << r.summary.description << "; seq " << c->seq << ", batch "
+              << c->batch << "; " << rounds << " rounds of " << c->warmup << " warm-up + " << steps
+              << " timed steps per side\n"
+              << std::flush;
+    for (int round = 1; round <= rounds; ++round) {
+      std::cout << "round " << round << ": titan\n" << std::flush;
+      r.titan.add(run_titan_round(*c, "none", threads, c->warmup, steps));
+      std::cout << "round " << round << ": torch\n" << std::flush;
+      r.torch.add(run_torch_round(*c, threads, c->warmup, steps));
+    }
+    if (with_ac) {
+      std::cout << "titan, activation_checkpoint full\n" << std::flush;
+      r.titan_ac_full.add(run_titan_round(*c, "full", threads, c->warmup, 1));
+    }
+    results.push_back(std::move(r));
+  }
+  const double sgemm_end = titan::train::measure_peak_flops();
+  const double sgemm = std::max(sgemm_start, sgemm_end);
+
+  // The PyTorch side's description, from the first round that ran.
+  bench::TorchResults torch_about;
+  for (const Result& r : results) {
+    for (const json& t : r.torch.rounds) {
+      torch_about.available = true;
+      torch_about.about = "reference: PyTorch " + t.value("torch", std::string("?")) + " eager, CPU, " +
+                          std::to_string(t.value("threads", 0)) + " threads, GLIBC_TUNABLES=" +
+                          t.value("glibc_tunables", std::string()) + ", BLAS " + t.value("blas", std::string("?")) +
+                          ", AdamW foreach=" +
+                          (t["foreach"].is_null() ? "None (the default: on the CPU, the per-parameter loop)"
+                                                  : t["foreach"].dump());
+      break;
+    }
+    if (torch_about.available) break;
+  }
+  if (!torch_about.available) torch_about.about = "PyTorch reference unavailable";
+  for (const Result& r : results)
+    for (const std::string& e : r.torch.errors) torch_about.errors["train_step/" + r.config->name] = e;
+
+  bench::Table speed{.title = "Llama 3 training step, f32, tokens/s (median step over " + std::to_string(rounds) +
+                              " interleaved rounds per side, each in a fresh process)",
+                     .unit = "tokens/s",
+                     .titan_label = "titan",
+                     .reference_label = "torch",
+                     .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s", "titan %SGEMM",
+                                       "torch %SGEMM", "titan tok/s by round", "torch tok/s by round"},
+                     .rows = {},
+                     .notes = {}};
+  bench::Table memory{.title = "Peak memory of the timed steps: RSS growth over the process before the model "
+                               "(median over rounds)",
+                      .unit = "MiB",
+                      .titan_label = "titan",
+                      .reference_label = "torch",
+                      .extra_headers = {"titan alloc peak", "titan RSS peak", "torch RSS peak",
+                                        "16 B x params"},
+                      .rows = {},
+                      .notes = {}};
+  bench::Table ac{.title = "Activation checkpointing in titan: allocator peak of the timed steps",
+                  .unit = "MiB",
+                  .titan_label = "AC none",
+                  .reference_label = "AC full",
+                  .extra_headers = {"saved", "RSS growth none", "RSS growth full", "full: tokens/s",
+                                    "full: step time"},
+                  .rows = {},
+                  .notes = {}};
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<std::string> verdicts;
+  for (const Result& r : results) {
+    const Config& c = *r.config;
+    const double tokens = static_cast<double>(c.batch * c.seq);
+    const double fpt = r.summary.flops_per_token;
+    bench::Row row{.name = c.name, .titan = {}, .reference = {}, .extra = {}};
+    std::optional<double> titan_s, torch_s;
+    if (r.titan.ok()) titan_s = r.titan.step_seconds();
+    if (r.torch.ok()) torch_s = r.torch.step_seconds();
+    auto cell = [](const std::optional<double>& v, const std::function<std::string(double)>& f) {
+      return v ? f(*v) : std::string("n/a");
+    };
+    if (titan_s) row.titan = tokens / *titan_s;
+    if (torch_s) row.reference = tokens / *torch_s;
+    row.extra = {cell(titan_s, [](double s) { return bench::fixed(s * 1e3, 0); }),
+                 cell(torch_s, [](double s) { return bench::fixed(s * 1e3, 0); }),
+                 cell(row.titan, [&](double t) { return bench::fixed(t * fpt / 1e9, 1); }),
+                 cell(row.reference, [&](double t) { return bench::fixed(t * fpt / 1e9, 1); }),
+                 cell(row.titan, [&](double t) { return bench::fixed(100 * t * fpt / sgemm, 0) + "%"; }),
+                 cell(row.reference, [&](double t) { return bench::fixed(100 * t * fpt / sgemm, 0) + "%"; }),
+                 per_round(r.titan.round_step_seconds(), tokens),
+                 per_round(r.torch.round_step_seconds(), tokens)};
+    speed.rows.push_back(row);
+    speed.notes.push_back(c.name + ": " + r.summary.description + "; seq " + std::to_string(c.seq) + ", batch " +
+                          std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) + " tokens/step); " +
+                          bench::fixed(fpt / 1e6, 1) + " MFLOP/token");
+
+    bench::Row mem{.name = c.name, .titan = {}, .reference = {}, .extra = {}};
+    if (r.titan.ok()) mem.titan = r.titan.rss_growth() / kMiB;
+    if (r.torch.ok()) mem.reference = r.torch.rss_growth() / kMiB;
+    mem.extra = {r.titan.ok() ? bench::mib(r.titan.alloc_peak()) : "n/a",
+                 r.titan.ok() ? bench::mib(r.titan.rss_peak()) : "n/a",
+                 r.torch.ok() ? bench::mib(r.torch.rss_peak()) : "n/a",
+                 bench::mib(16.0 * static_cast<double>(r.summary.num_params))};
+    memory.rows.push_back(mem);
+
+    if (r.titan.ok() && r.titan_ac_full.ok()) {
+      const double none = r.titan.alloc_peak(), full = r.titan_ac_full.alloc_peak();
+      ac.rows.push_back({.name = c.name,
+                         .titan = none / kMiB,
+                         .reference = full / kMiB,
+                         .extra = {bench::mib(none - full) + " (" + bench::fixed(100 * (none - full) / none, 0) + "%)",
+                                   bench::mib(r.titan.rss_growth()), bench::mib(r.titan_ac_full.rss_growth()),
+                                   bench::fixed(tokens / r.titan_ac_full.step_seconds(), 1),
+                                   bench::fixed(r.titan_ac_full.step_seconds() / *titan_s, 2) + "x"}});
+    }
+    for (const std::string& e : r.titan.errors) verdicts.push_back("titan failed on " + c.name + ": " + e);
+    for (const std::string& e : r.titan_ac_full.errors)
+      verdicts.push_back("titan (activation_checkpoint full) failed on " + c.name + ": " + e);
+    if (r.titan.ok() && r.torch.ok())
+      speed.notes.push_back(c.name + ": first-step loss titan " + bench::fixed(r.titan.first_loss(), 3) + ", torch " +
+                            bench::fixed(r.torch.first_loss(), 3) + " (ln vocab " +
+                            bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) + ")");
+    if ((c.name == "M" || c.name == "L") && row.titan && row.reference && mem.titan && mem.reference) {
+      const double speedup = *row.titan / *row.reference, mem_ratio = *mem.titan / *mem.reference;
+      verdicts.push_back("target " + c.name + ": titan >= 1.6x torch tokens/s: " + bench::fixed(speedup, 2) + "x " +
+                         (speedup >= 1.6 ? "MET" : "MISSED") + "; RSS growth <= torch's: " +
+                         bench::fixed(mem_ratio, 2) + "x " + (mem_ratio <= 1.0 ? "MET" : "MISSED"));
+    }
+    if (c.name == "L" && row.titan) {
+      const double share = *row.titan * fpt / sgemm;
+      verdicts.push_back("target L: titan >= 70% of SGEMM: " + bench::fixed(100 * share, 0) + "% " +
+                         (share >= 0.7 ? "MET" : "MISSED"));
+    }
+  }
+  speed.notes.push_back("FLOPs per token = 6 * non-embedding parameters + 12 * layers * dim * seq "
+                        "(llama3::summarize). %SGEMM: of " +
+                        bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 SGEMM measurements (" +
+                        bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " +
+                        bench::fixed(sgemm_end / 1e9, 1) + " after).");
+  speed.notes.push_back(
+      "step: titan train::train_step (forward, ops::cross_entropy, backward, clip_grad_norm_ 1.0, AdamW); "
+      "torch: the twin's forward, F.cross_entropy, backward, clip_grad_norm_ 1.0, torch.optim.AdamW "
+      "(materialised seq x seq attention scores); both lr 8e-4, betas (0.9, 0.95), weight decay 0.1, one fixed "
+      "random batch.");
+  memory.notes = {
+      "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "
+      "both sides release init's temporaries (titan empty_cache, torch gc; both malloc_trim) before step 1. "
+      "titan/torch below 1: titan uses less. Both sides run with the same GLIBC_TUNABLES (malloc's blocks in "
+      "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps.",
+      "titan alloc peak: CpuAllocator peak_allocated_bytes over the timed steps (live tensors only). "
+      "16 B x params: weights, gradients and both AdamW moments in f32, the floor for either side."};
+  ac.notes = {"both columns are titan (activation_checkpoint.mode none vs full, one round each for full); "
+              "AC none/AC full above 1: full checkpointing needs that many times less. step time: full's over none's."};
+  bench::TorchResults titan_only{.available = true, .about = "activation checkpointing: titan only", .seconds = {},
+                                 .errors = {}};
+
+  bench::print_table(speed, torch_about);
+  bench::print_table(memory, torch_about);
+  if (!ac.rows.empty()) bench::print_table(ac, titan_only);
+  std::cout << "\n";
+  for (const std::string& v : verdicts) std::cout << v << "\n";
+  std::cout << "load average " << load_start << " at the start, " << loadavg() << " at the end\n";
+  return 0;
+}

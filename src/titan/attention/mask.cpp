@@ -1,0 +1,268 @@
+#include "titan/attention/mask.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "titan/core/error.h"
+
+namespace titan::attention {
+
+class Mask::Node {
+ public:
+  Node(int64_t batch, int64_t seq) : batch(batch), seq(seq) {}
+  virtual ~Node() = default;
+  virtual Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const = 0;
+  virtual void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const = 0;
+  virtual std::string describe() const = 0;
+
+  const int64_t batch, seq;
+};
+
+namespace {
+
+using Node = Mask::Node;
+
+// Rules under which query q sees one run of keys [lo(q), hi(q)] that contains q, with lo and hi
+// non-decreasing in q. Then a tile is full when its last query's run starts at or before the
+// tile's first key and its first query's run ends at or after its last key, and empty when its
+// last query's run ends before the first key or its first query's run starts after the last key:
+// a run cannot step over the tile, because it holds its query and moves right with it.
+class Interval : public Node {
+ public:
+  using Node::Node;
+  struct Run {
+    int64_t lo, hi;
+  };
+  virtual Run keys(int64_t b, int64_t q) const = 0;
+
+  Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const override {
+    const Run first = keys(b, q0), last = keys(b, q1 - 1);
+    if (last.hi < k0 || first.lo > k1 - 1) return Visibility::none;
+    if (last.lo <= k0 && first.hi >= k1 - 1) return Visibility::full;
+    return Visibility::partial;
+  }
+
+  void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const override {
+    const int64_t n = k1 - k0;
+    for (int64_t q = q0; q < q1; ++q, out += n) {
+      const Run r = keys(b, q);
+      const int64_t lo = r.lo - k0, hi = r.hi - k0;
+      for (int64_t j = 0; j < n; ++j) out[j] = j >= lo && j <= hi;
+    }
+  }
+};
+
+class Causal final : public Interval {
+ public:
+  Causal() : Interval(0, 0) {}
+  Run keys(int64_t, int64_t q) const override { return {0, q}; }
+  std::string describe() const override { return "causal"; }
+};
+
+class SlidingWindow final : public Interval {
+ public:
+  SlidingWindow(int64_t left, int64_t right) : Interval(0, 0), left_(left), right_(right) {}
+  Run keys(int64_t, int64_t q) const override { return {q - left_, q + right_}; }
+  std::string describe() const override {
+    return "sliding_window(" + std::to_string(left_) + ", " + std::to_string(right_) + ")";
+  }
+
+ private:
+  int64_t left_, right_;
+};
+
+class ChunkedCausal final : public Interval {
+ public:
+  explicit ChunkedCausal(int64_t chunk) : Interval(0, 0), chunk_(chunk) {}
+  Run keys(int64_t, int64_t q) const override { return {q - q % chunk_, q}; }
+  std::string describe() const override { return "chunked_causal(" + std::to_string(chunk_) + ")"; }
+
+ private:
+  int64_t chunk_;
+};
+
+class PrefixLm final : public Interval {
+ public:
+  explicit PrefixLm(std::vector<int64_t> lengths)
+      : Interval(lengths.size() > 1 ? static_cast<int64_t>(lengths.size()) : 0, 0),
+        lengths_(std::move(lengths)) {}
+  Run keys(int64_t b, int64_t q) const override {
+    return {0, std::max(q, lengths_[lengths_.size() > 1 ? b : 0] - 1)};
+  }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "prefix_lm(";
+    for (size_t i = 0; i < lengths_.size(); ++i) os << (i ? ", " : "") << lengths_[i];
+    os << ")";
+    return os.str();
+  }
+
+ private:
+  std::vector<int64_t> lengths_;
+};
+
+class Document final : public Node {
+ public:
+  Document(std::vector<int64_t> ids, int64_t batch, int64_t seq) : Node(batch, seq), ids_(std::move(ids)) {}
+
+  Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const override {
+    const Visibility order = causal_.classify(b, q0, q1, k0, k1);
+    if (order == Visibility::none) return order;
+    const int64_t* row = ids_.data() + b * seq;
+    const auto [qmin, qmax] = std::minmax_element(row + q0, row + q1);
+    const auto [kmin, kmax] = std::minmax_element(row + k0, row + k1);
+    if (*qmax < *kmin || *kmax < *qmin) return Visibility::none;
+    const bool one_document = *qmin == *qmax && *kmin == *kmax && *qmin == *kmin;
+    return order == Visibility::full && one_document ? Visibility::full : Visibility::partial;
+  }
+
+  void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const override {
+    const int64_t n = k1 - k0;
+    const int64_t* keys = ids_.data() + b * seq + k0;
+    for (int64_t q = q0; q < q1; ++q, out += n) {
+      const int64_t id = ids_[b * seq + q], last = q - k0;
+      for (int64_t j = 0; j < n; ++j) out[j] = j <= last && keys[j] == id;
+    }
+  }
+
+  std::string describe() const override {
+    return "document(ids [" + std::to_string(batch) + ", " + std::to_string(seq) + "])";
+  }
+
+ private:
+  std::vector<int64_t> ids_;  // [batch, seq]
+  Causal causal_;
+};
+
+// A size two rules must agree on; 0 means "any".
+int64_t agree(const char* what, int64_t a, int64_t b, const Node& x, const Node& y) {
+  TITAN_CHECK(a == 0 || b == 0 || a == b, "Mask: cannot combine ", x.describe(), " and ", y.describe(),
+              ": they are for different ", what, " (", a, " and ", b, ")");
+  return std::max(a, b);
+}
+
+// All parts (&) or any part (|). Nested compositions of the same kind are flattened.
+class Compose final : public Node {
+ public:
+  Compose(bool all, std::vector<std::shared_ptr<const Node>> parts, int64_t batch, int64_t seq)
+      : Node(batch, seq), all_(all), parts_(std::move(parts)) {}
+
+  static std::shared_ptr<const Node> make(bool all, const std::shared_ptr<const Node>& a,
+                                          const std::shared_ptr<const Node>& b) {
+    const int64_t batch = agree("batch sizes", a->batch, b->batch, *a, *b);
+    const int64_t seq = agree("sequence lengths", a->seq, b->seq, *a, *b);
+    std::vector<std::shared_ptr<const Node>> parts;
+    for (const auto& n : {a, b}) {
+      const auto* c = dynamic_cast<const Compose*>(n.get());
+      if (c && c->all_ == all)
+        parts.insert(parts.end(), c->parts_.begin(), c->parts_.end());
+      else
+        parts.push_back(n);
+    }
+    return std::make_shared<Compose>(all, std::move(parts), batch, seq);
+  }
+
+  Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const override {
+    // & is empty if any part is and full only if all are; | the other way round.
+    const Visibility decides = all_ ? Visibility::none : Visibility::full;
+    bool uniform = true;
+    for (const auto& p : parts_) {
+      const Visibility v = p->classify(b, q0, q1, k0, k1);
+      if (v == decides) return v;
+      uniform = uniform && v != Visibility::partial;
+    }
+    if (!uniform) return Visibility::partial;
+    return all_ ? Visibility::full : Visibility::none;
+  }
+
+  void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const override {
+    const int64_t n = (q1 - q0) * (k1 - k0);
+    parts_[0]->fill(b, q0, q1, k0, k1, out);
+    std::vector<uint8_t> part(static_cast<size_t>(n));
+    for (size_t i = 1; i < parts_.size(); ++i) {
+      parts_[i]->fill(b, q0, q1, k0, k1, part.data());
+      if (all_)
+        for (int64_t j = 0; j < n; ++j) out[j] &= part[j];
+      else
+        for (int64_t j = 0; j < n; ++j) out[j] |= part[j];
+    }
+  }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (i) os << (all_ ? " & " : " | ");
+      if (dynamic_cast<const Compose*>(parts_[i].get()))
+        os << "(" << parts_[i]->describe() << ")";
+      else
+        os << parts_[i]->describe();
+    }
+    return os.str();
+  }
+
+ private:
+  bool all_;
+  std::vector<std::shared_ptr<const Node>> parts_;
+};
+
+}  // namespace
+
+Mask Mask::causal() {
+  return Mask(std::make_shared<Causal>());
+}
+
+Mask Mask::sliding_window(int64_t left, int64_t right) {
+  TITAN_CHECK(left >= 0 && right >= 0,
+              "Mask::sliding_window: left and right must be >= 0 (keys before and after ",
+              "the query), got left = ", left, ", right = ", right);
+  return Mask(std::make_shared<SlidingWindow>(left, right));
+}
+
+Mask Mask::document(const Tensor& doc_ids) {
+  check_cpu("Mask::document", doc_ids);
+  TITAN_CHECK(doc_ids.dim() == 2 && (doc_ids.dtype() == kI32 || doc_ids.dtype() == kI64),
+              "Mask::document: expected document ids [batch, seq] of i32 or i64, got ", doc_ids.desc());
+  const Tensor ids = doc_ids.contiguous().to(kI64);
+  const int64_t* p = ids.data<int64_t>();
+  return Mask(std::make_shared<Document>(std::vector<int64_t>(p, p + ids.numel()), ids.size(0), ids.size(1)));
+}
+
+Mask Mask::prefix_lm(std::vector<int64_t> prefix_lengths) {
+  TITAN_CHECK(!prefix_lengths.empty(),
+              "Mask::prefix_lm: give one prefix length per batch row, or one for all");
+  for (int64_t p : prefix_lengths)
+    TITAN_CHECK(p >= 0, "Mask::prefix_lm: prefix lengths must be >= 0, got ", p);
+  return Mask(std::make_shared<PrefixLm>(std::move(prefix_lengths)));
+}
+
+Mask Mask::chunked_causal(int64_t chunk) {
+  TITAN_CHECK(chunk >= 1, "Mask::chunked_causal: chunk must be >= 1 token, got ", chunk);
+  return Mask(std::make_shared<ChunkedCausal>(chunk));
+}
+
+Mask operator&(const Mask& a, const Mask& b) {
+  return Mask(Compose::make(true, a.node_, b.node_));
+}
+Mask operator|(const Mask& a, const Mask& b) {
+  return Mask(Compose::make(false, a.node_, b.node_));
+}
+
+Visibility Mask::classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {
+  return node_->classify(b, q0, q1, k0, k1);
+}
+
+void Mask::fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const {
+  node_->fill(b, q0, q1, k0, k1, out);
+}
+
+int64_t Mask::batch() const {
+  return node_->batch;
+}
+int64_t Mask::seq() const {
+  return node_->seq;
+}
+std::string Mask::describe() const {
+  return node_->describe();
+}
+
+}  // namespace titan::attention

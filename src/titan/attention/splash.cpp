@@ -1,0 +1,351 @@
+#include "titan/attention/splash.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "titan/autograd/node.h"
+#include "titan/core/parallel.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/gemm.h"
+#include "titan/kernels/cpu/vec_math.h"
+#include "titan/ops/checks.h"
+
+namespace titan::attention {
+
+namespace {
+
+using kernels::cpu::gemm;
+using kernels::cpu::vexp;
+
+// Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
+// H * D, which BLAS reads and writes in place. Per-row statistics (logsumexp, rowsum(dO * O)) are
+// [B, Hq, S].
+struct Geometry {
+  int64_t B, S, Hq, Hkv, D;
+
+  int64_t group() const { return Hq / Hkv; }
+  int64_t ldq() const { return Hq * D; }
+  int64_t ldk() const { return Hkv * D; }
+  int64_t q_at(int64_t b, int64_t row, int64_t h) const { return ((b * S + row) * Hq + h) * D; }
+  int64_t kv_at(int64_t b, int64_t row, int64_t hk) const { return ((b * S + row) * Hkv + hk) * D; }
+  int64_t stat_at(int64_t b, int64_t h, int64_t row) const { return (b * Hq + h) * S + row; }
+};
+
+// Rows [start, start + len) of a block of `size` rows.
+struct Span {
+  int64_t start, len;
+};
+Span block(int64_t index, int64_t size, int64_t total) {
+  const int64_t start = index * size;
+  return {start, std::min(size, total - start)};
+}
+
+// Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
+// max and sum, and the mask of a partial tile.
+template <typename T>
+struct Scratch {
+  std::vector<T> p, dp, max, sum;
+  std::vector<uint8_t> visible;
+  Scratch(int64_t bq, int64_t bk)
+      : p(bq * bk), dp(bq * bk), max(bq), sum(bq), visible(static_cast<size_t>(bq * bk)) {}
+};
+
+// Runs f(task, scratch) for every task in `order` on the OpenMP threads. Dynamic scheduling,
+// with the order listing heavy tasks first, keeps threads busy when tasks differ in size (a
+// causal mask gives the last query blocks the most key blocks). Each task owns its outputs, so
+// nothing depends on which thread runs it.
+template <typename T, typename F>
+void run_tasks(const std::vector<int64_t>& order, int64_t bq, int64_t bk, const F& f) {
+  const auto n = static_cast<int64_t>(order.size());
+#pragma omp parallel if (n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1)
+  {
+    Scratch<T> scratch(bq, bk);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) f(order[i], scratch);
+  }
+}
+
+// Tasks 0..rows*heads-1, task = (row * heads + head), sorted by the tiles of their row, most
+// first (stable, so equal rows keep their order).
+template <typename F>
+std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
+  std::vector<int64_t> work(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) work[r] = tiles(r);
+  std::vector<int64_t> order(static_cast<size_t>(rows * heads));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return work[a / heads] > work[b / heads]; });
+  return order;
+}
+
+// GCC will not turn a compare-select reduction over floats into a vector max (it would need
+// -ffinite-math-only); independent lanes, folded at the end, do vectorise.
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  T lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = x[j + l] > lanes[l] ? x[j + l] : lanes[l];
+  for (; j < n; ++j) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+// s[m, n] = scale * Q K^T for one tile, with the pairs a partial tile's mask hides at -inf.
+template <typename T>
+void scores(const Geometry& g, const BlockMask& bm, int64_t b, Span qs, Span ks, bool partial, T scale,
+            const T* Q, const T* K, T* s, uint8_t* visible) {
+  gemm<T>(false, true, qs.len, ks.len, g.D, scale, Q, g.ldq(), K, g.ldk(), T(0), s, ks.len);
+  if (!partial) return;
+  bm.mask().fill(b, qs.start, qs.start + qs.len, ks.start, ks.start + ks.len, visible);
+  const int64_t n = qs.len * ks.len;
+  for (int64_t i = 0; i < n; ++i) s[i] = visible[i] ? s[i] : -std::numeric_limits<T>::infinity();
+}
+
+// out = softmax(scale * q k^T + mask) v, and each row's logsumexp for backward. Every mask shows
+// each query its own key, so every row ends with a positive sum.
+template <typename T>
+void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v, T* out,
+             T* lse) {
+  const int64_t bq = bm.block_q(), bk = bm.block_kv(), nq = bm.num_q_blocks(), ld = g.ldq();
+  const auto order = heavy_first(g.B * nq, g.Hq, [&](int64_t r) {
+    return static_cast<int64_t>(bm.full_kv(r / nq, r % nq).size() + bm.partial_kv(r / nq, r % nq).size());
+  });
+  run_tasks<T>(order, bq, bk, [&](int64_t task, Scratch<T>& w) {
+    const int64_t h = task % g.Hq, b = task / g.Hq / nq, qb = task / g.Hq % nq, hk = h / g.group();
+    const Span qs = block(qb, bq, g.S);
+    const T* Q = q + g.q_at(b, qs.start, h);
+    T* O = out + g.q_at(b, qs.start, h);
+    for (int64_t r = 0; r < qs.len; ++r) std::fill(O + r * ld, O + r * ld + g.D, T(0));
+    std::fill(w.max.begin(), w.max.end(), -std::numeric_limits<T>::infinity());
+    std::fill(w.sum.begin(), w.sum.end(), T(0));
+
+    auto tile = [&](int32_t kb, bool partial) {
+      const Span ks = block(kb, bk, g.S);
+      T* s = w.p.data();
+      scores(g, bm, b, qs, ks, partial, scale, Q, k + g.kv_at(b, ks.start, hk), s, w.visible.data());
+      // Online softmax: rescale what the row has gathered so far to the new running max.
+      for (int64_t r = 0; r < qs.len; ++r) {
+        T* row = s + r * ks.len;
+        const T top = std::max(w.max[r], row_max(row, ks.len));
+        if (top == -std::numeric_limits<T>::infinity()) {  // no key of this row seen yet
+          std::fill(row, row + ks.len, T(0));
+          continue;
+        }
+        const T alpha = vexp(w.max[r] - top);
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < ks.len; ++j) {
+          const T e = vexp(row[j] - top);
+          row[j] = e;
+          sum += e;
+        }
+        w.sum[r] = w.sum[r] * alpha + sum;
+        w.max[r] = top;
+        if (alpha != T(1))
+          for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= alpha;
+      }
+      gemm<T>(false, false, qs.len, g.D, ks.len, T(1), s, ks.len, v + g.kv_at(b, ks.start, hk), g.ldk(), T(1),
+              O, ld);
+    };
+    for (int32_t kb : bm.full_kv(b, qb)) tile(kb, false);
+    for (int32_t kb : bm.partial_kv(b, qb)) tile(kb, true);
+
+    T* L = lse + g.stat_at(b, h, qs.start);
+    for (int64_t r = 0; r < qs.len; ++r) {
+      const T inv = T(1) / w.sum[r];
+      for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= inv;
+      L[r] = w.max[r] + std::log(w.sum[r]);
+    }
+  });
+}
+
+// The inputs of backward that each tile reads.
+template <typename T>
+struct Saved {
+  const T *q, *k, *v, *dout, *lse, *delta;
+};
+
+// For one tile: P = exp(s - lse) in w.p, and dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the
+// gradient of the scores before `scale`).
+template <typename T>
+void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T>& in, T scale, int64_t b, int64_t h,
+                Span qs, Span ks, bool partial, Scratch<T>& w) {
+  const int64_t hk = h / g.group();
+  T* p = w.p.data();
+  T* dp = w.dp.data();
+  scores(g, bm, b, qs, ks, partial, scale, in.q + g.q_at(b, qs.start, h), in.k + g.kv_at(b, ks.start, hk), p,
+         w.visible.data());
+  gemm<T>(false, true, qs.len, ks.len, g.D, T(1), in.dout + g.q_at(b, qs.start, h), g.ldq(),
+          in.v + g.kv_at(b, ks.start, hk), g.ldk(), T(0), dp, ks.len);
+  const T* L = in.lse + g.stat_at(b, h, qs.start);
+  const T* Dl = in.delta + g.stat_at(b, h, qs.start);
+  for (int64_t r = 0; r < qs.len; ++r) {
+    T* pr = p + r * ks.len;
+    T* dr = dp + r * ks.len;
+    const T l = L[r], d = Dl[r];
+    for (int64_t j = 0; j < ks.len; ++j) {
+      pr[j] = vexp(pr[j] - l);
+      dr[j] = pr[j] * (dr[j] - d);
+    }
+  }
+}
+
+// Backward aims at this many tasks (see backward), so that every thread has work and equal
+// tasks balance, cutting each (batch row, kv head) into at most kMaxRuns runs, each past the
+// first costing a dq-sized buffer. Functions of the shape alone, so that results do not depend
+// on the thread count.
+constexpr int64_t kMinBackwardTasks = 16;
+constexpr int64_t kMaxRuns = 4;
+
+// The key blocks of batch row b cut into `parts` consecutive runs of about equal work (tiles
+// that see them): run s is [cuts[s], cuts[s + 1]).
+std::vector<int64_t> split_key_blocks(const BlockMask& bm, int64_t b, int64_t parts) {
+  const int64_t nk = bm.num_kv_blocks();
+  std::vector<int64_t> work(static_cast<size_t>(nk + 1), 0);
+  for (int64_t kb = 0; kb < nk; ++kb)
+    work[kb + 1] = work[kb] + static_cast<int64_t>(bm.full_q(b, kb).size() + bm.partial_q(b, kb).size());
+  std::vector<int64_t> cuts{0};
+  for (int64_t s = 1; s < parts; ++s) {
+    const int64_t target = work[nk] * s / parts;
+    cuts.push_back(std::max(cuts.back(), std::lower_bound(work.begin(), work.end(), target) - work.begin()));
+  }
+  cuts.push_back(nk);
+  return cuts;
+}
+
+// dq, dk, dv (each optional) from dout, in one pass over key blocks: D = rowsum(dO * O) first,
+// then each task takes a run of key blocks of one (batch row, kv head), walks the transposed
+// lists (the query blocks that see each key block) for every query head of the group, and
+// gathers dK and dV of its key blocks and dQ of the query rows they reach. The task owns its dK
+// and dV rows outright. dQ rows are reached from every run, so run 0 adds into dq and run s > 0
+// into a buffer of its own, summed into dq in run order at the end: no atomics, no second
+// pass recomputing the scores.
+template <typename T>
+void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v,
+              const T* out, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+  const int64_t bq = bm.block_q(), bk = bm.block_kv();
+  const TensorOptions opts{.dtype = dtype_of<T>::value};
+  // Tensors rather than vectors, so that the allocator's peak counts them.
+  Tensor delta_t = Tensor::empty({g.B, g.Hq, g.S}, opts);
+  T* delta = delta_t.data<T>();
+  parallel_for(0, g.B * g.S, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t h = 0; h < g.Hq; ++h) {
+        const T* o = out + g.q_at(i / g.S, i % g.S, h);
+        const T* d = dout + g.q_at(i / g.S, i % g.S, h);
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < g.D; ++j) dot += o[j] * d[j];
+        delta[g.stat_at(i / g.S, h, i % g.S)] = dot;
+      }
+  });
+
+  const int64_t heads = g.B * g.Hkv;
+  const int64_t runs =
+      std::clamp<int64_t>((kMinBackwardTasks + heads - 1) / heads, 1, std::min(kMaxRuns, bm.num_kv_blocks()));
+  std::vector<std::vector<int64_t>> cuts;
+  for (int64_t b = 0; b < bm.batch(); ++b) cuts.push_back(split_key_blocks(bm, b, runs));
+  const int64_t q_numel = g.B * g.S * g.Hq * g.D;
+  Tensor dq_runs_t = dq && runs > 1 ? Tensor::zeros({runs - 1, q_numel}, opts) : Tensor();
+  T* dq_runs = dq_runs_t.defined() ? dq_runs_t.data<T>() : nullptr;
+
+  const Saved<T> in{q, k, v, dout, lse, delta};
+  std::vector<int64_t> order(static_cast<size_t>(heads * runs));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  run_tasks<T>(order, bq, bk, [&](int64_t task, Scratch<T>& w) {
+    const int64_t run = task % runs, hk = task / runs % g.Hkv, b = task / runs / g.Hkv;
+    T* dQ = run == 0 ? dq : dq_runs ? dq_runs + (run - 1) * q_numel : nullptr;
+    const std::vector<int64_t>& cut = cuts[bm.batch() == 1 ? 0 : b];
+    for (int64_t kb = cut[run]; kb < cut[run + 1]; ++kb) {
+      const Span ks = block(kb, bk, g.S);
+      const T* K = k + g.kv_at(b, ks.start, hk);
+      T* dK = dk ? dk + g.kv_at(b, ks.start, hk) : nullptr;
+      T* dV = dv ? dv + g.kv_at(b, ks.start, hk) : nullptr;
+      for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
+        auto tile = [&](int32_t qb, bool partial) {
+          const Span qs = block(qb, bq, g.S);
+          const int64_t at = g.q_at(b, qs.start, h);
+          tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
+          if (dV)
+            gemm<T>(true, false, ks.len, g.D, qs.len, T(1), w.p.data(), ks.len, dout + at, g.ldq(), T(1), dV,
+                    g.ldk());
+          if (dK)
+            gemm<T>(true, false, ks.len, g.D, qs.len, scale, w.dp.data(), ks.len, q + at, g.ldq(), T(1), dK,
+                    g.ldk());
+          if (dQ)
+            gemm<T>(false, false, qs.len, g.D, ks.len, scale, w.dp.data(), ks.len, K, g.ldk(), T(1), dQ + at,
+                    g.ldq());
+        };
+        for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
+        for (int32_t qb : bm.partial_q(b, kb)) tile(qb, true);
+      }
+    }
+  });
+
+  if (dq_runs)
+    parallel_for(0, q_numel, 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t r = 0; r < runs - 1; ++r) {
+        const T* part = dq_runs + r * q_numel;
+        for (int64_t i = begin; i < end; ++i) dq[i] += part[i];
+      }
+    });
+}
+
+}  // namespace
+
+Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
+                        const SplashOptions& opts) {
+  constexpr const char* op = "splash_attention";
+  ops::check_float(op, "q", q);
+  ops::check_float(op, "k", k);
+  ops::check_float(op, "v", v);
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
+                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(3) > 0,
+              op, ": expected q [B, S, Hq, D] and k, v [B, S, Hkv, D] with the same B, S and D > 0, got q ",
+              q.desc(), ", k ", k.desc(), ", v ", v.desc());
+  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, op, ": query heads (", q.size(2),
+              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
+  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
+              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
+  TITAN_CHECK(!opts.scale || std::isfinite(*opts.scale), op, ": scale must be finite, got ", *opts.scale);
+  const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  TITAN_CHECK(mask.seq() == g.S, op, ": the BlockMask was built for seq ", mask.seq(), " but q has ", g.S,
+              " tokens (q ", q.desc(), "); build it with BlockMask::build(mask, batch, ", g.S, ")");
+  TITAN_CHECK(mask.batch() == 1 || mask.batch() == g.B, op, ": the BlockMask (", mask.mask().describe(),
+              ") holds ", mask.batch(), " batch rows but q has ", g.B, "; build it for this batch");
+
+  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));
+  Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
+  Tensor out = Tensor::empty(q.sizes(), q.options());
+  Tensor lse = Tensor::empty({g.B, g.Hq, g.S}, q.options());
+  kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
+    using T = decltype(z);
+    forward<T>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>());
+  });
+  if (!autograd::needs_grad({&q, &k, &v})) return out;
+
+  autograd::record(op, {q, k, v}, {out},
+                   [g, mask, scale, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
+                     Tensor dout = ops::dense(ctx[0]);
+                     Tensor dq = ctx.needs(0) ? Tensor::zeros(qc.sizes(), qc.options()) : Tensor();
+                     Tensor dk = ctx.needs(1) ? Tensor::zeros(kc.sizes(), kc.options()) : Tensor();
+                     Tensor dv = ctx.needs(2) ? Tensor::zeros(vc.sizes(), vc.options()) : Tensor();
+                     kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+                       backward<T>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), o.data<T>(),
+                                   lse.data<T>(), dout.data<T>(), ptr(dq), ptr(dk), ptr(dv));
+                     });
+                     return std::vector<Tensor>{dq, dk, dv};
+                   });
+  return out;
+}
+
+}  // namespace titan::attention

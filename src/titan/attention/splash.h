@@ -1,0 +1,31 @@
+#pragma once
+// Splash attention: block-sparse flash attention on the CPU. softmax(scale * q k^T + mask) v is
+// computed one block_q x block_kv tile at a time with an online softmax, so no [seq, seq] tensor
+// ever exists; forward keeps only each row's logsumexp, and backward recomputes the
+// probabilities tile by tile. The BlockMask decides the work: key blocks the mask hides from a
+// query block are never touched, fully visible ones run without looking at the mask, and only
+// partly visible ones evaluate the mask rule for their pairs.
+#include <optional>
+
+#include "titan/attention/block_mask.h"
+#include "titan/core/tensor.h"
+
+namespace titan::attention {
+
+struct SplashOptions {
+  std::optional<double> scale = std::nullopt;  // multiplies q k^T; unset: 1 / sqrt(head_dim)
+};
+
+// q [B, S, Hq, D], k and v [B, S, Hkv, D] (f32 or f64, one dtype) -> [B, S, Hq, D], contiguous;
+// the layout of attention_reference. Hq must be a multiple of Hkv: query head h reads kv head
+// h / (Hq / Hkv) in place (grouped-query attention; Hkv = 1 is multi-query), never a repeated
+// copy. `mask` must be built for S tokens (and for B rows if its rule holds per-row data).
+//
+// Work is spread over (batch, head, query block) in forward and the dQ pass, and over (batch,
+// kv head, key block) in the dK/dV pass, on OpenMP threads, each tile's GEMMs single-threaded.
+// No atomics: every output row is accumulated by one task, in a fixed order, so reruns are
+// bit-identical whatever the thread count.
+Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
+                        const SplashOptions& opts = {});
+
+}  // namespace titan::attention
