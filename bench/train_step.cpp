@@ -104,11 +104,13 @@ void reset_peak_rss() {
   // "5" resets VmHWM to the current resident set (Linux >= 4.0).
   std::ofstream f("/proc/self/clear_refs");
   f << "5";
-  TITAN_CHECK(f.good(), "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
+  TITAN_CHECK(f.good(),
+              "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
 }
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
-json titan_round(const Config& c, const std::string& ac_mode, int warmup, int steps) {
+json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, int warmup,
+                 int steps) {
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
   std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
@@ -125,7 +127,10 @@ json titan_round(const Config& c, const std::string& ac_mode, int warmup, int st
 
   const int64_t rss_baseline = status_bytes("VmRSS");
   titan::Generator gen(kSeed);
-  auto model = std::make_shared<llama3::Transformer>(args);
+  TITAN_CHECK(attention == "splash" || attention == "reference",
+              "bench_train_step: --attention is splash or reference, got '", attention, "'");
+  auto model = std::make_shared<llama3::Transformer>(
+      args, titan::TensorOptions{}, llama3::AttentionKernel{.splash = attention == "splash"});
   model->init_weights(gen);
   llama3::parallelize(*model, {.activation_checkpoint_mode = ac_mode});
   auto named = model->named_parameters();
@@ -167,9 +172,10 @@ std::string self_path() {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-json run_titan_round(const Config& c, const std::string& ac_mode, int threads, int warmup, int steps) {
+json run_titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, int threads,
+                     int warmup, int steps) {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
-                        " --worker --config=" + c.name + " --ac=" + ac_mode +
+                        " --worker --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
                         " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
 }
@@ -197,9 +203,8 @@ json run_torch_round(const Config& c, int threads, int warmup, int steps) {
   close(fd);
   std::ofstream(path) << request.dump();
   std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/train_step_torch.py";
-  json reply = bench::run_for_json(bench::with_malloc_tunables(bench::shell_quote(python) + " " +
-                                                               bench::shell_quote(script) + " " +
-                                                               bench::shell_quote(path)));
+  json reply = bench::run_for_json(bench::with_malloc_tunables(
+      bench::shell_quote(python) + " " + bench::shell_quote(script) + " " + bench::shell_quote(path)));
   std::remove(path);
   return reply;
 }
@@ -241,7 +246,8 @@ struct Side {
     return median(v);
   }
   double rss_growth() const {
-    return median_of([](const json& r) { return r["rss_peak"].get<double>() - r["rss_baseline"].get<double>(); });
+    return median_of(
+        [](const json& r) { return r["rss_peak"].get<double>() - r["rss_baseline"].get<double>(); });
   }
   double rss_peak() const {
     return median_of([](const json& r) { return r["rss_peak"].get<double>(); });
@@ -270,17 +276,18 @@ std::string flag_value(const std::string& arg, const std::string& key) {
 }
 
 int worker_main(int argc, char** argv) {
-  std::string config, ac = "none";
+  std::string config, attention = "splash", ac = "none";
   int warmup = 1, steps = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (auto v = flag_value(a, "--config"); !v.empty()) config = v;
     if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
+    if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps = std::stoi(v);
   }
   try {
-    std::cout << titan_round(config_named(config), ac, warmup, steps).dump() << "\n";
+    std::cout << titan_round(config_named(config), attention, ac, warmup, steps).dump() << "\n";
   } catch (const std::exception& e) {
     std::cout << json{{"error", e.what()}}.dump() << "\n";
   }
@@ -304,8 +311,10 @@ int main(int argc, char** argv) {
 
   // --benchmark_filter (as scripts/run_benchmarks.sh passes it to every benchmark) picks configs
   // by "train_step/<S|M|L>"; --rounds=N and --steps=N override the defaults; --no_ac skips the
-  // activation-checkpointing rounds.
+  // activation-checkpointing rounds; --attention=reference runs titan with the attention that
+  // materialises the scores, as the PyTorch twin does (splash, titan's default, never does).
   int rounds = 3;
+  std::string attention = "splash";
   std::optional<int> steps_override;
   bool with_ac = true;
   std::regex filter(".*");
@@ -315,6 +324,7 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(a, "--rounds"); !v.empty()) rounds = std::max(1, std::stoi(v));
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
+    if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
   }
   std::vector<const Config*> chosen;
   for (const Config& c : configs())
@@ -325,10 +335,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  bench::mark_start();
   const int threads = titan::num_threads();
   const std::string load_start = loadavg();
+  // Before mark_start: over an empty window the share of other processes means nothing.
   std::cout << bench::machine_summary() << "; load average " << load_start << "\n" << std::flush;
+  bench::mark_start();
   const double sgemm_start = titan::train::measure_peak_flops();
   std::cout << "SGEMM 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
             << " GFLOP/s\n"
@@ -338,19 +349,19 @@ int main(int argc, char** argv) {
   for (const Config* c : chosen) {
     Result r{c, llama3::summarize(model_args(*c), c->seq), {}, {}, {}};
     const int steps = steps_override.value_or(c->steps);
-    std::cout << "\n== config " << c->name << ": " << r.summary.description << "; seq " << c->seq << ", batch "
-              << c->batch << "; " << rounds << " rounds of " << c->warmup << " warm-up + " << steps
-              << " timed steps per side\n"
+    std::cout << "\n== config " << c->name << ": " << r.summary.description << "; seq " << c->seq
+              << ", batch " << c->batch << "; " << rounds << " rounds of " << c->warmup << " warm-up + "
+              << steps << " timed steps per side\n"
               << std::flush;
     for (int round = 1; round <= rounds; ++round) {
       std::cout << "round " << round << ": titan\n" << std::flush;
-      r.titan.add(run_titan_round(*c, "none", threads, c->warmup, steps));
+      r.titan.add(run_titan_round(*c, attention, "none", threads, c->warmup, steps));
       std::cout << "round " << round << ": torch\n" << std::flush;
       r.torch.add(run_torch_round(*c, threads, c->warmup, steps));
     }
     if (with_ac) {
       std::cout << "titan, activation_checkpoint full\n" << std::flush;
-      r.titan_ac_full.add(run_titan_round(*c, "full", threads, c->warmup, 1));
+      r.titan_ac_full.add(run_titan_round(*c, attention, "full", threads, c->warmup, 1));
     }
     results.push_back(std::move(r));
   }
@@ -363,9 +374,9 @@ int main(int argc, char** argv) {
     for (const json& t : r.torch.rounds) {
       torch_about.available = true;
       torch_about.about = "reference: PyTorch " + t.value("torch", std::string("?")) + " eager, CPU, " +
-                          std::to_string(t.value("threads", 0)) + " threads, GLIBC_TUNABLES=" +
-                          t.value("glibc_tunables", std::string()) + ", BLAS " + t.value("blas", std::string("?")) +
-                          ", AdamW foreach=" +
+                          std::to_string(t.value("threads", 0)) +
+                          " threads, GLIBC_TUNABLES=" + t.value("glibc_tunables", std::string()) + ", BLAS " +
+                          t.value("blas", std::string("?")) + ", AdamW foreach=" +
                           (t["foreach"].is_null() ? "None (the default: on the CPU, the per-parameter loop)"
                                                   : t["foreach"].dump());
       break;
@@ -376,32 +387,35 @@ int main(int argc, char** argv) {
   for (const Result& r : results)
     for (const std::string& e : r.torch.errors) torch_about.errors["train_step/" + r.config->name] = e;
 
-  bench::Table speed{.title = "Llama 3 training step, f32, tokens/s (median step over " + std::to_string(rounds) +
-                              " interleaved rounds per side, each in a fresh process)",
-                     .unit = "tokens/s",
-                     .titan_label = "titan",
-                     .reference_label = "torch",
-                     .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s", "titan %SGEMM",
-                                       "torch %SGEMM", "titan tok/s by round", "torch tok/s by round"},
-                     .rows = {},
-                     .notes = {}};
-  bench::Table memory{.title = "Peak memory of the timed steps: RSS growth over the process before the model "
-                               "(median over rounds)",
-                      .unit = "MiB",
-                      .titan_label = "titan",
-                      .reference_label = "torch",
-                      .extra_headers = {"titan alloc peak", "titan RSS peak", "torch RSS peak",
-                                        "16 B x params"},
-                      .rows = {},
-                      .notes = {}};
-  bench::Table ac{.title = "Activation checkpointing in titan: allocator peak of the timed steps",
-                  .unit = "MiB",
-                  .titan_label = "AC none",
-                  .reference_label = "AC full",
-                  .extra_headers = {"saved", "RSS growth none", "RSS growth full", "full: tokens/s",
-                                    "full: step time"},
-                  .rows = {},
-                  .notes = {}};
+  bench::Table speed{
+      .title = "Llama 3 training step, f32, titan with " + attention +
+               " attention, tokens/s (median step over " + std::to_string(rounds) +
+               " interleaved rounds per side, each in a fresh process)",
+      .unit = "tokens/s",
+      .titan_label = "titan",
+      .reference_label = "torch",
+      .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s", "titan %SGEMM",
+                        "torch %SGEMM", "titan tok/s by round", "torch tok/s by round"},
+      .rows = {},
+      .notes = {}};
+  bench::Table memory{
+      .title =
+          "Peak memory of the timed steps: RSS growth over the process before the model "
+          "(median over rounds)",
+      .unit = "MiB",
+      .titan_label = "titan",
+      .reference_label = "torch",
+      .extra_headers = {"titan alloc peak", "titan RSS peak", "torch RSS peak", "16 B x params"},
+      .rows = {},
+      .notes = {}};
+  bench::Table ac{
+      .title = "Activation checkpointing in titan: allocator peak of the timed steps",
+      .unit = "MiB",
+      .titan_label = "AC none",
+      .reference_label = "AC full",
+      .extra_headers = {"saved", "RSS growth none", "RSS growth full", "full: tokens/s", "full: step time"},
+      .rows = {},
+      .notes = {}};
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<std::string> verdicts;
   for (const Result& r : results) {
@@ -426,9 +440,9 @@ int main(int argc, char** argv) {
                  per_round(r.titan.round_step_seconds(), tokens),
                  per_round(r.torch.round_step_seconds(), tokens)};
     speed.rows.push_back(row);
-    speed.notes.push_back(c.name + ": " + r.summary.description + "; seq " + std::to_string(c.seq) + ", batch " +
-                          std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) + " tokens/step); " +
-                          bench::fixed(fpt / 1e6, 1) + " MFLOP/token");
+    speed.notes.push_back(c.name + ": " + r.summary.description + "; seq " + std::to_string(c.seq) +
+                          ", batch " + std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) +
+                          " tokens/step); " + bench::fixed(fpt / 1e6, 1) + " MFLOP/token");
 
     bench::Row mem{.name = c.name, .titan = {}, .reference = {}, .extra = {}};
     if (r.titan.ok()) mem.titan = r.titan.rss_growth() / kMiB;
@@ -441,25 +455,26 @@ int main(int argc, char** argv) {
 
     if (r.titan.ok() && r.titan_ac_full.ok()) {
       const double none = r.titan.alloc_peak(), full = r.titan_ac_full.alloc_peak();
-      ac.rows.push_back({.name = c.name,
-                         .titan = none / kMiB,
-                         .reference = full / kMiB,
-                         .extra = {bench::mib(none - full) + " (" + bench::fixed(100 * (none - full) / none, 0) + "%)",
-                                   bench::mib(r.titan.rss_growth()), bench::mib(r.titan_ac_full.rss_growth()),
-                                   bench::fixed(tokens / r.titan_ac_full.step_seconds(), 1),
-                                   bench::fixed(r.titan_ac_full.step_seconds() / *titan_s, 2) + "x"}});
+      ac.rows.push_back(
+          {.name = c.name,
+           .titan = none / kMiB,
+           .reference = full / kMiB,
+           .extra = {bench::mib(none - full) + " (" + bench::fixed(100 * (none - full) / none, 0) + "%)",
+                     bench::mib(r.titan.rss_growth()), bench::mib(r.titan_ac_full.rss_growth()),
+                     bench::fixed(tokens / r.titan_ac_full.step_seconds(), 1),
+                     bench::fixed(r.titan_ac_full.step_seconds() / *titan_s, 2) + "x"}});
     }
     for (const std::string& e : r.titan.errors) verdicts.push_back("titan failed on " + c.name + ": " + e);
     for (const std::string& e : r.titan_ac_full.errors)
       verdicts.push_back("titan (activation_checkpoint full) failed on " + c.name + ": " + e);
     if (r.titan.ok() && r.torch.ok())
-      speed.notes.push_back(c.name + ": first-step loss titan " + bench::fixed(r.titan.first_loss(), 3) + ", torch " +
-                            bench::fixed(r.torch.first_loss(), 3) + " (ln vocab " +
+      speed.notes.push_back(c.name + ": first-step loss titan " + bench::fixed(r.titan.first_loss(), 3) +
+                            ", torch " + bench::fixed(r.torch.first_loss(), 3) + " (ln vocab " +
                             bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) + ")");
     if ((c.name == "M" || c.name == "L") && row.titan && row.reference && mem.titan && mem.reference) {
       const double speedup = *row.titan / *row.reference, mem_ratio = *mem.titan / *mem.reference;
-      verdicts.push_back("target " + c.name + ": titan >= 1.6x torch tokens/s: " + bench::fixed(speedup, 2) + "x " +
-                         (speedup >= 1.6 ? "MET" : "MISSED") + "; RSS growth <= torch's: " +
+      verdicts.push_back("target " + c.name + ": titan >= 1.6x torch tokens/s: " + bench::fixed(speedup, 2) +
+                         "x " + (speedup >= 1.6 ? "MET" : "MISSED") + "; RSS growth <= torch's: " +
                          bench::fixed(mem_ratio, 2) + "x " + (mem_ratio <= 1.0 ? "MET" : "MISSED"));
     }
     if (c.name == "L" && row.titan) {
@@ -468,15 +483,19 @@ int main(int argc, char** argv) {
                          (share >= 0.7 ? "MET" : "MISSED"));
     }
   }
-  speed.notes.push_back("FLOPs per token = 6 * non-embedding parameters + 12 * layers * dim * seq "
-                        "(llama3::summarize). %SGEMM: of " +
-                        bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 SGEMM measurements (" +
-                        bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " +
-                        bench::fixed(sgemm_end / 1e9, 1) + " after).");
   speed.notes.push_back(
-      "step: titan train::train_step (forward, ops::cross_entropy, backward, clip_grad_norm_ 1.0, AdamW); "
-      "torch: the twin's forward, F.cross_entropy, backward, clip_grad_norm_ 1.0, torch.optim.AdamW "
-      "(materialised seq x seq attention scores); both lr 8e-4, betas (0.9, 0.95), weight decay 0.1, one fixed "
+      "FLOPs per token = 6 * non-embedding parameters + 12 * layers * dim * seq "
+      "(llama3::summarize). %SGEMM: of " +
+      bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 SGEMM measurements (" +
+      bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " + bench::fixed(sgemm_end / 1e9, 1) +
+      " after).");
+  speed.notes.push_back(
+      "step: titan train::train_step (forward, ops::cross_entropy, backward, clip_grad_norm_ 1.0, AdamW), " +
+      attention +
+      " attention; torch: the twin's forward, F.cross_entropy, backward, clip_grad_norm_ 1.0, "
+      "torch.optim.AdamW "
+      "(materialised seq x seq attention scores); both lr 8e-4, betas (0.9, 0.95), weight decay 0.1, one "
+      "fixed "
       "random batch.");
   memory.notes = {
       "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "
@@ -485,10 +504,12 @@ int main(int argc, char** argv) {
       "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps.",
       "titan alloc peak: CpuAllocator peak_allocated_bytes over the timed steps (live tensors only). "
       "16 B x params: weights, gradients and both AdamW moments in f32, the floor for either side."};
-  ac.notes = {"both columns are titan (activation_checkpoint.mode none vs full, one round each for full); "
-              "AC none/AC full above 1: full checkpointing needs that many times less. step time: full's over none's."};
-  bench::TorchResults titan_only{.available = true, .about = "activation checkpointing: titan only", .seconds = {},
-                                 .errors = {}};
+  ac.notes = {
+      "both columns are titan (activation_checkpoint.mode none vs full, one round each for full); "
+      "AC none/AC full above 1: full checkpointing needs that many times less. step time: full's over "
+      "none's."};
+  bench::TorchResults titan_only{
+      .available = true, .about = "activation checkpointing: titan only", .seconds = {}, .errors = {}};
 
   bench::print_table(speed, torch_about);
   bench::print_table(memory, torch_about);

@@ -400,6 +400,26 @@ TEST(SplashAttention, BitIdenticalForAnyThreadCount) {
   EXPECT_EQ(one.dv.to_vector<float>(), many.dv.to_vector<float>());
 }
 
+TEST(SplashAttention, GradientsOfSomeInputsOnly) {
+  // Backward leaves out what is not asked for, and what it computes does not change.
+  const int64_t B = 2, S = 150, Hq = 4, Hkv = 1, D = 8;
+  std::mt19937 rng(2);
+  const BlockMask bm =
+      BlockMask::build(Mask::document(packed_ids(B, S, rng)) & Mask::sliding_window(40), B, S, 16, 32);
+  Tensor q = randu({B, S, Hq, D}, 1, kF32), k = randu({B, S, Hkv, D}, 2, kF32);
+  Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
+  const Result all = run_splash(q, k, v, dout, bm);
+  const std::vector<Tensor> want = {all.dq, all.dk, all.dv};
+  for (const std::vector<int>& which : std::vector<std::vector<int>>{{0}, {1}, {2}, {1, 2}, {0, 2}}) {
+    std::vector<Tensor> in = {q.detach(), k.detach(), v.detach()}, wrt;
+    for (int i : which) wrt.push_back(in[i].requires_grad_());
+    Tensor out = attention::splash_attention(in[0], in[1], in[2], bm);
+    const std::vector<Tensor> got = autograd::grad({out}, {dout}, wrt);
+    for (size_t j = 0; j < which.size(); ++j)
+      EXPECT_EQ(got[j].to_vector<float>(), want[which[j]].to_vector<float>()) << "input " << which[j];
+  }
+}
+
 TEST(SplashAttention, MemoryGrowsLinearlyWithSeq) {
   // Forward + backward at S and 4S: a [S, S] tensor anywhere would make the peak grow 16-fold.
   auto peak = [](int64_t S) {

@@ -47,7 +47,9 @@ BlockMask BlockMask::build(const Mask& mask, int64_t batch, int64_t seq, int64_t
   // Every tile's class first (rows x nq x nk bytes, small next to the lists' users), then the
   // lists in both orientations from it.
   std::vector<Visibility> grid(static_cast<size_t>(rows * nq * nk));
-  parallel_for(0, rows * nq, 1, [&](int64_t begin, int64_t end) {
+  // Threads only for large masks: a causal rule classifies a tile in nanoseconds, less than
+  // waking a thread costs.
+  parallel_for(0, rows * nq, std::max<int64_t>(1, (int64_t{1} << 16) / nk), [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> tile(static_cast<size_t>(block_q * block_kv));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / nq, q0 = (r % nq) * block_q, q1 = std::min(seq, q0 + block_q);

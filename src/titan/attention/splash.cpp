@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "titan/autograd/node.h"
-#include "titan/core/parallel.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
@@ -55,19 +54,11 @@ struct Scratch {
       : p(bq * bk), dp(bq * bk), max(bq), sum(bq), visible(static_cast<size_t>(bq * bk)) {}
 };
 
-// Runs f(task, scratch) for every task in `order` on the OpenMP threads. Dynamic scheduling,
-// with the order listing heavy tasks first, keeps threads busy when tasks differ in size (a
-// causal mask gives the last query blocks the most key blocks). Each task owns its outputs, so
-// nothing depends on which thread runs it.
-template <typename T, typename F>
-void run_tasks(const std::vector<int64_t>& order, int64_t bq, int64_t bk, const F& f) {
-  const auto n = static_cast<int64_t>(order.size());
-#pragma omp parallel if (n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1)
-  {
-    Scratch<T> scratch(bq, bk);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n; ++i) f(order[i], scratch);
-  }
+// Whether `tasks` tasks get a team of threads: inside one already (nested), they run on the
+// calling thread. Either way each tile's GEMM is single-threaded, as OpenBLAS's OpenMP build is
+// inside a parallel region.
+bool team_for(int64_t tasks) {
+  return tasks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1;
 }
 
 // Tasks 0..rows*heads-1, task = (row * heads + head), sorted by the tiles of their row, most
@@ -117,8 +108,8 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
   const auto order = heavy_first(g.B * nq, g.Hq, [&](int64_t r) {
     return static_cast<int64_t>(bm.full_kv(r / nq, r % nq).size() + bm.partial_kv(r / nq, r % nq).size());
   });
-  run_tasks<T>(order, bq, bk, [&](int64_t task, Scratch<T>& w) {
-    const int64_t h = task % g.Hq, b = task / g.Hq / nq, qb = task / g.Hq % nq, hk = h / g.group();
+  auto task = [&](int64_t t, Scratch<T>& w) {
+    const int64_t h = t % g.Hq, b = t / g.Hq / nq, qb = t / g.Hq % nq, hk = h / g.group();
     const Span qs = block(qb, bq, g.S);
     const T* Q = q + g.q_at(b, qs.start, h);
     T* O = out + g.q_at(b, qs.start, h);
@@ -163,7 +154,17 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
       for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= inv;
       L[r] = w.max[r] + std::log(w.sum[r]);
     }
-  });
+  };
+  // Dynamic scheduling, with heavy tasks first, keeps threads busy when tasks differ in size (a
+  // causal mask gives the last query blocks the most key blocks). Each task owns its output
+  // rows, so nothing depends on which thread runs it.
+  const auto n = static_cast<int64_t>(order.size());
+#pragma omp parallel if (team_for(n))
+  {
+    Scratch<T> w(bq, bk);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) task(order[i], w);
+  }
 }
 
 // The inputs of backward that each tile reads.
@@ -220,49 +221,43 @@ std::vector<int64_t> split_key_blocks(const BlockMask& bm, int64_t b, int64_t pa
   return cuts;
 }
 
-// dq, dk, dv (each optional) from dout, in one pass over key blocks: D = rowsum(dO * O) first,
-// then each task takes a run of key blocks of one (batch row, kv head), walks the transposed
-// lists (the query blocks that see each key block) for every query head of the group, and
-// gathers dK and dV of its key blocks and dQ of the query rows they reach. The task owns its dK
-// and dV rows outright. dQ rows are reached from every run, so run 0 adds into dq and run s > 0
-// into a buffer of its own, summed into dq in run order at the end: no atomics, no second
-// pass recomputing the scores.
+// dq, dk, dv (each optional, written whole) from dout, in one pass over key blocks. D =
+// rowsum(dO * O) first; then each task takes a run of key blocks of one (batch row, kv head),
+// walks the transposed lists (the query blocks that see each key block) for every query head of
+// the group, and gathers dK and dV of its key blocks and dQ of the query rows they reach. The
+// task owns its dK and dV rows outright. dQ rows are reached from every run, so run 0 gathers
+// into dq and run r > 0 into a buffer of its own, each task owning its group's rows there;
+// the buffers are added into dq in run order at the end. No atomics, and no second pass
+// recomputing the scores. All in one team of threads, as every start and join of a team costs
+// the slowest thread's delay.
 template <typename T>
 void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v,
               const T* out, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
-  const int64_t bq = bm.block_q(), bk = bm.block_kv();
-  const TensorOptions opts{.dtype = dtype_of<T>::value};
-  // Tensors rather than vectors, so that the allocator's peak counts them.
-  Tensor delta_t = Tensor::empty({g.B, g.Hq, g.S}, opts);
-  T* delta = delta_t.data<T>();
-  parallel_for(0, g.B * g.S, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      for (int64_t h = 0; h < g.Hq; ++h) {
-        const T* o = out + g.q_at(i / g.S, i % g.S, h);
-        const T* d = dout + g.q_at(i / g.S, i % g.S, h);
-        T dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < g.D; ++j) dot += o[j] * d[j];
-        delta[g.stat_at(i / g.S, h, i % g.S)] = dot;
-      }
-  });
-
-  const int64_t heads = g.B * g.Hkv;
+  const int64_t bq = bm.block_q(), bk = bm.block_kv(), heads = g.B * g.Hkv;
   const int64_t runs =
       std::clamp<int64_t>((kMinBackwardTasks + heads - 1) / heads, 1, std::min(kMaxRuns, bm.num_kv_blocks()));
   std::vector<std::vector<int64_t>> cuts;
   for (int64_t b = 0; b < bm.batch(); ++b) cuts.push_back(split_key_blocks(bm, b, runs));
+  // Tensors rather than vectors, so that the allocator's peak counts them.
+  const TensorOptions opts{.dtype = dtype_of<T>::value};
+  Tensor delta_t = Tensor::empty({g.B, g.Hq, g.S}, opts);
+  T* delta = delta_t.data<T>();
   const int64_t q_numel = g.B * g.S * g.Hq * g.D;
-  Tensor dq_runs_t = dq && runs > 1 ? Tensor::zeros({runs - 1, q_numel}, opts) : Tensor();
+  Tensor dq_runs_t = dq && runs > 1 ? Tensor::empty({runs - 1, q_numel}, opts) : Tensor();
   T* dq_runs = dq_runs_t.defined() ? dq_runs_t.data<T>() : nullptr;
-
   const Saved<T> in{q, k, v, dout, lse, delta};
-  std::vector<int64_t> order(static_cast<size_t>(heads * runs));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  run_tasks<T>(order, bq, bk, [&](int64_t task, Scratch<T>& w) {
-    const int64_t run = task % runs, hk = task / runs % g.Hkv, b = task / runs / g.Hkv;
-    T* dQ = run == 0 ? dq : dq_runs ? dq_runs + (run - 1) * q_numel : nullptr;
+
+  auto task = [&](int64_t t, Scratch<T>& w) {
+    const int64_t run = t % runs, hk = t / runs % g.Hkv, b = t / runs / g.Hkv;
     const std::vector<int64_t>& cut = cuts[bm.batch() == 1 ? 0 : b];
+    const int64_t k0 = cut[run] * bk, k1 = std::min(g.S, cut[run + 1] * bk), span = g.group() * g.D;
+    T* dQ = run == 0 ? dq : dq_runs ? dq_runs + (run - 1) * q_numel : nullptr;
+    for (T* d : {dk, dv})
+      if (d)
+        for (int64_t row = k0; row < k1; ++row) std::fill_n(d + g.kv_at(b, row, hk), g.D, T(0));
+    if (dQ)
+      for (int64_t row = 0; row < g.S; ++row) std::fill_n(dQ + g.q_at(b, row, hk * g.group()), span, T(0));
+
     for (int64_t kb = cut[run]; kb < cut[run + 1]; ++kb) {
       const Span ks = block(kb, bk, g.S);
       const T* K = k + g.kv_at(b, ks.start, hk);
@@ -272,30 +267,47 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
         auto tile = [&](int32_t qb, bool partial) {
           const Span qs = block(qb, bq, g.S);
           const int64_t at = g.q_at(b, qs.start, h);
+          const T* P = w.p.data();
+          const T* dS = w.dp.data();
           tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
           if (dV)
-            gemm<T>(true, false, ks.len, g.D, qs.len, T(1), w.p.data(), ks.len, dout + at, g.ldq(), T(1), dV,
-                    g.ldk());
+            gemm<T>(true, false, ks.len, g.D, qs.len, T(1), P, ks.len, dout + at, g.ldq(), T(1), dV, g.ldk());
           if (dK)
-            gemm<T>(true, false, ks.len, g.D, qs.len, scale, w.dp.data(), ks.len, q + at, g.ldq(), T(1), dK,
-                    g.ldk());
+            gemm<T>(true, false, ks.len, g.D, qs.len, scale, dS, ks.len, q + at, g.ldq(), T(1), dK, g.ldk());
           if (dQ)
-            gemm<T>(false, false, qs.len, g.D, ks.len, scale, w.dp.data(), ks.len, K, g.ldk(), T(1), dQ + at,
-                    g.ldq());
+            gemm<T>(false, false, qs.len, g.D, ks.len, scale, dS, ks.len, K, g.ldk(), T(1), dQ + at, g.ldq());
         };
         for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
         for (int32_t qb : bm.partial_q(b, kb)) tile(qb, true);
       }
     }
-  });
+  };
 
-  if (dq_runs)
-    parallel_for(0, q_numel, 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t r = 0; r < runs - 1; ++r) {
-        const T* part = dq_runs + r * q_numel;
-        for (int64_t i = begin; i < end; ++i) dq[i] += part[i];
+  const int64_t tasks = heads * runs;
+#pragma omp parallel if (team_for(tasks))
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < g.B * g.S; ++i)
+      for (int64_t h = 0; h < g.Hq; ++h) {
+        const T* o = out + g.q_at(i / g.S, i % g.S, h);
+        const T* d = dout + g.q_at(i / g.S, i % g.S, h);
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < g.D; ++j) dot += o[j] * d[j];
+        delta[g.stat_at(i / g.S, h, i % g.S)] = dot;
       }
-    });
+
+    Scratch<T> w(bq, bk);
+    // The runs of a (batch row, kv head) are of equal work, so tasks are alike.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) task(t, w);
+
+    if (dq_runs) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < q_numel; ++i)
+        for (int64_t r = 0; r < runs - 1; ++r) dq[i] += dq_runs[r * q_numel + i];
+    }
+  }
 }
 
 }  // namespace
@@ -334,9 +346,9 @@ Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   autograd::record(op, {q, k, v}, {out},
                    [g, mask, scale, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
                      Tensor dout = ops::dense(ctx[0]);
-                     Tensor dq = ctx.needs(0) ? Tensor::zeros(qc.sizes(), qc.options()) : Tensor();
-                     Tensor dk = ctx.needs(1) ? Tensor::zeros(kc.sizes(), kc.options()) : Tensor();
-                     Tensor dv = ctx.needs(2) ? Tensor::zeros(vc.sizes(), vc.options()) : Tensor();
+                     Tensor dq = ctx.needs(0) ? Tensor::empty(qc.sizes(), qc.options()) : Tensor();
+                     Tensor dk = ctx.needs(1) ? Tensor::empty(kc.sizes(), kc.options()) : Tensor();
+                     Tensor dv = ctx.needs(2) ? Tensor::empty(vc.sizes(), vc.options()) : Tensor();
                      kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
                        using T = decltype(z);
                        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };

@@ -21,10 +21,11 @@ struct SplashOptions {
 // h / (Hq / Hkv) in place (grouped-query attention; Hkv = 1 is multi-query), never a repeated
 // copy. `mask` must be built for S tokens (and for B rows if its rule holds per-row data).
 //
-// Work is spread over (batch, head, query block) in forward and the dQ pass, and over (batch,
-// kv head, key block) in the dK/dV pass, on OpenMP threads, each tile's GEMMs single-threaded.
-// No atomics: every output row is accumulated by one task, in a fixed order, so reruns are
-// bit-identical whatever the thread count.
+// Work is spread on OpenMP threads over (batch, head, query block) in forward, and over (batch,
+// kv head, run of key blocks) in backward, which gathers dQ, dK and dV in one pass; each tile's
+// GEMMs are single-threaded. No atomics: every output row is accumulated by one task in a fixed
+// order (dQ's runs are summed in run order), so reruns are bit-identical whatever the thread
+// count.
 Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
                         const SplashOptions& opts = {});
 
