@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "titan/attention/qkv_check.h"
 #include "titan/autograd/node.h"
 #include "titan/core/parallel.h"
 #include "titan/kernels/cpu/dispatch.h"
@@ -110,18 +111,7 @@ void backward_heads(const Geometry& g, T scale, const T* q, const T* k, const T*
 
 Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opts) {
   constexpr const char* op = "attention_reference";
-  ops::check_float(op, "q", q);
-  ops::check_float(op, "k", k);
-  ops::check_float(op, "v", v);
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
-                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(3) > 0,
-              op, ": expected q [B, S, Hq, D] and k, v [B, S, Hkv, D] with the same B, S and D > 0, got q ",
-              q.desc(), ", k ", k.desc(), ", v ", v.desc());
-  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, op, ": query heads (", q.size(2),
-              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
-  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
-              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
-  TITAN_CHECK(!opts.scale || std::isfinite(*opts.scale), op, ": scale must be finite, got ", *opts.scale);
+  check_qkv(op, q, k, v, opts.scale);
 
   const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), opts.causal};
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));

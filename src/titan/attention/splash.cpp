@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "titan/attention/qkv_check.h"
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/gemm.h"
@@ -315,18 +316,7 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
 Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
                         const SplashOptions& opts) {
   constexpr const char* op = "splash_attention";
-  ops::check_float(op, "q", q);
-  ops::check_float(op, "k", k);
-  ops::check_float(op, "v", v);
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
-                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(3) > 0,
-              op, ": expected q [B, S, Hq, D] and k, v [B, S, Hkv, D] with the same B, S and D > 0, got q ",
-              q.desc(), ", k ", k.desc(), ", v ", v.desc());
-  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, op, ": query heads (", q.size(2),
-              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
-  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
-              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
-  TITAN_CHECK(!opts.scale || std::isfinite(*opts.scale), op, ": scale must be finite, got ", *opts.scale);
+  check_qkv(op, q, k, v, opts.scale);
   const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
   TITAN_CHECK(mask.seq() == g.S, op, ": the BlockMask was built for seq ", mask.seq(), " but q has ", g.S,
               " tokens (q ", q.desc(), "); build it with BlockMask::build(mask, batch, ", g.S, ")");
