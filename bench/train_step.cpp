@@ -15,6 +15,7 @@
 // runtime itself (the Python interpreter and libtorch's code weigh hundreds of MiB). Both sides
 // hand init's temporaries back before the first step. titan's allocator high-water mark over the
 // timed steps (live tensors only) is printed beside it.
+#include <cblas.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -341,8 +342,14 @@ int main(int argc, char** argv) {
   std::cout << bench::machine_summary() << "; load average " << load_start << "\n" << std::flush;
   bench::mark_start();
   const double sgemm_start = titan::train::measure_peak_flops();
+  // Both sides load this OpenBLAS with this environment, so they run the same kernels; the
+  // kernels set the rate (OPENBLAS_CORETYPE can pin older ones than the CPU supports).
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const std::string blas_kernels =
+      std::string("OpenBLAS kernels ") + openblas_get_corename() +
+      (coretype ? std::string(" (OPENBLAS_CORETYPE=") + coretype + ")" : std::string(" (detected)"));
   std::cout << "SGEMM 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
-            << " GFLOP/s\n"
+            << " GFLOP/s; " << blas_kernels << "\n"
             << std::flush;
 
   std::vector<Result> results;
@@ -488,7 +495,7 @@ int main(int argc, char** argv) {
       "(llama3::summarize). %SGEMM: of " +
       bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 SGEMM measurements (" +
       bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " + bench::fixed(sgemm_end / 1e9, 1) +
-      " after).");
+      " after); " + blas_kernels + ".");
   speed.notes.push_back(
       "step: titan train::train_step (forward, ops::cross_entropy, backward, clip_grad_norm_ 1.0, AdamW), " +
       attention +
