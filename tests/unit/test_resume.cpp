@@ -199,7 +199,9 @@ TEST_F(Resume, KeepsTheLatestKAndResumesFromTheLatestFullCheckpoint) {
 TEST_F(Resume, ModelOnlyExportInBf16SeedsAnotherRun) {
   run(config(dir, {"--training.steps=4", "--checkpoint.enable=true", "--checkpoint.export_dtype=bfloat16"}));
   fs::path exported = folder(dir) / "step-4";
-  for (const auto& [name, t] : metadata(exported)["tensors"].items()) EXPECT_EQ(t["dtype"], "BF16") << name;
+  // Bound to a name: ranging over items() of a temporary would read freed memory.
+  nlohmann::json tensors = metadata(exported)["tensors"];
+  for (const auto& [name, t] : tensors.items()) EXPECT_EQ(t["dtype"], "BF16") << name;
   EXPECT_TITAN_ERROR(
       run(config(dir, {"--training.steps=8", "--checkpoint.enable=true", "--checkpoint.load_step=4"})),
       "model-only export", "initial_load_path");
