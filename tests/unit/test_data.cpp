@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -13,8 +14,11 @@
 #include "support/test_util.h"
 #include "titan/core/rng.h"
 #include "titan/data/byte_tokenizer.h"
+#include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/text_dataset.h"
+#include "titan/data/tokenizer.h"
+#include "titan/data/utf8.h"
 
 namespace titan {
 namespace {
@@ -76,10 +80,21 @@ std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
   return out;
 }
 
-std::vector<int32_t> iota_tokens(int64_t n) {
+data::TokenStream iota_tokens(int64_t n) {
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   std::iota(tokens.begin(), tokens.end(), 0);
-  return tokens;
+  return data::TokenStream(std::move(tokens));
+}
+
+std::vector<int32_t> all_ids(const data::TokenStream& s) {
+  std::vector<int32_t> ids(static_cast<size_t>(s.size()));
+  s.read(0, s.size(), ids.data());
+  return ids;
+}
+
+data::Dataset load(const fs::path& path, data::DatasetOptions o = {}) {
+  o.path = path.string();
+  return data::load_dataset(o, *data::load_tokenizer(""));
 }
 
 // Token id at the start of each row of a batch's inputs: with iota tokens it names the window.
@@ -155,57 +170,82 @@ TEST(DataText, SplitsDocumentsOnBlankLines) {
 }
 
 TEST_F(DataFiles, PlainAndGzipFilesGiveTheSameStream) {
-  const std::string book1 = "In the beginning\nwas the word.\n", book2 = "And \xFF\0 bytes.\n"s;
+  const std::string book1 = "In the beginning\nwas the word.\n", book2 = "And ünïcödé, 漢字 bytes.\n";
   const std::string text = "\n" + book1 + "\n \n" + book2;
-  ByteTokenizer tok;
-  data::TextDatasetOptions opts{.split = DocumentSplit::blank_line};
-  std::vector<fs::path> plain{write_plain("corpus.txt", text)}, gz{write_gzip("corpus.txt.gz", text)};
-  EXPECT_GT(fs::file_size(gz[0]), 0u);
-  EXPECT_NE(fs::file_size(gz[0]), text.size());
+  fs::path plain = write_plain("corpus.txt", text), gz = write_gzip("corpus.txt.gz", text);
+  EXPECT_NE(fs::file_size(gz), text.size());
 
-  data::TextDataset a = data::load_text_dataset(plain, tok, opts);
-  data::TextDataset b = data::load_text_dataset(gz, tok, opts);
-  EXPECT_EQ(a.train, concat({wrapped(book1), wrapped(book2)}));
-  EXPECT_EQ(b.train, a.train);
-  EXPECT_TRUE(a.validation.empty());
-  EXPECT_EQ(a.num_documents, 2);
-  EXPECT_EQ(b.num_documents, 2);
-  EXPECT_EQ(a.num_bytes, static_cast<int64_t>(text.size()));
-  EXPECT_EQ(b.num_bytes, a.num_bytes);
+  data::Dataset a = load(plain), b = load(gz);
+  EXPECT_EQ(all_ids(a.stream), concat({wrapped(book1), wrapped(book2)}));
+  EXPECT_EQ(all_ids(b.stream), all_ids(a.stream));
+  EXPECT_EQ(a.stats.documents, 2);
+  EXPECT_EQ(a.stats.files, 1);
+  EXPECT_EQ(a.stats.bytes, static_cast<int64_t>(text.size()));
+  EXPECT_EQ(b.stats.bytes, a.stats.bytes);
+  EXPECT_EQ(a.stats.tokens, a.stream.size());
 }
 
-TEST_F(DataFiles, EachFileIsADocumentByDefault) {
-  ByteTokenizer tok;
-  std::vector<fs::path> files{write_plain("b.txt", "second\n\nfile"), write_gzip("a.gz", "first"),
-                              write_plain("empty.txt", "")};
-  data::TextDataset d = data::load_text_dataset(files, tok);
-  EXPECT_EQ(d.train, concat({wrapped("second\n\nfile"), wrapped("first")}));
-  EXPECT_EQ(d.num_documents, 2);
+TEST_F(DataFiles, FoldersAreReadRecursivelyInNameOrderAndGlobsExpand) {
+  write_plain("b.txt", "second\n\nfile");
+  write_gzip("a.gz", "first");
+  fs::create_directories(dir_ / "c");
+  write_plain("c/deeper.txt", "third");
+  write_plain(".hidden", "never read");
+  data::Dataset d = load(dir_, {.split = DocumentSplit::file});
+  EXPECT_EQ(all_ids(d.stream), concat({wrapped("first"), wrapped("second\n\nfile"), wrapped("third")}));
+  EXPECT_EQ(d.stats.files, 3);
+
+  data::Dataset globbed = load(dir_ / "*.txt", {.split = DocumentSplit::blank_line});
+  EXPECT_EQ(all_ids(globbed.stream), concat({wrapped("second\n"), wrapped("file")}));
+  EXPECT_EQ(data::resolve_dataset_files((dir_ / "?.*").string()), (std::vector<fs::path>{dir_ / "a.gz", dir_ / "b.txt"}));
 }
 
-TEST_F(DataFiles, HoldsOutTheTailForValidation) {
-  ByteTokenizer tok;
-  std::vector<fs::path> files{write_plain("t.txt", std::string(18, 'x'))};  // 20 tokens with bos, eos
-  data::TextDataset full = data::load_text_dataset(files, tok);
-  data::TextDataset split = data::load_text_dataset(files, tok, {.validation_fraction = 0.25});
-  ASSERT_EQ(full.train.size(), 20u);
-  EXPECT_EQ(split.train.size(), 15u);
-  EXPECT_EQ(split.validation.size(), 5u);
-  EXPECT_EQ(concat({split.train, split.validation}), full.train);
-  EXPECT_EQ(split.validation.back(), ByteTokenizer::kEndOfText);
+TEST_F(DataFiles, JsonlDocumentsComeFromTheNamedField) {
+  write_plain("part1.jsonl", "{\"text\": \"one\", \"id\": 1}\n\n{\"text\": \"two\\nlines\"}\r\n");
+  write_gzip("part2.jsonl.gz", "{\"content\": \"ignored\", \"text\": \"three\"}");
+  data::Dataset d = load(dir_ / "part*");
+  EXPECT_EQ(all_ids(d.stream), concat({wrapped("one"), wrapped("two\nlines"), wrapped("three")}));
+  EXPECT_EQ(d.stats.documents, 3);
+
+  write_plain("other.jsonl", "{\"content\": \"four\"}\n");
+  EXPECT_EQ(all_ids(load(dir_ / "other.jsonl", {.text_field = "content"}).stream), wrapped("four"));
 }
 
-TEST_F(DataFiles, ErrorsNameTheFileAndTheRemedy) {
-  ByteTokenizer tok;
+TEST_F(DataFiles, BadDataIsAnErrorNamingThePlaceOrACountedSkip) {
+  fs::path text = write_plain("mixed.txt", "good one\n\nbad \xC3\x28 byte\n\nalso good\n");
+  EXPECT_TITAN_ERROR(load(text), text.string(), "byte 14", "line 3", "not valid UTF-8", "bad_data = \"skip\"");
+  data::Dataset d = load(text, {.bad_data = data::BadData::skip});
+  EXPECT_EQ(all_ids(d.stream), concat({wrapped("good one\n"), wrapped("also good\n")}));
+  EXPECT_EQ(d.stats.skipped.at("not UTF-8"), 1);
+
+  fs::path jsonl = write_plain("bad.jsonl",
+                               "{\"text\": \"fine\"}\n{\"text\": 3}\nnot json\n{\"text\": \"\"}\n[1]\n"
+                               "{\"text\": \"\xFF\"}\n{\"text\": \"fine too\"}\n");
+  EXPECT_TITAN_ERROR(load(jsonl), jsonl.string(), "line 2", "no string field \"text\"");
+  data::Dataset j = load(jsonl, {.bad_data = data::BadData::skip});
+  EXPECT_EQ(all_ids(j.stream), concat({wrapped("fine"), wrapped("fine too")}));
+  EXPECT_EQ(j.stats.skipped, (std::map<std::string, int64_t>{
+                                 {"without the text field", 1}, {"not JSON objects", 2}, {"empty", 1}, {"not UTF-8", 1}}));
+  EXPECT_EQ(j.stats.skipped_summary(), "5 skipped (1 empty, 2 not JSON objects, 1 not UTF-8, 1 without the text field)");
+
+  fs::path empty = write_plain("empty.txt", "\n \n");
+  EXPECT_TITAN_ERROR(load(empty), empty.string(), "holds no document");
+  fs::create_directories(dir_ / "only_empty");
+  write_plain("only_empty/e.txt", "");
+  EXPECT_TITAN_ERROR(load(dir_ / "only_empty", {.bad_data = data::BadData::skip}), "holds no document",
+                     "1 skipped (1 empty files)");
+}
+
+TEST_F(DataFiles, MissingInputsAreAlwaysErrors) {
+  data::DatasetOptions skip{.bad_data = data::BadData::skip};
+  EXPECT_TITAN_ERROR(load(dir_ / "no_such.txt", skip), "training.dataset_path", "no_such.txt", "does not exist");
+  EXPECT_TITAN_ERROR(load(dir_ / "*.nothing", skip), "glob", "matches no file");
+  fs::create_directories(dir_ / "void");
+  EXPECT_TITAN_ERROR(load(dir_ / "void", skip), "void", "holds no files");
+
   fs::path missing = dir_ / "no_such_corpus.txt";
   EXPECT_TITAN_ERROR(data::read_text_file(missing), missing.string(), "does not exist");
   EXPECT_TITAN_ERROR(data::read_text_file(dir_), dir_.string(), "not a regular file", "not a folder");
-
-  std::vector<fs::path> blank{write_plain("empty.txt", ""), write_gzip("blank.gz", "\n \n\n")};
-  EXPECT_TITAN_ERROR(data::load_text_dataset(blank, tok, {.split = DocumentSplit::blank_line}),
-                     "empty corpus", blank[0].string(), blank[1].string());
-  EXPECT_TITAN_ERROR(data::load_text_dataset(std::vector<fs::path>{}, tok), "no files");
-
   // A gzip file cut in half: the data read so far must not pass for the whole text.
   fs::path gz = write_gzip("whole.gz", std::string(100000, 'a') + std::string(100000, 'b'));
   std::string bytes;
@@ -217,11 +257,127 @@ TEST_F(DataFiles, ErrorsNameTheFileAndTheRemedy) {
   EXPECT_TITAN_ERROR(data::read_text_file(cut), cut.string(), "truncated or corrupt");
   fs::path garbage = write_plain("garbage.gz", "\x1f\x8b\x08\x00garbage that is not deflate"s);
   EXPECT_TITAN_ERROR(data::read_text_file(garbage), garbage.string(), "truncated or corrupt");
+}
 
-  std::vector<fs::path> small{write_plain("small.txt", "abc")};
-  EXPECT_TITAN_ERROR(data::load_text_dataset(small, tok, {.validation_fraction = 1.0}), "validation_fraction",
-                     "[0, 1)");
-  EXPECT_TITAN_ERROR(data::load_text_dataset(small, tok, {.validation_fraction = 0.1}), "holds out no token");
+TEST(DataUtf8, AcceptsWellFormedSequencesAndFindsTheFirstBadByte) {
+  constexpr size_t kOk = std::string_view::npos;
+  EXPECT_EQ(data::find_invalid_utf8(""), kOk);
+  EXPECT_EQ(data::find_invalid_utf8("plain ascii, longer than eight bytes"), kOk);
+  EXPECT_EQ(data::find_invalid_utf8("ü 漢 \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF \xEF\xBF\xBF"), kOk);
+  EXPECT_EQ(data::find_invalid_utf8("abc\x80"), 3u);                 // lone continuation byte
+  EXPECT_EQ(data::find_invalid_utf8("abcdefghij\xC0\x80"), 10u);     // overlong NUL
+  EXPECT_EQ(data::find_invalid_utf8("\xE0\x80\xAF"), 0u);            // overlong '/'
+  EXPECT_EQ(data::find_invalid_utf8("x\xED\xA0\x80"), 1u);           // a UTF-16 surrogate
+  EXPECT_EQ(data::find_invalid_utf8("\xF4\x90\x80\x80"), 0u);        // above U+10FFFF
+  EXPECT_EQ(data::find_invalid_utf8("ok\xE2\x82"), 2u);              // cut short at the end
+  EXPECT_EQ(data::find_invalid_utf8("\xE2\x28\xA1"), 0u);            // bad continuation
+  EXPECT_EQ(data::find_invalid_utf8("\xFF"), 0u);
+}
+
+// ---- token shards -------------------------------------------------------------------------------
+
+data::TokenShardInfo info_of(const data::Tokenizer& t) {
+  return {.vocab_size = t.vocab_size(), .bos = *t.bos_id(), .eos = *t.eos_id(), .tokenizer_fingerprint = t.fingerprint()};
+}
+
+TEST(DataTokenStream, ReadsAcrossPieces) {
+  data::TokenStream s;
+  s.append({0, 1, 2});
+  s.append(std::vector<int32_t>{});
+  auto mapped = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{3, 4});
+  s.append(mapped->data(), 2, mapped);
+  s.append({5, 6, 7, 8});
+  EXPECT_EQ(s.size(), 9);
+  std::vector<int32_t> out(6);
+  s.read(2, 6, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 3, 4, 5, 6, 7}));
+  EXPECT_TITAN_ERROR(s.read(5, 5, out.data()), "[5, 10)", "stream of 9 ids");
+}
+
+TEST_F(DataFiles, ShardsHoldTheSameStreamAsTheText) {
+  const std::string text = "First book.\n\nSecond, longer book with more words.\n\nThird.\n";
+  fs::path corpus = write_plain("corpus.txt", text);
+  auto tok = data::load_tokenizer("data/kjv_tokenizer");
+  data::Dataset from_text = data::load_dataset({.path = corpus.string()}, *tok);
+
+  // Shards of 7 ids, so documents straddle shard boundaries.
+  data::TokenShardWriter w(dir_ / "shards", info_of(*tok), 7);
+  data::DatasetStats stats;
+  std::vector<fs::path> files{corpus};
+  data::for_each_document_batch(files, {}, stats, [&](std::span<const std::string_view> docs, int64_t) {
+    std::vector<int32_t> packed;
+    for (const auto& ids : tok->encode_batch(docs)) data::pack_document(ids, *tok, packed);
+    w.append(packed);
+  });
+  w.finish();
+  EXPECT_EQ(w.tokens_written(), from_text.stream.size());
+  EXPECT_EQ(static_cast<int64_t>(w.shards().size()), (from_text.stream.size() + 6) / 7);
+
+  data::Dataset from_shards = data::load_dataset({.path = (dir_ / "shards").string()}, *tok);
+  EXPECT_EQ(all_ids(from_shards.stream), all_ids(from_text.stream));
+  EXPECT_EQ(from_shards.stats.documents, 3);
+  EXPECT_EQ(from_shards.stats.files, static_cast<int64_t>(w.shards().size()));
+
+  // Shards and text mixed keep file order.
+  fs::copy_file(corpus, dir_ / "shards" / "zz_after.txt");
+  data::Dataset mixed = data::load_dataset({.path = (dir_ / "shards").string()}, *tok);
+  std::vector<int32_t> twice = all_ids(from_text.stream);
+  twice.insert(twice.end(), twice.begin(), twice.end());
+  EXPECT_EQ(all_ids(mixed.stream), twice);
+
+  // The byte tokenizer is not the one the shards were made with.
+  fs::remove(dir_ / "shards" / "zz_after.txt");
+  EXPECT_TITAN_ERROR(load(dir_ / "shards"), "made by another tokenizer", "model.tokenizer_path");
+  EXPECT_TITAN_ERROR(data::TokenShardWriter(dir_ / "shards", info_of(*tok), 7), "already holds shards");
+}
+
+TEST_F(DataFiles, DamagedShardsAreErrorsOrCountedSkips) {
+  auto tok = data::load_tokenizer("");
+  data::TokenShardWriter w(dir_ / "s", info_of(*tok), 100);
+  std::vector<int32_t> ids(250, 'a');
+  w.append(ids);
+  w.finish();
+  ASSERT_EQ(w.shards().size(), 3u);
+  auto bytes_of = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto rewrite = [](const fs::path& p, const std::string& b) { std::ofstream(p, std::ios::binary) << b; };
+  const fs::path first = w.shards()[0], second = w.shards()[1];
+  const std::string whole = bytes_of(first);
+  EXPECT_EQ(whole.size(), 64u + 400u);
+
+  rewrite(first, whole.substr(0, whole.size() - 6));
+  EXPECT_TITAN_ERROR(data::TokenShard::open(first), first.string(), "truncated", "promises 100 ids");
+  EXPECT_TITAN_ERROR(load(dir_ / "s"), first.string(), "truncated", "bad_data = \"skip\"");
+  data::Dataset d = load(dir_ / "s", {.bad_data = data::BadData::skip});
+  EXPECT_EQ(d.stream.size(), 150);
+  EXPECT_EQ(d.stats.skipped.at("damaged shards"), 1);
+
+  std::string header_hit = whole;
+  header_hit[20] ^= 1;
+  rewrite(first, header_hit);
+  EXPECT_TITAN_ERROR(data::TokenShard::open(first), "checksum");
+  std::string bad_id = whole;
+  bad_id[64 + 4 * 7 + 1] = 0x7f;  // id 7 becomes far above the vocabulary
+  rewrite(first, bad_id);
+  EXPECT_TITAN_ERROR(data::TokenShard::open(first), "at position 7", "vocab_size 259");
+  rewrite(second, "not a shard at all");
+  EXPECT_TITAN_ERROR(data::TokenShard::open(second), "not a titan token shard", "titan tokenize");
+}
+
+// ---- loader -------------------------------------------------------------------------------------
+
+TEST(DataLoader, DocumentIdsCountTheEosTokensBeforeEachPosition) {
+  // Windows of 6 inputs: [9 1 9 9 2 3] and [9 4 5 6 7 8]; 9 ends a document.
+  data::TokenStream s(std::vector<int32_t>{9, 1, 9, 9, 2, 3, 9, 4, 5, 6, 7, 8, 0});
+  DataLoader loader(std::move(s), {.seq_len = 6, .local_batch_size = 2, .shuffle = false, .eos_id = 9});
+  Batch b = loader.next();
+  ASSERT_TRUE(b.document_ids.defined());
+  EXPECT_EQ(b.document_ids.dtype(), kI32);
+  EXPECT_EQ(b.document_ids.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 1, 2, 3, 3, 0, 1, 1, 1, 1, 1}));
+  DataLoader plain(iota_tokens(13), {.seq_len = 6, .local_batch_size = 1});
+  EXPECT_FALSE(plain.next().document_ids.defined());
 }
 
 // ---- loader -------------------------------------------------------------------------------------
@@ -336,22 +492,30 @@ TEST(DataLoader, RejectsWhatCannotBeLoaded) {
 // ---- the bundled corpus -------------------------------------------------------------------------
 
 TEST(DataCorpus, TheKingJamesBibleLoadsOneDocumentPerBook) {
-  ByteTokenizer tok;
-  std::vector<fs::path> files{fs::path(TITAN_SOURCE_DIR) / "data" / "kjv.txt.gz"};
-  data::TextDataset d =
-      data::load_text_dataset(files, tok, {.split = DocumentSplit::blank_line, .validation_fraction = 0.05});
-  EXPECT_EQ(d.num_documents, 66);
-  const int64_t tokens = static_cast<int64_t>(d.train.size() + d.validation.size());
+  const std::string kjv = (fs::path(TITAN_SOURCE_DIR) / "data" / "kjv.txt.gz").string();
+  auto bytes = data::load_tokenizer("");
+  data::Dataset d = data::load_dataset({.path = kjv}, *bytes);
+  EXPECT_EQ(d.stats.documents, 66);
   // Every byte but the 65 blank lines between books, plus a bos and an eos per book.
-  EXPECT_EQ(tokens, d.num_bytes - 65 + 2 * 66);
-  EXPECT_EQ(tok.decode(std::span(d.train).first(56)),
+  EXPECT_EQ(d.stream.size(), d.stats.bytes - 65 + 2 * 66);
+  std::vector<int32_t> ids = all_ids(d.stream);
+  EXPECT_EQ(bytes->decode(std::span(ids).first(56)),
             "<|begin_of_text|>In the beginning God created the heaven and the earth.\n");
-  EXPECT_EQ(tok.decode(std::span(d.validation).last(24)), "be with you all. Amen.\n<|end_of_text|>");
-  for (int32_t id : d.train) ASSERT_TRUE(id >= 0 && id < ByteTokenizer::kPad);
+  EXPECT_EQ(bytes->decode(std::span(ids).last(24)), "be with you all. Amen.\n<|end_of_text|>");
 
-  DataLoader loader(std::move(d.train), {.seq_len = 256, .local_batch_size = 4, .seed = 0});
-  Batch b = loader.next();
-  EXPECT_EQ(b.inputs.sizes(), (Shape{4, 256}));
+  // Its own BPE tokenizer: 3.7 bytes a token (data/kjv_tokenizer/README.md), the same documents.
+  auto bpe = data::load_tokenizer("data/kjv_tokenizer");
+  data::Dataset b = data::load_dataset({.path = kjv}, *bpe);
+  EXPECT_EQ(b.stats.documents, 66);
+  EXPECT_EQ(b.stream.size(), 1121910 + 2 * 66 - 65);
+  std::vector<int32_t> bpe_ids = all_ids(b.stream);
+  EXPECT_EQ(bpe->decode(std::span(bpe_ids).first(15)),
+            "<|begin_of_text|>In the beginning God created the heaven and the earth.\n");
+
+  DataLoader loader(std::move(b.stream), {.seq_len = 256, .local_batch_size = 4, .seed = 0, .eos_id = *bpe->eos_id()});
+  Batch batch = loader.next();
+  EXPECT_EQ(batch.inputs.sizes(), (Shape{4, 256}));
+  EXPECT_EQ(batch.document_ids.sizes(), (Shape{4, 256}));
 }
 
 }  // namespace

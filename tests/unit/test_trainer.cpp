@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "support/test_util.h"
+#include "titan/data/dataset.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {
@@ -82,6 +85,32 @@ TEST(Trainer, SigintAndSigtermRequestAStop) {
     std::raise(sig);
     EXPECT_TRUE(StopOnSignal::requested());
   }
+}
+
+TEST(Trainer, TokenShardsTrainExactlyLikeTheTextTheyWereMadeFrom) {
+  JobConfig text = small_config({"--model.tokenizer_path=data/kjv_tokenizer", "--training.steps=2"});
+  // The same corpus as token shards of 1000 ids (so windows straddle shards), written as
+  // `titan tokenize` writes them.
+  const fs::path shards = fs::temp_directory_path() / ("titan_trainer_shards_" + std::to_string(::getpid()));
+  fs::remove_all(shards);
+  auto tok = data::load_tokenizer("data/kjv_tokenizer");
+  data::TokenShardWriter w(shards, {tok->vocab_size(), *tok->bos_id(), *tok->eos_id(), tok->fingerprint()}, 1000);
+  data::DatasetStats stats;
+  std::vector<fs::path> files{text.training.dataset_path};
+  data::for_each_document_batch(files, {}, stats, [&](std::span<const std::string_view> docs, int64_t) {
+    std::vector<int32_t> packed;
+    for (const auto& ids : tok->encode_batch(docs)) data::pack_document(ids, *tok, packed);
+    w.append(packed);
+  });
+  w.finish();
+  ASSERT_GT(w.shards().size(), 1u);
+  JobConfig sharded = text;
+  sharded.training.dataset_path = shards.string();
+  EXPECT_EQ(run(sharded).losses, run(text).losses);
+
+  sharded.model.tokenizer_path = "";
+  EXPECT_TITAN_ERROR(run(sharded), "made by another tokenizer");
+  fs::remove_all(shards);
 }
 
 TEST(Trainer, MissingDatasetIsAClearError) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "titan/apps/args.h"
 #include "titan/core/error.h"
 #include "titan/data/text_dataset.h"
 #include "titan/data/tokenizer/bpe_tokenizer.h"
@@ -59,15 +60,7 @@ Options parse(const std::string& sub, const std::vector<std::string>& args) {
     } else if (a == "--out") {
       o.out = value(i);
     } else if (a == "--vocab-size") {
-      const std::string& v = value(i);
-      size_t used = 0;
-      try {
-        o.vocab_size = std::stoll(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      TITAN_CHECK(used == v.size() && used > 0,
-                  "titan tokenizer train: --vocab-size wants a whole number, got '", v, "'");
+      o.vocab_size = parse_whole_number("titan tokenizer train", a, value(i));
     } else if (a == "--add-special" && sub == "encode") {
       o.add_special = true;
     } else if (a == "--skip-special" && sub == "decode") {

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "titan/checkpoint/file_io.h"
+#include "titan/core/file_io.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/crc32c.h"
 

@@ -1,15 +1,10 @@
 #include "titan/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "titan/checkpoint/file_io.h"
+#include "titan/core/file_io.h"
 
 namespace titan::checkpoint {
 
@@ -35,25 +30,12 @@ DType parse_dtype_tag(const std::string& tag, const std::string& where) {
   return kF32;
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TITAN_CHECK(fd >= 0, "safetensors: cannot open ", path, ": ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < 8) {
-    ::close(fd);
-    TITAN_CHECK(false, "safetensors ", path, ": file of ", st.st_size,
-                " bytes is too short for the 8-byte header length (truncated file?)");
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file open
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    TITAN_CHECK(false, "safetensors: cannot map ", path, ": ", std::strerror(errno));
-  }
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), file_(path) {
+  const uint64_t file_size = file_.size();
+  TITAN_CHECK(file_size >= 8, "safetensors ", path, ": file of ", file_size,
+              " bytes is too short for the 8-byte header length (truncated file?)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, map_, 8);
-  const uint64_t file_size = size_;
+  std::memcpy(&header_len, file_.bytes().data(), 8);
   TITAN_CHECK(header_len <= file_size - 8, "safetensors ", path, ": header length ", header_len,
               " exceeds the file size ", file_size, " (truncated file?)");
   json h;
@@ -94,10 +76,6 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
 }
 
-SafetensorsReader::~SafetensorsReader() {
-  if (map_) ::munmap(map_, size_);
-}
-
 const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
   auto it = entries_.find(name);
   TITAN_CHECK(it != entries_.end(), "safetensors ", path_, ": no tensor named '", name, "'");
@@ -107,7 +85,7 @@ const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const 
 Tensor SafetensorsReader::tensor(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
   Tensor t = Tensor::empty(e.shape, {.dtype = e.dtype});
-  std::memcpy(t.data_ptr(), static_cast<const char*>(map_) + e.offset, e.nbytes);
+  std::memcpy(t.data_ptr(), file_.bytes().data() + e.offset, e.nbytes);
   return t;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "titan/core/file_io.h"
 #include "titan/core/tensor.h"
 
 namespace titan::checkpoint {
@@ -30,23 +31,19 @@ struct SafetensorsEntry {
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
-  SafetensorsReader(const SafetensorsReader&) = delete;
-  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
   const std::string& path() const { return path_; }
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The whole file, for checksums.
-  std::string_view bytes() const { return {static_cast<const char*>(map_), size_}; }
+  std::string_view bytes() const { return file_.bytes(); }
   const SafetensorsEntry& entry(const std::string& name) const;
   // A copy of tensor `name`.
   Tensor tensor(const std::string& name) const;
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
   std::map<std::string, SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
 };

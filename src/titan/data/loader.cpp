@@ -23,7 +23,7 @@ uint64_t draw_below(uint64_t seed, int64_t epoch, int64_t i, uint64_t bound) {
 }
 }  // namespace
 
-DataLoader::DataLoader(std::vector<int32_t> tokens, LoaderOptions options)
+DataLoader::DataLoader(TokenStream tokens, LoaderOptions options)
     : tokens_(std::move(tokens)), options_(options) {
   const LoaderOptions& o = options_;
   TITAN_CHECK(o.seq_len >= 1, "DataLoader: seq_len must be at least 1, got ", o.seq_len);
@@ -55,16 +55,31 @@ int64_t DataLoader::window_at(int64_t epoch, int64_t position) {
 
 Batch DataLoader::next() {
   const int64_t batch = options_.local_batch_size, seq = options_.seq_len;
-  Batch out{Tensor::empty({batch, seq}, {.dtype = kI64}), Tensor::empty({batch, seq}, {.dtype = kI64})};
+  Batch out{Tensor::empty({batch, seq}, {.dtype = kI64}), Tensor::empty({batch, seq}, {.dtype = kI64}), {}};
   int64_t* inputs = out.inputs.data<int64_t>();
   int64_t* labels = out.labels.data<int64_t>();
+  const int32_t eos = options_.eos_id;
+  int32_t* docs = nullptr;
+  if (eos >= 0) {
+    out.document_ids = Tensor::empty({batch, seq}, {.dtype = kI32});
+    docs = out.document_ids.data<int32_t>();
+  }
+  std::vector<int32_t> window_ids(static_cast<size_t>(seq + 1));
   for (int64_t b = 0; b < batch; ++b) {
     int64_t global = state_.index + options_.dp_rank * batch + b;
     int64_t window = window_at(state_.epoch + global / num_windows_, global % num_windows_);
-    const int32_t* src = tokens_.data() + window * seq;
+    tokens_.read(window * seq, seq + 1, window_ids.data());
+    const int32_t* src = window_ids.data();
     for (int64_t t = 0; t < seq; ++t) {
       inputs[b * seq + t] = src[t];
       labels[b * seq + t] = src[t + 1];
+    }
+    if (docs) {
+      int32_t doc = 0;
+      for (int64_t t = 0; t < seq; ++t) {
+        docs[b * seq + t] = doc;
+        if (src[t] == eos) ++doc;
+      }
     }
   }
   int64_t advanced = state_.index + options_.dp_world * batch;

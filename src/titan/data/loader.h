@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/data/token_stream.h"
 
 namespace titan::data {
 
@@ -19,6 +20,9 @@ struct LoaderOptions {
   bool shuffle = true;
   int64_t dp_rank = 0;
   int64_t dp_world = 1;
+  // >= 0: batches carry document ids, a new document starting after each eos token (packing puts
+  // one at the end of every document), for attention masks that keep documents apart.
+  int32_t eos_id = -1;
 };
 
 // Windows handed out so far in epoch `epoch`, counted over all ranks. Independent of dp_rank and
@@ -33,13 +37,16 @@ struct LoaderState {
 struct Batch {
   Tensor inputs;
   Tensor labels;
+  // i32 [local_batch_size, seq_len] when LoaderOptions::eos_id is set, else undefined: the
+  // document of inputs[b, t], counted from 0 at the start of each row.
+  Tensor document_ids;
 };
 
 class DataLoader {
  public:
   // Throws when the stream is shorter than one window (seq_len + 1 tokens) or an option is out
   // of range.
-  DataLoader(std::vector<int32_t> tokens, LoaderOptions options);
+  DataLoader(TokenStream tokens, LoaderOptions options);
 
   // The next batch; at the end of an epoch it carries on into the next one's order, so a global
   // batch may hold windows of two epochs. Ranks read disjoint windows while a global batch is no
@@ -51,13 +58,13 @@ class DataLoader {
   void set_state(LoaderState state);
 
   int64_t num_windows() const { return num_windows_; }
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t num_tokens() const { return tokens_.size(); }
 
  private:
   // Window (index into the stream) at `position` of epoch `epoch`'s order.
   int64_t window_at(int64_t epoch, int64_t position);
 
-  std::vector<int32_t> tokens_;
+  TokenStream tokens_;
   LoaderOptions options_;
   int64_t num_windows_;
   LoaderState state_;

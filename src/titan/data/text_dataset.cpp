@@ -3,10 +3,8 @@
 #include <zlib.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <type_traits>
 
 #include "titan/core/error.h"
@@ -23,11 +21,6 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-std::string file_list(std::span<const std::filesystem::path> files) {
-  std::ostringstream os;
-  for (size_t i = 0; i < files.size(); ++i) os << (i ? ", " : "") << "'" << files[i].string() << "'";
-  return os.str();
-}
 }  // namespace
 
 std::string read_text_file(const std::filesystem::path& path) {
@@ -78,36 +71,6 @@ std::vector<std::string_view> split_documents(std::string_view text, DocumentSpl
   }
   if (doc_begin != std::string_view::npos) docs.push_back(text.substr(doc_begin));
   return docs;
-}
-
-TextDataset load_text_dataset(std::span<const std::filesystem::path> files, const ByteTokenizer& tokenizer,
-                              const TextDatasetOptions& options) {
-  TITAN_CHECK(!files.empty(), "text dataset: no files given; name at least one text file (plain or .gz)");
-  TITAN_CHECK(options.validation_fraction >= 0 && options.validation_fraction < 1,
-              "text dataset: validation_fraction must lie in [0, 1), got ", options.validation_fraction);
-  TextDataset out;
-  std::vector<int32_t> stream;
-  for (const std::filesystem::path& path : files) {
-    std::string text = read_text_file(path);
-    out.num_bytes += static_cast<int64_t>(text.size());
-    for (std::string_view doc : split_documents(text, options.split)) {
-      std::vector<int32_t> ids = tokenizer.encode(doc, /*add_bos=*/true, /*add_eos=*/true);
-      stream.insert(stream.end(), ids.begin(), ids.end());
-      ++out.num_documents;
-    }
-  }
-  TITAN_CHECK(out.num_documents > 0, "text dataset: empty corpus: no document in ", file_list(files), " (",
-              out.num_bytes, " bytes in all, none outside blank lines); give files with text");
-
-  auto total = static_cast<int64_t>(stream.size());
-  auto held_out = static_cast<int64_t>(std::floor(options.validation_fraction * static_cast<double>(total)));
-  TITAN_CHECK(options.validation_fraction == 0 || held_out > 0, "text dataset: validation_fraction ",
-              options.validation_fraction, " of ", total,
-              " tokens holds out no token; raise it or set it to 0");
-  out.validation.assign(stream.end() - held_out, stream.end());
-  stream.resize(static_cast<size_t>(total - held_out));
-  out.train = std::move(stream);
-  return out;
 }
 
 }  // namespace titan::data

@@ -220,7 +220,7 @@ Schema make_schema() {
            "0: the flavor's; else overrides it (e.g. the tokenizer's size)")
       .add("weight_tying", &C::Model::weight_tying, {}, "share the embedding with the output projection")
       .add("tokenizer_path", &C::Model::tokenizer_path, {},
-           "tokenizer.json of the tokenizer; empty: the dataset's own");
+           "a folder holding a Hugging Face tokenizer.json (or the file); empty: the byte tokenizer");
 
   // Kept in the model section's struct (models::ModelConfig), which the model is built from.
   SectionBuilder(s, "attention", &C::model, "splash attention's tiles (model.attention = \"splash\")")
@@ -245,9 +245,16 @@ Schema make_schema() {
            "the decay ends at this fraction of optimizer.lr");
 
   SectionBuilder(s, "training", &C::training, "data, batch and length of the run")
-      .add("dataset", &C::Training::dataset, non_empty(), "a built-in dataset name (kjv) or a file path")
+      .add("dataset", &C::Training::dataset, non_empty(),
+           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes")
       .add("dataset_path", &C::Training::dataset_path, {},
-           "where the named dataset's files are; empty: default")
+           "a file, folder or glob of text (.txt, .gz), JSONL (.jsonl, .jsonl.gz) and token shards (.tok); "
+           "empty: the dataset's own")
+      .add("dataset_field", &C::Training::dataset_field, non_empty(), "JSONL: the field holding a document's text")
+      .add("dataset_split", &C::Training::dataset_split, one_of({"blank_line", "file"}),
+           "text files: documents end at blank lines, or each file is one")
+      .add("bad_data", &C::Training::bad_data, one_of({"error", "skip"}),
+           "invalid UTF-8, empty documents, bad JSONL lines, damaged shards: stop, or skip and count")
       .add("local_batch_size", &C::Training::local_batch_size, positive(),
            "sequences per rank per micro-batch")
       .add("global_batch_size", &C::Training::global_batch_size, or_minus_one(positive()),

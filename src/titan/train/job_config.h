@@ -27,7 +27,7 @@ struct JobConfig {
 
   // The registry's ModelConfig, so that a model family is built from cfg.model as it is.
   struct Model : models::ModelConfig {
-    std::string tokenizer_path;  // empty: the dataset's own tokenizer
+    std::string tokenizer_path;  // empty: the byte tokenizer tokenizer
   };
 
   struct Optimizer {
@@ -51,6 +51,9 @@ struct JobConfig {
   struct Training {
     std::string dataset = "kjv";
     std::string dataset_path;
+    std::string dataset_field = "text";
+    std::string dataset_split = "blank_line";
+    std::string bad_data = "error";
     int64_t local_batch_size = 8;
     // -1: local_batch_size x data-parallel degree x gradient_accumulation_steps.
     int64_t global_batch_size = -1;

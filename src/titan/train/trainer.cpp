@@ -10,9 +10,9 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
-#include "titan/data/byte_tokenizer.h"
+#include "titan/data/dataset.h"
 #include "titan/data/loader.h"
-#include "titan/data/text_dataset.h"
+#include "titan/data/tokenizer.h"
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
@@ -38,26 +38,24 @@ extern "C" void on_signal(int sig) {
   g_stop.store(true);
 }
 
-// The files of the [training] dataset: dataset_path when given (a file or a folder of text
-// files), else the bundled corpus for "kjv", else `dataset` read as a path.
-std::vector<fs::path> dataset_files(const JobConfig::Training& t) {
-  fs::path p = !t.dataset_path.empty() ? fs::path(t.dataset_path) : fs::path(t.dataset);
+// What [training] names as a dataset: dataset_path when given, else the bundled corpus for
+// "kjv", else `dataset` read as a path.
+data::DatasetOptions dataset_options(const JobConfig::Training& t) {
+  data::DatasetOptions o{.path = !t.dataset_path.empty() ? t.dataset_path : t.dataset,
+                         .text_field = t.dataset_field,
+                         .split = t.dataset_split == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line,
+                         .bad_data = t.bad_data == "skip" ? data::BadData::skip : data::BadData::error};
   if (t.dataset_path.empty() && t.dataset == "kjv") {
     for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
-      if (fs::exists(candidate)) return {candidate};
+      if (fs::exists(candidate)) {
+        o.path = candidate.string();
+        return o;
+      }
     TITAN_CHECK(false, "training.dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
                 fs::current_path().string(), " nor in ", TITAN_SOURCE_DIR,
                 "; set training.dataset_path to a text file");
   }
-  TITAN_CHECK(fs::exists(p), "training.dataset_path: '", p.string(),
-              "' does not exist; give a text file (.txt or .gz) or a folder of them");
-  if (!fs::is_directory(p)) return {p};
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(p))
-    if (e.is_regular_file()) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  TITAN_CHECK(!files.empty(), "training.dataset_path: folder '", p.string(), "' holds no files");
-  return files;
+  return o;
 }
 
 }  // namespace
@@ -107,21 +105,21 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
   validate(c);
   s.plan = plan_batches(c, 1);
 
-  data::ByteTokenizer tokenizer;
-  std::vector<fs::path> files = dataset_files(c.training);
-  data::TextDataset ds =
-      data::load_text_dataset(files, tokenizer, {.split = data::DocumentSplit::blank_line});
+  std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
+  const data::DatasetOptions data_options = dataset_options(c.training);
+  data::Dataset ds = data::load_dataset(data_options, *tokenizer);
   s.loader = std::make_unique<data::DataLoader>(
-      std::move(ds.train), data::LoaderOptions{.seq_len = c.training.seq_len,
-                                               .local_batch_size = c.training.local_batch_size,
-                                               .seed = static_cast<uint64_t>(c.training.seed)});
+      std::move(ds.stream), data::LoaderOptions{.seq_len = c.training.seq_len,
+                                                .local_batch_size = c.training.local_batch_size,
+                                                .seed = static_cast<uint64_t>(c.training.seed)});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(s.summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
   s.model = spec.build(c.model, c.training.seq_len, s.rng);
-  TITAN_CHECK(s.model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", s.model->vocab_size(),
-              " is smaller than the byte tokenizer's ", tokenizer.vocab_size(), " ids; raise it");
+  TITAN_CHECK(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
+              " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
+              "; raise model.vocab_size");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     spec.parallelize(*s.model, {.activation_checkpoint_mode = ac.mode,
@@ -154,12 +152,13 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
   log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
       << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
       << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
-      << "titan: data " << files.front().string() << (files.size() > 1 ? " (+more)" : "") << ": "
-      << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of "
-      << c.training.seq_len << "\n"
+      << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
+      << " documents, " << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of "
+      << c.training.seq_len << "; " << tokenizer->description() << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
+  if (!ds.stats.skipped.empty()) log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
   s.checkpointer = std::make_unique<CheckpointManager>(
       c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng}, log);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "titan/core/crc32c.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
 #include "titan/data/tokenizer/byte_level.h"
@@ -11,12 +12,16 @@ namespace titan::data {
 
 namespace {
 
-nlohmann::json read_json(const std::filesystem::path& path) {
+std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(in.good(), "cannot open ", path.string());
   std::ostringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  return std::move(text).str();
+}
+
+nlohmann::json parse_json(const std::string& text, const std::filesystem::path& path) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   TITAN_CHECK(!j.is_discarded(), path.string(), " is not valid JSON");
   return j;
 }
@@ -36,9 +41,12 @@ BpeTokenizer BpeTokenizer::load(const std::filesystem::path& path) {
   TITAN_CHECK(std::filesystem::is_regular_file(file), "no tokenizer at ", path.string(),
               ": name a folder holding tokenizer.json, or the tokenizer.json itself");
   std::filesystem::path config_file = file.parent_path() / "tokenizer_config.json";
-  nlohmann::json config =
-      std::filesystem::exists(config_file) ? read_json(config_file) : nlohmann::json::object();
-  return BpeTokenizer(read_json(file), config, file.string());
+  const std::string tokenizer_text = read_file(file);
+  const std::string config_text = std::filesystem::exists(config_file) ? read_file(config_file) : "{}";
+  BpeTokenizer t(parse_json(tokenizer_text, file), parse_json(config_text, config_file), file.string());
+  // The config counts: it chooses bos and eos.
+  t.fingerprint_ = crc32c_extend(crc32c(tokenizer_text), config_text.data(), config_text.size());
+  return t;
 }
 
 BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config,

@@ -43,6 +43,9 @@ class BpeTokenizer {
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
   std::optional<int32_t> bos_id() const { return bos_; }
   std::optional<int32_t> eos_id() const { return eos_; }
+  // CRC-32C of tokenizer.json followed by tokenizer_config.json ("{}" when absent): the files
+  // that define the ids.
+  uint32_t fingerprint() const { return fingerprint_; }
   // The id of an added token by its text, else of a vocabulary token by its bytes.
   std::optional<int32_t> token_id(std::string_view token) const;
 
@@ -62,6 +65,7 @@ class BpeTokenizer {
   std::vector<Kind> kinds_;
   std::optional<int32_t> bos_, eos_;
   bool add_bos_ = false, add_eos_ = false;
+  uint32_t fingerprint_ = 0;
 };
 
 }  // namespace titan::data

@@ -1,11 +1,12 @@
 #pragma once
-// The POSIX file operations a crash-safe save needs and std::ofstream does not offer: fsync of
-// files and directories, and a rename that swaps two directories.
+// The POSIX file operations that std::fstream does not offer: what a crash-safe save needs (fsync
+// of files and directories, a rename that swaps two directories) and read-only memory maps.
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
-namespace titan::checkpoint {
+namespace titan {
 
 // A file being written (created or truncated), its CRC-32C and size kept as bytes go out.
 // Errors name the file and the system's reason.
@@ -39,4 +40,23 @@ void sync_directory(const std::filesystem::path& dir);
 // holds the old one.
 void rename_directory(const std::filesystem::path& from, const std::filesystem::path& to);
 
-}  // namespace titan::checkpoint
+// A whole file mapped read-only: large files (checkpoints, token shards) are paged in as they are
+// read, and pages of a file several processes map are shared. Errors name the file.
+class MappedFile {
+ public:
+  explicit MappedFile(std::filesystem::path path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string_view bytes() const { return {data_, size_}; }
+  size_t size() const { return size_; }
+
+ private:
+  std::filesystem::path path_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace titan

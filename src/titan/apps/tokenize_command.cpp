@@ -1,0 +1,151 @@
+#include "titan/apps/tokenize_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "titan/apps/args.h"
+#include "titan/core/error.h"
+#include "titan/data/dataset.h"
+
+namespace titan::apps {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kTokenizeUsage =
+    "usage: titan tokenize --out DIR [--tokenizer DIR] [options] INPUT...\n"
+    "  INPUT               a file, folder or glob of text (.txt, .gz) or JSONL (.jsonl, .jsonl.gz)\n"
+    "  --out DIR           where the shards go (shard-00000.tok, ...); must hold no shards yet\n"
+    "  --tokenizer DIR     a Hugging Face tokenizer.json folder; default: the byte tokenizer.\n"
+    "                      Train with the same one (model.tokenizer_path): shards record it\n"
+    "  --field NAME        JSONL: the field holding the text (default: text)\n"
+    "  --split MODE        text files: blank_line (default) or file (one document per file)\n"
+    "  --bad-data MODE     error (default) or skip: skip and count bad documents\n"
+    "  --shard-tokens N    ids per shard (default: 268435456, 1 GiB a shard)\n"
+    "Then train on them with --training.dataset_path=DIR.\n";
+
+struct Options {
+  std::string out, tokenizer;
+  data::DatasetOptions dataset;
+  int64_t shard_tokens = int64_t{1} << 28;
+  std::vector<std::string> inputs;
+};
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  auto value = [&](size_t& i) -> const std::string& {
+    TITAN_CHECK(i + 1 < args.size(), "titan tokenize: ", args[i], " needs a value\n", kTokenizeUsage);
+    return args[++i];
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--out") {
+      o.out = value(i);
+    } else if (a == "--tokenizer") {
+      o.tokenizer = value(i);
+    } else if (a == "--field") {
+      o.dataset.text_field = value(i);
+    } else if (a == "--split") {
+      const std::string& v = value(i);
+      TITAN_CHECK(v == "blank_line" || v == "file", "titan tokenize: --split is blank_line or file, got '", v, "'");
+      o.dataset.split = v == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line;
+    } else if (a == "--bad-data") {
+      const std::string& v = value(i);
+      TITAN_CHECK(v == "error" || v == "skip", "titan tokenize: --bad-data is error or skip, got '", v, "'");
+      o.dataset.bad_data = v == "skip" ? data::BadData::skip : data::BadData::error;
+    } else if (a == "--shard-tokens") {
+      o.shard_tokens = parse_whole_number("titan tokenize", a, value(i));
+    } else if (!a.starts_with("--")) {
+      o.inputs.push_back(a);
+    } else {
+      TITAN_CHECK(false, "titan tokenize: unknown argument '", a, "'\n", kTokenizeUsage);
+    }
+  }
+  TITAN_CHECK(!o.out.empty(), "titan tokenize: no --out given\n", kTokenizeUsage);
+  TITAN_CHECK(!o.inputs.empty(), "titan tokenize: no INPUT given\n", kTokenizeUsage);
+  return o;
+}
+
+// One line on stderr, redrawn in place on a terminal; elsewhere (a log file) a line every tenth.
+class Progress {
+ public:
+  explicit Progress(int64_t total_bytes) : total_(std::max<int64_t>(total_bytes, 1)), tty_(::isatty(2) != 0) {}
+  void update(int64_t done, int64_t documents, int64_t tokens, bool last = false) {
+    const double fraction = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
+    const int tenth = static_cast<int>(fraction * 10);
+    if (!tty_ && tenth <= printed_tenth_) return;
+    printed_tenth_ = tenth;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(fraction * kWidth);
+    std::fprintf(stderr, "%s[%.*s%*s] %3.0f%%  %.1f/%.1f MB  %.1f MB/s  %lld documents  %lld tokens%s",
+                 tty_ ? "\r" : "", filled, "##############################", kWidth - filled, "", 100 * fraction,
+                 static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6,
+                 static_cast<double>(done) / 1e6 / std::max(seconds, 1e-9), static_cast<long long>(documents),
+                 static_cast<long long>(tokens), tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  int64_t total_;
+  bool tty_;
+  int printed_tenth_ = -1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+int tokenize_command(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::cout << kTokenizeUsage;
+    return 0;
+  }
+  const Options o = parse(args);
+  std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(o.tokenizer);
+  std::vector<fs::path> files;
+  for (const std::string& input : o.inputs)
+    for (fs::path& f : data::resolve_dataset_files(input)) {
+      TITAN_CHECK(data::file_kind(f) != data::FileKind::shard, "titan tokenize: ", f.string(),
+                  " is already a token shard; give text or JSONL files");
+      files.push_back(std::move(f));
+    }
+  int64_t total = 0;
+  for (const fs::path& f : files) total += static_cast<int64_t>(fs::file_size(f));
+
+  data::TokenShardWriter writer(o.out,
+                                {.vocab_size = tokenizer->vocab_size(),
+                                 .bos = tokenizer->bos_id().value_or(-1),
+                                 .eos = tokenizer->eos_id().value_or(-1),
+                                 .tokenizer_fingerprint = tokenizer->fingerprint()},
+                                o.shard_tokens);
+  data::DatasetStats stats;
+  Progress progress(total);
+  std::vector<int32_t> packed;
+  int64_t tokens = 0;
+  data::for_each_document_batch(files, o.dataset, stats, [&](std::span<const std::string_view> docs, int64_t done) {
+    packed.clear();
+    for (const auto& ids : tokenizer->encode_batch(docs)) data::pack_document(ids, *tokenizer, packed);
+    writer.append(packed);
+    tokens += static_cast<int64_t>(packed.size());
+    progress.update(done, stats.documents, tokens);
+  });
+  writer.finish();
+  progress.update(total, stats.documents, writer.tokens_written(), /*last=*/true);
+  TITAN_CHECK(writer.tokens_written() > 0, "titan tokenize: the inputs hold no document",
+              stats.skipped.empty() ? "" : " (" + stats.skipped_summary() + ")");
+  std::cout << "titan tokenize: " << stats.files << " files, " << stats.documents << " documents, "
+            << writer.tokens_written() << " tokens in " << writer.shards().size() << " shards under " << o.out
+            << " (" << tokenizer->description() << ", " << static_cast<double>(stats.bytes) / 1e6 / progress.seconds()
+            << " MB/s)\n";
+  if (!stats.skipped.empty()) std::cout << "titan tokenize: " << stats.skipped_summary() << "\n";
+  return 0;
+}
+
+}  // namespace titan::apps
