@@ -55,7 +55,7 @@ int64_t DataLoader::window_at(int64_t epoch, int64_t position) {
 
 Batch DataLoader::next() {
   const int64_t batch = options_.local_batch_size, seq = options_.seq_len;
-  Batch out{Tensor::empty({batch, seq}, {.dtype = kI64}), Tensor::empty({batch, seq}, {.dtype = kI64}), {}};
+  Batch out{Tensor::empty({batch, seq}, {.dtype = kI64}), Tensor::empty({batch, seq}, {.dtype = kI64})};
   int64_t* inputs = out.inputs.data<int64_t>();
   int64_t* labels = out.labels.data<int64_t>();
   const int32_t eos = options_.eos_id;

@@ -39,7 +39,7 @@ struct Batch {
   Tensor labels;
   // i32 [local_batch_size, seq_len] when LoaderOptions::eos_id is set, else undefined: the
   // document of inputs[b, t], counted from 0 at the start of each row.
-  Tensor document_ids;
+  Tensor document_ids = {};
 };
 
 class DataLoader {
