@@ -24,15 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_reference import loaded_blas, median_seconds  # noqa: E402
-
-
-def status_bytes(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
+from torch_reference import environment, median_seconds, reset_peak_rss, start_torch, status_bytes  # noqa: E402
 
 
 def visible(case, torch):
@@ -67,17 +59,9 @@ def attention_call(case, torch):
 
 
 def main():
-    with open(sys.argv[1]) as f:
-        request = json.load(f)
-    threads = int(request["threads"])
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        import torch
-    except ImportError as e:
-        print(json.dumps({"error": f"cannot import torch with {sys.executable}: {e}"}))
+    request, torch = start_torch()
+    if torch is None:
         return 0
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
     libc = ctypes.CDLL("libc.so.6")
     results = {}
     for case in request["cases"]:
@@ -85,8 +69,7 @@ def main():
         gc.collect()
         libc.malloc_trim(0)  # so that the next case's growth starts from what is live
         before = status_bytes("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current resident size
+        reset_peak_rss()
         try:
             seconds = median_seconds(attention_call(case, torch), case)
             results[name] = {"seconds": seconds, "peak_bytes": status_bytes("VmHWM") - before}
@@ -94,9 +77,7 @@ def main():
         except (RuntimeError, MemoryError, ValueError) as e:
             results[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"torch  {name}: {results[name]['error']}", file=sys.stderr, flush=True)
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "blas": loaded_blas(),
-                      "results": results}))
+    print(json.dumps({**environment(torch), "results": results}))
     return 0
 
 

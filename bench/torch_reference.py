@@ -125,7 +125,26 @@ def loaded_blas():
     return ", ".join(sorted(p for p in paths if p.startswith("/"))) or "unknown"
 
 
-def main():
+def status_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak_rss():
+    # "5" resets VmHWM to the current resident set (Linux >= 4.0).
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def start_torch():
+    """Reads the request (the JSON file named by argv[1]) and imports torch with its thread count.
+
+    Returns (request, torch), or (request, None) after printing {"error"} when torch cannot load.
+    Shared by every bench/*_torch.py script, so all of them start torch the same way.
+    """
     with open(sys.argv[1]) as f:
         request = json.load(f)
     threads = int(request["threads"])
@@ -135,9 +154,22 @@ def main():
         import torch
     except ImportError as e:
         print(json.dumps({"error": f"cannot import torch with {sys.executable}: {e}"}))
-        return 0
+        return request, None
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    return request, torch
+
+
+def environment(torch):
+    """What the reply reports of the run: torch's version, threads, BLAS and malloc tunables."""
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "blas": loaded_blas(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+
+
+def main():
+    request, torch = start_torch()
+    if torch is None:
+        return 0
     results = {}
     for case in request["cases"]:
         name = case["name"]
@@ -149,9 +181,7 @@ def main():
             results[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"torch  {name}: {results[name]['error']}", file=sys.stderr, flush=True)
         gc.collect()  # the next case may need this one's memory
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "blas": loaded_blas(),
-                      "results": results}))
+    print(json.dumps({**environment(torch), "results": results}))
     return 0
 
 

@@ -25,38 +25,18 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def status_bytes(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def reset_peak_rss():
-    # "5" resets VmHWM to the current resident set (Linux >= 4.0).
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def main():
-    with open(sys.argv[1]) as f:
-        request = json.load(f)
-    threads = int(request["threads"])
-    # Before torch loads OpenMP and OpenBLAS, so their pools start at this size too.
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        print(json.dumps({"error": f"cannot import torch with {sys.executable}: {e}"}))
-        return 0
     sys.path.insert(0, os.path.join(HERE, "..", "tests", "parity"))
     sys.path.insert(0, HERE)
-    import llama3_torch
-    from torch_reference import loaded_blas
+    from torch_reference import environment, reset_peak_rss, start_torch, status_bytes
 
-    torch.set_num_threads(threads)
+    request, torch = start_torch()
+    if torch is None:
+        return 0
+    import torch.nn.functional as F
+
+    import llama3_torch
+
     c = request["config"]
     args = llama3_torch.ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=c["n_heads"],
                                   n_kv_heads=c["n_kv_heads"], vocab_size=c["vocab_size"], ffn_dim=c["ffn_dim"],
@@ -91,9 +71,7 @@ def main():
         seconds.append(time.perf_counter() - start)
         print(f"torch  step {i + 1}: {seconds[-1] * 1e3:.0f} ms, loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
     rss_peak = status_bytes("VmHWM")
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "blas": loaded_blas(),
-                      "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
-                      "foreach": opt.param_groups[0]["foreach"],
+    print(json.dumps({**environment(torch), "foreach": opt.param_groups[0]["foreach"],
                       "step_seconds": seconds[request["warmup"]:], "losses": losses,
                       "rss_baseline": rss_baseline, "rss_peak": rss_peak}))
     return 0
