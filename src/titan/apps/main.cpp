@@ -1,9 +1,10 @@
-// The `titan` command. Subcommands: train (more come with their issues: generate, convert,
-// tokenizer, bench).
+// The `titan` command. Subcommands: train, tokenizer, convert (more come with their issues:
+// generate, bench).
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "titan/apps/convert_command.h"
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
@@ -16,7 +17,8 @@ constexpr const char* kUsage =
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
-    "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n";
+    "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
+    "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n";
 
 int train(const std::vector<std::string>& args) {
   std::string config;
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
     if (cmd == "train") return train(args);
     if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
+    if (cmd == "convert") return titan::apps::convert_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const titan::Error& e) {
