@@ -1,10 +1,11 @@
-// The `titan` command. Subcommands: train, tokenizer, tokenize (more come with their issues:
-// generate, convert, bench).
+// The `titan` command. Subcommands: train, tokenizer, tokenize, convert (more come with their
+// issues: generate, bench).
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "titan/apps/tokenize_command.h"
+#include "titan/apps/convert_command.h"
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
@@ -18,7 +19,8 @@ constexpr const char* kUsage =
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
-    "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n";
+    "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n"
+    "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n";
 
 int train(const std::vector<std::string>& args) {
   std::string config;
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return train(args);
     if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
     if (cmd == "tokenize") return titan::apps::tokenize_command(args);
+    if (cmd == "convert") return titan::apps::convert_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const titan::Error& e) {

@@ -307,13 +307,14 @@ Schema make_schema() {
       .add("folder", &C::Checkpoint::folder, non_empty(), "checkpoint folder, under job.dump_folder")
       .add("interval", &C::Checkpoint::interval, positive(), "save every this many steps")
       .add("initial_load_path", &C::Checkpoint::initial_load_path, {},
-           "checkpoint to start from when the folder has none; empty: none")
+           "checkpoint, or Hugging Face model folder, to start from when the folder has none; empty: none")
       .add("initial_load_model_only", &C::Checkpoint::initial_load_model_only, {},
            "from initial_load_path load the weights only, not optimizer and data state")
       .add("last_save_model_only", &C::Checkpoint::last_save_model_only, {},
            "the final save holds the weights only, in export_dtype")
       .add("last_save_in_hf", &C::Checkpoint::last_save_in_hf, {},
-           "write the final save as Hugging Face safetensors (needs last_save_model_only)")
+           "write the final save as a Hugging Face folder: config.json + model.safetensors (needs "
+           "last_save_model_only)")
       .add("export_dtype", &C::Checkpoint::export_dtype, one_of(kDtypes), "dtype of a model-only final save")
       .add("async_mode", &C::Checkpoint::async_mode, one_of({"disabled", "async", "async_with_pinned_mem"}),
            "write checkpoints in the background")
