@@ -19,7 +19,9 @@ using train::JobConfig;
 using train::load_job_config;
 using train::parse_job_config;
 
-const fs::path kConfigs = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
+// From the source-tree define, not __FILE__: with CCACHE_BASEDIR set, ccache makes __FILE__ relative
+// to the build folder, which is not where ctest runs the tests.
+const fs::path kConfigs = fs::path(TITAN_SOURCE_DIR) / "configs";
 
 // Each test writes its TOML files into a fresh folder, removed afterwards.
 class JobConfigFiles : public ::testing::Test {
