@@ -21,9 +21,8 @@ namespace titan::train {
 namespace {
 
 // Where a key's value lives; one alternative per value type a key can have.
-using Ref =
-    std::variant<bool*, int64_t*, double*, std::string*, std::optional<bool>*, std::optional<int64_t>*,
-                 std::optional<double>*>;
+using Ref = std::variant<bool*, int64_t*, double*, std::string*, std::optional<bool>*,
+                         std::optional<int64_t>*, std::optional<double>*>;
 
 template <class T>
 struct Unwrap {

@@ -18,8 +18,8 @@
 namespace titan::models::llama3 {
 
 // The shared pieces, under the names this family's code and its users know them by.
-using common::AttentionKernel;
 using common::Attention;
+using common::AttentionKernel;
 using common::FeedForward;
 
 class TransformerBlock : public nn::Module {

@@ -23,7 +23,8 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, Tens
   attention = register_module("attention",
                               std::make_shared<common::Attention>(attention_args, init_std, opts, kernel));
   if (args.moe)
-    moe = register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, args.dim, *args.moe, init_std, opts));
+    moe =
+        register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, args.dim, *args.moe, init_std, opts));
   else
     feed_forward = register_module(
         "feed_forward", std::make_shared<common::FeedForward>(args.dim, args.ffn_dim, init_std, opts));
@@ -32,7 +33,8 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, Tens
   ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
 }
 
-Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope,
+                                 const attention::BlockMask& mask,
                                  const std::shared_ptr<nn::moe::MoEPass>& pass) {
   Tensor h = x + (*attention)((*attention_norm)(x), rope, mask);
   Tensor normed = (*ffn_norm)(h);
@@ -51,7 +53,8 @@ Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::Atte
     layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
   if (!args_.tie_embeddings)
-    output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
+    output =
+        register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
   rope_ = ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta);
   rope_.cos = register_buffer("rope_cos", rope_.cos, false);
   rope_.sin = register_buffer("rope_sin", rope_.sin, false);

@@ -31,9 +31,8 @@ class TransformerBlock : public nn::Module {
   // model's, the mask and the pass are captured by value (see common::Attention's call operator).
   Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
                     const std::shared_ptr<nn::moe::MoEPass>& pass) {
-    return run_forward(x, [this, table = &rope, mask, pass](const Tensor& in) {
-      return forward(in, *table, mask, pass);
-    });
+    return run_forward(
+        x, [this, table = &rope, mask, pass](const Tensor& in) { return forward(in, *table, mask, pass); });
   }
 
   std::shared_ptr<common::Attention> attention;
