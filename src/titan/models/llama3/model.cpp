@@ -2,8 +2,10 @@
 
 #include <cmath>
 
+#include "titan/attention/decode.h"
 #include "titan/attention/reference.h"
 #include "titan/attention/splash.h"
+#include "titan/autograd/grad_mode.h"
 #include "titan/nn/init.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
@@ -32,17 +34,36 @@ Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts,
   wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
 }
 
-Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos) {
   const int64_t B = x.size(0), S = x.size(1);
   Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
   Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
   Tensor v = (*wv)(x).view({B, S, -1, head_dim_});
   // Meta's layout: dims (2i, 2i + 1) rotate together, as their complex multiply pairs them.
-  q = ops::rope(q, rope, ops::RopeLayout::interleaved);
-  k = ops::rope(k, rope, ops::RopeLayout::interleaved);
+  q = ops::rope(q, rope, ops::RopeLayout::interleaved, start_pos);
+  k = ops::rope(k, rope, ops::RopeLayout::interleaved, start_pos);
+  return {q, k, v};
+}
+
+Tensor Attention::attend(const Qkv& qkv, const attention::BlockMask& mask) const {
   // Both scale by 1/sqrt(head_dim).
-  Tensor out =
-      kernel_.splash ? attention::splash_attention(q, k, v, mask) : attention::attention_reference(q, k, v);
+  return kernel_.splash ? attention::splash_attention(qkv.q, qkv.k, qkv.v, mask)
+                        : attention::attention_reference(qkv.q, qkv.k, qkv.v);
+}
+
+Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+  const int64_t B = x.size(0), S = x.size(1);
+  return (*wo)(attend(project(x, rope, 0), mask).view({B, S, -1}));
+}
+
+Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope,
+                                 const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
+  const int64_t B = x.size(0), S = x.size(1), start = cache.length();
+  Qkv qkv = project(x, rope, start);
+  auto [keys, values] = cache.append(layer, qkv.k, qkv.v);
+  // A prompt that starts the sequence computes what training computes, with the same kernel (and
+  // with splash, no [S, S] scores); later tokens read the keys before them from the cache.
+  Tensor out = start == 0 ? attend(qkv, mask) : attention::decode_attention(qkv.q, keys, values);
   return (*wo)(out.view({B, S, -1}));
 }
 
@@ -92,6 +113,12 @@ Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope,
   return h + (*feed_forward)((*ffn_norm)(h));
 }
 
+Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope,
+                                        const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope, mask, cache, layer);
+  return h + (*feed_forward)((*ffn_norm)(h));
+}
+
 // ---- Transformer --------------------------------------------------------------------------------
 
 Transformer::Transformer(const ModelArgs& args, TensorOptions opts, AttentionKernel kernel)
@@ -119,6 +146,24 @@ Tensor Transformer::forward(const Tensor& tokens) {
                                                 kernel_.block_q, kernel_.block_kv);
   Tensor h = (*tok_embeddings)(tokens);
   for (const auto& layer : *layers) h = (*layer)(h, rope_, mask);
+  return (*output)((*norm)(h));
+}
+
+Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
+  autograd::NoGradGuard no_grad;
+  const int64_t start = cache.length();
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && start + tokens.size(1) <= args_.max_seq_len,
+              "llama3 Transformer::forward_cached: expected tokens [batch, seq >= 1] at positions from ",
+              start, " on, ending within max_seq_len (", args_.max_seq_len, "), got ", tokens.desc(),
+              "; the model has no positions beyond its max_seq_len");
+  // Read only when the tokens start the sequence (see Attention::forward_cached); for one token
+  // it is a single tile.
+  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
+                                                kernel_.block_q, kernel_.block_kv);
+  Tensor h = (*tok_embeddings)(tokens);
+  int64_t layer = 0;
+  for (const auto& block : *layers) h = (*block)(h, rope_, mask, cache, layer++);
+  cache.advance(tokens.size(1));
   return (*output)((*norm)(h));
 }
 

@@ -40,12 +40,32 @@ class Attention : public nn::Module {
     return run_forward(x,
                        [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
+  // Inference: x [B, S, dim] at positions [cache.length(), cache.length() + S); appends this
+  // layer's keys and values to `cache` (slot `layer`) and attends over all it holds. Tokens that
+  // start the sequence run the training kernel (with `mask`, their causal mask); later ones
+  // attend over the cache with decode_attention.
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                        KVCache& cache, int64_t layer);
+  // Inference runs under no-grad, where a wrapper only calls the body, once: it may capture by
+  // reference.
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    KVCache& cache, int64_t layer) {
+    return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, cache, layer); });
+  }
   // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std.
   void reset_parameters(Generator& gen) override;
 
   std::shared_ptr<nn::Linear> wq, wk, wv, wo;
 
  private:
+  struct Qkv {
+    Tensor q, k, v;  // [B, S, heads, head_dim]
+  };
+  // The projections of x, q and k rotated for positions [start_pos, start_pos + S).
+  Qkv project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos);
+  // The configured kernel over the q, k and v of the same S tokens.
+  Tensor attend(const Qkv& qkv, const attention::BlockMask& mask) const;
+
   int64_t head_dim_;
   double init_std_;
   AttentionKernel kernel_;
@@ -82,6 +102,14 @@ class TransformerBlock : public nn::Module {
                        [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
 
+  // Inference over `cache` (see Attention::forward_cached); `layer` is this block's cache slot.
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                        KVCache& cache, int64_t layer);
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    KVCache& cache, int64_t layer) {
+    return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, cache, layer); });
+  }
+
   std::shared_ptr<Attention> attention;
   std::shared_ptr<FeedForward> feed_forward;
   std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
@@ -98,7 +126,10 @@ class Transformer : public CausalLM {
   Tensor operator()(const Tensor& tokens) override {
     return run_forward(tokens, [this](const Tensor& in) { return forward(in); });
   }
+  // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
+  Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
   // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. (The token
   // embedding's normal(0, 1) and the norms' ones are those modules' own defaults.)
