@@ -18,7 +18,9 @@ using train::JobConfig;
 using train::load_job_config;
 using train::parse_job_config;
 
-const fs::path kConfigs = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
+// From the source dir CMake passes in: __FILE__ is relative to the build dir when ccache rewrites
+// paths (CCACHE_BASEDIR), and ctest runs the tests elsewhere.
+const fs::path kConfigs = fs::path(TITAN_SOURCE_DIR) / "configs";
 
 // Each test writes its TOML files into a fresh folder, removed afterwards.
 class JobConfigFiles : public ::testing::Test {
