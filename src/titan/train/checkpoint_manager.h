@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <map>
 
+#include "titan/checkpoint/checkpoint.h"
 #include "titan/core/rng.h"
 #include "titan/data/loader.h"
 #include "titan/nn/module.h"
@@ -60,6 +61,10 @@ class CheckpointManager {
   const std::filesystem::path& folder() const { return folder_; }
   // The complete checkpoints of `folder` (step-<N> holding metadata.json) by step.
   static std::map<int64_t, std::filesystem::path> list(const std::filesystem::path& folder);
+  // Loads the model's tensors ("model.<name>") of the checkpoint `reader` opened, full or
+  // model-only, cast from the dtype they were saved in, into `model`, as a model-only restore
+  // does (for inference, not to resume training).
+  static void load_model(checkpoint::Reader& reader, nn::Module& model);
 
  private:
   void save(int64_t step, bool model_only);
