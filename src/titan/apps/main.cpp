@@ -1,9 +1,10 @@
-// The `titan` command. Subcommands: train (more come with their issues: generate, convert,
-// tokenizer, bench).
+// The `titan` command. Subcommands: train, generate, tokenizer (more come with their issues:
+// convert, bench).
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "titan/apps/generate_command.h"
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
@@ -16,6 +17,7 @@ constexpr const char* kUsage =
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
+    "       titan generate --checkpoint PATH --prompt TEXT ...   (titan generate --help)\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n";
 
 int train(const std::vector<std::string>& args) {
@@ -47,8 +49,13 @@ int train(const std::vector<std::string>& args) {
   titan::train::StopOnSignal stop_on_signal;
   titan::train::Trainer trainer(cfg, std::cout);
   titan::train::TrainResult r = trainer.train();
-  std::cout << "titan: " << r.steps_run << " steps, final loss " << (r.losses.empty() ? 0.0 : r.losses.back())
-            << (r.interrupted ? " (interrupted)" : "") << "\n";
+  std::cout << "titan: " << r.steps_run << " steps";
+  // A finished run started again (make train twice) resumes at its end and runs no step.
+  if (r.losses.empty())
+    std::cout << ", none run now";
+  else
+    std::cout << ", final loss " << r.losses.back();
+  std::cout << (r.interrupted ? " (interrupted)" : "") << "\n";
   return 0;
 }
 
@@ -64,6 +71,7 @@ int main(int argc, char** argv) {
     std::string cmd = args[0];
     args.erase(args.begin());
     if (cmd == "train") return train(args);
+    if (cmd == "generate") return titan::apps::generate_command(args);
     if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
