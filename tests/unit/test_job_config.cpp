@@ -528,6 +528,31 @@ TEST(JobConfig, Json) {
   EXPECT_EQ(train::to_json(with({"--lr_scheduler.decay_ratio=0.5"}))["lr_scheduler"]["decay_ratio"], 0.5);
 }
 
+TEST(JobConfig, JsonReadsBack) {
+  // As a checkpoint keeps it: every key, set or unset, comes back as it was.
+  for (const JobConfig& c : {unusual_config(), JobConfig{}}) {
+    nlohmann::json j = train::to_json(c);
+    EXPECT_EQ(train::to_json(train::job_config_from_json(j, "saved")), j);
+  }
+  // Absent keys take their defaults; the rest is checked as a file is.
+  EXPECT_EQ(train::job_config_from_json({{"training", {{"seed", 5}}}}, "saved").training.seed, 5);
+  auto with_key = [](const char* section, const char* key, const nlohmann::json& value) {
+    nlohmann::json j = train::to_json(JobConfig{});
+    j[section][key] = value;
+    return j;
+  };
+  EXPECT_TITAN_ERROR(
+      train::job_config_from_json(with_key("training", "sequence_length", 32), "m.json (config)"),
+      "m.json (config)", "unknown key 'training.sequence_length'", "valid keys in [training]");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", "many"), "m"),
+                     "training.steps", "expected an integer", "found a string");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", nlohmann::json::array()), "m"),
+                     "training.steps", "found an array");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", 0), "m"),
+                     "training.steps = 0");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(nlohmann::json::array(), "m"), "expected a JSON object");
+}
+
 TEST(JobConfig, BatchPlan) {
   JobConfig c;  // local 8, global -1
   EXPECT_EQ(train::plan_batches(c, 4).global_batch_size, 32);

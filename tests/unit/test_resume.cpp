@@ -52,9 +52,13 @@ fs::path folder(const fs::path& dir) {
   return dir / "ckpt";
 }
 
-// The debug model on 32 tokens a step, checkpointing into folder(dir) when enabled.
+// The debug model on 32 tokens a step, checkpointing into folder(dir) when `extra` enables it.
+// debug.toml's [checkpoint] keys are for `make train`: here checkpoints are off and all are kept
+// unless a test says otherwise.
 std::vector<std::string> overrides(const fs::path& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {"--training.dataset_path=" + (dir / "corpus.txt").string(),
+  std::vector<std::string> o = {"--checkpoint.enable=false",
+                                "--checkpoint.keep_latest_k=0",
+                                "--training.dataset_path=" + (dir / "corpus.txt").string(),
                                 "--training.seq_len=16",
                                 "--training.local_batch_size=2",
                                 "--lr_scheduler.warmup_steps=2",

@@ -91,6 +91,13 @@ std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
   return out;
 }
 
+void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model) {
+  checkpoint::Pieces targets;
+  add_targets(targets, kModel, model.state_dict());
+  reader.load(targets, {.scope = kModel, .allow_cast = true});
+  model.load_state_dict(strip(targets, kModel));
+}
+
 int64_t CheckpointManager::load() {
   const auto& c = cfg_.checkpoint;
   if (!c.enable) return 0;

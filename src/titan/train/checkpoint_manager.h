@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "titan/checkpoint/checkpoint.h"
 #include "titan/core/rng.h"
 #include "titan/data/loader.h"
 #include "titan/nn/module.h"
@@ -66,6 +67,10 @@ class CheckpointManager {
   // The complete checkpoints of `folder` (step-<N> holding metadata.json, or config.json for a
   // Hugging Face export) by step.
   static std::map<int64_t, std::filesystem::path> list(const std::filesystem::path& folder);
+  // Loads the model's tensors ("model.<name>") of the checkpoint `reader` opened, full or
+  // model-only, cast from the dtype they were saved in, into `model`, as a model-only restore
+  // does (for inference, not to resume training).
+  static void load_model(checkpoint::Reader& reader, nn::Module& model);
 
  private:
   void save(int64_t step, bool model_only);
