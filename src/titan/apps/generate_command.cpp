@@ -11,8 +11,7 @@
 #include <string_view>
 
 #include "titan/core/error.h"
-#include "titan/data/byte_tokenizer.h"
-#include "titan/data/tokenizer/bpe_tokenizer.h"
+#include "titan/data/tokenizer.h"
 #include "titan/rl/generate.h"
 #include "titan/rl/trained_model.h"
 
@@ -86,35 +85,6 @@ Options parse(const std::vector<std::string>& args) {
   return o;
 }
 
-// Text to ids and back, as the model was trained.
-struct Codec {
-  std::string name;
-  int32_t vocab_size = 0;
-  std::optional<int32_t> eos;
-  std::function<std::vector<int32_t>(std::string_view)> encode;  // bos first, as training documents
-  std::function<std::string(std::span<const int32_t>)> decode;
-};
-
-// The trainer's choice: model.tokenizer_path when set (a Hugging Face tokenizer.json), else the
-// byte tokenizer. The one place to follow the trainer as it learns other tokenizers.
-Codec tokenizer_for(const train::JobConfig& cfg) {
-  const std::string& path = cfg.model.tokenizer_path;
-  if (!path.empty()) {
-    auto bpe = std::make_shared<data::BpeTokenizer>(data::BpeTokenizer::load(path));
-    return {"BPE " + path, bpe->vocab_size(), bpe->eos_id(),
-            [bpe](std::string_view text) {
-              std::vector<int32_t> ids = bpe->encode(text);
-              if (auto bos = bpe->bos_id()) ids.insert(ids.begin(), *bos);
-              return ids;
-            },
-            [bpe](std::span<const int32_t> ids) { return bpe->decode(ids); }};
-  }
-  data::ByteTokenizer bytes;
-  return {"bytes", bytes.vocab_size(), bytes.eos_id(),
-          [bytes](std::string_view text) { return bytes.encode(text, /*add_bos=*/true, /*add_eos=*/false); },
-          [bytes](std::span<const int32_t> ids) { return bytes.decode(ids); }};
-}
-
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {
@@ -126,22 +96,25 @@ int generate_command(const std::vector<std::string>& args) {
   rl::validate(o.generate);  // before the model is loaded
   rl::TrainedModel trained = rl::load_trained_model(o.checkpoint);
   const train::JobConfig& cfg = trained.config;
-  Codec codec = tokenizer_for(cfg);
-  TITAN_CHECK(codec.vocab_size <= trained.model->vocab_size(), "titan generate: the tokenizer (", codec.name,
-              ") has ", codec.vocab_size, " ids but the model of ", trained.dir.string(), " only ",
-              trained.model->vocab_size());
+  // The tokenizer the run trained with (the byte tokenizer when model.tokenizer_path is empty).
+  std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(cfg.model.tokenizer_path);
+  TITAN_CHECK(tokenizer->vocab_size() <= trained.model->vocab_size(), "titan generate: the ",
+              tokenizer->description(), " has ", tokenizer->vocab_size(), " ids but the model of ",
+              trained.dir.string(), " only ", trained.model->vocab_size());
   std::cerr << "titan: loaded " << trained.dir.string() << " (" << cfg.model.name << " " << cfg.model.flavor
-            << ", context " << trained.model->max_seq_len() << ", tokenizer " << codec.name << ")\n";
+            << ", context " << trained.model->max_seq_len() << ", " << tokenizer->description() << ")\n";
 
-  const std::vector<int32_t> ids = codec.encode(o.prompt);
-  o.generate.eos_id = codec.eos;
-  o.generate.vocab_size = codec.vocab_size;
-  const std::vector<int64_t> prompt(ids.begin(), ids.end());
+  // A bos first, as training documents start.
+  std::vector<int64_t> prompt;
+  if (auto bos = tokenizer->bos_id()) prompt.push_back(*bos);
+  for (int32_t id : tokenizer->encode(o.prompt)) prompt.push_back(id);
+  o.generate.eos_id = tokenizer->eos_id();
+  o.generate.vocab_size = tokenizer->vocab_size();
   rl::GenerateResult r = rl::generate(*trained.model, prompt, o.generate);
 
   std::vector<int32_t> text(r.tokens.begin(), r.tokens.end());
   if (r.stop == rl::StopReason::eos) text.pop_back();
-  std::cout << o.prompt << codec.decode(text) << std::endl;
+  std::cout << o.prompt << tokenizer->decode(text) << std::endl;
   std::cerr << "titan: prompt " << r.prompt_tokens << " tokens in " << r.prefill_seconds << " s ("
             << r.prefill_tokens_per_second() << " tokens/s); " << r.tokens.size() << " new tokens in "
             << r.decode_seconds << " s (" << r.decode_tokens_per_second() << " tokens/s); stopped at "
