@@ -240,8 +240,8 @@ TEST_F(Resume, DamagedOrForeignCheckpointsAreClearErrors) {
   std::string shard = metadata(latest)["files"].begin().key();
 
   // A foreign config: another vocabulary gives other embedding and output shapes.
-  EXPECT_TITAN_ERROR(run(config(dir, with(o, {"--model.vocab_size=300"}))), latest.string(), "does not fit",
-                     "tensor 'model.tok_embeddings.weight': expected f32[300,");
+  EXPECT_TITAN_ERROR(run(config(dir, with(o, {"--model.vocab_size=3000"}))), latest.string(), "does not fit",
+                     "tensor 'model.tok_embeddings.weight': expected f32[3000,");
   EXPECT_TITAN_ERROR(run(config(dir, with(o, {"--training.seed=3"}))), "training.seed = 0",
                      "--training.seed=0");
 
@@ -432,9 +432,9 @@ TEST_F(Resume, HfFolderOfAnotherModelIsAClearError) {
                              "--checkpoint.initial_load_path=" + hf.string()},
                             extra));
   };
-  EXPECT_TITAN_ERROR(run(start_from({"--model.vocab_size=300"})), hf.string(),
+  EXPECT_TITAN_ERROR(run(start_from({"--model.vocab_size=3000"})), hf.string(),
                      "holds llama3 flavor debugmodel with vocab_size 2048",
-                     "this run builds flavor debugmodel with vocab_size 300", "--model.vocab_size=2048");
+                     "this run builds flavor debugmodel with vocab_size 3000", "--model.vocab_size=2048");
   EXPECT_TITAN_ERROR(run(start_from({"--checkpoint.initial_load_model_only=false"})),
                      "is a Hugging Face model folder", "initial_load_model_only = true");
   json config_json = json::parse(std::ifstream(hf / "config.json"));

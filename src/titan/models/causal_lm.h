@@ -16,8 +16,10 @@ using NamedScalars = std::vector<std::pair<std::string, double>>;
 
 class CausalLM : public nn::Module {
  public:
-  // tokens [batch, seq] (i64) -> logits [batch, seq, vocab].
-  virtual Tensor operator()(const Tensor& tokens) = 0;
+  // tokens [batch, seq] (i64) -> logits [batch, seq, vocab]. With document_ids [batch, seq] (a
+  // packed batch's, data::Batch::document_ids), a token attends only to its own document.
+  virtual Tensor operator()(const Tensor& tokens, const Tensor& document_ids) = 0;
+  Tensor operator()(const Tensor& tokens) { return (*this)(tokens, Tensor()); }
   virtual int64_t vocab_size() const = 0;
 
   // The auxiliary loss of the last forward (MoE load balancing), already weighted by its

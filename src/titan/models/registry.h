@@ -26,6 +26,8 @@ struct ModelConfig {
   // [attention] block_q, block_kv: splash attention's tiles, queries x keys.
   int64_t attention_block_q = attention::kDefaultBlockQ;
   int64_t attention_block_kv = attention::kDefaultBlockKv;
+  // [attention] document_masking: the trainer hands the model each batch's document ids.
+  bool attention_document_masking = false;
   // [moe] (mixture-of-experts families): the load-balancing loss's coefficient (0: none) and the
   // auxiliary-loss-free expert bias, with its step per optimizer step.
   double moe_aux_loss_coeff = 0.001;

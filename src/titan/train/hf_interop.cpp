@@ -79,7 +79,9 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
       m.name = section.at("name").get<std::string>();
       m.flavor = section.at("flavor").get<std::string>();
       m.vocab_size = section.value("vocab_size", int64_t{0});
-      m.weight_tying = section.value("weight_tying", false);
+      // Unset (null) means the flavor's own choice.
+      if (section.contains("weight_tying") && !section["weight_tying"].is_null())
+        m.weight_tying = section["weight_tying"].get<bool>();
     } catch (const json::exception& e) {
       TITAN_CHECK(false, where,
                   ": the state names no model: neither \"hf_config\" nor the job config's [model] section (",

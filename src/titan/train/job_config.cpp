@@ -226,7 +226,9 @@ Schema make_schema() {
   // Kept in the model section's struct (models::ModelConfig), which the model is built from.
   SectionBuilder(s, "attention", &C::model, "splash attention's tiles (model.attention = \"splash\")")
       .add("block_q", &C::Model::attention_block_q, at_least_one(), "queries per tile")
-      .add("block_kv", &C::Model::attention_block_kv, at_least_one(), "keys per tile");
+      .add("block_kv", &C::Model::attention_block_kv, at_least_one(), "keys per tile")
+      .add("document_masking", &C::Model::attention_document_masking, {},
+           "packed documents attend only within themselves (a new document after each eos)");
 
   // Kept in the model section's struct too.
   SectionBuilder(s, "moe", &C::model, "load balancing of mixture-of-experts models (e.g. qwen3_moe)")
@@ -687,6 +689,10 @@ void check(const JobConfig& cfg, const Origins& origins, Problems& problems) {
                  std::to_string(par.pipeline_parallel_microbatch_size) +
                  " does not divide training.local_batch_size = " +
                  std::to_string(cfg.training.local_batch_size) + "; pick a divisor of it");
+  }
+  if (cfg.model.attention_document_masking && cfg.model.attention != "splash") {
+    problems.add("attention.document_masking = true needs model.attention = \"splash\" (the reference path is "
+                 "causal only); set one of them");
   }
   if (cfg.checkpoint.last_save_in_hf && !cfg.checkpoint.last_save_model_only) {
     problems.add(

@@ -67,7 +67,8 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   bool has_aux = false;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch batch = next_batch();
-    Tensor logits = model(batch.inputs);
+    // document_ids is defined only when the loader makes them (attention.document_masking).
+    Tensor logits = model(batch.inputs, batch.document_ids);
     Tensor loss = ops::cross_entropy(logits, batch.labels);
     if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
       has_aux = true;
@@ -119,7 +120,10 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
   s.loader = std::make_unique<data::DataLoader>(
       std::move(ds.stream), data::LoaderOptions{.seq_len = c.training.seq_len,
                                                 .local_batch_size = c.training.local_batch_size,
-                                                .seed = static_cast<uint64_t>(c.training.seed)});
+                                                .seed = static_cast<uint64_t>(c.training.seed),
+                                                .eos_id = c.model.attention_document_masking
+                                                              ? tokenizer->eos_id().value_or(-1)
+                                                              : -1});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);

@@ -7,6 +7,17 @@
 
 namespace titan::models::common {
 
+attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids, const AttentionKernel& kernel) {
+  attention::Mask rule = attention::Mask::causal();
+  if (document_ids.defined()) {
+    TITAN_CHECK(kernel.splash, "document masking needs splash attention (model.attention = \"splash\"); the "
+                "reference path is causal only");
+    rule = rule & attention::Mask::document(document_ids);
+  }
+  // Built per forward: for these rules it is microseconds next to the layers.
+  return attention::BlockMask::build(rule, tokens.size(0), tokens.size(1), kernel.block_q, kernel.block_kv);
+}
+
 Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)
     : head_dim_(args.head_dim), rope_layout_(args.rope_layout), init_std_(init_std), kernel_(kernel) {
   const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;

@@ -32,6 +32,10 @@ struct AttentionArgs {
   std::optional<double> qk_norm_eps = std::nullopt;
 };
 
+// The mask every layer of a forward shares: causal, and within documents when `document_ids`
+// [batch, seq] is defined (splash only: the reference path is causal by construction).
+attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids, const AttentionKernel& kernel);
+
 class Attention : public nn::Module {
  public:
   // `init_std`: the std of wo at initialisation (depth-scaled per block).

@@ -60,13 +60,11 @@ Transformer::Transformer(const ModelArgs& args, TensorOptions opts, AttentionKer
   rope_.sin = register_buffer("rope_sin", rope_.sin, false);
 }
 
-Tensor Transformer::forward(const Tensor& tokens) {
+Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "llama3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  // One mask for every layer, built per call: for a causal rule it is a few microseconds.
-  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
-                                                kernel_.block_q, kernel_.block_kv);
+  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   Tensor h = (*tok_embeddings)(tokens);
   for (const auto& layer : *layers) h = (*layer)(h, rope_, mask);
   return (*output)((*norm)(h));
@@ -81,8 +79,7 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
               "; the model has no positions beyond its max_seq_len");
   // Read only when the tokens start the sequence (see Attention::forward_cached); for one token
   // it is a single tile.
-  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
-                                                kernel_.block_q, kernel_.block_kv);
+  const auto mask = common::layer_mask(tokens, Tensor(), kernel_);
   Tensor h = (*tok_embeddings)(tokens);
   int64_t layer = 0;
   for (const auto& block : *layers) h = (*block)(h, rope_, mask, cache, layer++);

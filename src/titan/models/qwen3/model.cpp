@@ -70,12 +70,11 @@ Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::Atte
   rope_.sin = register_buffer("rope_sin", rope_.sin, false);
 }
 
-Tensor Transformer::forward(const Tensor& tokens) {
+Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "qwen3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
-                                                kernel_.block_q, kernel_.block_kv);
+  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
   Tensor h = (*tok_embeddings)(tokens);
   for (const auto& layer : *layers) h = (*layer)(h, rope_, mask, pass);
@@ -102,8 +101,7 @@ Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
               "qwen3 Transformer::forward_cached: expected tokens [batch, seq >= 1] at positions from ", start,
               " on, ending within max_seq_len (", args_.max_seq_len, "), got ", tokens.desc(),
               "; the model has no positions beyond its max_seq_len");
-  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
-                                                kernel_.block_q, kernel_.block_kv);
+  const auto mask = common::layer_mask(tokens, Tensor(), kernel_);
   // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
   if (pass) pass->aux_loss_weight = 0;

@@ -57,10 +57,12 @@ class Transformer : public CausalLM {
   explicit Transformer(const ModelArgs& args, TensorOptions opts = {}, common::AttentionKernel kernel = {});
 
   // tokens [B, S] (i32/i64), S <= args.max_seq_len -> logits [B, S, vocab_size].
-  Tensor forward(const Tensor& tokens);
-  Tensor operator()(const Tensor& tokens) override {
-    return run_forward(tokens, [this](const Tensor& in) { return forward(in); });
+  // With document_ids [B, S] defined, a token attends only within its document.
+  Tensor forward(const Tensor& tokens, const Tensor& document_ids = {});
+  Tensor operator()(const Tensor& tokens, const Tensor& document_ids) override {
+    return run_forward(tokens, [this, document_ids](const Tensor& in) { return forward(in, document_ids); });
   }
+  using CausalLM::operator();
   // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
   Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }
