@@ -437,6 +437,7 @@ JobConfig unusual_config() {
                "--checkpoint.interval=9",
                "--checkpoint.initial_load_path=/ckpt/step_10",
                "--checkpoint.initial_load_model_only=false",
+               "--comm.timeout_seconds=17.5",
                "--checkpoint.last_save_model_only=true",
                "--checkpoint.last_save_in_hf=true",
                "--checkpoint.export_dtype=bfloat16",
