@@ -229,7 +229,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
           << " x dp_shard " << s.mesh->degree("dp_shard") << ": data parallel with replicated parameters, "
           << "gradients averaged over " << dp.size() << " ranks in " << s.data_parallel->num_buckets()
-          << " buckets after backward; global batch " << s.plan.global_batch_size << "\n";
+          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch " << s.plan.global_batch_size << "\n";
     if (s.mesh->degree("dp_shard") > 1)
       s.log << "titan: note: FSDP is not implemented yet; dp_shard " << s.mesh->degree("dp_shard")
             << " runs as DDP (every rank holds all parameters, gradients and optimizer states)\n";
