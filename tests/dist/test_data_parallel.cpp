@@ -87,6 +87,27 @@ TEST(DataParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   }
 }
 
+TEST(DataParallel, ResumesFromRankZerosCheckpoint) {
+  // Rank 0 writes, every rank reads: the job folder is shared (rank 0's).
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  const fs::path shared = fs::temp_directory_path() / "titan_dist_test_rank0" / "resume";
+  if (world.rank() == 0) fs::remove_all(shared);
+  world.barrier().wait();
+  auto config = [&](int64_t steps, const std::string& dump) {
+    return small_config({local_batch(n), "--training.steps=" + std::to_string(steps), "--job.dump_folder=" + dump,
+                         "--checkpoint.enable=true", "--checkpoint.interval=3",
+                         "--checkpoint.last_save_model_only=false"});
+  };
+  std::ostringstream log;
+  TrainResult straight = Trainer(config(6, (shared / "straight").string()), log, world).train();
+  Trainer(config(3, (shared / "split").string()), log, world).train();
+  TrainResult resumed = Trainer(config(6, (shared / "split").string()), log, world).train();
+  EXPECT_EQ(resumed.resumed_from, 3);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[3 + i]) << "step " << 4 + i;
+}
+
 std::string trainer_error(const std::vector<std::string>& overrides) {
   try {
     std::ostringstream log;

@@ -295,6 +295,9 @@ TrainResult Trainer::train() {
     }
   }
   s.checkpointer->wait();
+  // Rank 0 alone writes checkpoints: no rank returns before they are on disk, so that a run
+  // started next (a resume) finds them on every rank.
+  if (s.world.size() > 1) s.world.barrier().wait();
   return result;
 }
 
