@@ -322,6 +322,7 @@ TEST(JobConfig, EveryValidationRule) {
       {{"--parallelism.pipeline_parallel_degree=2", "--parallelism.pipeline_parallel_microbatch_size=3"},
        {"pipeline_parallel_microbatch_size = 3 does not divide training.local_batch_size = 8"}},
       {{"--checkpoint.interval=0"}, {"checkpoint.interval = 0", "must be > 0"}},
+      {{"--comm.timeout_seconds=0"}, {"comm.timeout_seconds = 0.0", "must be > 0"}},
       {{"--checkpoint.keep_latest_k=-1"}, {"checkpoint.keep_latest_k = -1", "must be >= 0"}},
       {{"--checkpoint.load_step=-2"}, {"checkpoint.load_step = -2", "must be >= 0 or -1"}},
       {{"--checkpoint.export_dtype=int8"}, {"checkpoint.export_dtype = \"int8\"", "\"bfloat16\""}},
