@@ -79,8 +79,36 @@ def adamw(case, torch):
     return opt.step, None
 
 
+def moe(case, torch):
+    """A mixture-of-experts layer, forward + backward, as Hugging Face's Qwen3MoeSparseMoeBlock runs
+    it in eager mode: softmax router, top-k (renormalised), then per expert that got tokens, its
+    tokens gathered, its SwiGLU applied and the result index_add_-ed back, weighted."""
+    t, d, e, k, h = case["tokens"], case["dim"], case["experts"], case["top_k"], case["hidden"]
+    F = torch.nn.functional
+    x = torch.randn(t, d, requires_grad=True)
+    gate = (torch.randn(e, d) * d ** -0.5).requires_grad_()
+    w1, w3 = ((torch.randn(e, h, d) * d ** -0.5).requires_grad_() for _ in range(2))
+    w2 = (torch.randn(e, d, h) * h ** -0.5).requires_grad_()
+    dout = torch.randn(t, d)
+
+    def call():
+        probs = torch.softmax(x @ gate.t(), dim=-1)
+        weights, ids = torch.topk(probs, k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        mask = F.one_hot(ids, e).permute(2, 1, 0)  # [experts, k, tokens]
+        for i in torch.nonzero(mask.sum(dim=(-1, -2)) > 0).flatten().tolist():
+            choice, token = torch.where(mask[i])
+            xi = x[token]
+            yi = (F.silu(xi @ w1[i].t()) * (xi @ w3[i].t())) @ w2[i].t()
+            out.index_add_(0, token, yi * weights[token, choice, None])
+        return torch.autograd.grad(out, (x, gate, w1, w2, w3), dout)
+
+    return call, None
+
+
 BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": softmax,
-            "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw}
+            "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw, "moe": moe}
 
 
 def callable_for(case, torch):

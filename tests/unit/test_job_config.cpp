@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "support/test_util.h"
 #include "titan/train/job_config.h"
@@ -53,6 +54,10 @@ TEST(JobConfig, DefaultsAreTorchTitans) {
   EXPECT_EQ(c.model.attention_block_q, 64);
   EXPECT_EQ(c.model.attention_block_kv, 64);
   EXPECT_EQ(c.model.vocab_size, 0);
+  EXPECT_FALSE(c.model.weight_tying.has_value());
+  EXPECT_DOUBLE_EQ(c.model.moe_aux_loss_coeff, 0.001);
+  EXPECT_FALSE(c.model.moe_load_balance_bias);
+  EXPECT_DOUBLE_EQ(c.model.moe_bias_update_rate, 0.001);
   EXPECT_EQ(c.optimizer.name, "AdamW");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
@@ -121,6 +126,15 @@ TEST(JobConfig, ShippedConfigsLoad) {
     EXPECT_EQ(c.model.flavor, flavor);
     EXPECT_EQ(c.training.mixed_precision_param, "bfloat16");
   }
+  for (auto [file, name, flavor] : {std::tuple{"debug", "qwen3", "debugmodel"}, {"debug_moe", "qwen3_moe", "debugmodel"},
+                                    {"0.6b", "qwen3", "0.6B"}, {"8b", "qwen3", "8B"}, {"32b", "qwen3", "32B"},
+                                    {"30b_a3b", "qwen3_moe", "30B-A3B"}, {"235b_a22b", "qwen3_moe", "235B-A22B"}}) {
+    SCOPED_TRACE(file);
+    JobConfig c = load_job_config((kConfigs / "qwen3" / (std::string(file) + ".toml")).string());
+    EXPECT_EQ(c.model.name, name);
+    EXPECT_EQ(c.model.flavor, flavor);
+  }
+  EXPECT_TRUE(load_job_config((kConfigs / "qwen3/debug_moe.toml").string()).model.moe_load_balance_bias);
   EXPECT_EQ(load_job_config((kConfigs / "llama3/70b.toml").string()).parallelism.tensor_parallel_degree, 8);
   EXPECT_EQ(load_job_config((kConfigs / "llama3/405b.toml").string()).compile.execution_mode(), "graph");
 }
@@ -149,6 +163,11 @@ TEST(JobConfig, OverridesOfEveryType) {
                       "--training.steps=7", "--lr_scheduler.warmup_steps=2", "--training.steps=9"});
   EXPECT_FALSE(d.lr_scheduler.decay_ratio.has_value());
   EXPECT_EQ(d.training.steps, 9);
+
+  // An optional bool: bare means true, "none" goes back to unset (the flavor's own).
+  EXPECT_EQ(with({"--model.weight_tying"}).model.weight_tying, true);
+  EXPECT_EQ(with({"--model.weight_tying=false"}).model.weight_tying, false);
+  EXPECT_FALSE(with({"--model.weight_tying=true", "--model.weight_tying=none"}).model.weight_tying.has_value());
 }
 
 TEST_F(JobConfigFiles, OverridesApplyOverTheFile) {
@@ -401,6 +420,9 @@ JobConfig unusual_config() {
                "--model.attention=reference",
                "--attention.block_q=96",
                "--attention.block_kv=48",
+               "--moe.aux_loss_coeff=0.0125",
+               "--moe.load_balance_bias=true",
+               "--moe.bias_update_rate=0.002",
                "--model.vocab_size=128256",
                "--model.weight_tying=true",
                "--model.tokenizer_path=a/tokenizer.json",

@@ -16,8 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A small debugmodel run on a small text, fast enough for a unit test.
-JobConfig small_config(const std::vector<std::string>& overrides = {}) {
+// A small debugmodel run on a small text, fast enough for a unit test; `base` is a shipped config.
+JobConfig small_config(const std::vector<std::string>& overrides = {},
+                       const std::string& base = "llama3/debug.toml") {
   fs::path dir = fs::temp_directory_path() / "titan_trainer_test";
   fs::create_directories(dir);
   fs::path text = dir / "corpus.txt";
@@ -31,7 +32,7 @@ JobConfig small_config(const std::vector<std::string>& overrides = {}) {
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
                                 "--job.dump_folder=" + (dir / "out").string()};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", o);
+  return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/" + base, o);
 }
 
 TrainResult run(const JobConfig& cfg) {
@@ -67,6 +68,26 @@ TEST(Trainer, ActivationCheckpointingGivesIdenticalLosses) {
   EXPECT_EQ(run(small_config({"--activation_checkpoint.mode=full"})).losses, none.losses);
   EXPECT_EQ(run(small_config({"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=2"})).losses,
             none.losses);
+}
+
+TEST(Trainer, MoEAuxiliaryLossAndExpertLoadReachTheMetrics) {
+  const fs::path dump = fs::temp_directory_path() / "titan_trainer_test" / "moe";
+  fs::remove_all(dump);
+  const std::vector<std::string> o = {"--metrics.enable_jsonl=true", "--metrics.log_freq=1",
+                                      "--job.dump_folder=" + dump.string()};
+  TrainResult r = run(small_config(o, "qwen3/debug_moe.toml"));
+  ASSERT_EQ(r.losses.size(), 4u);
+  std::ifstream jsonl(dump / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  for (; std::getline(jsonl, line); ++lines)
+    for (const char* key : {"\"aux_loss\"", "\"moe/tokens_min\"", "\"moe/tokens_max\"", "\"moe/tokens_cv\""})
+      EXPECT_NE(line.find(key), std::string::npos) << key << " missing from " << line;
+  EXPECT_EQ(lines, 4);
+  // The auxiliary loss reaches the routers through checkpointed blocks too.
+  std::vector<std::string> full = o;
+  full.push_back("--activation_checkpoint.mode=full");
+  EXPECT_EQ(run(small_config(full, "qwen3/debug_moe.toml")).losses, r.losses);
 }
 
 TEST(Trainer, StopRequestEndsAfterTheCurrentStep) {

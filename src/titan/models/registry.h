@@ -3,6 +3,7 @@
 // train/ never names a model.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,15 @@ struct ModelConfig {
   std::string flavor = "debugmodel";
   std::string attention = "splash";  // "splash" | "reference"
   int64_t vocab_size = 0;            // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
-  bool weight_tying = false;         // only families whose flavors allow it
+  std::optional<bool> weight_tying = std::nullopt;  // unset: the flavor's own; only families that can tie
   // [attention] block_q, block_kv: splash attention's tiles, queries x keys.
   int64_t attention_block_q = attention::kDefaultBlockQ;
   int64_t attention_block_kv = attention::kDefaultBlockKv;
+  // [moe] (mixture-of-experts families): the load-balancing loss's coefficient (0: none) and the
+  // auxiliary-loss-free expert bias, with its step per optimizer step.
+  double moe_aux_loss_coeff = 0.001;
+  bool moe_load_balance_bias = false;
+  double moe_bias_update_rate = 0.001;
 };
 
 // Sizes computed from the config alone, without allocating the model (405B must work).
@@ -31,7 +37,8 @@ struct ModelSummary {
   int64_t num_embedding_params = 0;
   // Training FLOPs per token at this sequence length: 6 * (params - embedding) for the matmuls
   // forward + backward, plus 12 * layers * dim * seq for attention scores and values (as
-  // TorchTitan and the PaLM appendix count them).
+  // TorchTitan and the PaLM appendix count them). A mixture of experts counts only the
+  // parameters a token goes through (its k experts), so that MFU stays honest.
   double flops_per_token = 0;
   std::string description;  // one line: dims, layers, heads, ...
 };

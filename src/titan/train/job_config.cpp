@@ -22,7 +22,8 @@ namespace {
 
 // Where a key's value lives; one alternative per value type a key can have.
 using Ref =
-    std::variant<bool*, int64_t*, double*, std::string*, std::optional<int64_t>*, std::optional<double>*>;
+    std::variant<bool*, int64_t*, double*, std::string*, std::optional<bool>*, std::optional<int64_t>*,
+                 std::optional<double>*>;
 
 template <class T>
 struct Unwrap {
@@ -218,7 +219,8 @@ Schema make_schema() {
            "attention kernel: block-sparse splash, or the reference that materialises the scores")
       .add("vocab_size", &C::Model::vocab_size, non_negative(),
            "0: the flavor's; else overrides it (e.g. the tokenizer's size)")
-      .add("weight_tying", &C::Model::weight_tying, {}, "share the embedding with the output projection")
+      .add("weight_tying", &C::Model::weight_tying, {},
+           "share the embedding with the output projection; unset: as the flavor does")
       .add("tokenizer_path", &C::Model::tokenizer_path, {},
            "a folder holding a Hugging Face tokenizer.json (or the file); empty: the byte tokenizer");
 
@@ -226,6 +228,16 @@ Schema make_schema() {
   SectionBuilder(s, "attention", &C::model, "splash attention's tiles (model.attention = \"splash\")")
       .add("block_q", &C::Model::attention_block_q, at_least_one(), "queries per tile")
       .add("block_kv", &C::Model::attention_block_kv, at_least_one(), "keys per tile");
+
+  // Kept in the model section's struct too.
+  SectionBuilder(s, "moe", &C::model, "load balancing of mixture-of-experts models (e.g. qwen3_moe)")
+      .add("aux_loss_coeff", &C::Model::moe_aux_loss_coeff, non_negative(),
+           "weight of the load-balancing loss (mean over MoE layers) added to the training loss; 0: none")
+      .add("load_balance_bias", &C::Model::moe_load_balance_bias, {},
+           "auxiliary-loss-free balancing: a per-expert bias on the routing choice, nudged after every step "
+           "towards an even load")
+      .add("bias_update_rate", &C::Model::moe_bias_update_rate, non_negative(),
+           "the bias's step per optimizer step");
 
   SectionBuilder(s, "optimizer", &C::optimizer, "AdamW with decoupled weight decay")
       .add("name", &C::Optimizer::name, one_of({"AdamW"}), "optimizer")
@@ -623,7 +635,8 @@ void apply_overrides(const std::vector<std::string>& args, JobConfig& cfg, Origi
     if (!value) {
       if (next_is_value) {
         value = args[++i];
-      } else if (std::holds_alternative<bool*>(f->ref(cfg))) {
+      } else if (std::holds_alternative<bool*>(f->ref(cfg)) ||
+                 std::holds_alternative<std::optional<bool>*>(f->ref(cfg))) {
         value = "true";  // a bare flag
       } else {
         problems.add(cat("override '", arg, "' has no value; write --", name, "=VALUE"));

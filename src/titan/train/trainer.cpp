@@ -94,11 +94,17 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
                      const std::function<void()>& reduce_gradients) {
   optimizer.zero_grad();
-  double loss_sum = 0;
+  double loss_sum = 0, aux_sum = 0;
+  bool has_aux = false;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch batch = next_batch();
     Tensor logits = model(batch.inputs);
     Tensor loss = ops::cross_entropy(logits, batch.labels);
+    if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
+      has_aux = true;
+      aux_sum += aux.item();
+      loss = loss + aux;
+    }
     loss_sum += loss.item();
     (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
   }
@@ -109,6 +115,8 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   stats.grad_norm = optim::clip_grad_norm_(params, max_norm);
   optimizer.step();
   stats.loss = loss_sum / static_cast<double>(micro_batches);
+  if (has_aux) stats.extra.emplace_back("aux_loss", aux_sum / static_cast<double>(micro_batches));
+  for (auto& scalar : model.end_step()) stats.extra.push_back(std::move(scalar));
   return stats;
 }
 
@@ -188,7 +196,13 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   auto named = s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
   // dp_shard > 1 is data parallelism with replicated parameters too, until FSDP shards them.
-  if (dp.size() > 1) s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
+  if (dp.size() > 1) {
+    TITAN_CHECK(!c.model.moe_load_balance_bias,
+                "moe.load_balance_bias = true with data parallelism over ", dp.size(),
+                " ranks is not supported yet: each rank would update the expert bias from its own token "
+                "counts and the replicas would drift apart; set it to false, or train on one rank");
+    s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
+  }
   s.optimizer =
       std::make_unique<optim::AdamW>(named, optim::AdamWOptions{.lr = c.optimizer.lr,
                                                                 .beta1 = c.optimizer.beta1,
@@ -276,7 +290,8 @@ TrainResult Trainer::train() {
                                                              .lr = lr,
                                                              .tokens = tokens_per_step,
                                                              .step_seconds = seconds,
-                                                             .flops_per_token = s.summary.flops_per_token});
+                                                             .flops_per_token = s.summary.flops_per_token,
+                                                             .extra = stats.extra});
     if (logged && logged->mfu_percent > 100.0 && !s.warned_peak) {
       // A peak measured while the machine was busy is too low, and stays cached.
       s.warn("MFU above 100% means the peak FLOP/s figure (" + s.peak.source +

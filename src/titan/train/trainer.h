@@ -1,6 +1,6 @@
 #pragma once
-// The training loop: batch -> forward -> fused cross-entropy -> backward -> clip -> AdamW ->
-// LR step, with gradient accumulation, metrics every log_freq steps, checkpoints (resume, save
+// The training loop: batch -> forward -> fused cross-entropy (+ the model's auxiliary loss) ->
+// backward -> clip -> AdamW -> LR step, with gradient accumulation, metrics every log_freq steps, checkpoints (resume, save
 // every interval and at the end) and a clean stop on SIGINT/SIGTERM after the step in flight,
 // saving a checkpoint there.
 #include <functional>
@@ -13,19 +13,22 @@
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
 #include "titan/train/job_config.h"
+#include "titan/train/tensorboard.h"
 
 namespace titan::train {
 
 struct StepStats {
-  double loss = 0;       // mean over the micro-batches
+  double loss = 0;       // mean over the micro-batches, the model's auxiliary loss included
   double grad_norm = 0;  // before clipping
+  // The model's figures (CausalLM::end_step), after "aux_loss" (its mean) when it has one.
+  Scalars extra;
 };
 
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
-// cross-entropy -> backward (of the loss over `micro_batches`); `reduce_gradients` when given
-// (data parallelism averages them over ranks there); clipping to max_norm; AdamW step. The loss
-// is this rank's. The learning-rate schedule is the caller's. Public so that benchmarks time this
-// very step.
+// cross-entropy plus the model's auxiliary loss -> backward (of the loss over `micro_batches`);
+// `reduce_gradients` when given (data parallelism averages them over ranks there); clipping to
+// max_norm; AdamW step; the model's end of step. The loss is this rank's. The learning-rate
+// schedule is the caller's. Public so that benchmarks time this very step.
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
                      const std::function<void()>& reduce_gradients = nullptr);

@@ -2,83 +2,26 @@
 
 #include <cmath>
 
-#include "titan/attention/reference.h"
-#include "titan/attention/splash.h"
+#include "titan/models/common/init.h"
 #include "titan/nn/init.h"
-#include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 
 namespace titan::models::llama3 {
-
-namespace {
-
-// TorchTitan's default truncation: PyTorch's trunc_normal_ bounds are absolute, so at std 0.02
-// the cut at +-2 is 100 std away and changes nothing.
-void trunc_normal(const std::shared_ptr<nn::Linear>& layer, double std, Generator& gen) {
-  nn::init::trunc_normal_(layer->weight, 0.0, std, -2.0, 2.0, gen);
-}
-constexpr double kInitStd = 0.02;
-
-}  // namespace
-
-// ---- Attention ----------------------------------------------------------------------------------
-
-Attention::Attention(const ModelArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)
-    : head_dim_(args.head_dim()), init_std_(init_std), kernel_(kernel) {
-  const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;
-  wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, false, opts));
-  wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
-  wv = register_module("wv", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
-  wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
-}
-
-Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
-  const int64_t B = x.size(0), S = x.size(1);
-  Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
-  Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
-  Tensor v = (*wv)(x).view({B, S, -1, head_dim_});
-  // Meta's layout: dims (2i, 2i + 1) rotate together, as their complex multiply pairs them.
-  q = ops::rope(q, rope, ops::RopeLayout::interleaved);
-  k = ops::rope(k, rope, ops::RopeLayout::interleaved);
-  // Both scale by 1/sqrt(head_dim).
-  Tensor out =
-      kernel_.splash ? attention::splash_attention(q, k, v, mask) : attention::attention_reference(q, k, v);
-  return (*wo)(out.view({B, S, -1}));
-}
-
-void Attention::reset_parameters(Generator& gen) {
-  for (const auto& w : {wq, wk, wv}) trunc_normal(w, kInitStd, gen);
-  trunc_normal(wo, init_std_, gen);
-}
-
-// ---- FeedForward --------------------------------------------------------------------------------
-
-FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts)
-    : init_std_(init_std) {
-  w1 = register_module("w1", std::make_shared<nn::Linear>(dim, hidden_dim, false, opts));
-  w2 = register_module("w2", std::make_shared<nn::Linear>(hidden_dim, dim, false, opts));
-  w3 = register_module("w3", std::make_shared<nn::Linear>(dim, hidden_dim, false, opts));
-}
-
-Tensor FeedForward::forward(const Tensor& x) {
-  return (*w2)(ops::swiglu((*w1)(x), (*w3)(x)));
-}
-
-void FeedForward::reset_parameters(Generator& gen) {
-  trunc_normal(w1, kInitStd, gen);
-  trunc_normal(w2, init_std_, gen);
-  trunc_normal(w3, init_std_, gen);
-}
 
 // ---- TransformerBlock ---------------------------------------------------------------------------
 
 TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts,
                                    AttentionKernel kernel) {
-  // TorchTitan's depth init: the projections that write into the residual stream (wo, w2; and
-  // w3, as TorchTitan has it) start smaller the deeper the block, so the stream's variance grows
-  // slowly with depth.
-  const double init_std = kInitStd / std::sqrt(2.0 * static_cast<double>(layer_id + 1));
-  attention = register_module("attention", std::make_shared<Attention>(args, init_std, opts, kernel));
+  // Depth-scaled: wo, w2 and (as TorchTitan has it) w3.
+  const double init_std = common::depth_init_std(layer_id);
+  // Meta's RoPE layout: dims (2i, 2i + 1) rotate together, as their complex multiply pairs them.
+  const common::AttentionArgs attention_args{.dim = args.dim,
+                                             .n_heads = args.n_heads,
+                                             .n_kv_heads = args.n_kv_heads,
+                                             .head_dim = args.head_dim(),
+                                             .rope_layout = ops::RopeLayout::interleaved};
+  attention =
+      register_module("attention", std::make_shared<Attention>(attention_args, init_std, opts, kernel));
   feed_forward = register_module(
       "feed_forward", std::make_shared<FeedForward>(args.dim, args.ffn_hidden_dim(), init_std, opts));
   attention_norm =

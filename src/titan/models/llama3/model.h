@@ -7,6 +7,8 @@
 
 #include "titan/attention/block_mask.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/common/attention.h"
+#include "titan/models/common/feed_forward.h"
 #include "titan/models/llama3/model_args.h"
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
@@ -15,58 +17,10 @@
 
 namespace titan::models::llama3 {
 
-// The attention kernel of every block ([model] attention, [attention] block_q / block_kv):
-// splash attention over a causal BlockMask of block_q x block_kv tiles, or the reference path,
-// which materialises the scores and is kept to compare against.
-struct AttentionKernel {
-  bool splash = true;
-  int64_t block_q = attention::kDefaultBlockQ;
-  int64_t block_kv = attention::kDefaultBlockKv;
-};
-
-class Attention : public nn::Module {
- public:
-  // `init_std`: the std of wo at initialisation (depth-scaled per block).
-  Attention(const ModelArgs& args, double init_std, TensorOptions opts = {}, AttentionKernel kernel = {});
-
-  // x [B, S, dim] -> [B, S, dim]. Head counts are read from the projections' output sizes, so a
-  // tensor-parallel plan that shards wq/wk/wv by heads leaves this code as it is. `mask` is the
-  // causal mask for S tokens (the reference path is causal by construction).
-  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask);
-  // The table is the model's and outlives backward, so a wrapper that re-runs the body there
-  // (activation checkpointing) may hold on to it; the mask is this step's, so it is copied (a
-  // copy shares the lists).
-  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
-    return run_forward(x,
-                       [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
-  }
-  // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std.
-  void reset_parameters(Generator& gen) override;
-
-  std::shared_ptr<nn::Linear> wq, wk, wv, wo;
-
- private:
-  int64_t head_dim_;
-  double init_std_;
-  AttentionKernel kernel_;
-};
-
-class FeedForward : public nn::Module {
- public:
-  FeedForward(int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts = {});
-
-  Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) {
-    return run_forward(x, [this](const Tensor& in) { return forward(in); });
-  }
-  // TorchTitan's: w1 truncated normal with std 0.02; w2 and w3 with init_std.
-  void reset_parameters(Generator& gen) override;
-
-  std::shared_ptr<nn::Linear> w1, w2, w3;
-
- private:
-  double init_std_;
-};
+// The shared pieces, under the names this family's code and its users know them by.
+using common::AttentionKernel;
+using common::Attention;
+using common::FeedForward;
 
 class TransformerBlock : public nn::Module {
  public:

@@ -12,7 +12,7 @@ namespace {
 ModelArgs args_from(const ModelConfig& cfg) {
   TITAN_CHECK(cfg.attention == "reference" || cfg.attention == "splash", "llama3: unknown model.attention '",
               cfg.attention, "'; choose \"splash\" (block-sparse flash attention) or \"reference\"");
-  TITAN_CHECK(!cfg.weight_tying,
+  TITAN_CHECK(!cfg.weight_tying.value_or(false),
               "llama3: model.weight_tying is not supported: like TorchTitan's Llama 3, every "
               "flavor keeps a separate output projection. Set model.weight_tying = false");
   TITAN_CHECK(cfg.vocab_size >= 0, "llama3: model.vocab_size must be 0 (the flavor's own) or positive, got ",

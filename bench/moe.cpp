@@ -1,0 +1,162 @@
+// The mixture-of-experts layer, forward + backward in f32, on the same shapes and threads:
+// titan's nn::moe::MoE (softmax router, top-k, tokens sorted by expert, one GEMM per expert and
+// projection, unpermute weighted by the routing scores) against PyTorch eager as Hugging Face's
+// Qwen3MoeSparseMoeBlock runs it (bench/torch_reference.py "moe": per expert that got tokens, its
+// tokens gathered, its SwiGLU applied, the result index_add_-ed back). 4096 tokens of dim 512,
+// experts of hidden size 256, 8 and 64 experts, top-2 and top-8.
+//
+// A call is out = moe(x), then the gradients of x, the router and the three expert weights for a
+// random dout. GFLOP/s counts what a token goes through: 6 x (k experts x 3 x dim x hidden + the
+// router's dim x experts), forward and backward, so ratios are ratios of time. Also timed: titan's
+// dispatch alone (sort by expert, permute, unpermute, forward and backward, on the same routing
+// sizes), and its share of the layer's time.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/torch_reference.h"
+#include "titan/autograd/engine.h"
+#include "titan/core/parallel.h"
+#include "titan/core/rng.h"
+#include "titan/nn/moe/moe.h"
+#include "titan/ops/moe.h"
+
+namespace {
+
+using nlohmann::json;
+using titan::Tensor;
+namespace bench = titan::bench;
+namespace moe = titan::nn::moe;
+
+constexpr int64_t kTokens = 4096, kDim = 512, kHidden = 256;
+
+struct Shape {
+  int64_t experts, top_k;
+  std::string name() const {
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) on a chain of string + here.
+    std::string n = "e";
+    n += std::to_string(experts);
+    n += "/k";
+    n += std::to_string(top_k);
+    return n;
+  }
+  double flops() const {
+    return 6.0 * double(kTokens) * double(top_k * 3 * kDim * kHidden + kDim * experts);
+  }
+  bench::Plan plan() const { return {.reps = 3, .min_time = 1e-3, .warmup = 0.0}; }
+};
+
+struct LayerIn {
+  std::shared_ptr<moe::MoE> layer;
+  Tensor x, dout;
+};
+
+LayerIn make_layer(const Shape& s) {
+  titan::Generator gen(5);
+  moe::MoEArgs args;
+  args.num_experts = s.experts;
+  args.top_k = s.top_k;
+  args.hidden_dim = kHidden;
+  LayerIn in{std::make_shared<moe::MoE>(0, kDim, args, 0.02), Tensor::randn({kTokens, kDim}, gen).requires_grad_(),
+             Tensor::randn({kTokens, kDim}, gen)};
+  in.layer->init_weights(gen);
+  return in;
+}
+
+struct DispatchIn {
+  Tensor ids, x, rows, weights, d_rows, d_out;
+};
+
+// Routes as the layer's router would give them (each token's k distinct experts), with stand-ins
+// for the experts' output and the incoming gradients.
+DispatchIn make_dispatch(const Shape& s) {
+  titan::Generator gen(6);
+  DispatchIn in;
+  in.ids = titan::ops::topk_experts(Tensor::rand({kTokens, s.experts}, gen), s.top_k).ids;
+  in.x = Tensor::randn({kTokens, kDim}, gen).requires_grad_();
+  in.rows = Tensor::randn({kTokens * s.top_k, kDim}, gen).requires_grad_();
+  in.weights = Tensor::rand({kTokens, s.top_k}, gen).requires_grad_();
+  in.d_rows = Tensor::randn({kTokens * s.top_k, kDim}, gen);
+  in.d_out = Tensor::randn({kTokens, kDim}, gen);
+  return in;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Shape> shapes = {{8, 2}, {8, 8}, {64, 2}, {64, 8}};
+  for (const Shape& s : shapes) {
+    bench::add_benchmark("moe/" + s.name(), s.plan(), [s](benchmark::State& state) {
+      LayerIn& in = bench::cached_inputs<LayerIn>("moe/" + s.name(), [&] { return make_layer(s); });
+      bench::PeakMemory peak;
+      const std::vector<Tensor> wrt = {in.x, in.layer->router->gate->weight, in.layer->experts->w1,
+                                       in.layer->experts->w2, in.layer->experts->w3};
+      for (auto _ : state) {
+        Tensor out = (*in.layer)(in.x, std::make_shared<moe::MoEPass>());
+        std::vector<Tensor> grads = titan::autograd::grad({out}, {in.dout}, wrt);
+        benchmark::DoNotOptimize(grads.front().data_ptr());
+      }
+      peak.report(state);
+    });
+    bench::add_benchmark("dispatch/" + s.name(), {.reps = 5, .min_time = 0.2, .warmup = 0.1},
+                         [s](benchmark::State& state) {
+                           DispatchIn& in = bench::cached_inputs<DispatchIn>(
+                               "dispatch/" + s.name(), [&] { return make_dispatch(s); });
+                           for (auto _ : state) {
+                             titan::ops::TokenPermutation p = titan::ops::sort_by_expert(in.ids, s.experts);
+                             Tensor permuted = titan::ops::permute_tokens(in.x, p);
+                             Tensor out = titan::ops::unpermute_tokens(in.rows, in.weights, p);
+                             std::vector<Tensor> grads = titan::autograd::grad(
+                                 {permuted, out}, {in.d_rows, in.d_out}, {in.x, in.rows, in.weights});
+                             benchmark::DoNotOptimize(grads.front().data_ptr());
+                           }
+                         });
+  }
+  const auto ran = bench::run_benchmarks(argc, argv);
+
+  std::vector<bench::TorchCase> torch_cases;
+  for (const Shape& s : shapes) {
+    if (!ran.count("moe/" + s.name())) continue;
+    torch_cases.push_back({"moe/" + s.name(), s.plan(),
+                           json{{"op", "moe"},
+                                {"mode", "step"},
+                                {"tokens", kTokens},
+                                {"dim", kDim},
+                                {"hidden", kHidden},
+                                {"experts", s.experts},
+                                {"top_k", s.top_k}}});
+  }
+  const bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
+
+  bench::Table table{.title = "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
+                              "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s)",
+                     .unit = "GFLOP/s",
+                     .titan_label = "titan",
+                     .reference_label = "torch",
+                     .extra_headers = {"titan ms", "torch ms", "dispatch ms", "dispatch share", "titan peak"},
+                     .rows = {},
+                     .notes = {}};
+  for (const Shape& s : shapes) {
+    auto it = ran.find("moe/" + s.name());
+    if (it == ran.end()) continue;
+    const bench::Measurement& m = it->second;
+    auto t = torch.get("moe/" + s.name());
+    auto d = ran.find("dispatch/" + s.name());
+    const bool has_dispatch = d != ran.end();
+    bench::Row row{.name = s.name(), .titan = s.flops() / m.seconds / 1e9, .reference = {}, .extra = {}};
+    if (t) row.reference = s.flops() / *t / 1e9;
+    row.extra = {bench::fixed(m.seconds * 1e3, 1), t ? bench::fixed(*t * 1e3, 1) : "n/a",
+                 has_dispatch ? bench::fixed(d->second.seconds * 1e3, 2) : "n/a",
+                 has_dispatch ? bench::fixed(100 * d->second.seconds / m.seconds, 1) + "%" : "n/a",
+                 bench::mib(m.peak_bytes)};
+    table.rows.push_back(std::move(row));
+  }
+  table.notes.push_back(
+      "dispatch: titan's sort by expert + permute + unpermute, forward and backward, timed alone on the "
+      "same routing sizes; share = dispatch ms / titan ms.");
+  table.notes.push_back("titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
+  table.notes.push_back("target: titan >= 1.5x torch (ratio column).");
+  bench::print_table(table, torch);
+  return 0;
+}

@@ -1,0 +1,44 @@
+#include "titan/models/common/attention.h"
+
+#include "titan/attention/reference.h"
+#include "titan/attention/splash.h"
+#include "titan/models/common/init.h"
+
+namespace titan::models::common {
+
+Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)
+    : head_dim_(args.head_dim), rope_layout_(args.rope_layout), init_std_(init_std), kernel_(kernel) {
+  const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;
+  wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, false, opts));
+  wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
+  wv = register_module("wv", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
+  wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
+  if (args.qk_norm_eps) {
+    q_norm = register_module("q_norm", std::make_shared<nn::RMSNorm>(head_dim_, *args.qk_norm_eps, opts));
+    k_norm = register_module("k_norm", std::make_shared<nn::RMSNorm>(head_dim_, *args.qk_norm_eps, opts));
+  }
+}
+
+Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+  const int64_t B = x.size(0), S = x.size(1);
+  Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
+  Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
+  Tensor v = (*wv)(x).view({B, S, -1, head_dim_});
+  if (q_norm) {
+    q = (*q_norm)(q);
+    k = (*k_norm)(k);
+  }
+  q = ops::rope(q, rope, rope_layout_);
+  k = ops::rope(k, rope, rope_layout_);
+  // Both scale by 1/sqrt(head_dim).
+  Tensor out =
+      kernel_.splash ? attention::splash_attention(q, k, v, mask) : attention::attention_reference(q, k, v);
+  return (*wo)(out.view({B, S, -1}));
+}
+
+void Attention::reset_parameters(Generator& gen) {
+  for (const auto& w : {wq, wk, wv}) trunc_normal(w->weight, kInitStd, gen);
+  trunc_normal(wo->weight, init_std_, gen);
+}
+
+}  // namespace titan::models::common

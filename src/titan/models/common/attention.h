@@ -1,0 +1,63 @@
+#pragma once
+// Grouped-query self-attention with rotary positions, as the Llama-family decoders share it;
+// Qwen 3 adds an RMSNorm over each head of q and k (QK-norm) and a head size of its own.
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "titan/attention/block_mask.h"
+#include "titan/nn/linear.h"
+#include "titan/nn/norm.h"
+#include "titan/ops/rope.h"
+
+namespace titan::models::common {
+
+// The attention kernel of every block ([model] attention, [attention] block_q / block_kv):
+// splash attention over a causal BlockMask of block_q x block_kv tiles, or the reference path,
+// which materialises the scores and is kept to compare against.
+struct AttentionKernel {
+  bool splash = true;
+  int64_t block_q = attention::kDefaultBlockQ;
+  int64_t block_kv = attention::kDefaultBlockKv;
+};
+
+struct AttentionArgs {
+  int64_t dim = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;  // dim / n_heads in Llama 3; its own size in Qwen 3
+  ops::RopeLayout rope_layout = ops::RopeLayout::rotate_half;
+  // Qwen 3's QK-norm: RMSNorm with this eps over each head of q and of k, before RoPE. Unset: none.
+  std::optional<double> qk_norm_eps = std::nullopt;
+};
+
+class Attention : public nn::Module {
+ public:
+  // `init_std`: the std of wo at initialisation (depth-scaled per block).
+  Attention(const AttentionArgs& args, double init_std, TensorOptions opts = {}, AttentionKernel kernel = {});
+
+  // x [B, S, dim] -> [B, S, dim]. Head counts are read from the projections' output sizes, so a
+  // tensor-parallel plan that shards wq/wk/wv by heads leaves this code as it is. `mask` is the
+  // causal mask for S tokens (the reference path is causal by construction).
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask);
+  // The table is the model's and outlives backward, so a wrapper that re-runs the body there
+  // (activation checkpointing) may hold on to it; the mask is this step's, so it is copied (a
+  // copy shares the lists).
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+    return run_forward(x,
+                       [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
+  }
+  // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std; QK-norms at 1.
+  void reset_parameters(Generator& gen) override;
+
+  std::shared_ptr<nn::Linear> wq, wk, wv, wo;
+  std::shared_ptr<nn::RMSNorm> q_norm, k_norm;  // null without QK-norm
+
+ private:
+  int64_t head_dim_;
+  ops::RopeLayout rope_layout_;
+  double init_std_;
+  AttentionKernel kernel_;
+};
+
+}  // namespace titan::models::common

@@ -1,0 +1,103 @@
+#include "titan/models/qwen3/model.h"
+
+#include <cmath>
+
+#include "titan/models/common/init.h"
+#include "titan/nn/init.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/linalg.h"
+
+namespace titan::models::qwen3 {
+
+// ---- TransformerBlock ---------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts,
+                                   common::AttentionKernel kernel) {
+  const double init_std = common::depth_init_std(layer_id);
+  const common::AttentionArgs attention_args{.dim = args.dim,
+                                             .n_heads = args.n_heads,
+                                             .n_kv_heads = args.n_kv_heads,
+                                             .head_dim = args.head_dim,
+                                             .rope_layout = ops::RopeLayout::rotate_half,
+                                             .qk_norm_eps = args.norm_eps};
+  attention = register_module("attention",
+                              std::make_shared<common::Attention>(attention_args, init_std, opts, kernel));
+  if (args.moe)
+    moe = register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, args.dim, *args.moe, init_std, opts));
+  else
+    feed_forward = register_module(
+        "feed_forward", std::make_shared<common::FeedForward>(args.dim, args.ffn_dim, init_std, opts));
+  attention_norm =
+      register_module("attention_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
+  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                                 const std::shared_ptr<nn::moe::MoEPass>& pass) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope, mask);
+  Tensor normed = (*ffn_norm)(h);
+  return h + (moe ? (*moe)(normed, pass) : (*feed_forward)(normed));
+}
+
+// ---- Transformer --------------------------------------------------------------------------------
+
+Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::AttentionKernel kernel)
+    : args_(args), kernel_(kernel) {
+  args_.validate();
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args_.vocab_size, args_.dim, opts));
+  layers = register_module("layers", std::make_shared<nn::ModuleList<TransformerBlock>>());
+  for (int64_t i = 0; i < args_.n_layers; ++i)
+    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
+  if (!args_.tie_embeddings)
+    output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
+  rope_ = ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta);
+  rope_.cos = register_buffer("rope_cos", rope_.cos, false);
+  rope_.sin = register_buffer("rope_sin", rope_.sin, false);
+}
+
+Tensor Transformer::forward(const Tensor& tokens) {
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
+              "qwen3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
+              "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
+  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
+                                                kernel_.block_q, kernel_.block_kv);
+  std::shared_ptr<nn::moe::MoEPass> pass;
+  if (args_.moe) {
+    pass = std::make_shared<nn::moe::MoEPass>();
+    pass->aux_loss_weight = args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
+  }
+  Tensor h = (*tok_embeddings)(tokens);
+  for (const auto& layer : *layers) h = (*layer)(h, rope_, mask, pass);
+  last_pass_ = pass;
+  h = (*norm)(h);
+  return output ? (*output)(h) : ops::linear(h, tok_embeddings->weight);
+}
+
+Tensor Transformer::auxiliary_loss() {
+  if (!last_pass_ || last_pass_->aux_loss_weight == 0) return Tensor();
+  return last_pass_->aux_losses.total();
+}
+
+NamedScalars Transformer::end_step() {
+  if (!args_.moe) return {};
+  std::vector<std::vector<int64_t>> counts;
+  int64_t routed = 0;
+  for (const auto& layer : *layers) {
+    counts.push_back(layer->moe->end_step());
+    for (int64_t c : counts.back()) routed += c;
+  }
+  if (routed == 0) return {};  // no training forward since the last step
+  const nn::moe::ExpertLoad load = nn::moe::expert_load(counts);
+  return {{"moe/tokens_min", static_cast<double>(load.min)},
+          {"moe/tokens_max", static_cast<double>(load.max)},
+          {"moe/tokens_cv", load.cv}};
+}
+
+void Transformer::reset_parameters(Generator& gen) {
+  const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
+  nn::init::trunc_normal_(output ? output->weight : tok_embeddings->weight, 0.0, std, -3 * std, 3 * std, gen);
+}
+
+}  // namespace titan::models::qwen3

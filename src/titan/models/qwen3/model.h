@@ -1,0 +1,82 @@
+#pragma once
+// Qwen 3 (Qwen Team, 2025), dense and mixture-of-experts: pre-norm decoder blocks of grouped-query
+// attention with QK-norm (an RMSNorm over each head of q and k before RoPE, rotate-half layout)
+// and a SwiGLU feed-forward, or in the MoE models a top-k mixture of SwiGLU experts without a
+// shared expert. Single-device math only; names follow TorchTitan's qwen3.
+#include <memory>
+
+#include "titan/attention/block_mask.h"
+#include "titan/models/causal_lm.h"
+#include "titan/models/common/attention.h"
+#include "titan/models/common/feed_forward.h"
+#include "titan/models/qwen3/model_args.h"
+#include "titan/nn/embedding.h"
+#include "titan/nn/linear.h"
+#include "titan/nn/moe/moe.h"
+#include "titan/nn/norm.h"
+#include "titan/ops/rope.h"
+
+namespace titan::models::qwen3 {
+
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(int64_t layer_id, const ModelArgs& args, TensorOptions opts = {},
+                   common::AttentionKernel kernel = {});
+
+  // h = x + attention(attention_norm(x)); out = h + ffn(ffn_norm(h)), the ffn being feed_forward
+  // or, in an MoE model, moe (which reports into `pass`; null for dense blocks).
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                 const std::shared_ptr<nn::moe::MoEPass>& pass);
+  // Through run_forward(x, body), so activation checkpointing can wrap the block; the table is the
+  // model's, the mask and the pass are captured by value (see common::Attention's call operator).
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    const std::shared_ptr<nn::moe::MoEPass>& pass) {
+    return run_forward(x, [this, table = &rope, mask, pass](const Tensor& in) {
+      return forward(in, *table, mask, pass);
+    });
+  }
+
+  std::shared_ptr<common::Attention> attention;
+  std::shared_ptr<common::FeedForward> feed_forward;  // dense blocks
+  std::shared_ptr<nn::moe::MoE> moe;                  // MoE blocks
+  std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
+};
+
+class Transformer : public CausalLM {
+ public:
+  // Parameters of dtype `opts.dtype` (f32 to train; f64 for gradient checks), all zero until
+  // init_weights(gen).
+  explicit Transformer(const ModelArgs& args, TensorOptions opts = {}, common::AttentionKernel kernel = {});
+
+  // tokens [B, S] (i32/i64), S <= args.max_seq_len -> logits [B, S, vocab_size].
+  Tensor forward(const Tensor& tokens);
+  Tensor operator()(const Tensor& tokens) override {
+    return run_forward(tokens, [this](const Tensor& in) { return forward(in); });
+  }
+  int64_t vocab_size() const override { return args_.vocab_size; }
+  const ModelArgs& args() const { return args_; }
+
+  // MoE: aux_loss_coeff times the mean over layers of their load-balancing losses, in the last
+  // forward. Undefined for a dense model, or with the coefficient at 0.
+  Tensor auxiliary_loss() override;
+  // MoE: the expert-bias update (when on) and the step's expert load, as moe/tokens_min,
+  // moe/tokens_max and moe/tokens_cv (see nn::moe::expert_load). Nothing for a dense model.
+  NamedScalars end_step() override;
+
+  // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. Tied, that
+  // is the embedding's init too: the projection's scale is the one that sets the first loss.
+  void reset_parameters(Generator& gen) override;
+
+  std::shared_ptr<nn::Embedding> tok_embeddings;
+  std::shared_ptr<nn::ModuleList<TransformerBlock>> layers;
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<nn::Linear> output;  // null when the embeddings are tied
+
+ private:
+  ModelArgs args_;
+  common::AttentionKernel kernel_;
+  ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
+  std::shared_ptr<nn::moe::MoEPass> last_pass_;
+};
+
+}  // namespace titan::models::qwen3

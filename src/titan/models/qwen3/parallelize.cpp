@@ -1,0 +1,16 @@
+#include "titan/models/qwen3/parallelize.h"
+
+#include "titan/models/qwen3/model.h"
+#include "titan/parallel/activation_checkpoint.h"
+
+namespace titan::models::qwen3 {
+
+void parallelize(CausalLM& model, const ParallelizeOptions& options) {
+  auto* qwen = dynamic_cast<Transformer*>(&model);
+  TITAN_CHECK(qwen != nullptr, "qwen3::parallelize: expected a qwen3 Transformer");
+  parallel::apply_activation_checkpointing(
+      *qwen->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
+      options.activation_checkpoint_every_k);
+}
+
+}  // namespace titan::models::qwen3

@@ -1,0 +1,62 @@
+#include "titan/models/qwen3/train_spec.h"
+
+#include "titan/models/qwen3/model.h"
+#include "titan/models/qwen3/parallelize.h"
+
+namespace titan::models::qwen3 {
+
+namespace {
+
+// The flavor's args with the job's overrides applied, after checking the choices that cannot be
+// honoured.
+ModelArgs args_from(Family family, const ModelConfig& cfg) {
+  const char* name = family == Family::dense ? "qwen3" : "qwen3_moe";
+  TITAN_CHECK(cfg.attention == "reference" || cfg.attention == "splash", name, ": unknown model.attention '",
+              cfg.attention, "'; choose \"splash\" (block-sparse flash attention) or \"reference\"");
+  TITAN_CHECK(cfg.vocab_size >= 0, name, ": model.vocab_size must be 0 (the flavor's own) or positive, got ",
+              cfg.vocab_size);
+  ModelArgs args = flavor(family, cfg.flavor);
+  if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
+  if (cfg.weight_tying) args.tie_embeddings = *cfg.weight_tying;
+  if (args.moe) {
+    args.aux_loss_coeff = cfg.moe_aux_loss_coeff;
+    args.moe->load_balance_bias = cfg.moe_load_balance_bias;
+    args.moe->bias_update_rate = cfg.moe_bias_update_rate;
+  }
+  return args;
+}
+
+TrainSpec train_spec(Family family) {
+  TrainSpec spec;
+  spec.name = family == Family::dense ? "qwen3" : "qwen3_moe";
+  spec.flavors = flavor_names(family);
+  spec.build = [family](const ModelConfig& cfg, int64_t max_seq_len,
+                        Generator& gen) -> std::shared_ptr<CausalLM> {
+    ModelArgs args = args_from(family, cfg);
+    args.max_seq_len = max_seq_len;
+    auto model = std::make_shared<Transformer>(
+        args, TensorOptions{},
+        common::AttentionKernel{cfg.attention == "splash", cfg.attention_block_q, cfg.attention_block_kv});
+    model->init_weights(gen);
+    return model;
+  };
+  spec.summarize = [family, name = spec.name](const ModelConfig& cfg, int64_t seq_len) {
+    ModelSummary s = summarize(args_from(family, cfg), seq_len);
+    s.description = name + " " + cfg.flavor + ": " + s.description;
+    return s;
+  };
+  spec.parallelize = parallelize;
+  return spec;
+}
+
+}  // namespace
+
+TrainSpec dense_train_spec() {
+  return train_spec(Family::dense);
+}
+
+TrainSpec moe_train_spec() {
+  return train_spec(Family::moe);
+}
+
+}  // namespace titan::models::qwen3

@@ -1,0 +1,82 @@
+#pragma once
+// A mixture-of-experts feed-forward (token choice, no shared expert, as Qwen 3's): route each
+// token to its top-k experts -> dispatch (tokens grouped by expert) -> one grouped GEMM per
+// expert projection -> combine (unpermute, weighted by the routing scores). Load balancing by an
+// auxiliary loss, by a per-expert bias on the choice (auxiliary-loss-free), or both.
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "titan/autograd/auxiliary_loss.h"
+#include "titan/nn/moe/experts.h"
+#include "titan/nn/moe/router.h"
+#include "titan/nn/moe/token_dispatcher.h"
+
+namespace titan::nn::moe {
+
+struct MoEArgs {
+  int64_t num_experts = 8;
+  int64_t top_k = 2;
+  int64_t hidden_dim = 256;    // each expert's SwiGLU hidden size
+  bool norm_topk_prob = true;  // renormalise the k chosen scores to sum to 1
+  bool load_balance_bias = false;  // the auxiliary-loss-free expert bias
+  double bias_update_rate = 1e-3;  // its step per optimizer step (DeepSeek-V3's gamma)
+
+  // Throws, naming the field, when the sizes cannot make a layer.
+  void validate() const;
+};
+
+// What one forward pass of a model shares with its MoE layers; the model makes one per pass and
+// hands it to every layer.
+struct MoEPass {
+  autograd::AuxiliaryLosses aux_losses;
+  // Each layer's load-balancing loss counts with this weight: the coefficient over the number of
+  // MoE layers, so that the total is the coefficient times the layers' mean. 0: none computed.
+  double aux_loss_weight = 0;
+  // Layers that have run in this pass: one re-run by activation checkpointing counts no tokens.
+  std::set<int64_t> layers_run;
+};
+
+class MoE : public Module {
+ public:
+  // `layer_id` keys this layer's reports in a pass; `init_std` is the depth-scaled std of the
+  // router and of the experts' w2 and w3.
+  MoE(int64_t layer_id, int64_t dim, const MoEArgs& args, double init_std, TensorOptions opts = {});
+
+  // x [..., dim] -> [..., dim]. In training mode the tokens each expert got are added to this
+  // step's counts (end_step takes them). With pass.aux_loss_weight > 0 the Switch Transformer
+  // load-balancing loss E * sum_e f_e * P_e (f_e: the share of the token choices that went to
+  // expert e; P_e: its mean score; 1 when balanced) is attached to the output through
+  // pass.aux_losses, so its gradient reaches the router even when the block is checkpointed.
+  Tensor forward(const Tensor& x, MoEPass& pass);
+  // The pass is shared (captured by value), so a wrapper that re-runs the body in backward
+  // (activation checkpointing) reports into the same pass.
+  Tensor operator()(const Tensor& x, const std::shared_ptr<MoEPass>& pass) {
+    TITAN_CHECK(pass != nullptr, "moe::MoE: called without an MoEPass; make one per model forward");
+    return run_forward(x, [this, pass](const Tensor& in) { return forward(in, *pass); });
+  }
+
+  // The tokens each expert got since the last call, in training-mode forwards; applies the
+  // expert-bias update from them when the bias is on, and starts counting afresh.
+  std::vector<int64_t> end_step();
+
+  std::shared_ptr<TopKRouter> router;
+  std::shared_ptr<GroupedExperts> experts;
+  // Replaceable: expert parallelism swaps in its all-to-all dispatcher.
+  std::shared_ptr<TokenDispatcher> dispatcher;
+
+ private:
+  int64_t layer_id_;
+  MoEArgs args_;
+  std::vector<int64_t> tokens_per_expert_;  // this step's, summed over its forwards
+};
+
+// How evenly the tokens of a step spread over the experts, from each layer's tokens per expert.
+struct ExpertLoad {
+  int64_t min = 0, max = 0;  // the fewest and most tokens any expert of any layer got
+  double cv = 0;             // coefficient of variation (std / mean) over a layer's experts, mean over layers
+};
+ExpertLoad expert_load(const std::vector<std::vector<int64_t>>& tokens_per_expert_by_layer);
+
+}  // namespace titan::nn::moe

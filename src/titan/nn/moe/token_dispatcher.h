@@ -1,0 +1,35 @@
+#pragma once
+// Moving routed tokens to their experts and the experts' outputs back: the one step of an MoE
+// layer that expert parallelism replaces (an all-to-all over the `ep` ranks, each holding a slice
+// of the experts), by giving the layer another dispatcher. The layer's code does not change.
+#include <cstdint>
+#include <vector>
+
+#include "titan/ops/moe.h"
+
+namespace titan::nn::moe {
+
+class TokenDispatcher {
+ public:
+  struct Dispatched {
+    Tensor rows;                           // the tokens of this process's experts, grouped by expert
+    std::vector<int64_t> rows_per_expert;  // the group sizes of `rows`, one per local expert
+    ops::TokenPermutation permutation;     // how the local rows map back to (token, choice) pairs
+  };
+
+  virtual ~TokenDispatcher() = default;
+  // x [tokens, dim] and each token's experts ids [tokens, k] -> the rows the experts compute on.
+  virtual Dispatched dispatch(const Tensor& x, const Tensor& ids, int64_t num_experts) = 0;
+  // The experts' outputs (rows as dispatch laid them out) -> [tokens, dim], each token the sum of
+  // its k outputs times weights [tokens, k].
+  virtual Tensor combine(const Tensor& expert_out, const Tensor& weights, const Dispatched& dispatched) = 0;
+};
+
+// Every expert on this process: sorting the (token, choice) pairs by expert is the whole move.
+class LocalTokenDispatcher final : public TokenDispatcher {
+ public:
+  Dispatched dispatch(const Tensor& x, const Tensor& ids, int64_t num_experts) override;
+  Tensor combine(const Tensor& expert_out, const Tensor& weights, const Dispatched& dispatched) override;
+};
+
+}  // namespace titan::nn::moe

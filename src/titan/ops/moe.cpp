@@ -1,0 +1,177 @@
+#include "titan/ops/moe.h"
+
+#include <numeric>
+
+#include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/grouped_gemm.h"
+#include "titan/kernels/cpu/index_check.h"
+#include "titan/kernels/cpu/moe.h"
+#include "titan/ops/checks.h"
+
+namespace titan::ops {
+
+namespace {
+
+void check_permutation(const char* op, const TokenPermutation& perm) {
+  TITAN_CHECK(perm.row_of.defined() && perm.row_of.numel() == perm.tokens * perm.top_k, op,
+              ": the permutation is empty or inconsistent; make it with sort_by_expert from this routing");
+}
+
+}  // namespace
+
+TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
+  check_float("topk_experts", "scores", scores);
+  TITAN_CHECK(scores.dim() == 2, "topk_experts: expected scores [tokens, experts], got ", scores.desc());
+  const int64_t tokens = scores.size(0), experts = scores.size(1);
+  TITAN_CHECK(k >= 1 && k <= experts, "topk_experts: k = ", k, " must be in [1, experts = ", experts,
+              "]; choose top_k <= num_experts");
+  Tensor bc;
+  if (bias.defined()) {
+    check_float("topk_experts", "bias", bias);
+    TITAN_CHECK(bias.dim() == 1 && bias.size(0) == experts && bias.dtype() == scores.dtype(),
+                "topk_experts: bias must be [", experts, "] of the scores' dtype ", dtype_name(scores.dtype()),
+                ", got ", bias.desc());
+    bc = dense(bias);
+  }
+  Tensor sc = dense(scores);
+  Tensor ids = Tensor::empty({tokens, k}, {.dtype = kI64});
+  Tensor weights = Tensor::empty({tokens, k}, scores.options());
+  kernels::cpu::dispatch_float(scores.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::topk_experts<T>(sc.data<T>(), bc.defined() ? bc.data<T>() : nullptr, tokens, experts, k,
+                                  ids.data<int64_t>(), weights.data<T>());
+  });
+  autograd::record("topk_experts", {scores}, {weights}, [ids, tokens, experts, k](const autograd::GradContext& g) {
+    Tensor gw = g[0].contiguous();
+    Tensor ds = Tensor::empty({tokens, experts}, gw.options());
+    kernels::cpu::dispatch_float(gw.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::cpu::topk_experts_bwd<T>(gw.data<T>(), ids.data<int64_t>(), tokens, experts, k, ds.data<T>());
+    });
+    return std::vector<Tensor>{ds};
+  });
+  return {weights, ids};
+}
+
+TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
+  check_cpu("sort_by_expert", ids);
+  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == kI64, "sort_by_expert: expected ids [tokens, k] i64, got ",
+              ids.desc());
+  TITAN_CHECK(num_experts >= 1, "sort_by_expert: num_experts must be >= 1, got ", num_experts);
+  Tensor ic = ids.contiguous();
+  kernels::cpu::check_index_range("sort_by_expert", "expert id", ic, num_experts);
+  TokenPermutation p;
+  p.tokens = ids.size(0);
+  p.top_k = ids.size(1);
+  p.row_of = Tensor::empty({p.tokens * p.top_k}, {.dtype = kI64});
+  p.token_of_row = Tensor::empty({p.tokens * p.top_k}, {.dtype = kI64});
+  p.tokens_per_expert.resize(static_cast<size_t>(num_experts));
+  kernels::cpu::sort_by_expert(ic.data<int64_t>(), p.tokens, p.top_k, num_experts, p.tokens_per_expert.data(),
+                               p.row_of.data<int64_t>(), p.token_of_row.data<int64_t>());
+  return p;
+}
+
+Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
+  check_float("permute_tokens", "x", x);
+  check_permutation("permute_tokens", perm);
+  TITAN_CHECK(x.dim() == 2 && x.size(0) == perm.tokens, "permute_tokens: expected x [", perm.tokens,
+              ", d] (one row per routed token), got ", x.desc());
+  const int64_t d = x.size(1), rows = perm.tokens * perm.top_k;
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty({rows, d}, x.options());
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::gather_rows<T>(xc.data<T>(), perm.token_of_row.data<int64_t>(), rows, d, out.data<T>());
+  });
+  autograd::record("permute_tokens", {x}, {out}, [row_of = perm.row_of, tokens = perm.tokens,
+                                                  k = perm.top_k, d](const autograd::GradContext& g) {
+    Tensor go = g[0].contiguous();
+    Tensor dx = Tensor::empty({tokens, d}, go.options());
+    kernels::cpu::dispatch_float(go.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::cpu::combine_rows<T>(go.data<T>(), row_of.data<int64_t>(), nullptr, tokens, k, d, dx.data<T>());
+    });
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
+Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm) {
+  check_float("unpermute_tokens", "rows", rows);
+  check_float("unpermute_tokens", "weights", weights);
+  check_permutation("unpermute_tokens", perm);
+  const int64_t tokens = perm.tokens, k = perm.top_k;
+  TITAN_CHECK(rows.dim() == 2 && rows.size(0) == tokens * k, "unpermute_tokens: expected rows [", tokens * k,
+              ", d] (tokens x top_k), got ", rows.desc());
+  TITAN_CHECK(weights.dim() == 2 && weights.size(0) == tokens && weights.size(1) == k &&
+                  weights.dtype() == rows.dtype(),
+              "unpermute_tokens: expected weights [", tokens, ", ", k, "] of the rows' dtype, got ", weights.desc(),
+              " with rows ", rows.desc());
+  const int64_t d = rows.size(1);
+  Tensor rc = dense(rows), wc = dense(weights);
+  Tensor out = Tensor::empty({tokens, d}, rows.options());
+  kernels::cpu::dispatch_float(rows.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::combine_rows<T>(rc.data<T>(), perm.row_of.data<int64_t>(), wc.data<T>(), tokens, k, d,
+                                  out.data<T>());
+  });
+  autograd::record("unpermute_tokens", {rows, weights}, {out},
+                   [rc, wc, row_of = perm.row_of, tokens, k, d](const autograd::GradContext& g) {
+                     Tensor go = g[0].contiguous();
+                     Tensor d_rows, d_w;
+                     if (g.needs(0)) d_rows = Tensor::empty(rc.sizes(), rc.options());
+                     if (g.needs(1)) d_w = Tensor::empty(wc.sizes(), wc.options());
+                     kernels::cpu::dispatch_float(go.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       kernels::cpu::combine_rows_bwd<T>(go.data<T>(), rc.data<T>(), row_of.data<int64_t>(),
+                                                         wc.data<T>(), tokens, k, d,
+                                                         d_rows.defined() ? d_rows.data<T>() : nullptr,
+                                                         d_w.defined() ? d_w.data<T>() : nullptr);
+                     });
+                     return std::vector<Tensor>{d_rows, d_w};
+                   });
+  return out;
+}
+
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
+  check_float("grouped_linear", "x", x);
+  check_float("grouped_linear", "weight", weight);
+  TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype(),
+              "grouped_linear: expected x [rows, in] and weight [groups, out, in] of one dtype, got ", x.desc(),
+              " and ", weight.desc());
+  const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
+  const int64_t total = std::accumulate(group_rows.begin(), group_rows.end(), int64_t{0});
+  TITAN_CHECK(static_cast<int64_t>(group_rows.size()) == groups && total == x.size(0), "grouped_linear: ",
+              group_rows.size(), " group sizes summing to ", total, " for ", groups, " weight matrices and ",
+              x.size(0), " rows; give one size per group, summing to the rows of x");
+  Tensor xc = dense(x), wc = dense(weight);
+  Tensor y = Tensor::empty({x.size(0), out_f}, x.options());
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, out_f, in_f, xc.data<T>(), wc.data<T>(), true,
+                                  y.data<T>());
+  });
+  autograd::record("grouped_linear", {x, weight}, {y}, [xc, wc, group_rows](const autograd::GradContext& g) {
+    const int64_t groups = wc.size(0), out_f = wc.size(1), in_f = wc.size(2);
+    Tensor gy = g[0].contiguous();
+    Tensor dx, dw;
+    kernels::cpu::dispatch_float(gy.dtype(), [&](auto z) {
+      using T = decltype(z);
+      if (g.needs(0)) {
+        dx = Tensor::empty(xc.sizes(), xc.options());
+        kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, out_f, gy.data<T>(), wc.data<T>(), false,
+                                      dx.data<T>());
+      }
+      if (g.needs(1)) {
+        dw = Tensor::empty(wc.sizes(), wc.options());
+        kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, out_f, in_f, gy.data<T>(), xc.data<T>(),
+                                         dw.data<T>());
+      }
+    });
+    return std::vector<Tensor>{dx, dw};
+  });
+  return y;
+}
+
+}  // namespace titan::ops

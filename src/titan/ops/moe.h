@@ -1,0 +1,45 @@
+#pragma once
+// The differentiable pieces of a mixture-of-experts layer: token-choice top-k routing, the
+// permutation of tokens into expert order and back, and the grouped linear map that applies one
+// weight matrix per expert to its rows. Composed in nn/moe/ as route -> permute -> grouped GEMMs
+// -> unpermute with the routing weights; no step ever runs an expert over all tokens.
+#include <cstdint>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+struct TopKExperts {
+  Tensor weights;  // [tokens, k], scores[t, ids[t, j]]: differentiable w.r.t. the scores
+  Tensor ids;      // [tokens, k] i64, best first; ties go to the lower expert index
+};
+// Each token's k best experts by scores [tokens, experts] + bias [experts] (undefined: none).
+// The bias steers the choice only (auxiliary-loss-free load balancing); the weights are the
+// unbiased scores, and the choice itself has no gradient.
+TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias = Tensor());
+
+// How the (token, choice) pairs of a routing are laid out in expert order ("rows": experts
+// ascending, tokens ascending within one expert).
+struct TokenPermutation {
+  int64_t tokens = 0, top_k = 0;
+  Tensor row_of;        // [tokens * k] i64: the row of pair (t, j) = t * k + j
+  Tensor token_of_row;  // [tokens * k] i64
+  std::vector<int64_t> tokens_per_expert;  // the group sizes of the rows
+};
+// ids [tokens, k] i64 in [0, num_experts), as topk_experts gives them.
+TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts);
+
+// x [tokens, d] -> [tokens * k, d]: row r is x[token_of_row[r]]. The backward sums each token's
+// k row gradients.
+Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm);
+// rows [tokens * k, d], weights [tokens, k] -> [tokens, d]: token t gets
+// sum_j weights[t, j] * rows[row_of(t, j)]. Differentiable w.r.t. both.
+Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm);
+
+// x [rows, in] with consecutive groups of group_rows[g] rows, weight [groups, out, in] ->
+// [rows, out]: each group's rows @ weight[g]^T (nn.Linear's layout per group). One GEMM per
+// group, forward and backward.
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows);
+
+}  // namespace titan::ops
