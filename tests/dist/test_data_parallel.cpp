@@ -129,6 +129,9 @@ TEST(DataParallel, TrainerRejectsLayoutsItCannotRun) {
                            "--parallelism.data_parallel_shard_degree=1", local_batch(1)})
                 .find("tensor_parallel_degree = " + std::to_string(n) + ": this parallelism is not implemented yet"),
             std::string::npos);
+  EXPECT_NE(trainer_error({"--moe.load_balance_bias=true", local_batch(n)})
+                .find("load_balance_bias = true with data parallelism over " + std::to_string(n) + " ranks"),
+            std::string::npos);
 }
 
 }  // namespace
