@@ -20,12 +20,18 @@ $(BUILD)/build.ninja: CMakeLists.txt
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Trains the Llama 3 debug model on the bundled King James Bible (configs/llama3/debug.toml);
-# pass overrides with ARGS, e.g. make train ARGS="--training.steps=50".
-CONFIG ?= configs/llama3/debug.toml
-ARGS   ?=
+# Trains the Llama 3 debug model on the bundled King James Bible (configs/llama3/debug.toml),
+# then prints a sample from its final checkpoint; pass overrides with ARGS, e.g.
+# make train ARGS="--training.steps=50". Run again, it resumes from its checkpoints: a finished
+# run trains no further and prints the sample again; more steps continue from the latest full
+# checkpoint. rm -rf outputs/llama3_debug/checkpoint starts over. CHECKPOINT is where the
+# config saves (job.dump_folder/checkpoint.folder).
+CONFIG     ?= configs/llama3/debug.toml
+ARGS       ?=
+CHECKPOINT ?= outputs/llama3_debug/checkpoint
 train: build
 	$(BUILD)/titan train --config $(CONFIG) $(ARGS)
+	$(BUILD)/titan generate --checkpoint $(CHECKPOINT) --prompt "In the beginning" --max-new-tokens 64
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS)

@@ -10,6 +10,8 @@
 // router's dim x experts), forward and backward, so ratios are ratios of time. Also timed: titan's
 // dispatch alone (sort by expert, permute, unpermute, forward and backward, on the same routing
 // sizes), and its share of the layer's time.
+#include "titan/nn/moe/moe.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,7 +21,6 @@
 #include "titan/autograd/engine.h"
 #include "titan/core/parallel.h"
 #include "titan/core/rng.h"
-#include "titan/nn/moe/moe.h"
 #include "titan/ops/moe.h"
 
 namespace {
@@ -41,9 +42,7 @@ struct Shape {
     n += std::to_string(top_k);
     return n;
   }
-  double flops() const {
-    return 6.0 * double(kTokens) * double(top_k * 3 * kDim * kHidden + kDim * experts);
-  }
+  double flops() const { return 6.0 * double(kTokens) * double(top_k * 3 * kDim * kHidden + kDim * experts); }
   bench::Plan plan() const { return {.reps = 3, .min_time = 1e-3, .warmup = 0.0}; }
 };
 
@@ -58,8 +57,8 @@ LayerIn make_layer(const Shape& s) {
   args.num_experts = s.experts;
   args.top_k = s.top_k;
   args.hidden_dim = kHidden;
-  LayerIn in{std::make_shared<moe::MoE>(0, kDim, args, 0.02), Tensor::randn({kTokens, kDim}, gen).requires_grad_(),
-             Tensor::randn({kTokens, kDim}, gen)};
+  LayerIn in{std::make_shared<moe::MoE>(0, kDim, args, 0.02),
+             Tensor::randn({kTokens, kDim}, gen).requires_grad_(), Tensor::randn({kTokens, kDim}, gen)};
   in.layer->init_weights(gen);
   return in;
 }
@@ -99,19 +98,19 @@ int main(int argc, char** argv) {
       }
       peak.report(state);
     });
-    bench::add_benchmark("dispatch/" + s.name(), {.reps = 5, .min_time = 0.2, .warmup = 0.1},
-                         [s](benchmark::State& state) {
-                           DispatchIn& in = bench::cached_inputs<DispatchIn>(
-                               "dispatch/" + s.name(), [&] { return make_dispatch(s); });
-                           for (auto _ : state) {
-                             titan::ops::TokenPermutation p = titan::ops::sort_by_expert(in.ids, s.experts);
-                             Tensor permuted = titan::ops::permute_tokens(in.x, p);
-                             Tensor out = titan::ops::unpermute_tokens(in.rows, in.weights, p);
-                             std::vector<Tensor> grads = titan::autograd::grad(
-                                 {permuted, out}, {in.d_rows, in.d_out}, {in.x, in.rows, in.weights});
-                             benchmark::DoNotOptimize(grads.front().data_ptr());
-                           }
-                         });
+    bench::add_benchmark(
+        "dispatch/" + s.name(), {.reps = 5, .min_time = 0.2, .warmup = 0.1}, [s](benchmark::State& state) {
+          DispatchIn& in =
+              bench::cached_inputs<DispatchIn>("dispatch/" + s.name(), [&] { return make_dispatch(s); });
+          for (auto _ : state) {
+            titan::ops::TokenPermutation p = titan::ops::sort_by_expert(in.ids, s.experts);
+            Tensor permuted = titan::ops::permute_tokens(in.x, p);
+            Tensor out = titan::ops::unpermute_tokens(in.rows, in.weights, p);
+            std::vector<Tensor> grads =
+                titan::autograd::grad({permuted, out}, {in.d_rows, in.d_out}, {in.x, in.rows, in.weights});
+            benchmark::DoNotOptimize(grads.front().data_ptr());
+          }
+        });
   }
   const auto ran = bench::run_benchmarks(argc, argv);
 
@@ -129,8 +128,9 @@ int main(int argc, char** argv) {
   }
   const bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
 
-  bench::Table table{.title = "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
-                              "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s)",
+  bench::Table table{.title =
+                         "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
+                         "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s)",
                      .unit = "GFLOP/s",
                      .titan_label = "titan",
                      .reference_label = "torch",
@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   table.notes.push_back(
       "dispatch: titan's sort by expert + permute + unpermute, forward and backward, timed alone on the "
       "same routing sizes; share = dispatch ms / titan ms.");
-  table.notes.push_back("titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
+  table.notes.push_back(
+      "titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
   table.notes.push_back("target: titan >= 1.5x torch (ratio column).");
   bench::print_table(table, torch);
   return 0;

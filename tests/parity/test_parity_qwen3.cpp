@@ -75,8 +75,8 @@ void train_like_the_reference(const std::string& name, bool moe) {
   const int64_t steps = static_cast<int64_t>(c.attr("steps"));
   std::vector<double> losses, norms, aux_losses;
   for (int64_t s = 0; s < steps; ++s) {
-    train::StepStats stats = train::train_step(model, opt, model.parameters(), c.attr("max_norm"), 1,
-                                               [&] { return batch(s); });
+    train::StepStats stats =
+        train::train_step(model, opt, model.parameters(), c.attr("max_norm"), 1, [&] { return batch(s); });
     losses.push_back(stats.loss);
     norms.push_back(stats.grad_norm);
     for (const auto& [key, value] : stats.extra)

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "support/test_util.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/ops/linalg.h"
@@ -24,17 +27,26 @@ std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
 class GemmTranspose : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
+// Matrices, and a single row or column (which go to GEMV), with beta 2 and with beta 0 over NaN
+// (which must be overwritten, not scaled).
 TEST_P(GemmTranspose, MatchesReferenceWithPaddedLeadingDimsAndBeta) {
   auto [ta, tb] = GetParam();
-  const int64_t m = 37, n = 19, k = 129;
-  const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
-  std::vector<float> a = test::rand_f32({(ta ? k : m) * lda}, 1).to_vector<float>();
-  std::vector<float> b = test::rand_f32({(tb ? n : k) * ldb}, 2).to_vector<float>();
-  std::vector<float> c = test::rand_f32({m * ldc}, 3).to_vector<float>();
-  std::vector<double> ref = reference(ta, tb, m, n, k, 0.5, a, lda, b, ldb, 2.0, c, ldc);
-  kernels::cpu::gemm<float>(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(c[i * ldc + j], ref[i * ldc + j], 1e-4) << i << "," << j;
+  const int64_t k = 129;
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{37, 19}, {1, 19}, {37, 1}, {1, 1}}) {
+    for (float beta : {2.0f, 0.0f}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << ", n " << n << ", beta " << beta);
+      const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+      std::vector<float> a = test::rand_f32({(ta ? k : m) * lda}, 1).to_vector<float>();
+      std::vector<float> b = test::rand_f32({(tb ? n : k) * ldb}, 2).to_vector<float>();
+      std::vector<float> c = test::rand_f32({m * ldc}, 3).to_vector<float>();
+      if (beta == 0) std::fill(c.begin(), c.end(), std::nanf(""));
+      std::vector<double> ref = reference(ta, tb, m, n, k, 0.5, a, lda, b, ldb, beta,
+                                          beta == 0 ? std::vector<float>(c.size()) : c, ldc);
+      kernels::cpu::gemm<float>(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(c[i * ldc + j], ref[i * ldc + j], 1e-4) << i << "," << j;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GemmTranspose, ::testing::Combine(::testing::Bool(), ::testing::Bool()));

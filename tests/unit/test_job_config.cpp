@@ -19,7 +19,9 @@ using train::JobConfig;
 using train::load_job_config;
 using train::parse_job_config;
 
-const fs::path kConfigs = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
+// From the source-tree define, not __FILE__: with CCACHE_BASEDIR set, ccache makes __FILE__ relative
+// to the build folder, which is not where ctest runs the tests.
+const fs::path kConfigs = fs::path(TITAN_SOURCE_DIR) / "configs";
 
 // Each test writes its TOML files into a fresh folder, removed afterwards.
 class JobConfigFiles : public ::testing::Test {
@@ -126,9 +128,13 @@ TEST(JobConfig, ShippedConfigsLoad) {
     EXPECT_EQ(c.model.flavor, flavor);
     EXPECT_EQ(c.training.mixed_precision_param, "bfloat16");
   }
-  for (auto [file, name, flavor] : {std::tuple{"debug", "qwen3", "debugmodel"}, {"debug_moe", "qwen3_moe", "debugmodel"},
-                                    {"0.6b", "qwen3", "0.6B"}, {"8b", "qwen3", "8B"}, {"32b", "qwen3", "32B"},
-                                    {"30b_a3b", "qwen3_moe", "30B-A3B"}, {"235b_a22b", "qwen3_moe", "235B-A22B"}}) {
+  for (auto [file, name, flavor] : {std::tuple{"debug", "qwen3", "debugmodel"},
+                                    {"debug_moe", "qwen3_moe", "debugmodel"},
+                                    {"0.6b", "qwen3", "0.6B"},
+                                    {"8b", "qwen3", "8B"},
+                                    {"32b", "qwen3", "32B"},
+                                    {"30b_a3b", "qwen3_moe", "30B-A3B"},
+                                    {"235b_a22b", "qwen3_moe", "235B-A22B"}}) {
     SCOPED_TRACE(file);
     JobConfig c = load_job_config((kConfigs / "qwen3" / (std::string(file) + ".toml")).string());
     EXPECT_EQ(c.model.name, name);
@@ -167,7 +173,8 @@ TEST(JobConfig, OverridesOfEveryType) {
   // An optional bool: bare means true, "none" goes back to unset (the flavor's own).
   EXPECT_EQ(with({"--model.weight_tying"}).model.weight_tying, true);
   EXPECT_EQ(with({"--model.weight_tying=false"}).model.weight_tying, false);
-  EXPECT_FALSE(with({"--model.weight_tying=true", "--model.weight_tying=none"}).model.weight_tying.has_value());
+  EXPECT_FALSE(
+      with({"--model.weight_tying=true", "--model.weight_tying=none"}).model.weight_tying.has_value());
 }
 
 TEST_F(JobConfigFiles, OverridesApplyOverTheFile) {
@@ -521,6 +528,31 @@ TEST(JobConfig, Json) {
   EXPECT_TRUE(j["lr_scheduler"]["decay_ratio"].is_null());
   EXPECT_TRUE(j["training"]["gradient_accumulation_steps"].is_null());
   EXPECT_EQ(train::to_json(with({"--lr_scheduler.decay_ratio=0.5"}))["lr_scheduler"]["decay_ratio"], 0.5);
+}
+
+TEST(JobConfig, JsonReadsBack) {
+  // As a checkpoint keeps it: every key, set or unset, comes back as it was.
+  for (const JobConfig& c : {unusual_config(), JobConfig{}}) {
+    nlohmann::json j = train::to_json(c);
+    EXPECT_EQ(train::to_json(train::job_config_from_json(j, "saved")), j);
+  }
+  // Absent keys take their defaults; the rest is checked as a file is.
+  EXPECT_EQ(train::job_config_from_json({{"training", {{"seed", 5}}}}, "saved").training.seed, 5);
+  auto with_key = [](const char* section, const char* key, const nlohmann::json& value) {
+    nlohmann::json j = train::to_json(JobConfig{});
+    j[section][key] = value;
+    return j;
+  };
+  EXPECT_TITAN_ERROR(
+      train::job_config_from_json(with_key("training", "sequence_length", 32), "m.json (config)"),
+      "m.json (config)", "unknown key 'training.sequence_length'", "valid keys in [training]");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", "many"), "m"),
+                     "training.steps", "expected an integer", "found a string");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", nlohmann::json::array()), "m"),
+                     "training.steps", "found an array");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(with_key("training", "steps", 0), "m"),
+                     "training.steps = 0");
+  EXPECT_TITAN_ERROR(train::job_config_from_json(nlohmann::json::array(), "m"), "expected a JSON object");
 }
 
 TEST(JobConfig, BatchPlan) {

@@ -1,8 +1,8 @@
 // Mixture-of-experts pieces: the routing kernels against plain references (ties included), the
 // grouped GEMM against one linear per group, the MoE layer against the dense formulation (every
-// expert on every token, zero-weighted where not chosen), gradchecks of every op and of the whole layer (router
-// and auxiliary loss included), the auxiliary loss through activation checkpointing, the
-// expert-bias update and the load statistics.
+// expert on every token, zero-weighted where not chosen), gradchecks of every op and of the whole layer
+// (router and auxiliary loss included), the auxiliary loss through activation checkpointing, the expert-bias
+// update and the load statistics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,8 +48,9 @@ TEST(MoERouting, TopKMatchesAStableSortAndWeighsByTheUnbiasedScores) {
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<int64_t> order(experts);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t x, int64_t y) { return s[t * experts + x] + b[x] > s[t * experts + y] + b[y]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return s[t * experts + x] + b[x] > s[t * experts + y] + b[y];
+    });
     for (int64_t j = 0; j < k; ++j) {
       ASSERT_EQ(ids[t * k + j], order[j]) << "token " << t << " choice " << j;
       EXPECT_EQ(w[t * k + j], s[t * experts + order[j]]);
@@ -117,7 +118,8 @@ TEST(MoEGroupedLinear, MatchesOneLinearPerGroupForwardAndBackward) {
     std::vector<Tensor> parts;
     int64_t row = 0;
     for (int64_t g = 0; g < 4; ++g) {
-      if (groups[g] > 0) parts.push_back(ops::linear(xr.narrow(0, row, groups[g]), wr.narrow(0, g, 1).squeeze(0)));
+      if (groups[g] > 0)
+        parts.push_back(ops::linear(xr.narrow(0, row, groups[g]), wr.narrow(0, g, 1).squeeze(0)));
       row += groups[g];
     }
     Tensor ref = Tensor::empty({15, 3}, {.dtype = dt});
@@ -148,7 +150,9 @@ TEST(MoEGroupedLinear, MatchesOneLinearPerGroupForwardAndBackward) {
 TEST(MoEGradcheck, GroupedLinear) {
   Tensor x = rand_f64({7, 4}, 10), w = rand_f64({3, 5, 4}, 11);
   auto res = autograd::gradcheck(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::grouped_linear(in[0], in[1], {3, 0, 4})}; },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::grouped_linear(in[0], in[1], {3, 0, 4})};
+      },
       {x, w});
   EXPECT_TRUE(res.ok) << res.message;
 }
@@ -164,7 +168,8 @@ TEST(MoEGradcheck, PermuteUnpermuteAndTopKWeights) {
       {x, rows, w});
   EXPECT_TRUE(res.ok) << res.message;
   // Scores well apart, so the finite differences never change the choice.
-  Tensor scores = Tensor::from_vector<double>({0.1, 0.5, 0.9, 0.3, 0.8, 0.2, 0.6, 0.4}, {2, 4}).requires_grad_();
+  Tensor scores =
+      Tensor::from_vector<double>({0.1, 0.5, 0.9, 0.3, 0.8, 0.2, 0.6, 0.4}, {2, 4}).requires_grad_();
   res = autograd::gradcheck(
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::topk_experts(in[0], 2).weights}; },
       {scores});
@@ -176,20 +181,20 @@ TEST(MoEGradcheck, PermuteUnpermuteAndTopKWeights) {
 constexpr int64_t kDim = 6, kExperts = 4, kTopK = 2, kHidden = 5;
 
 std::shared_ptr<nn::moe::MoE> small_moe(bool bias = false, bool norm_topk_prob = true) {
-  auto moe = std::make_shared<nn::moe::MoE>(
-      0, kDim,
-      nn::moe::MoEArgs{.num_experts = kExperts,
-                       .top_k = kTopK,
-                       .hidden_dim = kHidden,
-                       .norm_topk_prob = norm_topk_prob,
-                       .load_balance_bias = bias,
-                       .bias_update_rate = 0.1},
-      0.3, TensorOptions{.dtype = kF64});
+  auto moe = std::make_shared<nn::moe::MoE>(0, kDim,
+                                            nn::moe::MoEArgs{.num_experts = kExperts,
+                                                             .top_k = kTopK,
+                                                             .hidden_dim = kHidden,
+                                                             .norm_topk_prob = norm_topk_prob,
+                                                             .load_balance_bias = bias,
+                                                             .bias_update_rate = 0.1},
+                                            0.3, TensorOptions{.dtype = kF64});
   Generator gen(21);
   moe->init_weights(gen);
   // Larger than the init's, so every path carries a gradient well above the finite differences' noise.
   autograd::NoGradGuard no_grad;
-  for (auto& [name, p] : moe->named_parameters()) Tensor(p).copy_(Tensor::randn(p.sizes(), gen, {.dtype = kF64}, 0, 0.5));
+  for (auto& [name, p] : moe->named_parameters())
+    Tensor(p).copy_(Tensor::randn(p.sizes(), gen, {.dtype = kF64}, 0, 0.5));
   return moe;
 }
 
@@ -218,9 +223,9 @@ Tensor dense_reference(nn::moe::MoE& moe, const Tensor& x, bool norm_topk_prob) 
   Tensor out;
   for (int64_t e = 0; e < kExperts; ++e) {
     auto expert = [&](const Tensor& weight) { return weight.narrow(0, e, 1).squeeze(0); };
-    Tensor y = ops::linear(
-        ops::swiglu(ops::linear(tokens, expert(moe.experts->w1)), ops::linear(tokens, expert(moe.experts->w3))),
-        expert(moe.experts->w2));
+    Tensor y = ops::linear(ops::swiglu(ops::linear(tokens, expert(moe.experts->w1)),
+                                       ops::linear(tokens, expert(moe.experts->w3))),
+                           expert(moe.experts->w2));
     Tensor term = y * routing.narrow(1, e, 1);
     out = out.defined() ? out + term : term;
   }
@@ -235,10 +240,12 @@ TEST(MoELayer, MatchesTheDenseFormulation) {
     Tensor ref = dense_reference(*moe, x, norm);
     EXPECT_TRUE(tensors_close(y, ref, 1e-12, "MoE output")) << "norm_topk_prob " << norm;
     Tensor cot = rand_f64({2, 5, kDim}, 23, false);
-    std::vector<Tensor> leaves = {x, moe->router->gate->weight, moe->experts->w1, moe->experts->w2, moe->experts->w3};
+    std::vector<Tensor> leaves = {x, moe->router->gate->weight, moe->experts->w1, moe->experts->w2,
+                                  moe->experts->w3};
     std::vector<Tensor> g = autograd::grad({y}, {cot}, leaves);
     std::vector<Tensor> gr = autograd::grad({ref}, {cot}, leaves);
-    for (size_t i = 0; i < leaves.size(); ++i) EXPECT_TRUE(tensors_close(g[i], gr[i], 1e-12, "gradient " + std::to_string(i)));
+    for (size_t i = 0; i < leaves.size(); ++i)
+      EXPECT_TRUE(tensors_close(g[i], gr[i], 1e-12, "gradient " + std::to_string(i)));
   }
 }
 
@@ -336,8 +343,8 @@ TEST(AuxiliaryLosses, TermsCountOnceByKeyAndReceiveTheirWeightedGradient) {
   Tensor total = losses.total();
   EXPECT_NEAR(total.item(), 0.5 * term.item(), 1e-15);
   // d/da of (3 * total + sum(out)) = 3 * 0.5 * 2a, and out passes its gradient through.
-  std::vector<Tensor> g = autograd::grad({ops::sum(out) + total * 3.0}, {Tensor::ones({}, {.dtype = kF64})},
-                                         {a, out_in});
+  std::vector<Tensor> g =
+      autograd::grad({ops::sum(out) + total * 3.0}, {Tensor::ones({}, {.dtype = kF64})}, {a, out_in});
   EXPECT_TRUE(tensors_close(g[0], a.detach() * 3.0, 1e-15, "term's gradient"));
   EXPECT_TRUE(tensors_close(g[1], Tensor::ones({2}, {.dtype = kF64}), 0, "out's gradient"));
 }

@@ -69,12 +69,13 @@ TEST(Qwen3Args, FlavorsAreThePublishedConfigs) {
             (std::vector<std::string>{"debugmodel", "30B-A3B", "235B-A22B"}));
   // dim, layers, q heads, kv heads, ffn, tied.
   const std::map<std::string, std::vector<int64_t>> dense = {
-      {"0.6B", {1024, 28, 16, 8, 3072, 1}},  {"1.7B", {2048, 28, 16, 8, 6144, 1}},
-      {"4B", {2560, 36, 32, 8, 9728, 1}},    {"8B", {4096, 36, 32, 8, 12288, 0}},
-      {"14B", {5120, 40, 40, 8, 17408, 0}},  {"32B", {5120, 64, 64, 8, 25600, 0}}};
+      {"0.6B", {1024, 28, 16, 8, 3072, 1}}, {"1.7B", {2048, 28, 16, 8, 6144, 1}},
+      {"4B", {2560, 36, 32, 8, 9728, 1}},   {"8B", {4096, 36, 32, 8, 12288, 0}},
+      {"14B", {5120, 40, 40, 8, 17408, 0}}, {"32B", {5120, 64, 64, 8, 25600, 0}}};
   for (const auto& [name, dims] : dense) {
     ModelArgs a = models::qwen3::flavor(Family::dense, name);
-    EXPECT_EQ((std::vector<int64_t>{a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.ffn_dim, a.tie_embeddings}), dims)
+    EXPECT_EQ((std::vector<int64_t>{a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.ffn_dim, a.tie_embeddings}),
+              dims)
         << name;
     EXPECT_FALSE(a.moe.has_value()) << name;
   }
@@ -84,8 +85,8 @@ TEST(Qwen3Args, FlavorsAreThePublishedConfigs) {
   for (const auto& [name, dims] : sparse) {
     ModelArgs a = models::qwen3::flavor(Family::moe, name);
     ASSERT_TRUE(a.moe.has_value()) << name;
-    EXPECT_EQ((std::vector<int64_t>{a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.moe->num_experts, a.moe->top_k,
-                                    a.moe->hidden_dim}),
+    EXPECT_EQ((std::vector<int64_t>{a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.moe->num_experts,
+                                    a.moe->top_k, a.moe->hidden_dim}),
               dims)
         << name;
     EXPECT_TRUE(a.moe->norm_topk_prob) << name;
@@ -110,11 +111,12 @@ TEST(Qwen3Args, FlavorsAreThePublishedConfigs) {
 
 TEST(Qwen3Args, ParameterCountsAreThePublishedSizes) {
   // Qwen's model cards: 0.6B, 1.7B, 4.0B, 8.2B, 14.8B, 32.8B; 30.5B with 3.3B active, 235B with 22B.
-  const std::map<std::string, int64_t> dense = {{"0.6B", 596049920},   {"1.7B", 1720574976},
-                                                {"4B", 4022468096},    {"8B", 8190735360},
-                                                {"14B", 14768307200},  {"32B", 32762123264}};
+  const std::map<std::string, int64_t> dense = {{"0.6B", 596049920},  {"1.7B", 1720574976},
+                                                {"4B", 4022468096},   {"8B", 8190735360},
+                                                {"14B", 14768307200}, {"32B", 32762123264}};
   for (const auto& [name, n] : dense)
-    EXPECT_EQ(models::qwen3::summarize(models::qwen3::flavor(Family::dense, name), 4096).num_params, n) << name;
+    EXPECT_EQ(models::qwen3::summarize(models::qwen3::flavor(Family::dense, name), 4096).num_params, n)
+        << name;
   models::ModelSummary a3b = models::qwen3::summarize(models::qwen3::flavor(Family::moe, "30B-A3B"), 4096);
   EXPECT_EQ(a3b.num_params, 30532122624);
   EXPECT_NE(a3b.description.find("3.35B active"), std::string::npos) << a3b.description;
@@ -126,11 +128,13 @@ TEST(Qwen3Args, ParameterCountsAreThePublishedSizes) {
 TEST(Qwen3Args, FlopsCountOnlyTheActiveParameters) {
   // 30B-A3B: per layer attention 2048 x (4096 + 2 x 512) + 4096 x 2048 + QK-norms, the router and
   // 8 of the 128 experts; the output projection; attention scores 12 x layers x q_dim x seq.
-  const int64_t layer = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 8 * 3 * 2048 * 768 + 2048 * 128 +
-                        2 * 2048;
-  const double expected = 6.0 * static_cast<double>(48 * layer + 2048 + 151936 * 2048) + 12.0 * 48 * 4096 * 4096;
-  EXPECT_DOUBLE_EQ(models::qwen3::summarize(models::qwen3::flavor(Family::moe, "30B-A3B"), 4096).flops_per_token,
-                   expected);
+  const int64_t layer =
+      2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 8 * 3 * 2048 * 768 + 2048 * 128 + 2 * 2048;
+  const double expected =
+      6.0 * static_cast<double>(48 * layer + 2048 + 151936 * 2048) + 12.0 * 48 * 4096 * 4096;
+  EXPECT_DOUBLE_EQ(
+      models::qwen3::summarize(models::qwen3::flavor(Family::moe, "30B-A3B"), 4096).flops_per_token,
+      expected);
   // Tied: the output projection still costs its matmul, though its weight is the embedding's.
   ModelArgs tied = models::qwen3::flavor(Family::dense, "0.6B"), untied = tied;
   untied.tie_embeddings = false;
@@ -148,7 +152,8 @@ TEST(Qwen3Args, ValidationNamesTheProblem) {
   a = tiny_args(true);
   a.moe->top_k = 5;
   EXPECT_TITAN_ERROR(a.validate(), "top_k=5", "num_experts=4");
-  EXPECT_TITAN_ERROR(models::qwen3::flavor(Family::dense, "30B-A3B"), "unknown flavor '30B-A3B'", "qwen3_moe");
+  EXPECT_TITAN_ERROR(models::qwen3::flavor(Family::dense, "30B-A3B"), "unknown flavor '30B-A3B'",
+                     "qwen3_moe");
 }
 
 // ---- the model ----------------------------------------------------------------------------------
@@ -158,9 +163,10 @@ TEST(Qwen3Model, ParameterNamesAreTorchTitans) {
   dense.tie_embeddings = true;
   std::set<std::string> names;
   for (auto& [name, t] : Transformer(dense).state_dict()) names.insert(name);
-  for (const char* n : {"tok_embeddings.weight", "layers.0.attention.wq.weight", "layers.0.attention.q_norm.weight",
-                        "layers.0.attention.k_norm.weight", "layers.1.feed_forward.w2.weight",
-                        "layers.1.attention_norm.weight", "layers.1.ffn_norm.weight", "norm.weight"})
+  for (const char* n :
+       {"tok_embeddings.weight", "layers.0.attention.wq.weight", "layers.0.attention.q_norm.weight",
+        "layers.0.attention.k_norm.weight", "layers.1.feed_forward.w2.weight",
+        "layers.1.attention_norm.weight", "layers.1.ffn_norm.weight", "norm.weight"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_FALSE(names.count("output.weight")) << "a tied model has no output projection of its own";
 
@@ -169,8 +175,9 @@ TEST(Qwen3Model, ParameterNamesAreTorchTitans) {
   Transformer moe(sparse);
   names.clear();
   for (auto& [name, t] : moe.state_dict()) names.insert(name);
-  for (const char* n : {"layers.0.moe.router.gate.weight", "layers.0.moe.experts.w1", "layers.0.moe.experts.w2",
-                        "layers.1.moe.experts.w3", "layers.1.moe.router.expert_bias", "output.weight"})
+  for (const char* n :
+       {"layers.0.moe.router.gate.weight", "layers.0.moe.experts.w1", "layers.0.moe.experts.w2",
+        "layers.1.moe.experts.w3", "layers.1.moe.router.expert_bias", "output.weight"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_FALSE(names.count("layers.0.feed_forward.w1.weight"));
   // Shapes: head_dim 4 for 4 and 2 heads; experts stacked as [experts, out, in].
@@ -289,18 +296,22 @@ TEST(Qwen3Model, EndStepReportsTheExpertLoadOfTrainingForwards) {
 TEST(Qwen3Registry, BuildsBothFamiliesWithOverrides) {
   Generator gen(0);
   const auto& dense = models::get_train_spec("qwen3");
-  auto m = dense.build({.name = "qwen3", .flavor = "debugmodel", .vocab_size = 300, .weight_tying = true}, 16, gen);
+  auto m = dense.build({.name = "qwen3", .flavor = "debugmodel", .vocab_size = 300, .weight_tying = true}, 16,
+                       gen);
   EXPECT_EQ(m->vocab_size(), 300);
   EXPECT_EQ(dynamic_cast<Transformer&>(*m).output, nullptr);
   const auto& moe = models::get_train_spec("qwen3_moe");
-  auto s = moe.build({.name = "qwen3_moe", .flavor = "debugmodel", .moe_aux_loss_coeff = 0.05,
+  auto s = moe.build({.name = "qwen3_moe",
+                      .flavor = "debugmodel",
+                      .moe_aux_loss_coeff = 0.05,
                       .moe_load_balance_bias = true},
                      16, gen);
   const ModelArgs& args = dynamic_cast<Transformer&>(*s).args();
   EXPECT_EQ(args.aux_loss_coeff, 0.05);
   EXPECT_TRUE(args.moe->load_balance_bias);
-  EXPECT_NE(moe.summarize({.name = "qwen3_moe", .flavor = "30B-A3B"}, 4096).description.find("qwen3_moe 30B-A3B"),
-            std::string::npos);
+  EXPECT_NE(
+      moe.summarize({.name = "qwen3_moe", .flavor = "30B-A3B"}, 4096).description.find("qwen3_moe 30B-A3B"),
+      std::string::npos);
 }
 
 TEST(Qwen3Registry, ErrorsSayWhatToDo) {
@@ -309,8 +320,8 @@ TEST(Qwen3Registry, ErrorsSayWhatToDo) {
   EXPECT_TITAN_ERROR(dense.build({.flavor = "7B"}, 16, gen), "unknown flavor '7B'", "0.6B", "32B");
   EXPECT_TITAN_ERROR(dense.build({.flavor = "debugmodel", .attention = "flash"}, 16, gen), "model.attention",
                      "splash");
-  EXPECT_TITAN_ERROR(models::get_train_spec("qwen3_moe").summarize({.flavor = "8B"}, 16), "unknown flavor '8B'",
-                     "30B-A3B", "model.name = \"qwen3\"");
+  EXPECT_TITAN_ERROR(models::get_train_spec("qwen3_moe").summarize({.flavor = "8B"}, 16),
+                     "unknown flavor '8B'", "30B-A3B", "model.name = \"qwen3\"");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,7 +16,9 @@
 
 #include "support/test_util.h"
 #include "titan/checkpoint/checkpoint.h"
+#include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/train/checkpoint_manager.h"
+#include "titan/train/hf_interop.h"
 #include "titan/train/trainer.h"
 
 extern char** environ;
@@ -49,9 +52,13 @@ fs::path folder(const fs::path& dir) {
   return dir / "ckpt";
 }
 
-// The debug model on 32 tokens a step, checkpointing into folder(dir) when enabled.
+// The debug model on 32 tokens a step, checkpointing into folder(dir) when `extra` enables it.
+// debug.toml's [checkpoint] keys are for `make train`: here checkpoints are off and all are kept
+// unless a test says otherwise.
 std::vector<std::string> overrides(const fs::path& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {"--training.dataset_path=" + (dir / "corpus.txt").string(),
+  std::vector<std::string> o = {"--checkpoint.enable=false",
+                                "--checkpoint.keep_latest_k=0",
+                                "--training.dataset_path=" + (dir / "corpus.txt").string(),
                                 "--training.seq_len=16",
                                 "--training.local_batch_size=2",
                                 "--lr_scheduler.warmup_steps=2",
@@ -356,6 +363,116 @@ TEST_F(Resume, KillsAtRandomMomentsNeverLoseTheLastCompleteCheckpoint) {
   EXPECT_EQ(resumed.resumed_from, latest);
   TrainResult straight = run(config(dir, {"--training.steps=10"}));
   EXPECT_EQ(resumed.losses, tail(straight.losses, static_cast<size_t>(latest)));
+}
+
+// ---- Hugging Face export and import -------------------------------------------------------------
+
+// The model's tensors of a titan checkpoint, by our names.
+nn::StateDict titan_weights(const fs::path& step_dir) {
+  checkpoint::Reader reader(step_dir);
+  checkpoint::Pieces targets;
+  for (const auto& [name, t] : reader.metadata().tensors)
+    if (name.starts_with("model."))
+      targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
+  reader.load(targets, {.scope = "model."});
+  nn::StateDict out;
+  for (const auto& [name, p] : targets) out.emplace(name.substr(6), p.data);
+  return out;
+}
+
+void expect_same_bits(const nn::StateDict& got, const nn::StateDict& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const Tensor& g = got.at(name);
+    ASSERT_EQ(g.dtype(), t.dtype()) << name;
+    ASSERT_EQ(g.sizes(), t.sizes()) << name;
+    EXPECT_EQ(std::memcmp(g.contiguous().data_ptr(), t.contiguous().data_ptr(), t.nbytes()), 0) << name;
+  }
+}
+
+TEST_F(Resume, FinalSaveInHfHoldsTheTrainedWeightsAndSeedsAnotherRun) {
+  const std::vector<std::string> o = {"--training.steps=3", "--checkpoint.enable=true"};
+  run(config(dir, o));
+  const fs::path titan_export = dir / "titan-export";
+  fs::rename(folder(dir) / "step-3", titan_export);
+  std::string log;
+  run(config(dir, with(o, {"--checkpoint.last_save_in_hf=true"})), &log);
+  const fs::path hf = folder(dir) / "step-3";
+  ASSERT_TRUE(checkpoint::is_hf_dir(hf)) << log;
+  EXPECT_NE(log.find("step-3 (Hugging Face"), std::string::npos) << log;
+  EXPECT_EQ(steps_in(folder(dir)), (std::vector<int64_t>{3}));
+  // The same run trained the same weights: HF's names and layouts, turned back, bit for bit.
+  expect_same_bits(train::load_hf_state(checkpoint::HfReader(hf), std::nullopt), titan_weights(titan_export));
+
+  TrainResult again = run(config(dir, with(o, {"--checkpoint.last_save_in_hf=true"})));
+  EXPECT_EQ(again.resumed_from, 3) << "a finished run's HF export leaves nothing to run";
+  EXPECT_TRUE(again.losses.empty());
+
+  auto seeded = [&](const fs::path& from, const std::string& sub) {
+    return run(config(
+        dir, {"--training.steps=2", "--checkpoint.enable=true", "--checkpoint.folder=" + (dir / sub).string(),
+              "--checkpoint.initial_load_path=" + from.string()}));
+  };
+  TrainResult from_hf = seeded(hf, "from-hf"), from_titan = seeded(titan_export, "from-titan");
+  EXPECT_EQ(from_hf.resumed_from, 0);
+  EXPECT_EQ(from_hf.losses, from_titan.losses) << "the HF export seeds a run as the titan export does";
+}
+
+TEST_F(Resume, HfFolderOfAnotherModelIsAClearError) {
+  run(config(dir, {"--training.steps=2", "--checkpoint.enable=true", "--checkpoint.last_save_in_hf=true"}));
+  const fs::path hf = folder(dir) / "step-2";
+  ASSERT_TRUE(checkpoint::is_hf_dir(hf));
+  EXPECT_TITAN_ERROR(
+      run(config(dir, {"--training.steps=4", "--checkpoint.enable=true", "--checkpoint.load_step=2"})),
+      "is a Hugging Face export", "nothing to resume from");
+  auto start_from = [&](const std::vector<std::string>& extra) {
+    return config(dir, with({"--training.steps=2", "--checkpoint.enable=true",
+                             "--checkpoint.folder=" + (dir / "other").string(),
+                             "--checkpoint.initial_load_path=" + hf.string()},
+                            extra));
+  };
+  EXPECT_TITAN_ERROR(run(start_from({"--model.vocab_size=300"})), hf.string(),
+                     "holds llama3 flavor debugmodel with vocab_size 2048",
+                     "this run builds flavor debugmodel with vocab_size 300", "--model.vocab_size=2048");
+  EXPECT_TITAN_ERROR(run(start_from({"--checkpoint.initial_load_model_only=false"})),
+                     "is a Hugging Face model folder", "initial_load_model_only = true");
+  json config_json = json::parse(std::ifstream(hf / "config.json"));
+  config_json["num_hidden_layers"] = 5;
+  std::ofstream(hf / "config.json", std::ios::trunc) << config_json.dump();
+  EXPECT_TITAN_ERROR(run(start_from({})), hf.string(), "describes no llama3 flavor",
+                     "num_hidden_layers (config.json 5, debugmodel 6)");
+}
+
+TEST_F(Resume, ConvertCommandExportsAFullCheckpointAndImportsItBack) {
+  ASSERT_TRUE(fs::exists(TITAN_CLI)) << TITAN_CLI << " is missing; build the titan_cli target";
+  run(config(dir,
+             {"--training.steps=2", "--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"}));
+  const fs::path step = folder(dir) / "step-2", hf = dir / "hf", back = dir / "back",
+                 log = dir / "convert.log";
+  auto convert = [&](const std::string& args) {
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "'" + std::string.
+    std::string cmd = "'";
+    cmd += TITAN_CLI;
+    cmd += "' convert " + args + " > '" + log.string() + "' 2>&1";
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(
+      convert("--to hf --checkpoint '" + step.string() + "' --out '" + hf.string() + "' --dtype bfloat16"), 0)
+      << read_file(log);
+  EXPECT_NE(read_file(log).find("(Hugging Face, bfloat16)"), std::string::npos) << read_file(log);
+  ASSERT_EQ(convert("--to titan --hf '" + hf.string() + "' --out '" + back.string() + "'"), 0)
+      << read_file(log);
+  // The optimizer state stays behind; the weights went through bf16 once.
+  nn::StateDict rounded;
+  for (const auto& [name, t] : titan_weights(step)) rounded.emplace(name, t.to(kBF16));
+  expect_same_bits(titan_weights(back), rounded);
+  EXPECT_EQ(checkpoint::read_metadata(back).tensors.size(), rounded.size());
+
+  EXPECT_NE(convert("--to hf --checkpoint '" + step.string() + "'"), 0);
+  EXPECT_NE(read_file(log).find("no --out given"), std::string::npos) << read_file(log);
+  EXPECT_NE(convert("--to titan --hf '" + hf.string() + "' --out x --dtype bfloat16"), 0);
+  EXPECT_NE(read_file(log).find("--dtype does not apply"), std::string::npos) << read_file(log);
 }
 
 }  // namespace

@@ -30,7 +30,9 @@ JobConfig small_config(const std::vector<std::string>& overrides = {},
                                 "--training.local_batch_size=4", "--training.steps=4",
                                 "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=100",
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (dir / "out").string()};
+                                "--job.dump_folder=" + (dir / "out").string(),
+                                // Every run starts afresh: none resumes from the one before.
+                                "--checkpoint.enable=false"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/" + base, o);
 }

@@ -1,9 +1,11 @@
-// The `titan` command. Subcommands: train, tokenizer, tokenize (more come with their issues:
-// generate, convert, bench).
+// The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert (bench comes
+// with its issue).
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "titan/apps/convert_command.h"
+#include "titan/apps/generate_command.h"
 #include "titan/apps/tokenize_command.h"
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
@@ -18,8 +20,10 @@ constexpr const char* kUsage =
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
+    "       titan generate --checkpoint PATH --prompt TEXT ...   (titan generate --help)\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
-    "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n";
+    "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n"
+    "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n";
 
 int train(const std::vector<std::string>& args) {
   std::string config;
@@ -51,8 +55,13 @@ int train(const std::vector<std::string>& args) {
   titan::train::Trainer trainer(cfg, std::cout);
   titan::train::TrainResult r = trainer.train();
   if (titan::dist::world().rank() != 0) return 0;
-  std::cout << "titan: " << r.steps_run << " steps, final loss " << (r.losses.empty() ? 0.0 : r.losses.back())
-            << (r.interrupted ? " (interrupted)" : "") << "\n";
+  std::cout << "titan: " << r.steps_run << " steps";
+  // A finished run started again (make train twice) resumes at its end and runs no step.
+  if (r.losses.empty())
+    std::cout << ", none run now";
+  else
+    std::cout << ", final loss " << r.losses.back();
+  std::cout << (r.interrupted ? " (interrupted)" : "") << "\n";
   return 0;
 }
 
@@ -68,8 +77,10 @@ int main(int argc, char** argv) {
     std::string cmd = args[0];
     args.erase(args.begin());
     if (cmd == "train") return train(args);
+    if (cmd == "generate") return titan::apps::generate_command(args);
     if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
     if (cmd == "tokenize") return titan::apps::tokenize_command(args);
+    if (cmd == "convert") return titan::apps::convert_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const titan::Error& e) {

@@ -9,9 +9,10 @@
 #include <sstream>
 #include <thread>
 
-#include "titan/core/file_io.h"
+#include "titan/checkpoint/problems.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/crc32c.h"
+#include "titan/core/file_io.h"
 
 namespace titan::checkpoint {
 
@@ -23,32 +24,8 @@ constexpr const char* kFormat = "titan-checkpoint";
 constexpr int kVersion = 1;
 constexpr const char* kShardFile = "shard-00000-of-00001.safetensors";
 
-// Problems found while checking, reported together so that one run shows all of them.
-class Problems {
- public:
-  void add(std::string p) { list_.push_back(std::move(p)); }
-  bool empty() const { return list_.empty(); }
-  std::string str() const {
-    constexpr size_t kShown = 12;
-    std::ostringstream os;
-    for (size_t i = 0; i < list_.size() && i < kShown; ++i) os << "\n  - " << list_[i];
-    if (list_.size() > kShown) os << "\n  - ... and " << list_.size() - kShown << " more";
-    return os.str();
-  }
-
- private:
-  std::vector<std::string> list_;
-};
-
 std::string desc(DType dtype, const Shape& shape) {
   return std::string(dtype_name(dtype)) + shape_str(shape);
-}
-
-// A shard file name must name a file directly inside the checkpoint folder: anything else
-// ("../x", "/etc/passwd", "a/b") would read or overwrite files elsewhere.
-bool is_plain_file_name(const std::string& f) {
-  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
-         f.find('\0') == std::string::npos;
 }
 
 int64_t overlap_volume(const ShardLocation& a, const ShardLocation& b) {

@@ -50,6 +50,11 @@ void OutFile::close() {
   TITAN_CHECK(::close(fd) == 0, "closing ", path_.string(), " failed: ", std::strerror(errno));
 }
 
+bool is_plain_file_name(const std::string& f) {
+  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+         f.find('\0') == std::string::npos;
+}
+
 void sync_directory(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   TITAN_CHECK(fd >= 0, "cannot open folder ", dir.string(), ": ", std::strerror(errno));

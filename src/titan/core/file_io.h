@@ -32,6 +32,11 @@ class OutFile {
   uint32_t crc_ = 0;
 };
 
+// Whether `name` names a file directly inside a folder. A file name read from a checkpoint's
+// metadata must: anything else ("../x", "/etc/passwd", "a/b") would read or overwrite files
+// elsewhere.
+bool is_plain_file_name(const std::string& name);
+
 // fsync of a directory: makes the creation, removal and renaming of its entries durable.
 void sync_directory(const std::filesystem::path& dir);
 

@@ -1,10 +1,12 @@
 #pragma once
-// What the trainer sees of any decoder-only language model (Llama 3, Qwen 3, HF decoders).
+// What the trainer and the generator see of any decoder-only language model (Llama 3, Qwen 3, HF
+// decoders).
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "titan/models/kv_cache.h"
 #include "titan/nn/module.h"
 
 namespace titan::models {
@@ -26,6 +28,15 @@ class CausalLM : public nn::Module {
   // auxiliary-loss-free expert bias), returns figures about the step's forwards for the metrics
   // (MoE expert load) and starts collecting the next step's.
   virtual NamedScalars end_step() { return {}; }
+
+  // Positions the model can attend over (the size of its position table).
+  virtual int64_t max_seq_len() const = 0;
+
+  // Inference over a cache: tokens [batch, S] at positions [cache.length(), cache.length() + S)
+  // -> their logits [batch, S, vocab]. Each layer appends the tokens' keys and values to `cache`,
+  // which then advances by S. Runs without autograd, as the cache is written in place; the logits
+  // are those of operator() on the whole sequence at these positions, up to rounding.
+  virtual Tensor forward_cached(const Tensor& tokens, KVCache& cache) = 0;
 };
 
 }  // namespace titan::models

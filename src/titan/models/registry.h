@@ -2,7 +2,9 @@
 // model.name -> TrainSpec: everything the trainer needs to know about a model family, so that
 // train/ never names a model.
 #include <functional>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +52,30 @@ struct ParallelizeOptions {
   int64_t activation_checkpoint_every_k = 1;        // selective: every k-th block
 };
 
+// How a family's models look to Hugging Face transformers: config.json, parameter names and
+// layouts. checkpoint/ reads and writes the HF folders; train/ and apps/ join the two.
+struct StateDictAdapter {
+  // config.json's "model_type" that this family reads and writes ("llama").
+  std::string hf_model_type;
+  // config.json (without "torch_dtype", which the writer adds) of the model build() makes from
+  // `cfg`: its flavor with the vocab override.
+  std::function<nlohmann::json(const ModelConfig& cfg)> hf_config;
+  // The [model] keys (name, flavor, vocab_size always set) of the model config.json describes.
+  // Throws, naming the closest flavor and the keys that differ, when no flavor matches.
+  std::function<ModelConfig(const nlohmann::json& config)> from_hf_config;
+  // Every tensor of the HF model config.json describes, by HF name. Throws, naming the key,
+  // when config.json cannot describe a model of this family (e.g. head counts that do not
+  // divide).
+  std::function<std::map<std::string, Shape>(const nlohmann::json& config)> hf_shapes;
+  // Our state dict -> HF names and layouts, and back, for the model config.json describes. The
+  // layouts differ by moving elements only, so a round trip gives bit-identical tensors.
+  std::function<nn::StateDict(const nn::StateDict& ours, const nlohmann::json& config)> to_hf;
+  std::function<nn::StateDict(const nn::StateDict& hf, const nlohmann::json& config)> from_hf;
+  // config.json of the model from_hf makes from a checkpoint of `config`, which may differ from
+  // it (llama3 unties tied embeddings); what an export of that model writes.
+  std::function<nlohmann::json(const nlohmann::json& config)> imported_hf_config;
+};
+
 struct TrainSpec {
   std::string name;
   std::vector<std::string> flavors;
@@ -60,6 +86,8 @@ struct TrainSpec {
   // Applies the parallel plans to a built model, in TorchTitan's order (TP, EP, activation
   // checkpointing, compile, FSDP); the model's code does not change.
   std::function<void(CausalLM&, const ParallelizeOptions&)> parallelize;
+  // Hugging Face import and export; families without one leave it empty.
+  std::optional<StateDictAdapter> state_dict_adapter;
 };
 
 void register_train_spec(TrainSpec spec);
@@ -70,5 +98,9 @@ void register_builtin_models();
 // Errors name the unknown model and list the registered ones.
 const TrainSpec& get_train_spec(const std::string& name);
 std::vector<std::string> registered_models();
+// The adapter of family `name`; errors name the families that have one.
+const StateDictAdapter& hf_adapter(const std::string& name);
+// The family whose adapter reads config.json's "model_type" (`where` names the file in errors).
+const TrainSpec& train_spec_for_hf(const nlohmann::json& config, const std::string& where);
 
 }  // namespace titan::models

@@ -30,8 +30,8 @@ TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
   if (bias.defined()) {
     check_float("topk_experts", "bias", bias);
     TITAN_CHECK(bias.dim() == 1 && bias.size(0) == experts && bias.dtype() == scores.dtype(),
-                "topk_experts: bias must be [", experts, "] of the scores' dtype ", dtype_name(scores.dtype()),
-                ", got ", bias.desc());
+                "topk_experts: bias must be [", experts, "] of the scores' dtype ",
+                dtype_name(scores.dtype()), ", got ", bias.desc());
     bc = dense(bias);
   }
   Tensor sc = dense(scores);
@@ -42,15 +42,17 @@ TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
     kernels::cpu::topk_experts<T>(sc.data<T>(), bc.defined() ? bc.data<T>() : nullptr, tokens, experts, k,
                                   ids.data<int64_t>(), weights.data<T>());
   });
-  autograd::record("topk_experts", {scores}, {weights}, [ids, tokens, experts, k](const autograd::GradContext& g) {
-    Tensor gw = g[0].contiguous();
-    Tensor ds = Tensor::empty({tokens, experts}, gw.options());
-    kernels::cpu::dispatch_float(gw.dtype(), [&](auto z) {
-      using T = decltype(z);
-      kernels::cpu::topk_experts_bwd<T>(gw.data<T>(), ids.data<int64_t>(), tokens, experts, k, ds.data<T>());
-    });
-    return std::vector<Tensor>{ds};
-  });
+  autograd::record("topk_experts", {scores}, {weights},
+                   [ids, tokens, experts, k](const autograd::GradContext& g) {
+                     Tensor gw = g[0].contiguous();
+                     Tensor ds = Tensor::empty({tokens, experts}, gw.options());
+                     kernels::cpu::dispatch_float(gw.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       kernels::cpu::topk_experts_bwd<T>(gw.data<T>(), ids.data<int64_t>(), tokens, experts,
+                                                         k, ds.data<T>());
+                     });
+                     return std::vector<Tensor>{ds};
+                   });
   return {weights, ids};
 }
 
@@ -84,16 +86,18 @@ Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
     using T = decltype(z);
     kernels::cpu::gather_rows<T>(xc.data<T>(), perm.token_of_row.data<int64_t>(), rows, d, out.data<T>());
   });
-  autograd::record("permute_tokens", {x}, {out}, [row_of = perm.row_of, tokens = perm.tokens,
-                                                  k = perm.top_k, d](const autograd::GradContext& g) {
-    Tensor go = g[0].contiguous();
-    Tensor dx = Tensor::empty({tokens, d}, go.options());
-    kernels::cpu::dispatch_float(go.dtype(), [&](auto z) {
-      using T = decltype(z);
-      kernels::cpu::combine_rows<T>(go.data<T>(), row_of.data<int64_t>(), nullptr, tokens, k, d, dx.data<T>());
-    });
-    return std::vector<Tensor>{dx};
-  });
+  autograd::record(
+      "permute_tokens", {x}, {out},
+      [row_of = perm.row_of, tokens = perm.tokens, k = perm.top_k, d](const autograd::GradContext& g) {
+        Tensor go = g[0].contiguous();
+        Tensor dx = Tensor::empty({tokens, d}, go.options());
+        kernels::cpu::dispatch_float(go.dtype(), [&](auto z) {
+          using T = decltype(z);
+          kernels::cpu::combine_rows<T>(go.data<T>(), row_of.data<int64_t>(), nullptr, tokens, k, d,
+                                        dx.data<T>());
+        });
+        return std::vector<Tensor>{dx};
+      });
   return out;
 }
 
@@ -106,8 +110,8 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPe
               ", d] (tokens x top_k), got ", rows.desc());
   TITAN_CHECK(weights.dim() == 2 && weights.size(0) == tokens && weights.size(1) == k &&
                   weights.dtype() == rows.dtype(),
-              "unpermute_tokens: expected weights [", tokens, ", ", k, "] of the rows' dtype, got ", weights.desc(),
-              " with rows ", rows.desc());
+              "unpermute_tokens: expected weights [", tokens, ", ", k, "] of the rows' dtype, got ",
+              weights.desc(), " with rows ", rows.desc());
   const int64_t d = rows.size(1);
   Tensor rc = dense(rows), wc = dense(weights);
   Tensor out = Tensor::empty({tokens, d}, rows.options());
@@ -138,13 +142,13 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
   check_float("grouped_linear", "x", x);
   check_float("grouped_linear", "weight", weight);
   TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype(),
-              "grouped_linear: expected x [rows, in] and weight [groups, out, in] of one dtype, got ", x.desc(),
-              " and ", weight.desc());
+              "grouped_linear: expected x [rows, in] and weight [groups, out, in] of one dtype, got ",
+              x.desc(), " and ", weight.desc());
   const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
   const int64_t total = std::accumulate(group_rows.begin(), group_rows.end(), int64_t{0});
-  TITAN_CHECK(static_cast<int64_t>(group_rows.size()) == groups && total == x.size(0), "grouped_linear: ",
-              group_rows.size(), " group sizes summing to ", total, " for ", groups, " weight matrices and ",
-              x.size(0), " rows; give one size per group, summing to the rows of x");
+  TITAN_CHECK(static_cast<int64_t>(group_rows.size()) == groups && total == x.size(0),
+              "grouped_linear: ", group_rows.size(), " group sizes summing to ", total, " for ", groups,
+              " weight matrices and ", x.size(0), " rows; give one size per group, summing to the rows of x");
   Tensor xc = dense(x), wc = dense(weight);
   Tensor y = Tensor::empty({x.size(0), out_f}, x.options());
   kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
@@ -160,8 +164,8 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
       using T = decltype(z);
       if (g.needs(0)) {
         dx = Tensor::empty(xc.sizes(), xc.options());
-        kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, out_f, gy.data<T>(), wc.data<T>(), false,
-                                      dx.data<T>());
+        kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, out_f, gy.data<T>(), wc.data<T>(),
+                                      false, dx.data<T>());
       }
       if (g.needs(1)) {
         dw = Tensor::empty(wc.sizes(), wc.options());

@@ -23,8 +23,8 @@ TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias = T
 // ascending, tokens ascending within one expert).
 struct TokenPermutation {
   int64_t tokens = 0, top_k = 0;
-  Tensor row_of;        // [tokens * k] i64: the row of pair (t, j) = t * k + j
-  Tensor token_of_row;  // [tokens * k] i64
+  Tensor row_of;                           // [tokens * k] i64: the row of pair (t, j) = t * k + j
+  Tensor token_of_row;                     // [tokens * k] i64
   std::vector<int64_t> tokens_per_expert;  // the group sizes of the rows
 };
 // ids [tokens, k] i64 in [0, num_experts), as topk_experts gives them.

@@ -5,6 +5,8 @@
 #include <ostream>
 
 #include "titan/checkpoint/checkpoint.h"
+#include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/train/hf_interop.h"
 
 namespace titan::train {
 
@@ -65,6 +67,10 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
   TITAN_CHECK(d == "float32" || d == "bfloat16", "checkpoint.export_dtype = \"", d,
               "\": titan has no float16 tensors yet; use \"float32\" or \"bfloat16\"");
   export_dtype_ = d == "bfloat16" ? kBF16 : kF32;
+  if (cfg.checkpoint.enable && cfg.checkpoint.last_save_in_hf) {
+    hf_adapter_ = &models::hf_adapter(cfg.model.name);
+    hf_config_ = hf_adapter_->hf_config(cfg.model);
+  }
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -83,9 +89,17 @@ std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
     if (!name.starts_with("step-") || name.size() == 5 ||
         name.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
-    if (fs::exists(e.path() / checkpoint::kMetadataFile)) out.emplace(std::stoll(name.substr(5)), e.path());
+    if (fs::exists(e.path() / checkpoint::kMetadataFile) || checkpoint::is_hf_dir(e.path()))
+      out.emplace(std::stoll(name.substr(5)), e.path());
   }
   return out;
+}
+
+void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model) {
+  checkpoint::Pieces targets;
+  add_targets(targets, kModel, model.state_dict());
+  reader.load(targets, {.scope = kModel, .allow_cast = true});
+  model.load_state_dict(strip(targets, kModel));
 }
 
 int64_t CheckpointManager::load() {
@@ -107,23 +121,37 @@ int64_t CheckpointManager::load() {
     TITAN_CHECK(it != found.end(), "checkpoint.load_step = ", c.load_step, ": ",
                 (folder_ / step_name(c.load_step)).string(), " is not a complete checkpoint; ",
                 folder_.string(), " holds steps [", have, "]; pick one of them, or -1 for the latest");
+    TITAN_CHECK(
+        !checkpoint::is_hf_dir(it->second), "checkpoint.load_step = ", c.load_step, ": ", it->second.string(),
+        " is a Hugging Face export (last_save_in_hf): weights only, nothing to resume from; pick "
+        "another step, or start from its weights with checkpoint.initial_load_path in a fresh folder");
     return last_saved_ = restore(it->second, false);
   }
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
-    if (!checkpoint::read_metadata(it->second).state.value("model_only", false))
+    const bool hf = checkpoint::is_hf_dir(it->second);
+    if (!hf && !checkpoint::read_metadata(it->second).state.value("model_only", false))
       return last_saved_ = restore(it->second, false);
     if (it->first >= cfg_.training.steps) {
       // The final export of a finished run: the weights are all there is left to restore.
       log_ << "titan: " << it->second.string()
            << " is the final export of a finished run (training.steps = " << cfg_.training.steps
            << "); nothing is left to run\n";
-      restore(it->second, true);
+      if (hf)
+        restore_hf(it->second);
+      else
+        restore(it->second, true);
       return last_saved_ = it->first;
     }
-    log_ << "titan: skipping " << it->second.string()
-         << ": a model-only export holds no optimizer or data state to resume from\n";
+    log_ << "titan: skipping " << it->second.string() << ": a " << (hf ? "Hugging Face" : "model-only")
+         << " export holds no optimizer or data state to resume from\n";
   }
-  if (!c.initial_load_path.empty()) return restore(c.initial_load_path, c.initial_load_model_only);
+  if (c.initial_load_path.empty()) return 0;
+  if (!checkpoint::is_hf_dir(c.initial_load_path))
+    return restore(c.initial_load_path, c.initial_load_model_only);
+  TITAN_CHECK(c.initial_load_model_only, "checkpoint.initial_load_path = ", c.initial_load_path,
+              " is a Hugging Face model folder: weights only, no optimizer or data state; set "
+              "checkpoint.initial_load_model_only = true");
+  restore_hf(c.initial_load_path);
   return 0;
 }
 
@@ -183,6 +211,36 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
   return step;
 }
 
+void CheckpointManager::restore_hf(const fs::path& dir) {
+  auto t0 = std::chrono::steady_clock::now();
+  checkpoint::HfReader reader(dir);
+  const models::TrainSpec& family = hf_family(reader);
+  TITAN_CHECK(family.name == cfg_.model.name, "Hugging Face checkpoint ", dir.string(), ": its model_type \"",
+              reader.config().value("model_type", ""), "\" is read by model '", family.name,
+              "', this run trains model.name = \"", cfg_.model.name, "\"; set --model.name=", family.name);
+  // Both sides as the family's flavor and vocabulary, so that what differs can be named. The
+  // flavor is checked rather than taken from config.json: the rest of the job (learning rate,
+  // batch, parallelism) was written for the flavor the config names.
+  const models::ModelConfig theirs = hf_model_config(reader);
+  const models::StateDictAdapter& adapter = *family.state_dict_adapter;
+  const models::ModelConfig ours = adapter.from_hf_config(adapter.hf_config(cfg_.model));
+  TITAN_CHECK(theirs.flavor == ours.flavor && theirs.vocab_size == ours.vocab_size,
+              "Hugging Face checkpoint ", dir.string(), " holds ", family.name, " flavor ", theirs.flavor,
+              " with vocab_size ", theirs.vocab_size, ", but this run builds flavor ", ours.flavor,
+              " with vocab_size ", ours.vocab_size, "; to train it, set --model.flavor=", theirs.flavor,
+              " --model.vocab_size=", theirs.vocab_size,
+              " (and check the rest of the job config suits that size)");
+  nn::StateDict state = load_hf_state(reader, std::nullopt);
+  // Stored in bf16 or f32; the model's parameters have their own dtype.
+  for (const auto& [name, t] : parts_.model.state_dict()) {
+    auto it = state.find(name);
+    if (it != state.end()) it->second = it->second.to(t.dtype());
+  }
+  parts_.model.load_state_dict(state);
+  log_ << "titan: loaded the weights of Hugging Face checkpoint " << dir.string() << " (" << family.name
+       << " " << theirs.flavor << ") in " << seconds_since(t0) << " s\n";
+}
+
 void CheckpointManager::after_step(int64_t step, bool stopping) {
   const auto& c = cfg_.checkpoint;
   if (!c.enable || !writer_ || step == last_saved_) return;
@@ -218,11 +276,19 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   for (const auto& [name, p] : pieces) bytes += p.data.nbytes();
   const fs::path dir = folder_ / step_name(step);
   last_saved_ = step;
-  auto write = [this, dir, step, pieces = std::move(pieces), state = std::move(state)] {
-    checkpoint::save(dir, pieces, state);
+  // Only the final save goes to HF's format (the config requires it to be model-only).
+  const bool hf = model_only && hf_adapter_;
+  auto write = [this, dir, step, hf, pieces = std::move(pieces), state = std::move(state)] {
+    if (hf)
+      save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_);
+    else
+      checkpoint::save(dir, pieces, state);
     purge(step);
   };
-  log_ << "titan: checkpoint " << dir.string() << (model_only ? " (model only, " : " (")
+  log_ << "titan: checkpoint " << dir.string()
+       << (hf           ? " (Hugging Face, "
+           : model_only ? " (model only, "
+                        : " (")
        << static_cast<double>(bytes) / (1 << 20) << " MiB)";
   if (async) {
     pending_ = std::async(std::launch::async, std::move(write));

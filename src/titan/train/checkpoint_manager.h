@@ -8,13 +8,18 @@
 //             "config": the resolved job config as JSON}
 // and resuming from it continues bit for bit as if the run had never stopped. With
 // last_save_model_only, the final save holds the model's tensors only, in export_dtype, with
-// "model_only": true: an export for inference or for initial_load_path, not for resuming.
+// "model_only": true: an export for inference or for initial_load_path, not for resuming. With
+// last_save_in_hf as well, that final step-<N> is a Hugging Face folder instead (config.json +
+// model.safetensors, HF's names and layouts; train/hf_interop.h), and initial_load_path may name
+// such a folder, to start training from HF weights.
 #include <cstdint>
 #include <filesystem>
 #include <future>
 #include <iosfwd>
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "titan/checkpoint/checkpoint.h"
 #include "titan/core/rng.h"
 #include "titan/data/loader.h"
 #include "titan/nn/module.h"
@@ -46,8 +51,9 @@ class CheckpointManager {
 
   // With checkpointing enabled, restores the parts from checkpoint.load_step when set, else
   // from the latest complete full checkpoint in the folder, else from initial_load_path (the
-  // model alone with initial_load_model_only). Returns the step training continues after:
-  // 0 for a fresh start or a model-only load. Removes what killed saves left behind.
+  // model alone with initial_load_model_only; an HF folder's config.json must describe this
+  // run's model). Returns the step training continues after: 0 for a fresh start or a
+  // model-only load. Removes what killed saves left behind.
   int64_t load();
 
   // Called after every optimizer step (and the LR schedule's): saves when `step` is a multiple
@@ -60,13 +66,21 @@ class CheckpointManager {
   void wait();
 
   const std::filesystem::path& folder() const { return folder_; }
-  // The complete checkpoints of `folder` (step-<N> holding metadata.json) by step.
+  // The complete checkpoints of `folder` (step-<N> holding metadata.json, or config.json for a
+  // Hugging Face export) by step.
   static std::map<int64_t, std::filesystem::path> list(const std::filesystem::path& folder);
+  // Loads the model's tensors ("model.<name>") of the checkpoint `reader` opened, full or
+  // model-only, cast from the dtype they were saved in, into `model`, as a model-only restore
+  // does (for inference, not to resume training).
+  static void load_model(checkpoint::Reader& reader, nn::Module& model);
 
  private:
   void save(int64_t step, bool model_only);
   // Loads checkpoint `dir` into the parts; returns its step, or 0 when only the model is loaded.
   int64_t restore(const std::filesystem::path& dir, bool model_only);
+  // Loads the weights of Hugging Face folder `dir` into the model, after checking that its
+  // config.json describes this run's model.
+  void restore_hf(const std::filesystem::path& dir);
   // Deletes all but the newest keep_latest_k checkpoints, never the one just saved at `saved`.
   void purge(int64_t saved) const;
 
@@ -76,6 +90,9 @@ class CheckpointManager {
   std::filesystem::path folder_;
   DType export_dtype_ = kF32;
   bool writer_;
+  // With last_save_in_hf: the model family's adapter and the final save's config.json.
+  const models::StateDictAdapter* hf_adapter_ = nullptr;
+  nlohmann::json hf_config_;
   int64_t last_saved_ = -1;
   std::future<void> pending_;
 };

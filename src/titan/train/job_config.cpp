@@ -21,9 +21,8 @@ namespace titan::train {
 namespace {
 
 // Where a key's value lives; one alternative per value type a key can have.
-using Ref =
-    std::variant<bool*, int64_t*, double*, std::string*, std::optional<bool>*, std::optional<int64_t>*,
-                 std::optional<double>*>;
+using Ref = std::variant<bool*, int64_t*, double*, std::string*, std::optional<bool>*,
+                         std::optional<int64_t>*, std::optional<double>*>;
 
 template <class T>
 struct Unwrap {
@@ -311,13 +310,14 @@ Schema make_schema() {
       .add("folder", &C::Checkpoint::folder, non_empty(), "checkpoint folder, under job.dump_folder")
       .add("interval", &C::Checkpoint::interval, positive(), "save every this many steps")
       .add("initial_load_path", &C::Checkpoint::initial_load_path, {},
-           "checkpoint to start from when the folder has none; empty: none")
+           "checkpoint, or Hugging Face model folder, to start from when the folder has none; empty: none")
       .add("initial_load_model_only", &C::Checkpoint::initial_load_model_only, {},
            "from initial_load_path load the weights only, not optimizer and data state")
       .add("last_save_model_only", &C::Checkpoint::last_save_model_only, {},
            "the final save holds the weights only, in export_dtype")
       .add("last_save_in_hf", &C::Checkpoint::last_save_in_hf, {},
-           "write the final save as Hugging Face safetensors (needs last_save_model_only)")
+           "write the final save as a Hugging Face folder: config.json + model.safetensors (needs "
+           "last_save_model_only)")
       .add("export_dtype", &C::Checkpoint::export_dtype, one_of(kDtypes), "dtype of a model-only final save")
       .add("async_mode", &C::Checkpoint::async_mode, one_of({"disabled", "async", "async_with_pinned_mem"}),
            "write checkpoints in the background")
@@ -699,6 +699,20 @@ void check(const JobConfig& cfg, const Origins& origins, Problems& problems) {
   }
 }
 
+// The config a parsed file (or a checkpoint's JSON) and the overrides make, checked.
+JobConfig from_table(const toml::table& root, const std::string& source_name,
+                     const std::vector<std::string>& overrides) {
+  JobConfig cfg;
+  Origins origins;
+  Problems problems;
+  read_table(root, source_name, cfg, origins, problems);
+  apply_overrides(overrides, cfg, origins, problems);
+  problems.raise_if_any("job config " + source_name);
+  check(cfg, origins, problems);
+  problems.raise_if_any("job config " + source_name + " is invalid");
+  return cfg;
+}
+
 }  // namespace
 
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
@@ -710,15 +724,7 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
     TITAN_CHECK(false, "job config ", where(e.source(), source_name, true),
                 ": invalid TOML: ", e.description());
   }
-  JobConfig cfg;
-  Origins origins;
-  Problems problems;
-  read_table(root, source_name, cfg, origins, problems);
-  apply_overrides(overrides, cfg, origins, problems);
-  problems.raise_if_any("job config " + source_name);
-  check(cfg, origins, problems);
-  problems.raise_if_any("job config " + source_name + " is invalid");
-  return cfg;
+  return from_table(root, source_name, overrides);
 }
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
@@ -777,6 +783,33 @@ nlohmann::json to_json(const JobConfig& cfg) {
         f.get(cfg));
   }
   return j;
+}
+
+JobConfig job_config_from_json(const nlohmann::json& j, const std::string& source_name) {
+  // Through TOML, so that one reader checks types, ranges and names, whichever form a config has.
+  auto to_toml_value = [](const nlohmann::json& v, toml::table& into, const std::string& key,
+                          const auto& self) -> void {
+    switch (v.type()) {
+      case nlohmann::json::value_t::null: break;  // an unset optional key
+      case nlohmann::json::value_t::boolean: into.insert(key, v.get<bool>()); break;
+      case nlohmann::json::value_t::number_integer:
+      case nlohmann::json::value_t::number_unsigned: into.insert(key, v.get<int64_t>()); break;
+      case nlohmann::json::value_t::number_float: into.insert(key, v.get<double>()); break;
+      case nlohmann::json::value_t::string: into.insert(key, v.get<std::string>()); break;
+      case nlohmann::json::value_t::object: {
+        toml::table sub;
+        for (const auto& [k, x] : v.items()) self(x, sub, k, self);
+        into.insert(key, std::move(sub));
+        break;
+      }
+      default: into.insert(key, toml::array{}); break;  // no key takes an array: reported as such
+    }
+  };
+  TITAN_CHECK(j.is_object(), "job config ", source_name, ": expected a JSON object of sections, got ",
+              j.dump().substr(0, 80));
+  toml::table root;
+  for (const auto& [section, keys] : j.items()) to_toml_value(keys, root, section, to_toml_value);
+  return from_table(root, source_name, {});
 }
 
 std::vector<std::string> config_keys() {

@@ -160,6 +160,10 @@ void validate(const JobConfig& cfg);
 std::string to_toml(const JobConfig& cfg);
 // {"section": {"key": value}}, unset optional keys as null.
 nlohmann::json to_json(const JobConfig& cfg);
+// The config back from to_json's form (a checkpoint keeps it so), checked as a file is: unknown
+// keys are errors, absent keys take their defaults, null leaves an optional key unset.
+// `source_name` stands for the JSON in messages.
+JobConfig job_config_from_json(const nlohmann::json& j, const std::string& source_name);
 
 // "section.key" for every key, in table order.
 std::vector<std::string> config_keys();

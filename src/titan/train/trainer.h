@@ -1,8 +1,8 @@
 #pragma once
 // The training loop: batch -> forward -> fused cross-entropy (+ the model's auxiliary loss) ->
-// backward -> clip -> AdamW -> LR step, with gradient accumulation, metrics every log_freq steps, checkpoints (resume, save
-// every interval and at the end) and a clean stop on SIGINT/SIGTERM after the step in flight,
-// saving a checkpoint there.
+// backward -> clip -> AdamW -> LR step, with gradient accumulation, metrics every log_freq
+// steps, checkpoints (resume, save every interval and at the end) and a clean stop on
+// SIGINT/SIGTERM after the step in flight, saving a checkpoint there.
 #include <functional>
 #include <iosfwd>
 #include <memory>

@@ -22,6 +22,28 @@ void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
+void call_gemv(bool trans, int64_t rows, int64_t cols, float alpha, const float* a, int64_t lda,
+               const float* x, int64_t incx, float beta, float* y, int64_t incy) {
+  cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(cols), alpha, a, static_cast<blasint>(lda), x, static_cast<blasint>(incx),
+              beta, y, static_cast<blasint>(incy));
+}
+void call_gemv(bool trans, int64_t rows, int64_t cols, double alpha, const double* a, int64_t lda,
+               const double* x, int64_t incx, double beta, double* y, int64_t incy) {
+  cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(cols), alpha, a, static_cast<blasint>(lda), x, static_cast<blasint>(incx),
+              beta, y, static_cast<blasint>(incy));
+}
+
+// y = alpha * op(A) x + beta * y, A [rows, cols] row-major. beta = 0 must overwrite y whatever it
+// holds (fresh memory may hold NaN); not every OpenBLAS version clears it rather than scaling it.
+template <typename T>
+void gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* a, int64_t lda, const T* x, int64_t incx,
+          T beta, T* y, int64_t incy) {
+  if (beta == T(0))
+    for (int64_t i = 0, n = trans ? cols : rows; i < n; ++i) y[i * incy] = T(0);
+  call_gemv(trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy);
+}
 }  // namespace
 
 template <typename T>
@@ -37,7 +59,15 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   lda = std::max<int64_t>(lda, ta ? m : k);
   ldb = std::max<int64_t>(ldb, tb ? k : n);
   ldc = std::max<int64_t>(ldc, n);
-  call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // One row or one column is a matrix-vector product. GEMM would pack the whole matrix for it
+  // (decoding one token at a time spent most of its time packing weights); GEMV reads it once.
+  if (m == 1) {  // c[0, :] = alpha * op(B)^T a[0, :] + beta * c[0, :]
+    gemv<T>(!tb, tb ? n : k, tb ? k : n, alpha, b, ldb, a, ta ? lda : 1, beta, c, 1);
+  } else if (n == 1) {  // c[:, 0] = alpha * op(A) b[:, 0] + beta * c[:, 0]
+    gemv<T>(ta, ta ? k : m, ta ? m : k, alpha, a, lda, b, tb ? 1 : ldb, beta, c, ldc);
+  } else {
+    call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
 }
 
 template <typename T>

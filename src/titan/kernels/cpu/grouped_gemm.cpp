@@ -19,8 +19,10 @@ void for_each_group(const int64_t* group_rows, int64_t groups, int64_t flops_per
   auto run = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) gemm_of(g, start[g]);
   };
-  if (groups > 1 && mean_flops < 64 * 64 * 64) parallel_for(0, groups, 1, run);
-  else run(0, groups);
+  if (groups > 1 && mean_flops < 64 * 64 * 64)
+    parallel_for(0, groups, 1, run);
+  else
+    run(0, groups);
 }
 
 }  // namespace

@@ -121,13 +121,13 @@ void combine_rows_bwd(const T* d_dst, const T* src, const int64_t* row_of, const
   });
 }
 
-#define TITAN_INSTANTIATE(T)                                                                           \
-  template void topk_experts<T>(const T*, const T*, int64_t, int64_t, int64_t, int64_t*, T*);          \
-  template void topk_experts_bwd<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T*);          \
-  template void gather_rows<T>(const T*, const int64_t*, int64_t, int64_t, T*);                        \
-  template void combine_rows<T>(const T*, const int64_t*, const T*, int64_t, int64_t, int64_t, T*);    \
-  template void combine_rows_bwd<T>(const T*, const T*, const int64_t*, const T*, int64_t, int64_t,    \
-                                    int64_t, T*, T*);
+#define TITAN_INSTANTIATE(T)                                                                                 \
+  template void topk_experts<T>(const T*, const T*, int64_t, int64_t, int64_t, int64_t*, T*);                \
+  template void topk_experts_bwd<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T*);                \
+  template void gather_rows<T>(const T*, const int64_t*, int64_t, int64_t, T*);                              \
+  template void combine_rows<T>(const T*, const int64_t*, const T*, int64_t, int64_t, int64_t, T*);          \
+  template void combine_rows_bwd<T>(const T*, const T*, const int64_t*, const T*, int64_t, int64_t, int64_t, \
+                                    T*, T*);
 TITAN_INSTANTIATE(float)
 TITAN_INSTANTIATE(double)
 #undef TITAN_INSTANTIATE

@@ -1,5 +1,6 @@
 #include "titan/models/common/attention.h"
 
+#include "titan/attention/decode.h"
 #include "titan/attention/reference.h"
 #include "titan/attention/splash.h"
 #include "titan/models/common/init.h"
@@ -19,7 +20,7 @@ Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions o
   }
 }
 
-Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos) {
   const int64_t B = x.size(0), S = x.size(1);
   Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
   Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
@@ -28,11 +29,30 @@ Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const att
     q = (*q_norm)(q);
     k = (*k_norm)(k);
   }
-  q = ops::rope(q, rope, rope_layout_);
-  k = ops::rope(k, rope, rope_layout_);
+  q = ops::rope(q, rope, rope_layout_, start_pos);
+  k = ops::rope(k, rope, rope_layout_, start_pos);
+  return {q, k, v};
+}
+
+Tensor Attention::attend(const Qkv& qkv, const attention::BlockMask& mask) const {
   // Both scale by 1/sqrt(head_dim).
-  Tensor out =
-      kernel_.splash ? attention::splash_attention(q, k, v, mask) : attention::attention_reference(q, k, v);
+  return kernel_.splash ? attention::splash_attention(qkv.q, qkv.k, qkv.v, mask)
+                        : attention::attention_reference(qkv.q, qkv.k, qkv.v);
+}
+
+Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
+  const int64_t B = x.size(0), S = x.size(1);
+  return (*wo)(attend(project(x, rope, 0), mask).view({B, S, -1}));
+}
+
+Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                                 KVCache& cache, int64_t layer) {
+  const int64_t B = x.size(0), S = x.size(1), start = cache.length();
+  Qkv qkv = project(x, rope, start);
+  auto [keys, values] = cache.append(layer, qkv.k, qkv.v);
+  // A prompt that starts the sequence computes what training computes, with the same kernel (and
+  // with splash, no [S, S] scores); later tokens read the keys before them from the cache.
+  Tensor out = start == 0 ? attend(qkv, mask) : attention::decode_attention(qkv.q, keys, values);
   return (*wo)(out.view({B, S, -1}));
 }
 

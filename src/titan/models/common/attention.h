@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "titan/attention/block_mask.h"
+#include "titan/models/kv_cache.h"
 #include "titan/nn/linear.h"
 #include "titan/nn/norm.h"
 #include "titan/ops/rope.h"
@@ -47,6 +48,18 @@ class Attention : public nn::Module {
     return run_forward(x,
                        [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
+  // Inference: x [B, S, dim] at positions [cache.length(), cache.length() + S); appends this
+  // layer's keys and values to `cache` (slot `layer`) and attends over all it holds. Tokens that
+  // start the sequence run the training kernel (with `mask`, their causal mask); later ones
+  // attend over the cache with decode_attention.
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                        KVCache& cache, int64_t layer);
+  // Inference runs under no-grad, where a wrapper only calls the body, once: it may capture by
+  // reference.
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    KVCache& cache, int64_t layer) {
+    return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, cache, layer); });
+  }
   // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std; QK-norms at 1.
   void reset_parameters(Generator& gen) override;
 
@@ -54,6 +67,15 @@ class Attention : public nn::Module {
   std::shared_ptr<nn::RMSNorm> q_norm, k_norm;  // null without QK-norm
 
  private:
+  struct Qkv {
+    Tensor q, k, v;  // [B, S, heads, head_dim]
+  };
+  // The projections of x, q and k normed (QK-norm) and rotated for positions
+  // [start_pos, start_pos + S).
+  Qkv project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos);
+  // The configured kernel over the q, k and v of the same S tokens.
+  Tensor attend(const Qkv& qkv, const attention::BlockMask& mask) const;
+
   int64_t head_dim_;
   ops::RopeLayout rope_layout_;
   double init_std_;

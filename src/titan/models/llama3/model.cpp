@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
 #include "titan/nn/init.h"
 #include "titan/ops/arith.h"
@@ -35,6 +36,12 @@ Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope,
   return h + (*feed_forward)((*ffn_norm)(h));
 }
 
+Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope,
+                                        const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope, mask, cache, layer);
+  return h + (*feed_forward)((*ffn_norm)(h));
+}
+
 // ---- Transformer --------------------------------------------------------------------------------
 
 Transformer::Transformer(const ModelArgs& args, TensorOptions opts, AttentionKernel kernel)
@@ -62,6 +69,24 @@ Tensor Transformer::forward(const Tensor& tokens) {
                                                 kernel_.block_q, kernel_.block_kv);
   Tensor h = (*tok_embeddings)(tokens);
   for (const auto& layer : *layers) h = (*layer)(h, rope_, mask);
+  return (*output)((*norm)(h));
+}
+
+Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
+  autograd::NoGradGuard no_grad;
+  const int64_t start = cache.length();
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && start + tokens.size(1) <= args_.max_seq_len,
+              "llama3 Transformer::forward_cached: expected tokens [batch, seq >= 1] at positions from ",
+              start, " on, ending within max_seq_len (", args_.max_seq_len, "), got ", tokens.desc(),
+              "; the model has no positions beyond its max_seq_len");
+  // Read only when the tokens start the sequence (see Attention::forward_cached); for one token
+  // it is a single tile.
+  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
+                                                kernel_.block_q, kernel_.block_kv);
+  Tensor h = (*tok_embeddings)(tokens);
+  int64_t layer = 0;
+  for (const auto& block : *layers) h = (*block)(h, rope_, mask, cache, layer++);
+  cache.advance(tokens.size(1));
   return (*output)((*norm)(h));
 }
 

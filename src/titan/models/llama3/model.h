@@ -18,8 +18,8 @@
 namespace titan::models::llama3 {
 
 // The shared pieces, under the names this family's code and its users know them by.
-using common::AttentionKernel;
 using common::Attention;
+using common::AttentionKernel;
 using common::FeedForward;
 
 class TransformerBlock : public nn::Module {
@@ -34,6 +34,14 @@ class TransformerBlock : public nn::Module {
   Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
     return run_forward(x,
                        [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
+  }
+
+  // Inference over `cache` (see Attention::forward_cached); `layer` is this block's cache slot.
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                        KVCache& cache, int64_t layer);
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    KVCache& cache, int64_t layer) {
+    return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, cache, layer); });
   }
 
   std::shared_ptr<Attention> attention;
@@ -52,7 +60,10 @@ class Transformer : public CausalLM {
   Tensor operator()(const Tensor& tokens) override {
     return run_forward(tokens, [this](const Tensor& in) { return forward(in); });
   }
+  // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
+  Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
   // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. (The token
   // embedding's normal(0, 1) and the norms' ones are those modules' own defaults.)

@@ -2,6 +2,7 @@
 
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
+#include "titan/models/llama3/state_dict_adapter.h"
 
 namespace titan::models::llama3 {
 
@@ -43,6 +44,17 @@ TrainSpec train_spec() {
     return s;
   };
   spec.parallelize = parallelize;
+  spec.state_dict_adapter = StateDictAdapter{
+      .hf_model_type = "llama",
+      .hf_config = [](const ModelConfig& cfg) { return to_hf_config(args_from(cfg)); },
+      .from_hf_config = [](const nlohmann::json& c) { return matching_flavor(parse_hf_config(c)); },
+      .hf_shapes = [](const nlohmann::json& c) { return hf_shapes(parse_hf_config(c)); },
+      .to_hf = [](const nn::StateDict& s,
+                  const nlohmann::json& c) { return to_hf(s, parse_hf_config(c).args); },
+      .from_hf = [](const nn::StateDict& s,
+                    const nlohmann::json& c) { return from_hf(s, parse_hf_config(c)); },
+      .imported_hf_config = imported_hf_config,
+  };
   return spec;
 }
 

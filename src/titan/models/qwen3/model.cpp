@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
 #include "titan/nn/init.h"
 #include "titan/ops/arith.h"
@@ -23,7 +24,8 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, Tens
   attention = register_module("attention",
                               std::make_shared<common::Attention>(attention_args, init_std, opts, kernel));
   if (args.moe)
-    moe = register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, args.dim, *args.moe, init_std, opts));
+    moe =
+        register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, args.dim, *args.moe, init_std, opts));
   else
     feed_forward = register_module(
         "feed_forward", std::make_shared<common::FeedForward>(args.dim, args.ffn_dim, init_std, opts));
@@ -32,9 +34,19 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const ModelArgs& args, Tens
   ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(args.dim, args.norm_eps, opts));
 }
 
-Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope,
+                                 const attention::BlockMask& mask,
                                  const std::shared_ptr<nn::moe::MoEPass>& pass) {
   Tensor h = x + (*attention)((*attention_norm)(x), rope, mask);
+  Tensor normed = (*ffn_norm)(h);
+  return h + (moe ? (*moe)(normed, pass) : (*feed_forward)(normed));
+}
+
+Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope,
+                                        const attention::BlockMask& mask,
+                                        const std::shared_ptr<nn::moe::MoEPass>& pass, KVCache& cache,
+                                        int64_t layer) {
+  Tensor h = x + (*attention)((*attention_norm)(x), rope, mask, cache, layer);
   Tensor normed = (*ffn_norm)(h);
   return h + (moe ? (*moe)(normed, pass) : (*feed_forward)(normed));
 }
@@ -51,7 +63,8 @@ Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::Atte
     layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
   if (!args_.tie_embeddings)
-    output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
+    output =
+        register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
   rope_ = ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta);
   rope_.cos = register_buffer("rope_cos", rope_.cos, false);
   rope_.sin = register_buffer("rope_sin", rope_.sin, false);
@@ -63,16 +76,42 @@ Tensor Transformer::forward(const Tensor& tokens) {
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
   const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
                                                 kernel_.block_q, kernel_.block_kv);
-  std::shared_ptr<nn::moe::MoEPass> pass;
-  if (args_.moe) {
-    pass = std::make_shared<nn::moe::MoEPass>();
-    pass->aux_loss_weight = args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
-  }
+  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
   Tensor h = (*tok_embeddings)(tokens);
   for (const auto& layer : *layers) h = (*layer)(h, rope_, mask, pass);
   last_pass_ = pass;
-  h = (*norm)(h);
-  return output ? (*output)(h) : ops::linear(h, tok_embeddings->weight);
+  return logits(h);
+}
+
+std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
+  if (!args_.moe) return nullptr;
+  auto pass = std::make_shared<nn::moe::MoEPass>();
+  pass->aux_loss_weight = args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
+  return pass;
+}
+
+Tensor Transformer::logits(const Tensor& h) {
+  Tensor normed = (*norm)(h);
+  return output ? (*output)(normed) : ops::linear(normed, tok_embeddings->weight);
+}
+
+Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
+  autograd::NoGradGuard no_grad;
+  const int64_t start = cache.length();
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && start + tokens.size(1) <= args_.max_seq_len,
+              "qwen3 Transformer::forward_cached: expected tokens [batch, seq >= 1] at positions from ", start,
+              " on, ending within max_seq_len (", args_.max_seq_len, "), got ", tokens.desc(),
+              "; the model has no positions beyond its max_seq_len");
+  const auto mask = attention::BlockMask::build(attention::Mask::causal(), tokens.size(0), tokens.size(1),
+                                                kernel_.block_q, kernel_.block_kv);
+  // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
+  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
+  if (pass) pass->aux_loss_weight = 0;
+  Tensor h = (*tok_embeddings)(tokens);
+  int64_t layer = 0;
+  for (const auto& block : *layers) h = (*block)(h, rope_, mask, pass, cache, layer++);
+  cache.advance(tokens.size(1));
+  return logits(h);
 }
 
 Tensor Transformer::auxiliary_loss() {

@@ -31,9 +31,17 @@ class TransformerBlock : public nn::Module {
   // model's, the mask and the pass are captured by value (see common::Attention's call operator).
   Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
                     const std::shared_ptr<nn::moe::MoEPass>& pass) {
-    return run_forward(x, [this, table = &rope, mask, pass](const Tensor& in) {
-      return forward(in, *table, mask, pass);
-    });
+    return run_forward(
+        x, [this, table = &rope, mask, pass](const Tensor& in) { return forward(in, *table, mask, pass); });
+  }
+
+  // Inference over `cache` (see common::Attention::forward_cached); `layer` is this block's cache
+  // slot. Under no-grad a wrapper calls the body once, so it may capture by reference.
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                        const std::shared_ptr<nn::moe::MoEPass>& pass, KVCache& cache, int64_t layer);
+  Tensor operator()(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                    const std::shared_ptr<nn::moe::MoEPass>& pass, KVCache& cache, int64_t layer) {
+    return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, pass, cache, layer); });
   }
 
   std::shared_ptr<common::Attention> attention;
@@ -53,7 +61,10 @@ class Transformer : public CausalLM {
   Tensor operator()(const Tensor& tokens) override {
     return run_forward(tokens, [this](const Tensor& in) { return forward(in); });
   }
+  // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
+  Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
 
   // MoE: aux_loss_coeff times the mean over layers of their load-balancing losses, in the last
@@ -77,6 +88,10 @@ class Transformer : public CausalLM {
   common::AttentionKernel kernel_;
   ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
   std::shared_ptr<nn::moe::MoEPass> last_pass_;
+
+  // A pass for one forward: MoE layers report into it (nothing for a dense model).
+  std::shared_ptr<nn::moe::MoEPass> new_pass() const;
+  Tensor logits(const Tensor& h);
 };
 
 }  // namespace titan::models::qwen3

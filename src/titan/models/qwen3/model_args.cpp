@@ -8,17 +8,21 @@
 namespace titan::models::qwen3 {
 
 void ModelArgs::validate() const {
-  TITAN_CHECK(dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 && ffn_dim > 0,
-              "qwen3 ModelArgs: dim, n_layers, n_heads, ffn_dim, vocab_size and max_seq_len must be positive, "
-              "got dim=",
-              dim, " n_layers=", n_layers, " n_heads=", n_heads, " ffn_dim=", ffn_dim, " vocab_size=", vocab_size,
-              " max_seq_len=", max_seq_len);
-  TITAN_CHECK(head_dim > 0 && head_dim % 2 == 0, "qwen3 ModelArgs: head_dim must be positive and even (RoPE "
-              "rotates pairs), got ", head_dim);
+  TITAN_CHECK(
+      dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 && ffn_dim > 0,
+      "qwen3 ModelArgs: dim, n_layers, n_heads, ffn_dim, vocab_size and max_seq_len must be positive, "
+      "got dim=",
+      dim, " n_layers=", n_layers, " n_heads=", n_heads, " ffn_dim=", ffn_dim, " vocab_size=", vocab_size,
+      " max_seq_len=", max_seq_len);
+  TITAN_CHECK(head_dim > 0 && head_dim % 2 == 0,
+              "qwen3 ModelArgs: head_dim must be positive and even (RoPE "
+              "rotates pairs), got ",
+              head_dim);
   TITAN_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "qwen3 ModelArgs: n_heads (", n_heads,
               ") must be a positive multiple of n_kv_heads (", n_kv_heads, ")");
-  TITAN_CHECK(norm_eps >= 0 && rope_theta > 0, "qwen3 ModelArgs: expected norm_eps >= 0 and rope_theta > 0, got ",
-              norm_eps, " and ", rope_theta);
+  TITAN_CHECK(norm_eps >= 0 && rope_theta > 0,
+              "qwen3 ModelArgs: expected norm_eps >= 0 and rope_theta > 0, got ", norm_eps, " and ",
+              rope_theta);
   TITAN_CHECK(aux_loss_coeff >= 0, "qwen3 ModelArgs: aux_loss_coeff must be >= 0, got ", aux_loss_coeff);
   if (moe) moe->validate();
 }
@@ -142,13 +146,14 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   // Every matmul a token goes through, the output projection included even when it is the
   // embedding; the experts it is not routed to cost it nothing.
   const int64_t active_matmul = a.n_layers * (attention + ffn_active + norms) + a.dim + embedding;
-  s.flops_per_token = 6.0 * static_cast<double>(active_matmul) + 12.0 * static_cast<double>(a.n_layers * q_dim * seq_len);
+  s.flops_per_token =
+      6.0 * static_cast<double>(active_matmul) + 12.0 * static_cast<double>(a.n_layers * q_dim * seq_len);
   const int64_t active = active_matmul + (a.tie_embeddings ? 0 : embedding);
   s.description = "dim " + std::to_string(a.dim) + ", " + std::to_string(a.n_layers) + " layers, " +
                   std::to_string(a.n_heads) + " heads (" + std::to_string(a.n_kv_heads) + " kv), head_dim " +
                   std::to_string(a.head_dim) + ", " +
-                  (a.moe ? std::to_string(a.moe->num_experts) + " experts (top " + std::to_string(a.moe->top_k) +
-                               ") of ffn " + std::to_string(a.moe->hidden_dim)
+                  (a.moe ? std::to_string(a.moe->num_experts) + " experts (top " +
+                               std::to_string(a.moe->top_k) + ") of ffn " + std::to_string(a.moe->hidden_dim)
                          : "ffn " + std::to_string(a.ffn_dim)) +
                   ", vocab " + std::to_string(a.vocab_size) + (a.tie_embeddings ? " (tied)" : "") + "; " +
                   fmt_count(static_cast<double>(s.num_params)) + " parameters" +

@@ -11,7 +11,8 @@ namespace titan::nn::moe {
 class GroupedExperts : public Module {
  public:
   // `init_std`: the std of w2 and w3 at initialisation (depth-scaled by the model).
-  GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts = {});
+  GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, double init_std,
+                 TensorOptions opts = {});
 
   // rows [n, dim] grouped by expert, rows_per_expert[e] of them for expert e -> [n, dim]:
   // each group's w2_e(silu(w1_e x) * w3_e x). The expert count is w1's first size, so an

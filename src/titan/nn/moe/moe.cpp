@@ -9,20 +9,21 @@
 namespace titan::nn::moe {
 
 void MoEArgs::validate() const {
-  TITAN_CHECK(num_experts >= 1 && top_k >= 1 && top_k <= num_experts && hidden_dim >= 1,
-              "MoEArgs: expected num_experts >= 1, 1 <= top_k <= num_experts and hidden_dim >= 1, got num_experts=",
-              num_experts, " top_k=", top_k, " hidden_dim=", hidden_dim);
+  TITAN_CHECK(
+      num_experts >= 1 && top_k >= 1 && top_k <= num_experts && hidden_dim >= 1,
+      "MoEArgs: expected num_experts >= 1, 1 <= top_k <= num_experts and hidden_dim >= 1, got num_experts=",
+      num_experts, " top_k=", top_k, " hidden_dim=", hidden_dim);
   TITAN_CHECK(bias_update_rate >= 0, "MoEArgs: bias_update_rate must be >= 0, got ", bias_update_rate);
 }
 
 MoE::MoE(int64_t layer_id, int64_t dim, const MoEArgs& args, double init_std, TensorOptions opts)
     : layer_id_(layer_id), args_(args) {
   args_.validate();
-  router = register_module("router", std::make_shared<TopKRouter>(dim, args.num_experts, args.top_k,
-                                                                  args.norm_topk_prob, args.load_balance_bias,
-                                                                  init_std, opts));
-  experts = register_module("experts",
-                            std::make_shared<GroupedExperts>(args.num_experts, dim, args.hidden_dim, init_std, opts));
+  router = register_module(
+      "router", std::make_shared<TopKRouter>(dim, args.num_experts, args.top_k, args.norm_topk_prob,
+                                             args.load_balance_bias, init_std, opts));
+  experts = register_module(
+      "experts", std::make_shared<GroupedExperts>(args.num_experts, dim, args.hidden_dim, init_std, opts));
   dispatcher = std::make_shared<LocalTokenDispatcher>();
   tokens_per_expert_.assign(static_cast<size_t>(args.num_experts), 0);
 }
@@ -69,7 +70,8 @@ ExpertLoad expert_load(const std::vector<std::vector<int64_t>>& tokens_per_exper
     double mean = 0, var = 0;
     for (int64_t c : counts) mean += static_cast<double>(c) / n;
     for (int64_t c : counts) var += (static_cast<double>(c) - mean) * (static_cast<double>(c) - mean) / n;
-    load.cv += (mean > 0 ? std::sqrt(var) / mean : 0.0) / static_cast<double>(tokens_per_expert_by_layer.size());
+    load.cv +=
+        (mean > 0 ? std::sqrt(var) / mean : 0.0) / static_cast<double>(tokens_per_expert_by_layer.size());
   }
   return load;
 }

@@ -18,8 +18,8 @@ namespace titan::nn::moe {
 struct MoEArgs {
   int64_t num_experts = 8;
   int64_t top_k = 2;
-  int64_t hidden_dim = 256;    // each expert's SwiGLU hidden size
-  bool norm_topk_prob = true;  // renormalise the k chosen scores to sum to 1
+  int64_t hidden_dim = 256;        // each expert's SwiGLU hidden size
+  bool norm_topk_prob = true;      // renormalise the k chosen scores to sum to 1
   bool load_balance_bias = false;  // the auxiliary-loss-free expert bias
   double bias_update_rate = 1e-3;  // its step per optimizer step (DeepSeek-V3's gamma)
 

@@ -31,11 +31,12 @@ Routing TopKRouter::route(const Tensor& x) {
 }
 
 void TopKRouter::update_expert_bias(const std::vector<int64_t>& tokens_per_expert, double rate) {
-  TITAN_CHECK(expert_bias.defined(), "moe::TopKRouter: update_expert_bias on a router built without the bias; "
+  TITAN_CHECK(expert_bias.defined(),
+              "moe::TopKRouter: update_expert_bias on a router built without the bias; "
               "build it with expert_bias = true (moe.load_balance_bias)");
   const int64_t n = num_experts();
-  TITAN_CHECK(static_cast<int64_t>(tokens_per_expert.size()) == n, "moe::TopKRouter: ", tokens_per_expert.size(),
-              " token counts for ", n, " experts");
+  TITAN_CHECK(static_cast<int64_t>(tokens_per_expert.size()) == n,
+              "moe::TopKRouter: ", tokens_per_expert.size(), " token counts for ", n, " experts");
   double mean = 0;
   for (int64_t c : tokens_per_expert) mean += static_cast<double>(c) / static_cast<double>(n);
   std::vector<double> delta(static_cast<size_t>(n));

@@ -1,0 +1,108 @@
+#include "titan/attention/decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "titan/autograd/node.h"
+#include "titan/core/parallel.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/gemm.h"
+#include "titan/kernels/cpu/softmax.h"
+#include "titan/ops/checks.h"
+
+namespace titan::attention {
+
+namespace {
+
+using kernels::cpu::gemm;
+
+// Query rows per score block, as in the reference path: a block's scores stay in cache between
+// the two GEMMs around the softmax.
+constexpr int64_t kRowBlock = 64;
+
+struct Geometry {
+  int64_t B, Sq, Skv, Hq, Hkv, D;
+  int64_t kv_batch_stride;  // elements between batch rows of k and v (a cache's max_len * Hkv * D)
+
+  int64_t start() const { return Skv - Sq; }  // position of query row 0
+  int64_t group() const { return Hq / Hkv; }
+  int64_t q_offset(int64_t b, int64_t h) const { return (b * Sq * Hq + h) * D; }
+  int64_t kv_offset(int64_t b, int64_t h) const { return b * kv_batch_stride + (h / group()) * D; }
+  int64_t q_ld() const { return Hq * D; }
+  int64_t kv_ld() const { return Hkv * D; }
+};
+
+template <typename T>
+void decode_heads(const Geometry& g, T scale, const T* q, const T* k, const T* v, T* out) {
+  // A decoding step is tiny per head (Skv x D multiply-adds, twice): heads are grouped so that a
+  // task is worth waking a thread for.
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, g.Sq * g.Skv * g.D));
+  parallel_for(0, g.B * g.Hq, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> scores(static_cast<size_t>(std::min(kRowBlock, g.Sq) * g.Skv));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / g.Hq, h = bh % g.Hq;
+      const T* qh = q + g.q_offset(b, h);
+      const T* kh = k + g.kv_offset(b, h);
+      const T* vh = v + g.kv_offset(b, h);
+      T* oh = out + g.q_offset(b, h);
+      for (int64_t r0 = 0; r0 < g.Sq; r0 += kRowBlock) {
+        // Rows r0..r1-1 see at most the keys up to the last row's position.
+        const int64_t r1 = std::min(g.Sq, r0 + kRowBlock), m = r1 - r0, n = g.start() + r1;
+        T* p = scores.data();
+        gemm<T>(false, true, m, n, g.D, scale, qh + r0 * g.q_ld(), g.q_ld(), kh, g.kv_ld(), T(0), p, n);
+        for (int64_t r = r0; r < r1; ++r) {
+          T* row = p + (r - r0) * n;
+          const int64_t len = g.start() + r + 1;
+          kernels::cpu::softmax_fwd<T>(kernels::cpu::SoftmaxKind::softmax, row, row, 1, len);
+          std::fill(row + len, row + n, T(0));
+        }
+        gemm<T>(false, false, m, g.D, n, T(1), p, n, vh, g.kv_ld(), T(0), oh + r0 * g.q_ld(), g.q_ld());
+      }
+    }
+  });
+}
+
+// `t` itself when each position's [heads, D] is dense and only the batch stride is free, else a
+// dense copy.
+Tensor rows_dense(const Tensor& t) {
+  const bool ok = t.stride(3) == 1 && t.stride(2) == t.size(3) && t.stride(1) == t.size(2) * t.size(3);
+  return ok ? t.detach() : ops::dense(t);
+}
+
+}  // namespace
+
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  constexpr const char* op = "decode_attention";
+  ops::check_float(op, "q", q);
+  ops::check_float(op, "k", k);
+  ops::check_float(op, "v", v);
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && q.size(3) > 0 && q.size(1) >= 1 && q.size(1) <= k.size(1),
+              op, ": expected q [B, Sq, Hq, D] and k, v [B, Skv, Hkv, D] with the same B and D > 0 and ",
+              "1 <= Sq <= Skv, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
+  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, op, ": query heads (", q.size(2),
+              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
+  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
+              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
+  TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
+              ": an input requires grad, but this inference kernel has no backward; run it under "
+              "autograd::NoGradGuard, or train through splash_attention / attention_reference");
+
+  Tensor qc = ops::dense(q), kc = rows_dense(k), vc = rows_dense(v);
+  // One batch stride serves both: equal when they come from one cache (else v is made dense too).
+  if (vc.stride(0) != kc.stride(0)) {
+    kc = ops::dense(k);
+    vc = ops::dense(v);
+  }
+  const Geometry g{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), kc.stride(0)};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(g.D));
+  Tensor out = Tensor::empty(q.sizes(), q.options());
+  kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
+    using T = decltype(z);
+    decode_heads<T>(g, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>());
+  });
+  return out;
+}
+
+}  // namespace titan::attention

@@ -1,0 +1,18 @@
+#pragma once
+// Attention of a few new queries over cached keys: the queries are the last Sq of Skv positions
+// (one token per decoding step, or a chunk of prompt after a cached prefix), each seeing the keys
+// up to its own position. Inference only, so nothing is kept for a backward; scores are
+// computed per (batch, head) for a block of query rows at a time, [rows, Skv], never [Skv, Skv].
+#include "titan/core/tensor.h"
+
+namespace titan::attention {
+
+// q [B, Sq, Hq, D] at positions [Skv - Sq, Skv); k and v [B, Skv, Hkv, D] at positions
+// [0, Skv) -> [B, Sq, Hq, D], contiguous, with scale 1 / sqrt(D). Query i sees keys
+// 0 .. Skv - Sq + i (causal by absolute position). Hq must be a multiple of Hkv: query head h
+// reads kv head h / (Hq / Hkv) in place (grouped-query attention). k and v may be views into
+// larger buffers (a KVCache's): each position's [Hkv, D] must be dense, the batch stride is free.
+// Refused when grad mode is on and an input requires grad: there is no backward.
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
+}  // namespace titan::attention

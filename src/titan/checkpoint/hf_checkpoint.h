@@ -1,0 +1,68 @@
+#pragma once
+// Hugging Face model folders, as transformers' save_pretrained writes them and from_pretrained
+// reads them:
+//   config.json                       the architecture's hyperparameters
+//   model.safetensors                 every tensor, by HF's names; or, for large models,
+//   model.safetensors.index.json      {"weight_map": {tensor: file}} over
+//   model-00001-of-0000N.safetensors  shard files
+// This layer moves tensors and JSON only; which names and config keys a model has is its
+// family's state dict adapter's business (models/<family>/state_dict_adapter).
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "titan/core/tensor.h"
+
+namespace titan::checkpoint {
+
+class SafetensorsReader;
+
+inline constexpr const char* kHfConfigFile = "config.json";
+inline constexpr const char* kHfWeightsFile = "model.safetensors";
+inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
+
+// Whether `dir` is a Hugging Face model folder: one holding config.json (a titan checkpoint
+// holds metadata.json instead).
+bool is_hf_dir(const std::filesystem::path& dir);
+
+// "float32" / "bfloat16": config.json's torch_dtype for f32 / bf16.
+std::string torch_dtype_name(DType dtype);
+
+// Writes `config` (with "torch_dtype" set for `dtype`) as dir/config.json and `tensors`, cast
+// to `dtype`, as dir/model.safetensors (metadata {"format": "pt"}, which from_pretrained checks).
+// Atomic as checkpoint::save: a staging folder, fsync'ed, renamed onto `dir`, so a crash leaves
+// the old folder or the new one, never a mix.
+void save_hf(const std::filesystem::path& dir, nlohmann::json config,
+             const std::map<std::string, Tensor>& tensors, DType dtype);
+
+// A Hugging Face model folder opened for reading: config.json parsed, and model.safetensors,
+// else the shard files of model.safetensors.index.json, mapped (headers checked, data read on
+// demand). Errors name the folder and the file at fault.
+class HfReader {
+ public:
+  explicit HfReader(std::filesystem::path dir);
+  ~HfReader();
+  HfReader(const HfReader&) = delete;
+  HfReader& operator=(const HfReader&) = delete;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const nlohmann::json& config() const { return config_; }
+  std::filesystem::path config_path() const { return dir_ / kHfConfigFile; }
+
+  // The tensors named in `expected`, after checking that the folder holds exactly those, of
+  // those shapes and of floating dtypes; every problem is reported in one error, naming the
+  // tensor and its file. Each is cast to `dtype`, or kept as stored when nullopt.
+  std::map<std::string, Tensor> load(const std::map<std::string, Shape>& expected,
+                                     std::optional<DType> dtype = std::nullopt) const;
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json config_;
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;  // by file name
+  std::map<std::string, const SafetensorsReader*> tensors_;          // tensor -> its file
+};
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,80 @@
+#include "titan/rl/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace titan::rl {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The logits of the last position of logits [1, S, vocab], cut to the first `vocab` ids.
+Tensor last_row(const Tensor& logits, int64_t vocab) {
+  return logits.narrow(1, logits.size(1) - 1, 1).view({logits.size(2)}).narrow(0, 0, vocab);
+}
+
+}  // namespace
+
+void validate(const GenerateOptions& opts) {
+  TITAN_CHECK(opts.max_new_tokens >= 1, "generate: max_new_tokens = ", opts.max_new_tokens,
+              " must be at least 1");
+  TITAN_CHECK(opts.vocab_size >= 0, "generate: vocab_size = ", opts.vocab_size,
+              " must be >= 0 (0: the model's whole vocabulary)");
+  validate(opts.sampling);
+}
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::eos: return "eos";
+    case StopReason::max_new_tokens: return "max_new_tokens";
+    case StopReason::context_full: return "the end of the model's context";
+  }
+  return "?";
+}
+
+GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt,
+                        const GenerateOptions& opts) {
+  const int64_t P = static_cast<int64_t>(prompt.size()), context = model.max_seq_len();
+  TITAN_CHECK(P >= 1, "generate: the prompt is empty; give it at least one token (a bos)");
+  TITAN_CHECK(P <= context, "generate: the prompt has ", P, " tokens, more than the model's context of ",
+              context, " (its max_seq_len); shorten the prompt");
+  validate(opts);
+  TITAN_CHECK(opts.vocab_size <= model.vocab_size(), "generate: vocab_size = ", opts.vocab_size,
+              " is larger than the model's vocabulary of ", model.vocab_size(), " ids");
+  const int64_t vocab = opts.vocab_size > 0 ? opts.vocab_size : model.vocab_size();
+  Sampler sampler(opts.sampling);
+
+  GenerateResult r;
+  r.prompt_tokens = P;
+  // The last new token is never fed back, so the cache needs one position less than the sequence.
+  models::KVCache cache(1, std::min(P + opts.max_new_tokens - 1, context));
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = model.forward_cached(
+      Tensor::from_vector(std::vector<int64_t>(prompt.begin(), prompt.end()), {1, P}), cache);
+  r.prefill_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const int64_t token = sampler.sample(last_row(logits, vocab));
+    r.tokens.push_back(token);
+    if (opts.eos_id && token == *opts.eos_id) {
+      r.stop = StopReason::eos;
+      break;
+    }
+    if (static_cast<int64_t>(r.tokens.size()) == opts.max_new_tokens) {
+      r.stop = StopReason::max_new_tokens;
+      break;
+    }
+    if (cache.length() == context) {
+      r.stop = StopReason::context_full;
+      break;
+    }
+    logits = model.forward_cached(Tensor::from_vector(std::vector<int64_t>{token}, {1, 1}), cache);
+  }
+  r.decode_seconds = seconds_since(t0);
+  return r;
+}
+
+}  // namespace titan::rl

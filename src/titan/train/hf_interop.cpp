@@ -1,0 +1,112 @@
+#include "titan/train/hf_interop.h"
+
+#include "titan/checkpoint/checkpoint.h"
+#include "titan/checkpoint/problems.h"
+#include "titan/core/error.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Runs an adapter's reading of config.json; its errors name the key, this names the folder.
+template <typename F>
+auto reading(const checkpoint::HfReader& reader, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error("Hugging Face checkpoint " + reader.dir().string() + ": " + e.what());
+  }
+}
+
+// Checkpoint tensors of the model (not the optimizer) are named "model.<name>".
+constexpr const char* kModel = "model.";
+
+}  // namespace
+
+void save_hf_model(const fs::path& dir, const models::StateDictAdapter& adapter, const json& config,
+                   const nn::StateDict& state, DType dtype) {
+  nn::StateDict hf = adapter.to_hf(state, config);
+  // A folder whose weights contradict its config.json would load nowhere; say so now.
+  checkpoint::Problems problems;
+  const std::map<std::string, Shape> expected = adapter.hf_shapes(config);
+  for (const auto& [name, shape] : expected) {
+    auto it = hf.find(name);
+    if (it == hf.end())
+      problems.add("missing tensor '" + name + "' " + shape_str(shape));
+    else if (it->second.sizes() != shape)
+      problems.add("tensor '" + name + "' is " + it->second.desc() + ", config.json says " +
+                   shape_str(shape));
+  }
+  for (const auto& [name, t] : hf)
+    if (!expected.count(name)) problems.add("unexpected tensor '" + name + "' " + t.desc());
+  TITAN_CHECK(problems.empty(), "Hugging Face export to ", dir.string(),
+              ": the weights do not fit the model config.json describes:", problems.str());
+  checkpoint::save_hf(dir, config, hf, dtype);
+}
+
+const models::TrainSpec& hf_family(const checkpoint::HfReader& reader) {
+  return models::train_spec_for_hf(reader.config(), reader.config_path().string());
+}
+
+models::ModelConfig hf_model_config(const checkpoint::HfReader& reader) {
+  const models::StateDictAdapter& adapter = *hf_family(reader).state_dict_adapter;
+  return reading(reader, [&] { return adapter.from_hf_config(reader.config()); });
+}
+
+nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype) {
+  const models::StateDictAdapter& adapter = *hf_family(reader).state_dict_adapter;
+  const std::map<std::string, Shape> expected =
+      reading(reader, [&] { return adapter.hf_shapes(reader.config()); });
+  return adapter.from_hf(reader.load(expected, dtype), reader.config());
+}
+
+void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType dtype) {
+  checkpoint::Reader reader(step_dir);
+  const json& state = reader.metadata().state;
+  const std::string where = (step_dir / checkpoint::kMetadataFile).string();
+  const models::TrainSpec* family = nullptr;
+  json config;
+  if (state.contains("hf_config")) {
+    config = state["hf_config"];
+    family = &models::train_spec_for_hf(config, where + " (state.hf_config)");
+  } else {
+    models::ModelConfig m;
+    try {
+      const json& section = state.at("config").at("model");
+      m.name = section.at("name").get<std::string>();
+      m.flavor = section.at("flavor").get<std::string>();
+      m.vocab_size = section.value("vocab_size", int64_t{0});
+      m.weight_tying = section.value("weight_tying", false);
+    } catch (const json::exception& e) {
+      TITAN_CHECK(false, where,
+                  ": the state names no model: neither \"hf_config\" nor the job config's [model] section (",
+                  e.what(),
+                  "); only checkpoints saved by titan train or titan convert say which model they hold");
+    }
+    family = &models::get_train_spec(m.name);
+    config = models::hf_adapter(m.name).hf_config(m);
+  }
+  const models::StateDictAdapter& adapter = models::hf_adapter(family->name);
+  checkpoint::Pieces targets;
+  for (const auto& [name, t] : reader.metadata().tensors)
+    if (name.starts_with(kModel))
+      targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
+  reader.load(targets, {.scope = kModel});
+  nn::StateDict weights;
+  for (const auto& [name, p] : targets) weights.emplace(name.substr(std::string(kModel).size()), p.data);
+  save_hf_model(out, adapter, config, weights, dtype);
+}
+
+void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
+  checkpoint::HfReader reader(hf_dir);
+  checkpoint::Pieces pieces;
+  for (const auto& [name, t] : load_hf_state(reader, std::nullopt))
+    pieces.emplace(kModel + name, checkpoint::whole(t));
+  const json config = hf_family(reader).state_dict_adapter->imported_hf_config(reader.config());
+  checkpoint::save(out, pieces, {{"step", 0}, {"model_only", true}, {"hf_config", config}});
+}
+
+}  // namespace titan::train

@@ -1,0 +1,44 @@
+#pragma once
+// Hugging Face import and export of a model's weights: a family's state dict adapter (names,
+// layouts, config.json; models/) joined to HF folders on disk (checkpoint/hf_checkpoint).
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/models/registry.h"
+#include "titan/nn/module.h"
+
+namespace titan::train {
+
+// Writes `state` (our names) of the model `config` (its family's config.json) describes as the
+// HF folder `dir`: config.json and model.safetensors in `dtype` (f32 or bf16), atomically.
+// Throws, writing nothing, when the tensors are not exactly those config.json describes.
+void save_hf_model(const std::filesystem::path& dir, const models::StateDictAdapter& adapter,
+                   const nlohmann::json& config, const nn::StateDict& state, DType dtype);
+
+// The family that reads the folder's config.json (by its model_type).
+const models::TrainSpec& hf_family(const checkpoint::HfReader& reader);
+
+// The [model] keys (name, flavor, vocab_size) of the model the folder's config.json describes;
+// throws, naming the folder, when it is none of the family's flavors.
+models::ModelConfig hf_model_config(const checkpoint::HfReader& reader);
+
+// Exactly the tensors the folder's config.json describes (anything missing, extra or misshaped
+// is an error naming the tensor and its file), by our names and in our layouts; cast to `dtype`,
+// or kept as stored when nullopt.
+nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype);
+
+// `titan convert --to hf`: the model of titan checkpoint `step_dir` (its "model.*" tensors; a
+// full checkpoint's optimizer state is left out) as the HF folder `out`. The checkpoint's state
+// says which model it holds: "hf_config" (written by import_hf_checkpoint), else the [model]
+// section of "config" (the trainer's).
+void export_hf_checkpoint(const std::filesystem::path& step_dir, const std::filesystem::path& out,
+                          DType dtype);
+
+// `titan convert --to titan`: the HF folder `hf_dir` as a model-only titan checkpoint `out`
+// (tensors "model.<our name>" as stored; state {"step": 0, "model_only": true, "hf_config": the
+// family's imported_hf_config}), which checkpoint.initial_load_path starts training from.
+void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
+
+}  // namespace titan::train

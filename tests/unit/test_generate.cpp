@@ -1,0 +1,203 @@
+// Generation over the KV cache: greedy decoding against the argmax of a full recompute, stopping
+// (eos, max_new_tokens, the end of the context), reproducible sampling; and rebuilding a trained
+// model from its checkpoint.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "support/test_util.h"
+#include "titan/autograd/grad_mode.h"
+#include "titan/checkpoint/checkpoint.h"
+#include "titan/models/llama3/model.h"
+#include "titan/models/registry.h"
+#include "titan/rl/generate.h"
+#include "titan/rl/trained_model.h"
+
+namespace titan::rl {
+namespace {
+
+namespace fs = std::filesystem;
+using models::llama3::ModelArgs;
+using models::llama3::Transformer;
+
+// Grouped-query attention, 2 layers, 24 positions, 37 ids.
+std::shared_ptr<Transformer> small_model() {
+  ModelArgs a;
+  a.dim = 32;
+  a.n_layers = 2;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 37;
+  a.multiple_of = 16;
+  a.max_seq_len = 24;
+  auto model = std::make_shared<Transformer>(a, TensorOptions{}, models::llama3::AttentionKernel{true, 8, 8});
+  Generator gen(11);
+  model->init_weights(gen);
+  return model;
+}
+
+GenerateOptions greedy(int64_t max_new_tokens) {
+  return {.max_new_tokens = max_new_tokens, .sampling = {.temperature = 0}};
+}
+
+TEST(Generate, GreedyIsTheArgmaxOfAFullRecomputeAtEachStep) {
+  auto model = small_model();
+  const std::vector<int64_t> prompt = {1, 5, 9, 30};
+  GenerateResult r = generate(*model, prompt, greedy(10));
+  ASSERT_EQ(r.tokens.size(), 10u);
+  EXPECT_EQ(r.stop, StopReason::max_new_tokens);
+  EXPECT_EQ(r.prompt_tokens, 4);
+  EXPECT_GT(r.prefill_tokens_per_second(), 0);
+  EXPECT_GT(r.decode_tokens_per_second(), 0);
+
+  autograd::NoGradGuard no_grad;
+  std::vector<int64_t> seq = prompt;
+  for (int64_t token : r.tokens) {
+    Tensor logits = (*model)(Tensor::from_vector(seq, {1, static_cast<int64_t>(seq.size())}));
+    std::vector<float> last = logits.narrow(1, logits.size(1) - 1, 1).to_vector<float>();
+    const int64_t argmax = std::max_element(last.begin(), last.end()) - last.begin();
+    EXPECT_EQ(token, argmax) << "after " << seq.size() << " tokens";
+    seq.push_back(token);
+  }
+  EXPECT_EQ(generate(*model, prompt, greedy(10)).tokens, r.tokens) << "greedy must be deterministic";
+}
+
+TEST(Generate, StopsAtEos) {
+  auto model = small_model();
+  const std::vector<int64_t> prompt = {2, 7};
+  std::vector<int64_t> free_run = generate(*model, prompt, greedy(8)).tokens;
+  const int64_t eos = free_run[3];
+  const size_t first =
+      static_cast<size_t>(std::find(free_run.begin(), free_run.end(), eos) - free_run.begin());
+  GenerateOptions opts = greedy(8);
+  opts.eos_id = eos;
+  GenerateResult r = generate(*model, prompt, opts);
+  EXPECT_EQ(r.stop, StopReason::eos);
+  EXPECT_EQ(r.tokens,
+            std::vector<int64_t>(free_run.begin(), free_run.begin() + static_cast<int64_t>(first) + 1));
+}
+
+TEST(Generate, StopsAtTheEndOfTheContext) {
+  auto model = small_model();
+  // 22 of 24 positions: the token sampled from the prompt and two more fed back fill it.
+  GenerateResult r = generate(*model, std::vector<int64_t>(22, 3), greedy(10));
+  EXPECT_EQ(r.tokens.size(), 3u);
+  EXPECT_EQ(r.stop, StopReason::context_full);
+  r = generate(*model, std::vector<int64_t>(24, 3), greedy(10));
+  EXPECT_EQ(r.tokens.size(), 1u);
+  EXPECT_EQ(r.stop, StopReason::context_full);
+}
+
+TEST(Generate, SamplingIsReproducibleAndKeepsToTheVocabulary) {
+  auto model = small_model();
+  const std::vector<int64_t> prompt = {4};
+  GenerateOptions opts{.max_new_tokens = 16, .vocab_size = 5, .sampling = {.temperature = 5, .seed = 3}};
+  GenerateResult a = generate(*model, prompt, opts), b = generate(*model, prompt, opts);
+  EXPECT_EQ(a.tokens, b.tokens);
+  for (int64_t t : a.tokens) EXPECT_LT(t, 5);
+  opts.vocab_size = 0;
+  opts.sampling.seed = 4;
+  EXPECT_NE(generate(*model, prompt, opts).tokens, a.tokens);
+}
+
+TEST(Generate, BadInputsAreClearErrors) {
+  auto model = small_model();
+  EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>{}, greedy(4)), "prompt is empty");
+  EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>(25, 1), greedy(4)), "25 tokens", "context of 24");
+  EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>{1}, greedy(0)), "max_new_tokens = 0");
+  GenerateOptions opts = greedy(4);
+  opts.vocab_size = 38;
+  EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>{1}, opts), "vocabulary of 37");
+  opts = greedy(4);
+  opts.sampling.top_p = 0;
+  EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>{1}, opts), "top_p = 0");
+}
+
+// ---- rebuilding a trained model from its checkpoint -------------------------------------------------
+
+class GenerateFromCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          (std::string("titan_generate_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    // The debug model at the byte tokenizer's vocabulary, to keep the files small.
+    cfg = train::parse_job_config(
+        "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\nvocab_size = 259\n"
+        "[training]\nseq_len = 32\n",
+        "test.toml");
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir);
+  }
+
+  // A model built from cfg, its weights from `seed`. (Initialising the debug model takes a good
+  // part of a second on a busy machine, so the tests build few.)
+  std::shared_ptr<models::CausalLM> build(uint64_t seed) const {
+    Generator gen(seed);
+    return models::get_train_spec("llama3").build(cfg.model, cfg.training.seq_len, gen);
+  }
+
+  // Saves `model`'s tensors as dir/step-<step> in `dtype`, as the trainer saves a model-only
+  // export, with `state` (by default the trainer's, with cfg).
+  void save(int64_t step, const nn::Module& model, DType dtype = kF32,
+            const nlohmann::json& state = nullptr) {
+    checkpoint::Pieces pieces;
+    for (const auto& [name, t] : model.state_dict())
+      pieces.emplace("model." + name, checkpoint::whole(Tensor::empty(t.sizes(), {.dtype = dtype}).copy_(t)));
+    const nlohmann::json s =
+        state.is_null() ? nlohmann::json{{"model_only", true}, {"config", train::to_json(cfg)}} : state;
+    checkpoint::save(dir / ("step-" + std::to_string(step)), pieces, s);
+  }
+
+  fs::path dir;
+  train::JobConfig cfg;
+};
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+TEST_F(GenerateFromCheckpoint, ReadsTheLatestStepWithItsConfigAndWeights) {
+  auto early = build(1), late = build(2);
+  save(1, *early, kBF16);
+  save(12, *late);
+  save(3, *early);  // made last: the latest is the highest step, not the newest folder
+  TrainedModel t = load_trained_model(dir);
+  EXPECT_EQ(t.dir, dir / "step-12");
+  EXPECT_EQ(t.config.training.seq_len, 32);
+  EXPECT_EQ(t.model->max_seq_len(), 32);
+  EXPECT_EQ(t.model->vocab_size(), 259);
+  auto want = late->state_dict();
+  for (const auto& [name, p] : t.model->state_dict()) EXPECT_EQ(max_abs_diff(p, want.at(name)), 0.0) << name;
+
+  // A step folder is read as it is; a bf16 export is cast to the model's f32.
+  TrainedModel first = load_trained_model(dir / "step-1");
+  EXPECT_EQ(first.dir, dir / "step-1");
+  want = early->state_dict();
+  for (const auto& [name, p] : first.model->state_dict())
+    EXPECT_TRUE(test::tensors_close(p, want.at(name), 1e-2, name));
+}
+
+TEST_F(GenerateFromCheckpoint, ErrorsSayWhatWasFound) {
+  EXPECT_TITAN_ERROR(load_trained_model(dir / "nothing"), "does not exist");
+  EXPECT_TITAN_ERROR(load_trained_model(dir), "holds no complete checkpoint");
+  // Both are refused before any model is built, so one small tensor stands for the weights.
+  nn::Module weights;
+  weights.register_parameter("w", Tensor::zeros({2}));
+  save(5, weights, kF32, {{"step", 5}});
+  EXPECT_TITAN_ERROR(load_trained_model(dir), "holds no job config", "not saved by titan train");
+  nlohmann::json config = train::to_json(cfg);
+  config["training"]["sequence_length"] = 32;
+  save(6, weights, kF32, {{"config", config}});
+  EXPECT_TITAN_ERROR(load_trained_model(dir / "step-6"), "unknown key 'training.sequence_length'");
+}
+
+}  // namespace
+}  // namespace titan::rl
