@@ -9,6 +9,11 @@ pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
 # for the tokenizers that ask for it (Qwen).
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+# Distributed training: OpenMPI's C API (dist/ is the only layer that includes mpi.h). Also gives
+# MPIEXEC_EXECUTABLE and MPIEXEC_NUMPROC_FLAG, which the multi-rank tests are launched with.
+# We call MPI's C API from C++: no C++ bindings (deprecated, and a library more to link).
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI REQUIRED COMPONENTS CXX)
 
 # OpenBLAS's OpenMP build, so BLAS and our kernels share one OpenMP thread pool
 # instead of two pools fighting over the cores.

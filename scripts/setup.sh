@@ -10,6 +10,7 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config
       python3 python3-venv python3-torch python3-numpy
       libprotobuf-dev protobuf-compiler
       libpcre2-dev libicu-dev
+      openmpi-bin libopenmpi-dev
       clang-format clang-tidy)
 
 missing=()

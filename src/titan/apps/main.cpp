@@ -9,6 +9,7 @@
 #include "titan/apps/tokenize_command.h"
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
+#include "titan/dist/process_group.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
 
@@ -53,6 +54,7 @@ int train(const std::vector<std::string>& args) {
   titan::train::StopOnSignal stop_on_signal;
   titan::train::Trainer trainer(cfg, std::cout);
   titan::train::TrainResult r = trainer.train();
+  if (titan::dist::world().rank() != 0) return 0;
   std::cout << "titan: " << r.steps_run << " steps";
   // A finished run started again (make train twice) resumes at its end and runs no step.
   if (r.losses.empty())
@@ -82,7 +84,13 @@ int main(int argc, char** argv) {
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const titan::Error& e) {
-    std::cerr << "titan: error: " << e.what() << "\n";
+    if (titan::dist::launched_by_mpi()) {
+      std::cerr << "titan: rank " << titan::dist::launch_rank() << ": error: " << e.what() << std::endl;
+      // The other ranks may be waiting for this one: end them all now.
+      titan::dist::abort_job(1);
+    } else {
+      std::cerr << "titan: error: " << e.what() << "\n";
+    }
     return 1;
   }
 }

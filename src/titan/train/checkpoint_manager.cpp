@@ -57,8 +57,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log)
-    : cfg_(cfg), parts_(parts), log_(log), folder_(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder) {
+CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log, bool writer)
+    : cfg_(cfg),
+      parts_(parts),
+      log_(log),
+      folder_(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder),
+      writer_(writer) {
   const std::string& d = cfg.checkpoint.export_dtype;
   TITAN_CHECK(d == "float32" || d == "bfloat16", "checkpoint.export_dtype = \"", d,
               "\": titan has no float16 tensors yet; use \"float32\" or \"bfloat16\"");
@@ -104,7 +108,7 @@ int64_t CheckpointManager::load() {
   std::error_code ec;
   std::vector<fs::path> leftovers;
   for (const auto& e : fs::directory_iterator(folder_, ec))
-    if (checkpoint::is_staging_dir(e.path())) leftovers.push_back(e.path());
+    if (writer_ && checkpoint::is_staging_dir(e.path())) leftovers.push_back(e.path());
   for (const fs::path& p : leftovers) {
     log_ << "titan: removing " << p.string() << ", left by an interrupted save or deletion\n";
     fs::remove_all(p, ec);
@@ -239,7 +243,7 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
 
 void CheckpointManager::after_step(int64_t step, bool stopping) {
   const auto& c = cfg_.checkpoint;
-  if (!c.enable || step == last_saved_) return;
+  if (!c.enable || !writer_ || step == last_saved_) return;
   const bool last = step == cfg_.training.steps;
   if (last || stopping || step % c.interval == 0) save(step, last && c.last_save_model_only);
 }

@@ -41,7 +41,9 @@ struct Checkpointed {
 class CheckpointManager {
  public:
   // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
-  CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log);
+  // Every rank loads; only the `writer` saves and tidies the folder (under DDP every rank holds
+  // the same state, so rank 0's copy is the whole of it).
+  CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log, bool writer = true);
   // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
@@ -87,6 +89,7 @@ class CheckpointManager {
   std::ostream& log_;
   std::filesystem::path folder_;
   DType export_dtype_ = kF32;
+  bool writer_;
   // With last_save_in_hf: the model family's adapter and the final save's config.json.
   const models::StateDictAdapter* hf_adapter_ = nullptr;
   nlohmann::json hf_config_;

@@ -303,6 +303,10 @@ Schema make_schema() {
       .add("expert_parallel_degree", &C::Parallelism::expert_parallel_degree, at_least_one(),
            "ranks the experts of MoE layers are split over");
 
+  SectionBuilder(s, "comm", &C::comm, "collectives between ranks")
+      .add("timeout_seconds", &C::Comm::timeout_seconds, positive(),
+           "a collective still waiting after this long fails, naming the ranks that did not answer");
+
   SectionBuilder(s, "checkpoint", &C::checkpoint, "saving and resuming")
       .add("enable", &C::Checkpoint::enable, {}, "save checkpoints and resume from the latest")
       .add("folder", &C::Checkpoint::folder, non_empty(), "checkpoint folder, under job.dump_folder")

@@ -79,6 +79,12 @@ struct JobConfig {
     int64_t expert_parallel_degree = 1;
   };
 
+  struct Comm {
+    // A collective that has not completed after this long fails, naming the ranks that did not
+    // answer, instead of hanging.
+    double timeout_seconds = 300;
+  };
+
   struct Checkpoint {
     bool enable = false;
     std::string folder = "checkpoint";  // under job.dump_folder
@@ -127,6 +133,7 @@ struct JobConfig {
   LrScheduler lr_scheduler;
   Training training;
   Parallelism parallelism;
+  Comm comm;
   Checkpoint checkpoint;
   ActivationCheckpoint activation_checkpoint;
   Compile compile;

@@ -5,20 +5,24 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <ostream>
+#include <streambuf>
 
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/dist/device_mesh.h"
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
 #include "titan/optim/clip.h"
 #include "titan/optim/lr_scheduler.h"
+#include "titan/parallel/data_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
@@ -58,10 +62,37 @@ data::DatasetOptions dataset_options(const JobConfig::Training& t) {
   return o;
 }
 
+// Where ranks other than 0 send the log: nowhere.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
+// The mesh the config asks for, checked before any communication or allocation.
+dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) {
+  dist::MeshDegrees d{.pp = p.pipeline_parallel_degree,
+                      .dp_replicate = p.data_parallel_replicate_degree,
+                      .dp_shard = p.data_parallel_shard_degree,
+                      .cp = p.context_parallel_degree,
+                      .tp = p.tensor_parallel_degree,
+                      .ep = p.expert_parallel_degree};
+  dist::DeviceMesh::resolve(d, world_size);
+  const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", d.pp},
+                                                     {"context_parallel_degree", d.cp},
+                                                     {"tensor_parallel_degree", d.tp},
+                                                     {"expert_parallel_degree", d.ep}};
+  for (const auto& [key, degree] : missing)
+    TITAN_CHECK(degree == 1, "parallelism.", key, " = ", degree,
+                ": this parallelism is not implemented yet; only data parallelism is (data_parallel_replicate_degree, "
+                "data_parallel_shard_degree). Set it to 1");
+  return d;
+}
+
 }  // namespace
 
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
-                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch) {
+                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
+                     const std::function<void()>& reduce_gradients) {
   optimizer.zero_grad();
   double loss_sum = 0, aux_sum = 0;
   bool has_aux = false;
@@ -78,7 +109,10 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
     loss_sum += loss.item();
     (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
   }
+  if (reduce_gradients) reduce_gradients();
   StepStats stats;
+  // After reduce_gradients every data-parallel rank holds the same, whole gradients (parameters
+  // are replicated), so this rank's norm is the global norm and all ranks clip alike.
   stats.grad_norm = optim::clip_grad_norm_(params, max_norm);
   optimizer.step();
   stats.loss = loss_sum / static_cast<double>(micro_batches);
@@ -88,10 +122,27 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
 }
 
 struct Trainer::State {
-  State(JobConfig c, std::ostream& l)
-      : cfg(std::move(c)), log(l), rng(static_cast<uint64_t>(cfg.training.seed)) {}
+  State(JobConfig c, std::ostream& l, dist::ProcessGroup w)
+      : cfg(std::move(c)),
+        world(std::move(w)),
+        null_log(&null_buffer),
+        log(world.rank() == 0 ? l : null_log),
+        rng(static_cast<uint64_t>(cfg.training.seed)) {}
+  // Rank 0 writes warnings to the log with everything else; the other ranks, whose log goes
+  // nowhere, to stderr with their rank.
+  void warn(const std::string& text) const {
+    if (world.rank() == 0)
+      log << "titan: warning: " << text << "\n";
+    else
+      std::cerr << "titan: rank " << world.rank() << ": warning: " << text << "\n";
+  }
   JobConfig cfg;
+  dist::ProcessGroup world;
+  NullBuffer null_buffer;
+  std::ostream null_log;
   std::ostream& log;
+  std::unique_ptr<dist::DeviceMesh> mesh;
+  std::unique_ptr<parallel::DataParallel> data_parallel;
   Generator rng;
   std::shared_ptr<models::CausalLM> model;
   models::ModelSummary summary;
@@ -108,11 +159,16 @@ struct Trainer::State {
   int64_t start_step = 0;
 };
 
-Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<State>(std::move(cfg), log)) {
+Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
+    : state_(std::make_unique<State>(std::move(cfg), log, std::move(world))) {
   State& s = *state_;
   const JobConfig& c = s.cfg;
   validate(c);
-  s.plan = plan_batches(c, 1);
+  const dist::MeshDegrees degrees = mesh_degrees(c.parallelism, s.world.size());
+  s.world.set_timeout_seconds(c.comm.timeout_seconds);
+  s.mesh = std::make_unique<dist::DeviceMesh>(s.world, degrees);
+  dist::ProcessGroup& dp = (*s.mesh)["dp"];
+  s.plan = plan_batches(c, dp.size());
 
   std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
   const data::DatasetOptions data_options = dataset_options(c.training);
@@ -121,6 +177,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
       std::move(ds.stream), data::LoaderOptions{.seq_len = c.training.seq_len,
                                                 .local_batch_size = c.training.local_batch_size,
                                                 .seed = static_cast<uint64_t>(c.training.seed),
+                                                .dp_rank = dp.rank(),
+                                                .dp_world = dp.size(),
                                                 .eos_id = c.model.attention_document_masking
                                                               ? tokenizer->eos_id().value_or(-1)
                                                               : -1});
@@ -141,6 +199,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
 
   auto named = s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
+  // dp_shard > 1 is data parallelism with replicated parameters too, until FSDP shards them.
+  if (dp.size() > 1) {
+    TITAN_CHECK(!c.model.moe_load_balance_bias,
+                "moe.load_balance_bias = true with data parallelism over ", dp.size(),
+                " ranks is not supported yet: each rank would update the expert bias from its own token "
+                "counts and the replicas would drift apart; set it to false, or train on one rank");
+    s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
+  }
   s.optimizer =
       std::make_unique<optim::AdamW>(named, optim::AdamWOptions{.lr = c.optimizer.lr,
                                                                 .beta1 = c.optimizer.beta1,
@@ -149,19 +215,26 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
                                                                 .weight_decay = c.optimizer.weight_decay});
   s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, lr_schedule(c));
 
-  s.peak = resolve_peak_flops(c.metrics.peak_flops);
+  // Rank 0 measures (ranks measuring at once on shared cores would each see a fraction) and
+  // tells the others.
+  if (s.world.rank() == 0) s.peak = resolve_peak_flops(c.metrics.peak_flops);
+  if (s.world.size() > 1) {
+    s.peak.flops_per_second = s.world.all_reduce(s.peak.flops_per_second, dist::ReduceOp::max);
+    if (s.world.rank() != 0) s.peak.source = "rank 0's";
+  }
   const PeakFlops& peak = s.peak;
   s.metrics =
       std::make_unique<MetricsLogger>(MetricsOptions{.dump_folder = c.job.dump_folder,
                                                      .log_freq = c.metrics.log_freq,
                                                      .total_steps = c.training.steps,
                                                      .peak_flops = peak.flops_per_second,
-                                                     .enable_jsonl = c.metrics.enable_jsonl,
-                                                     .enable_tensorboard = c.metrics.enable_tensorboard,
+                                                     .enable_jsonl = c.metrics.enable_jsonl && s.world.rank() == 0,
+                                                     .enable_tensorboard =
+                                                         c.metrics.enable_tensorboard && s.world.rank() == 0,
                                                      .save_tb_folder = c.metrics.save_tb_folder},
-                                      log);
+                                      s.log);
 
-  log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
+  s.log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
       << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
       << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
       << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
@@ -170,11 +243,22 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log) : state_(std::make_unique<Sta
       << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
-  if (!ds.stats.skipped.empty()) log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
+  if (s.data_parallel) {
+    s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
+          << " x dp_shard " << s.mesh->degree("dp_shard") << ": data parallel with replicated parameters, "
+          << "gradients averaged over " << dp.size() << " ranks in " << s.data_parallel->num_buckets()
+          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch " << s.plan.global_batch_size << "\n";
+    if (s.mesh->degree("dp_shard") > 1)
+      s.log << "titan: note: FSDP is not implemented yet; dp_shard " << s.mesh->degree("dp_shard")
+            << " runs as DDP (every rank holds all parameters, gradients and optimizer states)\n";
+  }
+  if (!ds.stats.skipped.empty()) s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
   s.checkpointer = std::make_unique<CheckpointManager>(
-      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng}, log);
+      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng}, s.log, s.world.rank() == 0);
   s.start_step = s.checkpointer->load();
+  // Replicas start identical whatever each rank initialised or loaded.
+  if (s.data_parallel) s.data_parallel->broadcast_parameters();
 }
 
 Trainer::~Trainer() = default;
@@ -190,11 +274,15 @@ TrainResult Trainer::train() {
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
+    std::function<void()> reduce_gradients;
+    if (s.data_parallel) reduce_gradients = [&] { s.data_parallel->average_gradients(); };
     StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
-                                 [&] { return s.loader->next(); });
+                                 [&] { return s.loader->next(); }, reduce_gradients);
     s.scheduler->step();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
+    // The loss of the global batch: every data-parallel rank saw an equal share of it.
+    if (s.data_parallel) loss_mean = s.data_parallel->group().all_reduce(loss_mean, dist::ReduceOp::avg);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     TITAN_CHECK(std::isfinite(loss_mean), "training: loss became ", loss_mean, " at step ", step,
                 "; lower optimizer.lr or raise lr_scheduler.warmup_steps");
     result.losses.push_back(loss_mean);
@@ -210,19 +298,25 @@ TrainResult Trainer::train() {
                                                              .extra = stats.extra});
     if (logged && logged->mfu_percent > 100.0 && !s.warned_peak) {
       // A peak measured while the machine was busy is too low, and stays cached.
-      s.log << "titan: warning: MFU above 100% means the peak FLOP/s figure (" << s.peak.source
-            << ") is too low, probably measured while the machine was busy; delete that cache file or set "
-               "metrics.peak_flops\n";
+      s.warn("MFU above 100% means the peak FLOP/s figure (" + s.peak.source +
+             ") is too low, probably measured while the machine was busy; delete that cache file or set "
+             "metrics.peak_flops");
       s.warned_peak = true;
     }
-    s.checkpointer->after_step(step, StopOnSignal::requested());
-    if (StopOnSignal::requested() && step < c.training.steps) {
+    // A signal may reach some ranks a step before others; all stop after the same step.
+    bool stop = StopOnSignal::requested();
+    if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
+    s.checkpointer->after_step(step, stop);
+    if (stop && step < c.training.steps) {
       s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
       result.interrupted = true;
       break;
     }
   }
   s.checkpointer->wait();
+  // Rank 0 alone writes checkpoints: no rank returns before they are on disk, so that a run
+  // started next (a resume) finds them on every rank.
+  if (s.world.size() > 1) s.world.barrier().wait();
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "titan/data/loader.h"
+#include "titan/dist/process_group.h"
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
 #include "titan/train/job_config.h"
@@ -25,13 +26,17 @@ struct StepStats {
 
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
 // cross-entropy plus the model's auxiliary loss -> backward (of the loss over `micro_batches`);
-// clipping to max_norm; AdamW step; the model's end of step. The learning-rate schedule is the
-// caller's. Public so that benchmarks time this very step.
+// `reduce_gradients` when given (data parallelism averages them over ranks there); clipping to
+// max_norm; AdamW step; the model's end of step. The loss is this rank's. The learning-rate
+// schedule is the caller's. Public so that benchmarks time this very step.
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
-                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch);
+                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
+                     const std::function<void()>& reduce_gradients = nullptr);
 
 struct TrainResult {
-  std::vector<double> losses;  // per optimizer step run by this call (mean over its micro-batches)
+  // Per optimizer step run by this call: the mean over its micro-batches and the data-parallel
+  // ranks, the same on every rank.
+  std::vector<double> losses;
   std::vector<double> grad_norms;
   int64_t steps_run = 0;     // the step training reached, counting those before a resume
   int64_t resumed_from = 0;  // the checkpoint step this run continued after; 0: a fresh start
@@ -40,10 +45,13 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // Builds data, model, optimizer and logger from `cfg` and, with checkpointing enabled,
-  // restores them from a checkpoint; every problem with the config, the data or the checkpoint
-  // is reported here, before the first step.
-  explicit Trainer(JobConfig cfg, std::ostream& log);
+  // Builds the device mesh over `world`, then data, model, optimizer and logger from `cfg` and,
+  // with checkpointing enabled, restores them from a checkpoint; every problem with the config,
+  // the parallel layout, the data or the checkpoint is reported here, before the first step.
+  // Collective: every rank of `world` constructs its Trainer and calls train(). Only world rank 0
+  // writes to `log`, metrics files and checkpoints; other ranks print warnings to stderr,
+  // prefixed with their rank.
+  Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world = dist::world());
   ~Trainer();
   TrainResult train();
 

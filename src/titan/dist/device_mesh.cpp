@@ -1,0 +1,89 @@
+#include "titan/dist/device_mesh.h"
+
+#include <sstream>
+
+namespace titan::dist {
+
+namespace {
+
+std::string layout(const std::array<int64_t, 6>& d) {
+  std::ostringstream os;
+  for (size_t i = 0; i < d.size(); ++i) os << (i ? " x " : "") << DeviceMesh::kDims[i] << " " << d[i];
+  return os.str();
+}
+
+}  // namespace
+
+std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size) {
+  std::array<int64_t, 6> d = {m.pp, m.dp_replicate, m.dp_shard, m.cp, m.tp, m.ep};
+  int64_t others = 1;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i == 2 && d[i] == -1) continue;
+    TITAN_CHECK(d[i] >= 1, "device mesh: degree of ", kDims[i], " is ", d[i],
+                "; every degree must be at least 1 (dp_shard may be -1: the ranks left over)");
+    others *= d[i];
+  }
+  if (d[2] == -1) {
+    TITAN_CHECK(world_size % others == 0, "device mesh: ", world_size, " ranks cannot be split as ",
+                layout(d), ": the other degrees multiply to ", others,
+                ", which does not divide the world; launch a multiple of ", others,
+                " ranks, or change the [parallelism] degrees");
+    d[2] = world_size / others;
+  }
+  int64_t product = 1;
+  for (int64_t x : d) product *= x;
+  TITAN_CHECK(product == world_size, "device mesh: ", layout(d), " needs ", product, " ranks, but ",
+              world_size, " were launched; make the [parallelism] degrees multiply to ", world_size,
+              " (data_parallel_shard_degree = -1 takes the ranks left over)");
+  return d;
+}
+
+DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)
+    : world_(std::move(world)), degrees_(resolve(degrees, world_.size())) {
+  // Row-major coordinates of this rank; a dimension's group is the ranks whose other
+  // coordinates match, so its color is the rank with that coordinate zeroed.
+  const int64_t rank = world_.rank();
+  std::array<int64_t, 6> stride{}, coord{};
+  int64_t s = 1;
+  for (size_t i = degrees_.size(); i-- > 0;) {
+    stride[i] = s;
+    coord[i] = (rank / s) % degrees_[i];
+    s *= degrees_[i];
+  }
+  auto group_of = [&](int64_t degree, int64_t color, int64_t key, const std::string& name) {
+    if (degree == 1) {
+      ProcessGroup g = ProcessGroup::single(name);
+      g.set_timeout_seconds(world_.timeout_seconds());
+      return g;
+    }
+    return world_.split(static_cast<int>(color), static_cast<int>(key), name);
+  };
+  for (size_t i = 0; i < degrees_.size(); ++i)
+    groups_.push_back(group_of(degrees_[i], rank - coord[i] * stride[i], coord[i], kDims[i]));
+  // dp_replicate and dp_shard are neighbours, so "dp" is one block of coordinates.
+  const int64_t dp_coord = coord[1] * degrees_[2] + coord[2];
+  groups_.push_back(group_of(degrees_[1] * degrees_[2], rank - dp_coord * stride[2], dp_coord, "dp"));
+}
+
+size_t DeviceMesh::index_of(const std::string& dim) const {
+  for (size_t i = 0; i < kDims.size(); ++i)
+    if (dim == kDims[i]) return i;
+  TITAN_CHECK(dim == "dp", "device mesh: no dimension '", dim,
+              "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, and dp (dp_replicate x dp_shard)");
+  return kDims.size();
+}
+
+ProcessGroup& DeviceMesh::operator[](const std::string& dim) {
+  return groups_[index_of(dim)];
+}
+
+int64_t DeviceMesh::degree(const std::string& dim) const {
+  size_t i = index_of(dim);
+  return i < kDims.size() ? degrees_[i] : degrees_[1] * degrees_[2];
+}
+
+int64_t DeviceMesh::coordinate(const std::string& dim) const {
+  return groups_[index_of(dim)].rank();
+}
+
+}  // namespace titan::dist

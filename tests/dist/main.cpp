@@ -1,0 +1,61 @@
+// The distributed tests' entry point: every rank runs the same tests, which call collectives in
+// the same order. Rank 0 prints GoogleTest's report; the other ranks print only their failures,
+// prefixed with the rank. `--scenario=rank_exits_early` runs a whole job that must fail (see
+// tests/CMakeLists.txt) instead of the tests.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+
+#include "titan/core/tensor.h"
+#include "titan/dist/process_group.h"
+
+namespace {
+
+class RankFailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (r.failed())
+      std::cerr << "rank " << rank_ << ": " << (r.file_name() ? r.file_name() : "?") << ":" << r.line_number()
+                << ": failure\n"
+                << r.summary() << std::endl;
+  }
+
+ private:
+  int rank_;
+};
+
+// Rank 1 leaves the job (MPI finalized, as after a clean early return) while rank 0 waits for it
+// in an all-reduce: rank 0 must fail within the timeout with an error naming rank 1, and end the
+// job, rather than hang.
+int rank_exits_early(titan::dist::ProcessGroup& world) {
+  world.set_timeout_seconds(2);
+  if (world.rank() == 1) return 0;
+  titan::Tensor t = titan::Tensor::ones({4});
+  try {
+    world.all_reduce(t, titan::dist::ReduceOp::sum).wait();
+  } catch (const titan::Error& e) {
+    std::cerr << "rank " << world.rank() << ": error: " << e.what() << std::endl;
+    titan::dist::abort_job(1);
+  }
+  std::cerr << "rank " << world.rank() << ": the all-reduce completed without rank 1" << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  titan::dist::ProcessGroup& world = titan::dist::world();
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--scenario=rank_exits_early") return rank_exits_early(world);
+  // A test that fails on one rank before a collective must not leave the others waiting long.
+  world.set_timeout_seconds(60);
+  if (world.rank() != 0) {
+    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(world.rank()));
+  }
+  return RUN_ALL_TESTS();
+}

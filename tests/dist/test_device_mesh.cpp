@@ -1,0 +1,54 @@
+// The mesh's groups hold the ranks they should, and impossible layouts fail before any
+// communication.
+#include <gtest/gtest.h>
+
+#include "titan/dist/device_mesh.h"
+
+namespace titan::dist {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(DeviceMesh, ReplicateTimesShardGroups) {
+  const int n = world().size();
+  const int r = world().rank();
+  const int64_t rep = n % 2 == 0 ? 2 : 1;
+  DeviceMesh mesh(world(), {.dp_replicate = rep});
+  const int64_t shard = n / rep;
+  EXPECT_EQ(mesh.degree("dp_shard"), shard);
+  EXPECT_EQ(mesh.degree("dp"), n);
+  // Row-major: rank r sits at (r / shard, r % shard).
+  std::vector<int> shard_ranks, rep_ranks;
+  for (int64_t k = 0; k < shard; ++k) shard_ranks.push_back(static_cast<int>(r / shard * shard + k));
+  for (int64_t k = 0; k < rep; ++k) rep_ranks.push_back(static_cast<int>(k * shard + r % shard));
+  EXPECT_EQ(mesh["dp_shard"].world_ranks(), shard_ranks);
+  EXPECT_EQ(mesh["dp_replicate"].world_ranks(), rep_ranks);
+  EXPECT_EQ(mesh.coordinate("dp_shard"), r % shard);
+  EXPECT_EQ(mesh["tp"].size(), 1);
+  // A collective over a sub-group reaches exactly its members.
+  double sum = 0;
+  for (int k : shard_ranks) sum += k;
+  EXPECT_DOUBLE_EQ(mesh["dp_shard"].all_reduce(static_cast<double>(r), ReduceOp::sum), sum);
+  EXPECT_DOUBLE_EQ(mesh["dp"].all_reduce(1.0, ReduceOp::sum), n);
+}
+
+TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {
+  const int n = world().size();
+  EXPECT_NE(error_of([&] { DeviceMesh(world(), {.dp_replicate = n + 1}); }).find("does not divide the world"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { DeviceMesh(world(), {.dp_replicate = 1, .dp_shard = n + 1}); })
+                .find("needs " + std::to_string(n + 1) + " ranks, but " + std::to_string(n) + " were launched"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { DeviceMesh::resolve({.tp = 0}, n); }).find("degree of tp is 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { DeviceMesh(world(), {})["dq"]; }).find("no dimension 'dq'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan::dist
