@@ -34,7 +34,10 @@ JobConfig small_config(const std::vector<std::string>& overrides) {
                                 "--training.global_batch_size=" + std::to_string(kGlobalBatch),
                                 "--lr_scheduler.warmup_steps=2", "--optimizer.lr=3e-3", "--metrics.log_freq=100",
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (dir / "out").string()};
+                                "--job.dump_folder=" + (dir / "out").string(),
+                                // debug.toml checkpoints for `make train`; a test that wants
+                                // checkpoints turns them on, so no run resumes from another's.
+                                "--checkpoint.enable=false", "--checkpoint.keep_latest_k=0"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", o);
 }
