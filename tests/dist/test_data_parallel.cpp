@@ -37,7 +37,9 @@ JobConfig small_config(const std::vector<std::string>& overrides) {
                                 "--job.dump_folder=" + (dir / "out").string(),
                                 // debug.toml checkpoints for `make train`; a test that wants
                                 // checkpoints turns them on, so no run resumes from another's.
-                                "--checkpoint.enable=false", "--checkpoint.keep_latest_k=0"};
+                                "--checkpoint.enable=false", "--checkpoint.keep_latest_k=0",
+                                // A stuck collective fails the test in a minute, not five.
+                                "--comm.timeout_seconds=60"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", o);
 }
