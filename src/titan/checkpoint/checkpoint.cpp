@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -260,7 +261,7 @@ bool is_staging_dir(const fs::path& p) {
   return name.size() > 9 && name.starts_with(".") && name.ends_with(".partial");
 }
 
-void save(const fs::path& dir_arg, const Pieces& pieces, const json& state) {
+void write_directory_atomically(const fs::path& dir_arg, const std::function<void(const fs::path&)>& fill) {
   const fs::path dir = fs::absolute(dir_arg);
   const fs::path stage = staging_dir(dir);
   remove_tree(stage);
@@ -268,10 +269,7 @@ void save(const fs::path& dir_arg, const Pieces& pieces, const json& state) {
   fs::create_directories(stage, ec);
   TITAN_CHECK(!ec, "checkpoint: cannot create ", stage.string(), ": ", ec.message());
   try {
-    pause_for_tests();
-    Metadata m = write_shard_file(stage, kShardFile, pieces);
-    m.state = state;
-    write_metadata(stage, m);
+    fill(stage);
     sync_directory(stage);
     rename_directory(stage, dir);
     sync_directory(dir.parent_path());
@@ -279,8 +277,17 @@ void save(const fs::path& dir_arg, const Pieces& pieces, const json& state) {
     fs::remove_all(stage, ec);
     throw;
   }
-  // After replacing an existing checkpoint the staging name holds the old one.
+  // After replacing an existing folder the staging name holds the old one.
   remove_tree(stage);
+}
+
+void save(const fs::path& dir, const Pieces& pieces, const json& state) {
+  write_directory_atomically(dir, [&](const fs::path& stage) {
+    pause_for_tests();
+    Metadata m = write_shard_file(stage, kShardFile, pieces);
+    m.state = state;
+    write_metadata(stage, m);
+  });
 }
 
 Reader::Reader(fs::path dir) : dir_(std::move(dir)), meta_(read_metadata(dir_)) {}

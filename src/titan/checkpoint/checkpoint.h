@@ -26,6 +26,7 @@
 // each piece's dtype and shape in its file, and the tensors asked for against those present.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,11 @@ Metadata read_metadata(const fs::path& dir);
 fs::path staging_dir(const fs::path& dir);
 // Whether `p` is named as staging_dir names them.
 bool is_staging_dir(const fs::path& p);
+// Makes `dir` (replacing what is there) from what `fill` writes into a fresh staging folder:
+// fsync'ed, then renamed in one step, so `dir` is whole, old or new, whatever happens. The
+// staging folder is removed when `fill` throws.
+void write_directory_atomically(const std::filesystem::path& dir,
+                                const std::function<void(const std::filesystem::path&)>& fill);
 
 // Saves `pieces` and `state` as checkpoint `dir` in one process: staging folder, one shard file,
 // metadata, fsync, rename. An existing `dir` is replaced atomically. On failure `dir` is left as

@@ -33,12 +33,6 @@ json read_json(const fs::path& path, const std::string& what) {
   return {};
 }
 
-void remove_tree(const fs::path& p) {
-  std::error_code ec;
-  fs::remove_all(p, ec);
-  TITAN_CHECK(!ec, "Hugging Face checkpoint: cannot remove ", p.string(), ": ", ec.message());
-}
-
 }  // namespace
 
 bool is_hf_dir(const fs::path& dir) {
@@ -61,28 +55,14 @@ void save_hf(const fs::path& dir_arg, json config, const std::map<std::string, T
                 "; only floating tensors are weights");
     cast.emplace(name, t.detach().to(dtype));
   }
-  const fs::path dir = fs::absolute(dir_arg);
-  const fs::path stage = staging_dir(dir);
-  remove_tree(stage);
-  std::error_code ec;
-  fs::create_directories(stage, ec);
-  TITAN_CHECK(!ec, "Hugging Face export: cannot create ", stage.string(), ": ", ec.message());
-  try {
+  write_directory_atomically(dir_arg, [&](const fs::path& stage) {
     write_safetensors((stage / kHfWeightsFile).string(), cast, {{"format", "pt"}}, /*durable=*/true);
     const std::string text = config.dump(2) + "\n";
     OutFile f(stage / kHfConfigFile);
     f.write(text.data(), text.size());
     f.sync();
     f.close();
-    sync_directory(stage);
-    rename_directory(stage, dir);
-    sync_directory(dir.parent_path());
-  } catch (...) {
-    fs::remove_all(stage, ec);
-    throw;
-  }
-  // After replacing an existing folder the staging name holds the old one.
-  remove_tree(stage);
+  });
 }
 
 HfReader::HfReader(fs::path dir) : dir_(std::move(dir)) {
