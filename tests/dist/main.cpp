@@ -4,26 +4,42 @@
 // tests/CMakeLists.txt) instead of the tests.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 #include <string>
 
 #include "titan/core/tensor.h"
 #include "titan/dist/process_group.h"
+#include "trainer_fixture.h"
+
+namespace titan::train::testing {
+extern int64_t g_job_id;
+}
 
 namespace {
 
-class RankFailurePrinter : public testing::EmptyTestEventListener {
+// Prints this rank's failures, prefixed with the rank (rank 0 leaves that to GoogleTest's
+// printer). A fatal one ends the whole job: the failing rank returns from its test early, so the
+// others would wait in their next collective until the timeout.
+class RankFailures : public testing::EmptyTestEventListener {
  public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  RankFailures(int rank, bool print) : rank_(rank), print_(print) {}
   void OnTestPartResult(const testing::TestPartResult& r) override {
-    if (r.failed())
+    if (r.failed() && print_)
       std::cerr << "rank " << rank_ << ": " << (r.file_name() ? r.file_name() : "?") << ":" << r.line_number()
                 << ": failure\n"
                 << r.summary() << std::endl;
+    if (r.fatally_failed()) {
+      std::cerr << "rank " << rank_ << ": fatal failure; ending the job" << std::endl;
+      titan::dist::abort_job(1);
+    }
   }
 
  private:
   int rank_;
+  bool print_;
 };
 
 // Rank 1 leaves the job (MPI finalized, as after a clean early return) while rank 0 waits for it
@@ -52,10 +68,16 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--scenario=rank_exits_early") return rank_exits_early(world);
   // A test that fails on one rank before a collective must not leave the others waiting long.
   world.set_timeout_seconds(60);
-  if (world.rank() != 0) {
-    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(world.rank()));
-  }
-  return RUN_ALL_TESTS();
+  // Rank 0's process id names this job's temporary folders (trainer_fixture.h).
+  titan::Tensor id = titan::Tensor::scalar<int64_t>(static_cast<int64_t>(getpid()));
+  world.broadcast(id, 0).wait();
+  titan::train::testing::g_job_id = static_cast<int64_t>(id.item());
+  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (world.rank() != 0) delete listeners.Release(listeners.default_result_printer());
+  listeners.Append(new RankFailures(world.rank(), world.rank() != 0));
+  const int failed = RUN_ALL_TESTS();
+  // This job's folders go once no rank reads them; a failed run leaves them for a look.
+  world.barrier().wait();
+  if (failed == 0) std::filesystem::remove_all(titan::train::testing::job_dir(world.rank()));
+  return failed;
 }

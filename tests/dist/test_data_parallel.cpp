@@ -11,42 +11,14 @@
 
 #include "titan/dist/process_group.h"
 #include "titan/train/trainer.h"
+#include "trainer_fixture.h"
 
 namespace titan::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kGlobalBatch = 8;
-constexpr int64_t kSteps = 10;
-
-// The small model and corpus of the trainer's unit tests, in a folder of this rank's own.
-JobConfig small_config(const std::vector<std::string>& overrides) {
-  fs::path dir = fs::temp_directory_path() / ("titan_dist_test_rank" + std::to_string(dist::world().rank()));
-  fs::create_directories(dir);
-  fs::path text = dir / "corpus.txt";
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
-  }
-  std::vector<std::string> o = {"--training.dataset_path=" + text.string(), "--model.tokenizer_path=",
-                                "--training.seq_len=32", "--training.steps=" + std::to_string(kSteps),
-                                "--training.global_batch_size=" + std::to_string(kGlobalBatch),
-                                "--lr_scheduler.warmup_steps=2", "--optimizer.lr=3e-3", "--metrics.log_freq=100",
-                                "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (dir / "out").string(),
-                                // debug.toml checkpoints for `make train`; a test that wants
-                                // checkpoints turns them on, so no run resumes from another's.
-                                "--checkpoint.enable=false", "--checkpoint.keep_latest_k=0",
-                                // A stuck collective fails the test in a minute, not five.
-                                "--comm.timeout_seconds=60"};
-  o.insert(o.end(), overrides.begin(), overrides.end());
-  return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", o);
-}
-
-std::string local_batch(int64_t ranks) {
-  return "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks);
-}
+using namespace testing;
 
 TEST(DataParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   dist::ProcessGroup& world = dist::world();
@@ -64,8 +36,8 @@ TEST(DataParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   world.broadcast(reference, 0).wait();
 
   std::ostringstream log;
-  Trainer trainer(small_config({local_batch(n), "--parallelism.data_parallel_replicate_degree=" +
-                                                    std::to_string(n % 2 == 0 ? 2 : 1)}),
+  Trainer trainer(small_config({local_batch(n), "--parallelism.data_parallel_replicate_degree=" + std::to_string(n),
+                                "--parallelism.data_parallel_shard_degree=1"}),
                   log, world);
   TrainResult all = trainer.train();
   ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps));
@@ -85,10 +57,6 @@ TEST(DataParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
     EXPECT_EQ(log.str(), "") << "only rank 0 logs";
   } else if (n > 1) {
     EXPECT_NE(log.str().find("data parallel with replicated parameters"), std::string::npos) << log.str();
-    // 4 ranks: dp_replicate 2 x dp_shard 2, which runs as DDP until FSDP exists, and says so.
-    if (n > 2) {
-      EXPECT_NE(log.str().find("FSDP is not implemented yet"), std::string::npos) << log.str();
-    }
   }
 }
 
@@ -96,11 +64,13 @@ TEST(DataParallel, ResumesFromRankZerosCheckpoint) {
   // Rank 0 writes, every rank reads: the job folder is shared (rank 0's).
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
-  const fs::path shared = fs::temp_directory_path() / "titan_dist_test_rank0" / "resume";
+  const fs::path shared = job_dir(0) / "resume";
   if (world.rank() == 0) fs::remove_all(shared);
   world.barrier().wait();
   auto config = [&](int64_t steps, const std::string& dump) {
-    return small_config({local_batch(n), "--training.steps=" + std::to_string(steps), "--job.dump_folder=" + dump,
+    return small_config({local_batch(n), "--parallelism.data_parallel_replicate_degree=" + std::to_string(n),
+                         "--parallelism.data_parallel_shard_degree=1", "--training.steps=" + std::to_string(steps),
+                         "--job.dump_folder=" + dump,
                          "--checkpoint.enable=true", "--checkpoint.interval=3",
                          "--checkpoint.last_save_model_only=false"});
   };

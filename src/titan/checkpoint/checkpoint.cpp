@@ -23,7 +23,6 @@ using json = nlohmann::json;
 
 constexpr const char* kFormat = "titan-checkpoint";
 constexpr int kVersion = 1;
-constexpr const char* kShardFile = "shard-00000-of-00001.safetensors";
 
 std::string desc(DType dtype, const Shape& shape) {
   return std::string(dtype_name(dtype)) + shape_str(shape);
@@ -127,6 +126,17 @@ Metadata from_json(const json& j, const std::string& where) {
     TITAN_CHECK(false, where, ": malformed: ", e.what());
   }
   return m;
+}
+
+// "shard-00002-of-00004.safetensors": rank 2 of 4.
+std::string shard_file(int rank, int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "shard-%05d-of-%05d.safetensors", rank, ranks);
+  return name;
+}
+
+std::string share_file(int rank) {
+  return "share-" + std::to_string(rank) + ".json";
 }
 
 void pause_for_tests() {
@@ -284,10 +294,80 @@ void write_directory_atomically(const fs::path& dir_arg, const std::function<voi
 void save(const fs::path& dir, const Pieces& pieces, const json& state) {
   write_directory_atomically(dir, [&](const fs::path& stage) {
     pause_for_tests();
-    Metadata m = write_shard_file(stage, kShardFile, pieces);
+    Metadata m = write_shard_file(stage, shard_file(0, 1), pieces);
     m.state = state;
     write_metadata(stage, m);
   });
+}
+
+void save_collective(const fs::path& dir, const Pieces& pieces, const json& state, dist::ProcessGroup& group) {
+  const int rank = group.rank(), ranks = group.size();
+  if (ranks == 1) return save(dir, pieces, state);
+  // Each step ends in an all-reduce of "did it fail anywhere", so that a rank that fails makes
+  // the others fail with it instead of leaving them waiting.
+  int agreements = 0;
+  bool shared_failure = false;
+  auto agree = [&](const std::string& error, const char* step) {
+    ++agreements;
+    const double failed = group.all_reduce(error.empty() ? 0.0 : 1.0, dist::ReduceOp::sum);
+    shared_failure = failed > 0;
+    TITAN_CHECK(error.empty(), error);
+    TITAN_CHECK(failed == 0, "checkpoint ", dir.string(), ": ", failed, " other rank(s) failed to ", step,
+                "; see their errors. Nothing was saved under this name");
+  };
+  auto attempt = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto write_mine = [&](const fs::path& stage) {
+    pause_for_tests();
+    Metadata share = write_shard_file(stage, shard_file(rank, ranks), pieces);
+    if (rank == 0) return share;
+    const std::string text = to_json(share).dump();
+    OutFile f(stage / share_file(rank));
+    f.write(text.data(), text.size());
+    f.sync();
+    f.close();
+    return share;
+  };
+  if (rank != 0) {
+    agree("", "create the staging folder");
+    agree(attempt([&] { write_mine(staging_dir(fs::absolute(dir))); }), "write their shard files");
+    agree("", "commit the checkpoint");
+    return;
+  }
+  std::string error = attempt([&] {
+    write_directory_atomically(dir, [&](const fs::path& stage) {
+      agree("", "create the staging folder");
+      Metadata m;
+      agree(attempt([&] { m = write_mine(stage); }), "write their shard files");
+      for (int r = 1; r < ranks; ++r) {
+        const fs::path path = stage / share_file(r);
+        std::ifstream in(path, std::ios::binary);
+        std::stringstream text;
+        text << in.rdbuf();
+        json j;
+        try {
+          j = json::parse(text.str());
+        } catch (const json::exception& e) {
+          TITAN_CHECK(false, "checkpoint: rank ", r, "'s share of the metadata, ", path.string(),
+                      ", is not valid JSON: ", e.what());
+        }
+        merge(m, from_json(j, path.string()));
+        fs::remove(path);
+      }
+      m.state = state;
+      write_metadata(stage, m);
+    });
+  });
+  // Unless every rank already knows of the failure, the others wait in the agreement after the
+  // step that failed here (the first, when the staging folder could not be made).
+  TITAN_CHECK(!shared_failure, error);
+  agree(error, agreements == 0 ? "create the staging folder" : "commit the checkpoint");
 }
 
 Reader::Reader(fs::path dir) : dir_(std::move(dir)), meta_(read_metadata(dir_)) {}

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/dist/process_group.h"
 
 namespace titan::checkpoint {
 
@@ -105,6 +106,13 @@ void write_directory_atomically(const std::filesystem::path& dir,
 // after creating the staging folder, so that a test can kill the process mid-save or change the
 // tensors while a background save is under way.
 void save(const fs::path& dir, const Pieces& pieces, const nlohmann::json& state);
+
+// save() by every rank of `group` at once: rank r writes its `pieces` (any boxes of the global
+// tensors; together the ranks' pieces must tile each tensor once) as shard-<r>-of-<N>, rank 0
+// adds the metadata with `state` and commits the folder atomically. A failure on any rank fails
+// the save on all of them, and nothing is left under `dir`. The ranks must see one filesystem.
+void save_collective(const fs::path& dir, const Pieces& pieces, const nlohmann::json& state,
+                     dist::ProcessGroup& group);
 
 // What load() expects and accepts.
 struct LoadOptions {

@@ -156,6 +156,9 @@ std::string Tensor::desc() const {
 
 void* Tensor::data_ptr() const {
   TITAN_CHECK(impl_, "Tensor::data_ptr: undefined tensor");
+  TITAN_CHECK(impl_->storage->nbytes() > 0 || numel() == 0, "Tensor::data_ptr: ", desc(),
+              " holds no memory: it is a parameter sharded by FSDP, whole only during the forward and "
+              "backward of its unit; read its shard, or gather the model (FullyShard::unshard_all)");
   return static_cast<char*>(impl_->storage->data()) +
          impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
 }

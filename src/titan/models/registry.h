@@ -12,6 +12,7 @@
 #include "titan/attention/block_mask.h"
 #include "titan/core/rng.h"
 #include "titan/models/causal_lm.h"
+#include "titan/parallel/fully_shard.h"
 
 namespace titan::models {
 
@@ -52,6 +53,9 @@ struct ModelSummary {
 struct ParallelizeOptions {
   std::string activation_checkpoint_mode = "none";  // "none" | "full" | "selective"
   int64_t activation_checkpoint_every_k = 1;        // selective: every k-th block
+  // The job's mesh; FSDP shards over its dp_shard dimension. Null: one process, nothing to shard.
+  dist::DeviceMesh* mesh = nullptr;
+  parallel::FullyShardOptions fsdp{};
 };
 
 // How a family's models look to Hugging Face transformers: config.json, parameter names and
@@ -87,7 +91,9 @@ struct TrainSpec {
   std::function<ModelSummary(const ModelConfig&, int64_t seq_len)> summarize;
   // Applies the parallel plans to a built model, in TorchTitan's order (TP, EP, activation
   // checkpointing, compile, FSDP); the model's code does not change.
-  std::function<void(CausalLM&, const ParallelizeOptions&)> parallelize;
+  // Returns the FSDP state when the mesh shards parameters (null otherwise): the trainer's
+  // optimizer, gradient reduction and checkpoints then work on its shards.
+  std::function<std::unique_ptr<parallel::FullyShard>(CausalLM&, const ParallelizeOptions&)> parallelize;
   // Hugging Face import and export; families without one leave it empty.
   std::optional<StateDictAdapter> state_dict_adapter;
 };

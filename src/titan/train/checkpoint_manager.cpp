@@ -1,6 +1,7 @@
 #include "titan/train/checkpoint_manager.h"
 
 #include <chrono>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -22,11 +23,11 @@ std::string step_name(int64_t step) {
   return "step-" + std::to_string(step);
 }
 
-// Fresh tensors shaped like `state`'s, under "<prefix><name>", for a checkpoint to fill.
-void add_targets(checkpoint::Pieces& targets, const std::string& prefix,
-                 const std::map<std::string, Tensor>& state) {
-  for (const auto& [name, t] : state)
-    targets.emplace(prefix + name, checkpoint::whole(Tensor::empty(t.sizes(), {.dtype = t.dtype()})));
+// Zeros shaped like `state`'s tensors, for a checkpoint to fill (padding rows of shards stay 0).
+std::map<std::string, Tensor> zeros_like(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : state) out.emplace(name, Tensor::zeros(t.sizes(), {.dtype = t.dtype()}));
+  return out;
 }
 
 std::map<std::string, Tensor> strip(const checkpoint::Pieces& pieces, const std::string& prefix) {
@@ -57,12 +58,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log, bool writer)
+CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
+                                     dist::ProcessGroup world)
     : cfg_(cfg),
       parts_(parts),
       log_(log),
       folder_(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder),
-      writer_(writer) {
+      world_(std::move(world)),
+      writer_(world_.rank() == 0) {
   const std::string& d = cfg.checkpoint.export_dtype;
   TITAN_CHECK(d == "float32" || d == "bfloat16", "checkpoint.export_dtype = \"", d,
               "\": titan has no float16 tensors yet; use \"float32\" or \"bfloat16\"");
@@ -97,9 +100,47 @@ std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
 
 void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model) {
   checkpoint::Pieces targets;
-  add_targets(targets, kModel, model.state_dict());
+  for (const auto& [name, t] : zeros_like(model.state_dict())) targets.emplace(kModel + name, checkpoint::whole(t));
   reader.load(targets, {.scope = kModel, .allow_cast = true});
   model.load_state_dict(strip(targets, kModel));
+}
+
+void CheckpointManager::add_pieces(checkpoint::Pieces& out, const std::string& prefix,
+                                   const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const {
+  parallel::FullyShard* fsdp = parts_.fsdp;
+  for (const auto& [name, t] : state) {
+    const std::string param = optimizer ? name.substr(0, name.rfind('.')) : name;
+    std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
+    if (!rows) {
+      if (!saving || writer_) out.emplace(prefix + name, checkpoint::whole(t));
+      continue;
+    }
+    if (rows->rows == 0 || (saving && !fsdp->first_replica())) continue;
+    Shape offsets(t.sizes().size(), 0);
+    offsets[0] = rows->row_offset;
+    out.emplace(prefix + name, checkpoint::Piece{t.narrow(0, 0, rows->rows), offsets, rows->global_shape});
+  }
+}
+
+void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
+  parallel::FullyShard* fsdp = parts_.fsdp;
+  if (!fsdp) {
+    parts_.model.load_state_dict(state);
+    return;
+  }
+  nn::StateDict mine = zeros_like(fsdp->state_dict());
+  for (auto& [name, t] : mine) {
+    auto it = state.find(name);
+    TITAN_CHECK(it != state.end(), "checkpoint: the weights loaded have no tensor ", name);
+    std::optional<parallel::RowShard> rows = fsdp->row_shard(name);
+    TITAN_CHECK(it->second.sizes() == (rows ? rows->global_shape : t.sizes()), "checkpoint: tensor ", name,
+                " is ", it->second.desc(), ", the model's is ", shape_str(rows ? rows->global_shape : t.sizes()));
+    if (!rows)
+      t.copy_(it->second);
+    else if (rows->rows > 0)
+      t.narrow(0, 0, rows->rows).copy_(it->second.narrow(0, rows->row_offset, rows->rows));
+  }
+  fsdp->load_state_dict(mine);
 }
 
 int64_t CheckpointManager::load() {
@@ -184,17 +225,26 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
               " was saved with training.seed = ", seed, " but this run has ", parts_.rng.seed(),
               ": its data order and random streams would not continue; set --training.seed=", seed,
               " or start a new run in another checkpoint.folder");
+  // This rank's tensors, whole or its rows of them under FSDP, filled from the pieces of
+  // whatever layout saved them.
+  const std::map<std::string, Tensor> model_state = zeros_like(parts_.fsdp ? parts_.fsdp->state_dict()
+                                                                            : parts_.model.state_dict());
+  const std::map<std::string, Tensor> optimizer_state =
+      model_only ? std::map<std::string, Tensor>{} : zeros_like(parts_.optimizer.state_dict());
   checkpoint::Pieces targets;
-  add_targets(targets, kModel, parts_.model.state_dict());
-  if (!model_only) add_targets(targets, kOptimizer, parts_.optimizer.state_dict());
+  add_pieces(targets, kModel, model_state, false, false);
+  add_pieces(targets, kOptimizer, optimizer_state, true, false);
   // A model-only load takes weights from any export: cast from its dtype, ignoring optimizer state.
   reader.load(targets, {.scope = model_only ? kModel : "", .allow_cast = model_only});
   // First, since it is the one part that still checks its value (against this run's corpus).
   if (!model_only) parts_.loader.set_state(position);
-  parts_.model.load_state_dict(strip(targets, kModel));
+  if (parts_.fsdp)
+    parts_.fsdp->load_state_dict(model_state);
+  else
+    parts_.model.load_state_dict(model_state);
   log_ << "titan: loaded " << (model_only ? "the weights of " : "") << dir.string();
   if (!model_only) {
-    parts_.optimizer.load_state_dict(strip(targets, kOptimizer));
+    parts_.optimizer.load_state_dict(optimizer_state);
     parts_.scheduler.set_step(lr_step);
     parts_.rng.set_offset(offset);
     log_ << " (step " << step << ")";
@@ -236,14 +286,15 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
     auto it = state.find(name);
     if (it != state.end()) it->second = it->second.to(t.dtype());
   }
-  parts_.model.load_state_dict(state);
+  load_whole_model_state(state);
   log_ << "titan: loaded the weights of Hugging Face checkpoint " << dir.string() << " (" << family.name
        << " " << theirs.flavor << ") in " << seconds_since(t0) << " s\n";
 }
 
 void CheckpointManager::after_step(int64_t step, bool stopping) {
   const auto& c = cfg_.checkpoint;
-  if (!c.enable || !writer_ || step == last_saved_) return;
+  // Under FSDP every rank writes its shards.
+  if (!c.enable || (!writer_ && !parts_.fsdp) || step == last_saved_) return;
   const bool last = step == cfg_.training.steps;
   if (last || stopping || step % c.interval == 0) save(step, last && c.last_save_model_only);
 }
@@ -251,18 +302,35 @@ void CheckpointManager::after_step(int64_t step, bool stopping) {
 void CheckpointManager::save(int64_t step, bool model_only) {
   wait();
   auto t0 = std::chrono::steady_clock::now();
-  const bool async = cfg_.checkpoint.async_mode != "disabled";
+  // Only the final save goes to HF's format (the config requires it to be model-only).
+  const bool hf = model_only && hf_adapter_;
+  // A collective save writes in the foreground: a background thread's collectives would race
+  // the training loop's.
+  const bool collective = parts_.fsdp && world_.size() > 1;
+  const bool async = cfg_.checkpoint.async_mode != "disabled" && !collective;
   checkpoint::Pieces pieces;
-  // In the background the tensors must not change under the writer: the next step updates
-  // weights and moments in place, so they are copied here. So is a cast to the export dtype.
-  auto add = [&](const std::string& name, const Tensor& t, DType dtype) {
-    const bool copy = async || dtype != t.dtype();
-    pieces.emplace(name, checkpoint::whole(copy ? Tensor::empty(t.sizes(), {.dtype = dtype}).copy_(t) : t));
-  };
-  for (const auto& [name, t] : parts_.model.state_dict())
-    add(kModel + name, t, model_only ? export_dtype_ : t.dtype());
-  if (!model_only)
-    for (const auto& [name, t] : parts_.optimizer.state_dict()) add(kOptimizer + name, t, t.dtype());
+  if (hf && parts_.fsdp) {
+    // HF's files hold whole tensors: gather them, and rank 0 writes them alone.
+    parts_.fsdp->unshard_all();
+    if (writer_)
+      for (const auto& [name, t] : parts_.model.state_dict())
+        pieces.emplace(kModel + name, checkpoint::whole(Tensor::empty(t.sizes(), {.dtype = export_dtype_}).copy_(t)));
+    parts_.fsdp->reshard_all();
+    if (!writer_) {
+      last_saved_ = step;
+      return;
+    }
+  } else {
+    add_pieces(pieces, kModel, parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict(), false, true);
+    if (!model_only) add_pieces(pieces, kOptimizer, parts_.optimizer.state_dict(), true, true);
+    // In the background the tensors must not change under the writer: the next step updates
+    // weights and moments in place, so they are copied here. So is a cast to the export dtype.
+    for (auto& [name, p] : pieces) {
+      const DType dtype = model_only && name.starts_with(kModel) ? export_dtype_ : p.data.dtype();
+      if (async || dtype != p.data.dtype() || !p.data.is_contiguous())
+        p.data = Tensor::empty(p.data.sizes(), {.dtype = dtype}).copy_(p.data);
+    }
+  }
   const data::LoaderState position = parts_.loader.get_state();
   json state = {
       {"step", step},
@@ -272,24 +340,26 @@ void CheckpointManager::save(int64_t step, bool model_only) {
        {{"epoch", position.epoch}, {"index", position.index}, {"windows", parts_.loader.num_windows()}}},
       {"lr_scheduler", {{"step", parts_.scheduler.current_step()}}},
       {"config", to_json(cfg_)}};
-  size_t bytes = 0;
-  for (const auto& [name, p] : pieces) bytes += p.data.nbytes();
+  if (collective) state["ranks"] = world_.size();
+  double bytes = 0;
+  for (const auto& [name, p] : pieces) bytes += static_cast<double>(p.data.nbytes());
+  if (collective) bytes = world_.all_reduce(bytes, dist::ReduceOp::sum);
   const fs::path dir = folder_ / step_name(step);
   last_saved_ = step;
-  // Only the final save goes to HF's format (the config requires it to be model-only).
-  const bool hf = model_only && hf_adapter_;
-  auto write = [this, dir, step, hf, pieces = std::move(pieces), state = std::move(state)] {
+  auto write = [this, dir, step, hf, collective, pieces = std::move(pieces), state = std::move(state)] {
     if (hf)
       save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_);
+    else if (collective)
+      checkpoint::save_collective(dir, pieces, state, world_);
     else
       checkpoint::save(dir, pieces, state);
-    purge(step);
+    if (writer_) purge(step);
   };
   log_ << "titan: checkpoint " << dir.string()
        << (hf           ? " (Hugging Face, "
            : model_only ? " (model only, "
                         : " (")
-       << static_cast<double>(bytes) / (1 << 20) << " MiB)";
+       << bytes / (1 << 20) << " MiB" << (collective ? ", sharded over " + std::to_string(world_.size()) + " ranks)" : ")");
   if (async) {
     pending_ = std::async(std::launch::async, std::move(write));
     log_ << " copied in " << seconds_since(t0) << " s, writing in the background\n";

@@ -25,6 +25,7 @@
 #include "titan/nn/module.h"
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"
+#include "titan/parallel/fully_shard.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
@@ -36,14 +37,18 @@ struct Checkpointed {
   optim::LrScheduler& scheduler;
   data::DataLoader& loader;
   Generator& rng;
+  // Under FSDP the model's parameters live in its shards, and so do the optimizer's moments.
+  parallel::FullyShard* fsdp = nullptr;
 };
 
 class CheckpointManager {
  public:
   // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
-  // Every rank loads; only the `writer` saves and tidies the folder (under DDP every rank holds
-  // the same state, so rank 0's copy is the whole of it).
-  CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log, bool writer = true);
+  // Every rank of `world` loads. Under DDP every rank holds the same state, so rank 0 alone saves
+  // it; under FSDP every rank saves its shards, together (checkpoint::save_collective), in the
+  // foreground. Rank 0 alone tidies the folder.
+  CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
+                    dist::ProcessGroup world = dist::ProcessGroup::single());
   // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
@@ -76,6 +81,14 @@ class CheckpointManager {
 
  private:
   void save(int64_t step, bool model_only);
+  // Pieces of `state`'s tensors (by state-dict name; `optimizer` keys are "<param>.<what>")
+  // under prefix + name: whole, or under FSDP this rank's rows of a parameter or its moments.
+  // For a save, only those this rank writes: rank 0 the whole ones, the first replica's ranks
+  // their rows.
+  void add_pieces(checkpoint::Pieces& out, const std::string& prefix, const std::map<std::string, Tensor>& state,
+                  bool optimizer, bool saving) const;
+  // Copies a whole state dict (an HF import) into the model, or into its shards under FSDP.
+  void load_whole_model_state(const nn::StateDict& state);
   // Loads checkpoint `dir` into the parts; returns its step, or 0 when only the model is loaded.
   int64_t restore(const std::filesystem::path& dir, bool model_only);
   // Loads the weights of Hugging Face folder `dir` into the model, after checking that its
@@ -89,7 +102,8 @@ class CheckpointManager {
   std::ostream& log_;
   std::filesystem::path folder_;
   DType export_dtype_ = kF32;
-  bool writer_;
+  dist::ProcessGroup world_;
+  bool writer_;  // world rank 0
   // With last_save_in_hf: the model family's adapter and the final save's config.json.
   const models::StateDictAdapter* hf_adapter_ = nullptr;
   nlohmann::json hf_config_;

@@ -23,6 +23,7 @@
 #include "titan/optim/clip.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/data_parallel.h"
+#include "titan/parallel/fully_shard.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
@@ -92,7 +93,8 @@ dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) 
 
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
-                     const std::function<void()>& reduce_gradients) {
+                     const std::function<void()>& reduce_gradients,
+                     const std::function<double(double)>& sum_norm_partials) {
   optimizer.zero_grad();
   double loss_sum = 0, aux_sum = 0;
   bool has_aux = false;
@@ -111,9 +113,12 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   }
   if (reduce_gradients) reduce_gradients();
   StepStats stats;
-  // After reduce_gradients every data-parallel rank holds the same, whole gradients (parameters
-  // are replicated), so this rank's norm is the global norm and all ranks clip alike.
-  stats.grad_norm = optim::clip_grad_norm_(params, max_norm);
+  // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
+  // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
+  double partial = optim::grad_norm_partial(params, 2.0);
+  if (sum_norm_partials) partial = sum_norm_partials(partial);
+  stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
+  optim::clip_grads_with_norm_(params, max_norm, stats.grad_norm);
   optimizer.step();
   stats.loss = loss_sum / static_cast<double>(micro_batches);
   if (has_aux) stats.extra.emplace_back("aux_loss", aux_sum / static_cast<double>(micro_batches));
@@ -145,6 +150,8 @@ struct Trainer::State {
   std::unique_ptr<parallel::DataParallel> data_parallel;
   Generator rng;
   std::shared_ptr<models::CausalLM> model;
+  // After the model, whose modules hold its hooks: destroyed first.
+  std::unique_ptr<parallel::FullyShard> fsdp;
   models::ModelSummary summary;
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<optim::AdamW> optimizer;
@@ -190,23 +197,25 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   TITAN_CHECK(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
               "; raise model.vocab_size");
+  TITAN_CHECK(dp.size() == 1 || !c.model.moe_load_balance_bias,
+              "moe.load_balance_bias = true with data parallelism over ", dp.size(),
+              " ranks is not supported yet: each rank would update the expert bias from its own token "
+              "counts and the replicas would drift apart; set it to false, or train on one rank");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
-    spec.parallelize(*s.model, {.activation_checkpoint_mode = ac.mode,
-                                .activation_checkpoint_every_k =
-                                    ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1});
+    s.fsdp = spec.parallelize(
+        *s.model, {.activation_checkpoint_mode = ac.mode,
+                   .activation_checkpoint_every_k = ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1,
+                   .mesh = s.mesh.get(),
+                   .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
+  TITAN_CHECK(s.fsdp || s.mesh->degree("dp_shard") == 1, "parallelism.data_parallel_shard_degree = ",
+              s.mesh->degree("dp_shard"), ": model ", c.model.name, " has no FSDP plan; set it to 1");
 
-  auto named = s.model->named_parameters();
+  // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
+  auto named = s.fsdp ? s.fsdp->named_shards() : s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
-  // dp_shard > 1 is data parallelism with replicated parameters too, until FSDP shards them.
-  if (dp.size() > 1) {
-    TITAN_CHECK(!c.model.moe_load_balance_bias,
-                "moe.load_balance_bias = true with data parallelism over ", dp.size(),
-                " ranks is not supported yet: each rank would update the expert bias from its own token "
-                "counts and the replicas would drift apart; set it to false, or train on one rank");
-    s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
-  }
+  if (!s.fsdp && dp.size() > 1) s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
   s.optimizer =
       std::make_unique<optim::AdamW>(named, optim::AdamWOptions{.lr = c.optimizer.lr,
                                                                 .beta1 = c.optimizer.beta1,
@@ -243,19 +252,22 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
       << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
-  if (s.data_parallel) {
+  if (s.data_parallel)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
-          << " x dp_shard " << s.mesh->degree("dp_shard") << ": data parallel with replicated parameters, "
-          << "gradients averaged over " << dp.size() << " ranks in " << s.data_parallel->num_buckets()
-          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch " << s.plan.global_batch_size << "\n";
-    if (s.mesh->degree("dp_shard") > 1)
-      s.log << "titan: note: FSDP is not implemented yet; dp_shard " << s.mesh->degree("dp_shard")
-            << " runs as DDP (every rank holds all parameters, gradients and optimizer states)\n";
-  }
+          << ": data parallel with replicated parameters (DDP), gradients averaged over " << dp.size()
+          << " ranks in " << s.data_parallel->num_buckets()
+          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch "
+          << s.plan.global_batch_size << "\n";
+  if (s.fsdp)
+    s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
+          << " x dp_shard " << s.mesh->degree("dp_shard") << ": "
+          << (s.mesh->degree("dp_replicate") > 1 ? "HSDP" : "FSDP") << ", parameters, gradients and optimizer "
+          << "states sharded over " << s.mesh->degree("dp_shard") << " ranks (" << s.fsdp->shard_bytes() / 1e6
+          << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
   if (!ds.stats.skipped.empty()) s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
   s.checkpointer = std::make_unique<CheckpointManager>(
-      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng}, s.log, s.world.rank() == 0);
+      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng, s.fsdp.get()}, s.log, s.world);
   s.start_step = s.checkpointer->load();
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();
@@ -275,13 +287,30 @@ TrainResult Trainer::train() {
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
     std::function<void()> reduce_gradients;
+    std::function<double(double)> sum_norm_partials;
     if (s.data_parallel) reduce_gradients = [&] { s.data_parallel->average_gradients(); };
+    if (s.fsdp) {
+      reduce_gradients = [&] { s.fsdp->reduce_gradients(); };
+      sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); };
+    }
     StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
-                                 [&] { return s.loader->next(); }, reduce_gradients);
+                                 [&] { return s.loader->next(); }, reduce_gradients, sum_norm_partials);
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
-    // The loss of the global batch: every data-parallel rank saw an equal share of it.
-    if (s.data_parallel) loss_mean = s.data_parallel->group().all_reduce(loss_mean, dist::ReduceOp::avg);
+    // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
+    // share of it. Extremes ("..._min", "..._max") combine as such, the rest as means.
+    dist::ProcessGroup& dp = (*s.mesh)["dp"];
+    if (dp.size() > 1) {
+      loss_mean = dp.all_reduce(loss_mean, dist::ReduceOp::avg);
+      for (auto& [name, value] : stats.extra) {
+        if (name.ends_with("_max"))
+          value = dp.all_reduce(value, dist::ReduceOp::max);
+        else if (name.ends_with("_min"))
+          value = -dp.all_reduce(-value, dist::ReduceOp::max);
+        else
+          value = dp.all_reduce(value, dist::ReduceOp::avg);
+      }
+    }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     TITAN_CHECK(std::isfinite(loss_mean), "training: loss became ", loss_mean, " at step ", step,
                 "; lower optimizer.lr or raise lr_scheduler.warmup_steps");

@@ -4,7 +4,8 @@
 namespace titan::models::llama3 {
 
 // Applies the job's parallel plans to a built Llama 3 in TorchTitan's order (tensor parallel,
-// activation checkpointing, compile, FSDP); today: activation checkpointing of the blocks.
-void parallelize(CausalLM& model, const ParallelizeOptions& options);
+// activation checkpointing, compile, FSDP); today: activation checkpointing of the blocks, then
+// FSDP when the mesh shards.
+std::unique_ptr<parallel::FullyShard> parallelize(CausalLM& model, const ParallelizeOptions& options);
 
 }  // namespace titan::models::llama3

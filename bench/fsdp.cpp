@@ -1,0 +1,140 @@
+// FSDP's training step against one rank training the same per-rank batch: the llama3 debug
+// model (6 blocks, dim 256, vocab 2048), seq 256, 2 sequences per rank, one OpenMP thread per
+// rank. Run without mpirun it starts itself under mpirun with 2 and then 4 ranks; under mpirun it
+// measures, on the ranks it was given:
+//   step      mean seconds per optimizer step (one rank: rank 0 alone, the others waiting)
+//   comm      seconds per step blocked in collectives: waiting for all-gathers plus the whole
+//             gradient reduction, with the next block's all-gather prefetched and without
+//   hidden    the share of the all-gather time the prefetch hides (1 - with / without); the
+//             gradient reduction runs after backward and hides nothing (fully_shard.h says why)
+//   peak      the allocator's high-water mark per rank during the steps
+// With more ranks than cores (4 ranks on 2 here), ranks take turns on the cores, so step times
+// measure overlap and memory, not speed-up.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "titan/core/allocator.h"
+#include "titan/core/parallel.h"
+#include "titan/data/loader.h"
+#include "titan/dist/device_mesh.h"
+#include "titan/models/registry.h"
+#include "titan/optim/adamw.h"
+#include "titan/train/trainer.h"
+
+namespace {
+
+using namespace titan;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kSeq = 256, kBatchPerRank = 2, kSteps = 4;
+
+struct Figures {
+  double step_seconds = 0;
+  double gather_wait_seconds = 0;  // per step
+  double reduce_seconds = 0;       // per step
+  double peak_bytes = 0;
+};
+
+// kSteps timed steps after one warm-up, on `world` (one rank: plain training; more: FSDP over
+// all of them).
+Figures measure(dist::ProcessGroup world, bool prefetch) {
+  const models::TrainSpec& spec = models::get_train_spec("llama3");
+  models::ModelConfig cfg;
+  cfg.flavor = "debugmodel";
+  Generator gen(1);
+  std::shared_ptr<models::CausalLM> model = spec.build(cfg, kSeq, gen);
+  dist::DeviceMesh mesh(world, {.dp_shard = -1});
+  std::unique_ptr<parallel::FullyShard> fsdp =
+      spec.parallelize(*model, {.mesh = &mesh, .fsdp = {.prefetch = prefetch}});
+  auto named = fsdp ? fsdp->named_shards() : model->named_parameters();
+  std::vector<Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  optim::AdamW optimizer(named);
+  Generator data(2 + world.rank());
+  auto next = [&] {
+    Tensor tokens = Tensor::rand({kBatchPerRank, kSeq + 1}, data, {}, 0, model->vocab_size()).to(kI64);
+    return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
+  };
+  std::function<void()> reduce;
+  std::function<double(double)> sum;
+  if (fsdp) {
+    reduce = [&] { fsdp->reduce_gradients(); };
+    sum = [&](double partial) { return fsdp->sum_over_shards(partial); };
+  }
+  train::train_step(*model, optimizer, params, 1.0, 1, next, reduce, sum);
+  const parallel::FullyShardStats before = fsdp ? fsdp->stats() : parallel::FullyShardStats{};
+  CpuAllocator::instance().reset_peak();
+  world.barrier().wait();
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < kSteps; ++i) train::train_step(*model, optimizer, params, 1.0, 1, next, reduce, sum);
+  world.barrier().wait();
+  Figures f;
+  f.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count() / kSteps;
+  if (fsdp) {
+    f.gather_wait_seconds = (fsdp->stats().gather_wait_seconds - before.gather_wait_seconds) / kSteps;
+    f.reduce_seconds = (fsdp->stats().reduce_seconds - before.reduce_seconds) / kSteps;
+  }
+  f.peak_bytes = static_cast<double>(CpuAllocator::instance().stats().peak_allocated_bytes);
+  return f;
+}
+
+int run_ranks(dist::ProcessGroup& world) {
+  const int n = world.size();
+  Figures one;
+  if (world.rank() == 0) one = measure(dist::ProcessGroup::single(), false);
+  world.barrier().wait();
+  const Figures with = measure(world, true);
+  const Figures without = measure(world, false);
+  // The slowest rank sets the pace; memory is the largest rank's.
+  auto worst = [&](double v) { return world.all_reduce(v, dist::ReduceOp::max); };
+  const double step = worst(with.step_seconds), gather = worst(with.gather_wait_seconds),
+               gather_blocking = worst(without.gather_wait_seconds), reduce = worst(with.reduce_seconds),
+               peak = worst(with.peak_bytes);
+  if (world.rank() != 0) return 0;
+  const double mib = 1.0 / (1 << 20);
+  std::printf("FSDP, %d ranks (llama3 debugmodel, seq %lld, %lld sequences per rank, %d thread per rank)\n", n,
+              static_cast<long long>(kSeq), static_cast<long long>(kBatchPerRank), num_threads());
+  std::printf("  %-34s %12s %12s %8s\n", "", "titan FSDP", "one rank", "ratio");
+  std::printf("  %-34s %12.3f %12.3f %8.2f\n", "step time (s)", step, one.step_seconds, step / one.step_seconds);
+  std::printf("  %-34s %12.1f %12.1f %8.2f\n", "peak memory per rank (MiB)", peak * mib, one.peak_bytes * mib,
+              peak / one.peak_bytes);
+  std::printf("  %-34s %12.3f\n", "all-gather wait, prefetch (s)", gather);
+  std::printf("  %-34s %12.3f\n", "all-gather wait, no prefetch (s)", gather_blocking);
+  std::printf("  %-34s %12.3f\n", "gradient reduction (s)", reduce);
+  std::printf("  %-34s %12.3f  (%.0f%% of the step)\n", "communication exposed (s)", gather + reduce,
+              100 * (gather + reduce) / step);
+  std::printf("  %-34s %11.0f%%\n", "all-gather hidden by prefetch",
+              gather_blocking > 0 ? 100 * (1 - gather / gather_blocking) : 0.0);
+  std::printf("  %-34s %12.3f  (no-prefetch run)\n", "step time without prefetch (s)", worst(without.step_seconds));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (dist::launched_by_mpi()) {
+    try {
+      return run_ranks(dist::world());
+    } catch (const std::exception& e) {
+      std::cerr << "bench_fsdp: rank " << dist::launch_rank() << ": " << e.what() << "\n";
+      dist::abort_job(1);
+      return 1;
+    }
+  }
+  // Not under mpirun: run this binary under it, with one thread per rank.
+  const std::string self = argv[0];
+  const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
+  int status = 0;
+  for (int ranks : {2, 4}) {
+    const std::string cmd = "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) +
+                            " " + self;
+    std::cout << "$ " << cmd << std::endl;
+    if (std::system(cmd.c_str()) != 0) status = 1;
+  }
+  return status;
+}

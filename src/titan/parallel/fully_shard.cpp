@@ -1,0 +1,261 @@
+#include "titan/parallel/fully_shard.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "titan/autograd/grad_mode.h"
+
+namespace titan::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Shape with_rows(Shape shape, int64_t rows) {
+  shape[0] = rows;
+  return shape;
+}
+
+}  // namespace
+
+FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,
+                       dist::ProcessGroup replicate_group, FullyShardOptions options)
+    : shard_group_(std::move(shard_group)),
+      replicate_group_(std::move(replicate_group)),
+      options_(options),
+      root_(root) {
+  std::map<const nn::Module*, std::string> block_names;
+  for (auto& [name, m] : root.named_modules()) block_names.emplace(m, name);
+  for (nn::Module* b : blocks) {
+    auto it = block_names.find(b);
+    TITAN_CHECK(it != block_names.end() && !it->second.empty(),
+                "fully_shard: a block given is not a module inside the root module (nor may it be the root)");
+    units_.emplace_back().name = it->second;
+    units_.back().module = b;
+  }
+  units_.emplace_back().module = &root;
+  const size_t root_unit = units_.size() - 1;
+
+  const int64_t n = shard_group_.size();
+  const int64_t rank = shard_group_.rank();
+  autograd::NoGradGuard no_grad;
+  std::vector<dist::Work> works;
+  for (auto& [name, p] : root.named_parameters()) {
+    TITAN_CHECK(p.is_contiguous() && (p.dtype() == kF32 || p.dtype() == kF64) && p.dim() >= 1,
+                "fully_shard: parameter ", name, " is ", p.desc(),
+                "; FSDP shards contiguous f32 or f64 parameters of at least one dimension on dim 0");
+    // Every rank keeps rows of rank 0's values, whatever each initialised.
+    replicate_group_.broadcast(p, 0).wait();
+    shard_group_.broadcast(p, 0).wait();
+    const int64_t shard_rows = (p.size(0) + n - 1) / n;
+    Param param{.name = name,
+                .full = p,
+                .shard = Tensor::zeros(with_rows(p.sizes(), shard_rows), p.options()),
+                .rows = p.size(0),
+                .shard_rows = shard_rows};
+    const int64_t valid = valid_rows(param);
+    if (valid > 0) param.shard.narrow(0, 0, valid).copy_(p.narrow(0, rank * param.shard_rows, valid));
+    param.shard.requires_grad_(true);
+    size_t unit = root_unit;
+    for (size_t u = 0; u < root_unit; ++u)
+      if (name.starts_with(units_[u].name + ".")) unit = u;
+    units_[unit].params.push_back(params_.size());
+    params_.push_back(std::move(param));
+  }
+  // Tied parameters appear in the state dict under each name; storage identifies them.
+  for (auto& [key, t] : root.state_dict())
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (t.storage() == params_[i].full.storage() && t.sizes() == params_[i].full.sizes()) by_name_[key] = i;
+  for (Unit& u : units_) free_unit(u);
+
+  const size_t num_blocks = root_unit;
+  units_[root_unit].hooks.push_back(root.register_forward_pre_hook([this, root_unit, num_blocks](nn::Module&) {
+    finish_gather(units_[root_unit]);
+    if (num_blocks > 0) prefetch(0);
+  }));
+  for (size_t i = 0; i < num_blocks; ++i) {
+    Unit& u = units_[i];
+    u.hooks.push_back(u.module->register_forward_pre_hook([this, i, num_blocks](nn::Module&) {
+      finish_gather(units_[i]);
+      if (i + 1 < num_blocks) prefetch(i + 1);
+    }));
+    u.hooks.push_back(u.module->register_forward_hook([this, i](nn::Module&, Tensor& out) {
+      if (options_.reshard_after_forward) free_unit(units_[i]);
+      if (out.requires_grad())
+        out.register_hook([this, i](const Tensor&) {
+          before_block_backward(i);
+          return Tensor();
+        });
+    }));
+  }
+}
+
+FullyShard::~FullyShard() {
+  for (Unit& u : units_)
+    for (uint64_t id : u.hooks) u.module->remove_hook(id);
+}
+
+int64_t FullyShard::valid_rows(const Param& p) const {
+  return std::clamp<int64_t>(p.rows - shard_group_.rank() * p.shard_rows, 0, p.shard_rows);
+}
+
+void FullyShard::start_gather(Unit& u) {
+  if (u.gathered_or_gathering) return;
+  u.gathered_or_gathering = true;
+  const int64_t n = shard_group_.size();
+  for (size_t i : u.params) {
+    const Param& p = params_[i];
+    Tensor buf = Tensor::empty(with_rows(p.full.sizes(), n * p.shard_rows), p.shard.options());
+    u.pending.push_back(shard_group_.all_gather(buf, p.shard));
+    u.gathered.push_back(buf);
+  }
+  ++stats_.all_gathers;
+}
+
+void FullyShard::finish_gather(Unit& u) {
+  start_gather(u);
+  if (u.pending.empty()) return;
+  auto t0 = Clock::now();
+  for (dist::Work& w : u.pending) w.wait();
+  stats_.gather_wait_seconds += seconds_since(t0);
+  u.pending.clear();
+  // The padding rows sit after the parameter's own, so the parameter is the buffer's head.
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    TensorImpl& impl = *params_[u.params[k]].full.impl();
+    impl.storage = u.gathered[k].storage();
+    impl.offset = 0;
+  }
+}
+
+void FullyShard::free_unit(Unit& u) {
+  if (!u.pending.empty()) finish_gather(u);
+  // An empty storage rather than none keeps the parameter's device for whoever asks.
+  for (size_t i : u.params) params_[i].full.impl()->storage = Storage::allocate(0, params_[i].shard.device());
+  u.gathered.clear();
+  u.gathered_or_gathering = false;
+}
+
+void FullyShard::prefetch(size_t unit) {
+  if (options_.prefetch) start_gather(units_[unit]);
+  // MPI advances nonblocking collectives only inside MPI calls: give the ones in flight a turn.
+  for (Unit& u : units_)
+    for (dist::Work& w : u.pending) w.test();
+}
+
+void FullyShard::before_block_backward(size_t i) {
+  // Every node of block i + 1 has run (the engine runs nodes newest first): its gradients are
+  // on their way to the accumulators, which need no parameter values.
+  if (i + 1 < units_.size() - 1) free_unit(units_[i + 1]);
+  finish_gather(units_[i]);
+  if (i > 0) prefetch(i - 1);
+}
+
+void FullyShard::reduce_gradients() {
+  auto t0 = Clock::now();
+  const int64_t n = shard_group_.size();
+  std::vector<dist::Work> works;
+  std::vector<Tensor> reduced(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    const Shape padded = with_rows(p.full.sizes(), n * p.shard_rows);
+    Tensor g = p.full.grad();
+    Tensor in;
+    if (g.defined() && g.is_contiguous() && p.rows == n * p.shard_rows) {
+      in = g;
+    } else {
+      in = Tensor::zeros(padded, p.shard.options());
+      if (g.defined()) in.narrow(0, 0, p.rows).copy_(g);
+    }
+    reduced[i] = Tensor::empty(p.shard.sizes(), p.shard.options());
+    works.push_back(shard_group_.reduce_scatter(reduced[i], in, dist::ReduceOp::avg));
+    p.full.set_grad(Tensor());
+  }
+  for (dist::Work& w : works) w.wait();
+  if (replicate_group_.size() > 1) {
+    works.clear();
+    for (const Tensor& g : reduced) works.push_back(replicate_group_.all_reduce(g, dist::ReduceOp::avg));
+    for (dist::Work& w : works) w.wait();
+  }
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].shard.set_grad(reduced[i]);
+  reshard_all();
+  stats_.reduce_seconds += seconds_since(t0);
+}
+
+double FullyShard::sum_over_shards(double partial) {
+  return shard_group_.all_reduce(partial, dist::ReduceOp::sum);
+}
+
+std::vector<std::pair<std::string, Tensor>> FullyShard::named_shards() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Param& p : params_) out.emplace_back(p.name, p.shard);
+  return out;
+}
+
+std::vector<Tensor> FullyShard::shards() const {
+  std::vector<Tensor> out;
+  for (const Param& p : params_) out.push_back(p.shard);
+  return out;
+}
+
+std::optional<RowShard> FullyShard::row_shard(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  const Param& p = params_[it->second];
+  return RowShard{.row_offset = shard_group_.rank() * p.shard_rows, .rows = valid_rows(p), .global_shape = p.full.sizes()};
+}
+
+nn::StateDict FullyShard::state_dict() const {
+  nn::StateDict out;
+  for (auto& [name, t] : root_.state_dict()) {
+    auto it = by_name_.find(name);
+    out.emplace(name, it == by_name_.end() ? t : params_[it->second].shard.detach());
+  }
+  return out;
+}
+
+void FullyShard::load_state_dict(const nn::StateDict& state) {
+  const nn::StateDict mine = state_dict();
+  std::string problems;
+  for (const auto& [name, t] : mine) {
+    auto it = state.find(name);
+    if (it == state.end())
+      problems += "; " + name + " is missing";
+    else if (it->second.sizes() != t.sizes() || it->second.dtype() != t.dtype())
+      problems += "; " + name + " is " + it->second.desc() + ", this rank's shard is " + t.desc();
+  }
+  for (const auto& [name, t] : state)
+    if (!mine.contains(name)) problems += "; " + name + " is not a tensor of this model";
+  TITAN_CHECK(problems.empty(), "fully_shard: cannot load the state dict", problems);
+  autograd::NoGradGuard no_grad;
+  for (auto [name, t] : mine) t.copy_(state.at(name));
+}
+
+void FullyShard::unshard_all() {
+  for (Unit& u : units_) start_gather(u);
+  for (Unit& u : units_) finish_gather(u);
+}
+
+void FullyShard::reshard_all() {
+  for (Unit& u : units_) free_unit(u);
+}
+
+int64_t FullyShard::shard_bytes() const {
+  int64_t bytes = 0;
+  for (const Param& p : params_) bytes += static_cast<int64_t>(p.shard.nbytes());
+  return bytes;
+}
+
+std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
+                                       FullyShardOptions options) {
+  if (mesh.degree("dp_shard") == 1) return nullptr;
+  std::vector<nn::Module*> blocks;
+  for (const auto& [name, block] : layers.named_children()) blocks.push_back(block.get());
+  return std::make_unique<FullyShard>(root, blocks, mesh["dp_shard"], mesh["dp_replicate"], options);
+}
+
+}  // namespace titan::parallel

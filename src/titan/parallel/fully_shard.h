@@ -1,0 +1,155 @@
+#pragma once
+// FSDP (ZeRO-3) over the dp_shard ranks, as PyTorch's fully_shard (FSDP2): each parameter is
+// split on dim 0 into one equal shard per rank (the last ones padded with zero rows when the
+// rows do not divide), and only shards persist. The optimizer steps the shards; the model's own
+// parameter handles hold no memory outside the forward and backward of the unit they belong to.
+//
+// Units: each block given (a transformer block) is one; the root unit holds every parameter
+// outside the blocks (embeddings, final norm, output). Forward hooks (nn::Module) act around
+// each unit without the model's code knowing:
+//   root pre-forward   all-gather the root unit; prefetch block 0
+//   block i pre-fwd    wait for block i's all-gather; start block i+1's
+//   block i post-fwd   free block i (reshard_after_forward); hook the output's gradient
+//   that gradient      (block i's backward is about to start; all of block i+1's has run)
+//                      free block i+1, gather block i, start block i-1's all-gather
+// A parameter's storage is swapped in place (TensorImpl::storage), so saved tensors of the
+// autograd graph see the gathered values again in backward. Activation checkpointing composes:
+// its recomputation runs after the gradient hook has gathered the block.
+//
+// Gradients are reduce-scattered (averaged) into the shards' .grad by reduce_gradients() after
+// the step's last backward, unit by unit with every collective started before the first is
+// waited on; with a replicate group (HSDP) the shards' gradients are then averaged across it.
+// They are not reduced during backward: the autograd engine runs every leaf accumulator last
+// (see parallel/data_parallel.h), so until that changes the full gradients of a step exist
+// together at the end of backward, and the memory FSDP saves is in parameters, optimizer states
+// and the gradients kept between steps.
+//
+// All-gathers overlap computation only as far as MPI progresses them: the nonblocking
+// collectives of dist/ advance when this rank calls into MPI, which FSDP does at every hook.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "titan/dist/device_mesh.h"
+#include "titan/dist/process_group.h"
+#include "titan/nn/module.h"
+
+namespace titan::parallel {
+
+struct FullyShardOptions {
+  // Free each block's gathered parameters after its forward and gather them again for its
+  // backward; false keeps them from forward to backward (more memory, fewer all-gathers).
+  bool reshard_after_forward = true;
+  // Start the next unit's all-gather before the current one computes (benchmarks turn it off to
+  // measure what the overlap hides).
+  bool prefetch = true;
+};
+
+// This rank's part of a parameter: rows [row_offset, row_offset + rows) of a tensor of
+// global_shape. rows may be 0 (more ranks than rows); the shard tensor holds padding after them.
+struct RowShard {
+  int64_t row_offset = 0;
+  int64_t rows = 0;
+  Shape global_shape;
+};
+
+// Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers (what the
+// prefetch did not hide) and in reduce_gradients (all of it).
+struct FullyShardStats {
+  double gather_wait_seconds = 0;
+  double reduce_seconds = 0;
+  int64_t all_gathers = 0;
+};
+
+class FullyShard {
+ public:
+  // Shards every parameter of `root` across `shard_group` (each rank keeps its rows of the
+  // values rank 0 holds, so all start from rank 0's initialisation) and installs the hooks.
+  // `blocks` are modules inside `root`, run in this order in forward. Collective over both groups.
+  FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,
+             dist::ProcessGroup replicate_group, FullyShardOptions options = {});
+  ~FullyShard();
+  FullyShard(const FullyShard&) = delete;
+  FullyShard& operator=(const FullyShard&) = delete;
+
+  // The shards by parameter name (Module::named_parameters' names and order): what the
+  // optimizer updates. Leaves that require grad, shaped [ceil(rows / N), ...].
+  std::vector<std::pair<std::string, Tensor>> named_shards() const;
+  std::vector<Tensor> shards() const;
+
+  // Sets every shard's .grad to the average over all data-parallel ranks of its rows of the
+  // full gradients (a parameter without one counts as zeros), and drops the full gradients and
+  // gathered parameters. Call after the step's last backward.
+  void reduce_gradients();
+
+  // The sum over the shard group of `partial` (this rank's sum of squares of its shards'
+  // gradients): the square of the global gradient norm. Collective.
+  double sum_over_shards(double partial);
+
+  // Where this rank's shard of the parameter named `name` (any of its state-dict names) sits;
+  // nullopt for a name that is not a sharded parameter (a buffer).
+  std::optional<RowShard> row_shard(const std::string& name) const;
+  // Parameters as their shards (padded shapes), under every state-dict name, and the root's
+  // persistent buffers as they are: this rank's state for a checkpoint.
+  nn::StateDict state_dict() const;
+  // The inverse: copies shards and buffers in; every key is checked before anything is copied.
+  void load_state_dict(const nn::StateDict& state);
+
+  // Gathers every unit (for an export that needs whole tensors) and frees them again. Collective.
+  void unshard_all();
+  void reshard_all();
+
+  dist::ProcessGroup& shard_group() { return shard_group_; }
+  // Whether this rank is in the first replica (HSDP): the replicas hold identical shards, so a
+  // checkpoint takes the first's.
+  bool first_replica() const { return replicate_group_.rank() == 0; }
+  // Bytes of the shards this rank holds (parameters only).
+  int64_t shard_bytes() const;
+  const FullyShardStats& stats() const { return stats_; }
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor full;   // the module's handle; its storage is swapped between gathered and none
+    Tensor shard;  // [shard_rows, ...]
+    int64_t rows = 0;
+    int64_t shard_rows = 0;
+  };
+  struct Unit {
+    std::string name;
+    nn::Module* module = nullptr;
+    std::vector<size_t> params;
+    std::vector<Tensor> gathered;  // per param: [N * shard_rows, ...] while gathered or gathering
+    std::vector<dist::Work> pending;
+    bool gathered_or_gathering = false;
+    std::vector<uint64_t> hooks;
+  };
+
+  void start_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void free_unit(Unit& u);
+  void prefetch(size_t unit);
+  void before_block_backward(size_t unit);
+  int64_t valid_rows(const Param& p) const;
+
+  dist::ProcessGroup shard_group_;
+  dist::ProcessGroup replicate_group_;
+  FullyShardOptions options_;
+  nn::Module& root_;
+  std::vector<Param> params_;
+  std::vector<Unit> units_;  // blocks in forward order, then the root unit
+  std::map<std::string, size_t> by_name_;  // every state-dict name of a parameter -> params_
+  FullyShardStats stats_;
+};
+
+// TorchTitan's apply_fsdp: every child of `layers` (the model's blocks) a unit of its own, the
+// rest of `root` the root unit, sharded over mesh["dp_shard"] and replicated over
+// mesh["dp_replicate"] (HSDP when both exceed 1). Null when dp_shard is 1: nothing to shard.
+std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
+                                       FullyShardOptions options = {});
+
+}  // namespace titan::parallel

@@ -1,0 +1,199 @@
+// FSDP and HSDP on however many ranks the test runs: the same losses as one rank on the same
+// global batch, a 1/N share of the training state per rank, and checkpoints that load on fewer
+// ranks than saved them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/core/allocator.h"
+#include "titan/dist/process_group.h"
+#include "titan/models/llama3/model.h"
+#include "titan/ops/loss.h"
+#include "titan/optim/adamw.h"
+#include "titan/parallel/fully_shard.h"
+#include "titan/train/trainer.h"
+#include "trainer_fixture.h"
+
+namespace titan::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace testing;
+
+// Rank 0's losses and gradient norms training alone on the global batch with `overrides`,
+// handed to every rank.
+std::vector<double> one_rank_reference(const std::vector<std::string>& overrides, const std::string& config) {
+  dist::ProcessGroup& world = dist::world();
+  Tensor reference = Tensor::zeros({2, kSteps}, {.dtype = kF64});
+  if (world.rank() == 0) {
+    std::vector<std::string> o = overrides;
+    o.push_back(local_batch(1));
+    std::ostringstream log;
+    TrainResult one = Trainer(small_config(o, config), log, dist::ProcessGroup::single()).train();
+    EXPECT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+    std::copy(one.losses.begin(), one.losses.end(), reference.data<double>());
+    std::copy(one.grad_norms.begin(), one.grad_norms.end(), reference.data<double>() + kSteps);
+  }
+  world.broadcast(reference, 0).wait();
+  return reference.to_vector<double>();
+}
+
+struct Layout {
+  const char* what;
+  int64_t replicate;  // dp_shard takes the rest
+  std::vector<std::string> overrides;
+  std::string config = "configs/llama3/debug.toml";
+};
+
+TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to shard";
+  std::vector<Layout> layouts = {
+      {"FSDP", 1, {}},
+      // Every path of the hooks: recomputation inside a gathered block, blocks kept gathered
+      // from forward to backward, and gradients accumulated over micro-batches before reducing.
+      {"FSDP, full activation checkpointing, no reshard after forward, 2 micro-batches",
+       1,
+       {"--activation_checkpoint.mode=full", "--parallelism.fsdp_reshard_after_forward=never",
+        "--training.local_batch_size=" + std::to_string(kGlobalBatch / n / 2)}},
+      // Its expert bias would need the token counts of all ranks; the aux loss carries balance.
+      {"FSDP, Qwen 3 MoE", 1, {"--moe.load_balance_bias=false"}, "configs/qwen3/debug_moe.toml"},
+  };
+  if (n % 2 == 0 && n > 2) layouts.push_back({"HSDP", 2, {}});
+  for (const Layout& layout : layouts) {
+    // The reference trains on the same global batch in one micro-batch.
+    std::vector<std::string> reference_overrides;
+    for (const std::string& o : layout.overrides)
+      if (!o.starts_with("--training.local_batch_size")) reference_overrides.push_back(o);
+    const std::vector<double> want = one_rank_reference(reference_overrides, layout.config);
+    std::vector<std::string> o = {local_batch(n),
+                                  "--parallelism.data_parallel_replicate_degree=" + std::to_string(layout.replicate),
+                                  "--parallelism.data_parallel_shard_degree=" + std::to_string(n / layout.replicate)};
+    o.insert(o.end(), layout.overrides.begin(), layout.overrides.end());
+    std::ostringstream log;
+    TrainResult all = Trainer(small_config(o, layout.config), log, world).train();
+    ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
+    double worst = 0;
+    for (int64_t i = 0; i < kSteps; ++i) {
+      worst = std::max(worst, std::abs(all.losses[i] - want[i]) / want[i]);
+      EXPECT_NEAR(all.losses[i], want[i], 1e-5 * want[i]) << layout.what << ", step " << i + 1;
+      EXPECT_NEAR(all.grad_norms[i], want[kSteps + i], 1e-4 * want[kSteps + i]) << layout.what << ", step " << i + 1;
+    }
+    if (world.rank() == 0) {
+      std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
+                << " steps " << worst << "\n";
+      EXPECT_NE(log.str().find(layout.replicate > 1 ? "HSDP" : "FSDP"), std::string::npos) << log.str();
+    }
+  }
+}
+
+// Bytes of the shards, their gradients and the optimizer's moments: what a rank keeps between
+// steps.
+int64_t training_state_bytes(const std::vector<Tensor>& params, const optim::AdamW& optimizer) {
+  int64_t bytes = 0;
+  for (const Tensor& p : params) bytes += static_cast<int64_t>(p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0));
+  for (const auto& [name, t] : optimizer.state_dict())
+    if (t.dim() > 0) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+TEST(FullyShard, EachRankKeepsOneNthOfTheTrainingState) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to shard";
+  using models::llama3::ModelArgs;
+  using models::llama3::Transformer;
+  ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 96;
+  args.multiple_of = 16;
+  args.max_seq_len = 16;
+  auto step = [](Transformer& model, optim::AdamW& optimizer, parallel::FullyShard* fsdp) {
+    Tensor tokens = Tensor::arange(32).reshape({2, 16});
+    optimizer.zero_grad();
+    ops::cross_entropy(model(tokens), tokens).backward();
+    if (fsdp) fsdp->reduce_gradients();
+    optimizer.step();
+  };
+  Generator gen(1);
+  Transformer single(args);
+  single.init_weights(gen);
+  optim::AdamW single_opt(single.named_parameters());
+  step(single, single_opt, nullptr);
+  const int64_t whole = training_state_bytes(single.parameters(), single_opt);
+
+  Transformer model(args);
+  model.init_weights(gen);
+  std::vector<nn::Module*> blocks;
+  for (const auto& [name, block] : model.layers->named_children()) blocks.push_back(block.get());
+  parallel::FullyShard fsdp(model, blocks, world, dist::ProcessGroup::single());
+  optim::AdamW optimizer(fsdp.named_shards());
+  step(model, optimizer, &fsdp);
+  const int64_t mine = training_state_bytes(fsdp.shards(), optimizer);
+  const double ratio = static_cast<double>(mine) / static_cast<double>(whole);
+  if (world.rank() == 0)
+    std::cout << "parameters + gradients + AdamW moments: " << whole << " bytes on one rank, " << mine
+              << " on each of " << n << " (" << ratio * n << " x 1/" << n << ")\n";
+  EXPECT_NEAR(ratio * n, 1.0, 0.1);
+  // Between steps the model's own parameters hold nothing.
+  for (const auto& [name, p] : model.named_parameters()) EXPECT_EQ(p.storage()->nbytes(), 0u) << name;
+  // And reading one says why it cannot.
+  try {
+    model.named_parameters()[0].second.data<float>();
+    ADD_FAILURE() << "a sharded parameter's data was readable";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sharded by FSDP"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FullyShard, CheckpointSavedOnAllRanksLoadsOnFewer) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to shard";
+  const fs::path shared = job_dir(0) / "fsdp_reshard";
+  if (world.rank() == 0) fs::remove_all(shared);
+  world.barrier().wait();
+  auto config = [&](int64_t ranks, int64_t steps, const fs::path& dump) {
+    return small_config({local_batch(ranks), "--training.steps=" + std::to_string(steps),
+                         "--job.dump_folder=" + dump.string(), "--checkpoint.enable=true",
+                         "--checkpoint.interval=3", "--checkpoint.last_save_model_only=false"});
+  };
+  std::ostringstream log;
+  TrainResult straight = Trainer(config(n, 4, shared / "straight"), log, world).train();
+  Trainer(config(n, 3, shared / "saved"), log, world).train();
+  const fs::path saved = shared / "saved" / "checkpoint" / "step-3";
+  ASSERT_TRUE(fs::exists(saved / ("shard-00001-of-0000" + std::to_string(n) + ".safetensors")))
+      << "every rank writes its own shard file";
+  for (int m : {n / 2, 1}) {
+    if (m < 1) continue;
+    // Ranks [0, m) resume from a copy of the checkpoint, as a job of m ranks.
+    const fs::path dump = shared / ("on" + std::to_string(m));
+    if (world.rank() == 0) fs::copy(saved, dump / "checkpoint" / "step-3", fs::copy_options::recursive);
+    world.barrier().wait();
+    dist::ProcessGroup fewer = world.split(world.rank() < m ? 0 : 1, world.rank(), "fewer");
+    if (world.rank() < m) {
+      std::ostringstream resumed_log;
+      TrainResult resumed = Trainer(config(m, 4, dump), resumed_log, fewer).train();
+      EXPECT_EQ(resumed.resumed_from, 3) << resumed_log.str();
+      ASSERT_EQ(resumed.losses.size(), 1u);
+      EXPECT_NEAR(resumed.losses[0], straight.losses[3], 1e-5 * straight.losses[3])
+          << "step 4 on " << m << " ranks after a save on " << n;
+      if (world.rank() == 0)
+        std::cout << "saved on " << n << " ranks, step 4 on " << m << ": loss " << resumed.losses[0] << " vs "
+                  << straight.losses[3] << " uninterrupted\n";
+    }
+    world.barrier().wait();
+  }
+}
+
+}  // namespace
+}  // namespace titan::train

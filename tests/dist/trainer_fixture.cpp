@@ -1,0 +1,47 @@
+#include "trainer_fixture.h"
+
+#include <fstream>
+
+#include "titan/dist/process_group.h"
+
+namespace titan::train::testing {
+
+namespace fs = std::filesystem;
+
+// Set by main() before any test runs.
+extern int64_t g_job_id;
+int64_t g_job_id = 0;
+
+fs::path job_dir(int rank) {
+  return fs::temp_directory_path() /
+         ("titan_dist_test_" + std::to_string(g_job_id) + "_rank" + std::to_string(rank));
+}
+
+JobConfig small_config(const std::vector<std::string>& overrides, const std::string& config) {
+  fs::path dir = job_dir(dist::world().rank());
+  fs::create_directories(dir);
+  fs::path text = dir / "corpus.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
+  }
+  std::vector<std::string> o = {"--training.dataset_path=" + text.string(), "--model.tokenizer_path=",
+                                "--training.seq_len=32", "--training.steps=" + std::to_string(kSteps),
+                                "--training.global_batch_size=" + std::to_string(kGlobalBatch),
+                                "--lr_scheduler.warmup_steps=2", "--optimizer.lr=3e-3", "--metrics.log_freq=100",
+                                "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
+                                "--job.dump_folder=" + (dir / "out").string(),
+                                // debug.toml checkpoints for `make train`; a test that wants
+                                // checkpoints turns them on, so no run resumes from another's.
+                                "--checkpoint.enable=false", "--checkpoint.keep_latest_k=0",
+                                // A stuck collective fails the test in a minute, not five.
+                                "--comm.timeout_seconds=60"};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return load_job_config(std::string(TITAN_SOURCE_DIR) + "/" + config, o);
+}
+
+std::string local_batch(int64_t ranks) {
+  return "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks);
+}
+
+}  // namespace titan::train::testing

@@ -1,0 +1,28 @@
+#pragma once
+// What the distributed trainer tests share: a small job over a tiny corpus, in folders of this
+// job's own, so that two runs of the suite at once (or a leftover of an earlier one) never meet.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "titan/train/job_config.h"
+
+namespace titan::train::testing {
+
+inline constexpr int64_t kGlobalBatch = 8;
+inline constexpr int64_t kSteps = 10;
+
+// A folder of this job (named by rank 0's process id, which main() hands every rank) for
+// `rank`: the folder rank 0 writes is the one every rank reads checkpoints from.
+std::filesystem::path job_dir(int rank);
+
+// The llama3 debug config shrunk to a few seconds a run, with `overrides` last; the corpus and
+// dump folder are this rank's.
+JobConfig small_config(const std::vector<std::string>& overrides,
+                       const std::string& config = "configs/llama3/debug.toml");
+
+// "--training.local_batch_size=" for kGlobalBatch over `ranks` data-parallel ranks.
+std::string local_batch(int64_t ranks);
+
+}  // namespace titan::train::testing
