@@ -27,8 +27,7 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
                        dist::ProcessGroup replicate_group, FullyShardOptions options)
     : shard_group_(std::move(shard_group)),
       replicate_group_(std::move(replicate_group)),
-      options_(options),
-      root_(root) {
+      options_(options) {
   std::map<const nn::Module*, std::string> block_names;
   for (auto& [name, m] : root.named_modules()) block_names.emplace(m, name);
   for (nn::Module* b : blocks) {
@@ -67,10 +66,13 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
     units_[unit].params.push_back(params_.size());
     params_.push_back(std::move(param));
   }
-  // Tied parameters appear in the state dict under each name; storage identifies them.
-  for (auto& [key, t] : root.state_dict())
+  // Tied parameters appear in the state dict under each name; storage identifies them. The
+  // state dict is taken now, as views of a parameter without memory cannot be made later.
+  for (auto& [key, t] : root.state_dict()) {
     for (size_t i = 0; i < params_.size(); ++i)
       if (t.storage() == params_[i].full.storage() && t.sizes() == params_[i].full.sizes()) by_name_[key] = i;
+    if (!by_name_.contains(key)) buffers_.emplace(key, t);
+  }
   for (Unit& u : units_) free_unit(u);
 
   const size_t num_blocks = root_unit;
@@ -210,11 +212,8 @@ std::optional<RowShard> FullyShard::row_shard(const std::string& name) const {
 }
 
 nn::StateDict FullyShard::state_dict() const {
-  nn::StateDict out;
-  for (auto& [name, t] : root_.state_dict()) {
-    auto it = by_name_.find(name);
-    out.emplace(name, it == by_name_.end() ? t : params_[it->second].shard.detach());
-  }
+  nn::StateDict out = buffers_;
+  for (const auto& [name, i] : by_name_) out.emplace(name, params_[i].shard.detach());
   return out;
 }
 

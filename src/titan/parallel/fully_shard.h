@@ -139,10 +139,10 @@ class FullyShard {
   dist::ProcessGroup shard_group_;
   dist::ProcessGroup replicate_group_;
   FullyShardOptions options_;
-  nn::Module& root_;
   std::vector<Param> params_;
   std::vector<Unit> units_;  // blocks in forward order, then the root unit
   std::map<std::string, size_t> by_name_;  // every state-dict name of a parameter -> params_
+  nn::StateDict buffers_;                  // the root's persistent buffers (aliases)
   FullyShardStats stats_;
 };
 
