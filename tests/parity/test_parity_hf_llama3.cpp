@@ -1,4 +1,4 @@
-// titan's Llama 3 against Hugging Face transformers (tests/parity/hf_llama3.py), both ways:
+// titan's Llama 3 against Hugging Face transformers (tests/parity/hf_reference.py), both ways:
 // a LlamaForCausalLM written by save_pretrained (one file, and shards) imports into titan with
 // its logits; titan's export reproduces that very folder's tensors; and a model titan exports
 // loads in transformers with titan's logits. Logits agree to 1e-4 (relative, f32), which needs
@@ -92,8 +92,8 @@ TEST(ParityHfLlama3, ExportLoadsInTransformersWithTitansLogits) {
   train::save_hf_model(out, models::hf_adapter("llama3"), llama3::to_hf_config(model.args()),
                        model.state_dict(), kF32);
   const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
-                          "/tests/parity/hf_llama3.py' logits --model '" + out.string() + "' --out '" +
-                          logits.string() + "'";
+                          "/tests/parity/hf_reference.py' logits --family llama3 --model '" + out.string() +
+                          "' --out '" + logits.string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   ParityCase hf{checkpoint::read_safetensors(logits.string())};
   EXPECT_TRUE(tensors_close(logits_of(model, hf["in.tokens"]), hf["out.logits"], 1e-4, "logits"));

@@ -32,7 +32,7 @@ nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DT
 // `titan convert --to hf`: the model of titan checkpoint `step_dir` (its "model.*" tensors; a
 // full checkpoint's optimizer state is left out) as the HF folder `out`. The checkpoint's state
 // says which model it holds: "hf_config" (written by import_hf_checkpoint), else the [model]
-// section of "config" (the trainer's).
+// and [moe] sections of "config" (the trainer's).
 void export_hf_checkpoint(const std::filesystem::path& step_dir, const std::filesystem::path& out,
                           DType dtype);
 

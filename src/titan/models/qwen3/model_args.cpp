@@ -94,10 +94,6 @@ const std::map<std::string, ModelArgs>& flavors(Family family) {
   return family == Family::dense ? dense_table : moe_table;
 }
 
-const char* family_name(Family family) {
-  return family == Family::dense ? "qwen3" : "qwen3_moe";
-}
-
 std::string fmt_count(double n) {
   char buf[32];
   if (n >= 1e9)
@@ -108,6 +104,10 @@ std::string fmt_count(double n) {
 }
 
 }  // namespace
+
+const char* family_name(Family family) {
+  return family == Family::dense ? "qwen3" : "qwen3_moe";
+}
 
 std::vector<std::string> flavor_names(Family family) {
   // Smallest first, not the map's alphabetical order.

@@ -3,6 +3,7 @@
 // Qwen3MoeForCausalLM), and the sizes they imply without building anything.
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct ModelArgs {
 
 // The two registry families: "qwen3" (dense) and "qwen3_moe", as Hugging Face's model_type.
 enum class Family { dense, moe };
+// Its name there (model.name), which is also its model_type; a Family prints as it.
+const char* family_name(Family family);
+inline std::ostream& operator<<(std::ostream& os, Family family) {
+  return os << family_name(family);
+}
 
 // Dense: "debugmodel", "0.6B", "1.7B", "4B", "8B", "14B", "32B".
 // MoE: "debugmodel", "30B-A3B", "235B-A22B". An unknown name is an error listing the family's.

@@ -2,6 +2,7 @@
 
 #include "titan/models/qwen3/model.h"
 #include "titan/models/qwen3/parallelize.h"
+#include "titan/models/qwen3/state_dict_adapter.h"
 
 namespace titan::models::qwen3 {
 
@@ -10,7 +11,7 @@ namespace {
 // The flavor's args with the job's overrides applied, after checking the choices that cannot be
 // honoured.
 ModelArgs args_from(Family family, const ModelConfig& cfg) {
-  const char* name = family == Family::dense ? "qwen3" : "qwen3_moe";
+  const char* name = family_name(family);
   TITAN_CHECK(cfg.attention == "reference" || cfg.attention == "splash", name, ": unknown model.attention '",
               cfg.attention, "'; choose \"splash\" (block-sparse flash attention) or \"reference\"");
   TITAN_CHECK(cfg.vocab_size >= 0, name, ": model.vocab_size must be 0 (the flavor's own) or positive, got ",
@@ -28,7 +29,7 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
 
 TrainSpec train_spec(Family family) {
   TrainSpec spec;
-  spec.name = family == Family::dense ? "qwen3" : "qwen3_moe";
+  spec.name = family_name(family);
   spec.flavors = flavor_names(family);
   spec.build = [family](const ModelConfig& cfg, int64_t max_seq_len,
                         Generator& gen) -> std::shared_ptr<CausalLM> {
@@ -46,6 +47,18 @@ TrainSpec train_spec(Family family) {
     return s;
   };
   spec.parallelize = parallelize;
+  spec.state_dict_adapter = StateDictAdapter{
+      .hf_model_type = spec.name,
+      .hf_config = [family](const ModelConfig& cfg) { return to_hf_config(args_from(family, cfg)); },
+      .from_hf_config =
+          [family](const nlohmann::json& c) { return matching_flavor(family, parse_hf_config(family, c)); },
+      .hf_shapes = [family](const nlohmann::json& c) { return hf_shapes(parse_hf_config(family, c)); },
+      .to_hf = [family](const nn::StateDict& s,
+                        const nlohmann::json& c) { return to_hf(s, parse_hf_config(family, c)); },
+      .from_hf = [family](const nn::StateDict& s,
+                          const nlohmann::json& c) { return from_hf(s, parse_hf_config(family, c)); },
+      .imported_hf_config = [family](const nlohmann::json& c) { return imported_hf_config(family, c); },
+  };
   return spec;
 }
 
