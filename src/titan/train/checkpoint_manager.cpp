@@ -280,9 +280,15 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
               " with vocab_size ", ours.vocab_size, "; to train it, set --model.flavor=", theirs.flavor,
               " --model.vocab_size=", theirs.vocab_size,
               " (and check the rest of the job config suits that size)");
+  // A family that ties (qwen3) says so in from_hf_config; llama3 unties on import and says nothing.
+  TITAN_CHECK(theirs.weight_tying.value_or(false) == ours.weight_tying.value_or(false), "Hugging Face checkpoint ",
+              dir.string(), (theirs.weight_tying.value_or(false) ? " ties" : " does not tie"),
+              " its output projection to the embedding (tie_word_embeddings), this run ",
+              (ours.weight_tying.value_or(false) ? "does" : "does not"), "; set --model.weight_tying=",
+              theirs.weight_tying.value_or(false) ? "true" : "false");
   nn::StateDict state = load_hf_state(reader, std::nullopt);
   // Stored in bf16 or f32; the model's parameters have their own dtype.
-  for (const auto& [name, t] : parts_.model.state_dict()) {
+  for (const auto& [name, t] : parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict()) {
     auto it = state.find(name);
     if (it != state.end()) it->second = it->second.to(t.dtype());
   }
