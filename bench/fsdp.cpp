@@ -3,10 +3,10 @@
 // rank. Run without mpirun it starts itself under mpirun with 2 and then 4 ranks; under mpirun it
 // measures, on the ranks it was given:
 //   step      mean seconds per optimizer step (one rank: rank 0 alone, the others waiting)
-//   comm      seconds per step blocked in collectives: waiting for all-gathers plus the whole
-//             gradient reduction, with the next block's all-gather prefetched and without
-//   hidden    the share of the all-gather time the prefetch hides (1 - with / without); the
-//             gradient reduction runs after backward and hides nothing (fully_shard.h says why)
+//   comm      seconds per step blocked in collectives, all-gathers and gradient reduction apart,
+//             with FSDP's overlap (next block's all-gather prefetched, each block's
+//             reduce-scatter started once its gradients are complete) and without
+//   hidden    the share of that time the overlap hides (1 - with / without)
 //   peak      the allocator's high-water mark per rank during the steps
 // With more ranks than cores (4 ranks on 2 here), ranks take turns on the cores, so step times
 // measure overlap and memory, not speed-up.
@@ -42,7 +42,7 @@ struct Figures {
 
 // kSteps timed steps after one warm-up, on `world` (one rank: plain training; more: FSDP over
 // all of them).
-Figures measure(dist::ProcessGroup world, bool prefetch) {
+Figures measure(dist::ProcessGroup world, bool overlap) {
   const models::TrainSpec& spec = models::get_train_spec("llama3");
   models::ModelConfig cfg;
   cfg.flavor = "debugmodel";
@@ -50,7 +50,7 @@ Figures measure(dist::ProcessGroup world, bool prefetch) {
   std::shared_ptr<models::CausalLM> model = spec.build(cfg, kSeq, gen);
   dist::DeviceMesh mesh(world, {.dp_shard = -1});
   std::unique_ptr<parallel::FullyShard> fsdp =
-      spec.parallelize(*model, {.mesh = &mesh, .fsdp = {.prefetch = prefetch}});
+      spec.parallelize(*model, {.mesh = &mesh, .fsdp = {.overlap = overlap}});
   auto named = fsdp ? fsdp->named_shards() : model->named_parameters();
   std::vector<Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
@@ -60,18 +60,16 @@ Figures measure(dist::ProcessGroup world, bool prefetch) {
     Tensor tokens = Tensor::rand({kBatchPerRank, kSeq + 1}, data, {}, 0, model->vocab_size()).to(kI64);
     return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
   };
-  std::function<void()> reduce;
-  std::function<double(double)> sum;
-  if (fsdp) {
-    reduce = [&] { fsdp->reduce_gradients(); };
-    sum = [&](double partial) { return fsdp->sum_over_shards(partial); };
-  }
-  train::train_step(*model, optimizer, params, 1.0, 1, next, reduce, sum);
+  train::GradientSync sync;
+  if (fsdp)
+    sync = {.reduce = [&] { fsdp->reduce_gradients(); },
+            .sum_norm_partials = [&](double partial) { return fsdp->sum_over_shards(partial); }};
+  train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
   const parallel::FullyShardStats before = fsdp ? fsdp->stats() : parallel::FullyShardStats{};
   CpuAllocator::instance().reset_peak();
   world.barrier().wait();
   auto t0 = Clock::now();
-  for (int64_t i = 0; i < kSteps; ++i) train::train_step(*model, optimizer, params, 1.0, 1, next, reduce, sum);
+  for (int64_t i = 0; i < kSteps; ++i) train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
   world.barrier().wait();
   Figures f;
   f.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count() / kSteps;
@@ -94,6 +92,7 @@ int run_ranks(dist::ProcessGroup& world) {
   auto worst = [&](double v) { return world.all_reduce(v, dist::ReduceOp::max); };
   const double step = worst(with.step_seconds), gather = worst(with.gather_wait_seconds),
                gather_blocking = worst(without.gather_wait_seconds), reduce = worst(with.reduce_seconds),
+               reduce_blocking = worst(without.reduce_seconds),
                peak = worst(with.peak_bytes), step_blocking = worst(without.step_seconds);
   if (world.rank() != 0) return 0;
   const double mib = 1.0 / (1 << 20);
@@ -103,14 +102,13 @@ int run_ranks(dist::ProcessGroup& world) {
   std::printf("  %-34s %12.3f %12.3f %8.2f\n", "step time (s)", step, one.step_seconds, step / one.step_seconds);
   std::printf("  %-34s %12.1f %12.1f %8.2f\n", "peak memory per rank (MiB)", peak * mib, one.peak_bytes * mib,
               peak / one.peak_bytes);
-  std::printf("  %-34s %12.3f\n", "all-gather wait, prefetch (s)", gather);
-  std::printf("  %-34s %12.3f\n", "all-gather wait, no prefetch (s)", gather_blocking);
-  std::printf("  %-34s %12.3f\n", "gradient reduction (s)", reduce);
-  std::printf("  %-34s %12.3f  (%.0f%% of the step)\n", "communication exposed (s)", gather + reduce,
-              100 * (gather + reduce) / step);
-  std::printf("  %-34s %11.0f%%\n", "all-gather hidden by prefetch",
-              gather_blocking > 0 ? 100 * (1 - gather / gather_blocking) : 0.0);
-  std::printf("  %-34s %12.3f\n", "step time without prefetch (s)", step_blocking);
+  auto hidden = [](double with, double without) { return without > 0 ? 100 * (1 - with / without) : 0.0; };
+  std::printf("  %-34s %12s %12s %8s\n", "blocked in collectives (s/step)", "overlap", "no overlap", "hidden");
+  std::printf("  %-34s %12.3f %12.3f %7.0f%%\n", "all-gathers", gather, gather_blocking, hidden(gather, gather_blocking));
+  std::printf("  %-34s %12.3f %12.3f %7.0f%%\n", "gradient reduction", reduce, reduce_blocking,
+              hidden(reduce, reduce_blocking));
+  std::printf("  %-34s %12.3f %12.3f\n", "step time (s)", step, step_blocking);
+  std::printf("  exposed communication: %.0f%% of the step with overlap\n", 100 * (gather + reduce) / step);
   return 0;
 }
 

@@ -1,5 +1,5 @@
-// FSDP and HSDP on however many ranks the test runs: the same losses as one rank on the same
-// global batch, a 1/N share of the training state per rank, and checkpoints that load on fewer
+// FSDP, HSDP and DDP on however many ranks the test runs: the same losses as one rank on the
+// same global batch, a 1/N share of the training state per rank, and checkpoints that load on fewer
 // ranks than saved them.
 #include <gtest/gtest.h>
 
@@ -48,6 +48,7 @@ struct Layout {
   int64_t replicate;  // dp_shard takes the rest
   std::vector<std::string> overrides;
   std::string config = "configs/llama3/debug.toml";
+  const char* logged = "FSDP";  // what rank 0's log says it runs
 };
 
 TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
@@ -56,19 +57,26 @@ TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
   if (n == 1) GTEST_SKIP() << "one rank has nothing to shard";
   std::vector<Layout> layouts = {
       {"FSDP", 1, {}},
-      // Every path of the hooks: recomputation inside a gathered block, blocks kept gathered
-      // from forward to backward, and gradients accumulated over micro-batches before reducing.
+      // Every path of the hooks: gradients accumulated over micro-batches (reduced during the
+      // last backward only), recomputation inside a gathered block (where every reduction waits
+      // for the end of backward), blocks kept gathered from forward to backward.
+      {"FSDP, 2 micro-batches", 1, {"--training.local_batch_size=" + std::to_string(kGlobalBatch / n / 2)}},
       {"FSDP, full activation checkpointing, no reshard after forward, 2 micro-batches",
        1,
        {"--activation_checkpoint.mode=full", "--parallelism.fsdp_reshard_after_forward=never",
         "--training.local_batch_size=" + std::to_string(kGlobalBatch / n / 2)}},
+      {"DDP, 2 micro-batches",
+       n,
+       {"--training.local_batch_size=" + std::to_string(kGlobalBatch / n / 2)},
+       "configs/llama3/debug.toml",
+       "DDP"},
       // Without its balancing terms: the aux loss is a function of each rank's own batch (its
       // mean over ranks is not the global batch's, in titan as in PyTorch), and the expert bias
       // would need every rank's token counts.
       {"FSDP, Qwen 3 MoE", 1, {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"},
        "configs/qwen3/debug_moe.toml"},
   };
-  if (n % 2 == 0 && n > 2) layouts.push_back({"HSDP", 2, {}});
+  if (n % 2 == 0 && n > 2) layouts.push_back({"HSDP", 2, {}, "configs/llama3/debug.toml", "HSDP"});
   for (const Layout& layout : layouts) {
     // The reference trains on the same global batch in one micro-batch.
     std::vector<std::string> reference_overrides;
@@ -91,7 +99,7 @@ TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
     if (world.rank() == 0) {
       std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
                 << " steps " << worst << "\n";
-      EXPECT_NE(log.str().find(layout.replicate > 1 ? "HSDP" : "FSDP"), std::string::npos) << log.str();
+      EXPECT_NE(log.str().find(layout.logged), std::string::npos) << log.str();
     }
   }
 }

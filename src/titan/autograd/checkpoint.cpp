@@ -60,6 +60,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
            return {Tensor()};
          });
   out.grad_fn()->next_edges.pop_back();
+  out.grad_fn()->rebuilds_graph = true;
   return out;
 }
 

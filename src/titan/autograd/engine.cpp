@@ -31,7 +31,10 @@ void add_into(Tensor& slot, const Tensor& g) {
 // all its consumers: nodes leave the queue in strictly decreasing sequence_nr, which is what lets
 // a rebuilt graph hand gradients to its enclosing pass before their destinations run. Leaf
 // accumulators carry sequence_nr 0, as the first node ever recorded does; on that tie the node
-// with inputs goes first, since it may still send the leaf a gradient.
+// with inputs goes first, since it may still send the leaf a gradient. In a graph that rebuilds
+// nothing a leaf's accumulator does not wait in the queue: it runs as soon as its last
+// contribution arrives, so that hooks on accumulated gradients (data parallelism's reductions)
+// fire while the rest of backward still runs.
 bool runs_after(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
   if (a->sequence_nr != b->sequence_nr) return a->sequence_nr < b->sequence_nr;
   return a->next_edges.empty() && !b->next_edges.empty();
@@ -54,6 +57,7 @@ class GraphTask {
   void deliver(const Edge& e, const Tensor& g);
   void count_below(Node* n);
   void add_to_buffer(const Edge& e, const Tensor& g, const char* from);
+  void execute(const std::shared_ptr<Node>& node);
   void push(const std::shared_ptr<Node>& n) {
     if (queued_.insert(n.get()).second) ready_.push(n);
   }
@@ -65,6 +69,9 @@ class GraphTask {
   GraphTask* parent_;
   uint64_t first_owned_;
   const Node* running_ = nullptr;
+  // Whether leaves accumulate as soon as complete: false once the pass has seen a node that
+  // rebuilds a graph, whose gradients may reach a leaf after its counted ones have.
+  bool eager_leaves_ = true;
   std::unordered_map<Node*, Pending> pending_;
   std::unordered_set<Node*> seen_;
   std::unordered_set<Node*> queued_;
@@ -83,6 +90,7 @@ void GraphTask::count_below(Node* n) {
   while (!stack.empty()) {
     Node* top = stack.back();
     stack.pop_back();
+    if (top->rebuilds_graph) eager_leaves_ = false;
     for (const Edge& e : top->next_edges) {
       if (!e.valid() || !owns(e.node.get())) continue;
       pending_[e.node.get()].deps++;
@@ -135,46 +143,52 @@ void GraphTask::run(const std::vector<Tensor>& roots, const std::vector<Tensor>&
   while (!ready_.empty()) {
     std::shared_ptr<Node> node = ready_.top();
     ready_.pop();
-    auto it = pending_.find(node.get());
-    TITAN_CHECK(it->second.deps == 0, "autograd: internal error: ", node->name(),
-                " was scheduled before all its consumers ran");
-    std::vector<Tensor> in = std::move(it->second.buffer);
-    pending_.erase(it);
-    in.resize(node->output_shapes.size());
-    for (size_t i = 0; i < in.size(); ++i)
-      if (!in[i].defined())
-        in[i] = Tensor::zeros(node->output_shapes[i], {.dtype = node->output_dtypes[i]});
-    for (auto& [idx, hook] : node->output_hooks) {
-      Tensor r = hook(in[idx]);
-      if (r.defined()) in[idx] = r;
+    execute(node);
+  }
+}
+
+void GraphTask::execute(const std::shared_ptr<Node>& node) {
+  auto it = pending_.find(node.get());
+  TITAN_CHECK(it->second.deps == 0, "autograd: internal error: ", node->name(),
+              " was scheduled before all its consumers ran");
+  std::vector<Tensor> in = std::move(it->second.buffer);
+  pending_.erase(it);
+  in.resize(node->output_shapes.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!in[i].defined()) in[i] = Tensor::zeros(node->output_shapes[i], {.dtype = node->output_dtypes[i]});
+  for (auto& [idx, hook] : node->output_hooks) {
+    Tensor r = hook(in[idx]);
+    if (r.defined()) in[idx] = r;
+  }
+  if (capture_) {
+    auto cap = capture_->find(node.get());
+    if (cap != capture_->end()) {
+      cap->second = in[0];
+      return;
     }
-    if (capture_) {
-      auto cap = capture_->find(node.get());
-      if (cap != capture_->end()) {
-        cap->second = in[0];
-        continue;
-      }
+  }
+  std::vector<bool> needs(node->next_edges.size());
+  for (size_t i = 0; i < needs.size(); ++i) needs[i] = node->next_edges[i].valid();
+  running_ = node.get();
+  std::vector<Tensor> out = node->apply(GradContext{in, needs});
+  running_ = nullptr;
+  in.clear();
+  if (!retain_graph_) node->release();
+  TITAN_CHECK(out.size() == node->next_edges.size() || node->next_edges.empty(), "autograd: ", node->name(),
+              " returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
+  for (size_t i = 0; i < node->next_edges.size(); ++i) {
+    const Edge& e = node->next_edges[i];
+    if (!e.valid()) continue;
+    if (!owns(e.node.get())) {
+      if (out[i].defined()) parent_->deliver(e, out[i]);
+      continue;
     }
-    std::vector<bool> needs(node->next_edges.size());
-    for (size_t i = 0; i < needs.size(); ++i) needs[i] = node->next_edges[i].valid();
-    running_ = node.get();
-    std::vector<Tensor> out = node->apply(GradContext{in, needs});
-    running_ = nullptr;
-    in.clear();
-    if (!retain_graph_) node->release();
-    TITAN_CHECK(out.size() == node->next_edges.size() || node->next_edges.empty(), "autograd: ",
-                node->name(), " returned ", out.size(), " gradients for ", node->next_edges.size(),
-                " inputs");
-    for (size_t i = 0; i < node->next_edges.size(); ++i) {
-      const Edge& e = node->next_edges[i];
-      if (!e.valid()) continue;
-      if (!owns(e.node.get())) {
-        if (out[i].defined()) parent_->deliver(e, out[i]);
-        continue;
-      }
-      if (out[i].defined()) add_to_buffer(e, out[i], node->name().c_str());
-      if (--pending_[e.node.get()].deps == 0) push(e.node);
-    }
+    if (out[i].defined()) add_to_buffer(e, out[i], node->name().c_str());
+    if (--pending_[e.node.get()].deps > 0) continue;
+    if (eager_leaves_ && e.node->next_edges.empty() && queued_.insert(e.node.get()).second)
+      execute(e.node);
+    else
+      push(e.node);
   }
 }
 

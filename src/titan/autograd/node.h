@@ -43,6 +43,9 @@ class Node {
   std::vector<Shape> output_shapes;
   std::vector<DType> output_dtypes;
   uint64_t sequence_nr = 0;       // creation order: later nodes run first
+  // Its apply() rebuilds a graph and backpropagates through it (activation checkpointing), so
+  // gradients may reach leaves from inside it at any time until it has run.
+  bool rebuilds_graph = false;
   // Hooks on non-leaf outputs, by output index (Tensor::register_hook).
   std::vector<std::pair<uint32_t, std::function<Tensor(const Tensor&)>>> output_hooks;
 };

@@ -46,6 +46,13 @@ DataParallel::DataParallel(std::vector<Tensor> params, dist::ProcessGroup group,
     bucket.flat = Tensor::empty({numel}, {.dtype = dtypes[b]});
     buckets_.push_back(std::move(bucket));
   }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i : buckets_[b].params)
+      params_[i].register_post_accumulate_grad_hook([this, alive = alive_, b](Tensor&) {
+        if (!*alive) return;
+        Bucket& bucket = buckets_[b];
+        if (sync_ && ++bucket.accumulated == bucket.params.size()) start_reduce(bucket);
+      });
 }
 
 void DataParallel::broadcast_parameters() {
@@ -54,23 +61,26 @@ void DataParallel::broadcast_parameters() {
   for (dist::Work& w : works) w.wait();
 }
 
-void DataParallel::average_gradients() {
-  std::vector<dist::Work> works;
-  for (Bucket& b : buckets_) {
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      const Tensor& p = params_[b.params[k]];
-      Tensor s = slot(b.flat, p, b.offsets[k]);
-      Tensor g = p.grad();
-      if (g.defined())
-        s.copy_(g);
-      else
-        s.zero_();
-    }
-    works.push_back(group_.all_reduce(b.flat, dist::ReduceOp::avg));
+void DataParallel::start_reduce(Bucket& b) {
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params_[b.params[k]];
+    Tensor s = slot(b.flat, p, b.offsets[k]);
+    Tensor g = p.grad();
+    if (g.defined())
+      s.copy_(g);
+    else
+      s.zero_();
   }
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    works[i].wait();
-    const Bucket& b = buckets_[i];
+  b.reducing = group_.all_reduce(b.flat, dist::ReduceOp::avg);
+}
+
+void DataParallel::average_gradients() {
+  for (Bucket& b : buckets_)
+    if (!b.reducing) start_reduce(b);
+  for (Bucket& b : buckets_) {
+    b.reducing->wait();
+    b.reducing.reset();
+    b.accumulated = 0;
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params_[b.params[k]];
       Tensor s = slot(b.flat, p, b.offsets[k]);

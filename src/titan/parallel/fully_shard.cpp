@@ -75,6 +75,15 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
   }
   for (Unit& u : units_) free_unit(u);
 
+  // A unit's gradients are reduced once all its parameters have theirs.
+  for (size_t ui = 0; ui < units_.size(); ++ui)
+    for (size_t i : units_[ui].params)
+      params_[i].full.register_post_accumulate_grad_hook([this, alive = alive_, ui](Tensor&) {
+        if (!*alive) return;
+        Unit& u = units_[ui];
+        if (sync_ && options_.overlap && ++u.accumulated == u.params.size()) start_reduce(u);
+      });
+
   const size_t num_blocks = root_unit;
   units_[root_unit].hooks.push_back(root.register_forward_pre_hook([this, root_unit, num_blocks](nn::Module&) {
     finish_gather(units_[root_unit]);
@@ -98,6 +107,7 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
 }
 
 FullyShard::~FullyShard() {
+  *alive_ = false;
   for (Unit& u : units_)
     for (uint64_t id : u.hooks) u.module->remove_hook(id);
 }
@@ -143,7 +153,7 @@ void FullyShard::free_unit(Unit& u) {
 }
 
 void FullyShard::prefetch(size_t unit) {
-  if (options_.prefetch) start_gather(units_[unit]);
+  if (options_.overlap) start_gather(units_[unit]);
   // MPI advances nonblocking collectives only inside MPI calls: give the ones in flight a turn.
   for (Unit& u : units_)
     for (dist::Work& w : u.pending) w.test();
@@ -157,33 +167,42 @@ void FullyShard::before_block_backward(size_t i) {
   if (i > 0) prefetch(i - 1);
 }
 
-void FullyShard::reduce_gradients() {
-  auto t0 = Clock::now();
+void FullyShard::start_reduce(Unit& u) {
   const int64_t n = shard_group_.size();
-  std::vector<dist::Work> works;
-  std::vector<Tensor> reduced(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i : u.params) {
     Param& p = params_[i];
-    const Shape padded = with_rows(p.full.sizes(), n * p.shard_rows);
     Tensor g = p.full.grad();
     Tensor in;
     if (g.defined() && g.is_contiguous() && p.rows == n * p.shard_rows) {
       in = g;
     } else {
-      in = Tensor::zeros(padded, p.shard.options());
+      in = Tensor::zeros(with_rows(p.full.sizes(), n * p.shard_rows), p.shard.options());
       if (g.defined()) in.narrow(0, 0, p.rows).copy_(g);
     }
-    reduced[i] = Tensor::empty(p.shard.sizes(), p.shard.options());
-    works.push_back(shard_group_.reduce_scatter(reduced[i], in, dist::ReduceOp::avg));
+    u.reduced.push_back(Tensor::empty(p.shard.sizes(), p.shard.options()));
+    u.reducing.push_back(shard_group_.reduce_scatter(u.reduced.back(), in, dist::ReduceOp::avg));
     p.full.set_grad(Tensor());
   }
-  for (dist::Work& w : works) w.wait();
+}
+
+void FullyShard::reduce_gradients() {
+  auto t0 = Clock::now();
+  for (Unit& u : units_)
+    if (u.reducing.empty()) start_reduce(u);
+  for (Unit& u : units_)
+    for (dist::Work& w : u.reducing) w.wait();
   if (replicate_group_.size() > 1) {
-    works.clear();
-    for (const Tensor& g : reduced) works.push_back(replicate_group_.all_reduce(g, dist::ReduceOp::avg));
+    std::vector<dist::Work> works;
+    for (Unit& u : units_)
+      for (const Tensor& g : u.reduced) works.push_back(replicate_group_.all_reduce(g, dist::ReduceOp::avg));
     for (dist::Work& w : works) w.wait();
   }
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].shard.set_grad(reduced[i]);
+  for (Unit& u : units_) {
+    for (size_t k = 0; k < u.params.size(); ++k) params_[u.params[k]].shard.set_grad(u.reduced[k]);
+    u.reducing.clear();
+    u.reduced.clear();
+    u.accumulated = 0;
+  }
   reshard_all();
   stats_.reduce_seconds += seconds_since(t0);
 }

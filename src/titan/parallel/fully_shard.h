@@ -16,15 +16,17 @@
 // autograd graph see the gathered values again in backward. Activation checkpointing composes:
 // its recomputation runs after the gradient hook has gathered the block.
 //
-// Gradients are reduce-scattered (averaged) into the shards' .grad by reduce_gradients() after
-// the step's last backward, unit by unit with every collective started before the first is
-// waited on; with a replicate group (HSDP) the shards' gradients are then averaged across it.
-// They are not reduced during backward: the autograd engine runs every leaf accumulator last
-// (see parallel/data_parallel.h), so until that changes the full gradients of a step exist
-// together at the end of backward, and the memory FSDP saves is in parameters, optimizer states
-// and the gradients kept between steps.
+// Gradients are reduce-scattered (averaged) into the shards' .grad: a unit's reduce-scatter
+// starts as soon as the last of its parameters' gradients is accumulated (a post-accumulate
+// hook), while backward goes on through the units below it, and the full gradients are dropped
+// there; reduce_gradients() after the step's last backward starts what is left, waits, and with a
+// replicate group (HSDP) averages the shards' gradients across it. The autograd engine
+// accumulates a leaf as soon as it is complete only in a graph without activation
+// checkpointing (autograd/engine.cpp says why); with it, every accumulation and so every
+// reduce-scatter comes at the end of backward. Under gradient accumulation only the last
+// micro-batch's backward reduces (set_gradient_sync).
 //
-// All-gathers overlap computation only as far as MPI progresses them: the nonblocking
+// Collectives overlap computation only as far as MPI progresses them: the nonblocking
 // collectives of dist/ advance when this rank calls into MPI, which FSDP does at every hook.
 #include <cstdint>
 #include <map>
@@ -44,9 +46,10 @@ struct FullyShardOptions {
   // Free each block's gathered parameters after its forward and gather them again for its
   // backward; false keeps them from forward to backward (more memory, fewer all-gathers).
   bool reshard_after_forward = true;
-  // Start the next unit's all-gather before the current one computes (benchmarks turn it off to
-  // measure what the overlap hides).
-  bool prefetch = true;
+  // Start collectives early: the next unit's all-gather before the current one computes, and a
+  // unit's reduce-scatter once its gradients are complete. Off, each waits until needed
+  // (benchmarks measure what the overlap hides).
+  bool overlap = true;
 };
 
 // This rank's part of a parameter: rows [row_offset, row_offset + rows) of a tensor of
@@ -57,8 +60,8 @@ struct RowShard {
   Shape global_shape;
 };
 
-// Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers (what the
-// prefetch did not hide) and in reduce_gradients (all of it).
+// Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers and in
+// reduce_gradients (what the overlap did not hide).
 struct FullyShardStats {
   double gather_wait_seconds = 0;
   double reduce_seconds = 0;
@@ -81,6 +84,9 @@ class FullyShard {
   std::vector<std::pair<std::string, Tensor>> named_shards() const;
   std::vector<Tensor> shards() const;
 
+  // Whether the coming backward is the step's last (the default): only then do complete
+  // gradients start their reduce-scatter; otherwise they accumulate in the full gradients.
+  void set_gradient_sync(bool on) { sync_ = on; }
   // Sets every shard's .grad to the average over all data-parallel ranks of its rows of the
   // full gradients (a parameter without one counts as zeros), and drops the full gradients and
   // gathered parameters. Call after the step's last backward.
@@ -127,6 +133,11 @@ class FullyShard {
     std::vector<dist::Work> pending;
     bool gathered_or_gathering = false;
     std::vector<uint64_t> hooks;
+    // Gradient reduction: parameters accumulated so far in this backward, and the reduce-scatters
+    // in flight (their inputs kept alive by the Work, their outputs here).
+    size_t accumulated = 0;
+    std::vector<dist::Work> reducing;
+    std::vector<Tensor> reduced;
   };
 
   void start_gather(Unit& u);
@@ -134,6 +145,7 @@ class FullyShard {
   void free_unit(Unit& u);
   void prefetch(size_t unit);
   void before_block_backward(size_t unit);
+  void start_reduce(Unit& u);
   int64_t valid_rows(const Param& p) const;
 
   dist::ProcessGroup shard_group_;
@@ -144,6 +156,9 @@ class FullyShard {
   std::map<std::string, size_t> by_name_;  // every state-dict name of a parameter -> params_
   nn::StateDict buffers_;                  // the root's persistent buffers (aliases)
   FullyShardStats stats_;
+  bool sync_ = true;
+  // The parameters' accumulate hooks cannot be removed and may outlive this object: they check.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 // TorchTitan's apply_fsdp: every child of `layers` (the model's blocks) a unit of its own, the

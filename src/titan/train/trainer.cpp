@@ -93,8 +93,7 @@ dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) 
 
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
-                     const std::function<void()>& reduce_gradients,
-                     const std::function<double(double)>& sum_norm_partials) {
+                     const GradientSync& sync) {
   optimizer.zero_grad();
   double loss_sum = 0, aux_sum = 0;
   bool has_aux = false;
@@ -109,14 +108,15 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
       loss = loss + aux;
     }
     loss_sum += loss.item();
+    if (sync.before_backward) sync.before_backward(micro == micro_batches - 1);
     (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
   }
-  if (reduce_gradients) reduce_gradients();
+  if (sync.reduce) sync.reduce();
   StepStats stats;
   // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
   // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
   double partial = optim::grad_norm_partial(params, 2.0);
-  if (sum_norm_partials) partial = sum_norm_partials(partial);
+  if (sync.sum_norm_partials) partial = sync.sum_norm_partials(partial);
   stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
   optim::clip_grads_with_norm_(params, max_norm, stats.grad_norm);
   optimizer.step();
@@ -286,15 +286,16 @@ TrainResult Trainer::train() {
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
-    std::function<void()> reduce_gradients;
-    std::function<double(double)> sum_norm_partials;
-    if (s.data_parallel) reduce_gradients = [&] { s.data_parallel->average_gradients(); };
-    if (s.fsdp) {
-      reduce_gradients = [&] { s.fsdp->reduce_gradients(); };
-      sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); };
-    }
+    GradientSync sync;
+    if (s.data_parallel)
+      sync = {.before_backward = [&](bool last) { s.data_parallel->set_gradient_sync(last); },
+              .reduce = [&] { s.data_parallel->average_gradients(); }};
+    if (s.fsdp)
+      sync = {.before_backward = [&](bool last) { s.fsdp->set_gradient_sync(last); },
+              .reduce = [&] { s.fsdp->reduce_gradients(); },
+              .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
     StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
-                                 [&] { return s.loader->next(); }, reduce_gradients, sum_norm_partials);
+                                 [&] { return s.loader->next(); }, sync);
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal

@@ -24,16 +24,26 @@ struct StepStats {
   Scalars extra;
 };
 
+// How data parallelism joins a step; what is left empty is skipped (one process).
+struct GradientSync {
+  // Before each micro-batch's backward, whether it is the step's last: only that one reduces
+  // gradients over the ranks, the others accumulate locally.
+  std::function<void(bool last)> before_backward = nullptr;
+  // After the last backward: finishes averaging the gradients over the ranks.
+  std::function<void()> reduce = nullptr;
+  // This rank's sum of squares of its gradients -> the sum over the ranks that hold the other
+  // shards of them (sharded parameters); unset, this rank's norm is the global one.
+  std::function<double(double)> sum_norm_partials = nullptr;
+};
+
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
 // cross-entropy plus the model's auxiliary loss -> backward (of the loss over `micro_batches`);
-// `reduce_gradients` when given (data parallelism averages them over ranks there); clipping to
-// max_norm, with `sum_norm_partials` (when given) summing this rank's sum of squares over the
-// ranks that hold the other shards of the gradients; AdamW step; the model's end of step. The
-// loss is this rank's. The learning-rate schedule is the caller's. Public so that benchmarks time this very step.
+// the gradient reduction of `sync`; clipping to max_norm over the global norm; AdamW step; the
+// model's end of step. The loss is this rank's. The learning-rate schedule is the caller's.
+// Public so that benchmarks time this very step.
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
-                     const std::function<void()>& reduce_gradients = nullptr,
-                     const std::function<double(double)>& sum_norm_partials = nullptr);
+                     const GradientSync& sync = {});
 
 struct TrainResult {
   // Per optimizer step run by this call: the mean over its micro-batches and the data-parallel
