@@ -39,11 +39,6 @@ Tensor logits_of(llama3::Transformer& model, const Tensor& tokens) {
   return model(tokens);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
-         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
-}
-
 TEST(ParityHfLlama3, SavePretrainedImportsWithTransformersLogits) {
   ParityCase ref{checkpoint::read_safetensors((kRoot / "reference.safetensors").string())};
   auto model = import_model(kRoot / "single");
@@ -52,7 +47,7 @@ TEST(ParityHfLlama3, SavePretrainedImportsWithTransformersLogits) {
   // The sharded copy of the same model: the same tensors through the index.
   auto sharded = import_model(kRoot / "sharded");
   const nn::StateDict want = model->state_dict();
-  for (const auto& [name, t] : sharded->state_dict()) EXPECT_TRUE(same_bits(t, want.at(name))) << name;
+  for (const auto& [name, t] : sharded->state_dict()) EXPECT_TRUE(test::same_bits(t, want.at(name))) << name;
 }
 
 TEST(ParityHfLlama3, ExportReproducesSavePretrainedBitForBit) {
@@ -60,18 +55,7 @@ TEST(ParityHfLlama3, ExportReproducesSavePretrainedBitForBit) {
   const fs::path out = kRoot / "reexported";
   train::save_hf_model(out, models::hf_adapter("llama3"), llama3::to_hf_config(model->args()),
                        model->state_dict(), kF32);
-  checkpoint::SafetensorsFile theirs =
-      checkpoint::read_safetensors((kRoot / "single" / "model.safetensors").string());
-  checkpoint::SafetensorsFile ours = checkpoint::read_safetensors((out / "model.safetensors").string());
-  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
-  for (const auto& [name, t] : theirs.tensors) {
-    ASSERT_TRUE(ours.tensors.count(name)) << "titan's export lacks " << name;
-    EXPECT_TRUE(same_bits(ours.tensors.at(name), t)) << name;
-  }
-  // Every key titan writes has transformers' own value.
-  const nlohmann::json mine = checkpoint::HfReader(out).config(),
-                       hf = checkpoint::HfReader(kRoot / "single").config();
-  for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, hf.value(key, nlohmann::json())) << key;
+  test::expect_same_hf_folder(out, kRoot / "single");
 }
 
 TEST(ParityHfLlama3, ExportLoadsInTransformersWithTitansLogits) {

@@ -60,11 +60,6 @@ Tensor logits_of(qwen3::Transformer& model, const Tensor& tokens) {
   return model(tokens);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
-         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
-}
-
 class ParityHfQwen3 : public ::testing::TestWithParam<Family> {};
 
 INSTANTIATE_TEST_SUITE_P(Families, ParityHfQwen3, ::testing::Values(Family::dense, Family::moe),
@@ -81,18 +76,7 @@ TEST_P(ParityHfQwen3, ExportReproducesSavePretrainedBitForBit) {
   auto model = import_model(original, GetParam());
   train::save_hf_model(out, models::hf_adapter(qwen3::family_name(GetParam())),
                        qwen3::to_hf_config(model->args()), model->state_dict(), kF32);
-  checkpoint::SafetensorsFile theirs =
-      checkpoint::read_safetensors((original / "model.safetensors").string());
-  checkpoint::SafetensorsFile ours = checkpoint::read_safetensors((out / "model.safetensors").string());
-  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
-  for (const auto& [name, t] : theirs.tensors) {
-    ASSERT_TRUE(ours.tensors.count(name)) << "titan's export lacks " << name;
-    EXPECT_TRUE(same_bits(ours.tensors.at(name), t)) << name;
-  }
-  // Every key titan writes has the reference's own value.
-  const nlohmann::json mine = checkpoint::HfReader(out).config(),
-                       hf = checkpoint::HfReader(original).config();
-  for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, hf.value(key, nlohmann::json())) << key;
+  test::expect_same_hf_folder(out, original);
 }
 
 TEST_P(ParityHfQwen3, ExportLoadsThereWithTitansLogits) {

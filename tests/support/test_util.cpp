@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "titan/checkpoint/checkpoint.h"
+#include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/checkpoint/safetensors.h"
 
 namespace titan::test {
 
@@ -37,6 +42,45 @@ Tensor rand_f64(const Shape& s, uint64_t seed, bool requires_grad, double lo, do
 Tensor rand_f32(const Shape& s, uint64_t seed, double lo, double hi) {
   Generator g(seed);
   return Tensor::rand(s, g, {.dtype = kF32}, lo, hi);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
+  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
+}
+
+void expect_same_state(const nn::StateDict& got, const nn::StateDict& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << name;
+    EXPECT_TRUE(same_bits(it->second, t)) << name << ": " << it->second.desc() << " vs " << t.desc();
+  }
+}
+
+nn::StateDict titan_checkpoint_weights(const std::filesystem::path& step_dir) {
+  checkpoint::Reader reader(step_dir);
+  checkpoint::Pieces targets;
+  for (const auto& [name, t] : reader.metadata().tensors)
+    if (name.starts_with("model."))
+      targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
+  reader.load(targets, {.scope = "model."});
+  nn::StateDict out;
+  for (const auto& [name, p] : targets) out.emplace(name.substr(6), p.data);
+  return out;
+}
+
+void expect_same_hf_folder(const std::filesystem::path& exported, const std::filesystem::path& original) {
+  checkpoint::SafetensorsFile theirs = checkpoint::read_safetensors((original / "model.safetensors").string());
+  checkpoint::SafetensorsFile ours = checkpoint::read_safetensors((exported / "model.safetensors").string());
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  for (const auto& [name, t] : theirs.tensors) {
+    ASSERT_TRUE(ours.tensors.count(name)) << "titan's export lacks " << name;
+    EXPECT_TRUE(same_bits(ours.tensors.at(name), t)) << name;
+  }
+  const nlohmann::json mine = checkpoint::HfReader(exported).config(), ref = checkpoint::HfReader(original).config();
+  for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, ref.value(key, nlohmann::json())) << key;
 }
 
 }  // namespace titan::test

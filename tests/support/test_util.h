@@ -3,10 +3,12 @@
 // assertion that an error message names what it should.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/nn/module.h"
 
 namespace titan::test {
 
@@ -20,6 +22,16 @@ double max_rel_error(const Tensor& a, const Tensor& ref, double floor = 1e-6);
 // Random f64 leaf requiring grad (for gradcheck) or f32 tensor, from a fixed stream.
 Tensor rand_f64(const Shape& s, uint64_t seed, bool requires_grad = true, double lo = -1, double hi = 1);
 Tensor rand_f32(const Shape& s, uint64_t seed, double lo = -1, double hi = 1);
+
+// Same dtype, shape and bytes.
+bool same_bits(const Tensor& a, const Tensor& b);
+// `got` holds exactly `want`'s names, each tensor with the same bits.
+void expect_same_state(const nn::StateDict& got, const nn::StateDict& want);
+// The model's tensors ("model.<name>") of titan checkpoint `step_dir`, by our names.
+nn::StateDict titan_checkpoint_weights(const std::filesystem::path& step_dir);
+// Hugging Face folder `exported` (one model.safetensors) holds exactly `original`'s tensors, bit
+// for bit, and every config.json key it writes has `original`'s value.
+void expect_same_hf_folder(const std::filesystem::path& exported, const std::filesystem::path& original);
 
 }  // namespace titan::test
 

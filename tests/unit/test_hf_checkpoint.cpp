@@ -59,21 +59,6 @@ Tensor tokens() {
   return Tensor::from_vector<int64_t>({3, 17, 40, 2, 9, 9, 31, 0, 47, 12, 5, 28}, {2, 6});
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
-
-void expect_same_state(const nn::StateDict& got, const nn::StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    EXPECT_TRUE(same_bits(it->second, t)) << name << ": " << it->second.desc() << " vs " << t.desc();
-  }
-}
-
 // A folder of its own per test, removed unless the test failed.
 class HfFolder : public ::testing::Test {
  protected:
@@ -112,7 +97,7 @@ TEST(HfLlama3Adapter, QkRowsMoveFromPairsToHalvesPerHead) {
   const std::vector<float> want_rows = {0, 2, 4, 1, 3, 5, 6, 8, 10, 7, 9, 11};
   for (int64_t r = 0; r < heads * head_dim; ++r)
     EXPECT_EQ(half.narrow(0, r, 1).to_vector<float>()[0], want_rows[static_cast<size_t>(r)]) << "row " << r;
-  EXPECT_TRUE(same_bits(llama3::half_to_interleaved(half, heads), w));
+  EXPECT_TRUE(test::same_bits(llama3::half_to_interleaved(half, heads), w));
   EXPECT_TITAN_ERROR(llama3::interleaved_to_half(w, 5), "n_heads = 5");
 }
 
@@ -148,15 +133,15 @@ TEST(HfLlama3Adapter, NamesAndShapesAreLlamaForCausalLMs) {
     EXPECT_EQ(hf.at(name).sizes(), shape) << name;
   }
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.1.mlp.gate_proj.weight"), ours.at("layers.1.feed_forward.w1.weight")));
+      test::same_bits(hf.at("model.layers.1.mlp.gate_proj.weight"), ours.at("layers.1.feed_forward.w1.weight")));
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.1.mlp.up_proj.weight"), ours.at("layers.1.feed_forward.w3.weight")));
-  EXPECT_TRUE(same_bits(hf.at("model.layers.0.post_attention_layernorm.weight"),
+      test::same_bits(hf.at("model.layers.1.mlp.up_proj.weight"), ours.at("layers.1.feed_forward.w3.weight")));
+  EXPECT_TRUE(test::same_bits(hf.at("model.layers.0.post_attention_layernorm.weight"),
                         ours.at("layers.0.ffn_norm.weight")));
-  EXPECT_TRUE(same_bits(hf.at("lm_head.weight"), ours.at("output.weight")));
-  EXPECT_TRUE(same_bits(hf.at("model.layers.0.self_attn.k_proj.weight"),
+  EXPECT_TRUE(test::same_bits(hf.at("lm_head.weight"), ours.at("output.weight")));
+  EXPECT_TRUE(test::same_bits(hf.at("model.layers.0.self_attn.k_proj.weight"),
                         llama3::interleaved_to_half(ours.at("layers.0.attention.wk.weight"), 2)));
-  expect_same_state(llama3::from_hf(hf, llama3::parse_hf_config(llama3::to_hf_config(tiny_args()))), ours);
+  test::expect_same_state(llama3::from_hf(hf, llama3::parse_hf_config(llama3::to_hf_config(tiny_args()))), ours);
 
   nn::StateDict foreign = hf;
   foreign["model.layers.0.self_attn.rotary_emb.inv_freq"] = Tensor::zeros({4});
@@ -248,7 +233,7 @@ TEST(HfLlama3Adapter, TiedEmbeddingsImportAsAnUntiedCopy) {
   nn::StateDict hf = llama3::to_hf(tiny_model(2)->state_dict(), tiny_args());
   hf.erase("lm_head.weight");
   const nn::StateDict ours = llama3::from_hf(hf, tied);
-  EXPECT_TRUE(same_bits(ours.at("output.weight"), ours.at("tok_embeddings.weight")));
+  EXPECT_TRUE(test::same_bits(ours.at("output.weight"), ours.at("tok_embeddings.weight")));
   EXPECT_FALSE(ours.at("output.weight").is_same(ours.at("tok_embeddings.weight")));
 }
 
@@ -267,17 +252,6 @@ void save_titan(const fs::path& step_dir, const Transformer& model) {
                    {{"step", 7}, {"model_only", true}, {"hf_config", llama3::to_hf_config(tiny_args())}});
 }
 
-nn::StateDict load_titan(const fs::path& step_dir) {
-  checkpoint::Reader reader(step_dir);
-  checkpoint::Pieces targets;
-  for (const auto& [name, t] : reader.metadata().tensors)
-    targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
-  reader.load(targets);
-  nn::StateDict out;
-  for (const auto& [name, p] : targets) out.emplace(name.substr(6), p.data);
-  return out;
-}
-
 TEST_F(HfFolder, TitanToHfToTitanIsBitIdenticalWithIdenticalLogits) {
   auto model = tiny_model(3);
   save_titan(dir / "step-7", *model);
@@ -291,14 +265,14 @@ TEST_F(HfFolder, TitanToHfToTitanIsBitIdenticalWithIdenticalLogits) {
   EXPECT_EQ(weights.entry("model.layers.1.self_attn.q_proj.weight").dtype, kF32);
 
   train::import_hf_checkpoint(dir / "hf", dir / "back");
-  const nn::StateDict back = load_titan(dir / "back");
-  expect_same_state(back, model->state_dict());
+  const nn::StateDict back = test::titan_checkpoint_weights(dir / "back");
+  test::expect_same_state(back, model->state_dict());
   EXPECT_TRUE(checkpoint::read_metadata(dir / "back").state["model_only"].get<bool>());
 
   Transformer reloaded(tiny_args());
   reloaded.load_state_dict(back);
   autograd::NoGradGuard no_grad;
-  EXPECT_TRUE(same_bits(reloaded(tokens()), (*model)(tokens())));
+  EXPECT_TRUE(test::same_bits(reloaded(tokens()), (*model)(tokens())));
 }
 
 TEST_F(HfFolder, Bf16ExportRoundsOnceAndImportsAsStored) {
@@ -310,8 +284,8 @@ TEST_F(HfFolder, Bf16ExportRoundsOnceAndImportsAsStored) {
   const nn::StateDict bf16 = train::load_hf_state(reader, std::nullopt);
   const nn::StateDict f32 = train::load_hf_state(reader, kF32);
   for (const auto& [name, t] : model->state_dict()) {
-    EXPECT_TRUE(same_bits(bf16.at(name), t.detach().to(kBF16))) << name;
-    EXPECT_TRUE(same_bits(f32.at(name), t.detach().to(kBF16).to(kF32))) << name;
+    EXPECT_TRUE(test::same_bits(bf16.at(name), t.detach().to(kBF16))) << name;
+    EXPECT_TRUE(test::same_bits(f32.at(name), t.detach().to(kBF16).to(kF32))) << name;
   }
 }
 
@@ -336,7 +310,7 @@ TEST_F(HfFolder, ShardedFoldersAreReadThroughTheirIndex) {
   checkpoint::write_safetensors((f / "model-00002-of-00002.safetensors").string(), second);
   write_json(f / "model.safetensors.index.json",
              {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}});
-  expect_same_state(train::load_hf_state(checkpoint::HfReader(f), std::nullopt), model->state_dict());
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(f), std::nullopt), model->state_dict());
 
   // The index names a file that is not there; puts a tensor in the wrong file; leaves one out.
   json broken = weight_map;
@@ -377,8 +351,8 @@ TEST_F(HfFolder, TiedCheckpointConvertsToTitanAndBackUntied) {
   EXPECT_EQ(exported["bos_token_id"], 5) << "keys titan does not model are kept";
   checkpoint::SafetensorsFile f =
       checkpoint::read_safetensors((dir / "untied" / "model.safetensors").string());
-  EXPECT_TRUE(same_bits(f.tensors.at("lm_head.weight"), hf.at("model.embed_tokens.weight")));
-  for (const auto& [name, t] : hf) EXPECT_TRUE(same_bits(f.tensors.at(name), t)) << name;
+  EXPECT_TRUE(test::same_bits(f.tensors.at("lm_head.weight"), hf.at("model.embed_tokens.weight")));
+  for (const auto& [name, t] : hf) EXPECT_TRUE(test::same_bits(f.tensors.at(name), t)) << name;
 }
 
 TEST_F(HfFolder, MissingExtraAndMisshapedTensorsAreNamedWithTheirFile) {
@@ -436,7 +410,7 @@ TEST_F(HfFolder, ExportRefusesWeightsThatContradictConfigAndReplacesAtomically) 
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"hf"}) << "a staging folder was left behind";
-  expect_same_state(train::load_hf_state(checkpoint::HfReader(dir / "hf"), kF32), [&] {
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(dir / "hf"), kF32), [&] {
     nn::StateDict s;
     for (const auto& [n, t] : other->state_dict()) s[n] = t.detach().to(kBF16).to(kF32);
     return s;

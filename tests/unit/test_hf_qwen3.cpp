@@ -48,21 +48,6 @@ Tensor tokens() {
   return Tensor::from_vector<int64_t>({3, 17, 40, 2, 9, 9, 31, 0, 47, 12, 5, 28}, {2, 6});
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
-
-void expect_same_state(const nn::StateDict& got, const nn::StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    EXPECT_TRUE(same_bits(it->second, t)) << name << ": " << it->second.desc() << " vs " << t.desc();
-  }
-}
-
 json read_json(const fs::path& p) {
   std::ifstream in(p);
   return json::parse(in);
@@ -87,21 +72,21 @@ TEST_P(HfQwen3, ExportMatchesHfShapesAndImportGivesTheSameBits) {
     ASSERT_TRUE(hf.count(name)) << name;
     EXPECT_EQ(hf.at(name).sizes(), shape) << name;
   }
-  expect_same_state(qwen3::from_hf(hf, args), ours);
+  test::expect_same_state(qwen3::from_hf(hf, args), ours);
 
   // Both rotate halves: q and k keep their rows.
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.1.self_attn.q_proj.weight"), ours.at("layers.1.attention.wq.weight")));
+      test::same_bits(hf.at("model.layers.1.self_attn.q_proj.weight"), ours.at("layers.1.attention.wq.weight")));
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.1.self_attn.k_proj.weight"), ours.at("layers.1.attention.wk.weight")));
-  EXPECT_TRUE(same_bits(hf.at("model.layers.0.self_attn.k_norm.weight"),
+      test::same_bits(hf.at("model.layers.1.self_attn.k_proj.weight"), ours.at("layers.1.attention.wk.weight")));
+  EXPECT_TRUE(test::same_bits(hf.at("model.layers.0.self_attn.k_norm.weight"),
                         ours.at("layers.0.attention.k_norm.weight")));
-  EXPECT_TRUE(same_bits(hf.at("model.layers.2.post_attention_layernorm.weight"),
+  EXPECT_TRUE(test::same_bits(hf.at("model.layers.2.post_attention_layernorm.weight"),
                         ours.at("layers.2.ffn_norm.weight")));
-  EXPECT_TRUE(same_bits(hf.at("lm_head.weight"), ours.at("output.weight")));
+  EXPECT_TRUE(test::same_bits(hf.at("lm_head.weight"), ours.at("output.weight")));
   if (GetParam() == Family::dense) {
     EXPECT_TRUE(
-        same_bits(hf.at("model.layers.1.mlp.up_proj.weight"), ours.at("layers.1.feed_forward.w3.weight")));
+        test::same_bits(hf.at("model.layers.1.mlp.up_proj.weight"), ours.at("layers.1.feed_forward.w3.weight")));
     return;
   }
   EXPECT_EQ(hf.count("model.layers.0.mlp.experts.7.gate_proj.weight"), 1u);
@@ -109,11 +94,11 @@ TEST_P(HfQwen3, ExportMatchesHfShapesAndImportGivesTheSameBits) {
   // Expert e of HF is row e of our stack, as it is: [out, in] both.
   const Tensor& w2 = ours.at("layers.3.moe.experts.w2");
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.3.mlp.experts.5.down_proj.weight"), w2.narrow(0, 5, 1).squeeze(0)));
+      test::same_bits(hf.at("model.layers.3.mlp.experts.5.down_proj.weight"), w2.narrow(0, 5, 1).squeeze(0)));
   const Tensor& w1 = ours.at("layers.2.moe.experts.w1");
   EXPECT_TRUE(
-      same_bits(hf.at("model.layers.2.mlp.experts.0.gate_proj.weight"), w1.narrow(0, 0, 1).squeeze(0)));
-  EXPECT_TRUE(same_bits(hf.at("model.layers.1.mlp.gate.weight"), ours.at("layers.1.moe.router.gate.weight")));
+      test::same_bits(hf.at("model.layers.2.mlp.experts.0.gate_proj.weight"), w1.narrow(0, 0, 1).squeeze(0)));
+  EXPECT_TRUE(test::same_bits(hf.at("model.layers.1.mlp.gate.weight"), ours.at("layers.1.moe.router.gate.weight")));
 }
 
 TEST_P(HfQwen3, ForeignAndMissingTensorsAreNamed) {
@@ -163,11 +148,11 @@ TEST(HfQwen3Dense, TiedEmbeddingsWriteNoLmHeadAndImportTied) {
   EXPECT_FALSE(qwen3::hf_shapes(qwen3::parse_hf_config(Family::dense, config)).count("lm_head.weight"));
   const nn::StateDict back = qwen3::from_hf(hf, qwen3::parse_hf_config(Family::dense, config));
   EXPECT_FALSE(back.count("output.weight"));
-  expect_same_state(back, model->state_dict());
+  test::expect_same_state(back, model->state_dict());
   Transformer reloaded(qwen3::parse_hf_config(Family::dense, config));
   reloaded.load_state_dict(back);
   autograd::NoGradGuard no_grad;
-  EXPECT_TRUE(same_bits(reloaded(tokens()), (*model)(tokens())));
+  EXPECT_TRUE(test::same_bits(reloaded(tokens()), (*model)(tokens())));
 }
 
 // ---- config.json --------------------------------------------------------------------------------
@@ -359,18 +344,6 @@ class HfQwen3Folder : public ::testing::TestWithParam<Family> {
 INSTANTIATE_TEST_SUITE_P(Families, HfQwen3Folder, ::testing::Values(Family::dense, Family::moe),
                          [](const auto& info) { return std::string(qwen3::family_name(info.param)); });
 
-nn::StateDict load_titan(const fs::path& step_dir) {
-  checkpoint::Reader reader(step_dir);
-  checkpoint::Pieces targets;
-  for (const auto& [name, t] : reader.metadata().tensors)
-    if (name.starts_with("model."))
-      targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
-  reader.load(targets, {.scope = "model."});
-  nn::StateDict out;
-  for (const auto& [name, p] : targets) out.emplace(name.substr(6), p.data);
-  return out;
-}
-
 TEST_P(HfQwen3Folder, ConvertToHfAndBackIsBitIdenticalWithIdenticalLogits) {
   ModelArgs args = debug_args(GetParam());
   // Tied in the dense case, so that a folder without lm_head goes both ways too.
@@ -394,14 +367,14 @@ TEST_P(HfQwen3Folder, ConvertToHfAndBackIsBitIdenticalWithIdenticalLogits) {
   EXPECT_EQ(m.weight_tying, args.tie_embeddings);
 
   train::import_hf_checkpoint(dir / "hf", dir / "back");
-  const nn::StateDict back = load_titan(dir / "back");
-  expect_same_state(back, model->state_dict());
+  const nn::StateDict back = test::titan_checkpoint_weights(dir / "back");
+  test::expect_same_state(back, model->state_dict());
   EXPECT_EQ(checkpoint::read_metadata(dir / "back").state["hf_config"], written)
       << "the imported model is the folder's, its own keys kept";
   Transformer reloaded(args);
   reloaded.load_state_dict(back);
   autograd::NoGradGuard no_grad;
-  EXPECT_TRUE(same_bits(reloaded(tokens()), (*model)(tokens())));
+  EXPECT_TRUE(test::same_bits(reloaded(tokens()), (*model)(tokens())));
 }
 
 // ---- training into and from HF folders ------------------------------------------------------------
@@ -445,12 +418,12 @@ TEST_P(HfQwen3Folder, TrainingEndsInAnHfFolderThatSeedsAnotherRun) {
   const fs::path hf = dir / "ckpt" / "step-2";
   ASSERT_TRUE(checkpoint::is_hf_dir(hf));
   // The same run trained the same weights: HF's names and layouts, turned back, bit for bit.
-  expect_same_state(train::load_hf_state(checkpoint::HfReader(hf), std::nullopt), load_titan(titan_export));
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(hf), std::nullopt), test::titan_checkpoint_weights(titan_export));
   // titan convert --to hf of the titan export writes that folder again, [moe] keys included.
   train::export_hf_checkpoint(titan_export, dir / "converted", kF32);
   EXPECT_EQ(read_json(dir / "converted" / "config.json"), read_json(hf / "config.json"));
-  expect_same_state(train::load_hf_state(checkpoint::HfReader(dir / "converted"), std::nullopt),
-                    load_titan(titan_export));
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(dir / "converted"), std::nullopt),
+                    test::titan_checkpoint_weights(titan_export));
 
   auto seeded = [&](const fs::path& from, const std::string& sub) {
     return run(job(

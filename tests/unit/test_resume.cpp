@@ -367,30 +367,6 @@ TEST_F(Resume, KillsAtRandomMomentsNeverLoseTheLastCompleteCheckpoint) {
 
 // ---- Hugging Face export and import -------------------------------------------------------------
 
-// The model's tensors of a titan checkpoint, by our names.
-nn::StateDict titan_weights(const fs::path& step_dir) {
-  checkpoint::Reader reader(step_dir);
-  checkpoint::Pieces targets;
-  for (const auto& [name, t] : reader.metadata().tensors)
-    if (name.starts_with("model."))
-      targets.emplace(name, checkpoint::whole(Tensor::empty(t.shape, {.dtype = t.dtype})));
-  reader.load(targets, {.scope = "model."});
-  nn::StateDict out;
-  for (const auto& [name, p] : targets) out.emplace(name.substr(6), p.data);
-  return out;
-}
-
-void expect_same_bits(const nn::StateDict& got, const nn::StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    const Tensor& g = got.at(name);
-    ASSERT_EQ(g.dtype(), t.dtype()) << name;
-    ASSERT_EQ(g.sizes(), t.sizes()) << name;
-    EXPECT_EQ(std::memcmp(g.contiguous().data_ptr(), t.contiguous().data_ptr(), t.nbytes()), 0) << name;
-  }
-}
-
 TEST_F(Resume, FinalSaveInHfHoldsTheTrainedWeightsAndSeedsAnotherRun) {
   const std::vector<std::string> o = {"--training.steps=3", "--checkpoint.enable=true"};
   run(config(dir, o));
@@ -403,7 +379,7 @@ TEST_F(Resume, FinalSaveInHfHoldsTheTrainedWeightsAndSeedsAnotherRun) {
   EXPECT_NE(log.find("step-3 (Hugging Face"), std::string::npos) << log;
   EXPECT_EQ(steps_in(folder(dir)), (std::vector<int64_t>{3}));
   // The same run trained the same weights: HF's names and layouts, turned back, bit for bit.
-  expect_same_bits(train::load_hf_state(checkpoint::HfReader(hf), std::nullopt), titan_weights(titan_export));
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(hf), std::nullopt), test::titan_checkpoint_weights(titan_export));
 
   TrainResult again = run(config(dir, with(o, {"--checkpoint.last_save_in_hf=true"})));
   EXPECT_EQ(again.resumed_from, 3) << "a finished run's HF export leaves nothing to run";
@@ -465,8 +441,8 @@ TEST_F(Resume, ConvertCommandExportsAFullCheckpointAndImportsItBack) {
       << read_file(log);
   // The optimizer state stays behind; the weights went through bf16 once.
   nn::StateDict rounded;
-  for (const auto& [name, t] : titan_weights(step)) rounded.emplace(name, t.to(kBF16));
-  expect_same_bits(titan_weights(back), rounded);
+  for (const auto& [name, t] : test::titan_checkpoint_weights(step)) rounded.emplace(name, t.to(kBF16));
+  test::expect_same_state(test::titan_checkpoint_weights(back), rounded);
   EXPECT_EQ(checkpoint::read_metadata(back).tensors.size(), rounded.size());
 
   EXPECT_NE(convert("--to hf --checkpoint '" + step.string() + "'"), 0);

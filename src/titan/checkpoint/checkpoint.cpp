@@ -139,6 +139,18 @@ std::string share_file(int rank) {
   return "share-" + std::to_string(rank) + ".json";
 }
 
+// The whole of `in` as JSON; `what` names it in the error.
+json parse_json(std::istream& in, const std::string& what) {
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    TITAN_CHECK(false, what, ": not valid JSON: ", e.what());
+  }
+  return {};
+}
+
 void pause_for_tests() {
   if (const char* ms = std::getenv("TITAN_CHECKPOINT_TEST_DELAY_MS"))
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(ms)));
@@ -242,15 +254,7 @@ Metadata read_metadata(const fs::path& dir) {
   std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(in.good(), "checkpoint ", dir.string(), ": no ", kMetadataFile,
               "; an incomplete or foreign folder (a complete checkpoint always has one)");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    TITAN_CHECK(false, "checkpoint ", path.string(), ": not valid JSON: ", e.what());
-  }
-  Metadata m = from_json(j, path.string());
+  Metadata m = from_json(parse_json(in, "checkpoint " + path.string()), path.string());
   Problems problems;
   check_structure(m, problems);
   TITAN_CHECK(problems.empty(), "checkpoint ", path.string(), " is inconsistent:", problems.str(),
@@ -348,16 +352,9 @@ void save_collective(const fs::path& dir, const Pieces& pieces, const json& stat
       for (int r = 1; r < ranks; ++r) {
         const fs::path path = stage / share_file(r);
         std::ifstream in(path, std::ios::binary);
-        std::stringstream text;
-        text << in.rdbuf();
-        json j;
-        try {
-          j = json::parse(text.str());
-        } catch (const json::exception& e) {
-          TITAN_CHECK(false, "checkpoint: rank ", r, "'s share of the metadata, ", path.string(),
-                      ", is not valid JSON: ", e.what());
-        }
-        merge(m, from_json(j, path.string()));
+        merge(m, from_json(parse_json(in, "checkpoint: rank " + std::to_string(r) + "'s share of the metadata, " +
+                                              path.string() + ","),
+                           path.string()));
         fs::remove(path);
       }
       m.state = state;
