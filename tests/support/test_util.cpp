@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unistd.h>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -42,6 +43,23 @@ Tensor rand_f64(const Shape& s, uint64_t seed, bool requires_grad, double lo, do
 Tensor rand_f32(const Shape& s, uint64_t seed, double lo, double hi) {
   Generator g(seed);
   return Tensor::rand(s, g, {.dtype = kF32}, lo, hi);
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  std::string clean = name;
+  for (char& c : clean)
+    if (c == '/') c = '_';
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("titan_" + clean + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::filesystem::path fresh_temp_dir(const std::string& name) {
+  std::filesystem::path dir = temp_dir(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {

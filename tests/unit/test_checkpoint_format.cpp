@@ -16,10 +16,7 @@ using json = nlohmann::json;
 
 // A fresh, empty folder per test, so that tests may run in parallel.
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("titan_ckpt_format_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test::fresh_temp_dir("ckpt_format_" + name);
 }
 
 Tensor iota(const Shape& shape, double start = 0) {

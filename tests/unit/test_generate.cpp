@@ -120,8 +120,7 @@ TEST(Generate, BadInputsAreClearErrors) {
 class GenerateFromCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          (std::string("titan_generate_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = test::temp_dir(std::string("generate_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
     // The debug model at the byte tokenizer's vocabulary, to keep the files small.

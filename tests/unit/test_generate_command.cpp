@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/test_util.h"
 #include "titan/train/trainer.h"
 
 namespace titan {
@@ -31,8 +32,8 @@ std::string slurp(const fs::path& p) {
 class GenerateCommand : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / (std::string("titan_generate_command_") +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = test::temp_dir(std::string("generate_command_") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

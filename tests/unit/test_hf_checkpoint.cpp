@@ -63,8 +63,7 @@ Tensor tokens() {
 class HfFolder : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          (std::string("titan_hf_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = test::temp_dir(std::string("hf_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
   }

@@ -328,12 +328,7 @@ TEST_P(HfQwen3, ConfigsItCannotComputeAreErrorsNamingTheKey) {
 class HfQwen3Folder : public ::testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    for (char& c : name)
-      if (c == '/') c = '_';
-    dir = fs::temp_directory_path() / ("titan_hf_qwen3_" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    dir = test::fresh_temp_dir(std::string("hf_qwen3_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir);
@@ -436,9 +431,7 @@ TEST_P(HfQwen3Folder, TrainingEndsInAnHfFolderThatSeedsAnotherRun) {
 }
 
 TEST(HfQwen3Moe, ARunWithTheExpertBiasRefusesAnHfExportBeforeTraining) {
-  const fs::path dir = fs::temp_directory_path() / "titan_hf_qwen3_expert_bias";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = test::fresh_temp_dir("hf_qwen3_expert_bias");
   std::ostringstream log;
   EXPECT_TITAN_ERROR(
       train::Trainer(

@@ -34,8 +34,7 @@ using json = nlohmann::json;
 class Resume : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          (std::string("titan_resume_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = test::temp_dir(std::string("resume_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
     std::ofstream f(dir / "corpus.txt");

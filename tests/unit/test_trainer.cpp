@@ -19,8 +19,7 @@ namespace fs = std::filesystem;
 // A small debugmodel run on a small text, fast enough for a unit test; `base` is a shipped config.
 JobConfig small_config(const std::vector<std::string>& overrides = {},
                        const std::string& base = "llama3/debug.toml") {
-  fs::path dir = fs::temp_directory_path() / "titan_trainer_test";
-  fs::create_directories(dir);
+  fs::path dir = test::temp_dir("trainer_test");
   fs::path text = dir / "corpus.txt";
   if (!fs::exists(text)) {
     std::ofstream f(text);
@@ -73,7 +72,7 @@ TEST(Trainer, ActivationCheckpointingGivesIdenticalLosses) {
 }
 
 TEST(Trainer, MoEAuxiliaryLossAndExpertLoadReachTheMetrics) {
-  const fs::path dump = fs::temp_directory_path() / "titan_trainer_test" / "moe";
+  const fs::path dump = test::temp_dir("trainer_test") / "moe";
   fs::remove_all(dump);
   const std::vector<std::string> o = {"--metrics.enable_jsonl=true", "--metrics.log_freq=1",
                                       "--job.dump_folder=" + dump.string()};
