@@ -358,6 +358,7 @@ StopOnSignal::StopOnSignal() {
 StopOnSignal::~StopOnSignal() {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
+  reset();
 }
 bool StopOnSignal::requested() {
   return g_stop.load();

@@ -74,7 +74,8 @@ class Trainer {
 };
 
 // Installs SIGINT/SIGTERM handlers that ask the running trainer to stop after its current step
-// (a second signal exits at once), and restores the previous handlers when destroyed.
+// (a second signal exits at once), and restores the default handlers when destroyed, forgetting
+// a stop it was asked for (so that a later run in the same process starts unstopped).
 class StopOnSignal {
  public:
   StopOnSignal();
