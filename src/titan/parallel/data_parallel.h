@@ -44,7 +44,6 @@ class DataParallel {
   void average_gradients();
 
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
-  dist::ProcessGroup& group() { return group_; }
 
  private:
   struct Bucket {

@@ -126,7 +126,6 @@ void FullyShard::start_gather(Unit& u) {
     u.pending.push_back(shard_group_.all_gather(buf, p.shard));
     u.gathered.push_back(buf);
   }
-  ++stats_.all_gathers;
 }
 
 void FullyShard::finish_gather(Unit& u) {

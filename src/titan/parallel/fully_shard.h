@@ -65,7 +65,6 @@ struct RowShard {
 struct FullyShardStats {
   double gather_wait_seconds = 0;
   double reduce_seconds = 0;
-  int64_t all_gathers = 0;
 };
 
 class FullyShard {
@@ -109,7 +108,6 @@ class FullyShard {
   void unshard_all();
   void reshard_all();
 
-  dist::ProcessGroup& shard_group() { return shard_group_; }
   // Whether this rank is in the first replica (HSDP): the replicas hold identical shards, so a
   // checkpoint takes the first's.
   bool first_replica() const { return replicate_group_.rank() == 0; }
