@@ -430,6 +430,20 @@ TEST_P(HfQwen3Folder, TrainingEndsInAnHfFolderThatSeedsAnotherRun) {
   EXPECT_EQ(from_hf.losses, from_titan.losses) << "the HF export seeds a run as the titan export does";
 }
 
+TEST(HfQwen3, SeedingFromAFolderTiedOtherwiseNamesTheKeyToSet) {
+  const fs::path dir = test::fresh_temp_dir("hf_qwen3_tying");
+  run(job(Family::dense, dir, {"--model.weight_tying=true", "--checkpoint.last_save_in_hf=true"}));
+  const fs::path hf = dir / "ckpt" / "step-2";
+  ASSERT_TRUE(checkpoint::is_hf_dir(hf));
+  std::ostringstream log;
+  EXPECT_TITAN_ERROR(train::Trainer(job(Family::dense, dir,
+                                        {"--model.weight_tying=false", "--checkpoint.folder=" + (dir / "seeded").string(),
+                                         "--checkpoint.initial_load_path=" + hf.string()}),
+                                    log),
+                     "tie_word_embeddings", "--model.weight_tying=true");
+  fs::remove_all(dir);
+}
+
 TEST(HfQwen3Moe, ARunWithTheExpertBiasRefusesAnHfExportBeforeTraining) {
   const fs::path dir = test::fresh_temp_dir("hf_qwen3_expert_bias");
   std::ostringstream log;
