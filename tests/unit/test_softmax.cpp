@@ -1,12 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <vector>
 
 #include "support/test_util.h"
 #include "titan/autograd/engine.h"
 #include "titan/autograd/gradcheck.h"
+#include "titan/kernels/cpu/softmax.h"
+#include "titan/kernels/cpu/streaming_store.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 #include "titan/ops/softmax.h"
@@ -119,6 +123,31 @@ TEST(Softmax, F32RowsAgreeWithF64) {
   for (double s : rowsum.to_vector<double>()) EXPECT_NEAR(s, 1.0, 1e-5);
   EXPECT_TRUE(test::tensors_close(ops::exp(ops::log_softmax(x32, 0)), ops::softmax(x32, 0), 1e-6,
                                   "exp(log_softmax) vs softmax along dim 0"));
+}
+
+TEST(Softmax, StreamedLargeOutputEqualsCachedRowsBitForBit) {
+  // Beyond kernels::cpu::kStreamingBytes the kernels write through non-temporal stores; an odd
+  // row length starts most rows off a 32-byte boundary. Small slices of the same rows stay below
+  // the threshold, so the two paths must agree to the bit.
+  using kernels::cpu::SoftmaxKind;
+  const int64_t n = 4099, rows = kernels::cpu::kStreamingBytes / (4 * n) + 3;
+  ASSERT_TRUE(kernels::cpu::wants_streaming(rows * n, 4));
+  Tensor x = test::rand_f32({rows, n}, 52, -12, 12), dy = test::rand_f32({rows, n}, 53, -1, 1);
+  const float* xp = x.data<float>();
+  const float* gp = dy.data<float>();
+  for (SoftmaxKind kind : {SoftmaxKind::softmax, SoftmaxKind::log_softmax}) {
+    std::vector<float> y(static_cast<size_t>(rows * n)), y_rows(y.size()), dx(y.size()), dx_rows(y.size());
+    kernels::cpu::softmax_fwd(kind, xp, y.data(), rows, n);
+    kernels::cpu::softmax_bwd(kind, y.data(), gp, dx.data(), rows, n);
+    for (int64_t r = 0; r < rows; r += 7) {
+      const int64_t len = std::min<int64_t>(7, rows - r);
+      ASSERT_FALSE(kernels::cpu::wants_streaming(len * n, 4));
+      kernels::cpu::softmax_fwd(kind, xp + r * n, y_rows.data() + r * n, len, n);
+      kernels::cpu::softmax_bwd(kind, y.data() + r * n, gp + r * n, dx_rows.data() + r * n, len, n);
+    }
+    EXPECT_TRUE(y == y_rows) << (kind == SoftmaxKind::softmax ? "softmax" : "log_softmax") << " forward";
+    EXPECT_TRUE(dx == dx_rows) << (kind == SoftmaxKind::softmax ? "softmax" : "log_softmax") << " backward";
+  }
 }
 
 TEST(Softmax, ScalarAndEmpty) {
