@@ -444,6 +444,32 @@ TEST(HfQwen3, SeedingFromAFolderTiedOtherwiseNamesTheKeyToSet) {
   fs::remove_all(dir);
 }
 
+TEST(HfQwen3Moe, ARunWithTheExpertBiasStartsFromAnHfFolderWithTheBiasAtZero) {
+  const fs::path dir = test::fresh_temp_dir("hf_qwen3_seed_expert_bias");
+  run(job(Family::moe, dir, {"--checkpoint.last_save_in_hf=true"}));
+  const fs::path hf = dir / "ckpt" / "step-2";
+  ASSERT_TRUE(checkpoint::is_hf_dir(hf));
+  auto seeded = [&](bool bias, const std::string& sub, std::ostream& log) {
+    return train::Trainer(job(Family::moe, dir,
+                              {"--moe.load_balance_bias=" + std::string(bias ? "true" : "false"),
+                               "--checkpoint.folder=" + (dir / sub).string(),
+                               "--checkpoint.initial_load_path=" + hf.string()}),
+                          log)
+        .train();
+  };
+  std::ostringstream log_bias, log_plain;
+  const train::TrainResult with_bias = seeded(true, "with-bias", log_bias);
+  const train::TrainResult without = seeded(false, "without", log_plain);
+  ASSERT_EQ(with_bias.losses.size(), 2u);
+  ASSERT_EQ(without.losses.size(), 2u);
+  // A zero bias routes as HF does, so the first step is the bias-free run's, bit for bit.
+  EXPECT_EQ(with_bias.losses[0], without.losses[0]);
+  EXPECT_NE(log_bias.str().find("keep their initial values (layers.0.moe.router.expert_bias"), std::string::npos)
+      << log_bias.str();
+  EXPECT_EQ(log_plain.str().find("keep their initial values"), std::string::npos) << log_plain.str();
+  fs::remove_all(dir);
+}
+
 TEST(HfQwen3Moe, ARunWithTheExpertBiasRefusesAnHfExportBeforeTraining) {
   const fs::path dir = test::fresh_temp_dir("hf_qwen3_expert_bias");
   std::ostringstream log;

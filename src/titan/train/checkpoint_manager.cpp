@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -273,7 +274,11 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
   // batch, parallelism) was written for the flavor the config names.
   const models::ModelConfig theirs = hf_model_config(reader);
   const models::StateDictAdapter& adapter = *family.state_dict_adapter;
-  const models::ModelConfig ours = adapter.from_hf_config(adapter.hf_config(cfg_.model));
+  // The expert bias of moe.load_balance_bias is ours alone: no config.json has a key for it, and
+  // it starts at zero below, where routing is exactly the checkpoint's.
+  models::ModelConfig ours_as_hf = cfg_.model;
+  ours_as_hf.moe_load_balance_bias = false;
+  const models::ModelConfig ours = adapter.from_hf_config(adapter.hf_config(ours_as_hf));
   TITAN_CHECK(theirs.flavor == ours.flavor && theirs.vocab_size == ours.vocab_size,
               "Hugging Face checkpoint ", dir.string(), " holds ", family.name, " flavor ", theirs.flavor,
               " with vocab_size ", theirs.vocab_size, ", but this run builds flavor ", ours.flavor,
@@ -292,6 +297,19 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
     auto it = state.find(name);
     if (it != state.end()) it->second = it->second.to(t.dtype());
   }
+  // Buffers that HF holds no tensor for keep this run's initial values; a missing parameter is
+  // still an error of the load.
+  std::set<std::string> parameters;
+  for (const auto& [name, p] : parts_.model.named_parameters()) parameters.insert(name);
+  std::vector<std::string> kept;
+  for (const auto& [name, t] : parts_.model.state_dict()) {
+    if (state.count(name) || parameters.count(name)) continue;
+    state[name] = t.detach().clone();
+    kept.push_back(name);
+  }
+  if (!kept.empty())
+    log_ << "titan: " << kept.size() << " buffers have no tensor in Hugging Face checkpoint " << dir.string()
+         << " and keep their initial values (" << kept.front() << (kept.size() > 1 ? ", ..." : "") << ")\n";
   load_whole_model_state(state);
   log_ << "titan: loaded the weights of Hugging Face checkpoint " << dir.string() << " (" << family.name
        << " " << theirs.flavor << ") in " << seconds_since(t0) << " s\n";

@@ -96,12 +96,12 @@ Tensor stack_experts(const std::map<int64_t, Tensor>& by_expert, int64_t layer, 
 json to_hf_config(const ModelArgs& a) {
   a.validate();
   const Family family = family_of(a);
-  // Checked here, where every export and a run's HF import start, rather than after training.
+  // Checked here, where every export starts, rather than after training.
   TITAN_CHECK(
       !a.moe || !a.moe->load_balance_bias,
       "qwen3_moe: Hugging Face's Qwen3MoeForCausalLM chooses experts without a bias, so no config.json "
       "describes a model with moe.load_balance_bias = true; set --moe.load_balance_bias=false to export "
-      "to or start from a Hugging Face checkpoint");
+      "to a Hugging Face checkpoint (a run with the bias may start from one: the bias starts at zero)");
   json c = {{"architectures", json::array({architecture(family)})},
             {"model_type", family_name(family)},
             {"hidden_size", a.dim},
