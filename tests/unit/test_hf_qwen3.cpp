@@ -15,6 +15,7 @@
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/models/qwen3/model.h"
+#include "titan/ops/arith.h"
 #include "titan/models/qwen3/state_dict_adapter.h"
 #include "titan/train/hf_interop.h"
 #include "titan/train/trainer.h"
@@ -153,6 +154,25 @@ TEST(HfQwen3Dense, TiedEmbeddingsWriteNoLmHeadAndImportTied) {
   reloaded.load_state_dict(back);
   autograd::NoGradGuard no_grad;
   EXPECT_TRUE(test::same_bits(reloaded(tokens()), (*model)(tokens())));
+}
+
+TEST(HfQwen3Dense, ATiedFolderThatAlsoStoresLmHeadLoadsWhenItIsTheEmbeddingsCopy) {
+  ModelArgs args = debug_args(Family::dense);
+  args.tie_embeddings = true;
+  auto model = random_model(args, 4);
+  const json config = qwen3::to_hf_config(args);
+  nn::StateDict hf = qwen3::to_hf(model->state_dict(), args);
+  const fs::path dir = test::fresh_temp_dir("hf_qwen3_tied_lm_head");
+  hf["lm_head.weight"] = hf.at("model.embed_tokens.weight").clone();
+  checkpoint::save_hf(dir / "copy", config, hf, kF32);
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(dir / "copy"), std::nullopt),
+                          model->state_dict());
+  hf["lm_head.weight"] = hf.at("model.embed_tokens.weight") * 2.0;
+  checkpoint::save_hf(dir / "differs", config, hf, kF32);
+  EXPECT_TITAN_ERROR(train::load_hf_state(checkpoint::HfReader(dir / "differs"), std::nullopt),
+                     "tie_word_embeddings = true, but its lm_head.weight differs from model.embed_tokens.weight",
+                     "config.json");
+  fs::remove_all(dir);
 }
 
 // ---- config.json --------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class HfReader {
   const std::filesystem::path& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
   std::filesystem::path config_path() const { return dir_ / kHfConfigFile; }
+  bool holds(const std::string& tensor) const { return tensors_.count(tensor) > 0; }
 
   // The tensors named in `expected`, after checking that the folder holds exactly those, of
   // those shapes and of floating dtypes; every problem is reported in one error, naming the

@@ -1,5 +1,7 @@
 #include "titan/train/hf_interop.h"
 
+#include <cstring>
+
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/problems.h"
 #include "titan/core/error.h"
@@ -58,9 +60,26 @@ models::ModelConfig hf_model_config(const checkpoint::HfReader& reader) {
 
 nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype) {
   const models::StateDictAdapter& adapter = *hf_family(reader).state_dict_adapter;
-  const std::map<std::string, Shape> expected =
-      reading(reader, [&] { return adapter.hf_shapes(reader.config()); });
-  return adapter.from_hf(reader.load(expected, dtype), reader.config());
+  std::map<std::string, Shape> expected = reading(reader, [&] { return adapter.hf_shapes(reader.config()); });
+  // A tied model's folder may still store lm_head.weight (some save_pretrained versions write both
+  // names): taken when it is the embedding's copy, refused when it is not.
+  constexpr const char* kLmHead = "lm_head.weight";
+  constexpr const char* kEmbedding = "model.embed_tokens.weight";
+  const bool tied_copy = !expected.count(kLmHead) && expected.count(kEmbedding) && reader.holds(kLmHead) &&
+                         reader.config().value("tie_word_embeddings", false);
+  if (tied_copy) expected[kLmHead] = expected.at(kEmbedding);
+  std::map<std::string, Tensor> hf = reader.load(expected, dtype);
+  if (tied_copy) {
+    const Tensor head = hf.at(kLmHead).contiguous(), embedding = hf.at(kEmbedding).contiguous();
+    TITAN_CHECK(head.dtype() == embedding.dtype() &&
+                    std::memcmp(head.data_ptr(), embedding.data_ptr(), head.nbytes()) == 0,
+                "Hugging Face checkpoint ", reader.dir().string(),
+                ": config.json says tie_word_embeddings = true, but its lm_head.weight differs from "
+                "model.embed_tokens.weight; a tied model has one matrix. Set tie_word_embeddings to false in ",
+                reader.config_path().string(), " if the two are meant to differ");
+    hf.erase(kLmHead);
+  }
+  return adapter.from_hf(hf, reader.config());
 }
 
 void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType dtype) {
