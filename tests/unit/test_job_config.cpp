@@ -53,8 +53,8 @@ TEST(JobConfig, DefaultsAreTorchTitans) {
   EXPECT_EQ(c.model.name, "llama3");
   EXPECT_EQ(c.model.flavor, "debugmodel");
   EXPECT_EQ(c.model.attention, "splash");
-  EXPECT_EQ(c.model.attention_block_q, 64);
-  EXPECT_EQ(c.model.attention_block_kv, 64);
+  EXPECT_EQ(c.model.attention_block_q, 128);
+  EXPECT_EQ(c.model.attention_block_kv, 128);
   EXPECT_EQ(c.model.vocab_size, 0);
   EXPECT_FALSE(c.model.weight_tying.has_value());
   EXPECT_DOUBLE_EQ(c.model.moe_aux_loss_coeff, 0.001);
