@@ -21,12 +21,12 @@ inline bool wants_streaming(int64_t elements, int64_t element_bytes) {
   return elements * element_bytes >= kStreamingBytes;
 }
 
+#if defined(__AVX__)
 namespace detail {
 
 // Copies n elements from an L1 chunk to dst (32-byte aligned) with non-temporal stores.
 template <typename T>
 inline void stream_copy_aligned(T* dst, const T* src, int64_t n) {
-#if defined(__AVX__)
   constexpr int64_t kLanes = 32 / sizeof(T);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -37,12 +37,10 @@ inline void stream_copy_aligned(T* dst, const T* src, int64_t n) {
                        _mm256_loadu_pd(reinterpret_cast<const double*>(src + i)));
   }
   std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(T));
-#else
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
-#endif
 }
 
 }  // namespace detail
+#endif
 
 // Writes dst[0, n) through fill(out, begin, len), which must set out[0, len) to the values of
 // elements [begin, begin + len). Without `stream`, fill writes dst directly. With it, fill writes
