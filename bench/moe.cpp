@@ -9,7 +9,10 @@
 // random dout. GFLOP/s counts what a token goes through: 6 x (k experts x 3 x dim x hidden + the
 // router's dim x experts), forward and backward, so ratios are ratios of time. Also timed: titan's
 // dispatch alone (sort by expert, permute, unpermute, forward and backward, on the same routing
-// sizes), and its share of the layer's time.
+// sizes), and its share of the layer's time; and the layer's expert GEMMs alone (the nine grouped
+// GEMMs of forward and backward, on balanced routing sizes), the floor that no dispatch or fusion
+// work gets titan below while its GEMMs are OpenBLAS's: torch ms / GEMMs ms is the highest ratio
+// titan could reach.
 #include "titan/nn/moe/moe.h"
 
 #include <cstdint>
@@ -21,6 +24,7 @@
 #include "titan/autograd/engine.h"
 #include "titan/core/parallel.h"
 #include "titan/core/rng.h"
+#include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/ops/moe.h"
 
 namespace {
@@ -84,6 +88,44 @@ DispatchIn make_dispatch(const Shape& s) {
   return in;
 }
 
+// The expert GEMMs of one forward + backward, as ops::grouped_linear runs them for w1, w3 and w2,
+// with every expert given the same number of rows.
+struct GemmsIn {
+  std::vector<int64_t> rows_per_expert;
+  std::vector<float> x, w1, w3, w2, gate, up, hidden, out, d_hidden, dx, dw1, dw3, dw2;
+};
+
+GemmsIn make_gemms(const Shape& s) {
+  const int64_t rows = kTokens * s.top_k, per_expert = kDim * kHidden * s.experts;
+  auto filled = [](int64_t n, float v) { return std::vector<float>(static_cast<size_t>(n), v); };
+  GemmsIn in;
+  in.rows_per_expert.assign(static_cast<size_t>(s.experts), rows / s.experts);
+  in.x = filled(rows * kDim, 0.01f);
+  in.w1 = filled(per_expert, 0.02f);
+  in.w3 = filled(per_expert, 0.02f);
+  in.w2 = filled(per_expert, 0.02f);
+  for (auto* v : {&in.gate, &in.up, &in.hidden, &in.d_hidden}) *v = filled(rows * kHidden, 0.0f);
+  for (auto* v : {&in.out, &in.dx}) *v = filled(rows * kDim, 0.0f);
+  for (auto* v : {&in.dw1, &in.dw3, &in.dw2}) *v = filled(per_expert, 0.0f);
+  return in;
+}
+
+void expert_gemms(GemmsIn& in) {
+  namespace k = titan::kernels::cpu;
+  const int64_t* rows = in.rows_per_expert.data();
+  const auto e = static_cast<int64_t>(in.rows_per_expert.size());
+  k::grouped_gemm<float>(rows, e, kHidden, kDim, in.x.data(), in.w1.data(), true, in.gate.data());
+  k::grouped_gemm<float>(rows, e, kHidden, kDim, in.x.data(), in.w3.data(), true, in.up.data());
+  k::grouped_gemm<float>(rows, e, kDim, kHidden, in.hidden.data(), in.w2.data(), true, in.out.data());
+  // Backward; out stands in for d_out, gate and up for their gradients.
+  k::grouped_gemm<float>(rows, e, kHidden, kDim, in.out.data(), in.w2.data(), false, in.d_hidden.data());
+  k::grouped_gemm_tn<float>(rows, e, kDim, kHidden, in.out.data(), in.hidden.data(), in.dw2.data());
+  k::grouped_gemm<float>(rows, e, kDim, kHidden, in.gate.data(), in.w1.data(), false, in.dx.data());
+  k::grouped_gemm<float>(rows, e, kDim, kHidden, in.up.data(), in.w3.data(), false, in.out.data());
+  k::grouped_gemm_tn<float>(rows, e, kHidden, kDim, in.gate.data(), in.x.data(), in.dw1.data());
+  k::grouped_gemm_tn<float>(rows, e, kHidden, kDim, in.up.data(), in.x.data(), in.dw3.data());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,30 +156,39 @@ int main(int argc, char** argv) {
             benchmark::DoNotOptimize(grads.front().data_ptr());
           }
         });
+    bench::add_benchmark("gemms/" + s.name(), s.plan(), [s](benchmark::State& state) {
+      GemmsIn& in = bench::cached_inputs<GemmsIn>("gemms/" + s.name(), [&] { return make_gemms(s); });
+      for (auto _ : state) expert_gemms(in);
+    });
   }
-  const auto ran = bench::run_benchmarks(argc, argv);
-
-  std::vector<bench::TorchCase> torch_cases;
-  for (const Shape& s : shapes) {
-    if (!ran.count("moe/" + s.name())) continue;
-    torch_cases.push_back({"moe/" + s.name(), s.plan(),
-                           json{{"op", "moe"},
-                                {"mode", "step"},
-                                {"tokens", kTokens},
-                                {"dim", kDim},
-                                {"hidden", kHidden},
-                                {"experts", s.experts},
-                                {"top_k", s.top_k}}});
-  }
-  const bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
+  // Three rounds: one 64-expert torch call takes seconds, so more would run for many minutes.
+  const bench::Interleaved timed = bench::run_interleaved(argc, argv, 3, [&](const auto& ran) {
+    std::vector<bench::TorchCase> cases;
+    for (const Shape& s : shapes) {
+      if (!ran.count("moe/" + s.name())) continue;
+      cases.push_back({"moe/" + s.name(), s.plan(),
+                       json{{"op", "moe"},
+                            {"mode", "step"},
+                            {"tokens", kTokens},
+                            {"dim", kDim},
+                            {"hidden", kHidden},
+                            {"experts", s.experts},
+                            {"top_k", s.top_k}}});
+    }
+    return cases;
+  });
+  const auto& ran = timed.titan;
+  const bench::TorchResults& torch = timed.torch;
 
   bench::Table table{.title =
                          "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
-                         "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s)",
+                         "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s; "
+                         "medians of " + std::to_string(timed.rounds) + " interleaved rounds per side)",
                      .unit = "GFLOP/s",
                      .titan_label = "titan",
                      .reference_label = "torch",
-                     .extra_headers = {"titan ms", "torch ms", "dispatch ms", "dispatch share", "titan peak"},
+                     .extra_headers = {"titan ms", "torch ms", "dispatch ms", "dispatch share", "GEMMs ms",
+                                       "torch/GEMMs", "titan peak"},
                      .rows = {},
                      .notes = {}};
   for (const Shape& s : shapes) {
@@ -147,17 +198,26 @@ int main(int argc, char** argv) {
     auto t = torch.get("moe/" + s.name());
     auto d = ran.find("dispatch/" + s.name());
     const bool has_dispatch = d != ran.end();
+    auto gm = ran.find("gemms/" + s.name());
+    const bool has_gemms = gm != ran.end();
     bench::Row row{.name = s.name(), .titan = s.flops() / m.seconds / 1e9, .reference = {}, .extra = {}};
     if (t) row.reference = s.flops() / *t / 1e9;
     row.extra = {bench::fixed(m.seconds * 1e3, 1), t ? bench::fixed(*t * 1e3, 1) : "n/a",
                  has_dispatch ? bench::fixed(d->second.seconds * 1e3, 2) : "n/a",
                  has_dispatch ? bench::fixed(100 * d->second.seconds / m.seconds, 1) + "%" : "n/a",
+                 has_gemms ? bench::fixed(gm->second.seconds * 1e3, 1) : "n/a",
+                 has_gemms && t ? bench::fixed(*t / gm->second.seconds, 2) + "x" : "n/a",
                  bench::mib(m.peak_bytes)};
     table.rows.push_back(std::move(row));
   }
   table.notes.push_back(
       "dispatch: titan's sort by expert + permute + unpermute, forward and backward, timed alone on the "
       "same routing sizes; share = dispatch ms / titan ms.");
+  table.notes.push_back(
+      "GEMMs: the layer's nine grouped expert GEMMs alone (forward w1, w3, w2; backward the input and "
+      "weight gradients of each), every expert given tokens x k / experts rows, through "
+      "kernels::cpu::grouped_gemm; torch/GEMMs = torch ms / GEMMs ms, the highest titan/torch these "
+      "GEMMs leave room for.");
   table.notes.push_back(
       "titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
   table.notes.push_back("target: titan >= 1.5x torch (ratio column).");

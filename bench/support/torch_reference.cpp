@@ -156,25 +156,81 @@ void add_benchmark(const std::string& name, const Plan& plan, std::function<void
 void mark_start() { start_times() = cpu_times(); }
 
 std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
-  mark_start();
-  std::cout << machine_summary() << "\n";
-  // A reporter passed in does not read --benchmark_color, so decide here: colour on a terminal
-  // unless the flag says otherwise, never in a file.
-  bool color = isatty(STDOUT_FILENO) != 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--benchmark_color=", 0) == 0) {
-      std::string v = arg.substr(arg.find('=') + 1);
-      color = v == "true" || v == "yes" || v == "1" || (v == "auto" && color);
+  // Google Benchmark reads its flags once; later calls (rounds) run the same selection again.
+  static std::optional<bool> color;
+  if (!color) {
+    mark_start();
+    std::cout << machine_summary() << "\n";
+    // A reporter passed in does not read --benchmark_color, so decide here: colour on a terminal
+    // unless the flag says otherwise, never in a file.
+    color = isatty(STDOUT_FILENO) != 0;
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg.rfind("--benchmark_color=", 0) == 0) {
+        std::string v = arg.substr(arg.find('=') + 1);
+        color = v == "true" || v == "yes" || v == "1" || (v == "auto" && *color);
+      }
     }
+    benchmark::Initialize(&argc, argv);
+    benchmark::ReportUnrecognizedArguments(argc, argv);
   }
-  benchmark::Initialize(&argc, argv);
-  benchmark::ReportUnrecognizedArguments(argc, argv);
-  Collector collector(color);
+  Collector collector(*color);
   benchmark::RunSpecifiedBenchmarks(&collector);
-  benchmark::Shutdown();
   release_inputs();
   return collector.results;
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+Interleaved run_interleaved(
+    int argc, char** argv, int rounds,
+    const std::function<std::vector<TorchCase>(const std::map<std::string, Measurement>&)>& torch_cases) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--rounds=", 0) == 0) {
+      const std::string v = a.substr(9);
+      TITAN_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) > 0,
+                  "bench: --rounds expects a positive whole number, got '", v, "'");
+      rounds = std::stoi(v);
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  std::map<std::string, std::vector<double>> titan_seconds, torch_seconds;
+  Interleaved out;
+  out.rounds = rounds;
+  std::vector<TorchCase> cases;
+  bool torch_missing = false;  // no interpreter or no torch: later rounds would not find one either
+  for (int r = 0; r < rounds; ++r) {
+    std::cout << "\n== round " << r + 1 << " of " << rounds << ": titan\n" << std::flush;
+    for (const auto& [name, m] : run_benchmarks(static_cast<int>(args.size()), args.data())) {
+      titan_seconds[name].push_back(m.seconds);
+      out.titan[name].peak_bytes = std::max(out.titan[name].peak_bytes, m.peak_bytes);
+    }
+    if (r == 0) cases = torch_cases(out.titan);
+    if (torch_missing) continue;
+    std::cout << "== round " << r + 1 << " of " << rounds << ": torch" << std::flush;
+    TorchResults t = run_torch_reference(cases, num_threads());
+    if (!t.available) {
+      torch_missing = !out.torch.available;
+      if (!out.torch.available) out.torch.about = t.about;
+      continue;
+    }
+    out.torch.available = true;
+    out.torch.about = t.about;
+    for (const auto& [name, s] : t.seconds) torch_seconds[name].push_back(s);
+    for (const auto& [name, e] : t.errors) out.torch.errors[name] = e;
+  }
+  for (const auto& [name, v] : titan_seconds) out.titan[name].seconds = median_of(v);
+  for (const auto& [name, v] : torch_seconds) out.torch.seconds[name] = median_of(v);
+  return out;
 }
 
 PeakMemory::PeakMemory() {

@@ -36,8 +36,9 @@ struct Measurement {
 };
 
 // Runs the registered benchmarks that pass the command line's --benchmark_filter (Google
-// Benchmark's flags apply) and returns each one's median, by name. Cached inputs are released
-// and the allocator's cache emptied before returning, so the reference gets the memory back.
+// Benchmark's flags apply; the command line is read on the first call) and returns each one's
+// median, by name. Cached inputs are released and the allocator's cache emptied before
+// returning, so the reference gets the memory back.
 std::map<std::string, Measurement> run_benchmarks(int argc, char** argv);
 
 // Scoped to a benchmark function: resets the allocator's high-water mark; report() records it
@@ -110,6 +111,21 @@ struct Table {
   std::vector<std::string> notes;  // printed under the table
 };
 void print_table(const Table& table, const TorchResults& reference);
+
+// Titan's cases and the reference's, timed in alternating rounds (titan, torch, titan, ...). Each
+// side's figure is the median over rounds of its per-round medians (peak memory: the largest). On
+// a shared machine whose speed drifts over minutes, timing all of one side and then all of the
+// other puts the drift into the ratio: bench_moe's e8/k2 ratio read 1.16x and 1.53x in two such
+// runs ten minutes apart. `--rounds=N` on the command line overrides `rounds`; `torch_cases`
+// gets the measurements of titan's first round, to pick the cases that ran.
+struct Interleaved {
+  std::map<std::string, Measurement> titan;
+  TorchResults torch;
+  int rounds = 0;
+};
+Interleaved run_interleaved(
+    int argc, char** argv, int rounds,
+    const std::function<std::vector<TorchCase>(const std::map<std::string, Measurement>&)>& torch_cases);
 
 // Cores, titan's threads, and the share of the CPUs that other processes took since
 // run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from
