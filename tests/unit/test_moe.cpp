@@ -157,6 +157,43 @@ TEST(MoEGradcheck, GroupedLinear) {
   EXPECT_TRUE(res.ok) << res.message;
 }
 
+TEST(MoEGroupedSwiGLU, MatchesTheCompositionItFuses) {
+  // x's gradient comes from two GEMMs, the second accumulating onto the first; an empty group
+  // in the middle and a one-row group; f32 and f64.
+  const std::vector<int64_t> groups = {5, 0, 1, 9};
+  for (DType dt : {kF64, kF32}) {
+    Tensor x = rand_f64({15, 6}, 20, false).to(dt).requires_grad_();
+    Tensor w1 = rand_f64({4, 3, 6}, 21, false).to(dt).requires_grad_();
+    Tensor w3 = rand_f64({4, 3, 6}, 22, false).to(dt).requires_grad_();
+    Tensor cot = rand_f64({15, 3}, 23, false).to(dt);
+    Tensor y = ops::grouped_swiglu(x, w1, w3, groups);
+    std::vector<Tensor> grads = autograd::grad({y}, {cot}, {x, w1, w3});
+    Tensor ref = ops::swiglu(ops::grouped_linear(x, w1, groups), ops::grouped_linear(x, w3, groups));
+    std::vector<Tensor> ref_grads = autograd::grad({ref}, {cot}, {x, w1, w3});
+    const double tol = dt == kF64 ? 1e-12 : 1e-5;
+    EXPECT_TRUE(tensors_close(y, ref, tol, "grouped_swiglu forward"));
+    EXPECT_TRUE(tensors_close(grads[0], ref_grads[0], tol, "d x"));
+    EXPECT_TRUE(tensors_close(grads[1], ref_grads[1], tol, "d w1"));
+    EXPECT_TRUE(tensors_close(grads[2], ref_grads[2], tol, "d w3"));
+  }
+  EXPECT_TITAN_ERROR(ops::grouped_swiglu(rand_f64({5, 3}, 5, false), rand_f64({2, 4, 3}, 6, false),
+                                         rand_f64({2, 5, 3}, 7, false), {2, 3}),
+                     "w1", "w3", "same shape");
+  EXPECT_TITAN_ERROR(ops::grouped_swiglu(rand_f64({5, 3}, 5, false), rand_f64({2, 4, 3}, 6, false),
+                                         rand_f64({2, 4, 3}, 7, false), {2, 2}),
+                     "grouped_swiglu", "summing to 4", "5 rows");
+}
+
+TEST(MoEGradcheck, GroupedSwiGLU) {
+  Tensor x = rand_f64({7, 4}, 24), w1 = rand_f64({3, 5, 4}, 25), w3 = rand_f64({3, 5, 4}, 26);
+  auto res = autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::grouped_swiglu(in[0], in[1], in[2], {3, 0, 4})};
+      },
+      {x, w1, w3});
+  EXPECT_TRUE(res.ok) << res.message;
+}
+
 TEST(MoEGradcheck, PermuteUnpermuteAndTopKWeights) {
   const int64_t tokens = 6, experts = 4, k = 2, d = 3;
   ops::TokenPermutation p = ops::sort_by_expert(random_routes(tokens, experts, k, 12), experts);

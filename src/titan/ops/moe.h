@@ -42,4 +42,10 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPe
 // group, forward and backward.
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows);
 
+// swiglu(grouped_linear(x, w1), grouped_linear(x, w3)): the first half of every expert's SwiGLU
+// (w1 gate and w3 up, each [groups, hidden, in]) -> [rows, hidden]. One node, so that backward
+// gathers x's gradient from both GEMMs in one buffer, the second accumulating onto the first,
+// instead of two buffers and an add.
+Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const std::vector<int64_t>& group_rows);
+
 }  // namespace titan::ops

@@ -29,10 +29,10 @@ void for_each_group(const int64_t* group_rows, int64_t groups, int64_t flops_per
 
 template <typename T>
 void grouped_gemm(const int64_t* group_rows, int64_t groups, int64_t n, int64_t k, const T* x, const T* w,
-                  bool trans_w, T* y) {
+                  bool trans_w, T* y, bool accumulate) {
   for_each_group(group_rows, groups, n * k, [&](int64_t g, int64_t row) {
-    gemm<T>(false, trans_w, group_rows[g], n, k, T(1), x + row * k, k, w + g * n * k, trans_w ? k : n, T(0),
-            y + row * n, n);
+    gemm<T>(false, trans_w, group_rows[g], n, k, T(1), x + row * k, k, w + g * n * k, trans_w ? k : n,
+            accumulate ? T(1) : T(0), y + row * n, n);
   });
 }
 
@@ -46,9 +46,9 @@ void grouped_gemm_tn(const int64_t* group_rows, int64_t groups, int64_t m, int64
 }
 
 template void grouped_gemm<float>(const int64_t*, int64_t, int64_t, int64_t, const float*, const float*, bool,
-                                  float*);
+                                  float*, bool);
 template void grouped_gemm<double>(const int64_t*, int64_t, int64_t, int64_t, const double*, const double*,
-                                   bool, double*);
+                                   bool, double*, bool);
 template void grouped_gemm_tn<float>(const int64_t*, int64_t, int64_t, int64_t, const float*, const float*,
                                      float*);
 template void grouped_gemm_tn<double>(const int64_t*, int64_t, int64_t, int64_t, const double*, const double*,

@@ -1,7 +1,6 @@
 #include "titan/nn/moe/experts.h"
 
 #include "titan/nn/init.h"
-#include "titan/ops/activation.h"
 #include "titan/ops/moe.h"
 
 namespace titan::nn::moe {
@@ -17,9 +16,7 @@ GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_
 }
 
 Tensor GroupedExperts::forward(const Tensor& rows, const std::vector<int64_t>& rows_per_expert) const {
-  Tensor h = ops::swiglu(ops::grouped_linear(rows, w1, rows_per_expert),
-                         ops::grouped_linear(rows, w3, rows_per_expert));
-  return ops::grouped_linear(h, w2, rows_per_expert);
+  return ops::grouped_linear(ops::grouped_swiglu(rows, w1, w3, rows_per_expert), w2, rows_per_expert);
 }
 
 void GroupedExperts::reset_parameters(Generator& gen) {
