@@ -88,8 +88,8 @@ DispatchIn make_dispatch(const Shape& s) {
   return in;
 }
 
-// The expert GEMMs of one forward + backward, as ops::grouped_linear runs them for w1, w3 and w2,
-// with every expert given the same number of rows.
+// The expert GEMMs of one forward + backward, as ops::grouped_swiglu (w1, w3) and
+// ops::grouped_linear (w2) run them, with every expert given the same number of rows.
 struct GemmsIn {
   std::vector<int64_t> rows_per_expert;
   std::vector<float> x, w1, w3, w2, gate, up, hidden, out, d_hidden, dx, dw1, dw3, dw2;
@@ -121,7 +121,7 @@ void expert_gemms(GemmsIn& in) {
   k::grouped_gemm<float>(rows, e, kHidden, kDim, in.out.data(), in.w2.data(), false, in.d_hidden.data());
   k::grouped_gemm_tn<float>(rows, e, kDim, kHidden, in.out.data(), in.hidden.data(), in.dw2.data());
   k::grouped_gemm<float>(rows, e, kDim, kHidden, in.gate.data(), in.w1.data(), false, in.dx.data());
-  k::grouped_gemm<float>(rows, e, kDim, kHidden, in.up.data(), in.w3.data(), false, in.out.data());
+  k::grouped_gemm<float>(rows, e, kDim, kHidden, in.up.data(), in.w3.data(), false, in.dx.data(), true);
   k::grouped_gemm_tn<float>(rows, e, kHidden, kDim, in.gate.data(), in.x.data(), in.dw1.data());
   k::grouped_gemm_tn<float>(rows, e, kHidden, kDim, in.up.data(), in.x.data(), in.dw3.data());
 }
