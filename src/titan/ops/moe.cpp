@@ -146,12 +146,12 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
   check_float(op, "x", x);
   check_float(op, weight_name, weight);
   TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype(),
-              op, ": expected x [rows, in] and ", weight_name, " [groups, out, in] of one dtype, got ", x.desc(),
-              " and ", weight.desc());
+              op, ": expected x [rows, in] and ", weight_name, " [groups, out, in] of one dtype, got ",
+              x.desc(), " and ", weight.desc());
   const int64_t total = std::accumulate(group_rows.begin(), group_rows.end(), int64_t{0});
   TITAN_CHECK(static_cast<int64_t>(group_rows.size()) == weight.size(0) && total == x.size(0), op, ": ",
-              group_rows.size(), " group sizes summing to ", total, " for ", weight.size(0), " weight matrices and ",
-              x.size(0), " rows; give one size per group, summing to the rows of x");
+              group_rows.size(), " group sizes summing to ", total, " for ", weight.size(0),
+              " weight matrices and ", x.size(0), " rows; give one size per group, summing to the rows of x");
 }
 }  // namespace
 
@@ -187,14 +187,16 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
   return y;
 }
 
-Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const std::vector<int64_t>& group_rows) {
+Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
+                      const std::vector<int64_t>& group_rows) {
   check_grouped("grouped_swiglu", x, w1, "w1", group_rows);
   check_grouped("grouped_swiglu", x, w3, "w3", group_rows);
   TITAN_CHECK(w1.sizes() == w3.sizes(), "grouped_swiglu: w1 ", w1.desc(), " and w3 ", w3.desc(),
               " must have the same shape [groups, hidden, in]");
   const int64_t groups = w1.size(0), hidden = w1.size(1), in_f = w1.size(2);
   Tensor xc = dense(x), w1c = dense(w1), w3c = dense(w3);
-  Tensor gate = Tensor::empty({x.size(0), hidden}, x.options()), up = Tensor::empty({x.size(0), hidden}, x.options());
+  Tensor gate = Tensor::empty({x.size(0), hidden}, x.options()),
+         up = Tensor::empty({x.size(0), hidden}, x.options());
   Tensor h = Tensor::empty({x.size(0), hidden}, x.options());
   kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -204,36 +206,38 @@ Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const
                                   up.data<T>());
     kernels::cpu::swiglu_fwd<T>(gate.data<T>(), up.data<T>(), h.data<T>(), h.numel());
   });
-  autograd::record(
-      "grouped_swiglu", {x, w1, w3}, {h}, [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
-        const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
-        Tensor dh = g[0].contiguous();
-        Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()), d_up = Tensor::empty(up.sizes(), up.options());
-        Tensor dx, dw1, dw3;
-        kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
-          using T = decltype(z);
-          kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(), d_gate.data<T>(), d_up.data<T>(),
-                                      d_gate.numel());
-          if (g.needs(0)) {
-            dx = Tensor::empty(xc.sizes(), xc.options());
-            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, d_gate.data<T>(), w1c.data<T>(),
-                                          false, dx.data<T>());
-            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, d_up.data<T>(), w3c.data<T>(),
-                                          false, dx.data<T>(), /*accumulate=*/true);
-          }
-          if (g.needs(1)) {
-            dw1 = Tensor::empty(w1c.sizes(), w1c.options());
-            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, d_gate.data<T>(),
-                                             xc.data<T>(), dw1.data<T>());
-          }
-          if (g.needs(2)) {
-            dw3 = Tensor::empty(w3c.sizes(), w3c.options());
-            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, d_up.data<T>(), xc.data<T>(),
-                                             dw3.data<T>());
-          }
-        });
-        return std::vector<Tensor>{dx, dw1, dw3};
-      });
+  autograd::record("grouped_swiglu", {x, w1, w3}, {h},
+                   [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
+                     const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
+                     Tensor dh = g[0].contiguous();
+                     Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()),
+                            d_up = Tensor::empty(up.sizes(), up.options());
+                     Tensor dx, dw1, dw3;
+                     kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(),
+                                                   d_gate.data<T>(), d_up.data<T>(), d_gate.numel());
+                       if (g.needs(0)) {
+                         dx = Tensor::empty(xc.sizes(), xc.options());
+                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden,
+                                                       d_gate.data<T>(), w1c.data<T>(), false, dx.data<T>());
+                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden,
+                                                       d_up.data<T>(), w3c.data<T>(), false, dx.data<T>(),
+                                                       /*accumulate=*/true);
+                       }
+                       if (g.needs(1)) {
+                         dw1 = Tensor::empty(w1c.sizes(), w1c.options());
+                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
+                                                          d_gate.data<T>(), xc.data<T>(), dw1.data<T>());
+                       }
+                       if (g.needs(2)) {
+                         dw3 = Tensor::empty(w3c.sizes(), w3c.options());
+                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
+                                                          d_up.data<T>(), xc.data<T>(), dw3.data<T>());
+                       }
+                     });
+                     return std::vector<Tensor>{dx, dw1, dw3};
+                   });
   return h;
 }
 

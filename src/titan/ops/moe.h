@@ -46,6 +46,7 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
 // (w1 gate and w3 up, each [groups, hidden, in]) -> [rows, hidden]. One node, so that backward
 // gathers x's gradient from both GEMMs in one buffer, the second accumulating onto the first,
 // instead of two buffers and an add.
-Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const std::vector<int64_t>& group_rows);
+Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
+                      const std::vector<int64_t>& group_rows);
 
 }  // namespace titan::ops
