@@ -210,13 +210,6 @@ json run_torch_round(const Config& c, int threads, int warmup, int steps) {
   return reply;
 }
 
-double median(std::vector<double> v) {
-  TITAN_CHECK(!v.empty(), "bench_train_step: median of nothing");
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The rounds of one side of one config.
 struct Side {
   std::vector<json> rounds;
@@ -234,17 +227,17 @@ struct Side {
     std::vector<double> all;
     for (const json& r : rounds)
       for (const json& s : r["step_seconds"]) all.push_back(s.get<double>());
-    return median(all);
+    return bench::median(all);
   }
   std::vector<double> round_step_seconds() const {
     std::vector<double> out;
-    for (const json& r : rounds) out.push_back(median(r["step_seconds"].get<std::vector<double>>()));
+    for (const json& r : rounds) out.push_back(bench::median(r["step_seconds"].get<std::vector<double>>()));
     return out;
   }
   double median_of(const std::function<double(const json&)>& f) const {
     std::vector<double> v;
     for (const json& r : rounds) v.push_back(f(r));
-    return median(v);
+    return bench::median(v);
   }
   double rss_growth() const {
     return median_of(

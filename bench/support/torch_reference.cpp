@@ -180,13 +180,12 @@ std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
   return collector.results;
 }
 
-namespace {
-double median_of(std::vector<double> v) {
+double median(std::vector<double> v) {
+  TITAN_CHECK(!v.empty(), "bench: median of nothing");
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-}  // namespace
 
 Interleaved run_interleaved(
     int argc, char** argv, int rounds,
@@ -196,8 +195,12 @@ Interleaved run_interleaved(
     const std::string a = argv[i];
     if (a.rfind("--rounds=", 0) == 0) {
       const std::string v = a.substr(9);
-      TITAN_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) > 0,
-                  "bench: --rounds expects a positive whole number, got '", v, "'");
+      // A usage error, said before anything is timed, not an exception out of main.
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(v) == 0) {
+        std::cerr << argv[0] << ": --rounds expects a whole number from 1 to 9999, got '" << v << "'\n";
+        std::exit(2);
+      }
       rounds = std::stoi(v);
     } else {
       args.push_back(argv[i]);
@@ -219,8 +222,10 @@ Interleaved run_interleaved(
     std::cout << "== round " << r + 1 << " of " << rounds << ": torch" << std::flush;
     TorchResults t = run_torch_reference(cases, num_threads());
     if (!t.available) {
-      torch_missing = !out.torch.available;
-      if (!out.torch.available) out.torch.about = t.about;
+      if (!out.torch.available) {
+        torch_missing = true;
+        out.torch.about = t.about;
+      }
       continue;
     }
     out.torch.available = true;
@@ -228,8 +233,8 @@ Interleaved run_interleaved(
     for (const auto& [name, s] : t.seconds) torch_seconds[name].push_back(s);
     for (const auto& [name, e] : t.errors) out.torch.errors[name] = e;
   }
-  for (const auto& [name, v] : titan_seconds) out.titan[name].seconds = median_of(v);
-  for (const auto& [name, v] : torch_seconds) out.torch.seconds[name] = median_of(v);
+  for (const auto& [name, v] : titan_seconds) out.titan[name].seconds = median(v);
+  for (const auto& [name, v] : torch_seconds) out.torch.seconds[name] = median(v);
   return out;
 }
 

@@ -133,6 +133,9 @@ Interleaved run_interleaved(
 std::string machine_summary();
 void mark_start();
 
+// The middle value, or the mean of the two middle values; `v` must not be empty.
+double median(std::vector<double> v);
+
 std::string fixed(double value, int decimals);
 std::string mib(double bytes);
 
