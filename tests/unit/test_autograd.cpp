@@ -156,6 +156,11 @@ TEST_P(GradcheckShapes, MatmulAndLinear) {
   }, {a, bb});
   expect_gradcheck([](auto& v) { return std::vector<Tensor>{ops::linear(v[0], v[1], v[2])}; }, {a, w, bias});
   expect_gradcheck([](auto& v) { return std::vector<Tensor>{ops::linear(v[0], v[1])}; }, {a, w});
+  // Column-major views of the input and the weight reach BLAS as transposes, in both gradients.
+  Tensor xt = rand_f64({n, 3}, 35), wt = rand_f64({n, 5}, 36);
+  expect_gradcheck([](auto& v) {
+    return std::vector<Tensor>{ops::linear(v[0].transpose(0, 1), v[1].transpose(0, 1))};
+  }, {xt, wt});
 }
 
 INSTANTIATE_TEST_SUITE_P(OddSizes, GradcheckShapes, ::testing::Values(1, 7, 129));

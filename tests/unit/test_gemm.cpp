@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -69,6 +70,44 @@ TEST(Gemm, EmptyInnerDimScalesC) {
   std::vector<float> c = {1, 2, 3, 4};
   kernels::cpu::gemm<float>(false, false, 2, 2, 0, 1.f, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
   EXPECT_EQ(c, (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+}
+
+// Side by side on threads of their own (as many threads as calls, or fewer) or in turn (more
+// threads than calls, or one), each call gives what gemm gives it alone, up to the order of the
+// sum over k (OpenBLAS blocks k differently with and without threads), and the same bits every
+// time for a given thread count.
+TEST(Gemm, ConcurrentCallsMatchCallsInTurn) {
+  const int64_t m = 300, n = 260, k = 280;  // large enough that OpenBLAS threads a call of its own
+  std::vector<float> a = test::rand_f32({m * k}, 8).to_vector<float>();
+  std::vector<float> b = test::rand_f32({k * n}, 9).to_vector<float>();
+  std::vector<float> c2 = test::rand_f32({m * m}, 10).to_vector<float>();
+  using Call = kernels::cpu::GemmCall<float>;
+  using Outputs = std::vector<std::vector<float>>;
+  auto calls_into = [&](Outputs& c) {
+    return std::vector<Call>{{false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, c[0].data(), n},
+                             {true, true, k, k, n, 0.5f, b.data(), n, b.data(), n, 0.f, c[1].data(), k},
+                             {false, true, m, m, k, 1.f, a.data(), k, a.data(), k, 1.f, c[2].data(), m}};
+  };
+  const int threads = omp_get_max_threads();
+  for (int t : {1, 2, 3, 4})
+    for (size_t count : {size_t{2}, size_t{3}}) {
+      SCOPED_TRACE(::testing::Message() << t << " threads, " << count << " calls");
+      omp_set_num_threads(t);
+      const Outputs fresh{std::vector<float>(m * n, std::nanf("")), std::vector<float>(k * k, std::nanf("")), c2};
+      Outputs alone = fresh, side = fresh, again = fresh;
+      const std::vector<Call> one = calls_into(alone), both = calls_into(side), twice = calls_into(again);
+      for (const Call& c : std::span(one).first(count))
+        kernels::cpu::gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c,
+                           c.ldc);
+      kernels::cpu::gemm_concurrent<float>(std::span(both).first(count));
+      kernels::cpu::gemm_concurrent<float>(std::span(twice).first(count));
+      for (size_t i = 0; i < count; ++i) {
+        EXPECT_EQ(side[i], again[i]) << "call " << i;
+        for (size_t j = 0; j < side[i].size(); ++j)
+          ASSERT_NEAR(side[i][j], alone[i][j], 1e-5 * (1 + std::fabs(alone[i][j]))) << "call " << i << ", " << j;
+      }
+    }
+  omp_set_num_threads(threads);
 }
 
 TEST(Matmul, TransposedViewsGoToBlasWithoutCopies) {

@@ -1,6 +1,7 @@
 #include "titan/ops/linalg.h"
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/ops/reduce.h"
@@ -86,6 +87,29 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The gradients of y = x2 w^T given y's gradient g2 [rows, out]: dx = g2 w and dw = g2^T x2,
+// each only when asked for. Independent GEMMs of equal work, which may run side by side.
+std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const Tensor& x2, bool want_dx,
+                                       bool want_dw) {
+  const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
+  const MatBatch G = as_blas(g2), W = as_blas(w), X = as_blas(x2);
+  Tensor dx = want_dx ? Tensor::empty({rows, in}, w.options()) : Tensor();
+  Tensor dw = want_dw ? Tensor::empty({out, in}, w.options()) : Tensor();
+  kernels::cpu::dispatch_float(w.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* g = G.t.template data<T>();
+    std::vector<kernels::cpu::GemmCall<T>> calls;
+    if (want_dx)
+      calls.push_back({G.trans, W.trans, rows, in, out, T(1), g, G.ld, W.t.template data<T>(), W.ld, T(0),
+                       dx.data<T>(), in});
+    if (want_dw)
+      calls.push_back({!G.trans, X.trans, out, in, rows, T(1), g, G.ld, X.t.template data<T>(), X.ld, T(0),
+                       dw.data<T>(), in});
+    kernels::cpu::gemm_concurrent<T>(calls);
+  });
+  return {dx, dw};
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -123,8 +147,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   autograd::record("linear", inputs, {y}, [xd, wd](const autograd::GradContext& g) {
     Tensor g2 = g[0].reshape({-1, wd.size(0)});
     std::vector<Tensor> r(g.needs_input_grad.size());
-    if (g.needs(0)) r[0] = matmul_raw(g2, wd).view(xd.sizes());
-    if (g.needs(1)) r[1] = matmul_raw(g2.transpose(0, 1), xd.reshape({-1, wd.size(1)}));
+    auto [dx, dw] = linear_grads(g2, wd, xd.reshape({-1, wd.size(1)}), g.needs(0), g.needs(1));
+    if (dx.defined()) r[0] = dx.view(xd.sizes());
+    r[1] = dw;
     if (r.size() > 2 && g.needs(2)) r[2] = sum(g2, 0);
     return r;
   });

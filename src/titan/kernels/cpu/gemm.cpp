@@ -1,6 +1,7 @@
 #include "titan/kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 
@@ -88,6 +89,25 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T a
   }
 }
 
+template <typename T>
+void gemm_concurrent(std::span<const GemmCall<T>> calls) {
+  const auto n = static_cast<int64_t>(calls.size());
+  auto run = [&](int64_t i) {
+    const GemmCall<T>& c = calls[i];
+    gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc);
+  };
+  const int threads = omp_get_max_threads();
+  if (n < 2 || threads < 2 || threads > n || omp_in_parallel()) {
+    for (int64_t i = 0; i < n; ++i) run(i);
+    return;
+  }
+  // OpenBLAS's OpenMP build runs single-threaded inside a parallel region.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) run(i);
+}
+
+template void gemm_concurrent<float>(std::span<const GemmCall<float>>);
+template void gemm_concurrent<double>(std::span<const GemmCall<double>>);
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,

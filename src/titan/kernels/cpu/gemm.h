@@ -3,6 +3,7 @@
 //   C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C
 // where op(X) is X or its transpose; lda/ldb/ldc are row strides in elements.
 #include <cstdint>
+#include <span>
 
 namespace titan::kernels::cpu {
 
@@ -16,5 +17,31 @@ template <typename T>
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
                           const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
                           int64_t stride_b, T beta, T* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
+// One GEMM's arguments, as gemm takes them.
+template <typename T>
+struct GemmCall {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  T alpha;
+  const T* a;
+  int64_t lda;
+  const T* b;
+  int64_t ldb;
+  T beta;
+  T* c;
+  int64_t ldc;
+};
+
+// Independent GEMMs of about equal work (a linear layer's input and weight gradients). When
+// there are no more threads than calls, each call runs single-threaded on a thread of its own:
+// inside one threaded call OpenBLAS's threads wait on each other for every shared packed panel,
+// and side by side nothing waits until the end. Measured on the GEMMs of a Llama training step
+// (dim 512, 2048 tokens, 2 cores) the backward pairs run 5-9% faster. With more threads than
+// calls, each call runs in turn on all of them. The choice depends on the thread count and the
+// number of calls alone, so a run repeats bit for bit; OpenBLAS blocks the sum over k
+// differently with and without threads, so the low bits differ from calls made in turn.
+template <typename T>
+void gemm_concurrent(std::span<const GemmCall<T>> calls);
 
 }  // namespace titan::kernels::cpu
