@@ -93,7 +93,8 @@ TEST(Gemm, ConcurrentCallsMatchCallsInTurn) {
     for (size_t count : {size_t{2}, size_t{3}}) {
       SCOPED_TRACE(::testing::Message() << t << " threads, " << count << " calls");
       omp_set_num_threads(t);
-      const Outputs fresh{std::vector<float>(m * n, std::nanf("")), std::vector<float>(k * k, std::nanf("")), c2};
+      const Outputs fresh{std::vector<float>(m * n, std::nanf("")), std::vector<float>(k * k, std::nanf("")),
+                          c2};
       Outputs alone = fresh, side = fresh, again = fresh;
       const std::vector<Call> one = calls_into(alone), both = calls_into(side), twice = calls_into(again);
       for (const Call& c : std::span(one).first(count))
@@ -104,7 +105,8 @@ TEST(Gemm, ConcurrentCallsMatchCallsInTurn) {
       for (size_t i = 0; i < count; ++i) {
         EXPECT_EQ(side[i], again[i]) << "call " << i;
         for (size_t j = 0; j < side[i].size(); ++j)
-          ASSERT_NEAR(side[i][j], alone[i][j], 1e-5 * (1 + std::fabs(alone[i][j]))) << "call " << i << ", " << j;
+          ASSERT_NEAR(side[i][j], alone[i][j], 1e-5 * (1 + std::fabs(alone[i][j])))
+              << "call " << i << ", " << j;
       }
     }
   omp_set_num_threads(threads);
