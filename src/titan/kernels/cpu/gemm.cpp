@@ -4,9 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "titan/core/error.h"
-#include "titan/core/parallel.h"
 
 namespace titan::kernels::cpu {
 
@@ -72,38 +72,35 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
 }
 
 template <typename T>
-void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-                          int64_t lda, int64_t sa, const T* b, int64_t ldb, int64_t sb, T beta, T* c,
-                          int64_t ldc, int64_t sc, int64_t batch) {
-  // Small matrices: one single-threaded BLAS call per thread beats BLAS threading each tiny call.
-  // Large ones: let BLAS parallelise inside each call.
-  bool small = m * n * k < 64 * 64 * 64;
-  if (small && batch > 1) {
-    parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i)
-        gemm(ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
-    });
-  } else {
-    for (int64_t i = 0; i < batch; ++i)
-      gemm(ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
-  }
-}
-
-template <typename T>
 void gemm_concurrent(std::span<const GemmCall<T>> calls) {
   const auto n = static_cast<int64_t>(calls.size());
   auto run = [&](int64_t i) {
     const GemmCall<T>& c = calls[i];
     gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc);
   };
+  int64_t multiply_adds = 0;
+  for (const GemmCall<T>& c : calls) multiply_adds += c.m * c.n * c.k;
+  const bool small = n > 0 && multiply_adds / n < 64 * 64 * 64;
   const int threads = omp_get_max_threads();
-  if (n < 2 || threads < 2 || threads > n || omp_in_parallel()) {
+  if (n < 2 || threads < 2 || omp_in_parallel() || (threads > n && !small)) {
     for (int64_t i = 0; i < n; ++i) run(i);
     return;
   }
-  // OpenBLAS's OpenMP build runs single-threaded inside a parallel region.
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  // OpenBLAS's OpenMP build runs single-threaded inside a parallel region. Dynamic: the calls may
+  // differ in size (experts get different numbers of tokens).
+#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(threads, n))) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) run(i);
+}
+
+template <typename T>
+void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                          int64_t lda, int64_t sa, const T* b, int64_t ldb, int64_t sb, T beta, T* c,
+                          int64_t ldc, int64_t sc, int64_t batch) {
+  std::vector<GemmCall<T>> calls;
+  calls.reserve(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i)
+    calls.push_back({ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc});
+  gemm_concurrent<T>(calls);
 }
 
 template void gemm_concurrent<float>(std::span<const GemmCall<float>>);

@@ -33,13 +33,14 @@ struct GemmCall {
   int64_t ldc;
 };
 
-// Independent GEMMs of about equal work (a linear layer's input and weight gradients). When
-// there are no more threads than calls, each call runs single-threaded on a thread of its own:
-// inside one threaded call OpenBLAS's threads wait on each other for every shared packed panel,
-// and side by side nothing waits until the end. Measured on the GEMMs of a Llama training step
-// (dim 512, 2048 tokens, 2 cores) the backward pairs run 5-9% faster. With more threads than
-// calls, each call runs in turn on all of them. The choice depends on the thread count and the
-// number of calls alone, so a run repeats bit for bit; OpenBLAS blocks the sum over k
+// Independent GEMMs (a linear layer's input and weight gradients, the experts of a MoE layer,
+// the heads of a batched matmul). With at least as many calls as threads, or calls so small that
+// BLAS threading costs more than it gains, they run side by side, each single-threaded on a
+// thread of its own: inside one threaded call OpenBLAS's threads wait on each other for every
+// shared packed panel, and side by side nothing waits until the end. Measured on the GEMMs of a
+// Llama training step (dim 512, 2048 tokens, 2 cores), the backward pairs run 5-9% faster.
+// Otherwise they run one after another, BLAS threading each. The choice depends on the shapes
+// and the thread count alone, so a run repeats bit for bit; OpenBLAS blocks the sum over k
 // differently with and without threads, so the low bits differ from calls made in turn.
 template <typename T>
 void gemm_concurrent(std::span<const GemmCall<T>> calls);

@@ -2,27 +2,19 @@
 
 #include <vector>
 
-#include "titan/core/parallel.h"
 #include "titan/kernels/cpu/gemm.h"
 
 namespace titan::kernels::cpu {
 
 namespace {
 
-// Runs gemm_of(g, row_start) for every group. As gemm_strided_batched decides: small GEMMs go one
-// group per thread, single-threaded BLAS each; large ones one after another, BLAS threading each.
-template <typename F>
-void for_each_group(const int64_t* group_rows, int64_t groups, int64_t flops_per_row, const F& gemm_of) {
-  std::vector<int64_t> start(static_cast<size_t>(groups) + 1, 0);
-  for (int64_t g = 0; g < groups; ++g) start[g + 1] = start[g] + group_rows[g];
-  const int64_t mean_flops = groups > 0 ? start[groups] / groups * flops_per_row : 0;
-  auto run = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) gemm_of(g, start[g]);
-  };
-  if (groups > 1 && mean_flops < 64 * 64 * 64)
-    parallel_for(0, groups, 1, run);
-  else
-    run(0, groups);
+// The GEMM of every group (call_of(g, row_start) describes it), run as gemm_concurrent decides.
+template <typename T, typename F>
+void for_each_group(const int64_t* group_rows, int64_t groups, const F& call_of) {
+  std::vector<GemmCall<T>> calls;
+  calls.reserve(static_cast<size_t>(groups));
+  for (int64_t g = 0, row = 0; g < groups; row += group_rows[g++]) calls.push_back(call_of(g, row));
+  gemm_concurrent<T>(calls);
 }
 
 }  // namespace
@@ -30,18 +22,22 @@ void for_each_group(const int64_t* group_rows, int64_t groups, int64_t flops_per
 template <typename T>
 void grouped_gemm(const int64_t* group_rows, int64_t groups, int64_t n, int64_t k, const T* x, const T* w,
                   bool trans_w, T* y, bool accumulate) {
-  for_each_group(group_rows, groups, n * k, [&](int64_t g, int64_t row) {
-    gemm<T>(false, trans_w, group_rows[g], n, k, T(1), x + row * k, k, w + g * n * k, trans_w ? k : n,
-            accumulate ? T(1) : T(0), y + row * n, n);
+  const T beta = accumulate ? T(1) : T(0);
+  const int64_t ldw = trans_w ? k : n;
+  for_each_group<T>(group_rows, groups, [&](int64_t g, int64_t row) {
+    const T* x_g = x + row * k;
+    return GemmCall<T>{false, trans_w,       group_rows[g], n,    k,           T(1), x_g,
+                       k,     w + g * n * k, ldw,           beta, y + row * n, n};
   });
 }
 
 template <typename T>
 void grouped_gemm_tn(const int64_t* group_rows, int64_t groups, int64_t m, int64_t n, const T* a, const T* b,
                      T* dw) {
-  for_each_group(group_rows, groups, m * n, [&](int64_t g, int64_t row) {
-    // k = 0 (an empty group) makes gemm write zeros.
-    gemm<T>(true, false, m, n, group_rows[g], T(1), a + row * m, m, b + row * n, n, T(0), dw + g * m * n, n);
+  // k = 0 (an empty group) makes gemm write zeros.
+  for_each_group<T>(group_rows, groups, [&](int64_t g, int64_t row) {
+    return GemmCall<T>{true, false,       m, n,    group_rows[g],  T(1), a + row * m,
+                       m,    b + row * n, n, T(0), dw + g * m * n, n};
   });
 }
 
