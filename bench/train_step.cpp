@@ -38,6 +38,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/gemm.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
 #include "titan/train/peak_flops.h"
@@ -109,6 +110,39 @@ void reset_peak_rss() {
               "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
 }
 
+// The step's linear-layer GEMMs alone, made as ops::linear makes them (forward y = x W^T; backward
+// dX and dW through gemm_concurrent), on buffers of the step's shapes: the part of titan's step
+// that OpenBLAS's rate fixes. Attention's products are left out, so the true floor is higher.
+double linear_gemm_seconds(const Config& c) {
+  using titan::kernels::cpu::GemmCall;
+  const int64_t rows = c.batch * c.seq, kv = c.n_kv_heads * (c.dim / c.n_heads);
+  struct Linear {
+    int64_t out, in;
+  };
+  std::vector<Linear> linears;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    linears.insert(linears.end(), {{c.dim, c.dim}, {kv, c.dim}, {kv, c.dim}, {c.dim, c.dim},
+                                   {c.ffn_dim, c.dim}, {c.ffn_dim, c.dim}, {c.dim, c.ffn_dim}});
+  linears.push_back({c.vocab_size, c.dim});
+  int64_t widest = 0, largest = 0;
+  for (const Linear& l : linears) {
+    widest = std::max({widest, l.out, l.in});
+    largest = std::max(largest, l.out * l.in);
+  }
+  std::vector<float> x(rows * widest, 0.01f), dy(rows * widest, 0.01f), dx(rows * widest);
+  std::vector<float> w(largest, 0.02f), dw(largest);
+  auto t0 = std::chrono::steady_clock::now();
+  for (const Linear& l : linears) {
+    titan::kernels::cpu::gemm<float>(false, true, rows, l.out, l.in, 1.f, x.data(), l.in, w.data(), l.in, 0.f,
+                                     dy.data(), l.out);
+    const GemmCall<float> grads[] = {
+        {false, false, rows, l.in, l.out, 1.f, dy.data(), l.out, w.data(), l.in, 0.f, dx.data(), l.in},
+        {true, false, l.out, l.in, rows, 1.f, dy.data(), l.out, x.data(), l.in, 0.f, dw.data(), l.in}};
+    titan::kernels::cpu::gemm_concurrent<float>(grads);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, int warmup,
                  int steps) {
@@ -158,12 +192,15 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
               << bench::fixed(s.loss, 4) << "\n";
   }
   titan::MemoryStats mem = titan::CpuAllocator::instance().stats();
-  return {{"step_seconds", seconds},
-          {"losses", losses},
-          {"rss_baseline", rss_baseline},
-          {"rss_peak", status_bytes("VmHWM")},
-          {"alloc_peak", mem.peak_allocated_bytes},
-          {"alloc_reserved", mem.reserved_bytes}};
+  json reply = {{"step_seconds", seconds},
+                {"losses", losses},
+                {"rss_baseline", rss_baseline},
+                {"rss_peak", status_bytes("VmHWM")},
+                {"alloc_peak", mem.peak_allocated_bytes},
+                {"alloc_reserved", mem.reserved_bytes}};
+  // After the memory figures: its buffers are not the step's.
+  if (ac_mode == "none") reply["linear_gemm_seconds"] = linear_gemm_seconds(c);
+  return reply;
 }
 
 std::string self_path() {
@@ -248,6 +285,10 @@ struct Side {
   }
   double alloc_peak() const {
     return median_of([](const json& r) { return r["alloc_peak"].get<double>(); });
+  }
+  std::optional<double> linear_gemm_seconds() const {
+    if (!ok() || !rounds.front().contains("linear_gemm_seconds")) return std::nullopt;
+    return median_of([](const json& r) { return r["linear_gemm_seconds"].get<double>(); });
   }
   double first_loss() const { return rounds.front()["losses"][0].get<double>(); }
 };
@@ -395,7 +436,8 @@ int main(int argc, char** argv) {
       .titan_label = "titan",
       .reference_label = "torch",
       .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s", "titan %SGEMM",
-                        "torch %SGEMM", "titan tok/s by round", "torch tok/s by round"},
+                        "torch %SGEMM", "titan tok/s by round", "torch tok/s by round", "GEMMs ms",
+                        "floor ms", "torch/floor"},
       .rows = {},
       .notes = {}};
   bench::Table memory{
@@ -429,6 +471,11 @@ int main(int argc, char** argv) {
     auto cell = [](const std::optional<double>& v, const std::function<std::string(double)>& f) {
       return v ? f(*v) : std::string("n/a");
     };
+    // The causal half of the attention FLOPs in fpt (12 * layers * dim * seq per token).
+    const std::optional<double> gemm_s = r.titan.linear_gemm_seconds();
+    const double attention_flops = 6.0 * static_cast<double>(c.n_layers * c.dim * c.seq) * tokens;
+    std::optional<double> floor_s;
+    if (gemm_s) floor_s = *gemm_s + attention_flops / sgemm;
     if (titan_s) row.titan = tokens / *titan_s;
     if (torch_s) row.reference = tokens / *torch_s;
     row.extra = {cell(titan_s, [](double s) { return bench::fixed(s * 1e3, 0); }),
@@ -438,7 +485,10 @@ int main(int argc, char** argv) {
                  cell(row.titan, [&](double t) { return bench::fixed(100 * t * fpt / sgemm, 0) + "%"; }),
                  cell(row.reference, [&](double t) { return bench::fixed(100 * t * fpt / sgemm, 0) + "%"; }),
                  per_round(r.titan.round_step_seconds(), tokens),
-                 per_round(r.torch.round_step_seconds(), tokens)};
+                 per_round(r.torch.round_step_seconds(), tokens),
+                 cell(gemm_s, [](double s) { return bench::fixed(s * 1e3, 0); }),
+                 cell(floor_s, [](double s) { return bench::fixed(s * 1e3, 0); }),
+                 torch_s && floor_s ? bench::fixed(*torch_s / *floor_s, 2) + "x" : std::string("n/a")};
     speed.rows.push_back(row);
     speed.notes.push_back(c.name + ": " + r.summary.description + "; seq " + std::to_string(c.seq) +
                           ", batch " + std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) +
@@ -497,6 +547,12 @@ int main(int argc, char** argv) {
       "(materialised seq x seq attention scores); both lr 8e-4, betas (0.9, 0.95), weight decay 0.1, one "
       "fixed "
       "random batch.");
+  speed.notes.push_back(
+      "GEMMs: the step's linear-layer GEMMs alone (forward, input and weight gradients of every projection "
+      "and the output head, as ops::linear makes them), timed once per titan round after its steps, median. "
+      "floor: GEMMs plus attention's causal FLOPs (6 * layers * dim * seq per token, no recomputation) at the "
+      "SGEMM rate: no step made of these GEMMs is faster. torch/floor: the highest titan/torch they leave "
+      "room for, with everything else (softmax, norms, loss, AdamW) free.");
   memory.notes = {
       "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "
       "both sides release init's temporaries (titan empty_cache, torch gc; both malloc_trim) before step 1. "
