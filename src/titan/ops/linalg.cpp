@@ -92,7 +92,8 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const Tensor& x2, bool want_dx,
                                        bool want_dw) {
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
-  const MatBatch G = as_blas(g2), W = as_blas(w), X = as_blas(x2);
+  const MatBatch G = as_blas(g2), W = want_dx ? as_blas(w) : MatBatch{},
+                 X = want_dw ? as_blas(x2) : MatBatch{};
   Tensor dx = want_dx ? Tensor::empty({rows, in}, w.options()) : Tensor();
   Tensor dw = want_dw ? Tensor::empty({out, in}, w.options()) : Tensor();
   kernels::cpu::dispatch_float(w.dtype(), [&](auto z) {
