@@ -35,12 +35,13 @@
 #include <vector>
 
 #include "support/torch_reference.h"
+#include "titan/autograd/engine.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
-#include "titan/kernels/cpu/gemm.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
+#include "titan/ops/linalg.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/trainer.h"
 
@@ -110,11 +111,10 @@ void reset_peak_rss() {
               "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
 }
 
-// The step's linear-layer GEMMs alone, made as ops::linear makes them (forward y = x W^T; backward
-// dX and dW through gemm_concurrent), on buffers of the step's shapes: the part of titan's step
-// that OpenBLAS's rate fixes. Attention's products are left out, so the true floor is higher.
+// The step's linear-layer GEMMs alone: ops::linear forward and its backward (the input and
+// weight gradients) for every projection and the output head, on tensors of the step's shapes.
+// Attention's products are left out.
 double linear_gemm_seconds(const Config& c) {
-  using titan::kernels::cpu::GemmCall;
   const int64_t rows = c.batch * c.seq, kv = c.n_kv_heads * (c.dim / c.n_heads);
   struct Linear {
     int64_t out, in;
@@ -124,23 +124,16 @@ double linear_gemm_seconds(const Config& c) {
     linears.insert(linears.end(), {{c.dim, c.dim}, {kv, c.dim}, {kv, c.dim}, {c.dim, c.dim},
                                    {c.ffn_dim, c.dim}, {c.ffn_dim, c.dim}, {c.dim, c.ffn_dim}});
   linears.push_back({c.vocab_size, c.dim});
-  int64_t widest = 0, largest = 0;
+  double seconds = 0;
   for (const Linear& l : linears) {
-    widest = std::max({widest, l.out, l.in});
-    largest = std::max(largest, l.out * l.in);
+    Tensor x = Tensor::full({rows, l.in}, 0.01).requires_grad_();
+    Tensor w = Tensor::full({l.out, l.in}, 0.02).requires_grad_();
+    Tensor dy = Tensor::full({rows, l.out}, 0.01);
+    auto t0 = std::chrono::steady_clock::now();
+    titan::autograd::grad({titan::ops::linear(x, w)}, {dy}, {x, w});
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::vector<float> x(rows * widest, 0.01f), dy(rows * widest, 0.01f), dx(rows * widest);
-  std::vector<float> w(largest, 0.02f), dw(largest);
-  auto t0 = std::chrono::steady_clock::now();
-  for (const Linear& l : linears) {
-    titan::kernels::cpu::gemm<float>(false, true, rows, l.out, l.in, 1.f, x.data(), l.in, w.data(), l.in, 0.f,
-                                     dy.data(), l.out);
-    const GemmCall<float> grads[] = {
-        {false, false, rows, l.in, l.out, 1.f, dy.data(), l.out, w.data(), l.in, 0.f, dx.data(), l.in},
-        {true, false, l.out, l.in, rows, 1.f, dy.data(), l.out, x.data(), l.in, 0.f, dw.data(), l.in}};
-    titan::kernels::cpu::gemm_concurrent<float>(grads);
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return seconds;
 }
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
@@ -548,8 +541,8 @@ int main(int argc, char** argv) {
       "fixed "
       "random batch.");
   speed.notes.push_back(
-      "GEMMs: the step's linear-layer GEMMs alone (forward, input and weight gradients of every projection "
-      "and the output head, as ops::linear makes them), timed once per titan round after its steps, median. "
+      "GEMMs: the step's linear layers alone (ops::linear forward, input and weight gradients, for every "
+      "projection and the output head), timed once per titan round after its steps, median. "
       "floor: GEMMs plus attention's causal FLOPs (6 * layers * dim * seq per token, no recomputation) at the "
       "SGEMM rate: no step made of these GEMMs is faster. torch/floor: the highest titan/torch they leave "
       "room for, with everything else (softmax, norms, loss, AdamW) free.");
