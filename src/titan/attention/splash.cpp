@@ -11,7 +11,7 @@
 #include "titan/attention/qkv_check.h"
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/dispatch.h"
-#include "titan/kernels/cpu/gemm.h"
+#include "titan/kernels/cpu/tile_gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
 #include "titan/ops/checks.h"
 
@@ -19,7 +19,8 @@ namespace titan::attention {
 
 namespace {
 
-using kernels::cpu::gemm;
+using kernels::cpu::tile_gemm;
+using kernels::cpu::TileA;
 using kernels::cpu::vexp;
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
@@ -43,6 +44,47 @@ struct Span {
 Span block(int64_t index, int64_t size, int64_t total) {
   const int64_t start = index * size;
   return {start, std::min(size, total - start)};
+}
+
+// One [S, D] matrix per (batch row, head) of q, k, v or dout, packed block by block as
+// tile_gemm's B operand, once per call: a key block is read by every query block and query head
+// that sees it, a query block by every key block it sees. `Rows` packs a block's tokens as the
+// summed dimension (for P V, P^T dO, dS^T Q, dS K), `Columns` its head dimension (for Q K^T and
+// dO V^T, the block's tokens being the product's columns).
+enum class Packing { Rows, Columns };
+
+template <typename T>
+struct PackedBlocks {
+  int64_t heads = 0, blocks = 0, stride = 0;
+  Tensor storage;  // a Tensor, so that the allocator's peak counts it
+
+  const T* at(int64_t b, int64_t head, int64_t blk) const {
+    return storage.data<T>() + ((b * heads + head) * blocks + blk) * stride;
+  }
+};
+
+template <typename T>
+PackedBlocks<T> packed_blocks(const Geometry& g, int64_t heads, int64_t block_rows, Packing packing) {
+  const int64_t blocks = (g.S + block_rows - 1) / block_rows;
+  const int64_t stride = packing == Packing::Rows ? kernels::cpu::tile_packed_size<T>(block_rows, g.D)
+                                                  : kernels::cpu::tile_packed_size<T>(g.D, block_rows);
+  return {heads, blocks, stride, Tensor::empty({g.B * heads * blocks * stride}, {.dtype = dtype_of<T>::value})};
+}
+
+// Packs block `i` (of B x heads x blocks) of x, whose rows sit heads * D apart; call it for every
+// i from inside a team's worksharing loop.
+template <typename T>
+void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packing, PackedBlocks<T>& out,
+                int64_t i) {
+  const int64_t blk = i % out.blocks, head = i / out.blocks % out.heads, b = i / out.blocks / out.heads;
+  const Span rows = block(blk, block_rows, g.S);
+  const int64_t ld = out.heads * g.D;
+  const T* src = x + ((b * g.S + rows.start) * out.heads + head) * g.D;
+  T* dst = const_cast<T*>(out.at(b, head, blk));
+  if (packing == Packing::Rows)
+    kernels::cpu::pack_tile_b<T>(rows.len, g.D, src, ld, dst);
+  else
+    kernels::cpu::pack_tile_b_transposed<T>(g.D, rows.len, src, ld, dst);
 }
 
 // Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
@@ -89,11 +131,12 @@ T row_max(const T* x, int64_t n) {
   return *std::max_element(lanes, lanes + kLanes);
 }
 
-// s[m, n] = scale * Q K^T for one tile, with the pairs a partial tile's mask hides at -inf.
+// s[m, n] = scale * Q K^T for one tile (K^T packed by columns), with the pairs a partial tile's
+// mask hides at -inf.
 template <typename T>
 void scores(const Geometry& g, const BlockMask& bm, int64_t b, Span qs, Span ks, bool partial, T scale,
-            const T* Q, const T* K, T* s, uint8_t* visible) {
-  gemm<T>(false, true, qs.len, ks.len, g.D, scale, Q, g.ldq(), K, g.ldk(), T(0), s, ks.len);
+            const T* Q, const T* kt, T* s, uint8_t* visible) {
+  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len);
   if (!partial) return;
   bm.mask().fill(b, qs.start, qs.start + qs.len, ks.start, ks.start + ks.len, visible);
   const int64_t n = qs.len * ks.len;
@@ -106,6 +149,8 @@ template <typename T>
 void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v, T* out,
              T* lse) {
   const int64_t bq = bm.block_q(), bk = bm.block_kv(), nq = bm.num_q_blocks(), ld = g.ldq();
+  PackedBlocks<T> kt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<T> vr = packed_blocks<T>(g, g.Hkv, bk, Packing::Rows);
   const auto order = heavy_first(g.B * nq, g.Hq, [&](int64_t r) {
     return static_cast<int64_t>(bm.full_kv(r / nq, r % nq).size() + bm.partial_kv(r / nq, r % nq).size());
   });
@@ -121,7 +166,7 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
     auto tile = [&](int32_t kb, bool partial) {
       const Span ks = block(kb, bk, g.S);
       T* s = w.p.data();
-      scores(g, bm, b, qs, ks, partial, scale, Q, k + g.kv_at(b, ks.start, hk), s, w.visible.data());
+      scores(g, bm, b, qs, ks, partial, scale, Q, kt.at(b, hk, kb), s, w.visible.data());
       // Online softmax: rescale what the row has gathered so far to the new running max.
       for (int64_t r = 0; r < qs.len; ++r) {
         T* row = s + r * ks.len;
@@ -143,8 +188,7 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
         if (alpha != T(1))
           for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= alpha;
       }
-      gemm<T>(false, false, qs.len, g.D, ks.len, T(1), s, ks.len, v + g.kv_at(b, ks.start, hk), g.ldk(), T(1),
-              O, ld);
+      tile_gemm<T>(qs.len, g.D, ks.len, T(1), {s, ks.len, 1}, vr.at(b, hk, kb), true, O, ld);
     };
     for (int32_t kb : bm.full_kv(b, qb)) tile(kb, false);
     for (int32_t kb : bm.partial_kv(b, qb)) tile(kb, true);
@@ -160,18 +204,25 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
   // causal mask gives the last query blocks the most key blocks). Each task owns its output
   // rows, so nothing depends on which thread runs it.
   const auto n = static_cast<int64_t>(order.size());
+  const int64_t kv_blocks = g.B * g.Hkv * kt.blocks;
 #pragma omp parallel if (team_for(n))
   {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < kv_blocks; ++i) {
+      pack_block(g, k, bk, Packing::Columns, kt, i);
+      pack_block(g, v, bk, Packing::Rows, vr, i);
+    }
     Scratch<T> w(bq, bk);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) task(order[i], w);
   }
 }
 
-// The inputs of backward that each tile reads.
+// The inputs of backward that each tile reads: K^T and V^T packed by columns.
 template <typename T>
 struct Saved {
-  const T *q, *k, *v, *dout, *lse, *delta;
+  const T *q, *dout, *lse, *delta;
+  const PackedBlocks<T>&kt, &vt;
 };
 
 // For one tile: P = exp(s - lse) in w.p, and dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the
@@ -179,13 +230,13 @@ struct Saved {
 template <typename T>
 void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T>& in, T scale, int64_t b, int64_t h,
                 Span qs, Span ks, bool partial, Scratch<T>& w) {
-  const int64_t hk = h / g.group();
+  const int64_t hk = h / g.group(), kb = ks.start / bm.block_kv();
   T* p = w.p.data();
   T* dp = w.dp.data();
-  scores(g, bm, b, qs, ks, partial, scale, in.q + g.q_at(b, qs.start, h), in.k + g.kv_at(b, ks.start, hk), p,
+  scores(g, bm, b, qs, ks, partial, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p,
          w.visible.data());
-  gemm<T>(false, true, qs.len, ks.len, g.D, T(1), in.dout + g.q_at(b, qs.start, h), g.ldq(),
-          in.v + g.kv_at(b, ks.start, hk), g.ldk(), T(0), dp, ks.len);
+  tile_gemm<T>(qs.len, ks.len, g.D, T(1), {in.dout + g.q_at(b, qs.start, h), g.ldq(), 1}, in.vt.at(b, hk, kb),
+               false, dp, ks.len);
   const T* L = in.lse + g.stat_at(b, h, qs.start);
   const T* Dl = in.delta + g.stat_at(b, h, qs.start);
   for (int64_t r = 0; r < qs.len; ++r) {
@@ -246,7 +297,14 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
   const int64_t q_numel = g.B * g.S * g.Hq * g.D;
   Tensor dq_runs_t = dq && runs > 1 ? Tensor::empty({runs - 1, q_numel}, opts) : Tensor();
   T* dq_runs = dq_runs_t.defined() ? dq_runs_t.data<T>() : nullptr;
-  const Saved<T> in{q, k, v, dout, lse, delta};
+  // Packed by rows for the products that sum over a block's tokens: dO and Q over query rows (dV,
+  // dK), K over keys (dQ); only those of the gradients asked for.
+  PackedBlocks<T> kt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<T> vt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<T> dor = dv ? packed_blocks<T>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<T>{};
+  PackedBlocks<T> qr = dk ? packed_blocks<T>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<T>{};
+  PackedBlocks<T> kr = dq ? packed_blocks<T>(g, g.Hkv, bk, Packing::Rows) : PackedBlocks<T>{};
+  const Saved<T> in{q, dout, lse, delta, kt, vt};
 
   auto task = [&](int64_t t, Scratch<T>& w) {
     const int64_t run = t % runs, hk = t / runs % g.Hkv, b = t / runs / g.Hkv;
@@ -261,22 +319,19 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
 
     for (int64_t kb = cut[run]; kb < cut[run + 1]; ++kb) {
       const Span ks = block(kb, bk, g.S);
-      const T* K = k + g.kv_at(b, ks.start, hk);
       T* dK = dk ? dk + g.kv_at(b, ks.start, hk) : nullptr;
       T* dV = dv ? dv + g.kv_at(b, ks.start, hk) : nullptr;
       for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
         auto tile = [&](int32_t qb, bool partial) {
           const Span qs = block(qb, bq, g.S);
-          const int64_t at = g.q_at(b, qs.start, h);
           const T* P = w.p.data();
           const T* dS = w.dp.data();
           tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
-          if (dV)
-            gemm<T>(true, false, ks.len, g.D, qs.len, T(1), P, ks.len, dout + at, g.ldq(), T(1), dV, g.ldk());
-          if (dK)
-            gemm<T>(true, false, ks.len, g.D, qs.len, scale, dS, ks.len, q + at, g.ldq(), T(1), dK, g.ldk());
+          if (dV) tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk());
+          if (dK) tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk());
           if (dQ)
-            gemm<T>(false, false, qs.len, g.D, ks.len, scale, dS, ks.len, K, g.ldk(), T(1), dQ + at, g.ldq());
+            tile_gemm<T>(qs.len, g.D, ks.len, scale, {dS, ks.len, 1}, kr.at(b, hk, kb), true,
+                         dQ + g.q_at(b, qs.start, h), g.ldq());
         };
         for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
         for (int32_t qb : bm.partial_q(b, kb)) tile(qb, true);
@@ -285,8 +340,20 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
   };
 
   const int64_t tasks = heads * runs;
+  const int64_t kv_blocks = g.B * g.Hkv * kt.blocks, q_blocks = g.B * g.Hq * bm.num_q_blocks();
 #pragma omp parallel if (team_for(tasks))
   {
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < kv_blocks; ++i) {
+      pack_block(g, k, bk, Packing::Columns, kt, i);
+      pack_block(g, v, bk, Packing::Columns, vt, i);
+      if (dq) pack_block(g, k, bk, Packing::Rows, kr, i);
+    }
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < q_blocks; ++i) {
+      if (dv) pack_block(g, dout, bq, Packing::Rows, dor, i);
+      if (dk) pack_block(g, q, bq, Packing::Rows, qr, i);
+    }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.B * g.S; ++i)
       for (int64_t h = 0; h < g.Hq; ++h) {
