@@ -12,10 +12,9 @@ namespace {
 
 using kernels::cpu::kTilePanel;
 using kernels::cpu::pack_tile_b;
-using kernels::cpu::pack_tile_b_transposed;
+using kernels::cpu::Strided;
 using kernels::cpu::tile_gemm;
 using kernels::cpu::tile_packed_size;
-using kernels::cpu::TileA;
 
 template <typename T>
 std::vector<T> random(int64_t n, uint64_t seed) {
@@ -31,25 +30,27 @@ template <typename T>
 void check_against_fp64() {
   const int64_t W = kTilePanel<T>;
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{12, 2 * W, 64}, {13, 2 * W + 3, 37},
-                         {5, W - 1, 1}, {1, 1, 8}, {128, 4 * W, 128}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{12, 2 * W, 64},
+                         {13, 2 * W + 3, 37},
+                         {5, W - 1, 1},
+                         {1, 1, 8},
+                         {128, 4 * W, 128}}) {
     for (bool a_transposed : {false, true})
       for (bool b_transposed : {false, true})
         for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k << " A^T " << a_transposed
-                                            << " B^T " << b_transposed << " accumulate " << accumulate);
+          SCOPED_TRACE(::testing::Message()
+                       << "m " << m << " n " << n << " k " << k << " A^T " << a_transposed << " B^T "
+                       << b_transposed << " accumulate " << accumulate);
           const int64_t lda = (a_transposed ? m : k) + 3, ldb = (b_transposed ? k : n) + 5, ldc = n + 2;
           const std::vector<T> a = random<T>((a_transposed ? k : m) * lda, 1);
           const std::vector<T> b = random<T>((b_transposed ? n : k) * ldb, 2);
           std::vector<T> c = random<T>(m * ldc, 3);
           if (!accumulate) std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
           const std::vector<T> c0 = c;
-          const TileA<T> view = a_transposed ? TileA<T>{a.data(), 1, lda} : TileA<T>{a.data(), lda, 1};
+          const Strided<T> view = a_transposed ? Strided<T>{a.data(), 1, lda} : Strided<T>{a.data(), lda, 1};
           std::vector<T> packed(static_cast<size_t>(tile_packed_size<T>(k, n)), T(7));
-          if (b_transposed)
-            pack_tile_b_transposed<T>(k, n, b.data(), ldb, packed.data());
-          else
-            pack_tile_b<T>(k, n, b.data(), ldb, packed.data());
+          pack_tile_b<T>(k, n, b_transposed ? Strided<T>{b.data(), 1, ldb} : Strided<T>{b.data(), ldb, 1},
+                         packed.data());
           const T alpha = T(0.375);
           tile_gemm<T>(m, n, k, alpha, view, packed.data(), accumulate, c.data(), ldc);
 
@@ -66,14 +67,19 @@ void check_against_fp64() {
                 want += x * y;
               }
               want = alpha * want + (accumulate ? static_cast<double>(c0[i * ldc + j]) : 0.0);
-              ASSERT_NEAR(c[i * ldc + j], want, tol * (1 + std::abs(want))) << "at (" << i << ", " << j << ")";
+              ASSERT_NEAR(c[i * ldc + j], want, tol * (1 + std::abs(want)))
+                  << "at (" << i << ", " << j << ")";
             }
         }
   }
 }
 
-TEST(TileGemm, FloatMatchesFp64Reference) { check_against_fp64<float>(); }
-TEST(TileGemm, DoubleMatchesFp64Reference) { check_against_fp64<double>(); }
+TEST(TileGemm, FloatMatchesFp64Reference) {
+  check_against_fp64<float>();
+}
+TEST(TileGemm, DoubleMatchesFp64Reference) {
+  check_against_fp64<double>();
+}
 
 // A tile's products depend on its own operands alone: the same rows placed anywhere in C and
 // computed as part of a taller tile give the same bits (attention relies on this for results
@@ -82,12 +88,13 @@ TEST(TileGemm, RowsAreIndependentOfTheTileAroundThem) {
   const int64_t m = 20, n = 40, k = 33;
   const std::vector<float> a = random<float>(m * k, 4), b = random<float>(k * n, 5);
   std::vector<float> packed(static_cast<size_t>(tile_packed_size<float>(k, n)));
-  pack_tile_b<float>(k, n, b.data(), n, packed.data());
+  pack_tile_b<float>(k, n, {b.data(), n, 1}, packed.data());
   std::vector<float> whole(m * n), part(m * n);
   tile_gemm<float>(m, n, k, 1.0f, {a.data(), k, 1}, packed.data(), false, whole.data(), n);
   for (int64_t i = 0; i < m; i += 7) {
     const int64_t rows = std::min<int64_t>(7, m - i);
-    tile_gemm<float>(rows, n, k, 1.0f, {a.data() + i * k, k, 1}, packed.data(), false, part.data() + i * n, n);
+    tile_gemm<float>(rows, n, k, 1.0f, {a.data() + i * k, k, 1}, packed.data(), false, part.data() + i * n,
+                     n);
   }
   EXPECT_EQ(whole, part);
 }

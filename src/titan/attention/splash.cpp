@@ -20,7 +20,6 @@ namespace titan::attention {
 namespace {
 
 using kernels::cpu::tile_gemm;
-using kernels::cpu::TileA;
 using kernels::cpu::vexp;
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
@@ -68,7 +67,8 @@ PackedBlocks<T> packed_blocks(const Geometry& g, int64_t heads, int64_t block_ro
   const int64_t blocks = (g.S + block_rows - 1) / block_rows;
   const int64_t stride = packing == Packing::Rows ? kernels::cpu::tile_packed_size<T>(block_rows, g.D)
                                                   : kernels::cpu::tile_packed_size<T>(g.D, block_rows);
-  return {heads, blocks, stride, Tensor::empty({g.B * heads * blocks * stride}, {.dtype = dtype_of<T>::value})};
+  return {heads, blocks, stride,
+          Tensor::empty({g.B * heads * blocks * stride}, {.dtype = dtype_of<T>::value})};
 }
 
 // Packs block `i` (of B x heads x blocks) of x, whose rows sit heads * D apart; call it for every
@@ -82,9 +82,9 @@ void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packi
   const T* src = x + ((b * g.S + rows.start) * out.heads + head) * g.D;
   T* dst = const_cast<T*>(out.at(b, head, blk));
   if (packing == Packing::Rows)
-    kernels::cpu::pack_tile_b<T>(rows.len, g.D, src, ld, dst);
+    kernels::cpu::pack_tile_b<T>(rows.len, g.D, {src, ld, 1}, dst);
   else
-    kernels::cpu::pack_tile_b_transposed<T>(g.D, rows.len, src, ld, dst);
+    kernels::cpu::pack_tile_b<T>(g.D, rows.len, {src, 1, ld}, dst);
 }
 
 // Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
@@ -327,8 +327,10 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
           const T* P = w.p.data();
           const T* dS = w.dp.data();
           tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
-          if (dV) tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk());
-          if (dK) tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk());
+          if (dV)
+            tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk());
+          if (dK)
+            tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk());
           if (dQ)
             tile_gemm<T>(qs.len, g.D, ks.len, scale, {dS, ks.len, 1}, kr.at(b, hk, kb), true,
                          dQ + g.q_at(b, qs.start, h), g.ldq());

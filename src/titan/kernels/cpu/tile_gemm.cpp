@@ -89,34 +89,22 @@ void rows(int64_t k, const T* a, int64_t sa_i, int64_t sa_p, const T* b, T alpha
 }  // namespace
 
 template <typename T>
-void pack_tile_b(int64_t k, int64_t n, const T* b, int64_t ld, T* packed) {
+void pack_tile_b(int64_t k, int64_t n, Strided<T> b, T* packed) {
   constexpr int64_t W = kTilePanel<T>;
   for (int64_t j0 = 0; j0 < n; j0 += W, packed += k * W) {
     const int64_t w = std::min(W, n - j0);
     for (int64_t p = 0; p < k; ++p) {
       T* dst = packed + p * W;
-      std::copy_n(b + p * ld + j0, w, dst);
+      const T* src = b.data + p * b.row_stride + j0 * b.col_stride;
+      for (int64_t j = 0; j < w; ++j) dst[j] = src[j * b.col_stride];
       std::fill(dst + w, dst + W, T(0));
     }
   }
 }
 
 template <typename T>
-void pack_tile_b_transposed(int64_t k, int64_t n, const T* m, int64_t ld, T* packed) {
-  constexpr int64_t W = kTilePanel<T>;
-  for (int64_t j0 = 0; j0 < n; j0 += W, packed += k * W) {
-    const int64_t w = std::min(W, n - j0);
-    for (int64_t p = 0; p < k; ++p) {
-      T* dst = packed + p * W;
-      for (int64_t j = 0; j < w; ++j) dst[j] = m[(j0 + j) * ld + p];
-      std::fill(dst + w, dst + W, T(0));
-    }
-  }
-}
-
-template <typename T>
-void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, TileA<T> a, const T* b_packed, bool accumulate, T* c,
-               int64_t ldc) {
+void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b_packed, bool accumulate,
+               T* c, int64_t ldc) {
   constexpr int64_t W = kTilePanel<T>;
   static_assert(W == 2 * kLanes<T>);
   for (int64_t j0 = 0; j0 < n; j0 += W) {
@@ -128,10 +116,9 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, TileA<T> a, const T* b_
   }
 }
 
-#define TITAN_TILE_GEMM(T)                                                                                 \
-  template void pack_tile_b<T>(int64_t, int64_t, const T*, int64_t, T*);                                   \
-  template void pack_tile_b_transposed<T>(int64_t, int64_t, const T*, int64_t, T*);                        \
-  template void tile_gemm<T>(int64_t, int64_t, int64_t, T, TileA<T>, const T*, bool, T*, int64_t);
+#define TITAN_TILE_GEMM(T)                                        \
+  template void pack_tile_b<T>(int64_t, int64_t, Strided<T>, T*); \
+  template void tile_gemm<T>(int64_t, int64_t, int64_t, T, Strided<T>, const T*, bool, T*, int64_t);
 TITAN_TILE_GEMM(float)
 TITAN_TILE_GEMM(double)
 #undef TITAN_TILE_GEMM

@@ -22,26 +22,23 @@ constexpr int64_t tile_packed_size(int64_t k, int64_t n) {
   return k * ((n + kTilePanel<T> - 1) / kTilePanel<T> * kTilePanel<T>);
 }
 
-// Packs B for tile_gemm: panel j holds columns [j * kTilePanel, (j + 1) * kTilePanel) as
-// [k][kTilePanel], the last zero-padded. From a row-major [k, n] matrix (B(p, j) = b[p * ld + j]):
-template <typename T>
-void pack_tile_b(int64_t k, int64_t n, const T* b, int64_t ld, T* packed);
-// ... and from a row-major [n, k] matrix M, for B = M^T (B(p, j) = m[j * ld + p]):
-template <typename T>
-void pack_tile_b_transposed(int64_t k, int64_t n, const T* m, int64_t ld, T* packed);
-
-// The A operand, read in place: A(i, p) = data[i * row_stride + p * col_stride], which is a
+// A matrix read in place: element (i, j) at data[i * row_stride + j * col_stride], which is a
 // row-major matrix (col_stride 1) or the transpose of one (row_stride 1).
 template <typename T>
-struct TileA {
+struct Strided {
   const T* data;
   int64_t row_stride, col_stride;
 };
 
-// The product, over B packed by one of the functions above for these k and n. Each element of
+// Packs a [k, n] B operand for tile_gemm: panel j holds columns [j * kTilePanel,
+// (j + 1) * kTilePanel) as [k][kTilePanel], the last zero-padded.
+template <typename T>
+void pack_tile_b(int64_t k, int64_t n, Strided<T> b, T* packed);
+
+// The product of A, read in place, and B packed by pack_tile_b for these k and n. Each element of
 // C is one sum over p in order, so results do not depend on threads or on where the tile sits.
 template <typename T>
-void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, TileA<T> a, const T* b_packed, bool accumulate, T* c,
-               int64_t ldc);
+void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b_packed, bool accumulate,
+               T* c, int64_t ldc);
 
 }  // namespace titan::kernels::cpu
