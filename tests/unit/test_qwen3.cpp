@@ -219,7 +219,11 @@ TEST(Qwen3Model, LogitsAreCausal) {
     randomise(m, 4);
     Tensor a = m(tokens_of({1, 5, 2, 9, 0, 3}, 1)), b = m(tokens_of({1, 5, 2, 9, 7, 7}, 1));
     EXPECT_EQ(a.sizes(), (Shape{1, 6, 11}));
-    EXPECT_TRUE(tensors_close(a.narrow(1, 0, 4), b.narrow(1, 0, 4), 0, "the first 4 positions")) << moe;
+    // Dense blocks give the first positions bit for bit. With experts the later tokens change how
+    // many tokens each expert gets, so the experts' GEMMs take other shapes, and BLAS rounds a row
+    // by the shape it is part of (a lone row goes to GEMV, blocking follows the sizes).
+    EXPECT_TRUE(tensors_close(a.narrow(1, 0, 4), b.narrow(1, 0, 4), moe ? 1e-6 : 0, "the first 4 positions"))
+        << moe;
     EXPECT_GT(test::max_rel_error(a.narrow(1, 4, 2), b.narrow(1, 4, 2)), 1e-3) << moe;
   }
 }
