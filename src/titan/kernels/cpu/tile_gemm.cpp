@@ -7,27 +7,27 @@ namespace titan::kernels::cpu {
 
 namespace {
 
-// GCC's generic vectors: AVX2 registers under -march=native, SSE pairs without. This file is
-// built with -ffp-contract=fast (CMakeLists.txt), so `acc += a * b` is one FMA.
-// (An alias template cannot carry the attribute: GCC drops it on a dependent type.)
+// GCC's generic vectors of kTileVectorBytes: AVX-512 or AVX2 registers under -march=native, SSE
+// pairs without. This file is built with -ffp-contract=fast (CMakeLists.txt), so `acc += a * b`
+// is one FMA. (An alias template cannot carry the attribute: GCC drops it on a dependent type.)
 template <typename T>
 struct VecOf;
 template <>
 struct VecOf<float> {
-  typedef float type __attribute__((vector_size(32)));
+  typedef float type __attribute__((vector_size(kTileVectorBytes)));
 };
 template <>
 struct VecOf<double> {
-  typedef double type __attribute__((vector_size(32)));
+  typedef double type __attribute__((vector_size(kTileVectorBytes)));
 };
 template <typename T>
 using Vec = typename VecOf<T>::type;
 template <typename T>
-constexpr int64_t kLanes = 32 / static_cast<int64_t>(sizeof(T));
+constexpr int64_t kLanes = kTileVectorBytes / static_cast<int64_t>(sizeof(T));
 
 // Rows of C per register block: kRows x 2 accumulators plus two B vectors and a broadcast fill
-// 15 of the 16 vector registers.
-constexpr int64_t kRows = 6;
+// 27 of AVX-512's 32 vector registers, or 15 of AVX2's 16.
+constexpr int64_t kRows = kTileVectorBytes == 64 ? 12 : 6;
 
 template <typename T>
 Vec<T> load(const T* p) {
@@ -45,19 +45,19 @@ void block(int64_t k, const T* a, int64_t sa_i, int64_t sa_p, const T* b, T alph
   using V = Vec<T>;
   constexpr int64_t L = kLanes<T>;
   V lo[R], hi[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = V{};
   for (int64_t p = 0; p < k; ++p) {
     const V b0 = load(b + p * 2 * L), b1 = load(b + p * 2 * L + L);
     const T* ap = a + p * sa_p;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const V ai = ap[i * sa_i] - V{};  // a broadcast: x - 0 folds to x, x + 0 does not (-0)
       lo[i] += ai * b0;
       hi[i] += ai * b1;
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
     T* ci = c + i * ldc;
     V r0 = lo[i] * alpha, r1 = hi[i] * alpha;
