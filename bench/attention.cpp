@@ -389,6 +389,7 @@ int run_sweep(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::use_this_cpus_blas_kernels(argv);
   std::vector<char*> args(argv, argv + argc);
   const auto sweep =
       std::find_if(args.begin(), args.end(), [](char* a) { return std::strcmp(a, "--sweep") == 0; });

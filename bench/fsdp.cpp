@@ -18,6 +18,7 @@
 #include <iostream>
 #include <string>
 
+#include "support/torch_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/data/loader.h"
@@ -92,19 +93,22 @@ int run_ranks(dist::ProcessGroup& world) {
   auto worst = [&](double v) { return world.all_reduce(v, dist::ReduceOp::max); };
   const double step = worst(with.step_seconds), gather = worst(with.gather_wait_seconds),
                gather_blocking = worst(without.gather_wait_seconds), reduce = worst(with.reduce_seconds),
-               reduce_blocking = worst(without.reduce_seconds),
-               peak = worst(with.peak_bytes), step_blocking = worst(without.step_seconds);
+               reduce_blocking = worst(without.reduce_seconds), peak = worst(with.peak_bytes),
+               step_blocking = worst(without.step_seconds);
   if (world.rank() != 0) return 0;
   const double mib = 1.0 / (1 << 20);
-  std::printf("FSDP, %d ranks (llama3 debugmodel, seq %lld, %lld sequences per rank, %d thread per rank)\n", n,
-              static_cast<long long>(kSeq), static_cast<long long>(kBatchPerRank), num_threads());
+  std::printf("FSDP, %d ranks (llama3 debugmodel, seq %lld, %lld sequences per rank, %d thread per rank)\n",
+              n, static_cast<long long>(kSeq), static_cast<long long>(kBatchPerRank), num_threads());
   std::printf("  %-34s %12s %12s %8s\n", "", "titan FSDP", "one rank", "ratio");
-  std::printf("  %-34s %12.3f %12.3f %8.2f\n", "step time (s)", step, one.step_seconds, step / one.step_seconds);
+  std::printf("  %-34s %12.3f %12.3f %8.2f\n", "step time (s)", step, one.step_seconds,
+              step / one.step_seconds);
   std::printf("  %-34s %12.1f %12.1f %8.2f\n", "peak memory per rank (MiB)", peak * mib, one.peak_bytes * mib,
               peak / one.peak_bytes);
   auto hidden = [](double with, double without) { return without > 0 ? 100 * (1 - with / without) : 0.0; };
-  std::printf("  %-34s %12s %12s %8s\n", "blocked in collectives (s/step)", "overlap", "no overlap", "hidden");
-  std::printf("  %-34s %12.3f %12.3f %7.0f%%\n", "all-gathers", gather, gather_blocking, hidden(gather, gather_blocking));
+  std::printf("  %-34s %12s %12s %8s\n", "blocked in collectives (s/step)", "overlap", "no overlap",
+              "hidden");
+  std::printf("  %-34s %12.3f %12.3f %7.0f%%\n", "all-gathers", gather, gather_blocking,
+              hidden(gather, gather_blocking));
   std::printf("  %-34s %12.3f %12.3f %7.0f%%\n", "gradient reduction", reduce, reduce_blocking,
               hidden(reduce, reduce_blocking));
   std::printf("  %-34s %12.3f %12.3f\n", "step time (s)", step, step_blocking);
@@ -124,13 +128,15 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  // Not under mpirun: run this binary under it, with one thread per rank.
+  // Not under mpirun: run this binary under it, with one thread per rank; the ranks inherit the
+  // BLAS kernels chosen here.
+  bench::use_this_cpus_blas_kernels(argv);
   const std::string self = argv[0];
   const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
   int status = 0;
   for (int ranks : {2, 4}) {
-    const std::string cmd = "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) +
-                            " " + self;
+    const std::string cmd =
+        "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + self;
     std::cout << "$ " << cmd << std::endl;
     if (std::system(cmd.c_str()) != 0) status = 1;
   }

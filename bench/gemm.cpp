@@ -162,6 +162,7 @@ std::string largest(const std::optional<double>& worst) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::use_this_cpus_blas_kernels(argv);
   std::vector<GemmCase> cases = gemm_cases();
   for (const GemmCase& g : cases) {
     for (const auto& [name, path] : kPaths)

@@ -261,6 +261,7 @@ std::vector<KernelCase> kernel_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::use_this_cpus_blas_kernels(argv);
   std::vector<KernelCase> cases = kernel_cases();
   for (const KernelCase& c : cases) bench::add_benchmark(c.name, c.plan, c.run);
   auto titan_runs = bench::run_benchmarks(argc, argv);

@@ -129,6 +129,7 @@ void expert_gemms(GemmsIn& in) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::use_this_cpus_blas_kernels(argv);
   const std::vector<Shape> shapes = {{8, 2}, {8, 8}, {64, 2}, {64, 8}};
   for (const Shape& s : shapes) {
     bench::add_benchmark("moe/" + s.name(), s.plan(), [s](benchmark::State& state) {

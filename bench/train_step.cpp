@@ -15,7 +15,6 @@
 // runtime itself (the Python interpreter and libtorch's code weigh hundreds of MiB). Both sides
 // hand init's temporaries back before the first step. titan's allocator high-water mark over the
 // timed steps (live tensors only) is printed beside it.
-#include <cblas.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -121,8 +120,13 @@ double linear_gemm_seconds(const Config& c) {
   };
   std::vector<Linear> linears;
   for (int64_t l = 0; l < c.n_layers; ++l)
-    linears.insert(linears.end(), {{c.dim, c.dim}, {kv, c.dim}, {kv, c.dim}, {c.dim, c.dim},
-                                   {c.ffn_dim, c.dim}, {c.ffn_dim, c.dim}, {c.dim, c.ffn_dim}});
+    linears.insert(linears.end(), {{c.dim, c.dim},
+                                   {kv, c.dim},
+                                   {kv, c.dim},
+                                   {c.dim, c.dim},
+                                   {c.ffn_dim, c.dim},
+                                   {c.ffn_dim, c.dim},
+                                   {c.dim, c.ffn_dim}});
   linears.push_back({c.vocab_size, c.dim});
   double seconds = 0;
   for (const Linear& l : linears) {
@@ -336,6 +340,7 @@ std::string per_round(const std::vector<double>& step_seconds, double tokens) {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--worker") return worker_main(argc, argv);
+  bench::use_this_cpus_blas_kernels(argv);
 
   // --benchmark_filter (as scripts/run_benchmarks.sh passes it to every benchmark) picks configs
   // by "train_step/<S|M|L>"; --rounds=N and --steps=N override the defaults; --no_ac skips the
@@ -370,13 +375,10 @@ int main(int argc, char** argv) {
   bench::mark_start();
   const double sgemm_start = titan::train::measure_peak_flops();
   // Both sides load this OpenBLAS with this environment, so they run the same kernels; the
-  // kernels set the rate (OPENBLAS_CORETYPE can pin older ones than the CPU supports).
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  const std::string blas_kernels =
-      std::string("OpenBLAS kernels ") + openblas_get_corename() +
-      (coretype ? std::string(" (OPENBLAS_CORETYPE=") + coretype + ")" : std::string(" (detected)"));
+  // kernels set the rate.
+  const std::string blas_kernels = bench::blas_kernels_summary();
   std::cout << "SGEMM 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
-            << " GFLOP/s; " << blas_kernels << "\n"
+            << " GFLOP/s\n"
             << std::flush;
 
   std::vector<Result> results;
@@ -421,18 +423,17 @@ int main(int argc, char** argv) {
   for (const Result& r : results)
     for (const std::string& e : r.torch.errors) torch_about.errors["train_step/" + r.config->name] = e;
 
-  bench::Table speed{
-      .title = "Llama 3 training step, f32, titan with " + attention +
-               " attention, tokens/s (median step over " + std::to_string(rounds) +
-               " interleaved rounds per side, each in a fresh process)",
-      .unit = "tokens/s",
-      .titan_label = "titan",
-      .reference_label = "torch",
-      .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s", "titan %SGEMM",
-                        "torch %SGEMM", "titan tok/s by round", "torch tok/s by round", "GEMMs ms",
-                        "floor ms", "torch/floor"},
-      .rows = {},
-      .notes = {}};
+  bench::Table speed{.title = "Llama 3 training step, f32, titan with " + attention +
+                              " attention, tokens/s (median step over " + std::to_string(rounds) +
+                              " interleaved rounds per side, each in a fresh process)",
+                     .unit = "tokens/s",
+                     .titan_label = "titan",
+                     .reference_label = "torch",
+                     .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s",
+                                       "titan %SGEMM", "torch %SGEMM", "titan tok/s by round",
+                                       "torch tok/s by round", "GEMMs ms", "floor ms", "torch/floor"},
+                     .rows = {},
+                     .notes = {}};
   bench::Table memory{
       .title =
           "Peak memory of the timed steps: RSS growth over the process before the model "
@@ -543,7 +544,8 @@ int main(int argc, char** argv) {
   speed.notes.push_back(
       "GEMMs: the step's linear layers alone (ops::linear forward, input and weight gradients, for every "
       "projection and the output head), timed once per titan round after its steps, median. "
-      "floor: GEMMs plus attention's causal FLOPs (6 * layers * dim * seq per token, no recomputation) at the "
+      "floor: GEMMs plus attention's causal FLOPs (6 * layers * dim * seq per token, no recomputation) at "
+      "the "
       "SGEMM rate: no step made of these GEMMs is faster. torch/floor: the highest titan/torch they leave "
       "room for, with everything else (softmax, norms, loss, AdamW) free.");
   memory.notes = {

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/blas_kernels.h"
 
 namespace titan::bench {
 
@@ -153,7 +156,9 @@ void add_benchmark(const std::string& name, const Plan& plan, std::function<void
       ->MinTime(plan.min_time);
 }
 
-void mark_start() { start_times() = cpu_times(); }
+void mark_start() {
+  start_times() = cpu_times();
+}
 
 std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
   // Google Benchmark reads its flags once; later calls (rounds) run the same selection again.
@@ -365,9 +370,41 @@ void print_table(const Table& table, const TorchResults& reference) {
   std::cout << machine_summary() << "\n" << std::flush;
 }
 
+namespace {
+// What OpenBLAS had detected, when use_this_cpus_blas_kernels replaced it.
+constexpr const char* kDetectedBlasKernels = "TITAN_BENCH_DETECTED_BLAS_KERNELS";
+}  // namespace
+
+void use_this_cpus_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;
+  const std::string detected = kernels::cpu::blas_corename();
+  const std::string faster = kernels::cpu::faster_blas_coretype(detected, kernels::cpu::host_vector_isa());
+  if (faster.empty()) return;
+  setenv("OPENBLAS_CORETYPE", faster.c_str(), 1);
+  setenv(kDetectedBlasKernels, detected.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  std::cerr << "bench: cannot restart with OPENBLAS_CORETYPE=" << faster << " (" << std::strerror(errno)
+            << "); measuring OpenBLAS's " << detected << " kernels, older than this CPU\n";
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kDetectedBlasKernels);
+}
+
+std::string blas_kernels_summary() {
+  std::string s = "OpenBLAS kernels " + kernels::cpu::blas_corename();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const char* detected = std::getenv(kDetectedBlasKernels);
+  if (coretype && detected)
+    return s + " (OPENBLAS_CORETYPE=" + coretype +
+           ", set by the benchmark for titan and torch alike: OpenBLAS " + "detected " + detected +
+           ", older than this CPU)";
+  if (coretype) return s + " (OPENBLAS_CORETYPE=" + coretype + ")";
+  return s + " (detected)";
+}
+
 std::string machine_summary() {
   std::ostringstream s;
-  s << "machine: " << std::thread::hardware_concurrency() << " cores, titan threads " << num_threads();
+  s << "machine: " << std::thread::hardware_concurrency() << " cores, titan threads " << num_threads() << ", "
+    << blas_kernels_summary();
   if (const auto& start = start_times()) {
     CpuTimes now = cpu_times();
     double total = now.total - start->total;

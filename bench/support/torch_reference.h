@@ -127,7 +127,18 @@ Interleaved run_interleaved(
     int argc, char** argv, int rounds,
     const std::function<std::vector<TorchCase>(const std::map<std::string, Measurement>&)>& torch_cases);
 
-// Cores, titan's threads, and the share of the CPUs that other processes took since
+// Every benchmark's first call in main. Where OpenBLAS would run a kernel set older than this
+// CPU (kernels/cpu/blas_kernels.h) and OPENBLAS_CORETYPE is unset, it starts the binary again
+// with OPENBLAS_CORETYPE naming the faster set. The PyTorch reference inherits the environment,
+// so both sides run the kernels this CPU is made for, the same ones: measuring both on kernels
+// several times slower than the CPU's would compare how each hides a slow GEMM.
+void use_this_cpus_blas_kernels(char** argv);
+
+// "OpenBLAS kernels <name>" and where the choice came from: detected, OPENBLAS_CORETYPE as given,
+// or set by use_this_cpus_blas_kernels (with what OpenBLAS had detected).
+std::string blas_kernels_summary();
+
+// Cores, titan's threads, the BLAS kernels, and the share of the CPUs that other processes took since
 // run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from
 // others (a compile) makes every figure noisy.
 std::string machine_summary();

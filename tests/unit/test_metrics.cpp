@@ -17,6 +17,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/core/tensor.h"
+#include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/proto/tensorboard_event.pb.h"
@@ -379,10 +380,13 @@ TEST(PeakFlops, CacheReadWrite) {
   EXPECT_TITAN_ERROR(train::read_cached_peak_flops(cache, "k"), "key 'k'", "positive number");
 }
 
-TEST(PeakFlops, KeyNamesCpuAndThreads) {
+TEST(PeakFlops, KeyNamesCpuThreadsAndBlasKernels) {
   std::string key = train::peak_flops_cache_key();
   EXPECT_NE(key.find(train::cpu_model_name()), std::string::npos);
   EXPECT_NE(key.find(std::to_string(num_threads()) + " threads"), std::string::npos) << key;
+  // The same CPU runs GEMMs several times slower on older kernels: a figure measured on one
+  // kernel set must not stand for another.
+  EXPECT_NE(key.find("OpenBLAS " + kernels::cpu::blas_corename()), std::string::npos) << key;
 }
 
 TEST(PeakFlops, ConfiguredValueWinsAndNegativeIsRejected) {

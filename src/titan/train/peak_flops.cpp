@@ -12,6 +12,7 @@
 
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/kernels/cpu/gemm.h"
 
 namespace titan::train {
@@ -74,7 +75,8 @@ std::string cpu_model_name() {
 }
 
 std::string peak_flops_cache_key() {
-  return cpu_model_name() + " | " + std::to_string(num_threads()) + " threads";
+  return cpu_model_name() + " | " + std::to_string(num_threads()) + " threads | OpenBLAS " +
+         kernels::cpu::blas_corename();
 }
 
 std::filesystem::path default_peak_flops_cache() {

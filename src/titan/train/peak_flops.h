@@ -16,7 +16,7 @@ double measure_peak_flops(int n = 2048, int max_repeats = 5, double budget_secon
 // "model name" from /proc/cpuinfo, or "unknown cpu" where there is none.
 std::string cpu_model_name();
 
-// What a cached figure is valid for: this CPU at this thread count.
+// What a cached figure is valid for: this CPU at this thread count, with these BLAS kernels.
 std::string peak_flops_cache_key();
 
 // $XDG_CACHE_HOME/titan/peak_flops.json, else ~/.cache/titan/peak_flops.json.

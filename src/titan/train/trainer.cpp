@@ -16,6 +16,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/device_mesh.h"
+#include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
@@ -46,10 +47,11 @@ extern "C" void on_signal(int sig) {
 // What [training] names as a dataset: dataset_path when given, else the bundled corpus for
 // "kjv", else `dataset` read as a path.
 data::DatasetOptions dataset_options(const JobConfig::Training& t) {
-  data::DatasetOptions o{.path = !t.dataset_path.empty() ? t.dataset_path : t.dataset,
-                         .text_field = t.dataset_field,
-                         .split = t.dataset_split == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line,
-                         .bad_data = t.bad_data == "skip" ? data::BadData::skip : data::BadData::error};
+  data::DatasetOptions o{
+      .path = !t.dataset_path.empty() ? t.dataset_path : t.dataset,
+      .text_field = t.dataset_field,
+      .split = t.dataset_split == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line,
+      .bad_data = t.bad_data == "skip" ? data::BadData::skip : data::BadData::error};
   if (t.dataset_path.empty() && t.dataset == "kjv") {
     for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
       if (fs::exists(candidate)) {
@@ -84,7 +86,8 @@ dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) 
                                                      {"expert_parallel_degree", d.ep}};
   for (const auto& [key, degree] : missing)
     TITAN_CHECK(degree == 1, "parallelism.", key, " = ", degree,
-                ": this parallelism is not implemented yet; only data parallelism is (data_parallel_replicate_degree, "
+                ": this parallelism is not implemented yet; only data parallelism is "
+                "(data_parallel_replicate_degree, "
                 "data_parallel_shard_degree). Set it to 1");
   return d;
 }
@@ -181,14 +184,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const data::DatasetOptions data_options = dataset_options(c.training);
   data::Dataset ds = data::load_dataset(data_options, *tokenizer);
   s.loader = std::make_unique<data::DataLoader>(
-      std::move(ds.stream), data::LoaderOptions{.seq_len = c.training.seq_len,
-                                                .local_batch_size = c.training.local_batch_size,
-                                                .seed = static_cast<uint64_t>(c.training.seed),
-                                                .dp_rank = dp.rank(),
-                                                .dp_world = dp.size(),
-                                                .eos_id = c.model.attention_document_masking
-                                                              ? tokenizer->eos_id().value_or(-1)
-                                                              : -1});
+      std::move(ds.stream),
+      data::LoaderOptions{
+          .seq_len = c.training.seq_len,
+          .local_batch_size = c.training.local_batch_size,
+          .seed = static_cast<uint64_t>(c.training.seed),
+          .dp_rank = dp.rank(),
+          .dp_world = dp.size(),
+          .eos_id = c.model.attention_document_masking ? tokenizer->eos_id().value_or(-1) : -1});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
@@ -204,13 +207,15 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     s.fsdp = spec.parallelize(
-        *s.model, {.activation_checkpoint_mode = ac.mode,
-                   .activation_checkpoint_every_k = ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1,
-                   .mesh = s.mesh.get(),
-                   .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+        *s.model,
+        {.activation_checkpoint_mode = ac.mode,
+         .activation_checkpoint_every_k = ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1,
+         .mesh = s.mesh.get(),
+         .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
-  TITAN_CHECK(s.fsdp || s.mesh->degree("dp_shard") == 1, "parallelism.data_parallel_shard_degree = ",
-              s.mesh->degree("dp_shard"), ": model ", c.model.name, " has no FSDP plan; set it to 1");
+  TITAN_CHECK(s.fsdp || s.mesh->degree("dp_shard") == 1,
+              "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ",
+              c.model.name, " has no FSDP plan; set it to 1");
 
   // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
   auto named = s.fsdp ? s.fsdp->named_shards() : s.model->named_parameters();
@@ -232,39 +237,41 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     if (s.world.rank() != 0) s.peak.source = "rank 0's";
   }
   const PeakFlops& peak = s.peak;
-  s.metrics =
-      std::make_unique<MetricsLogger>(MetricsOptions{.dump_folder = c.job.dump_folder,
-                                                     .log_freq = c.metrics.log_freq,
-                                                     .total_steps = c.training.steps,
-                                                     .peak_flops = peak.flops_per_second,
-                                                     .enable_jsonl = c.metrics.enable_jsonl && s.world.rank() == 0,
-                                                     .enable_tensorboard =
-                                                         c.metrics.enable_tensorboard && s.world.rank() == 0,
-                                                     .save_tb_folder = c.metrics.save_tb_folder},
-                                      s.log);
+  s.metrics = std::make_unique<MetricsLogger>(
+      MetricsOptions{.dump_folder = c.job.dump_folder,
+                     .log_freq = c.metrics.log_freq,
+                     .total_steps = c.training.steps,
+                     .peak_flops = peak.flops_per_second,
+                     .enable_jsonl = c.metrics.enable_jsonl && s.world.rank() == 0,
+                     .enable_tensorboard = c.metrics.enable_tensorboard && s.world.rank() == 0,
+                     .save_tb_folder = c.metrics.save_tb_folder},
+      s.log);
 
   s.log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
-      << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
-      << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
-      << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
-      << " documents, " << s.loader->num_tokens() << " tokens, " << s.loader->num_windows() << " windows of "
-      << c.training.seq_len << "; " << tokenizer->description() << "\n"
-      << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
-      << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
-      << " GFLOP/s (" << peak.source << ")\n";
+        << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
+        << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
+        << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
+        << " documents, " << s.loader->num_tokens() << " tokens, " << s.loader->num_windows()
+        << " windows of " << c.training.seq_len << "; " << tokenizer->description() << "\n"
+        << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
+        << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
+        << " GFLOP/s (" << peak.source << ")\n";
+  if (const std::string w = kernels::cpu::blas_kernel_warning(); !w.empty() && s.world.rank() == 0) s.warn(w);
   if (s.data_parallel)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
           << ": data parallel with replicated parameters (DDP), gradients averaged over " << dp.size()
           << " ranks in " << s.data_parallel->num_buckets()
-          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch "
-          << s.plan.global_batch_size << "\n";
+          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets")
+          << " after backward; global batch " << s.plan.global_batch_size << "\n";
   if (s.fsdp)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
           << " x dp_shard " << s.mesh->degree("dp_shard") << ": "
-          << (s.mesh->degree("dp_replicate") > 1 ? "HSDP" : "FSDP") << ", parameters, gradients and optimizer "
+          << (s.mesh->degree("dp_replicate") > 1 ? "HSDP" : "FSDP")
+          << ", parameters, gradients and optimizer "
           << "states sharded over " << s.mesh->degree("dp_shard") << " ranks (" << s.fsdp->shard_bytes() / 1e6
           << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
-  if (!ds.stats.skipped.empty()) s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
+  if (!ds.stats.skipped.empty())
+    s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
   s.checkpointer = std::make_unique<CheckpointManager>(
       c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng, s.fsdp.get()}, s.log, s.world);
@@ -294,8 +301,8 @@ TrainResult Trainer::train() {
       sync = {.before_backward = [&](bool last) { s.fsdp->set_gradient_sync(last); },
               .reduce = [&] { s.fsdp->reduce_gradients(); },
               .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
-    StepStats stats = train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
-                                 [&] { return s.loader->next(); }, sync);
+    StepStats stats = train_step(
+        *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.loader->next(); }, sync);
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
