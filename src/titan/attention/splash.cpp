@@ -20,6 +20,7 @@ namespace titan::attention {
 namespace {
 
 using kernels::cpu::tile_gemm;
+using kernels::cpu::row_max;
 using kernels::cpu::vexp;
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
@@ -115,20 +116,6 @@ std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return work[a / heads] > work[b / heads]; });
   return order;
-}
-
-// GCC will not turn a compare-select reduction over floats into a vector max (it would need
-// -ffinite-math-only); independent lanes, folded at the end, do vectorise.
-template <typename T>
-T row_max(const T* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  T lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = x[j + l] > lanes[l] ? x[j + l] : lanes[l];
-  for (; j < n; ++j) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
-  return *std::max_element(lanes, lanes + kLanes);
 }
 
 // s[m, n] = scale * Q K^T for one tile (K^T packed by columns), with the pairs a partial tile's

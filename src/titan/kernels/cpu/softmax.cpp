@@ -22,29 +22,6 @@ void for_rows(int64_t rows, int64_t n, const F& f) {
   });
 }
 
-// GCC does not vectorise a max reduction over floats (not even under omp simd: it will not turn
-// the compare-select into a max without -ffinite-math-only), so the row is folded into
-// kMaxLanes independent running maxima, an elementwise select that does vectorise. A NaN entry
-// is skipped here but still poisons the row's sum, so the row comes out NaN as in PyTorch.
-constexpr int64_t kMaxLanes = 32;
-
-// By value: std::max returns a reference, which GCC lowers to a branch around the store.
-template <typename T>
-inline T greater(T v, T m) {
-  return v > m ? v : m;
-}
-
-template <typename T>
-T row_max(const T* x, int64_t n) {
-  T lanes[kMaxLanes];
-  std::fill(lanes, lanes + kMaxLanes, -std::numeric_limits<T>::infinity());
-  int64_t i = 0;
-  for (; i + kMaxLanes <= n; i += kMaxLanes)
-    for (int64_t j = 0; j < kMaxLanes; ++j) lanes[j] = greater(x[i + j], lanes[j]);
-  for (; i < n; ++i) lanes[0] = greater(x[i], lanes[0]);
-  return *std::max_element(lanes, lanes + kMaxLanes);
-}
-
 // The simd reduction lets the compiler keep one partial sum per vector lane, which strict IEEE
 // ordering would otherwise forbid (it would not vectorise the sum).
 template <typename T>

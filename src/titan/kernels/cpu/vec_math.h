@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 namespace titan::kernels::cpu {
 
@@ -30,6 +32,28 @@ inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 inline double exp_f64(double x) { return std::exp(x); }
+
+// The largest of x[0..n), -inf for n = 0; NaN entries are skipped (a softmax still comes out NaN
+// through its sum). GCC will not turn a compare-select reduction over floats into a vector max
+// (it would need -ffinite-math-only), not even over independent scalar lanes; on its generic
+// vectors the same select is one vector max per 64 bytes.
+template <typename T>
+inline T row_max(const T* x, int64_t n) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr T kLowest = -std::numeric_limits<T>::infinity();
+  V lanes = V{} + kLowest;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    V v;
+    std::memcpy(&v, x + j, sizeof(v));
+    lanes = v > lanes ? v : lanes;
+  }
+  T top = kLowest;
+  for (int64_t l = 0; l < kLanes; ++l) top = lanes[l] > top ? lanes[l] : top;
+  for (; j < n; ++j) top = x[j] > top ? x[j] : top;
+  return top;
+}
 
 template <typename T>
 inline T vexp(T x) {
