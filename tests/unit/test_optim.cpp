@@ -81,6 +81,37 @@ TEST(AdamW, KernelAgreesWithAScalarDoubleReference) {
   }
 }
 
+// Clipping folded into the update reads each gradient as g * coef rounded to the dtype, as
+// clip_grad_norm_'s g *= coef would have left it, so both routes give the same bits.
+TEST(AdamW, GradScaleEqualsStepOnScaledGradients) {
+  const std::vector<double> g = {0.3, -1.7, 2.5e-3, 9.0, -4.25};
+  const double max_norm = 1.0, total_norm = 2.6937;
+  const double coef = optim::clip_coefficient(max_norm, total_norm);
+  ASSERT_LT(coef, 1.0);
+  for (DType dtype : {kF32, kF64}) {
+    Tensor a = param({1, 2, 3, 4, 5}).detach().to(dtype).requires_grad_();
+    Tensor b = a.detach().clone().requires_grad_();
+    AdamW scaled_first({{"p", a}}, {.lr = 0.01, .weight_decay = 0.1});
+    AdamW scaled_inside({{"p", b}}, {.lr = 0.01, .weight_decay = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      set_grad(a, g);
+      set_grad(b, g);
+      optim::clip_grads_with_norm_({a}, max_norm, total_norm);
+      scaled_first.step();
+      scaled_inside.step(coef);
+      EXPECT_EQ(b.grad().to_vector<double>(),
+                Tensor::from_vector<double>(g, {5}).to(dtype).to_vector<double>())
+          << "the gradient itself is left unscaled";
+    }
+    EXPECT_TRUE(test::same_bits(a, b)) << dtype_name(dtype);
+    EXPECT_TRUE(test::same_bits(scaled_first.state("p").exp_avg_sq, scaled_inside.state("p").exp_avg_sq));
+  }
+  Tensor p = param({1});
+  set_grad(p, {1});
+  AdamW opt({{"p", p}});
+  for (double bad : {0.0, -1.0, std::nan("")}) EXPECT_TITAN_ERROR(opt.step(bad), "grad_scale", "> 0");
+}
+
 TEST(AdamW, SkipsParametersWithoutGradient) {
   Tensor a = param({1, 2}), b = param({3});
   AdamW opt({{"a", a}, {"b", b}}, {.lr = 0.1});
@@ -248,6 +279,34 @@ TEST(Clip, TotalNormAndScaling) {
 
   EXPECT_TITAN_ERROR(optim::clip_grad_norm_(params, 1.0, 1.0), "norm_type", "2 or inf");
   EXPECT_TITAN_ERROR(optim::clip_grad_norm_(params, 0.0), "max_norm");
+}
+
+TEST(Clip, CoefficientIsOneUnlessTheNormExceedsMaxNorm) {
+  EXPECT_EQ(optim::clip_coefficient(1.0, 0.5), 1.0);
+  EXPECT_EQ(optim::clip_coefficient(1.0, std::nan("")), 1.0);
+  EXPECT_DOUBLE_EQ(optim::clip_coefficient(1.0, 4.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_TITAN_ERROR(optim::clip_coefficient(0.0, 4.0), "max_norm");
+}
+
+// Past the threshold where the partials are summed by threads, against a serial fp64 sum.
+TEST(Clip, NormPartialsOfLargeGradientsMatchASerialSum) {
+  const int64_t n = 300001;
+  std::vector<double> g(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) g[i] = std::sin(0.001 * static_cast<double>(i)) * (i % 7 == 0 ? 3 : 1);
+  double squares = 0, top = 0;
+  for (double x : g) {
+    const float f = static_cast<float>(x);
+    squares += static_cast<double>(f) * f;
+    top = std::max(top, std::abs(static_cast<double>(f)));
+  }
+  Tensor p = Tensor::zeros({n}).requires_grad_();
+  set_grad(p, g);
+  EXPECT_NEAR(optim::grad_norm_partial({p}, 2.0), squares, 1e-12 * squares);
+  EXPECT_EQ(optim::grad_norm_partial({p}, INFINITY), top);
+  g[n / 3] = NAN;
+  set_grad(p, g);
+  EXPECT_TRUE(std::isnan(optim::grad_norm_partial({p}, 2.0)));
+  EXPECT_TRUE(std::isnan(optim::grad_norm_partial({p}, INFINITY))) << "a NaN must reach the inf-norm too";
 }
 
 TEST(Clip, NonFiniteNormLeavesGradientsAlone) {

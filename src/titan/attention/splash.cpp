@@ -19,8 +19,8 @@ namespace titan::attention {
 
 namespace {
 
-using kernels::cpu::tile_gemm;
 using kernels::cpu::row_max;
+using kernels::cpu::tile_gemm;
 using kernels::cpu::vexp;
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride

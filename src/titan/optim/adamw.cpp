@@ -1,5 +1,6 @@
 #include "titan/optim/adamw.h"
 
+#include <cmath>
 #include <sstream>
 #include <unordered_set>
 
@@ -39,7 +40,9 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOpt
   }
 }
 
-void AdamW::step() {
+void AdamW::step(double grad_scale) {
+  TITAN_CHECK(grad_scale > 0 && std::isfinite(grad_scale),
+              "AdamW::step: grad_scale must be finite and > 0, got ", grad_scale);
   for (Entry& e : entries_) {
     Tensor g = e.param.grad();
     if (!g.defined()) continue;
@@ -50,7 +53,8 @@ void AdamW::step() {
                                .beta2 = opts_.beta2,
                                .eps = opts_.eps,
                                .weight_decay = e.decay ? opts_.weight_decay : 0.0,
-                               .step = e.state.step};
+                               .step = e.state.step,
+                               .grad_scale = grad_scale};
     int64_t n = e.param.numel();
     if (e.param.dtype() == kF32) {
       kernels::cpu::adamw_step<float>(e.param.data<float>(), g.data<float>(), e.state.exp_avg.data<float>(),

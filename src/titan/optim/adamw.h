@@ -41,8 +41,10 @@ class AdamW {
   // unique names and tensors. The moments are allocated here, so memory use is known up front.
   explicit AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOptions opts = {});
 
-  // Updates every parameter that has a gradient; the others are left alone.
-  void step();
+  // Updates every parameter that has a gradient; the others are left alone. Each gradient is
+  // read multiplied by grad_scale (optim::clip_coefficient, to clip without rewriting the
+  // gradients first); the gradients themselves are left as they are.
+  void step(double grad_scale = 1.0);
   // Drops every parameter's gradient (set to none).
   void zero_grad();
 

@@ -17,11 +17,9 @@ void check_norm_type(double norm_type) {
 // Sum of g^2, or max |g|, of one gradient, in double.
 template <typename T>
 double partial_of(const Tensor& g, bool inf) {
-  Tensor tmp = Tensor::empty(g.sizes(), g.options());
-  kernels::cpu::unary(inf ? kernels::cpu::UnaryOp::abs : kernels::cpu::UnaryOp::square, g, tmp);
-  const T* p = tmp.data<T>();
-  if (!inf) return kernels::cpu::sum_all<T>(p, tmp.numel());
-  return static_cast<double>(*std::max_element(p, p + tmp.numel()));
+  const Tensor c = g.contiguous();
+  return inf ? kernels::cpu::max_abs<T>(c.data<T>(), c.numel())
+             : kernels::cpu::sum_squares<T>(c.data<T>(), c.numel());
 }
 }  // namespace
 
@@ -36,7 +34,8 @@ double grad_norm_partial(const std::vector<Tensor>& params, double norm_type) {
     TITAN_CHECK(g.dtype() == kF32 || g.dtype() == kF64, "clip_grad_norm_: gradient ", g.desc(),
                 " is neither f32 nor f64");
     double part = g.dtype() == kF32 ? partial_of<float>(g, inf) : partial_of<double>(g, inf);
-    total = inf ? std::max(total, part) : total + part;
+    // std::max(total, NaN) would drop a NaN that the 2-norm's sum keeps.
+    total = inf ? (part > total || std::isnan(part) ? part : total) : total + part;
   }
   return total;
 }
@@ -46,10 +45,15 @@ double grad_norm_from_partial(double partial, double norm_type) {
   return norm_type == INFINITY ? partial : std::sqrt(partial);
 }
 
-void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+double clip_coefficient(double max_norm, double total_norm) {
   TITAN_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be positive, got ", max_norm);
-  double coef = max_norm / (total_norm + 1e-6);
-  if (!(coef < 1.0)) return;  // also when total_norm is NaN
+  const double coef = max_norm / (total_norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;  // also 1 when total_norm is NaN
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+  const double coef = clip_coefficient(max_norm, total_norm);
+  if (coef == 1.0) return;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (g.defined()) kernels::cpu::affine(g, coef, 0.0, g);

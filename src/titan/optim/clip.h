@@ -23,6 +23,9 @@ double grad_norm_from_partial(double partial, double norm_type);
 // rule, the 1e-6 guarding a zero norm). A non-finite total_norm leaves the gradients alone: the
 // caller sees it returned by clip_grad_norm_ and can skip the step.
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
+// What clip_grads_with_norm_ multiplies by: max_norm / (total_norm + 1e-6) when below 1, else 1.
+// AdamW::step(grad_scale) takes it to clip inside its update, sparing a pass over the gradients.
+double clip_coefficient(double max_norm, double total_norm);
 // Returns the total norm before clipping. norm_type is 2 or INFINITY.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 

@@ -121,8 +121,8 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   double partial = optim::grad_norm_partial(params, 2.0);
   if (sync.sum_norm_partials) partial = sync.sum_norm_partials(partial);
   stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
-  optim::clip_grads_with_norm_(params, max_norm, stats.grad_norm);
-  optimizer.step();
+  // Clipped inside the update: the gradients stay as backward left them.
+  optimizer.step(optim::clip_coefficient(max_norm, stats.grad_norm));
   stats.loss = loss_sum / static_cast<double>(micro_batches);
   if (has_aux) stats.extra.emplace_back("aux_loss", aux_sum / static_cast<double>(micro_batches));
   for (auto& scalar : model.end_step()) stats.extra.push_back(std::move(scalar));

@@ -18,12 +18,13 @@ void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h) {
   const T neg_step_size = static_cast<T>(-h.lr / (1.0 - std::pow(h.beta1, t)));
   const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(h.beta2, t)));
   const T eps = static_cast<T>(h.eps);
+  const T grad_scale = static_cast<T>(h.grad_scale);
   // Eight bytes of traffic per element and ~15 flops: memory bound, so chunks are large enough
   // to amortise the fork and small enough to spread a mid-sized tensor over the cores.
   parallel_for(0, n, 1 << 15, [&](int64_t begin, int64_t end) {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
-      T gi = g[i];
+      T gi = g[i] * grad_scale;
       T mi = m[i] * b1 + one_minus_b1 * gi;
       T vi = v[i] * b2 + one_minus_b2 * gi * gi;
       m[i] = mi;

@@ -11,6 +11,9 @@ struct AdamWHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t step = 1;  // 1-based step number, for bias correction
+  // The gradient is read as g * grad_scale, rounded to T (gradient clipping folded into the
+  // update, as clip_grad_norm_'s g *= coef would round it); 1 reads it as it is.
+  double grad_scale = 1.0;
 };
 
 // Decoupled weight decay (Loshchilov & Hutter), matching torch.optim.AdamW:

@@ -1,6 +1,7 @@
 #include "titan/kernels/cpu/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -86,7 +87,10 @@ void max_dim(const T* x, T* out, int64_t* idx, int64_t outer, int64_t n, int64_t
       int64_t bi = 0;
       for (int64_t i = 1; i < n; ++i) {
         T v = r[i * inner];
-        if (v > best || (v != v && best == best)) { best = v; bi = i; }
+        if (v > best || (v != v && best == best)) {
+          best = v;
+          bi = i;
+        }
       }
       out[k] = best;
       idx[k] = bi;
@@ -122,11 +126,35 @@ double sum_all(const T* x, int64_t n) {
   return total;
 }
 
-#define TITAN_INSTANTIATE(T)                                                                   \
-  template void reduce_dim<T>(ReduceOp, const T*, T*, int64_t, int64_t, int64_t);             \
-  template void max_dim<T>(const T*, T*, int64_t*, int64_t, int64_t, int64_t);                \
-  template void var_dim<T>(const T*, T*, T*, int64_t, int64_t, int64_t, int64_t);             \
-  template double sum_all<T>(const T*, int64_t);
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  double total = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : total) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return total;
+}
+
+// NaN if any element is NaN, as a NaN gradient shows in PyTorch's inf-norm (a max would drop it).
+template <typename T>
+double max_abs(const T* x, int64_t n) {
+  double top = 0;
+  bool nan = false;
+#pragma omp parallel for schedule(static) reduction(max : top) reduction(|| : nan) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::abs(static_cast<double>(x[i]));
+    top = a > top ? a : top;
+    nan = nan || std::isnan(a);
+  }
+  return nan ? std::numeric_limits<double>::quiet_NaN() : top;
+}
+
+#define TITAN_INSTANTIATE(T)                                                      \
+  template void reduce_dim<T>(ReduceOp, const T*, T*, int64_t, int64_t, int64_t); \
+  template void max_dim<T>(const T*, T*, int64_t*, int64_t, int64_t, int64_t);    \
+  template void var_dim<T>(const T*, T*, T*, int64_t, int64_t, int64_t, int64_t); \
+  template double sum_all<T>(const T*, int64_t);                                  \
+  template double sum_squares<T>(const T*, int64_t);                              \
+  template double max_abs<T>(const T*, int64_t);
 TITAN_INSTANTIATE(float)
 TITAN_INSTANTIATE(double)
 #undef TITAN_INSTANTIATE

@@ -18,5 +18,11 @@ void var_dim(const T* x, T* out, T* mean, int64_t outer, int64_t n, int64_t inne
 // Sum of all elements, accumulated in double.
 template <typename T>
 double sum_all(const T* x, int64_t n);
+// Sum of x^2 and max |x| over all elements, in double, in one read of x (a gradient norm's
+// partials). The order of the sum is fixed by the thread count and the vector width alone.
+template <typename T>
+double sum_squares(const T* x, int64_t n);
+template <typename T>
+double max_abs(const T* x, int64_t n);
 
 }  // namespace titan::kernels::cpu

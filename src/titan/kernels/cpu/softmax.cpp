@@ -101,8 +101,8 @@ void softmax_bwd(SoftmaxKind kind, const T* y, const T* dy, T* dx, int64_t rows,
   });
 }
 
-#define TITAN_INSTANTIATE(T)                                                              \
-  template void softmax_fwd<T>(SoftmaxKind, const T*, T*, int64_t, int64_t);             \
+#define TITAN_INSTANTIATE(T)                                                 \
+  template void softmax_fwd<T>(SoftmaxKind, const T*, T*, int64_t, int64_t); \
   template void softmax_bwd<T>(SoftmaxKind, const T*, const T*, T*, int64_t, int64_t);
 TITAN_INSTANTIATE(float)
 TITAN_INSTANTIATE(double)

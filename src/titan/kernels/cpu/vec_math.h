@@ -31,7 +31,9 @@ inline float exp_f32(float x) {
   y = x > 88.7f ? INFINITY : y;
   return x != x ? x : y;
 }
-inline double exp_f64(double x) { return std::exp(x); }
+inline double exp_f64(double x) {
+  return std::exp(x);
+}
 
 // The largest of x[0..n), -inf for n = 0; NaN entries are skipped (a softmax still comes out NaN
 // through its sum). GCC will not turn a compare-select reduction over floats into a vector max
@@ -57,7 +59,10 @@ inline T row_max(const T* x, int64_t n) {
 
 template <typename T>
 inline T vexp(T x) {
-  if constexpr (sizeof(T) == 4) return exp_f32(x); else return exp_f64(x);
+  if constexpr (sizeof(T) == 4)
+    return exp_f32(x);
+  else
+    return exp_f64(x);
 }
 
 }  // namespace titan::kernels::cpu
