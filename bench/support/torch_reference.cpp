@@ -395,7 +395,7 @@ std::string blas_kernels_summary() {
   const char* detected = std::getenv(kDetectedBlasKernels);
   if (coretype && detected)
     return s + " (OPENBLAS_CORETYPE=" + coretype +
-           ", set by the benchmark for titan and torch alike: OpenBLAS " + "detected " + detected +
+           ", set by the benchmark for titan and torch alike: OpenBLAS detected " + detected +
            ", older than this CPU)";
   if (coretype) return s + " (OPENBLAS_CORETYPE=" + coretype + ")";
   return s + " (detected)";
