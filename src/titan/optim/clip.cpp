@@ -1,6 +1,5 @@
 #include "titan/optim/clip.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "titan/kernels/cpu/elementwise.h"
