@@ -286,7 +286,7 @@ TEST(SplashMask, Describe) {
 TEST(SplashAttention, MatchesReferenceForEveryRuleGqaAndBlockSize) {
   std::mt19937 rng(3);
   const int64_t dims[] = {64, 128, 7, 33};
-  const std::pair<int64_t, int64_t> blocks[] = {{16, 32}, {32, 16}, {64, 64}};
+  const std::pair<int64_t, int64_t> blocks[] = {{16, 32}, {32, 16}, {64, 64}, {128, 128}};
   const int64_t ratios[] = {1, 2, 4, 8};
   uint64_t seed = 100;
   for (size_t ri = 0; ri < 4; ++ri) {
@@ -296,7 +296,7 @@ TEST(SplashAttention, MatchesReferenceForEveryRuleGqaAndBlockSize) {
     for (size_t i = 0; i < all.size(); ++i) {
       const Rule& r = all[i];
       const int64_t D = dims[(i + ri) % 4];
-      const auto [bq, bk] = blocks[(i * 4 + ri) % 3];
+      const auto [bq, bk] = blocks[(i * 3 + ri) % 4];
       SCOPED_TRACE(r.name + ": S=" + std::to_string(S) + " Hq=" + std::to_string(Hq) +
                    " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D) + " blocks " +
                    std::to_string(bq) + "x" + std::to_string(bk));

@@ -10,11 +10,14 @@
 namespace titan {
 namespace {
 
+using kernels::cpu::BandOf;
 using kernels::cpu::kTilePanel;
+using kernels::cpu::kTileRows;
 using kernels::cpu::pack_tile_b;
 using kernels::cpu::Strided;
 using kernels::cpu::tile_gemm;
 using kernels::cpu::tile_packed_size;
+using kernels::cpu::TileBand;
 
 template <typename T>
 std::vector<T> random(int64_t n, uint64_t seed) {
@@ -97,6 +100,61 @@ TEST(TileGemm, RowsAreIndependentOfTheTileAroundThem) {
                      n);
   }
   EXPECT_EQ(whole, part);
+}
+
+// Bands of a causal diagonal tile and more: column bands compute the panels that hold each row
+// block's columns (the rest of its rows untouched); term bands sum over their p alone, which
+// equals the whole product, bit for bit, when A is zero outside them; empty bands of either kind.
+TEST(TileGemm, BandsComputeWhatTheyNameAndNothingElse) {
+  const int64_t W = kTilePanel<float>, R = kTileRows;
+  const int64_t m = 3 * R + 5, n = 3 * W + 7, k = 2 * W + 3;
+  const int64_t blocks = (m + R - 1) / R;
+  const std::vector<float> b = random<float>(k * n, 7);
+  std::vector<float> packed(static_cast<size_t>(tile_packed_size<float>(k, n)));
+  pack_tile_b<float>(k, n, {b.data(), n, 1}, packed.data());
+  const std::vector<TileBand> bands = {{0, 1}, {W + 2, W + 3}, {5, 5}, {2 * W - 1, n}};
+  ASSERT_EQ(static_cast<int64_t>(bands.size()), blocks);
+
+  // Columns: the panels [begin, end) falls in, whole; NaN elsewhere stays NaN.
+  {
+    const std::vector<float> a = random<float>(m * k, 8);
+    std::vector<float> full(m * n), part(m * n, std::numeric_limits<float>::quiet_NaN());
+    tile_gemm<float>(m, n, k, 0.5f, {a.data(), k, 1}, packed.data(), false, full.data(), n);
+    tile_gemm<float>(m, n, k, 0.5f, {a.data(), k, 1}, packed.data(), false, part.data(), n, bands,
+                     BandOf::columns);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const TileBand& band = bands[i / R];
+        const bool computed = band.begin < band.end && j / W >= band.begin / W && j / W <= (band.end - 1) / W;
+        if (computed)
+          EXPECT_EQ(part[i * n + j], full[i * n + j]) << "(" << i << ", " << j << ")";
+        else
+          EXPECT_TRUE(std::isnan(part[i * n + j])) << "(" << i << ", " << j << ")";
+      }
+  }
+  // Terms: A zero outside each row block's band; accumulated into C as the full product would be.
+  {
+    std::vector<float> a = random<float>(m * k, 9);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        if (p < bands[i / R].begin || p >= bands[i / R].end) a[i * k + p] = 0;
+    const std::vector<float> c0 = random<float>(m * n, 10);
+    std::vector<float> full = c0, part = c0;
+    tile_gemm<float>(m, n, k, 0.5f, {a.data(), k, 1}, packed.data(), true, full.data(), n);
+    tile_gemm<float>(m, n, k, 0.5f, {a.data(), k, 1}, packed.data(), true, part.data(), n, bands,
+                     BandOf::terms);
+    EXPECT_EQ(part, full);
+    // Overwriting: an empty band writes zeros.
+    std::vector<float> over(m * n, std::numeric_limits<float>::quiet_NaN());
+    tile_gemm<float>(m, n, k, 0.5f, {a.data(), k, 1}, packed.data(), false, over.data(), n, bands,
+                     BandOf::terms);
+    for (int64_t i = 2 * R; i < 3 * R; ++i)
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(over[i * n + j], 0.0f);
+  }
+  EXPECT_THROW(
+      tile_gemm<float>(m, n, k, 1.0f, {random<float>(m * k, 1).data(), k, 1}, packed.data(), false,
+                       std::vector<float>(m * n).data(), n, std::span(bands).first(2), BandOf::terms),
+      Error);
 }
 
 }  // namespace

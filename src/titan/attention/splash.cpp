@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "titan/attention/qkv_check.h"
@@ -19,8 +21,12 @@ namespace titan::attention {
 
 namespace {
 
+using kernels::cpu::BandOf;
+using kernels::cpu::kTileRows;
 using kernels::cpu::row_max;
+using kernels::cpu::Strided;
 using kernels::cpu::tile_gemm;
+using kernels::cpu::TileBand;
 using kernels::cpu::vexp;
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
@@ -88,14 +94,53 @@ void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packi
     kernels::cpu::pack_tile_b<T>(g.D, rows.len, {src, 1, ld}, dst);
 }
 
+// Where a partial tile's visible pairs lie, so that its products and exps skip what the mask
+// hides (a causal diagonal tile hides nearly half of itself): the mask, each query row's span of
+// keys [first, end) that holds every key it sees (first = end when it sees none), and per
+// register block of tile_gemm's rows the keys its queries see (`by_query`: the columns of Q K^T
+// and dO V^T, the terms of P V and dS K) and the queries that see its keys (`by_key`: the terms
+// of P^T dO and dS^T Q).
+struct TileShape {
+  std::vector<uint8_t> visible;
+  std::vector<int64_t> first, end;
+  std::vector<TileBand> by_query, by_key;
+
+  TileShape(int64_t bq, int64_t bk)
+      : visible(static_cast<size_t>(bq * bk)),
+        first(bq),
+        end(bq),
+        by_query(static_cast<size_t>(bands(bq))),
+        by_key(static_cast<size_t>(bands(bk))) {}
+  static int64_t bands(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
+
+  void build(const Mask& mask, int64_t b, Span qs, Span ks) {
+    mask.fill(b, qs.start, qs.start + qs.len, ks.start, ks.start + ks.len, visible.data());
+    // Empty bands as begin > end, so that min and max widen them.
+    std::fill_n(by_query.begin(), bands(qs.len), TileBand{ks.len, 0});
+    std::fill_n(by_key.begin(), bands(ks.len), TileBand{qs.len, 0});
+    for (int64_t r = 0; r < qs.len; ++r) {
+      const uint8_t* row = visible.data() + r * ks.len;
+      int64_t f = 0, e = ks.len;
+      while (f < e && !row[f]) ++f;
+      while (e > f && !row[e - 1]) --e;
+      first[r] = f;
+      end[r] = e;
+      if (f == e) continue;
+      TileBand& q = by_query[r / kTileRows];
+      q = {std::min(q.begin, f), std::max(q.end, e)};
+      for (int64_t kb = f / kTileRows; kb <= (e - 1) / kTileRows; ++kb)
+        by_key[kb] = {std::min(by_key[kb].begin, r), std::max(by_key[kb].end, r + 1)};
+    }
+  }
+};
+
 // Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
-// max and sum, and the mask of a partial tile.
+// max and sum, and the shape of a partial tile.
 template <typename T>
 struct Scratch {
   std::vector<T> p, dp, max, sum;
-  std::vector<uint8_t> visible;
-  Scratch(int64_t bq, int64_t bk)
-      : p(bq * bk), dp(bq * bk), max(bq), sum(bq), visible(static_cast<size_t>(bq * bk)) {}
+  TileShape shape;
+  Scratch(int64_t bq, int64_t bk) : p(bq * bk), dp(bq * bk), max(bq), sum(bq), shape(bq, bk) {}
 };
 
 // Whether `tasks` tasks get a team of threads: inside one already (nested), they run on the
@@ -118,16 +163,25 @@ std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
   return order;
 }
 
-// s[m, n] = scale * Q K^T for one tile (K^T packed by columns), with the pairs a partial tile's
-// mask hides at -inf.
+// s[m, n] = scale * Q K^T for one tile (K^T packed by columns). Of a partial tile (`shape` built
+// for it), only each row's span is written, with the pairs the mask hides there at -inf.
 template <typename T>
-void scores(const Geometry& g, const BlockMask& bm, int64_t b, Span qs, Span ks, bool partial, T scale,
-            const T* Q, const T* kt, T* s, uint8_t* visible) {
-  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len);
-  if (!partial) return;
-  bm.mask().fill(b, qs.start, qs.start + qs.len, ks.start, ks.start + ks.len, visible);
-  const int64_t n = qs.len * ks.len;
-  for (int64_t i = 0; i < n; ++i) s[i] = visible[i] ? s[i] : -std::numeric_limits<T>::infinity();
+void scores(const Geometry& g, Span qs, Span ks, T scale, const T* Q, const T* kt, T* s,
+            const TileShape* shape) {
+  if (!shape) return tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len);
+  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len, shape->by_query,
+               BandOf::columns);
+  for (int64_t r = 0; r < qs.len; ++r) {
+    T* row = s + r * ks.len;
+    const uint8_t* seen = shape->visible.data() + r * ks.len;
+    for (int64_t j = shape->first[r]; j < shape->end[r]; ++j)
+      row[j] = seen[j] ? row[j] : -std::numeric_limits<T>::infinity();
+  }
+}
+
+// The span of keys [j0, j1) of tile row r that may hold visible pairs.
+std::pair<int64_t, int64_t> row_span(const TileShape* shape, int64_t r, int64_t keys) {
+  return shape ? std::pair{shape->first[r], shape->end[r]} : std::pair{int64_t{0}, keys};
 }
 
 // out = softmax(scale * q k^T + mask) v, and each row's logsumexp for backward. Every mask shows
@@ -153,19 +207,24 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
     auto tile = [&](int32_t kb, bool partial) {
       const Span ks = block(kb, bk, g.S);
       T* s = w.p.data();
-      scores(g, bm, b, qs, ks, partial, scale, Q, kt.at(b, hk, kb), s, w.visible.data());
+      const TileShape* shape = partial ? &w.shape : nullptr;
+      if (partial) w.shape.build(bm.mask(), b, qs, ks);
+      scores(g, qs, ks, scale, Q, kt.at(b, hk, kb), s, shape);
       // Online softmax: rescale what the row has gathered so far to the new running max.
       for (int64_t r = 0; r < qs.len; ++r) {
         T* row = s + r * ks.len;
-        const T top = std::max(w.max[r], row_max(row, ks.len));
+        const auto [j0, j1] = row_span(shape, r, ks.len);
+        std::fill(row, row + j0, T(0));
+        std::fill(row + j1, row + ks.len, T(0));
+        const T top = std::max(w.max[r], row_max(row + j0, j1 - j0));
         if (top == -std::numeric_limits<T>::infinity()) {  // no key of this row seen yet
-          std::fill(row, row + ks.len, T(0));
+          std::fill(row + j0, row + j1, T(0));
           continue;
         }
         const T alpha = vexp(w.max[r] - top);
         T sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < ks.len; ++j) {
+        for (int64_t j = j0; j < j1; ++j) {
           const T e = vexp(row[j] - top);
           row[j] = e;
           sum += e;
@@ -175,7 +234,9 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
         if (alpha != T(1))
           for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= alpha;
       }
-      tile_gemm<T>(qs.len, g.D, ks.len, T(1), {s, ks.len, 1}, vr.at(b, hk, kb), true, O, ld);
+      tile_gemm<T>(qs.len, g.D, ks.len, T(1), {s, ks.len, 1}, vr.at(b, hk, kb), true, O, ld,
+                   partial ? std::span<const TileBand>(w.shape.by_query) : std::span<const TileBand>(),
+                   BandOf::terms);
     };
     for (int32_t kb : bm.full_kv(b, qb)) tile(kb, false);
     for (int32_t kb : bm.partial_kv(b, qb)) tile(kb, true);
@@ -213,24 +274,35 @@ struct Saved {
 };
 
 // For one tile: P = exp(s - lse) in w.p, and dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the
-// gradient of the scores before `scale`).
+// gradient of the scores before `scale`); of a partial tile, w.shape is built for it and both are
+// zero outside each row's span.
 template <typename T>
 void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T>& in, T scale, int64_t b, int64_t h,
                 Span qs, Span ks, bool partial, Scratch<T>& w) {
   const int64_t hk = h / g.group(), kb = ks.start / bm.block_kv();
   T* p = w.p.data();
   T* dp = w.dp.data();
-  scores(g, bm, b, qs, ks, partial, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p,
-         w.visible.data());
-  tile_gemm<T>(qs.len, ks.len, g.D, T(1), {in.dout + g.q_at(b, qs.start, h), g.ldq(), 1}, in.vt.at(b, hk, kb),
-               false, dp, ks.len);
+  const TileShape* shape = partial ? &w.shape : nullptr;
+  if (partial) w.shape.build(bm.mask(), b, qs, ks);
+  scores(g, qs, ks, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p, shape);
+  const Strided<T> dout{in.dout + g.q_at(b, qs.start, h), g.ldq(), 1};
+  if (partial)
+    tile_gemm<T>(qs.len, ks.len, g.D, T(1), dout, in.vt.at(b, hk, kb), false, dp, ks.len, w.shape.by_query,
+                 BandOf::columns);
+  else
+    tile_gemm<T>(qs.len, ks.len, g.D, T(1), dout, in.vt.at(b, hk, kb), false, dp, ks.len);
   const T* L = in.lse + g.stat_at(b, h, qs.start);
   const T* Dl = in.delta + g.stat_at(b, h, qs.start);
   for (int64_t r = 0; r < qs.len; ++r) {
     T* pr = p + r * ks.len;
     T* dr = dp + r * ks.len;
+    const auto [j0, j1] = row_span(shape, r, ks.len);
+    for (T* x : {pr, dr}) {
+      std::fill(x, x + j0, T(0));
+      std::fill(x + j1, x + ks.len, T(0));
+    }
     const T l = L[r], d = Dl[r];
-    for (int64_t j = 0; j < ks.len; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       pr[j] = vexp(pr[j] - l);
       dr[j] = pr[j] * (dr[j] - d);
     }
@@ -314,13 +386,19 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
           const T* P = w.p.data();
           const T* dS = w.dp.data();
           tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
+          // Of a partial tile, each block of keys sums over the queries that see it, each block of
+          // queries over the keys it sees.
+          const std::span<const TileBand> by_key = partial ? w.shape.by_key : std::span<const TileBand>();
+          const std::span<const TileBand> by_query = partial ? w.shape.by_query : std::span<const TileBand>();
           if (dV)
-            tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk());
+            tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk(),
+                         by_key, BandOf::terms);
           if (dK)
-            tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk());
+            tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk(),
+                         by_key, BandOf::terms);
           if (dQ)
             tile_gemm<T>(qs.len, g.D, ks.len, scale, {dS, ks.len, 1}, kr.at(b, hk, kb), true,
-                         dQ + g.q_at(b, qs.start, h), g.ldq());
+                         dQ + g.q_at(b, qs.start, h), g.ldq(), by_query, BandOf::terms);
         };
         for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
         for (int32_t qb : bm.partial_q(b, kb)) tile(qb, true);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "titan/core/error.h"
+
 namespace titan::kernels::cpu {
 
 namespace {
@@ -24,10 +26,6 @@ template <typename T>
 using Vec = typename VecOf<T>::type;
 template <typename T>
 constexpr int64_t kLanes = kTileVectorBytes / static_cast<int64_t>(sizeof(T));
-
-// Rows of C per register block: kRows x 2 accumulators plus two B vectors and a broadcast fill
-// 27 of AVX-512's 32 vector registers, or 15 of AVX2's 16.
-constexpr int64_t kRows = kTileVectorBytes == 64 ? 12 : 6;
 
 template <typename T>
 Vec<T> load(const T* p) {
@@ -104,21 +102,38 @@ void pack_tile_b(int64_t k, int64_t n, Strided<T> b, T* packed) {
 
 template <typename T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b_packed, bool accumulate,
-               T* c, int64_t ldc) {
+               T* c, int64_t ldc, std::span<const TileBand> bands, BandOf band_of) {
   constexpr int64_t W = kTilePanel<T>;
   static_assert(W == 2 * kLanes<T>);
+  const int64_t blocks = (m + kTileRows - 1) / kTileRows;
+  TITAN_CHECK(bands.empty() || static_cast<int64_t>(bands.size()) >= blocks, "tile_gemm: ", bands.size(),
+              " bands for ", m, " rows of C; pass one per ", kTileRows, " rows, or none");
   for (int64_t j0 = 0; j0 < n; j0 += W) {
-    const T* b = b_packed + j0 * k;
     const int64_t cols = std::min(W, n - j0);
-    for (int64_t i0 = 0; i0 < m; i0 += kRows)
-      rows<T, kRows>(k, a.data + i0 * a.row_stride, a.row_stride, a.col_stride, b, alpha, accumulate,
-                     c + i0 * ldc + j0, ldc, cols, std::min(kRows, m - i0));
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int64_t p0 = 0, p1 = k;
+      if (!bands.empty()) {
+        const TileBand& band = bands[blk];
+        if (band_of == BandOf::terms) {
+          p0 = std::max<int64_t>(band.begin, 0);
+          p1 = std::max(p0, std::min(band.end, k));
+        } else if (band.end <= band.begin || j0 + W <= band.begin || j0 >= band.end) {
+          continue;
+        }
+      }
+      // Terms from p0 on: A's columns and each panel's rows (panels hold W columns a row).
+      const int64_t i0 = blk * kTileRows;
+      rows<T, kTileRows>(p1 - p0, a.data + i0 * a.row_stride + p0 * a.col_stride, a.row_stride, a.col_stride,
+                         b_packed + j0 * k + p0 * W, alpha, accumulate, c + i0 * ldc + j0, ldc, cols,
+                         std::min(kTileRows, m - i0));
+    }
   }
 }
 
-#define TITAN_TILE_GEMM(T)                                        \
-  template void pack_tile_b<T>(int64_t, int64_t, Strided<T>, T*); \
-  template void tile_gemm<T>(int64_t, int64_t, int64_t, T, Strided<T>, const T*, bool, T*, int64_t);
+#define TITAN_TILE_GEMM(T)                                                                          \
+  template void pack_tile_b<T>(int64_t, int64_t, Strided<T>, T*);                                   \
+  template void tile_gemm<T>(int64_t, int64_t, int64_t, T, Strided<T>, const T*, bool, T*, int64_t, \
+                             std::span<const TileBand>, BandOf);
 TITAN_TILE_GEMM(float)
 TITAN_TILE_GEMM(double)
 #undef TITAN_TILE_GEMM

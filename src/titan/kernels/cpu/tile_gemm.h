@@ -11,6 +11,7 @@
 //   C[m, n] = alpha * A[m, k] B[k, n]      (accumulate = false)
 //   C[m, n] += alpha * A[m, k] B[k, n]     (accumulate = true)
 #include <cstdint>
+#include <span>
 
 namespace titan::kernels::cpu {
 
@@ -25,6 +26,10 @@ inline constexpr int64_t kTileVectorBytes = 32;
 // Columns of B in one packed panel: two SIMD vectors of T.
 template <typename T>
 inline constexpr int64_t kTilePanel = 2 * kTileVectorBytes / static_cast<int64_t>(sizeof(T));
+
+// Rows of C in one register block: kTileRows x 2 accumulators plus two B vectors and a broadcast
+// fill 27 of AVX-512's 32 vector registers, or 15 of AVX2's 16. The grain of TileBand.
+inline constexpr int64_t kTileRows = kTileVectorBytes == 64 ? 12 : 6;
 
 // Elements of a packed [k, n] B operand: n rounded up to whole panels.
 template <typename T>
@@ -45,10 +50,24 @@ struct Strided {
 template <typename T>
 void pack_tile_b(int64_t k, int64_t n, Strided<T> b, T* packed);
 
-// The product of A, read in place, and B packed by pack_tile_b for these k and n. Each element of
-// C is one sum over p in order, so results do not depend on threads or on where the tile sits.
+// What one register block of rows of C needs of a product whose operands are mostly zero or
+// masked (attention's tiles on a mask's edge): band i covers rows [i * kTileRows, (i + 1) *
+// kTileRows) and names a range [begin, end) of either
+// - `columns`: the columns of C those rows need. Only the panels that hold them are computed;
+//   the rest of the rows is left as it was. An empty range leaves the rows untouched.
+// - `terms`: the p of the sum that can be nonzero for those rows. The sum runs over them alone,
+//   in order, as if A's or B's other terms were zero (the caller vouches that they are), so it
+//   gives the full sum's result. An empty range gives 0 (or adds nothing).
+struct TileBand {
+  int64_t begin, end;
+};
+enum class BandOf { columns, terms };
+
+// The product of A, read in place, and B packed by pack_tile_b for these k and n; with `bands`
+// (one per kTileRows rows of C), only the part each band names. Each element of C is one sum
+// over p in order, so results do not depend on threads or on where the tile sits.
 template <typename T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b_packed, bool accumulate,
-               T* c, int64_t ldc);
+               T* c, int64_t ldc, std::span<const TileBand> bands = {}, BandOf band_of = BandOf::columns);
 
 }  // namespace titan::kernels::cpu
