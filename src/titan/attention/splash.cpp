@@ -24,7 +24,6 @@ namespace {
 using kernels::cpu::BandOf;
 using kernels::cpu::kTileRows;
 using kernels::cpu::row_max;
-using kernels::cpu::Strided;
 using kernels::cpu::tile_gemm;
 using kernels::cpu::TileBand;
 using kernels::cpu::vexp;
@@ -96,34 +95,33 @@ void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packi
 
 // Where a partial tile's visible pairs lie, so that its products and exps skip what the mask
 // hides (a causal diagonal tile hides nearly half of itself): the mask, each query row's span of
-// keys [first, end) that holds every key it sees (first = end when it sees none), and per
+// keys [begin, end) that holds every key it sees (begin = end when it sees none), and per
 // register block of tile_gemm's rows the keys its queries see (`by_query`: the columns of Q K^T
 // and dO V^T, the terms of P V and dS K) and the queries that see its keys (`by_key`: the terms
 // of P^T dO and dS^T Q).
 struct TileShape {
   std::vector<uint8_t> visible;
-  std::vector<int64_t> first, end;
+  std::vector<int64_t> begin, end;
   std::vector<TileBand> by_query, by_key;
 
   TileShape(int64_t bq, int64_t bk)
       : visible(static_cast<size_t>(bq * bk)),
-        first(bq),
+        begin(bq),
         end(bq),
-        by_query(static_cast<size_t>(bands(bq))),
-        by_key(static_cast<size_t>(bands(bk))) {}
-  static int64_t bands(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
+        by_query(static_cast<size_t>(kernels::cpu::tile_row_blocks(bq))),
+        by_key(static_cast<size_t>(kernels::cpu::tile_row_blocks(bk))) {}
 
   void build(const Mask& mask, int64_t b, Span qs, Span ks) {
     mask.fill(b, qs.start, qs.start + qs.len, ks.start, ks.start + ks.len, visible.data());
     // Empty bands as begin > end, so that min and max widen them.
-    std::fill_n(by_query.begin(), bands(qs.len), TileBand{ks.len, 0});
-    std::fill_n(by_key.begin(), bands(ks.len), TileBand{qs.len, 0});
+    std::fill_n(by_query.begin(), kernels::cpu::tile_row_blocks(qs.len), TileBand{ks.len, 0});
+    std::fill_n(by_key.begin(), kernels::cpu::tile_row_blocks(ks.len), TileBand{qs.len, 0});
     for (int64_t r = 0; r < qs.len; ++r) {
       const uint8_t* row = visible.data() + r * ks.len;
       int64_t f = 0, e = ks.len;
       while (f < e && !row[f]) ++f;
       while (e > f && !row[e - 1]) --e;
-      first[r] = f;
+      begin[r] = f;
       end[r] = e;
       if (f == e) continue;
       TileBand& q = by_query[r / kTileRows];
@@ -133,6 +131,19 @@ struct TileShape {
     }
   }
 };
+
+// The bands of a tile: none (the whole product) for a full tile, whose shape is null.
+std::span<const TileBand> query_bands(const TileShape* shape) {
+  return shape ? std::span<const TileBand>(shape->by_query) : std::span<const TileBand>();
+}
+std::span<const TileBand> key_bands(const TileShape* shape) {
+  return shape ? std::span<const TileBand>(shape->by_key) : std::span<const TileBand>();
+}
+
+// The span of keys [j0, j1) of tile row r that may hold visible pairs.
+std::pair<int64_t, int64_t> row_span(const TileShape* shape, int64_t r, int64_t keys) {
+  return shape ? std::pair{shape->begin[r], shape->end[r]} : std::pair{int64_t{0}, keys};
+}
 
 // Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
 // max and sum, and the shape of a partial tile.
@@ -163,25 +174,20 @@ std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
   return order;
 }
 
-// s[m, n] = scale * Q K^T for one tile (K^T packed by columns). Of a partial tile (`shape` built
-// for it), only each row's span is written, with the pairs the mask hides there at -inf.
+// s[m, n] = scale * Q K^T for one tile (K^T packed by columns). Of a partial tile, at least each
+// row's span is written, with the pairs the mask hides there at -inf.
 template <typename T>
 void scores(const Geometry& g, Span qs, Span ks, T scale, const T* Q, const T* kt, T* s,
             const TileShape* shape) {
-  if (!shape) return tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len);
-  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len, shape->by_query,
+  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len, query_bands(shape),
                BandOf::columns);
+  if (!shape) return;
   for (int64_t r = 0; r < qs.len; ++r) {
     T* row = s + r * ks.len;
     const uint8_t* seen = shape->visible.data() + r * ks.len;
-    for (int64_t j = shape->first[r]; j < shape->end[r]; ++j)
+    for (int64_t j = shape->begin[r]; j < shape->end[r]; ++j)
       row[j] = seen[j] ? row[j] : -std::numeric_limits<T>::infinity();
   }
-}
-
-// The span of keys [j0, j1) of tile row r that may hold visible pairs.
-std::pair<int64_t, int64_t> row_span(const TileShape* shape, int64_t r, int64_t keys) {
-  return shape ? std::pair{shape->first[r], shape->end[r]} : std::pair{int64_t{0}, keys};
 }
 
 // out = softmax(scale * q k^T + mask) v, and each row's logsumexp for backward. Every mask shows
@@ -235,8 +241,7 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
           for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= alpha;
       }
       tile_gemm<T>(qs.len, g.D, ks.len, T(1), {s, ks.len, 1}, vr.at(b, hk, kb), true, O, ld,
-                   partial ? std::span<const TileBand>(w.shape.by_query) : std::span<const TileBand>(),
-                   BandOf::terms);
+                   query_bands(shape), BandOf::terms);
     };
     for (int32_t kb : bm.full_kv(b, qb)) tile(kb, false);
     for (int32_t kb : bm.partial_kv(b, qb)) tile(kb, true);
@@ -273,24 +278,18 @@ struct Saved {
   const PackedBlocks<T>&kt, &vt;
 };
 
-// For one tile: P = exp(s - lse) in w.p, and dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the
-// gradient of the scores before `scale`); of a partial tile, w.shape is built for it and both are
-// zero outside each row's span.
+// For one tile (`shape` built for it when it is partial, else null): P = exp(s - lse) in w.p, and
+// dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the gradient of the scores before `scale`); of a
+// partial tile both are zero outside each row's span.
 template <typename T>
 void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T>& in, T scale, int64_t b, int64_t h,
-                Span qs, Span ks, bool partial, Scratch<T>& w) {
+                Span qs, Span ks, const TileShape* shape, Scratch<T>& w) {
   const int64_t hk = h / g.group(), kb = ks.start / bm.block_kv();
   T* p = w.p.data();
   T* dp = w.dp.data();
-  const TileShape* shape = partial ? &w.shape : nullptr;
-  if (partial) w.shape.build(bm.mask(), b, qs, ks);
   scores(g, qs, ks, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p, shape);
-  const Strided<T> dout{in.dout + g.q_at(b, qs.start, h), g.ldq(), 1};
-  if (partial)
-    tile_gemm<T>(qs.len, ks.len, g.D, T(1), dout, in.vt.at(b, hk, kb), false, dp, ks.len, w.shape.by_query,
-                 BandOf::columns);
-  else
-    tile_gemm<T>(qs.len, ks.len, g.D, T(1), dout, in.vt.at(b, hk, kb), false, dp, ks.len);
+  tile_gemm<T>(qs.len, ks.len, g.D, T(1), {in.dout + g.q_at(b, qs.start, h), g.ldq(), 1}, in.vt.at(b, hk, kb),
+               false, dp, ks.len, query_bands(shape), BandOf::columns);
   const T* L = in.lse + g.stat_at(b, h, qs.start);
   const T* Dl = in.delta + g.stat_at(b, h, qs.start);
   for (int64_t r = 0; r < qs.len; ++r) {
@@ -385,11 +384,12 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
           const Span qs = block(qb, bq, g.S);
           const T* P = w.p.data();
           const T* dS = w.dp.data();
-          tile_grads(g, bm, in, scale, b, h, qs, ks, partial, w);
+          const TileShape* shape = partial ? &w.shape : nullptr;
+          if (partial) w.shape.build(bm.mask(), b, qs, ks);
+          tile_grads(g, bm, in, scale, b, h, qs, ks, shape, w);
           // Of a partial tile, each block of keys sums over the queries that see it, each block of
           // queries over the keys it sees.
-          const std::span<const TileBand> by_key = partial ? w.shape.by_key : std::span<const TileBand>();
-          const std::span<const TileBand> by_query = partial ? w.shape.by_query : std::span<const TileBand>();
+          const std::span<const TileBand> by_key = key_bands(shape), by_query = query_bands(shape);
           if (dV)
             tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk(),
                          by_key, BandOf::terms);

@@ -105,7 +105,7 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* 
                T* c, int64_t ldc, std::span<const TileBand> bands, BandOf band_of) {
   constexpr int64_t W = kTilePanel<T>;
   static_assert(W == 2 * kLanes<T>);
-  const int64_t blocks = (m + kTileRows - 1) / kTileRows;
+  const int64_t blocks = tile_row_blocks(m);
   TITAN_CHECK(bands.empty() || static_cast<int64_t>(bands.size()) >= blocks, "tile_gemm: ", bands.size(),
               " bands for ", m, " rows of C; pass one per ", kTileRows, " rows, or none");
   for (int64_t j0 = 0; j0 < n; j0 += W) {
@@ -115,8 +115,9 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* 
       if (!bands.empty()) {
         const TileBand& band = bands[blk];
         if (band_of == BandOf::terms) {
-          p0 = std::max<int64_t>(band.begin, 0);
-          p1 = std::max(p0, std::min(band.end, k));
+          p0 = std::clamp<int64_t>(band.begin, 0, k);
+          p1 = std::clamp<int64_t>(band.end, p0, k);
+          if (p0 == p1) p0 = p1 = 0;  // no terms: keep the operands' pointers within them
         } else if (band.end <= band.begin || j0 + W <= band.begin || j0 >= band.end) {
           continue;
         }

@@ -31,6 +31,11 @@ inline constexpr int64_t kTilePanel = 2 * kTileVectorBytes / static_cast<int64_t
 // fill 27 of AVX-512's 32 vector registers, or 15 of AVX2's 16. The grain of TileBand.
 inline constexpr int64_t kTileRows = kTileVectorBytes == 64 ? 12 : 6;
 
+// Register blocks of rows in m rows of C: the bands a product of m rows takes.
+constexpr int64_t tile_row_blocks(int64_t m) {
+  return (m + kTileRows - 1) / kTileRows;
+}
+
 // Elements of a packed [k, n] B operand: n rounded up to whole panels.
 template <typename T>
 constexpr int64_t tile_packed_size(int64_t k, int64_t n) {
