@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake ninja-build ccache pkg-config
       libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      python3 python3-venv python3-torch python3-numpy
+      python3 python3-venv
       libprotobuf-dev protobuf-compiler
       libpcre2-dev libicu-dev
       openmpi-bin libopenmpi-dev
@@ -30,24 +30,30 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# Debian's torch is visible only to Debian's python3: build the venv from it, with system
-# site-packages, so PyPI packages installed here and Debian's torch meet.
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  rm -rf .venv
-  /usr/bin/python3 -m venv --system-site-packages .venv
-fi
-# pip runs only when requirements-test.txt changed since the last successful install, so an
-# offline machine that has the packages already does not need PyPI.
-if [[ -f requirements-test.txt ]]; then
-  want=$(sha256sum requirements-test.txt | cut -d' ' -f1)
-  have=$(cat .venv/.requirements-test.sha256 2>/dev/null || true)
-  if [[ "$want" != "$have" ]]; then
-    if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
+# The reference venv (PyPI's torch 2 and transformers 5, requirements-test.txt) is large, so it
+# is built once per requirements file in ~/.cache/titan and .venv links to it: every clone of
+# the project (CI's too) shares it. pip runs only to build it, so an offline machine that has it
+# does not need PyPI.
+want=$(sha256sum requirements-test.txt | cut -c1-16)
+shared=${TITAN_VENV_CACHE:-$HOME/.cache/titan}/venv-$want
+mkdir -p "$(dirname "$shared")"
+(
+  flock 9
+  if [[ ! -f $shared/.complete ]]; then
+    rm -rf "$shared"
+    echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 3.3 GB to download, 5.7 GB installed)"
+    /usr/bin/python3 -m venv "$shared"
+    if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
       echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
-      echo "  .venv/bin/python -m pip install -r requirements-test.txt" >&2
+      echo "  $shared/bin/python -m pip install -r requirements-test.txt" >&2
       exit 1
     fi
-    echo "$want" > .venv/.requirements-test.sha256
+    touch "$shared/.complete"
   fi
+) 9>"$shared.lock"
+if [[ "$(readlink .venv 2>/dev/null)" != "$shared" ]]; then
+  rm -rf .venv
+  ln -s "$shared" .venv
 fi
-.venv/bin/python -c "import torch" || { echo "setup: torch is not importable from .venv" >&2; exit 1; }
+.venv/bin/python -c "import torch, transformers" ||
+  { echo "setup: torch or transformers is not importable from .venv ($shared); remove it and rerun" >&2; exit 1; }
