@@ -6,6 +6,10 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 # OpenBLAS's OpenMP build, also for PyTorch in benchmarks (the pthread build fights OpenMP).
 OPENBLAS_OMP := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
+# ccache keys on compile lines relative to the clone, so a fresh clone (CI's) reuses the objects
+# an earlier build of the same sources left in the machine's cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: all deps build train test test-asan bench format lint clean
 
