@@ -11,7 +11,7 @@ OPENBLAS_OMP := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build train test test-asan bench format lint clean
+.PHONY: all deps build train test build-asan test-asan bench format lint clean
 
 all: build
 
@@ -42,9 +42,11 @@ test: build
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, caching allocator off so that
 # use-after-free is caught rather than hidden by reuse.
-test-asan: deps
+build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON -DTITAN_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target titan_unit_tests
+
+test-asan: build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
 

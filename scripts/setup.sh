@@ -41,7 +41,7 @@ mkdir -p "$(dirname "$shared")"
   flock 9
   if [[ ! -f $shared/.complete ]]; then
     rm -rf "$shared"
-    echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 3.3 GB to download, 5.7 GB installed)"
+    echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 2.9 GB to download, 5.7 GB installed)"
     /usr/bin/python3 -m venv "$shared"
     if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
       echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2

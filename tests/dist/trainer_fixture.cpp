@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "support/paths.h"
 #include "titan/dist/process_group.h"
 
 namespace titan::train::testing {

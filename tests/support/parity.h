@@ -2,6 +2,7 @@
 // Loads a PyTorch reference case written by tests/parity/make_reference.py.
 #include <string>
 
+#include "support/paths.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/error.h"
 #include "titan/nn/module.h"

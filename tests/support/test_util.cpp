@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <unistd.h>
 
 #include "titan/checkpoint/checkpoint.h"
@@ -99,6 +101,11 @@ void expect_same_hf_folder(const std::filesystem::path& exported, const std::fil
   }
   const nlohmann::json mine = checkpoint::HfReader(exported).config(), ref = checkpoint::HfReader(original).config();
   for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, ref.value(key, nlohmann::json())) << key;
+}
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && (std::string_view(ci) == "true" || std::string_view(ci) == "1");
 }
 
 }  // namespace titan::test

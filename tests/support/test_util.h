@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "support/paths.h"
 #include "titan/core/tensor.h"
 #include "titan/nn/module.h"
 
@@ -39,7 +40,18 @@ nn::StateDict titan_checkpoint_weights(const std::filesystem::path& step_dir);
 // for bit, and every config.json key it writes has `original`'s value.
 void expect_same_hf_folder(const std::filesystem::path& exported, const std::filesystem::path& original);
 
+// Whether the tests run in CI (the environment variable CI is "true" or "1").
+bool in_ci();
+
 }  // namespace titan::test
+
+// A reference the test needs is absent (a tokenizer file, a Python package). Locally the test is
+// skipped with the reason; in CI (CI=true) a skip would hide the gap, so it fails with the reason.
+#define TITAN_MISSING_REFERENCE(reason)                                                   \
+  do {                                                                                    \
+    if (::titan::test::in_ci()) GTEST_FAIL() << "missing reference (CI=true): " << reason; \
+    GTEST_SKIP() << reason;                                                               \
+  } while (0)
 
 // Runs `stmt`, expects a titan::Error whose message contains every string in the list.
 #define EXPECT_TITAN_ERROR(stmt, ...)                                                       \

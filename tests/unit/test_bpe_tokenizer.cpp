@@ -179,7 +179,7 @@ class BpeTokenizerTest : public ::testing::Test {
 
 TEST_F(BpeTokenizerTest, Llama3MatchesHuggingFace) {
   fs::path dir = shared_tokenizer("llama3");
-  if (!fs::exists(dir / "tokenizer.json")) GTEST_SKIP() << "no Llama 3 tokenizer at " << dir;
+  if (!fs::exists(dir / "tokenizer.json")) TITAN_MISSING_REFERENCE("no Llama 3 tokenizer at " << dir);
   BpeTokenizer tok = BpeTokenizer::load(dir);
   EXPECT_EQ(tok.vocab_size(), 128256);
   expect_parity(tok, dir / "tokenizer.json", corpus());
@@ -190,7 +190,7 @@ TEST_F(BpeTokenizerTest, Llama3MatchesHuggingFace) {
 
 TEST_F(BpeTokenizerTest, Qwen3MatchesHuggingFace) {
   fs::path dir = shared_tokenizer("qwen3");
-  if (!fs::exists(dir / "tokenizer.json")) GTEST_SKIP() << "no Qwen 3 tokenizer at " << dir;
+  if (!fs::exists(dir / "tokenizer.json")) TITAN_MISSING_REFERENCE("no Qwen 3 tokenizer at " << dir);
   BpeTokenizer tok = BpeTokenizer::load(dir);
   EXPECT_EQ(tok.vocab_size(), 151669);
   // Qwen normalizes to NFC, which the decomposed text and the fragments test.
@@ -201,7 +201,7 @@ TEST_F(BpeTokenizerTest, Qwen3MatchesHuggingFace) {
 TEST_F(BpeTokenizerTest, SpecialTokensComeFromTheConfig) {
   fs::path llama = shared_tokenizer("llama3"), qwen = shared_tokenizer("qwen3");
   if (!fs::exists(llama / "tokenizer.json") || !fs::exists(qwen / "tokenizer.json"))
-    GTEST_SKIP() << "no tokenizers in " << llama.parent_path();
+    TITAN_MISSING_REFERENCE("no tokenizers in " << llama.parent_path());
   BpeTokenizer l = BpeTokenizer::load(llama);
   EXPECT_EQ(l.bos_id(), 128000);
   EXPECT_EQ(l.eos_id(), 128001);
@@ -223,7 +223,7 @@ TEST_F(BpeTokenizerTest, SpecialTokensComeFromTheConfig) {
 
 TEST_F(BpeTokenizerTest, AnyBytesRoundTrip) {
   fs::path dir = shared_tokenizer("llama3");
-  if (!fs::exists(dir / "tokenizer.json")) GTEST_SKIP() << "no Llama 3 tokenizer at " << dir;
+  if (!fs::exists(dir / "tokenizer.json")) TITAN_MISSING_REFERENCE("no Llama 3 tokenizer at " << dir);
   BpeTokenizer tok = BpeTokenizer::load(dir);
   std::string all_bytes;
   for (int b = 0; b < 256; ++b) all_bytes.push_back(static_cast<char>(b));

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/paths.h"
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
 
