@@ -28,8 +28,7 @@ SavedModel from_hf_config(const fs::path& dir, const json& file_config, const st
   } catch (const Error& e) {
     throw Error(where + ": " + e.what());
   }
-  const json& context =
-      config.contains("max_position_embeddings") ? config["max_position_embeddings"] : json();
+  const json context = config.value("max_position_embeddings", json());
   TITAN_CHECK(context.is_number_integer() && context.get<int64_t>() > 0, where,
               ": max_position_embeddings, the model's context, should be a positive integer, found ",
               context.dump(), "; set it in the config.json");
