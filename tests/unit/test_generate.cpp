@@ -1,10 +1,11 @@
 // Generation over the KV cache: greedy decoding against the argmax of a full recompute, stopping
-// (eos, max_new_tokens, the end of the context), reproducible sampling; and rebuilding a trained
-// model from its checkpoint.
+// (eos, max_new_tokens, the end of the context), reproducible sampling; and rebuilding a saved
+// model from a checkpoint of titan train or titan convert, or from a Hugging Face folder.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "support/test_util.h"
@@ -13,7 +14,9 @@
 #include "titan/models/llama3/model.h"
 #include "titan/models/registry.h"
 #include "titan/rl/generate.h"
-#include "titan/rl/trained_model.h"
+#include "titan/rl/saved_model.h"
+#include "titan/train/hf_interop.h"
+#include "titan/train/job_config.h"
 
 namespace titan::rl {
 namespace {
@@ -115,12 +118,13 @@ TEST(Generate, BadInputsAreClearErrors) {
   EXPECT_TITAN_ERROR(generate(*model, std::vector<int64_t>{1}, opts), "top_p = 0");
 }
 
-// ---- rebuilding a trained model from its checkpoint -------------------------------------------------
+// ---- rebuilding a saved model ----------------------------------------------------------------------
 
 class GenerateFromCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = test::temp_dir(std::string("generate_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = test::temp_dir(std::string("generate_") +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
     // The debug model at the byte tokenizer's vocabulary, to keep the files small.
@@ -168,34 +172,66 @@ TEST_F(GenerateFromCheckpoint, ReadsTheLatestStepWithItsConfigAndWeights) {
   save(1, *early, kBF16);
   save(12, *late);
   save(3, *early);  // made last: the latest is the highest step, not the newest folder
-  TrainedModel t = load_trained_model(dir);
+  SavedModel t = read_saved_model(dir);
   EXPECT_EQ(t.dir, dir / "step-12");
-  EXPECT_EQ(t.config.training.seq_len, 32);
-  EXPECT_EQ(t.model->max_seq_len(), 32);
-  EXPECT_EQ(t.model->vocab_size(), 259);
+  EXPECT_EQ(t.config.flavor, "debugmodel");
+  EXPECT_EQ(t.context, 32);
+  EXPECT_EQ(t.tokenizer_path, std::optional<std::string>(""));  // the run's: the byte tokenizer
+  auto model = load_saved_model(t);
+  EXPECT_EQ(model->max_seq_len(), 32);
+  EXPECT_EQ(model->vocab_size(), 259);
   auto want = late->state_dict();
-  for (const auto& [name, p] : t.model->state_dict()) EXPECT_EQ(max_abs_diff(p, want.at(name)), 0.0) << name;
+  for (const auto& [name, p] : model->state_dict()) EXPECT_EQ(max_abs_diff(p, want.at(name)), 0.0) << name;
 
   // A step folder is read as it is; a bf16 export is cast to the model's f32.
-  TrainedModel first = load_trained_model(dir / "step-1");
+  SavedModel first = read_saved_model(dir / "step-1");
   EXPECT_EQ(first.dir, dir / "step-1");
   want = early->state_dict();
-  for (const auto& [name, p] : first.model->state_dict())
+  for (const auto& [name, p] : load_saved_model(first)->state_dict())
     EXPECT_TRUE(test::tensors_close(p, want.at(name), 1e-2, name));
 }
 
+// An HF folder and its conversion: the model config.json describes, its context from
+// max_position_embeddings, the same weights; the folder's tokenizer.json goes with it.
+TEST_F(GenerateFromCheckpoint, ReadsAHuggingFaceFolderAndItsConversion) {
+  auto model = build(3);
+  const models::StateDictAdapter& adapter = models::hf_adapter("llama3");
+  nlohmann::json config = adapter.hf_config(cfg.model);
+  config["max_position_embeddings"] = 40;
+  const fs::path hf = dir / "hf", converted = dir / "converted";
+  train::save_hf_model(hf, adapter, config, model->state_dict(), kF32);
+  train::import_hf_checkpoint(hf, converted / "step-0");
+  const auto want = model->state_dict();
+  for (const fs::path& path : {hf, converted}) {
+    SavedModel s = read_saved_model(path);
+    EXPECT_EQ(s.config.name, "llama3") << path;
+    EXPECT_EQ(s.config.flavor, "debugmodel") << path;
+    EXPECT_EQ(s.config.vocab_size, 259) << path;
+    EXPECT_EQ(s.context, 40) << path;
+    EXPECT_FALSE(s.tokenizer_path.has_value()) << path;
+    auto loaded = load_saved_model(s);
+    EXPECT_EQ(loaded->max_seq_len(), 40);
+    for (const auto& [name, p] : loaded->state_dict())
+      EXPECT_EQ(max_abs_diff(p, want.at(name)), 0.0) << path << " " << name;
+  }
+  std::ofstream(hf / "tokenizer.json") << "{}";
+  EXPECT_EQ(read_saved_model(hf).tokenizer_path, hf.string());
+}
+
 TEST_F(GenerateFromCheckpoint, ErrorsSayWhatWasFound) {
-  EXPECT_TITAN_ERROR(load_trained_model(dir / "nothing"), "does not exist");
-  EXPECT_TITAN_ERROR(load_trained_model(dir), "holds no complete checkpoint");
-  // Both are refused before any model is built, so one small tensor stands for the weights.
+  EXPECT_TITAN_ERROR(read_saved_model(dir / "nothing"), "does not exist");
+  EXPECT_TITAN_ERROR(read_saved_model(dir), "holds no complete checkpoint", "is no Hugging Face folder");
+  // All are refused before any model is built, so one small tensor stands for the weights.
   nn::Module weights;
   weights.register_parameter("w", Tensor::zeros({2}));
   save(5, weights, kF32, {{"step", 5}});
-  EXPECT_TITAN_ERROR(load_trained_model(dir), "holds no job config", "not saved by titan train");
+  EXPECT_TITAN_ERROR(read_saved_model(dir), "holds neither a job config", "titan convert --to titan");
   nlohmann::json config = train::to_json(cfg);
   config["training"]["sequence_length"] = 32;
   save(6, weights, kF32, {{"config", config}});
-  EXPECT_TITAN_ERROR(load_trained_model(dir / "step-6"), "unknown key 'training.sequence_length'");
+  EXPECT_TITAN_ERROR(read_saved_model(dir / "step-6"), "unknown key 'training.sequence_length'");
+  save(7, weights, kF32, {{"hf_config", {{"model_type", "gpt2"}}}});
+  EXPECT_TITAN_ERROR(read_saved_model(dir / "step-7"), "(state.hf_config)", "model_type \"gpt2\"");
 }
 
 }  // namespace

@@ -1,20 +1,30 @@
-// `titan generate` as a user runs it: on a checkpoint that a short training run writes first, and
-// with the inputs it refuses.
+// `titan generate` as a user runs it: on a checkpoint that a short training run writes first, on
+// a Hugging Face folder and its conversion by `titan convert`, and with the inputs it refuses.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "support/test_util.h"
+#include "titan/data/tokenizer.h"
+#include "titan/data/tokenizer_files.h"
+#include "titan/models/registry.h"
+#include "titan/rl/generate.h"
+#include "titan/train/hf_interop.h"
 #include "titan/train/trainer.h"
 
 namespace titan {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const fs::path kKjvTokenizer = fs::path(TITAN_SOURCE_DIR) / "data" / "kjv_tokenizer";
 
 struct CliRun {
   int rc = -1;
@@ -62,14 +72,31 @@ class GenerateCommand : public ::testing::Test {
     return dir_ / "ckpt";
   }
 
-  // Runs `titan generate` with `args` (each quoted for the shell).
-  CliRun generate(const std::vector<std::string>& args) const {
-    std::string cmd = std::string(TITAN_CLI) + " generate";
+  // The llama3 debug model with random weights, at the KJV tokenizer's 2048 ids and a context
+  // of 32, written as the Hugging Face folder `hf` (with the tokenizer's files when
+  // `with_tokenizer`); returned to generate from in-process.
+  static std::shared_ptr<models::CausalLM> write_hf_folder(const fs::path& hf, bool with_tokenizer) {
+    models::ModelConfig m;
+    m.vocab_size = 2048;
+    Generator gen(7);
+    std::shared_ptr<models::CausalLM> model = models::get_train_spec(m.name).build(m, 32, gen);
+    const models::StateDictAdapter& adapter = models::hf_adapter(m.name);
+    json config = adapter.hf_config(m);
+    config["max_position_embeddings"] = 32;
+    train::save_hf_model(hf, adapter, config, model->state_dict(), kF32);
+    if (with_tokenizer) data::copy_tokenizer(kKjvTokenizer, hf);
+    return model;
+  }
+
+  // Runs `titan <command>` with `args` (each quoted for the shell).
+  CliRun titan(const std::string& command, const std::vector<std::string>& args) const {
+    std::string cmd = std::string(TITAN_CLI) + " " + command;
     for (const std::string& a : args) cmd += " '" + a + "'";
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
     const int status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
   }
+  CliRun generate(const std::vector<std::string>& args) const { return titan("generate", args); }
 
   fs::path dir_;
 };
@@ -122,6 +149,117 @@ TEST_F(GenerateCommand, BadInputsAreClearErrors) {
   r = generate({"--prompt", "x"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("needs --checkpoint and --prompt"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,x,3"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--prompt-ids (comma-separated token ids) wants a whole number, got 'x'"),
+            std::string::npos)
+      << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,-2"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("token id -2 is negative"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("got ''"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt", "x", "--prompt-ids", "1"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--prompt and --prompt-ids exclude each other"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--output", "yaml"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--output must be text or json, got 'yaml'"), std::string::npos) << r.err;
+}
+
+// What convert writes from an HF folder, and the folder itself, generate from: greedy from the
+// same ids gives the ids rl::generate gives in-process on the weights written.
+TEST_F(GenerateCommand, ConvertedHfFolderGivesTheIdsOfInProcessGeneration) {
+  ASSERT_TRUE(fs::exists(TITAN_CLI)) << TITAN_CLI << " is missing; build the titan_cli target";
+  const fs::path hf = dir_ / "hf", converted = dir_ / "converted";
+  std::shared_ptr<models::CausalLM> model = write_hf_folder(hf, true);
+  CliRun c =
+      titan("convert", {"--to", "titan", "--hf", hf.string(), "--out", (converted / "step-0").string()});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.out.find("with its tokenizer"), std::string::npos) << c.out;
+
+  const std::vector<int64_t> prompt = {1, 5, 9, 30, 2047};
+  const std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(kKjvTokenizer.string());
+  const rl::GenerateResult want = rl::generate(*model, prompt,
+                                               {.max_new_tokens = 6,
+                                                .eos_id = tokenizer->eos_id(),
+                                                .vocab_size = 2048,
+                                                .sampling = {.temperature = 0}});
+  std::vector<int32_t> text(want.tokens.begin(), want.tokens.end());
+  if (want.stop == rl::StopReason::eos) text.pop_back();
+
+  for (const fs::path& checkpoint : {converted, hf}) {
+    CliRun r = generate({"--checkpoint", checkpoint.string(), "--prompt-ids", "1,5, 9,30,2047",
+                         "--temperature", "0", "--max-new-tokens", "6", "--output", "json"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("context 32"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("BPE tokenizer " + checkpoint.string()), std::string::npos) << r.err;
+    const json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << "not one JSON object: " << r.out;
+    EXPECT_EQ(j.at("prompt_ids").get<std::vector<int64_t>>(), prompt);
+    EXPECT_EQ(j.at("generated_ids").get<std::vector<int64_t>>(), want.tokens) << checkpoint;
+    EXPECT_EQ(j.at("stop_reason"), rl::stop_reason_name(want.stop));
+    EXPECT_EQ(j.at("text"), tokenizer->decode(text));
+    EXPECT_EQ(j.at("prefill").at("tokens"), 5);
+    EXPECT_EQ(j.at("decode").at("tokens"), want.tokens.size());
+    for (const char* phase : {"prefill", "decode"}) {
+      EXPECT_GT(j.at(phase).at("seconds").get<double>(), 0) << phase;
+      EXPECT_GT(j.at(phase).at("tokens_per_second").get<double>(), 0) << phase;
+    }
+  }
+
+  // A text prompt, with the tokenizer convert carried over.
+  CliRun r = generate({"--checkpoint", converted.string(), "--prompt", "In the beginning", "--temperature",
+                       "0", "--max-new-tokens", "4"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("In the beginning")) << r.out;
+}
+
+TEST_F(GenerateCommand, WithoutATokenizerOnlyIdsAreTaken) {
+  ASSERT_TRUE(fs::exists(TITAN_CLI)) << TITAN_CLI << " is missing; build the titan_cli target";
+  const fs::path hf = dir_ / "hf";
+  write_hf_folder(hf, false);
+  CliRun r = generate({"--checkpoint", hf.string(), "--prompt", "In the"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("no tokenizer goes with " + hf.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pass --tokenizer PATH"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--prompt-ids"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,2048"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("token id 2048 is not below the vocabulary size 2048"), std::string::npos) << r.err;
+
+  // Text output is then the new ids; json has no text.
+  r = generate(
+      {"--checkpoint", hf.string(), "--prompt-ids", "3,4", "--max-new-tokens", "3", "--temperature", "0"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("no tokenizer"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), ','), 2) << r.out;
+  r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,4", "--max-new-tokens", "3", "--temperature",
+                "0", "--output", "json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_FALSE(j.contains("text")) << r.out;
+  EXPECT_EQ(j.at("generated_ids").size(), 3u) << r.out;
+
+  // --tokenizer provides one: the prompt is bos and the text's ids.
+  r = generate({"--checkpoint", hf.string(), "--tokenizer", kKjvTokenizer.string(), "--prompt", "In the",
+                "--max-new-tokens", "3", "--output", "json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  const std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(kKjvTokenizer.string());
+  std::vector<int64_t> prompt = {*tokenizer->bos_id()};
+  for (int32_t id : tokenizer->encode("In the")) prompt.push_back(id);
+  EXPECT_EQ(j.at("prompt_ids").get<std::vector<int64_t>>(), prompt);
+  EXPECT_TRUE(j.at("text").is_string()) << r.out;
 }
 
 }  // namespace

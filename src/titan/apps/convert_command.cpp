@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "titan/core/error.h"
+#include "titan/data/tokenizer_files.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan::apps {
@@ -19,7 +20,9 @@ constexpr const char* kConvertUsage =
     "  --to titan      reads a Hugging Face folder (model.safetensors, or shards listed by\n"
     "                  model.safetensors.index.json) into a model-only titan checkpoint, to start\n"
     "                  training from with checkpoint.initial_load_path (which also takes the HF\n"
-    "                  folder itself)\n";
+    "                  folder itself)\n"
+    "Either way, the tokenizer files of the folder read (tokenizer.json, tokenizer_config.json)\n"
+    "are copied beside the weights, so that titan generate finds them.\n";
 
 struct Options {
   std::string to, checkpoint, hf, out, dtype;  // dtype: --to hf only, float32 unless given
@@ -71,10 +74,11 @@ int convert_command(const std::vector<std::string>& args) {
     train::export_hf_checkpoint(o.checkpoint, o.out, o.dtype == "bfloat16" ? kBF16 : kF32);
   else
     train::import_hf_checkpoint(o.hf, o.out);
+  const bool tokenizer = data::copy_tokenizer(o.to == "hf" ? o.checkpoint : o.hf, o.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "titan: " << (o.to == "hf" ? o.checkpoint : o.hf) << " -> " << o.out
             << (o.to == "hf" ? " (Hugging Face, " + o.dtype + ")" : std::string(" (titan checkpoint)"))
-            << " in " << seconds << " s\n";
+            << (tokenizer ? " with its tokenizer" : "") << " in " << seconds << " s\n";
   return 0;
 }
 

@@ -2,42 +2,53 @@
 
 #include <charconv>
 #include <cstdint>
-#include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <span>
 #include <string>
-#include <string_view>
 
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
 #include "titan/rl/generate.h"
-#include "titan/rl/trained_model.h"
+#include "titan/rl/saved_model.h"
 
 namespace titan::apps {
 
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: titan generate --checkpoint PATH --prompt TEXT [options]\n"
-    "  --checkpoint PATH     a checkpoint of titan train (.../step-N), or a checkpoint folder, of\n"
-    "                        which the latest complete step is read\n"
+    "usage: titan generate --checkpoint PATH (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "  --checkpoint PATH     a checkpoint of titan train (.../step-N) or of titan convert --to\n"
+    "                        titan; a checkpoint folder, of which the latest complete step is read;\n"
+    "                        or a Hugging Face folder (config.json and model.safetensors)\n"
     "  --prompt TEXT         the text to continue; bos goes before it, as before every training\n"
     "                        document\n"
+    "  --prompt-ids IDS      the token ids to continue instead, comma-separated (e.g. 1,2,3):\n"
+    "                        exactly these, nothing prepended\n"
+    "  --tokenizer PATH      a Hugging Face tokenizer.json, or a folder holding one (empty: the\n"
+    "                        byte tokenizer); default: the training run's, else the checkpoint\n"
+    "                        folder's tokenizer.json (which titan convert copies from the HF folder)\n"
+    "  --output text|json    text (default): the prompt and its continuation, or without a\n"
+    "                        tokenizer the new ids; json: one object with prompt_ids,\n"
+    "                        generated_ids, text (the continuation, when there is a tokenizer),\n"
+    "                        stop_reason, and prefill and decode {tokens, seconds, tokens_per_second}\n"
     "  --max-new-tokens N    generate at most N tokens (default 64); eos and the end of the\n"
-    "                        model's context (training.seq_len) stop it earlier\n"
+    "                        model's context (training.seq_len, or config.json's\n"
+    "                        max_position_embeddings) stop it earlier\n"
     "  --temperature T       divides the logits; 0: greedy (default 0.8)\n"
     "  --top-k K             draw among the K most likely tokens; 0: all (default 40)\n"
     "  --top-p P             then among the fewest most likely whose probability reaches P,\n"
     "                        in (0, 1]; 1: all (default 0.95)\n"
     "  --seed S              seed of the draws (default 0): the same seed gives the same text\n"
-    "Prints the prompt and its continuation on stdout; what was loaded and the speed (tokens/s)\n"
-    "on stderr.\n";
+    "With a tokenizer, eos stops generation and only its ids are drawn. Prints the result on\n"
+    "stdout; what was loaded and the speed (tokens/s) on stderr.\n";
 
 struct Options {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, output = "text";
   bool has_prompt = false;
+  std::optional<std::vector<int64_t>> prompt_ids;
+  std::optional<std::string> tokenizer;
   rl::GenerateOptions generate = {.max_new_tokens = 64,
                                   .sampling = {.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 0}};
 };
@@ -50,6 +61,22 @@ T number(const std::string& flag, const std::string& text) {
               "titan generate: ", flag, " wants ", std::is_integral_v<T> ? "a whole number" : "a number",
               ", got '", text, "'");
   return v;
+}
+
+// "1, 2,3" -> {1, 2, 3}. The model's vocabulary bounds them too, checked once it is loaded.
+std::vector<int64_t> token_ids(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> ids;
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    std::string item = text.substr(begin, comma - begin);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    const int64_t id = number<int64_t>(flag + " (comma-separated token ids)", item);
+    TITAN_CHECK(id >= 0, "titan generate: ", flag, ": token id ", id, " is negative; ids start at 0");
+    ids.push_back(id);
+    begin = comma + 1;
+  }
+  return ids;
 }
 
 Options parse(const std::vector<std::string>& args) {
@@ -66,6 +93,12 @@ Options parse(const std::vector<std::string>& args) {
     } else if (a == "--prompt") {
       o.prompt = value(i);
       o.has_prompt = true;
+    } else if (a == "--prompt-ids") {
+      o.prompt_ids = token_ids(a, value(i));
+    } else if (a == "--tokenizer") {
+      o.tokenizer = value(i);
+    } else if (a == "--output") {
+      o.output = value(i);
     } else if (a == "--max-new-tokens") {
       o.generate.max_new_tokens = number<int64_t>(a, value(i));
     } else if (a == "--temperature") {
@@ -80,9 +113,35 @@ Options parse(const std::vector<std::string>& args) {
       TITAN_CHECK(false, "titan generate: unknown argument '", a, "'\n", kGenerateUsage);
     }
   }
-  TITAN_CHECK(!o.checkpoint.empty() && o.has_prompt, "titan generate: needs --checkpoint and --prompt\n",
-              kGenerateUsage);
+  TITAN_CHECK(!o.checkpoint.empty() && (o.has_prompt || o.prompt_ids),
+              "titan generate: needs --checkpoint and --prompt (or --prompt-ids)\n", kGenerateUsage);
+  TITAN_CHECK(!(o.has_prompt && o.prompt_ids),
+              "titan generate: --prompt and --prompt-ids exclude each other; give the text or its token "
+              "ids, not both");
+  TITAN_CHECK(o.output == "text" || o.output == "json",
+              "titan generate: --output must be text or json, got '", o.output, "'");
   return o;
+}
+
+// The new tokens as text: without the eos that ended them.
+std::vector<int32_t> continuation(const rl::GenerateResult& r) {
+  std::vector<int32_t> ids(r.tokens.begin(), r.tokens.end());
+  if (r.stop == rl::StopReason::eos) ids.pop_back();
+  return ids;
+}
+
+nlohmann::json json_report(const std::vector<int64_t>& prompt, const rl::GenerateResult& r,
+                           const data::Tokenizer* tokenizer) {
+  nlohmann::json j = {
+      {"prompt_ids", prompt}, {"generated_ids", r.tokens}, {"stop_reason", rl::stop_reason_name(r.stop)}};
+  if (tokenizer) j["text"] = tokenizer->decode(continuation(r));
+  j["prefill"] = {{"tokens", r.prompt_tokens},
+                  {"seconds", r.prefill_seconds},
+                  {"tokens_per_second", r.prefill_tokens_per_second()}};
+  j["decode"] = {{"tokens", r.tokens.size()},
+                 {"seconds", r.decode_seconds},
+                 {"tokens_per_second", r.decode_tokens_per_second()}};
+  return j;
 }
 
 }  // namespace
@@ -94,27 +153,53 @@ int generate_command(const std::vector<std::string>& args) {
   }
   Options o = parse(args);
   rl::validate(o.generate);  // before the model is loaded
-  rl::TrainedModel trained = rl::load_trained_model(o.checkpoint);
-  const train::JobConfig& cfg = trained.config;
-  // The tokenizer the run trained with (the byte tokenizer when model.tokenizer_path is empty).
-  std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(cfg.model.tokenizer_path);
-  TITAN_CHECK(tokenizer->vocab_size() <= trained.model->vocab_size(), "titan generate: the ",
-              tokenizer->description(), " has ", tokenizer->vocab_size(), " ids but the model of ",
-              trained.dir.string(), " only ", trained.model->vocab_size());
-  std::cerr << "titan: loaded " << trained.dir.string() << " (" << cfg.model.name << " " << cfg.model.flavor
-            << ", context " << trained.model->max_seq_len() << ", " << tokenizer->description() << ")\n";
+  const rl::SavedModel saved = rl::read_saved_model(o.checkpoint);
+  const std::optional<std::string> tokenizer_path = o.tokenizer ? o.tokenizer : saved.tokenizer_path;
+  const std::shared_ptr<const data::Tokenizer> tokenizer =
+      tokenizer_path ? data::load_tokenizer(*tokenizer_path) : nullptr;
+  TITAN_CHECK(tokenizer || o.prompt_ids, "titan generate: no tokenizer goes with ", saved.dir.string(),
+              " (it was not saved by titan train and holds no tokenizer.json), so --prompt cannot be "
+              "encoded; pass --tokenizer PATH (a folder holding tokenizer.json) or give token ids with "
+              "--prompt-ids");
+  const std::shared_ptr<models::CausalLM> model = rl::load_saved_model(saved);
+  const int64_t vocab = model->vocab_size();
+  if (tokenizer)
+    TITAN_CHECK(tokenizer->vocab_size() <= vocab, "titan generate: the ", tokenizer->description(), " has ",
+                tokenizer->vocab_size(), " ids but the model of ", saved.dir.string(), " only ", vocab);
+  std::cerr << "titan: loaded " << saved.dir.string() << " (" << saved.config.name << " "
+            << saved.config.flavor << ", context " << model->max_seq_len() << ", "
+            << (tokenizer ? tokenizer->description() : std::string("no tokenizer")) << ")\n";
 
-  // A bos first, as training documents start.
   std::vector<int64_t> prompt;
-  if (auto bos = tokenizer->bos_id()) prompt.push_back(*bos);
-  for (int32_t id : tokenizer->encode(o.prompt)) prompt.push_back(id);
-  o.generate.eos_id = tokenizer->eos_id();
-  o.generate.vocab_size = tokenizer->vocab_size();
-  rl::GenerateResult r = rl::generate(*trained.model, prompt, o.generate);
+  if (o.prompt_ids) {
+    for (int64_t id : *o.prompt_ids)
+      TITAN_CHECK(id < vocab, "titan generate: --prompt-ids: token id ", id,
+                  " is not below the vocabulary size ", vocab, " of the model of ", saved.dir.string());
+    prompt = *o.prompt_ids;
+  } else {
+    // A bos first, as training documents start.
+    if (auto bos = tokenizer->bos_id()) prompt.push_back(*bos);
+    for (int32_t id : tokenizer->encode(o.prompt)) prompt.push_back(id);
+  }
+  if (tokenizer) {
+    o.generate.eos_id = tokenizer->eos_id();
+    o.generate.vocab_size = tokenizer->vocab_size();
+  }
+  rl::GenerateResult r = rl::generate(*model, prompt, o.generate);
 
-  std::vector<int32_t> text(r.tokens.begin(), r.tokens.end());
-  if (r.stop == rl::StopReason::eos) text.pop_back();
-  std::cout << o.prompt << tokenizer->decode(text) << std::endl;
+  if (o.output == "json") {
+    // Replacing what is not UTF-8: a continuation may stop inside a character.
+    std::cout << json_report(prompt, r, tokenizer.get())
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
+  } else if (tokenizer) {
+    const std::vector<int32_t> prompt_ids(prompt.begin(), prompt.end());
+    std::cout << (o.prompt_ids ? tokenizer->decode(prompt_ids) : o.prompt)
+              << tokenizer->decode(continuation(r)) << std::endl;
+  } else {
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::cout << (i ? "," : "") << r.tokens[i];
+    std::cout << std::endl;
+  }
   std::cerr << "titan: prompt " << r.prompt_tokens << " tokens in " << r.prefill_seconds << " s ("
             << r.prefill_tokens_per_second() << " tokens/s); " << r.tokens.size() << " new tokens in "
             << r.decode_seconds << " s (" << r.decode_tokens_per_second() << " tokens/s); stopped at "

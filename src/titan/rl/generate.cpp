@@ -30,7 +30,7 @@ const char* stop_reason_name(StopReason r) {
   switch (r) {
     case StopReason::eos: return "eos";
     case StopReason::max_new_tokens: return "max_new_tokens";
-    case StopReason::context_full: return "the end of the model's context";
+    case StopReason::context_full: return "context_full";
   }
   return "?";
 }

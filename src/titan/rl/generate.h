@@ -25,6 +25,7 @@ struct GenerateOptions {
 void validate(const GenerateOptions& opts);
 
 enum class StopReason { eos, max_new_tokens, context_full };
+// The enumerator's name ("context_full"), as tools that read titan generate's output expect it.
 const char* stop_reason_name(StopReason r);
 
 struct GenerateResult {
