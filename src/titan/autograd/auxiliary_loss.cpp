@@ -31,8 +31,8 @@ Tensor AuxiliaryLosses::attach(const Tensor& out, const Tensor& term, double wei
       key);
 }
 
-Tensor AuxiliaryLosses::attach(const Tensor& out, const Tensor& term, std::function<Tensor(double scale)> weights,
-                               int64_t key) {
+Tensor AuxiliaryLosses::attach(const Tensor& out, const Tensor& term,
+                               std::function<Tensor(double scale)> weights, int64_t key) {
   TITAN_CHECK(term.defined() && is_floating(term.dtype()),
               "AuxiliaryLosses::attach: the term must be a floating tensor, got ",
               term.defined() ? term.desc() : std::string("an undefined tensor"));

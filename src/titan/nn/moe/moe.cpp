@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace titan::nn::moe {
 
 void MoEArgs::validate() const {
@@ -38,7 +37,8 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
 
   if (pass.aux_loss_weight > 0)
     out = pass.load_balance_loss == LoadBalanceLoss::global
-              ? attach_global_loss(out, r, layer_id_, pass.aux_loss_weight, pass.pooled_choices, pass.aux_losses)
+              ? attach_global_loss(out, r, layer_id_, pass.aux_loss_weight, pass.pooled_choices,
+                                   pass.aux_losses)
               : attach_per_layer_loss(out, r, layer_id_, pass.aux_loss_weight, pass.aux_losses);
   return out.view(x.sizes());
 }
