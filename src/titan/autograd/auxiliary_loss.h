@@ -14,6 +14,7 @@
 // A handle: copies share the terms, so a block body captured by value (checkpointing) reports into
 // the same set. Make one per forward pass.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "titan/core/tensor.h"
@@ -30,8 +31,15 @@ class AuxiliaryLosses {
   // by checkpointing) replaces the first.
   Tensor attach(const Tensor& out, const Tensor& term, double weight, int64_t key);
 
-  // The sum of weight * term over the keys, a 0-d tensor of the terms' dtype (f32 when none was
-  // attached). With grad mode on it carries a node whose gradient reaches every attached term,
+  // As above for a term of any shape whose weights depend on what the rest of the forward does
+  // (a loss pooled over all layers weighs each layer's term by every layer's choices): the term
+  // counts as sum(weights * term), and weights(scale) returns scale * weights, a tensor of the
+  // term's shape and dtype. It is called only in total() and in backward, after the whole forward.
+  Tensor attach(const Tensor& out, const Tensor& term, std::function<Tensor(double scale)> weights,
+                int64_t key);
+
+  // The sum of the weighted terms over the keys, a 0-d tensor of the terms' dtype (f32 when none
+  // was attached). With grad mode on it carries a node whose gradient reaches every attached term,
   // also those attached later by a re-run; add it to the loss once the forward is done. Call it once
   // per forward: each call's node hands its own gradient to the terms, the last one run wins.
   Tensor total() const;

@@ -29,9 +29,11 @@ struct ModelConfig {
   int64_t attention_block_kv = attention::kDefaultBlockKv;
   // [attention] document_masking: the trainer hands the model each batch's document ids.
   bool attention_document_masking = false;
-  // [moe] (mixture-of-experts families): the load-balancing loss's coefficient (0: none) and the
-  // auxiliary-loss-free expert bias, with its step per optimizer step.
+  // [moe] (mixture-of-experts families): the load-balancing loss's coefficient (0: none) and
+  // scope ("per_layer" | "global"), and the auxiliary-loss-free expert bias, with its step per
+  // optimizer step.
   double moe_aux_loss_coeff = 0.001;
+  std::string moe_load_balance_loss = "per_layer";
   bool moe_load_balance_bias = false;
   double moe_bias_update_rate = 0.001;
 };

@@ -233,7 +233,10 @@ Schema make_schema() {
   // Kept in the model section's struct too.
   SectionBuilder(s, "moe", &C::model, "load balancing of mixture-of-experts models (e.g. qwen3_moe)")
       .add("aux_loss_coeff", &C::Model::moe_aux_loss_coeff, non_negative(),
-           "weight of the load-balancing loss (mean over MoE layers) added to the training loss; 0: none")
+           "weight of the load-balancing loss added to the training loss; 0: none")
+      .add("load_balance_loss", &C::Model::moe_load_balance_loss, one_of({"per_layer", "global"}),
+           "per_layer: the mean of each MoE layer's Switch loss (1 when balanced); global: one loss over "
+           "the tokens of all layers pooled, transformers' load_balancing_loss_func (top_k when balanced)")
       .add("load_balance_bias", &C::Model::moe_load_balance_bias, {},
            "auxiliary-loss-free balancing: a per-expert bias on the routing choice, nudged after every step "
            "towards an even load")

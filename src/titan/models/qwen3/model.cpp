@@ -85,7 +85,10 @@ Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
 std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
   if (!args_.moe) return nullptr;
   auto pass = std::make_shared<nn::moe::MoEPass>();
-  pass->aux_loss_weight = args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
+  pass->load_balance_loss = args_.load_balance_loss;
+  pass->aux_loss_weight = args_.load_balance_loss == nn::moe::LoadBalanceLoss::global
+                              ? args_.aux_loss_coeff
+                              : args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
   return pass;
 }
 

@@ -69,8 +69,9 @@ class Transformer : public CausalLM {
   int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
 
-  // MoE: aux_loss_coeff times the mean over layers of their load-balancing losses, in the last
-  // forward. Undefined for a dense model, or with the coefficient at 0.
+  // MoE: aux_loss_coeff times the load-balancing loss of the last forward (args.load_balance_loss:
+  // the mean over layers of theirs, or the global one). Undefined for a dense model, or with the
+  // coefficient at 0.
   Tensor auxiliary_loss() override;
   // MoE: the expert-bias update (when on) and the step's expert load, as moe/tokens_min,
   // moe/tokens_max and moe/tokens_cv (see nn::moe::expert_load). Nothing for a dense model.

@@ -26,8 +26,11 @@ struct ModelArgs {
   bool tie_embeddings = false;  // the output projection is the token embedding
   // Set: every block's feed-forward is a mixture of experts (Qwen 3 MoE has no dense blocks).
   std::optional<nn::moe::MoEArgs> moe;
-  // The MoE load-balancing loss's coefficient (the mean over layers counts): 0 computes none.
+  // The MoE load-balancing loss's coefficient: 0 computes none.
   double aux_loss_coeff = 0.001;
+  // Which loss it weighs: the mean over layers of each layer's, or one over all layers' tokens
+  // (transformers'); see nn/moe/load_balance.h.
+  nn::moe::LoadBalanceLoss load_balance_loss = nn::moe::LoadBalanceLoss::per_layer;
 
   // Throws, naming the field, when the sizes cannot make a model (heads not grouping, ...).
   void validate() const;

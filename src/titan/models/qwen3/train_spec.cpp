@@ -21,6 +21,7 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
   if (cfg.weight_tying) args.tie_embeddings = *cfg.weight_tying;
   if (args.moe) {
     args.aux_loss_coeff = cfg.moe_aux_loss_coeff;
+    args.load_balance_loss = nn::moe::load_balance_loss_from_name(cfg.moe_load_balance_loss);
     args.moe->load_balance_bias = cfg.moe_load_balance_bias;
     args.moe->bias_update_rate = cfg.moe_bias_update_rate;
   }

@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "titan/ops/arith.h"
-#include "titan/ops/reduce.h"
-
 namespace titan::nn::moe {
 
 void MoEArgs::validate() const {
@@ -38,15 +35,11 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
   if (is_training() && pass.layers_run.insert(layer_id_).second)
     for (int64_t e = 0; e < args_.num_experts; ++e) tokens_per_expert_[e] += r.tokens_per_expert[e];
 
-  if (pass.aux_loss_weight > 0) {
-    // f_e is a count: it carries no gradient; the loss reaches the router through P_e.
-    const double choices = static_cast<double>(r.ids.numel());
-    std::vector<double> share(r.tokens_per_expert.begin(), r.tokens_per_expert.end());
-    for (double& s : share) s /= choices;
-    Tensor f = Tensor::from_vector(share, {args_.num_experts}).to(r.scores.dtype());
-    Tensor aux = ops::sum(f * ops::mean(r.scores, 0)) * static_cast<double>(args_.num_experts);
-    out = pass.aux_losses.attach(out, aux, pass.aux_loss_weight, layer_id_);
-  }
+  if (pass.aux_loss_weight > 0)
+    out = pass.load_balance_loss == LoadBalanceLoss::global
+              ? attach_global_loss(out, r, layer_id_, pass.aux_loss_weight, pass.pooled_choices,
+                                   pass.aux_losses)
+              : attach_per_layer_loss(out, r, layer_id_, pass.aux_loss_weight, pass.aux_losses);
   return out.view(x.sizes());
 }
 

@@ -10,6 +10,7 @@
 
 #include "titan/autograd/auxiliary_loss.h"
 #include "titan/nn/moe/experts.h"
+#include "titan/nn/moe/load_balance.h"
 #include "titan/nn/moe/router.h"
 #include "titan/nn/moe/token_dispatcher.h"
 
@@ -31,9 +32,13 @@ struct MoEArgs {
 // hands it to every layer.
 struct MoEPass {
   autograd::AuxiliaryLosses aux_losses;
-  // Each layer's load-balancing loss counts with this weight: the coefficient over the number of
-  // MoE layers, so that the total is the coefficient times the layers' mean. 0: none computed.
+  // The load-balancing loss's weight. per_layer: each layer's loss counts with it (the coefficient
+  // over the number of MoE layers, so that the total is the coefficient times the layers' mean);
+  // global: the one loss does. 0: none computed.
   double aux_loss_weight = 0;
+  LoadBalanceLoss load_balance_loss = LoadBalanceLoss::per_layer;
+  // The layers' choices, which the global loss pools.
+  std::shared_ptr<PooledChoices> pooled_choices = std::make_shared<PooledChoices>();
   // Layers that have run in this pass: one re-run by activation checkpointing counts no tokens.
   std::set<int64_t> layers_run;
 };
@@ -45,10 +50,10 @@ class MoE : public Module {
   MoE(int64_t layer_id, int64_t dim, const MoEArgs& args, double init_std, TensorOptions opts = {});
 
   // x [..., dim] -> [..., dim]. In training mode the tokens each expert got are added to this
-  // step's counts (end_step takes them). With pass.aux_loss_weight > 0 the Switch Transformer
-  // load-balancing loss E * sum_e f_e * P_e (f_e: the share of the token choices that went to
-  // expert e; P_e: its mean score; 1 when balanced) is attached to the output through
-  // pass.aux_losses, so its gradient reaches the router even when the block is checkpointed.
+  // step's counts (end_step takes them). With pass.aux_loss_weight > 0 this layer's part of the
+  // load-balancing loss (see load_balance.h; pass.load_balance_loss chooses which) is attached to
+  // the output through pass.aux_losses, so its gradient reaches the router even when the block is
+  // checkpointed.
   Tensor forward(const Tensor& x, MoEPass& pass);
   // The pass is shared (captured by value), so a wrapper that re-runs the body in backward
   // (activation checkpointing) reports into the same pass.

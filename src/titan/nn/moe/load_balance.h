@@ -1,0 +1,47 @@
+#pragma once
+// The auxiliary load-balancing loss of token-choice routing, Switch Transformer's
+// E * sum_e f_e * P_e (f_e: the share of the choices that went to expert e, a count that carries
+// no gradient; P_e: expert e's mean score), in one of two scopes:
+//  - per_layer: each layer's own loss, f_e over its k choices per token (1 when balanced); the
+//    model adds their mean.
+//  - global: one loss over the tokens of all layers pooled, as transformers'
+//    load_balancing_loss_func (Qwen3MoeForCausalLM, Mixtral): f_e is the choices of expert e
+//    over all layers divided by all layers' tokens (so k when balanced), P_e its mean score over
+//    the same rows.
+// Each layer attaches its part to its output (autograd::AuxiliaryLosses), so activation
+// checkpointing rebuilds its graph; the global loss's weights, which need every layer's choices,
+// are read only after the whole forward.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/autograd/auxiliary_loss.h"
+#include "titan/nn/moe/router.h"
+
+namespace titan::nn::moe {
+
+enum class LoadBalanceLoss { per_layer, global };
+
+// "per_layer" or "global" ([moe] load_balance_loss); anything else is an error naming both.
+LoadBalanceLoss load_balance_loss_from_name(const std::string& name);
+
+// The choices of every MoE layer of one forward pass, by layer, so that a layer re-run by
+// activation checkpointing replaces its own report.
+struct PooledChoices {
+  std::map<int64_t, std::vector<int64_t>> tokens_per_expert;
+  std::map<int64_t, int64_t> tokens;
+};
+
+// Layer `layer`'s per-layer loss, counted with `weight`.
+Tensor attach_per_layer_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
+                             autograd::AuxiliaryLosses& losses);
+
+// Layer `layer`'s share of the global loss, counted with `weight`: its choices go into `pooled`,
+// and its scores summed over its tokens are weighted by weight * E * C_e / N^2 (C_e: expert e's
+// choices, N: the tokens, both over all layers in `pooled`), which the global loss is linear in.
+Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
+                          const std::shared_ptr<PooledChoices>& pooled, autograd::AuxiliaryLosses& losses);
+
+}  // namespace titan::nn::moe
