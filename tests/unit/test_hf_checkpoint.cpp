@@ -154,8 +154,8 @@ TEST(HfLlama3Adapter, ConfigRoundTripsAndFindsFlavors) {
   EXPECT_EQ(c["architectures"], json::array({"LlamaForCausalLM"}));
   EXPECT_EQ(c["head_dim"], 8);
   EXPECT_EQ(c["intermediate_size"], 40);
-  EXPECT_EQ(c["rope_scaling"]["rope_type"], "llama3");
-  EXPECT_EQ(c["rope_scaling"]["original_max_position_embeddings"], 16);
+  EXPECT_EQ(c["rope_parameters"]["rope_type"], "llama3");
+  EXPECT_EQ(c["rope_parameters"]["original_max_position_embeddings"], 16);
   const ModelArgs a = llama3::parse_hf_config(c).args, want = tiny_args();
   EXPECT_EQ(a.dim, want.dim);
   EXPECT_EQ(a.n_layers, want.n_layers);
@@ -190,13 +190,13 @@ TEST(HfLlama3Adapter, ConfigRoundTripsAndFindsFlavors) {
   EXPECT_TITAN_ERROR(llama3::matching_flavor(llama3::parse_hf_config(c)), "describes no llama3 flavor",
                      "the closest, debugmodel, differs in",
                      "num_hidden_layers (config.json 2, debugmodel 6)");
-  json no_scaling = c;
+  json no_scaling = llama3::to_hf_config(tiny_args(), llama3::ConfigLayout::transformers4);
   no_scaling["rope_scaling"] = {{"rope_type", "default"}};
   EXPECT_FALSE(llama3::parse_hf_config(no_scaling).args.use_scaled_rope);
 }
 
 TEST(HfLlama3Adapter, ConfigsItCannotComputeAreErrorsNamingTheKey) {
-  const json good = llama3::to_hf_config(tiny_args());
+  const json good = llama3::to_hf_config(tiny_args(), llama3::ConfigLayout::transformers4);
   auto with = [&](const char* key, const json& value) {
     json c = good;
     if (value.is_null())
@@ -218,10 +218,10 @@ TEST(HfLlama3Adapter, ConfigsItCannotComputeAreErrorsNamingTheKey) {
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("hidden_act", "gelu")), "hidden_act \"gelu\"");
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("attention_bias", true)), "attention_bias and mlp_bias");
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("rope_scaling", json{{"type", "yarn"}, {"factor", 4}})),
-                     "rope_scaling of type \"yarn\"");
+                     "\"rope_scaling.type\" is \"yarn\"");
   EXPECT_TITAN_ERROR(
       llama3::parse_hf_config(with("rope_scaling", json{{"rope_type", "llama3"}, {"factor", 4}})),
-      "\"low_freq_factor\" is missing");
+      "\"rope_scaling.low_freq_factor\" is missing");
 }
 
 TEST(HfLlama3Adapter, TiedEmbeddingsImportAsAnUntiedCopy) {
@@ -257,7 +257,7 @@ TEST_F(HfFolder, TitanToHfToTitanIsBitIdenticalWithIdenticalLogits) {
   train::export_hf_checkpoint(dir / "step-7", dir / "hf", kF32);
   EXPECT_TRUE(checkpoint::is_hf_dir(dir / "hf"));
   const json config = read_json(dir / "hf" / "config.json");
-  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["dtype"], "float32");
   EXPECT_EQ(config["num_key_value_heads"], 2);
   checkpoint::SafetensorsReader weights((dir / "hf" / "model.safetensors").string());
   EXPECT_EQ(weights.metadata().at("format"), "pt");
@@ -278,7 +278,7 @@ TEST_F(HfFolder, Bf16ExportRoundsOnceAndImportsAsStored) {
   auto model = tiny_model(4);
   save_titan(dir / "step-7", *model);
   train::export_hf_checkpoint(dir / "step-7", dir / "hf", kBF16);
-  EXPECT_EQ(read_json(dir / "hf" / "config.json")["torch_dtype"], "bfloat16");
+  EXPECT_EQ(read_json(dir / "hf" / "config.json")["dtype"], "bfloat16");
   checkpoint::HfReader reader(dir / "hf");
   const nn::StateDict bf16 = train::load_hf_state(reader, std::nullopt);
   const nn::StateDict f32 = train::load_hf_state(reader, kF32);

@@ -203,7 +203,7 @@ TEST_P(HfQwen3, ConfigRoundTripsAndNamesItsClass) {
   EXPECT_EQ(a.tie_embeddings, args.tie_embeddings);
   ASSERT_EQ(a.moe.has_value(), family == Family::moe);
   if (family == Family::moe) {
-    EXPECT_EQ(c["num_experts"], 8);
+    EXPECT_EQ(c["num_local_experts"], 8);
     EXPECT_EQ(c["num_experts_per_tok"], 2);
     EXPECT_EQ(c["moe_intermediate_size"], 256);
     EXPECT_EQ(c["norm_topk_prob"], true);
@@ -293,7 +293,7 @@ json with(json config, const char* key, const json& value) {
 
 TEST_P(HfQwen3, ConfigsItCannotComputeAreErrorsNamingTheKey) {
   const Family family = GetParam();
-  const json good = qwen3::to_hf_config(debug_args(family));
+  const json good = qwen3::to_hf_config(debug_args(family), qwen3::ConfigLayout::transformers4);
   auto parse = [family](const json& c) { return qwen3::parse_hf_config(family, c); };
   const std::string other = family == Family::dense ? "qwen3_moe" : "qwen3";
   EXPECT_TITAN_ERROR(parse(with(good, "model_type", other)), "model_type is \"" + other + "\"");
@@ -306,7 +306,7 @@ TEST_P(HfQwen3, ConfigsItCannotComputeAreErrorsNamingTheKey) {
   EXPECT_TITAN_ERROR(parse(with(good, "attention_bias", true)), "attention_bias must be false");
   EXPECT_TITAN_ERROR(parse(with(good, "use_sliding_window", true)), "use_sliding_window must be false");
   EXPECT_TITAN_ERROR(parse(with(good, "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}})),
-                     "rope_scaling of type \"yarn\"");
+                     "\"rope_scaling.rope_type\" is \"yarn\"");
   EXPECT_TITAN_ERROR(parse(with(good, "rope_scaling", "yarn")), "\"rope_scaling\" must be an object or null");
   EXPECT_TITAN_ERROR(parse(with(good, "hidden_size", nullptr)), "\"hidden_size\" is missing");
   EXPECT_TITAN_ERROR(parse(with(good, "num_key_value_heads", nullptr)), "\"num_key_value_heads\" is missing");
@@ -331,7 +331,8 @@ TEST_P(HfQwen3, ConfigsItCannotComputeAreErrorsNamingTheKey) {
   EXPECT_TITAN_ERROR(parse(with(good, "mlp_only_layers", json::array({1}))), "mlp_only_layers is [1]");
   EXPECT_TITAN_ERROR(parse(with(good, "mlp_only_layers", "none")),
                      "\"mlp_only_layers\" must be a list of integers");
-  EXPECT_TITAN_ERROR(parse(with(good, "num_experts", nullptr)), "\"num_experts\" is missing",
+  EXPECT_TITAN_ERROR(parse(with(good, "num_experts", nullptr)),
+                     "\"num_local_experts\" (transformers 5) or \"num_experts\" (transformers 4) is missing",
                      "Qwen3MoeForCausalLM needs it");
   EXPECT_TITAN_ERROR(parse(with(good, "moe_intermediate_size", nullptr)),
                      "\"moe_intermediate_size\" is missing");
@@ -448,6 +449,26 @@ TEST_P(HfQwen3Folder, TrainingEndsInAnHfFolderThatSeedsAnotherRun) {
   const train::TrainResult from_hf = seeded(hf, "from-hf"), from_titan = seeded(titan_export, "from-titan");
   ASSERT_EQ(from_hf.losses.size(), 2u);
   EXPECT_EQ(from_hf.losses, from_titan.losses) << "the HF export seeds a run as the titan export does";
+
+  // The export is in transformers 5's layout unless the job asks for 4's; either seeds the run.
+  const json v5 = read_json(hf / "config.json");
+  EXPECT_EQ(models::common::hf::layout_of(v5), qwen3::ConfigLayout::transformers5);
+  EXPECT_EQ(v5.value("dtype", json()), "float32");
+  run(job(family, dir,
+          {"--checkpoint.folder=" + (dir / "ckpt-v4").string(), "--checkpoint.last_save_in_hf=true",
+           "--checkpoint.hf_config_format=transformers4"}));
+  const fs::path hf_v4 = dir / "ckpt-v4" / "step-2";
+  const json v4 = read_json(hf_v4 / "config.json");
+  EXPECT_FALSE(v4.contains("rope_parameters"));
+  EXPECT_FALSE(v4.contains("dtype"));
+  EXPECT_EQ(v4.value("rope_theta", json()), v5["rope_parameters"]["rope_theta"]);
+  EXPECT_EQ(v4.value("torch_dtype", json()), "float32");
+  if (family == Family::moe) {
+    EXPECT_EQ(v4.value("num_experts", json()), v5["num_local_experts"]);
+  }
+  test::expect_same_state(train::load_hf_state(checkpoint::HfReader(hf_v4), std::nullopt),
+                          test::titan_checkpoint_weights(titan_export));
+  EXPECT_EQ(seeded(hf_v4, "from-hf-v4").losses, from_hf.losses);
 }
 
 TEST(HfQwen3, SeedingFromAFolderTiedOtherwiseNamesTheKeyToSet) {

@@ -435,7 +435,21 @@ TEST_F(Resume, ConvertCommandExportsAFullCheckpointAndImportsItBack) {
   ASSERT_EQ(
       convert("--to hf --checkpoint '" + step.string() + "' --out '" + hf.string() + "' --dtype bfloat16"), 0)
       << read_file(log);
-  EXPECT_NE(read_file(log).find("(Hugging Face, bfloat16)"), std::string::npos) << read_file(log);
+  EXPECT_NE(read_file(log).find("(Hugging Face, bfloat16, transformers5)"), std::string::npos)
+      << read_file(log);
+  const json v5 = json::parse(std::ifstream(hf / "config.json"));
+  EXPECT_EQ(v5.value("dtype", json()), "bfloat16");
+  EXPECT_FALSE(v5.contains("rope_theta"));
+  // transformers 4's layout on request: the same RoPE, in its keys only.
+  ASSERT_EQ(convert("--to hf --checkpoint '" + step.string() + "' --out '" + (dir / "hf4").string() +
+                    "' --hf-config-format transformers4"),
+            0)
+      << read_file(log);
+  const json v4 = json::parse(std::ifstream(dir / "hf4" / "config.json"));
+  EXPECT_EQ(v4.value("rope_theta", json()), v5["rope_parameters"]["rope_theta"]);
+  EXPECT_EQ(v4.value("torch_dtype", json()), "float32");
+  EXPECT_FALSE(v4.contains("rope_parameters"));
+  EXPECT_FALSE(v4.contains("dtype"));
   ASSERT_EQ(convert("--to titan --hf '" + hf.string() + "' --out '" + back.string() + "'"), 0)
       << read_file(log);
   // The optimizer state stays behind; the weights went through bf16 once.
@@ -448,6 +462,12 @@ TEST_F(Resume, ConvertCommandExportsAFullCheckpointAndImportsItBack) {
   EXPECT_NE(read_file(log).find("no --out given"), std::string::npos) << read_file(log);
   EXPECT_NE(convert("--to titan --hf '" + hf.string() + "' --out x --dtype bfloat16"), 0);
   EXPECT_NE(read_file(log).find("--dtype does not apply"), std::string::npos) << read_file(log);
+  EXPECT_NE(convert("--to hf --checkpoint '" + step.string() + "' --out x --hf-config-format transformers3"),
+            0);
+  EXPECT_NE(read_file(log).find("--hf-config-format is \"transformers3\""), std::string::npos)
+      << read_file(log);
+  EXPECT_NE(convert("--to titan --hf '" + hf.string() + "' --out x --hf-config-format transformers4"), 0);
+  EXPECT_NE(read_file(log).find("--hf-config-format does not apply"), std::string::npos) << read_file(log);
 }
 
 }  // namespace
