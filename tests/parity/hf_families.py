@@ -35,10 +35,10 @@ def new_model(family, **overrides):
     return cls(cls.config_class(**dict(config, **overrides), attn_implementation="eager")).eval()
 
 
-def from_pretrained(family, folder):
-    """The folder's model as transformers loads it, computing in float32 whatever it stores."""
+def from_pretrained(family, folder, dtype=torch.float32):
+    """The folder's model as transformers loads it, computing in `dtype` whatever it stores."""
     cls, _ = FAMILIES[family]
-    return cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    return cls.from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
 
 
 def tokens(family):

@@ -59,10 +59,11 @@ void export_hf_model(const std::string& family, const models::CausalLM& model, c
   train::save_hf_model(dir, models::hf_adapter(family), hf_config_of(family, model), model.state_dict(), dtype);
 }
 
-void hf_logits(const std::string& family, const fs::path& model_dir, const fs::path& out) {
-  const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
-                          "/tests/parity/hf_reference.py' logits --family " + family + " --model '" +
-                          model_dir.string() + "' --out '" + out.string() + "'";
+void hf_logits(const std::string& family, const std::vector<std::pair<fs::path, fs::path>>& folder_to_file) {
+  std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
+                    "/tests/parity/hf_reference.py' logits --family " + family;
+  for (const auto& [folder, file] : folder_to_file)
+    cmd += " --model '" + folder.string() + "' --out '" + file.string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/core/tensor.h"
@@ -37,8 +38,9 @@ nn::StateDict to_hf(const std::string& family, const models::CausalLM& model, co
 void export_hf_model(const std::string& family, const models::CausalLM& model, const std::filesystem::path& dir,
                      DType dtype);
 
-// Runs hf_reference.py's logits command: HF's from_pretrained of `model_dir`, computing in float32,
-// writes its logits on the reference tokens to `out`.
-void hf_logits(const std::string& family, const std::filesystem::path& model_dir, const std::filesystem::path& out);
+// Runs hf_reference.py's logits command once: HF's from_pretrained of each folder, computing in
+// float32, writes its logits on the reference tokens to the file paired with it.
+void hf_logits(const std::string& family,
+               const std::vector<std::pair<std::filesystem::path, std::filesystem::path>>& folder_to_file);
 
 }  // namespace titan::test

@@ -8,14 +8,15 @@ hf_families.py).
         single/     a model with random weights (randomize), by save_pretrained in float32 (Llama 3
                     also as sharded/: shards and model.safetensors.index.json);
         reference.safetensors  its logits on fixed tokens ("in.tokens", "out.logits");
-        bf16/       the same model cast to bfloat16, by save_pretrained;
+        bf16/       the same model loaded in bfloat16 (from_pretrained), by save_pretrained;
         reference_bf16.safetensors  that model's logits computed in bfloat16 ("out.logits") and,
                     upcast, in float32 ("out.logits_f32"), on the same tokens;
         generate/ and generate.safetensors  the generation reference (hf_generation.py);
         train/ and train.safetensors  the training reference (hf_training.py).
-  hf_reference.py logits --family F --model DIR --out FILE
-      loads DIR (a folder titan exported, in float32 or bfloat16) with from_pretrained, computing in
-      float32, and writes its logits on the same tokens to FILE, in the same form.
+  hf_reference.py logits --family F --model DIR --out FILE [--model DIR --out FILE ...]
+      loads each DIR (a folder titan exported, in float32 or bfloat16) with from_pretrained,
+      computing in float32, and writes its logits on the same tokens to the FILE given with it, in
+      the same form; one process for several folders, as importing torch takes seconds.
 """
 import argparse
 import os
@@ -50,11 +51,12 @@ def reference(out):
             model.save_pretrained(os.path.join(root, "sharded"), max_shard_size="100KB")
         write_safetensors(os.path.join(root, "reference.safetensors"), logits_of(model, family), {})
 
-        half = new_model(family).to(torch.bfloat16)
-        half.load_state_dict(model.state_dict())
-        half.save_pretrained(os.path.join(root, "bf16"))
-        ref = logits_of(half, family)
-        ref["out.logits_f32"] = logits_of(half.float(), family)["out.logits"]
+        # From the folders rather than cast in place: a cast model's RoPE frequencies (a buffer)
+        # would be rounded to bfloat16 too, which from_pretrained's are not.
+        bf16 = os.path.join(root, "bf16")
+        from_pretrained(family, os.path.join(root, "single"), torch.bfloat16).save_pretrained(bf16)
+        ref = logits_of(from_pretrained(family, bf16, torch.bfloat16), family)
+        ref["out.logits_f32"] = logits_of(from_pretrained(family, bf16), family)["out.logits"]
         write_safetensors(os.path.join(root, "reference_bf16.safetensors"), ref, {})
 
         with torch.no_grad():
@@ -72,14 +74,17 @@ def main():
     ref.add_argument("--out", required=True)
     lg = sub.add_parser("logits")
     lg.add_argument("--family", required=True, choices=sorted(FAMILIES))
-    lg.add_argument("--model", required=True)
-    lg.add_argument("--out", required=True)
+    lg.add_argument("--model", required=True, action="append")
+    lg.add_argument("--out", required=True, action="append")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.command == "reference":
         reference(args.out)
     else:
-        write_safetensors(args.out, logits_of(from_pretrained(args.family, args.model), args.family), {})
+        if len(args.model) != len(args.out):
+            ap.error("give one --out per --model")
+        for model, out in zip(args.model, args.out):
+            write_safetensors(out, logits_of(from_pretrained(args.family, model), args.family), {})
     return 0
 
 

@@ -73,30 +73,34 @@ TEST_P(ParityHf, Bf16ExportReproducesSavePretrainedBitForBit) {
 }
 
 // The reference's architecture with weights of titan's drawing, large enough that attention
-// patterns, RoPE's layout and expert choices move the logits, exported in `dtype` and loaded by
-// from_pretrained. titan's logits are those of the weights as exported: rounded to bfloat16 there.
-void expect_export_loads_with_titans_logits(const std::string& family, DType dtype) {
-  auto model = import_hf_model(family, hf_root(family) / "single");
-  {
-    autograd::NoGradGuard no_grad;
-    uint64_t seed = 100;
-    for (auto& [name, p] : model->named_parameters()) {
-      const bool norm = name.find("norm") != std::string::npos;
-      p.copy_(rand_f32(p.sizes(), seed++, norm ? 0.6 : -0.25, norm ? 1.4 : 0.25).to(dtype));
+// patterns, RoPE's layout and expert choices move the logits, exported in float32 and in bfloat16
+// and loaded by from_pretrained. titan's logits are those of the weights as exported: rounded to
+// bfloat16 for that export.
+TEST_P(ParityHf, ExportLoadsThereWithTitansLogits) {
+  const std::string family = GetParam();
+  std::vector<std::unique_ptr<models::CausalLM>> models;
+  std::vector<std::pair<fs::path, fs::path>> folder_to_file;
+  for (DType dtype : {kF32, kBF16}) {
+    auto model = import_hf_model(family, hf_root(family) / "single");
+    {
+      autograd::NoGradGuard no_grad;
+      uint64_t seed = 100;
+      for (auto& [name, p] : model->named_parameters()) {
+        const bool norm = name.find("norm") != std::string::npos;
+        p.copy_(rand_f32(p.sizes(), seed++, norm ? 0.6 : -0.25, norm ? 1.4 : 0.25).to(dtype));
+      }
     }
+    const std::string tag = "from_titan_" + std::string(dtype_name(dtype));
+    folder_to_file.emplace_back(hf_root(family) / tag, hf_root(family) / (tag + "_logits.safetensors"));
+    export_hf_model(family, *model, folder_to_file.back().first, dtype);
+    models.push_back(std::move(model));
   }
-  const std::string tag = "from_titan_" + std::string(dtype_name(dtype));
-  const fs::path out = hf_root(family) / tag, logits = hf_root(family) / (tag + "_logits.safetensors");
-  export_hf_model(family, *model, out, dtype);
-  hf_logits(family, out, logits);
-  ParityCase hf{checkpoint::read_safetensors(logits.string())};
-  EXPECT_TRUE(tensors_close(logits_of(*model, hf["in.tokens"]), hf["out.logits"], 1e-4, "logits"));
-}
-
-TEST_P(ParityHf, ExportLoadsThereWithTitansLogits) { expect_export_loads_with_titans_logits(GetParam(), kF32); }
-
-TEST_P(ParityHf, Bf16ExportLoadsThereWithTitansLogits) {
-  expect_export_loads_with_titans_logits(GetParam(), kBF16);
+  ASSERT_NO_FATAL_FAILURE(hf_logits(family, folder_to_file));
+  for (size_t i = 0; i < models.size(); ++i) {
+    ParityCase hf{checkpoint::read_safetensors(folder_to_file[i].second.string())};
+    EXPECT_TRUE(tensors_close(logits_of(*models[i], hf["in.tokens"]), hf["out.logits"], 1e-4,
+                              "logits of " + folder_to_file[i].first.filename().string()));
+  }
 }
 
 // Llama 3's copy in shards (model.safetensors.index.json): the same tensors as the single file.

@@ -3,8 +3,8 @@
 // trainer's step (train::train_step: cross-entropy, AdamW, grad-norm clipping, the model's end of
 // step) while transformers' model trains with torch.optim.AdamW and clip_grad_norm_. The first
 // step's logits and every gradient (ours mapped to HF's names and layouts by the family's state
-// dict adapter), every step's loss and grad norm, and the weights after the last step agree to
-// 1e-4 (relative, f32).
+// dict adapter) and every step's loss and grad norm agree to 1e-4 (relative, f32; they differ by
+// 4e-6 at most), and the weights after the last step to kFinalWeightTolerance.
 //
 // Qwen 3 MoE trains without a load-balancing loss on either side (router_aux_loss_coef 0 in the
 // folder, which titan's import reads; HF's output_router_logits off) until titan has HF's; see
@@ -21,12 +21,19 @@
 namespace titan::test {
 namespace {
 
+// AdamW's update m / (sqrt(v) + eps) does not shrink with the gradient: an entry whose gradients
+// are a thousandth of the tensor's largest moves by lr as the largest does, while its gradient
+// carries the same absolute rounding as theirs, a thousand times more relative, which the update
+// passes on whole and the next steps build on. After 10 steps the weights differ by 2.6e-4 at
+// most (Qwen 3 MoE's lm_head, whose rows of tokens seldom seen get such gradients).
+constexpr double kFinalWeightTolerance = 1e-3;
+
 void expect_close_by_hf_name(const ParityCase& ref, const std::string& prefix, const nn::StateDict& ours_by_hf,
-                             const std::string& what) {
+                             double tol, const std::string& what) {
   size_t count = 0;
   for (const auto& [name, t] : ref.file.tensors) count += name.starts_with(prefix);
   EXPECT_EQ(ours_by_hf.size(), count) << what << ": titan's tensors and transformers' differ in number";
-  for (const auto& [name, t] : ours_by_hf) EXPECT_TRUE(tensors_close(t, ref[prefix + name], 1e-4, what + " " + name));
+  for (const auto& [name, t] : ours_by_hf) EXPECT_TRUE(tensors_close(t, ref[prefix + name], tol, what + " " + name));
 }
 
 class ParityHfTraining : public ::testing::TestWithParam<std::string> {};
@@ -56,7 +63,7 @@ TEST_P(ParityHfTraining, TenStepsMatchTransformers) {
     EXPECT_TRUE(tensors_close(logits, ref["out.logits0"], 1e-4, "step 1 logits"));
     nn::StateDict grads;
     for (auto& [name, p] : model->named_parameters()) grads[name] = p.grad();
-    expect_close_by_hf_name(ref, "grad.", to_hf(family, *model, grads), "step 1 gradient of");
+    expect_close_by_hf_name(ref, "grad.", to_hf(family, *model, grads), 1e-4, "step 1 gradient of");
     model->zero_grad();
     model->train();
   }
@@ -73,7 +80,8 @@ TEST_P(ParityHfTraining, TenStepsMatchTransformers) {
   EXPECT_TRUE(tensors_close(Tensor::from_vector(losses, {steps}), ref["out.loss"], 1e-4, "per-step losses"));
   EXPECT_TRUE(
       tensors_close(Tensor::from_vector(norms, {steps}), ref["out.grad_norm"], 1e-4, "per-step grad norms"));
-  expect_close_by_hf_name(ref, "final.", to_hf(family, *model, model->state_dict()), "after the last step:");
+  expect_close_by_hf_name(ref, "final.", to_hf(family, *model, model->state_dict()), kFinalWeightTolerance,
+                          "after the last step:");
 }
 
 }  // namespace
