@@ -1,6 +1,6 @@
-"""The greedy generation reference: transformers' generate (do_sample=False, its KV cache) on the
-family's saved model, whose logits the scaled output projection spreads far enough apart that
-rounding cannot flip the choice of a token.
+"""The greedy generation reference: transformers' generate (do_sample=False, over its KV cache) on
+the model it is given, which hf_reference.py saves as generate/ with the final norm scaled so that
+each chosen token leads the runner-up by far more than rounding could move it.
 
 Writes, under the family's folder, generate.safetensors: "in.prompt" [PROMPT], "out.tokens"
 [NEW] and "out.top2_gap" [NEW] (the lead of each chosen token's logit over the runner-up's).
