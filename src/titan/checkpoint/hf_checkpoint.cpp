@@ -46,9 +46,9 @@ std::string torch_dtype_name(DType dtype) {
   return dtype == kF32 ? "float32" : "bfloat16";
 }
 
-void save_hf(const fs::path& dir_arg, json config, const std::map<std::string, Tensor>& tensors,
+void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::string, Tensor>& tensors,
              DType dtype) {
-  config["torch_dtype"] = torch_dtype_name(dtype);
+  torch_dtype_name(dtype);  // refuses the dtypes titan does not export
   std::map<std::string, Tensor> cast;
   for (const auto& [name, t] : tensors) {
     TITAN_CHECK(is_floating(t.dtype()), "Hugging Face export: tensor '", name, "' is ", t.desc(),

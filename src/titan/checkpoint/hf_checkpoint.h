@@ -28,14 +28,15 @@ inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 // holds metadata.json instead).
 bool is_hf_dir(const std::filesystem::path& dir);
 
-// "float32" / "bfloat16": config.json's torch_dtype for f32 / bf16.
+// "float32" / "bfloat16": config.json's dtype (torch_dtype before transformers 5) for f32 / bf16.
 std::string torch_dtype_name(DType dtype);
 
-// Writes `config` (with "torch_dtype" set for `dtype`) as dir/config.json and `tensors`, cast
-// to `dtype`, as dir/model.safetensors (metadata {"format": "pt"}, which from_pretrained checks).
+// Writes `config` as dir/config.json (as given: which key names the dtype depends on its
+// layout, the caller's business) and `tensors`, cast to `dtype`, as dir/model.safetensors
+// (metadata {"format": "pt"}, which from_pretrained checks).
 // Atomic as checkpoint::save: a staging folder, fsync'ed, renamed onto `dir`, so a crash leaves
 // the old folder or the new one, never a mix.
-void save_hf(const std::filesystem::path& dir, nlohmann::json config,
+void save_hf(const std::filesystem::path& dir, const nlohmann::json& config,
              const std::map<std::string, Tensor>& tensors, DType dtype);
 
 // A Hugging Face model folder opened for reading: config.json parsed, and model.safetensors,

@@ -12,6 +12,7 @@
 #include "titan/attention/block_mask.h"
 #include "titan/core/rng.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/common/hf_config.h"
 #include "titan/parallel/fully_shard.h"
 
 namespace titan::models {
@@ -63,11 +64,12 @@ struct ParallelizeOptions {
 struct StateDictAdapter {
   // config.json's "model_type" that this family reads and writes ("llama").
   std::string hf_model_type;
-  // config.json (without "torch_dtype", which the writer adds) of the model build() makes from
-  // `cfg`: its flavor with the vocab override.
-  std::function<nlohmann::json(const ModelConfig& cfg)> hf_config;
-  // The [model] keys (name, flavor, vocab_size always set) of the model config.json describes.
-  // Throws, naming the closest flavor and the keys that differ, when no flavor matches.
+  // config.json (without the dtype, which the writer adds) of the model build() makes from
+  // `cfg`, its flavor with the vocab override, in `layout`.
+  std::function<nlohmann::json(const ModelConfig& cfg, common::hf::ConfigLayout layout)> hf_config;
+  // The [model] keys (name, flavor, vocab_size always set) of the model config.json (either
+  // layout) describes. Throws, naming the closest flavor and the keys that differ (as the file
+  // names them), when no flavor matches.
   std::function<ModelConfig(const nlohmann::json& config)> from_hf_config;
   // Every tensor of the HF model config.json describes, by HF name. Throws, naming the key,
   // when config.json cannot describe a model of this family (e.g. head counts that do not
@@ -77,9 +79,11 @@ struct StateDictAdapter {
   // layouts differ by moving elements only, so a round trip gives bit-identical tensors.
   std::function<nn::StateDict(const nn::StateDict& ours, const nlohmann::json& config)> to_hf;
   std::function<nn::StateDict(const nn::StateDict& hf, const nlohmann::json& config)> from_hf;
-  // config.json of the model from_hf makes from a checkpoint of `config`, which may differ from
-  // it (llama3 unties tied embeddings); what an export of that model writes.
-  std::function<nlohmann::json(const nlohmann::json& config)> imported_hf_config;
+  // config.json of the model from_hf makes from a checkpoint of `config` (either layout), which
+  // may differ from it (llama3 unties tied embeddings); what an export of that model writes in
+  // `layout`: the file's other keys kept, the other layout's removed.
+  std::function<nlohmann::json(const nlohmann::json& config, common::hf::ConfigLayout layout)>
+      imported_hf_config;
 };
 
 struct TrainSpec {

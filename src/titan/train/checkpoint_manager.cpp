@@ -73,7 +73,9 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
   export_dtype_ = d == "bfloat16" ? kBF16 : kF32;
   if (cfg.checkpoint.enable && cfg.checkpoint.last_save_in_hf) {
     hf_adapter_ = &models::hf_adapter(cfg.model.name);
-    hf_config_ = hf_adapter_->hf_config(cfg.model);
+    hf_config_ = hf_adapter_->hf_config(
+        cfg.model,
+        models::common::hf::parse_layout(cfg.checkpoint.hf_config_format, "checkpoint.hf_config_format"));
   }
 }
 
@@ -278,7 +280,8 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
   // it starts at zero below, where routing is exactly the checkpoint's.
   models::ModelConfig ours_as_hf = cfg_.model;
   ours_as_hf.moe_load_balance_bias = false;
-  const models::ModelConfig ours = adapter.from_hf_config(adapter.hf_config(ours_as_hf));
+  const models::ModelConfig ours =
+      adapter.from_hf_config(adapter.hf_config(ours_as_hf, models::common::hf::layout_of(reader.config())));
   TITAN_CHECK(theirs.flavor == ours.flavor && theirs.vocab_size == ours.vocab_size,
               "Hugging Face checkpoint ", dir.string(), " holds ", family.name, " flavor ", theirs.flavor,
               " with vocab_size ", theirs.vocab_size, ", but this run builds flavor ", ours.flavor,

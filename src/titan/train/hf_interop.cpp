@@ -9,6 +9,7 @@
 namespace titan::train {
 
 namespace fs = std::filesystem;
+namespace hf = models::common::hf;
 using json = nlohmann::json;
 
 namespace {
@@ -46,7 +47,9 @@ void save_hf_model(const fs::path& dir, const models::StateDictAdapter& adapter,
     if (!expected.count(name)) problems.add("unexpected tensor '" + name + "' " + t.desc());
   TITAN_CHECK(problems.empty(), "Hugging Face export to ", dir.string(),
               ": the weights do not fit the model config.json describes:", problems.str());
-  checkpoint::save_hf(dir, config, hf, dtype);
+  json written = config;
+  written[hf::kDtypeKey.in(hf::layout_of(config))] = checkpoint::torch_dtype_name(dtype);
+  checkpoint::save_hf(dir, written, hf, dtype);
 }
 
 const models::TrainSpec& hf_family(const checkpoint::HfReader& reader) {
@@ -82,15 +85,16 @@ nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DT
   return adapter.from_hf(hf, reader.config());
 }
 
-void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType dtype) {
+void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType dtype,
+                          hf::ConfigLayout layout) {
   checkpoint::Reader reader(step_dir);
   const json& state = reader.metadata().state;
   const std::string where = (step_dir / checkpoint::kMetadataFile).string();
   const models::TrainSpec* family = nullptr;
   json config;
   if (state.contains("hf_config")) {
-    config = state["hf_config"];
-    family = &models::train_spec_for_hf(config, where + " (state.hf_config)");
+    family = &models::train_spec_for_hf(state["hf_config"], where + " (state.hf_config)");
+    config = family->state_dict_adapter->imported_hf_config(state["hf_config"], layout);
   } else {
     models::ModelConfig m;
     try {
@@ -113,7 +117,7 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
                   "); only checkpoints saved by titan train or titan convert say which model they hold");
     }
     family = &models::get_train_spec(m.name);
-    config = models::hf_adapter(m.name).hf_config(m);
+    config = models::hf_adapter(m.name).hf_config(m, layout);
   }
   const models::StateDictAdapter& adapter = models::hf_adapter(family->name);
   checkpoint::Pieces targets;
@@ -131,7 +135,8 @@ void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
   checkpoint::Pieces pieces;
   for (const auto& [name, t] : load_hf_state(reader, std::nullopt))
     pieces.emplace(kModel + name, checkpoint::whole(t));
-  const json config = hf_family(reader).state_dict_adapter->imported_hf_config(reader.config());
+  const json config = hf_family(reader).state_dict_adapter->imported_hf_config(
+      reader.config(), hf::ConfigLayout::transformers5);
   checkpoint::save(out, pieces, {{"step", 0}, {"model_only", true}, {"hf_config", config}});
 }
 

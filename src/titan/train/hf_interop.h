@@ -11,9 +11,10 @@
 
 namespace titan::train {
 
-// Writes `state` (our names) of the model `config` (its family's config.json) describes as the
-// HF folder `dir`: config.json and model.safetensors in `dtype` (f32 or bf16), atomically.
-// Throws, writing nothing, when the tensors are not exactly those config.json describes.
+// Writes `state` (our names) of the model `config` (its family's config.json, in one layout)
+// describes as the HF folder `dir`: config.json, with the dtype under that layout's key, and
+// model.safetensors in `dtype` (f32 or bf16), atomically. Throws, writing nothing, when the
+// tensors are not exactly those config.json describes.
 void save_hf_model(const std::filesystem::path& dir, const models::StateDictAdapter& adapter,
                    const nlohmann::json& config, const nn::StateDict& state, DType dtype);
 
@@ -30,15 +31,18 @@ models::ModelConfig hf_model_config(const checkpoint::HfReader& reader);
 nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype);
 
 // `titan convert --to hf`: the model of titan checkpoint `step_dir` (its "model.*" tensors; a
-// full checkpoint's optimizer state is left out) as the HF folder `out`. The checkpoint's state
-// says which model it holds: "hf_config" (written by import_hf_checkpoint), else the [model]
-// and [moe] sections of "config" (the trainer's).
-void export_hf_checkpoint(const std::filesystem::path& step_dir, const std::filesystem::path& out,
-                          DType dtype);
+// full checkpoint's optimizer state is left out) as the HF folder `out`, its config.json in
+// `layout` only. The checkpoint's state says which model it holds: "hf_config" (written by
+// import_hf_checkpoint; either layout), else the [model] and [moe] sections of "config" (the
+// trainer's).
+void export_hf_checkpoint(
+    const std::filesystem::path& step_dir, const std::filesystem::path& out, DType dtype,
+    models::common::hf::ConfigLayout layout = models::common::hf::ConfigLayout::transformers5);
 
-// `titan convert --to titan`: the HF folder `hf_dir` as a model-only titan checkpoint `out`
-// (tensors "model.<our name>" as stored; state {"step": 0, "model_only": true, "hf_config": the
-// family's imported_hf_config}), which checkpoint.initial_load_path starts training from.
+// `titan convert --to titan`: the HF folder `hf_dir` (config.json in either layout) as a
+// model-only titan checkpoint `out` (tensors "model.<our name>" as stored; state {"step": 0,
+// "model_only": true, "hf_config": the family's imported_hf_config, in transformers 5's
+// layout}), which checkpoint.initial_load_path starts training from.
 void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
 
 }  // namespace titan::train

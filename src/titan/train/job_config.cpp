@@ -320,6 +320,10 @@ Schema make_schema() {
       .add("last_save_in_hf", &C::Checkpoint::last_save_in_hf, {},
            "write the final save as a Hugging Face folder: config.json + model.safetensors (needs "
            "last_save_model_only)")
+      .add("hf_config_format", &C::Checkpoint::hf_config_format, one_of({"transformers5", "transformers4"}),
+           "config.json's layout in the last_save_in_hf export: transformers5 (rope_parameters, dtype, "
+           "num_local_experts, as transformers 5 writes it) or transformers4 (rope_theta, rope_scaling, "
+           "torch_dtype, num_experts: transformers 4.x ignores rope_parameters)")
       .add("export_dtype", &C::Checkpoint::export_dtype, one_of(kDtypes), "dtype of a model-only final save")
       .add("async_mode", &C::Checkpoint::async_mode, one_of({"disabled", "async", "async_with_pinned_mem"}),
            "write checkpoints in the background")
@@ -697,6 +701,12 @@ void check(const JobConfig& cfg, const Origins& origins, Problems& problems) {
   if (cfg.model.attention_document_masking && cfg.model.attention != "splash") {
     problems.add("attention.document_masking = true needs model.attention = \"splash\" (the reference path is "
                  "causal only); set one of them");
+  }
+  if (!cfg.checkpoint.last_save_in_hf &&
+      cfg.checkpoint.hf_config_format != JobConfig::Checkpoint{}.hf_config_format) {
+    problems.add("checkpoint.hf_config_format = \"" + cfg.checkpoint.hf_config_format +
+                 "\" applies to the Hugging Face export only, and checkpoint.last_save_in_hf is false; set "
+                 "--checkpoint.last_save_in_hf=true, or drop hf_config_format");
   }
   if (cfg.checkpoint.last_save_in_hf && !cfg.checkpoint.last_save_model_only) {
     problems.add(

@@ -93,6 +93,8 @@ struct JobConfig {
     bool initial_load_model_only = true;
     bool last_save_model_only = true;
     bool last_save_in_hf = false;
+    // config.json's layout in that export: "transformers5" or "transformers4".
+    std::string hf_config_format = "transformers5";
     std::string export_dtype = "float32";
     std::string async_mode = "disabled";
     int64_t keep_latest_k = 0;  // 0: keep all

@@ -41,8 +41,8 @@ Tensor swap_row_groups(const Tensor& weight, int64_t n_heads, bool to_half, cons
   return weight.detach().contiguous().view(from).transpose(1, 2).contiguous().view({n_heads * 2 * half, in});
 }
 
-ops::RopeScaling parse_rope_scaling(const json& j) {
-  const hf::ConfigFields f(j, kArchitecture);
+ops::RopeScaling parse_rope_scaling(const hf::Rope& rope) {
+  const hf::ConfigFields f(rope.parameters, kArchitecture, rope.where + ".");
   ops::RopeScaling s;
   s.factor = f.number("factor");
   s.low_freq_factor = f.number("low_freq_factor");
@@ -50,9 +50,10 @@ ops::RopeScaling parse_rope_scaling(const json& j) {
   s.original_max_position = f.integer("original_max_position_embeddings");
   TITAN_CHECK(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
                   s.original_max_position > 0,
-              "config.json: \"rope_scaling\" of rope_type \"llama3\" needs factor > 0, 0 < low_freq_factor < "
-              "high_freq_factor and original_max_position_embeddings > 0, got ",
-              j.dump());
+              "config.json: \"", rope.where,
+              "\" of rope_type \"llama3\" needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+              "original_max_position_embeddings > 0, got ",
+              rope.parameters.dump());
   return s;
 }
 
@@ -66,32 +67,31 @@ Tensor half_to_interleaved(const Tensor& weight, int64_t n_heads) {
   return swap_row_groups(weight, n_heads, false, "llama3 half_to_interleaved");
 }
 
-json to_hf_config(const ModelArgs& a) {
+json to_hf_config(const ModelArgs& a, ConfigLayout layout) {
   a.validate();
-  json rope_scaling = nullptr;
+  json c = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", a.dim},
+            {"intermediate_size", a.ffn_hidden_dim()},
+            {"num_hidden_layers", a.n_layers},
+            {"num_attention_heads", a.n_heads},
+            {"num_key_value_heads", a.n_kv_heads},
+            {"head_dim", a.head_dim()},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"rms_norm_eps", a.norm_eps},
+            {"vocab_size", a.vocab_size},
+            {"max_position_embeddings", a.max_seq_len},
+            {"tie_word_embeddings", false}};
+  json scaling = json::object();
   if (a.use_scaled_rope)
-    rope_scaling = {{"rope_type", "llama3"},
-                    {"factor", a.rope_scaling.factor},
-                    {"low_freq_factor", a.rope_scaling.low_freq_factor},
-                    {"high_freq_factor", a.rope_scaling.high_freq_factor},
-                    {"original_max_position_embeddings", a.rope_scaling.original_max_position}};
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", a.dim},
-          {"intermediate_size", a.ffn_hidden_dim()},
-          {"num_hidden_layers", a.n_layers},
-          {"num_attention_heads", a.n_heads},
-          {"num_key_value_heads", a.n_kv_heads},
-          {"head_dim", a.head_dim()},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"rms_norm_eps", a.norm_eps},
-          {"rope_theta", a.rope_theta},
-          {"rope_scaling", std::move(rope_scaling)},
-          {"vocab_size", a.vocab_size},
-          {"max_position_embeddings", a.max_seq_len},
-          {"tie_word_embeddings", false}};
+    scaling = {{"factor", a.rope_scaling.factor},
+               {"low_freq_factor", a.rope_scaling.low_freq_factor},
+               {"high_freq_factor", a.rope_scaling.high_freq_factor},
+               {"original_max_position_embeddings", a.rope_scaling.original_max_position}};
+  hf::put_rope(c, layout, a.rope_theta, a.use_scaled_rope ? "llama3" : "default", scaling);
+  return c;
 }
 
 HfConfig parse_hf_config(const json& j) {
@@ -109,8 +109,12 @@ HfConfig parse_hf_config(const json& j) {
   a.vocab_size = f.integer("vocab_size");
   a.max_seq_len = f.integer("max_position_embeddings", 2048);
   a.norm_eps = f.number("rms_norm_eps", 1e-6);
-  a.rope_theta = f.number("rope_theta", 10000.0);
+  const hf::Rope rope = f.rope(10000.0);
+  a.rope_theta = rope.theta;
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  c.layout = hf::layout_of(j);
+  // Unused (the weights say their dtype), but a file giving two is contradicting itself.
+  f.renamed(hf::kDtypeKey, false);
   TITAN_CHECK(a.dim > 0 && a.n_heads > 0 && a.dim % a.n_heads == 0, "config.json: num_attention_heads (",
               a.n_heads, ") must divide hidden_size (", a.dim, ")");
   TITAN_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "config.json: num_key_value_heads (",
@@ -125,18 +129,11 @@ HfConfig parse_hf_config(const json& j) {
               "\"; titan's llama3 computes SwiGLU (\"silu\")");
   TITAN_CHECK(!f.boolean("attention_bias", false) && !f.boolean("mlp_bias", false),
               "config.json: attention_bias and mlp_bias must be false; titan's llama3 has no biases");
-  a.use_scaled_rope = false;
-  if (const json* rs = f.find("rope_scaling")) {
-    const hf::ConfigFields r(*rs, kArchitecture);
-    // Older configs name it "type".
-    const std::string kind = r.string("rope_type", r.string("type", "default"));
-    TITAN_CHECK(kind == "llama3" || kind == "default", "config.json: rope_scaling of type \"", kind,
-                "\"; titan's llama3 implements Llama 3.1's \"llama3\" scaling (or none)");
-    if (kind == "llama3") {
-      a.use_scaled_rope = true;
-      a.rope_scaling = parse_rope_scaling(*rs);
-    }
-  }
+  TITAN_CHECK(rope.type == "llama3" || rope.type == "default", "config.json: \"", rope.type_key, "\" is \"",
+              rope.type,
+              "\"; titan's llama3 implements Llama 3.1's \"llama3\" RoPE scaling, or none (\"default\")");
+  a.use_scaled_rope = rope.type == "llama3";
+  if (a.use_scaled_rope) a.rope_scaling = parse_rope_scaling(rope);
   TITAN_CHECK(a.n_layers > 0 && a.ffn_dim > 0 && a.vocab_size > 0 && a.max_seq_len > 0 && a.rope_theta > 0 &&
                   a.norm_eps >= 0,
               "config.json: num_hidden_layers, intermediate_size, vocab_size, max_position_embeddings and "
@@ -147,10 +144,8 @@ HfConfig parse_hf_config(const json& j) {
   return c;
 }
 
-json imported_hf_config(const json& config) {
-  json out = config;
-  out.update(to_hf_config(parse_hf_config(config).args));
-  return out;
+json imported_hf_config(const json& config, ConfigLayout layout) {
+  return hf::merged_config(config, to_hf_config(parse_hf_config(config).args, layout), layout);
 }
 
 std::map<std::string, Shape> hf_shapes(const HfConfig& c) {
@@ -198,9 +193,10 @@ ModelConfig matching_flavor(const HfConfig& config) {
   m.name = "llama3";
   // The vocabulary may differ (model.vocab_size overrides it); max_position_embeddings only
   // sizes tables.
-  m.flavor = hf::matching_flavor("llama3", to_hf_config(config.args), flavor_names(),
-                                 [](const std::string& name) { return to_hf_config(flavor(name)); },
-                                 {"vocab_size", "max_position_embeddings"});
+  m.flavor =
+      hf::matching_flavor("llama3", to_hf_config(config.args, config.layout), flavor_names(),
+                          [&](const std::string& name) { return to_hf_config(flavor(name), config.layout); },
+                          {"vocab_size", "max_position_embeddings"});
   m.vocab_size = config.args.vocab_size;
   return m;
 }

@@ -11,30 +11,36 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "titan/models/common/hf_config.h"
 #include "titan/models/llama3/model_args.h"
 #include "titan/models/registry.h"
 #include "titan/nn/module.h"
 
 namespace titan::models::llama3 {
 
-// A config.json as this adapter reads it: the model's args, and whether the file ties lm_head to
-// embed_tokens (Llama 3.2 1B and 3B do). Our model keeps a separate output projection, so a tied
-// checkpoint is imported with output.weight a copy of the embedding.
+using common::hf::ConfigLayout;
+
+// A config.json as this adapter reads it: the model's args, whether the file ties lm_head to
+// embed_tokens (Llama 3.2 1B and 3B do), and its layout (which names errors use). Our model keeps
+// a separate output projection, so a tied checkpoint is imported with output.weight a copy of the
+// embedding.
 struct HfConfig {
   ModelArgs args;
   bool tie_word_embeddings = false;
+  ConfigLayout layout = ConfigLayout::transformers5;
 };
 
-// config.json fields for `args` (model_type "llama", architectures LlamaForCausalLM, untied
-// embeddings; max_position_embeddings is args.max_seq_len). No torch_dtype: the writer adds it.
-nlohmann::json to_hf_config(const ModelArgs& args);
-// `config` as the model an import of it gives has it: its own keys (bos_token_id, ...) kept,
-// ours written over them, so tie_word_embeddings is false.
-nlohmann::json imported_hf_config(const nlohmann::json& config);
-// Reads config.json as transformers does, with its defaults for absent keys. Throws naming the
-// key when a value is missing, of the wrong type, or describes what this model cannot compute
-// (another activation, biases, head_dim != hidden_size / num_attention_heads, a RoPE scaling
-// other than Llama 3.1's).
+// config.json fields for `args` in `layout` (model_type "llama", architectures LlamaForCausalLM,
+// untied embeddings; max_position_embeddings is args.max_seq_len). No dtype: the writer adds it.
+nlohmann::json to_hf_config(const ModelArgs& args, ConfigLayout layout = ConfigLayout::transformers5);
+// `config` (either layout) as the model an import of it gives has it, in `layout`: its own keys
+// (bos_token_id, ...) kept, ours written over them (so tie_word_embeddings is false), the other
+// layout's keys gone.
+nlohmann::json imported_hf_config(const nlohmann::json& config, ConfigLayout layout);
+// Reads config.json, in either layout, as transformers does, with its defaults for absent keys.
+// Throws naming the key when a value is missing, of the wrong type, given differently by the two
+// layouts, or describes what this model cannot compute (another activation, biases, head_dim !=
+// hidden_size / num_attention_heads, a RoPE scaling other than Llama 3.1's).
 HfConfig parse_hf_config(const nlohmann::json& config);
 
 // Every tensor of the HF model (HF names and shapes).
@@ -50,8 +56,8 @@ Tensor interleaved_to_half(const Tensor& weight, int64_t n_heads);
 Tensor half_to_interleaved(const Tensor& weight, int64_t n_heads);
 
 // The flavor whose model `config` describes, with vocab_size set to the file's (which may
-// override the flavor's). Throws, naming the closest flavor and the keys that differ from it,
-// when none matches.
+// override the flavor's). Throws, naming the closest flavor and the keys (as config.layout names
+// them) that differ from it, when none matches.
 ModelConfig matching_flavor(const HfConfig& config);
 
 }  // namespace titan::models::llama3

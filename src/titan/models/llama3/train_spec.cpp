@@ -46,7 +46,8 @@ TrainSpec train_spec() {
   spec.parallelize = parallelize;
   spec.state_dict_adapter = StateDictAdapter{
       .hf_model_type = "llama",
-      .hf_config = [](const ModelConfig& cfg) { return to_hf_config(args_from(cfg)); },
+      .hf_config = [](const ModelConfig& cfg,
+                      ConfigLayout layout) { return to_hf_config(args_from(cfg), layout); },
       .from_hf_config = [](const nlohmann::json& c) { return matching_flavor(parse_hf_config(c)); },
       .hf_shapes = [](const nlohmann::json& c) { return hf_shapes(parse_hf_config(c)); },
       .to_hf = [](const nn::StateDict& s,

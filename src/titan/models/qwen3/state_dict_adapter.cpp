@@ -93,7 +93,7 @@ Tensor stack_experts(const std::map<int64_t, Tensor>& by_expert, int64_t layer, 
 
 }  // namespace
 
-json to_hf_config(const ModelArgs& a) {
+json to_hf_config(const ModelArgs& a, ConfigLayout layout) {
   a.validate();
   const Family family = family_of(a);
   // Checked here, where every export starts, rather than after training.
@@ -113,14 +113,18 @@ json to_hf_config(const ModelArgs& a) {
             {"hidden_act", "silu"},
             {"attention_bias", false},
             {"use_sliding_window", false},
+            {"sliding_window", nullptr},
             {"rms_norm_eps", a.norm_eps},
-            {"rope_theta", a.rope_theta},
-            {"rope_scaling", nullptr},
             {"vocab_size", a.vocab_size},
             {"max_position_embeddings", a.max_seq_len},
             {"tie_word_embeddings", a.tie_embeddings}};
+  hf::put_rope(c, layout, a.rope_theta, "default", json::object());
+  // transformers 5 spells "no sliding window" out per layer too (max_window_layers, which 4.x
+  // wrote as well, only matters with use_sliding_window; its default is kept).
+  if (!a.moe && layout == ConfigLayout::transformers5)
+    c["layer_types"] = std::vector<std::string>(static_cast<size_t>(a.n_layers), "full_attention");
   if (a.moe)
-    c.update({{"num_experts", a.moe->num_experts},
+    c.update({{hf::kNumExpertsKey.in(layout), a.moe->num_experts},
               {"num_experts_per_tok", a.moe->top_k},
               {"moe_intermediate_size", a.moe->hidden_dim},
               {"norm_topk_prob", a.moe->norm_topk_prob},
@@ -145,7 +149,10 @@ ModelArgs parse_hf_config(Family family, const json& j) {
   a.vocab_size = f.integer("vocab_size");
   a.max_seq_len = f.integer("max_position_embeddings", 32768);
   a.norm_eps = f.number("rms_norm_eps", 1e-6);
-  a.rope_theta = f.number("rope_theta", 10000.0);
+  const hf::Rope rope = f.rope(10000.0);
+  a.rope_theta = rope.theta;
+  // Unused (the weights say their dtype), but a file giving two is contradicting itself.
+  f.renamed(hf::kDtypeKey, false);
   a.tie_embeddings = f.boolean("tie_word_embeddings", false);
   TITAN_CHECK(
       a.dim > 0 && a.ffn_dim > 0 && a.n_layers > 0 && a.n_heads > 0 && a.vocab_size > 0 &&
@@ -168,24 +175,25 @@ ModelArgs parse_hf_config(Family family, const json& j) {
   TITAN_CHECK(!f.boolean("use_sliding_window", false),
               "config.json: use_sliding_window must be false; titan's ", name,
               " attends over the whole causal context in every layer");
-  if (const json* rs = f.find("rope_scaling")) {
-    TITAN_CHECK(rs->is_object(), "config.json: \"rope_scaling\" must be an object or null, got ", rs->dump());
-    const hf::ConfigFields r(*rs, architecture(family));
-    // Older configs name it "type".
-    const std::string kind = r.string("rope_type", r.string("type", "default"));
-    TITAN_CHECK(kind == "default", "config.json: rope_scaling of type \"", kind, "\"; titan's ", name,
-                " implements plain RoPE (rope_scaling null), as Qwen 3 is trained");
+  if (const json* types = f.find("layer_types")) {
+    TITAN_CHECK(types->is_array(), "config.json: \"layer_types\" must be a list, got ", types->dump());
+    for (const json& type : *types)
+      TITAN_CHECK(type == "full_attention", "config.json: \"layer_types\" holds ", type.dump(), "; titan's ",
+                  name, " attends over the whole causal context in every layer (\"full_attention\")");
   }
+  TITAN_CHECK(rope.type == "default", "config.json: \"", rope.type_key, "\" is \"", rope.type, "\"; titan's ",
+              name, " implements plain RoPE (rope_type \"default\"), as Qwen 3 is trained");
   if (family == Family::moe) {
     nn::moe::MoEArgs m;
-    m.num_experts = f.integer("num_experts");
+    const std::string experts = f.renamed(hf::kNumExpertsKey, true);
+    m.num_experts = f.integer(experts);
     m.top_k = f.integer("num_experts_per_tok");
     m.hidden_dim = f.integer("moe_intermediate_size");
     m.norm_topk_prob = f.boolean("norm_topk_prob", false);
     TITAN_CHECK(m.num_experts > 0 && m.top_k > 0 && m.top_k <= m.num_experts && m.hidden_dim > 0,
-                "config.json: num_experts (", m.num_experts, "), num_experts_per_tok (", m.top_k,
+                "config.json: ", experts, " (", m.num_experts, "), num_experts_per_tok (", m.top_k,
                 ") and moe_intermediate_size (", m.hidden_dim,
-                ") must be positive, with num_experts_per_tok <= num_experts");
+                ") must be positive, with num_experts_per_tok <= ", experts);
     const int64_t step = f.integer("decoder_sparse_step", 1);
     TITAN_CHECK(step == 1, "config.json: decoder_sparse_step is ", step,
                 "; titan's qwen3_moe has a mixture of ",
@@ -203,10 +211,8 @@ ModelArgs parse_hf_config(Family family, const json& j) {
   return a;
 }
 
-json imported_hf_config(Family family, const json& config) {
-  json out = config;
-  out.update(to_hf_config(parse_hf_config(family, config)));
-  return out;
+json imported_hf_config(Family family, const json& config, ConfigLayout layout) {
+  return hf::merged_config(config, to_hf_config(parse_hf_config(family, config), layout), layout);
 }
 
 std::map<std::string, Shape> hf_shapes(const ModelArgs& a) {
@@ -281,15 +287,15 @@ nn::StateDict from_hf(const nn::StateDict& hf_state, const ModelArgs& args) {
   return out;
 }
 
-ModelConfig matching_flavor(Family family, const ModelArgs& args) {
+ModelConfig matching_flavor(Family family, const ModelArgs& args, ConfigLayout layout) {
   ModelConfig m;
   m.name = family_name(family);
   // What a job chooses besides the flavor: the vocabulary (model.vocab_size), tying
   // (model.weight_tying) and the balancing loss ([moe] aux_loss_coeff); max_position_embeddings
   // only sizes tables.
   m.flavor = hf::matching_flavor(
-      m.name, to_hf_config(args), flavor_names(family),
-      [family](const std::string& flavor_name) { return to_hf_config(flavor(family, flavor_name)); },
+      m.name, to_hf_config(args, layout), flavor_names(family),
+      [&](const std::string& flavor_name) { return to_hf_config(flavor(family, flavor_name), layout); },
       {"vocab_size", "max_position_embeddings", "tie_word_embeddings", "router_aux_loss_coef"});
   m.vocab_size = args.vocab_size;
   m.weight_tying = args.tie_embeddings;

@@ -11,25 +11,30 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "titan/models/common/hf_config.h"
 #include "titan/models/qwen3/model_args.h"
 #include "titan/models/registry.h"
 #include "titan/nn/module.h"
 
 namespace titan::models::qwen3 {
 
-// config.json fields for `args`: Qwen3ForCausalLM's, or Qwen3MoeForCausalLM's when args.moe is
-// set (an MoE block in every layer: decoder_sparse_step 1, no mlp_only_layers; the job's
-// aux_loss_coeff as router_aux_loss_coef). max_position_embeddings is args.max_seq_len. No
-// torch_dtype: the writer adds it. Throws for the expert bias (moe.load_balance_bias), which HF's
+using common::hf::ConfigLayout;
+
+// config.json fields for `args` in `layout`: Qwen3ForCausalLM's, or Qwen3MoeForCausalLM's when
+// args.moe is set (an MoE block in every layer: decoder_sparse_step 1, no mlp_only_layers; the
+// job's aux_loss_coeff as router_aux_loss_coef). max_position_embeddings is args.max_seq_len. No
+// dtype: the writer adds it. Throws for the expert bias (moe.load_balance_bias), which HF's
 // router has no place for.
-nlohmann::json to_hf_config(const ModelArgs& args);
-// Reads config.json of `family` as transformers does, with its defaults for absent keys (the
-// sizes have none here). Throws naming the key when a value is missing, of the wrong type, or
-// describes what this model cannot compute: another model_type, activation, biases, sliding
-// windows, RoPE scaling, heads that do not group, or (MoE) dense layers among the sparse ones.
+nlohmann::json to_hf_config(const ModelArgs& args, ConfigLayout layout = ConfigLayout::transformers5);
+// Reads config.json of `family`, in either layout, as transformers does, with its defaults for
+// absent keys (the sizes have none here). Throws naming the key when a value is missing, of the
+// wrong type, given differently by the two layouts, or describes what this model cannot compute:
+// another model_type, activation, biases, sliding windows, RoPE scaling, heads that do not
+// group, or (MoE) dense layers among the sparse ones.
 ModelArgs parse_hf_config(Family family, const nlohmann::json& config);
-// `config` as the model an import of it gives has it: its own keys kept, ours written over them.
-nlohmann::json imported_hf_config(Family family, const nlohmann::json& config);
+// `config` (either layout) as the model an import of it gives has it, in `layout`: its own keys
+// kept, ours written over them, the other layout's keys gone.
+nlohmann::json imported_hf_config(Family family, const nlohmann::json& config, ConfigLayout layout);
 
 // Every tensor of the HF model (HF names and shapes).
 std::map<std::string, Shape> hf_shapes(const ModelArgs& args);
@@ -42,8 +47,9 @@ nn::StateDict from_hf(const nn::StateDict& hf, const ModelArgs& args);
 
 // The [model] keys of the model `args` describes: its flavor, with the file's vocab_size,
 // tie_word_embeddings (model.weight_tying) and router_aux_loss_coef ([moe] aux_loss_coeff), which
-// a job may choose. Throws, naming the closest flavor and the keys that differ from it, when
-// none matches.
-ModelConfig matching_flavor(Family family, const ModelArgs& args);
+// a job may choose. Throws, naming the closest flavor and the keys (as `layout` names them, the
+// file's) that differ from it, when none matches.
+ModelConfig matching_flavor(Family family, const ModelArgs& args,
+                            ConfigLayout layout = ConfigLayout::transformers5);
 
 }  // namespace titan::models::qwen3

@@ -49,15 +49,19 @@ TrainSpec train_spec(Family family) {
   spec.parallelize = parallelize;
   spec.state_dict_adapter = StateDictAdapter{
       .hf_model_type = spec.name,
-      .hf_config = [family](const ModelConfig& cfg) { return to_hf_config(args_from(family, cfg)); },
+      .hf_config = [family](const ModelConfig& cfg,
+                            ConfigLayout layout) { return to_hf_config(args_from(family, cfg), layout); },
       .from_hf_config =
-          [family](const nlohmann::json& c) { return matching_flavor(family, parse_hf_config(family, c)); },
+          [family](const nlohmann::json& c) {
+            return matching_flavor(family, parse_hf_config(family, c), common::hf::layout_of(c));
+          },
       .hf_shapes = [family](const nlohmann::json& c) { return hf_shapes(parse_hf_config(family, c)); },
       .to_hf = [family](const nn::StateDict& s,
                         const nlohmann::json& c) { return to_hf(s, parse_hf_config(family, c)); },
       .from_hf = [family](const nn::StateDict& s,
                           const nlohmann::json& c) { return from_hf(s, parse_hf_config(family, c)); },
-      .imported_hf_config = [family](const nlohmann::json& c) { return imported_hf_config(family, c); },
+      .imported_hf_config = [family](const nlohmann::json& c,
+                                     ConfigLayout layout) { return imported_hf_config(family, c, layout); },
   };
   return spec;
 }
