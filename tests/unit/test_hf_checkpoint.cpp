@@ -1,7 +1,7 @@
 // Hugging Face interop of Llama 3: the state dict adapter (names, the q/k row order RoPE's
 // layouts need, config.json), HF folders on disk (single file, shards, damaged ones) and the
 // conversions titan -> HF -> titan. transformers itself checks the same folders in
-// tests/parity/test_parity_hf_llama3.cpp.
+// tests/parity/test_parity_hf_interop.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>

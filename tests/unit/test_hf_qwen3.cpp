@@ -1,7 +1,7 @@
 // Hugging Face interop of Qwen 3, dense and MoE: the state dict adapter (names, experts sliced
 // out of their stacks and stacked back, config.json and its errors, flavors), HF folders through
 // titan convert's functions, and training runs that end in an HF export or start from one.
-// transformers itself checks the same layouts in tests/parity/test_parity_hf_qwen3.cpp.
+// transformers itself checks the same layouts in tests/parity/test_parity_hf_interop.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>

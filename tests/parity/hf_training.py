@@ -1,0 +1,67 @@
+"""The training reference: a transformers model trained for STEPS steps with torch.optim.AdamW and
+clip_grad_norm_, from random weights (transformers' own init) written by save_pretrained, which
+titan imports and trains through its own trainer step.
+
+Writes, under the family's folder: train/initial (the weights before the first step) and
+train.safetensors with the batches ("in.tokens", "in.targets" [STEPS, BATCH, SEQ]), the first
+step's logits ("out.logits0") and gradients ("grad.<HF name>", as save_pretrained names and lays
+out tensors), every step's loss and grad norm before clipping ("out.loss", "out.grad_norm") and
+the weights after the last step ("final.<HF name>"); metadata: the optimizer's settings.
+"""
+import os
+
+import torch
+
+from hf_families import as_saved, new_model
+from make_reference import write_safetensors
+
+STEPS = 10
+BATCH = 2
+SEQ = 32
+# Grad norms run from about 1.6 to 8 over the run, so max_norm 2.5 clips some steps and not others.
+HYPER = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "max_norm": 2.5}
+# HF's load-balancing loss (Qwen 3 MoE) stays off until titan has it ([moe] on branch moe-aux):
+# titan's default one is another formula. Turning it on here makes the loss below include
+# router_aux_loss_coef * aux_loss, and the training folder's config.json carry the coefficient,
+# which titan's import reads.
+HF_AUX_LOSS = False
+
+
+def batches(vocab, gen):
+    """Sequences following x[t + 1] = (5 x[t] + 3) mod vocab from random starts: a rule the model
+    learns within the steps, so the run checks training that moves, not noise around ln(vocab)."""
+    tokens = torch.empty(STEPS, BATCH, SEQ + 1, dtype=torch.int64)
+    tokens[..., 0] = torch.randint(0, vocab, (STEPS, BATCH), generator=gen)
+    for t in range(SEQ):
+        tokens[..., t + 1] = (5 * tokens[..., t] + 3) % vocab
+    return tokens[..., :-1].contiguous(), tokens[..., 1:].contiguous()
+
+
+def train(family, root):
+    torch.manual_seed(7)
+    moe = {"output_router_logits": HF_AUX_LOSS, "router_aux_loss_coef": 0.01 if HF_AUX_LOSS else 0.0}
+    model = new_model(family, **(moe if family == "qwen3_moe" else {})).train()
+    model.save_pretrained(os.path.join(root, "train", "initial"))
+    inputs, targets = batches(model.config.vocab_size, torch.Generator().manual_seed(99))
+    tensors = {"in.tokens": inputs, "in.targets": targets}
+
+    opt = torch.optim.AdamW(model.parameters(), lr=HYPER["lr"], betas=(HYPER["beta1"], HYPER["beta2"]),
+                            eps=HYPER["eps"], weight_decay=HYPER["weight_decay"])
+    losses, norms = [], []
+    for s in range(STEPS):
+        opt.zero_grad()
+        # shift_labels: the targets are already the next tokens (HF would shift labels itself).
+        out = model(inputs[s], labels=targets[s], shift_labels=targets[s])
+        out.loss.backward()
+        if s == 0:
+            tensors["out.logits0"] = out.logits.detach()
+            grads = as_saved(model, {n: p.grad for n, p in model.named_parameters()})
+            tensors.update({"grad." + n: g for n, g in grads.items()})
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["max_norm"])))
+        opt.step()
+        losses.append(out.loss.item())
+    final = as_saved(model, dict(model.named_parameters()))
+    tensors.update({"final." + n: t for n, t in final.items()})
+    tensors["out.loss"] = torch.tensor(losses, dtype=torch.float64)
+    tensors["out.grad_norm"] = torch.tensor(norms, dtype=torch.float64)
+    write_safetensors(os.path.join(root, "train.safetensors"), tensors, dict(HYPER, steps=STEPS))
