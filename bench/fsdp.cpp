@@ -10,6 +10,10 @@
 //   peak      the allocator's high-water mark per rank during the steps
 // With more ranks than cores (4 ranks on 2 here), ranks take turns on the cores, so step times
 // measure overlap and memory, not speed-up.
+// After each titan run, PyTorch 2's FSDP2 (torch.distributed.fsdp.fully_shard over gloo,
+// bench/fsdp_torch.py) trains the same model, sizes and ranks, and the two step times and peak
+// memories are printed side by side. PyTorch's memory is resident growth, titan's the allocator's
+// high-water mark (its resident growth is close above it).
 #include <unistd.h>
 
 #include <chrono>
@@ -113,7 +117,57 @@ int run_ranks(dist::ProcessGroup& world) {
               hidden(reduce, reduce_blocking));
   std::printf("  %-34s %12.3f %12.3f\n", "step time (s)", step, step_blocking);
   std::printf("  exposed communication: %.0f%% of the step with overlap\n", 100 * (gather + reduce) / step);
+  // For the parent, which sets these beside PyTorch's.
+  std::printf("%s\n", nlohmann::json{{"step_seconds", step},
+                                     {"one_rank_step_seconds", one.step_seconds},
+                                     {"peak_bytes", peak},
+                                     {"one_rank_peak_bytes", one.peak_bytes}}
+                          .dump()
+                          .c_str());
   return 0;
+}
+
+// Runs `command`, echoing what it prints, and returns the last line of it that is a JSON object,
+// or {"error"}.
+nlohmann::json run_echoing(const std::string& command) {
+  nlohmann::json last = {{"error", "no figures from " + command}};
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, pipe)) {
+      if (buf[0] == '{') {
+        auto j = nlohmann::json::parse(buf, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object()) {
+          last = std::move(j);
+          continue;
+        }
+      }
+      std::cout << buf << std::flush;
+    }
+    if (pclose(pipe) != 0) last = {{"error", "exit status of " + command}};
+  }
+  return last;
+}
+
+void print_comparison(int ranks, const nlohmann::json& titan, const nlohmann::json& torch) {
+  std::printf("titan FSDP vs PyTorch 2 FSDP2 (fully_shard per block and root, gloo), %d ranks:\n", ranks);
+  if (torch.contains("error") || titan.contains("error")) {
+    std::printf("  no comparison: titan %s; torch %s\n", titan.value("error", std::string("ok")).c_str(),
+                torch.value("error", std::string("ok")).c_str());
+    return;
+  }
+  const double mib = 1.0 / (1 << 20);
+  auto num = [](const nlohmann::json& j, const char* key) { return j[key].get<double>(); };
+  std::printf("  %-34s %12s %12s %12s\n", "", "titan", "torch FSDP2", "titan/torch");
+  std::printf("  %-34s %12.3f %12.3f %11.2fx\n", "step time (s), lower is better", num(titan, "step_seconds"),
+              num(torch, "step_seconds"), num(titan, "step_seconds") / num(torch, "step_seconds"));
+  std::printf("  %-34s %12.3f %12.3f %11.2fx\n", "one rank, unsharded (s)", num(titan, "one_rank_step_seconds"),
+              num(torch, "one_rank_step_seconds"),
+              num(titan, "one_rank_step_seconds") / num(torch, "one_rank_step_seconds"));
+  std::printf("  %-34s %12.1f %12.1f\n", "peak per rank (MiB; torch: RSS)", num(titan, "peak_bytes") * mib,
+              num(torch, "rss_growth") * mib);
+  std::printf("  %-34s %12.1f %12.1f\n", "one rank peak (MiB; torch: RSS)", num(titan, "one_rank_peak_bytes") * mib,
+              num(torch, "one_rank_rss_growth") * mib);
+  std::printf("  %s\n", bench::describe_torch(torch).c_str());
 }
 
 }  // namespace
@@ -131,6 +185,7 @@ int main(int argc, char** argv) {
   // Not under mpirun: run this binary under it, with one thread per rank; the ranks inherit the
   // BLAS kernels chosen here.
   bench::use_this_cpus_blas_kernels(argv);
+  std::cout << bench::machine_summary() << "\n";
   const std::string self = argv[0];
   const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
   int status = 0;
@@ -138,7 +193,16 @@ int main(int argc, char** argv) {
     const std::string cmd =
         "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + self;
     std::cout << "$ " << cmd << std::endl;
-    if (std::system(cmd.c_str()) != 0) status = 1;
+    const nlohmann::json titan = run_echoing(cmd);
+    const nlohmann::json torch = bench::run_torch_script(
+        "fsdp_torch.py", {{"ranks", ranks},
+                          {"threads", 1},
+                          {"seq", kSeq},
+                          {"batch_per_rank", kBatchPerRank},
+                          {"warmup", 1},
+                          {"steps", kSteps}});
+    if (titan.contains("error")) status = 1;
+    print_comparison(ranks, titan, torch);
   }
   return status;
 }

@@ -359,10 +359,10 @@ std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 0) + " MiB";
 }
 
-std::optional<std::pair<std::string, double>> best_f32(const Row& row) {
+std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better) {
   std::optional<std::pair<std::string, double>> best;
   for (const auto& [variant, v] : row.torch)
-    if (is_f32(variant) && (!best || v > best->second)) best = {variant, v};
+    if (is_f32(variant) && (!best || (higher_is_better ? v > best->second : v < best->second))) best = {variant, v};
   return best;
 }
 
@@ -384,13 +384,15 @@ void print_table(const Table& table, const TorchResults& reference) {
     for (const std::string& v : table.variants) {
       auto it = r.torch.find(v);
       line.push_back(it == r.torch.end() ? std::string("n/a") : figure(it->second));
-      if (it != r.torch.end() && (!best || it->second > best->second)) best = *it;
+      if (it != r.torch.end() &&
+          (!best || (table.higher_is_better ? it->second > best->second : it->second < best->second)))
+        best = *it;
     }
     auto ratio = [&](const std::optional<std::pair<std::string, double>>& b) {
       if (!r.titan || !b) return std::string("n/a");
       return fixed(*r.titan / b->second, 2) + "x" + (several ? " (" + b->first + ")" : "");
     };
-    line.push_back(ratio(best_f32(r)));
+    line.push_back(ratio(best_f32(r, table.higher_is_better)));
     if (any_bf16) line.push_back(ratio(best));
     line.insert(line.end(), r.extra.begin(), r.extra.end());
     line.resize(header.size());

@@ -131,12 +131,13 @@ struct Table {
   // The reference's columns, in this order, headed "<reference_label> <variant>"; {""}: one
   // column, headed by reference_label alone.
   std::vector<std::string> variants = kTorchF32;
+  bool higher_is_better = true;  // false for memory: the best reference figure is then the lowest
   std::vector<std::string> extra_headers;
   std::vector<Row> rows;
   std::vector<std::string> notes;  // printed under the table
 };
 // The best f32 variant of a row and its figure, if any ran.
-std::optional<std::pair<std::string, double>> best_f32(const Row& row);
+std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better = true);
 void print_table(const Table& table, const TorchResults& reference);
 
 // Titan's cases and the reference's, timed in alternating rounds (titan, torch, titan, ...). Each

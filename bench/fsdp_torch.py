@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""PyTorch 2 FSDP2 on the CPU for bench/fsdp.cpp: the same model, sizes and ranks as titan's FSDP.
+
+Argument: a JSON file {"ranks", "threads", "seq", "batch_per_rank", "warmup", "steps"}. Starts
+`ranks` processes (torch.multiprocessing, gloo over localhost), each with `threads` threads, on
+TorchTitan's Llama 3 debugmodel (bench/llama3_torch.py: 6 blocks, dim 256, vocab 2048) sharded
+with torch.distributed.fsdp.fully_shard per transformer block and at the root, as TorchTitan does
+(reshard_after_forward left at its default). A step: forward, F.cross_entropy, backward,
+clip_grad_norm_ 1.0, AdamW (foreach: the fused CPU kernel does not take FSDP's DTensor shards).
+Then rank 0 alone trains the unsharded model on its batch, as titan's "one rank" figure does.
+
+Peak memory per rank is the resident high-water mark over the timed steps (reset after warm-up)
+less the resident size before the model was built, the largest over ranks.
+
+Prints one JSON line on stdout: {environment(), "ranks", "step_seconds", "one_rank_step_seconds",
+"rss_growth", "one_rank_rss_growth"}, or {"error"}. Progress goes to stderr.
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def train(request, torch, rank, shard):
+    """(mean seconds per timed step, resident growth) of this rank."""
+    import torch.nn.functional as F
+
+    import llama3_torch
+    from torch_reference import reset_peak_rss, status_bytes
+
+    args = llama3_torch.ModelArgs(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab_size=2048,
+                                  max_seq_len=request["seq"])
+    gen = torch.Generator().manual_seed(2 + rank)
+    tokens = torch.randint(0, args.vocab_size, (request["batch_per_rank"], request["seq"] + 1), generator=gen)
+    inputs, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    baseline = status_bytes("VmRSS")
+    model = llama3_torch.Transformer(args)
+    model.init_weights(torch.Generator().manual_seed(1))
+    if shard:
+        from torch.distributed.fsdp import fully_shard
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            foreach=True)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(request["warmup"]):
+        step()
+    reset_peak_rss()
+    if shard:
+        torch.distributed.barrier()
+    start = time.perf_counter()
+    for _ in range(request["steps"]):
+        step()
+    if shard:
+        torch.distributed.barrier()
+    return (time.perf_counter() - start) / request["steps"], status_bytes("VmHWM") - baseline
+
+
+def rank_main(rank, request, port, queue):
+    os.environ["OMP_NUM_THREADS"] = str(request["threads"])
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(request["threads"])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=request["ranks"])
+    try:
+        seconds, growth = train(request, torch, rank, shard=True)
+        worst = torch.tensor([seconds, float(growth)], dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        dist.barrier()
+        if rank == 0:
+            one_seconds, one_growth = train(request, torch, rank, shard=False)
+            queue.put({"step_seconds": worst[0].item(), "rss_growth": worst[1].item(),
+                       "one_rank_step_seconds": one_seconds, "one_rank_rss_growth": one_growth})
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    from torch_reference import environment, start_torch
+
+    request, torch = start_torch()
+    if torch is None:
+        return 0
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    try:
+        mp.start_processes(rank_main, args=(request, free_port(), queue), nprocs=request["ranks"],
+                           start_method="spawn")
+    except Exception as e:  # noqa: BLE001 -- a rank's failure arrives as ProcessRaisedException
+        print(json.dumps({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
+        return 0
+    print(json.dumps({**environment(torch), "ranks": request["ranks"], **queue.get()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
