@@ -249,7 +249,8 @@ int run_comparison(int argc, char** argv) {
       .variants = bench::kTorchAll,
       .extra_headers = {"splash ms", "ref ms", "torch f32 ms", "splash/ref", "splash peak", "ref peak",
                         "torch f32 peak", "tiles", "mask ms", "of GEMM"},
-  };
+      .rows = {},
+      .notes = {}};
   auto splash_of = [&](const std::string& name) -> const bench::Measurement* {
     auto it = ran.find("splash/" + name);
     return it == ran.end() ? nullptr : &it->second;
@@ -261,7 +262,8 @@ int run_comparison(int argc, char** argv) {
     const bool has_ref = ref != ran.end();
     bench::Row row{.name = c.name,
                    .titan = c.flops / s->seconds / 1e9,
-                   .torch = torch.results.rates(c.name, c.flops / 1e9)};
+                   .torch = torch.results.rates(c.name, c.flops / 1e9),
+                   .extra = {}};
     const auto best = bench::best_f32(row);
     const bool has_torch = best.has_value();
     row.extra = {bench::fixed(s->seconds * 1e3, 1),
@@ -342,7 +344,8 @@ int run_sweep(int argc, char** argv) {
                      .reference_label = "none",
                      .variants = {""},
                      .extra_headers = {"ms", "peak"},
-  };
+                     .rows = {},
+                     .notes = {}};
   for (const SweepCase& c : cases) {
     auto it = ran.find(c.name);
     if (it == ran.end()) continue;
@@ -353,7 +356,12 @@ int run_sweep(int argc, char** argv) {
          .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes)}});
   }
   bench::print_table(
-      table, {.available = false, .about = "block-size sweep: splash only"});
+      table, bench::TorchResults{.available = false,
+                                 .about = "block-size sweep: splash only",
+                                 .seconds = {},
+                                 .first_call_seconds = {},
+                                 .impl = {},
+                                 .errors = {}});
   return 0;
 }
 

@@ -271,12 +271,13 @@ int main(int argc, char** argv) {
       .title = "Memory-bound kernels, f32 (GB/s = bytes counted / median seconds, 1 GB = 1e9 B)",
       .unit = "GB/s",
       .extra_headers = {"titan ms", "torch best f32 ms", "MB counted", "titan peak"},
-  };
+      .rows = {},
+      .notes = {}};
   for (const KernelCase& c : cases) {
     auto it = titan_runs.find(c.name);
     if (it == titan_runs.end()) continue;
     const bench::Measurement& m = it->second;
-    bench::Row row{.name = c.name, .titan = c.bytes / m.seconds / 1e9, .torch = torch.rates(c.name, c.bytes / 1e9)};
+    bench::Row row{.name = c.name, .titan = c.bytes / m.seconds / 1e9, .torch = torch.rates(c.name, c.bytes / 1e9), .extra = {}};
     const auto best = bench::best_f32(row);
     row.extra = {bench::fixed(m.seconds * 1e3, 2), best ? bench::fixed(c.bytes / 1e9 / best->second * 1e3, 2) : "n/a",
                  bench::fixed(c.bytes / 1e6, 0), bench::mib(m.peak_bytes)};

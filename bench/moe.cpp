@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     const bool has_dispatch = d != ran.end();
     auto gm = ran.find("gemms/" + s.name());
     const bool has_gemms = gm != ran.end();
-    bench::Row row{.name = s.name(), .titan = s.flops() / m.seconds / 1e9, .torch = torch.rates("moe/" + s.name(), s.flops() / 1e9)};
+    bench::Row row{.name = s.name(), .titan = s.flops() / m.seconds / 1e9, .torch = torch.rates("moe/" + s.name(), s.flops() / 1e9), .extra = {}};
     const auto best = bench::best_f32(row);
     const std::optional<double> t = best ? std::optional(s.flops() / 1e9 / best->second) : std::nullopt;
     row.extra = {bench::fixed(m.seconds * 1e3, 1), t ? bench::fixed(*t * 1e3, 1) : "n/a",

@@ -446,7 +446,8 @@ int main(int argc, char** argv) {
                      .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s",
                                        "titan %SGEMM", "torch %SGEMM", "titan tok/s by round",
                                        "torch tok/s by round", "GEMMs ms", "floor ms", "torch/floor"},
-  };
+                     .rows = {},
+                     .notes = {}};
   bench::Table memory{
       .title =
           "Peak memory of the timed steps: RSS growth over the process before the model "
@@ -455,7 +456,8 @@ int main(int argc, char** argv) {
       .variants = variants,
       .higher_is_better = false,
       .extra_headers = {"titan alloc peak", "titan RSS peak", "torch RSS peak", "16 B x params"},
-  };
+      .rows = {},
+      .notes = {}};
   bench::Table ac{
       .title = "Activation checkpointing in titan: allocator peak of the timed steps",
       .unit = "MiB",
@@ -464,14 +466,15 @@ int main(int argc, char** argv) {
       .variants = {""},
       .higher_is_better = false,
       .extra_headers = {"saved", "RSS growth none", "RSS growth full", "full: tokens/s", "full: step time"},
-  };
+      .rows = {},
+      .notes = {}};
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<std::string> verdicts;
   for (const Result& r : results) {
     const Config& c = *r.config;
     const double tokens = static_cast<double>(c.batch * c.seq);
     const double fpt = r.summary.flops_per_token;
-    bench::Row row{.name = c.name};
+    bench::Row row{.name = c.name, .titan = {}, .torch = {}, .extra = {}};
     std::optional<double> titan_s;
     if (r.titan.ok()) titan_s = r.titan.step_seconds();
     for (const auto& [variant, side] : r.torch)
@@ -507,7 +510,7 @@ int main(int argc, char** argv) {
                           ", batch " + std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) +
                           " tokens/step); " + bench::fixed(fpt / 1e6, 1) + " MFLOP/token");
 
-    bench::Row mem{.name = c.name};
+    bench::Row mem{.name = c.name, .titan = {}, .torch = {}, .extra = {}};
     if (r.titan.ok()) mem.titan = r.titan.rss_growth() / kMiB;
     for (const auto& [variant, side] : r.torch)
       if (side.ok()) mem.torch[variant] = side.rss_growth() / kMiB;
@@ -587,7 +590,9 @@ int main(int argc, char** argv) {
       "both columns are titan (activation_checkpoint.mode none vs full, one round each for full); "
       "AC none/AC full above 1: full checkpointing needs that many times less. step time: full's over "
       "none's."};
-  const bench::TorchResults titan_only{.available = true, .about = "activation checkpointing: titan only"};
+  bench::TorchResults titan_only;
+  titan_only.available = true;
+  titan_only.about = "activation checkpointing: titan only";
 
   bench::print_table(speed, torch_about);
   bench::print_table(memory, torch_about);

@@ -334,7 +334,11 @@ TorchResults read_torch_reply(const nlohmann::json& reply, const std::string& sc
 }
 
 TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads) {
-  if (cases.empty()) return {.about = "no cases ran, so none were timed in PyTorch"};
+  if (cases.empty()) {
+    TorchResults none;
+    none.about = "no cases ran, so none were timed in PyTorch";
+    return none;
+  }
   nlohmann::json request = {{"threads", threads}, {"cases", nlohmann::json::array()}};
   for (const TorchCase& c : cases) {
     nlohmann::json j = c.spec;
