@@ -6,11 +6,12 @@ Argument: a JSON file {"ranks", "threads", "seq", "batch_per_rank", "warmup", "s
 TorchTitan's Llama 3 debugmodel (bench/llama3_torch.py: 6 blocks, dim 256, vocab 2048) sharded
 with torch.distributed.fsdp.fully_shard per transformer block and at the root, as TorchTitan does
 (reshard_after_forward left at its default). A step: forward, F.cross_entropy, backward,
-clip_grad_norm_ 1.0, AdamW (foreach: the fused CPU kernel does not take FSDP's DTensor shards).
-Then rank 0 alone trains the unsharded model on its batch, as titan's "one rank" figure does.
+clip_grad_norm_ 1.0, AdamW (foreach, as for DTensor shards). Then one process alone trains the
+unsharded model on rank 0's batch, as titan's "one rank" figure does.
 
 Peak memory per rank is the resident high-water mark over the timed steps (reset after warm-up)
-less the resident size before the model was built, the largest over ranks.
+less the resident size before the model was built (torch and its distributed modules already
+loaded), the largest over ranks.
 
 Prints one JSON line on stdout: {environment(), "ranks", "step_seconds", "one_rank_step_seconds",
 "rss_growth", "one_rank_rss_growth"}, or {"error"}. Progress goes to stderr.
@@ -25,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-def train(request, torch, rank, shard):
+def train(request, torch, rank, shard, fully_shard=None):
     """(mean seconds per timed step, resident growth) of this rank."""
     import torch.nn.functional as F
 
@@ -41,7 +42,6 @@ def train(request, torch, rank, shard):
     model = llama3_torch.Transformer(args)
     model.init_weights(torch.Generator().manual_seed(1))
     if shard:
-        from torch.distributed.fsdp import fully_shard
         for block in model.layers:
             fully_shard(block)
         fully_shard(model)
@@ -69,23 +69,25 @@ def train(request, torch, rank, shard):
 
 
 def rank_main(rank, request, port, queue):
+    """One rank of FSDP2, or (port None) the one unsharded process; rank 0 puts the figures."""
     os.environ["OMP_NUM_THREADS"] = str(request["threads"])
     import torch
     import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
 
     torch.set_num_threads(request["threads"])
+    if port is None:
+        seconds, growth = train(request, torch, 0, shard=False)
+        queue.put({"one_rank_step_seconds": seconds, "one_rank_rss_growth": growth})
+        return
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=request["ranks"])
     try:
-        seconds, growth = train(request, torch, rank, shard=True)
+        seconds, growth = train(request, torch, rank, shard=True, fully_shard=fully_shard)
         worst = torch.tensor([seconds, float(growth)], dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        dist.barrier()
         if rank == 0:
-            one_seconds, one_growth = train(request, torch, rank, shard=False)
-            queue.put({"step_seconds": worst[0].item(), "rss_growth": worst[1].item(),
-                       "one_rank_step_seconds": one_seconds, "one_rank_rss_growth": one_growth})
-        dist.barrier()
+            queue.put({"step_seconds": worst[0].item(), "rss_growth": worst[1].item()})
     finally:
         dist.destroy_process_group()
 
@@ -109,10 +111,12 @@ def main():
     try:
         mp.start_processes(rank_main, args=(request, free_port(), queue), nprocs=request["ranks"],
                            start_method="spawn")
+        sharded = queue.get()
+        mp.start_processes(rank_main, args=(request, None, queue), nprocs=1, start_method="spawn")
     except Exception as e:  # noqa: BLE001 -- a rank's failure arrives as ProcessRaisedException
         print(json.dumps({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
         return 0
-    print(json.dumps({**environment(torch), "ranks": request["ranks"], **queue.get()}))
+    print(json.dumps({**environment(torch), "ranks": request["ranks"], **sharded, **queue.get()}))
     return 0
 
 

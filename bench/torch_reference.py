@@ -136,12 +136,13 @@ BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": sof
             "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw, "moe": moe}
 
 
-def variant_fn(fn, variant, torch):
-    """fn as `variant` runs it: through torch.compile (default inductor backend, shapes specialised
-    as each case has its own) when it starts with "compile", and under CPU bf16 autocast when it
-    ends with "bf16". Anything between names the builder's implementation (e.g. "grouped_mm")."""
+def variant_fn(fn, variant, torch, dynamic=False):
+    """fn as `variant` runs it: through torch.compile (default inductor backend; dynamic=False
+    specialises on the shapes, as each case compiles its own) when it starts with "compile", and
+    under CPU bf16 autocast when it ends with "bf16". Anything between names the builder's
+    implementation (e.g. "grouped_mm")."""
     if variant.startswith("compile"):
-        fn = torch.compile(fn, dynamic=False)
+        fn = torch.compile(fn, dynamic=dynamic)
     if variant.endswith("bf16"):
         inner = fn
 
