@@ -36,6 +36,7 @@ class Built(NamedTuple):
     fn: Callable
     inputs: Optional[list] = None  # what bwd differentiates
     impl: str = ""  # which implementation torch picked, when it has several
+    dynamic: Optional[bool] = False  # torch.compile's; None: automatic, for shapes that vary by call
 
 
 def rms_norm(case, torch):
@@ -129,7 +130,10 @@ def moe(case, torch):
         block.experts.gate_up_proj.normal_(0, d ** -0.5)
         block.experts.down_proj.normal_(0, h ** -0.5)
     x = torch.randn(1, case["tokens"], d, requires_grad=True)
-    return Built(lambda: block(x), [x, *block.parameters()], f"transformers experts implementation {impl!r}")
+    # Each expert's row count differs, call to call: with shapes specialised, every count would
+    # recompile, and past the recompile limit run eager without a word.
+    return Built(lambda: block(x), [x, *block.parameters()], f"transformers experts implementation {impl!r}",
+                 dynamic=None)
 
 
 BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": softmax,
@@ -155,7 +159,7 @@ def variant_fn(fn, variant, torch, dynamic=False):
 def callable_for(case, torch):
     """(the timed callable, the implementation note); for bwd the graph is built here, once."""
     built = BUILDERS[case["op"]](case, torch)
-    fn = variant_fn(built.fn, case["variant"], torch)
+    fn = variant_fn(built.fn, case["variant"], torch, built.dynamic)
     mode = case["mode"]
     if mode == "step":
         return fn, built.impl
