@@ -132,8 +132,7 @@ def moe(case, torch):
     x = torch.randn(1, case["tokens"], d, requires_grad=True)
     # Each expert's row count differs, call to call: with shapes specialised, every count would
     # recompile, and past the recompile limit run eager without a word.
-    return Built(lambda: block(x), [x, *block.parameters()], f"transformers experts implementation {impl!r}",
-                 dynamic=None)
+    return Built(lambda: block(x), [x, *block.parameters()], dynamic=None)
 
 
 BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": softmax,
@@ -150,9 +149,9 @@ def variant_fn(fn, variant, torch, dynamic=False):
     if variant.endswith("bf16"):
         inner = fn
 
-        def fn():
+        def fn(*args):
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                return inner()
+                return inner(*args)
     return fn
 
 
