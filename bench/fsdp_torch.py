@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch 2 FSDP2 on the CPU for bench/fsdp.cpp: the same model, sizes and ranks as titan's FSDP.
 
-Argument: a JSON file {"ranks", "threads", "seq", "batch_per_rank", "warmup", "steps"}. Starts
+Argument: a JSON file {"ranks", "threads", "variant", "seq", "batch_per_rank", "warmup", "steps"}. Starts
 `ranks` processes (torch.multiprocessing, gloo over localhost), each with `threads` threads, on
 TorchTitan's Llama 3 debugmodel (bench/llama3_torch.py: 6 blocks, dim 256, vocab 2048) sharded
 with torch.distributed.fsdp.fully_shard per transformer block and at the root, as TorchTitan does
-(reshard_after_forward left at its default). A step: forward, F.cross_entropy, backward,
+(reshard_after_forward left at its default); variant "compile" first compiles each block with
+torch.compile(fullgraph=True), as TorchTitan does before sharding (the first, warm-up step
+compiles). A step: forward, F.cross_entropy, backward,
 clip_grad_norm_ 1.0, AdamW (foreach, as for DTensor shards). Then one process alone trains the
 unsharded model on rank 0's batch, as titan's "one rank" figure does.
 
@@ -13,8 +15,9 @@ Peak memory per rank is the resident high-water mark over the timed steps (reset
 less the resident size before the model was built (torch and its distributed modules already
 loaded), the largest over ranks.
 
-Prints one JSON line on stdout: {environment(), "ranks", "step_seconds", "one_rank_step_seconds",
-"rss_growth", "one_rank_rss_growth"}, or {"error"}. Progress goes to stderr.
+Prints one JSON line on stdout: {environment(), "ranks", "variant", "step_seconds",
+"first_step_seconds", "one_rank_step_seconds", "rss_growth", "one_rank_rss_growth"} (step times and
+growth: the slowest and largest rank's), or {"error"}. Progress goes to stderr.
 """
 import json
 import os
@@ -27,7 +30,7 @@ sys.path.insert(0, HERE)
 
 
 def train(request, torch, rank, shard, fully_shard=None):
-    """(mean seconds per timed step, resident growth) of this rank."""
+    """(mean seconds per timed step, seconds of the first step, resident growth) of this rank."""
     import torch.nn.functional as F
 
     import llama3_torch
@@ -41,6 +44,9 @@ def train(request, torch, rank, shard, fully_shard=None):
     baseline = status_bytes("VmRSS")
     model = llama3_torch.Transformer(args)
     model.init_weights(torch.Generator().manual_seed(1))
+    if request["variant"].startswith("compile"):
+        for i, block in enumerate(model.layers):
+            model.layers.register_module(str(i), torch.compile(block, fullgraph=True))
     if shard:
         for block in model.layers:
             fully_shard(block)
@@ -55,8 +61,10 @@ def train(request, torch, rank, shard, fully_shard=None):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
+    start = time.perf_counter()
     for _ in range(request["warmup"]):
         step()
+    first = time.perf_counter() - start
     reset_peak_rss()
     if shard:
         torch.distributed.barrier()
@@ -65,7 +73,7 @@ def train(request, torch, rank, shard, fully_shard=None):
         step()
     if shard:
         torch.distributed.barrier()
-    return (time.perf_counter() - start) / request["steps"], status_bytes("VmHWM") - baseline
+    return (time.perf_counter() - start) / request["steps"], first, status_bytes("VmHWM") - baseline
 
 
 def rank_main(rank, request, port, queue):
@@ -77,17 +85,18 @@ def rank_main(rank, request, port, queue):
 
     torch.set_num_threads(request["threads"])
     if port is None:
-        seconds, growth = train(request, torch, 0, shard=False)
+        seconds, _, growth = train(request, torch, 0, shard=False)
         queue.put({"one_rank_step_seconds": seconds, "one_rank_rss_growth": growth})
         return
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=request["ranks"])
     try:
-        seconds, growth = train(request, torch, rank, shard=True, fully_shard=fully_shard)
-        worst = torch.tensor([seconds, float(growth)], dtype=torch.float64)
+        figures = train(request, torch, rank, shard=True, fully_shard=fully_shard)
+        worst = torch.tensor([float(f) for f in figures], dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         if rank == 0:
-            queue.put({"step_seconds": worst[0].item(), "rss_growth": worst[1].item()})
+            queue.put({"step_seconds": worst[0].item(), "first_step_seconds": worst[1].item(),
+                       "rss_growth": worst[2].item()})
     finally:
         dist.destroy_process_group()
 
@@ -116,7 +125,8 @@ def main():
     except Exception as e:  # noqa: BLE001 -- a rank's failure arrives as ProcessRaisedException
         print(json.dumps({"error": f"{type(e).__name__}: {str(e)[:500]}"}))
         return 0
-    print(json.dumps({**environment(torch), "ranks": request["ranks"], **sharded, **queue.get()}))
+    print(json.dumps({**environment(torch), "ranks": request["ranks"], "variant": request["variant"], **sharded,
+                      **queue.get()}))
     return 0
 
 

@@ -90,27 +90,6 @@ llama3::ModelArgs model_args(const Config& c) {
 constexpr double kLr = 8e-4, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kWeightDecay = 0.1, kMaxNorm = 1.0;
 constexpr uint64_t kSeed = 0;
 
-int64_t status_bytes(const std::string& field) {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    std::istringstream s(line.substr(field.size() + 1));
-    int64_t kib = 0;
-    s >> kib;
-    return kib * 1024;
-  }
-  TITAN_CHECK(false, "bench_train_step: no ", field, " in /proc/self/status");
-  return 0;
-}
-
-void reset_peak_rss() {
-  // "5" resets VmHWM to the current resident set (Linux >= 4.0).
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  TITAN_CHECK(f.good(),
-              "bench_train_step: cannot write /proc/self/clear_refs to reset the peak resident set");
-}
-
 // The step's linear-layer GEMMs alone: ops::linear forward and its backward (the input and
 // weight gradients) for every projection and the output head, on tensors of the step's shapes.
 // Attention's products are left out.
@@ -158,7 +137,7 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   titan::data::Batch batch{Tensor::from_vector(inputs, {c.batch, c.seq}),
                            Tensor::from_vector(labels, {c.batch, c.seq})};
 
-  const int64_t rss_baseline = status_bytes("VmRSS");
+  const int64_t rss_baseline = bench::status_bytes("VmRSS");
   titan::Generator gen(kSeed);
   TITAN_CHECK(attention == "splash" || attention == "reference",
               "bench_train_step: --attention is splash or reference, got '", attention, "'");
@@ -177,7 +156,7 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   std::vector<double> seconds, losses;
   for (int i = 0; i < warmup + steps; ++i) {
     if (i == warmup) {
-      reset_peak_rss();
+      bench::reset_peak_rss();
       titan::CpuAllocator::instance().reset_peak();
     }
     auto t0 = std::chrono::steady_clock::now();
@@ -193,7 +172,7 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   json reply = {{"step_seconds", seconds},
                 {"losses", losses},
                 {"rss_baseline", rss_baseline},
-                {"rss_peak", status_bytes("VmHWM")},
+                {"rss_peak", bench::status_bytes("VmHWM")},
                 {"alloc_peak", mem.peak_allocated_bytes},
                 {"alloc_reserved", mem.reserved_bytes}};
   // After the memory figures: its buffers are not the step's.

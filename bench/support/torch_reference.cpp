@@ -185,6 +185,26 @@ std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
   return collector.results;
 }
 
+int64_t status_bytes(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::istringstream s(line.substr(field.size() + 1));
+    int64_t kib = 0;
+    s >> kib;
+    return kib * 1024;
+  }
+  TITAN_CHECK(false, "bench: no ", field, " in /proc/self/status");
+  return 0;
+}
+
+void reset_peak_rss() {
+  // "5" resets VmHWM to the current resident set (Linux >= 4.0).
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  TITAN_CHECK(f.good(), "bench: cannot write /proc/self/clear_refs to reset the peak resident set");
+}
+
 double median(std::vector<double> v) {
   TITAN_CHECK(!v.empty(), "bench: median of nothing");
   std::sort(v.begin(), v.end());

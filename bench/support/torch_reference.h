@@ -175,6 +175,11 @@ std::string cpu_summary();
 std::string machine_summary();
 void mark_start();
 
+// A field of /proc/self/status in bytes ("VmRSS": resident now, "VmHWM": its high-water mark).
+int64_t status_bytes(const std::string& field);
+// Resets VmHWM to the resident set now, so that it measures what follows.
+void reset_peak_rss();
+
 // The middle value, or the mean of the two middle values; `v` must not be empty.
 double median(std::vector<double> v);
 
