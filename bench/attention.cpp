@@ -355,13 +355,12 @@ int run_sweep(int argc, char** argv) {
          .torch = {},
          .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes)}});
   }
-  bench::print_table(
-      table, bench::TorchResults{.available = false,
-                                 .about = "block-size sweep: splash only",
-                                 .seconds = {},
-                                 .first_call_seconds = {},
-                                 .impl = {},
-                                 .errors = {}});
+  bench::print_table(table, bench::TorchResults{.available = false,
+                                                .about = "block-size sweep: splash only",
+                                                .seconds = {},
+                                                .first_call_seconds = {},
+                                                .impl = {},
+                                                .errors = {}});
   return 0;
 }
 

@@ -160,7 +160,8 @@ nlohmann::json run_echoing(const std::string& command) {
 }
 
 // titan's figures beside FSDP2's, eager and compiled (`torch`: reply by variant).
-void print_comparison(int ranks, const nlohmann::json& titan, const std::map<std::string, nlohmann::json>& torch) {
+void print_comparison(int ranks, const nlohmann::json& titan,
+                      const std::map<std::string, nlohmann::json>& torch) {
   std::printf("titan FSDP vs PyTorch 2 FSDP2 (fully_shard per block and root, gloo), %d ranks:\n", ranks);
   if (titan.contains("error")) {
     std::printf("  no comparison: titan %s\n", titan["error"].get<std::string>().c_str());

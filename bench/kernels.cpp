@@ -121,21 +121,11 @@ void add_fwd_bwd(std::vector<KernelCase>& cases, const std::string& key, const j
   json f = spec, b = spec;
   f["mode"] = "fwd";
   b["mode"] = "bwd";
-  cases.push_back({key + "/fwd",
-                   fwd.first,
-                   fwd.second,
-                   plan,
-                   f,
-                   [=, bytes = fwd.first](benchmark::State& s) {
+  cases.push_back({key + "/fwd", fwd.first, fwd.second, plan, f, [=, bytes = fwd.first](benchmark::State& s) {
                      In& in = bench::cached_inputs<In>(key, make);
                      time_forward(s, bytes, [&] { return forward(in); });
                    }});
-  cases.push_back({key + "/bwd",
-                   bwd.first,
-                   bwd.second,
-                   plan,
-                   b,
-                   [=, bytes = bwd.first](benchmark::State& s) {
+  cases.push_back({key + "/bwd", bwd.first, bwd.second, plan, b, [=, bytes = bwd.first](benchmark::State& s) {
                      In& in = bench::cached_inputs<In>(key, make);
                      Tensor out = forward(in);
                      time_backward(s, bytes, out, grad_for(out), wrt(in));
@@ -229,11 +219,7 @@ std::vector<KernelCase> kernel_cases() {
                  {"beta1", hyper.beta1}, {"beta2", hyper.beta2},
                  {"eps", hyper.eps},     {"weight_decay", hyper.weight_decay}};
     std::string key = "adamw/" + std::to_string(n >> 20) + "M";
-    cases.push_back({key + "/step",
-                     kF32 * 7 * double(n),
-                     "4*7P: read p, g, m, v; write p, m, v",
-                     plan,
-                     spec,
+    cases.push_back({key + "/step", kF32 * 7 * double(n), "4*7P: read p, g, m, v; write p, m, v", plan, spec,
                      [=](benchmark::State& s) mutable {
                        AdamWIn& in = bench::cached_inputs<AdamWIn>(key, [&] {
                          return AdamWIn{randn({n}, 9, false), randn({n}, 10, false), Tensor::zeros({n}),
@@ -277,9 +263,13 @@ int main(int argc, char** argv) {
     auto it = titan_runs.find(c.name);
     if (it == titan_runs.end()) continue;
     const bench::Measurement& m = it->second;
-    bench::Row row{.name = c.name, .titan = c.bytes / m.seconds / 1e9, .torch = torch.rates(c.name, c.bytes / 1e9), .extra = {}};
+    bench::Row row{.name = c.name,
+                   .titan = c.bytes / m.seconds / 1e9,
+                   .torch = torch.rates(c.name, c.bytes / 1e9),
+                   .extra = {}};
     const auto best = bench::best_f32(row);
-    row.extra = {bench::fixed(m.seconds * 1e3, 2), best ? bench::fixed(c.bytes / 1e9 / best->second * 1e3, 2) : "n/a",
+    row.extra = {bench::fixed(m.seconds * 1e3, 2),
+                 best ? bench::fixed(c.bytes / 1e9 / best->second * 1e3, 2) : "n/a",
                  bench::fixed(c.bytes / 1e6, 0), bench::mib(m.peak_bytes)};
     table.rows.push_back(std::move(row));
     table.notes.push_back("bytes " + c.name + ": " + c.formula);

@@ -189,12 +189,13 @@ int main(int argc, char** argv) {
   bench::Table table{.title =
                          "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
                          "(GFLOP/s = 6 x (k x 3 x dim x hidden + dim x experts) x tokens / median s; "
-                         "medians of " + std::to_string(timed.rounds) + " interleaved rounds per side)",
+                         "medians of " +
+                         std::to_string(timed.rounds) + " interleaved rounds per side)",
                      .unit = "GFLOP/s",
                      .titan_label = "titan",
                      .variants = kMoeVariants,
-                     .extra_headers = {"titan ms", "torch best ms", "dispatch ms", "dispatch share", "GEMMs ms",
-                                       "torch/GEMMs", "titan peak"},
+                     .extra_headers = {"titan ms", "torch best ms", "dispatch ms", "dispatch share",
+                                       "GEMMs ms", "torch/GEMMs", "titan peak"},
                      .rows = {},
                      .notes = {}};
   for (const Shape& s : shapes) {
@@ -205,10 +206,14 @@ int main(int argc, char** argv) {
     const bool has_dispatch = d != ran.end();
     auto gm = ran.find("gemms/" + s.name());
     const bool has_gemms = gm != ran.end();
-    bench::Row row{.name = s.name(), .titan = s.flops() / m.seconds / 1e9, .torch = torch.rates("moe/" + s.name(), s.flops() / 1e9), .extra = {}};
+    bench::Row row{.name = s.name(),
+                   .titan = s.flops() / m.seconds / 1e9,
+                   .torch = torch.rates("moe/" + s.name(), s.flops() / 1e9),
+                   .extra = {}};
     const auto best = bench::best_f32(row);
     const std::optional<double> t = best ? std::optional(s.flops() / 1e9 / best->second) : std::nullopt;
-    row.extra = {bench::fixed(m.seconds * 1e3, 1), t ? bench::fixed(*t * 1e3, 1) : "n/a",
+    row.extra = {bench::fixed(m.seconds * 1e3, 1),
+                 t ? bench::fixed(*t * 1e3, 1) : "n/a",
                  has_dispatch ? bench::fixed(d->second.seconds * 1e3, 2) : "n/a",
                  has_dispatch ? bench::fixed(100 * d->second.seconds / m.seconds, 1) + "%" : "n/a",
                  has_gemms ? bench::fixed(gm->second.seconds * 1e3, 1) : "n/a",

@@ -382,11 +382,13 @@ int main(int argc, char** argv) {
         json reply = run_torch_round(*c, variant, threads, c->warmup, steps);
         if (compiled && reply.contains("first_step_seconds")) {
           const double first = reply["first_step_seconds"].get<double>();
-          compile_notes.push_back(c->name + " round " + std::to_string(round) + " " + variant + ": first step " +
-                                  bench::fixed(first, 1) + " s (compiles forward and backward; a warm-up step)");
+          compile_notes.push_back(c->name + " round " + std::to_string(round) + " " + variant +
+                                  ": first step " + bench::fixed(first, 1) +
+                                  " s (compiles forward and backward; a warm-up step)");
           if (first > kCompileBudgetSeconds)
-            compile_skipped = "torch.compile skipped after config " + c->name + " round " + std::to_string(round) +
-                              " (" + variant + "): its first step, the compilation, took " + bench::fixed(first, 0) +
+            compile_skipped = "torch.compile skipped after config " + c->name + " round " +
+                              std::to_string(round) + " (" + variant +
+                              "): its first step, the compilation, took " + bench::fixed(first, 0) +
                               " s, over the budget of " + bench::fixed(kCompileBudgetSeconds, 0) +
                               " s, so the remaining compiled rounds of this config and all of larger configs "
                               "were not run";
@@ -410,12 +412,14 @@ int main(int argc, char** argv) {
       for (const json& t : side.rounds)
         if (!torch_about.available) {
           torch_about.available = true;
-          torch_about.about = bench::describe_torch(t) + "; optimizer " + t.value("optimizer", std::string("?"));
+          torch_about.about =
+              bench::describe_torch(t) + "; optimizer " + t.value("optimizer", std::string("?"));
         }
   if (!torch_about.available) torch_about.about = "PyTorch reference unavailable";
   for (const Result& r : results)
     for (const auto& [variant, side] : r.torch)
-      for (const std::string& e : side.errors) torch_about.errors["train_step/" + r.config->name + " [" + variant + "]"] = e;
+      for (const std::string& e : side.errors)
+        torch_about.errors["train_step/" + r.config->name + " [" + variant + "]"] = e;
 
   bench::Table speed{.title = "Llama 3 training step, f32, titan with " + attention +
                               " attention, tokens/s (median step over " + std::to_string(rounds) +
@@ -518,8 +522,8 @@ int main(int argc, char** argv) {
       std::string losses = c.name + ": first-step loss titan " + bench::fixed(r.titan.first_loss(), 3);
       for (const auto& [variant, side] : r.torch)
         if (side.ok()) losses += ", torch " + variant + " " + bench::fixed(side.first_loss(), 3);
-      speed.notes.push_back(losses + " (ln vocab " + bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) +
-                            ")");
+      speed.notes.push_back(losses + " (ln vocab " +
+                            bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) + ")");
     }
     if ((c.name == "M" || c.name == "L") && row.titan && best && mem.titan && least) {
       const double speedup = *row.titan / best->second, mem_ratio = *mem.titan / least->second;
@@ -561,7 +565,8 @@ int main(int argc, char** argv) {
   memory.notes = {
       "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "
       "both sides release init's temporaries (titan empty_cache, torch gc; both malloc_trim) before step 1. "
-      "titan/best f32 below 1: titan uses less than the least of torch's f32 variants. Both sides run with the same GLIBC_TUNABLES (malloc's blocks in "
+      "titan/best f32 below 1: titan uses less than the least of torch's f32 variants. Both sides run with "
+      "the same GLIBC_TUNABLES (malloc's blocks in "
       "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps.",
       "titan alloc peak: CpuAllocator peak_allocated_bytes over the timed steps (live tensors only). "
       "16 B x params: weights, gradients and both AdamW moments in f32, the floor for either side."};

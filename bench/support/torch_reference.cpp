@@ -263,7 +263,8 @@ Interleaved run_interleaved(
         double& first = out.torch.first_call_seconds[name][variant];
         first = std::max(first, s);
       }
-    for (const auto& [name, by_variant] : t.impl) out.torch.impl[name].insert(by_variant.begin(), by_variant.end());
+    for (const auto& [name, by_variant] : t.impl)
+      out.torch.impl[name].insert(by_variant.begin(), by_variant.end());
     for (const auto& [name, e] : t.errors) out.torch.errors[name] = e;
   }
   for (const auto& [name, v] : titan_seconds) out.titan[name].seconds = median(v);
@@ -313,11 +314,12 @@ nlohmann::json run_torch_script(const std::string& script, const nlohmann::json&
   const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
   // The script's progress goes to stderr (the terminal); stdout carries one JSON line.
-  const std::string command = with_malloc_tunables(shell_quote(python) + " " +
-                                                   shell_quote(std::string(TITAN_SOURCE_DIR) + "/bench/" + script) +
-                                                   " " + shell_quote(path));
+  const std::string command = with_malloc_tunables(
+      shell_quote(python) + " " + shell_quote(std::string(TITAN_SOURCE_DIR) + "/bench/" + script) + " " +
+      shell_quote(path));
   std::cout << "\n$ " << command << "\n" << std::flush;
-  nlohmann::json reply = written ? run_for_json(command) : nlohmann::json{{"error", "cannot write the request"}};
+  nlohmann::json reply =
+      written ? run_for_json(command) : nlohmann::json{{"error", "cannot write the request"}};
   std::remove(path);
   return reply;
 }
@@ -328,8 +330,9 @@ std::string describe_torch(const nlohmann::json& reply) {
   };
   return "torch: PyTorch " + field("torch") + " on the CPU, " + std::to_string(reply.value("threads", 0)) +
          " threads; BLAS " + field("blas") + ", oneDNN " + field("onednn") + ", ATen CPU capability " +
-         field("cpu_capability") + "; torch.compile: inductor (TORCHINDUCTOR_COMPILE_THREADS=" +
-         field("compile_threads") + "); GLIBC_TUNABLES=" + field("glibc_tunables");
+         field("cpu_capability") +
+         "; torch.compile: inductor (TORCHINDUCTOR_COMPILE_THREADS=" + field("compile_threads") +
+         "); GLIBC_TUNABLES=" + field("glibc_tunables");
 }
 
 TorchResults read_torch_reply(const nlohmann::json& reply, const std::string& script) {
@@ -386,7 +389,8 @@ std::string mib(double bytes) {
 std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better) {
   std::optional<std::pair<std::string, double>> best;
   for (const auto& [variant, v] : row.torch)
-    if (is_f32(variant) && (!best || (higher_is_better ? v > best->second : v < best->second))) best = {variant, v};
+    if (is_f32(variant) && (!best || (higher_is_better ? v > best->second : v < best->second)))
+      best = {variant, v};
   return best;
 }
 
@@ -452,11 +456,15 @@ void print_table(const Table& table, const TorchResults& reference) {
     std::string line;
     for (const auto& [variant, s] : by_variant)
       if (variant.rfind("compile", 0) == 0) line += " " + variant + " " + fixed(s, 1) + " s;";
-    if (!line.empty()) std::cout << "torch.compile first call (compilation, not in the figures), " << name << ":" << line << "\n";
+    if (!line.empty())
+      std::cout << "torch.compile first call (compilation, not in the figures), " << name << ":" << line
+                << "\n";
   }
   for (const auto& [name, by_variant] : reference.impl)
-    for (const auto& [variant, impl] : by_variant) std::cout << "torch " << name << " [" << variant << "]: " << impl << "\n";
-  for (const auto& [name, why] : reference.errors) std::cout << "torch failed on " << name << ": " << why << "\n";
+    for (const auto& [variant, impl] : by_variant)
+      std::cout << "torch " << name << " [" << variant << "]: " << impl << "\n";
+  for (const auto& [name, why] : reference.errors)
+    std::cout << "torch failed on " << name << ": " << why << "\n";
   for (const std::string& n : table.notes) std::cout << n << "\n";
   std::cout << machine_summary() << "\n" << std::flush;
 }
@@ -485,9 +493,8 @@ std::string blas_kernels_summary() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const char* detected = std::getenv(kDetectedBlasKernels);
   if (coretype && detected)
-    return s + " (OPENBLAS_CORETYPE=" + coretype +
-           ", set by the benchmark for titan: OpenBLAS detected " + detected +
-           ", older than this CPU)";
+    return s + " (OPENBLAS_CORETYPE=" + coretype + ", set by the benchmark for titan: OpenBLAS detected " +
+           detected + ", older than this CPU)";
   if (coretype) return s + " (OPENBLAS_CORETYPE=" + coretype + ")";
   return s + " (detected)";
 }

@@ -169,9 +169,9 @@ std::string blas_kernels_summary();
 // avx512_bf16, amx_bf16), from /proc/cpuinfo.
 std::string cpu_summary();
 
-// The CPU, cores, titan's threads, the BLAS kernels, and the share of the CPUs that other processes took since
-// run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from
-// others (a compile) makes every figure noisy.
+// The CPU, cores, titan's threads, the BLAS kernels, and the share of the CPUs that other processes took
+// since run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from others (a
+// compile) makes every figure noisy.
 std::string machine_summary();
 void mark_start();
 
