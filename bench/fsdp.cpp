@@ -21,10 +21,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "support/torch_reference.h"
 #include "titan/core/allocator.h"
@@ -161,7 +161,7 @@ nlohmann::json run_echoing(const std::string& command) {
 
 // titan's figures beside FSDP2's, eager and compiled (`torch`: reply by variant).
 void print_comparison(int ranks, const nlohmann::json& titan,
-                      const std::map<std::string, nlohmann::json>& torch) {
+                      const std::vector<std::pair<std::string, nlohmann::json>>& torch) {
   std::printf("titan FSDP vs PyTorch 2 FSDP2 (fully_shard per block and root, gloo), %d ranks:\n", ranks);
   if (titan.contains("error")) {
     std::printf("  no comparison: titan %s\n", titan["error"].get<std::string>().c_str());
@@ -172,17 +172,18 @@ void print_comparison(int ranks, const nlohmann::json& titan,
     const char* label;
     const char* key;
     double scale;
+    int decimals;
   };
-  const Line lines[] = {{"step time (s)", "step_seconds", 1.0},
-                        {"one rank, unsharded (s)", "one_rank_step_seconds", 1.0},
-                        {"RSS growth per rank (MiB)", "rss_growth", mib},
-                        {"one rank RSS growth (MiB)", "one_rank_rss_growth", mib}};
+  const Line lines[] = {{"step time (s)", "step_seconds", 1.0, 3},
+                        {"one rank, unsharded (s)", "one_rank_step_seconds", 1.0, 3},
+                        {"RSS growth per rank (MiB)", "rss_growth", mib, 1},
+                        {"one rank RSS growth (MiB)", "one_rank_rss_growth", mib, 1}};
   std::printf("  %-28s %10s", "", "titan");
   for (const auto& [variant, reply] : torch) std::printf(" %14s", ("torch " + variant).c_str());
   std::printf(" %22s\n", "titan/best torch");
   for (const Line& l : lines) {
     const double mine = titan[l.key].get<double>() * l.scale;
-    std::printf("  %-28s %10.3f", l.label, mine);
+    std::printf("  %-28s %10.*f", l.label, l.decimals, mine);
     std::optional<std::pair<std::string, double>> best;  // lowest: times and memory alike
     for (const auto& [variant, reply] : torch) {
       if (!reply.contains(l.key)) {
@@ -190,7 +191,7 @@ void print_comparison(int ranks, const nlohmann::json& titan,
         continue;
       }
       const double v = reply[l.key].get<double>() * l.scale;
-      std::printf(" %14.3f", v);
+      std::printf(" %14.*f", l.decimals, v);
       if (!best || v < best->second) best = {variant, v};
     }
     if (best)
@@ -237,15 +238,15 @@ int main(int argc, char** argv) {
         "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + self;
     std::cout << "$ " << cmd << std::endl;
     const nlohmann::json titan = run_echoing(cmd);
-    std::map<std::string, nlohmann::json> torch;
+    std::vector<std::pair<std::string, nlohmann::json>> torch;
     for (const std::string& variant : bench::kTorchF32)
-      torch[variant] = bench::run_torch_script("fsdp_torch.py", {{"ranks", ranks},
-                                                                 {"threads", 1},
-                                                                 {"variant", variant},
-                                                                 {"seq", kSeq},
-                                                                 {"batch_per_rank", kBatchPerRank},
-                                                                 {"warmup", 1},
-                                                                 {"steps", kSteps}});
+      torch.emplace_back(variant, bench::run_torch_script("fsdp_torch.py", {{"ranks", ranks},
+                                                                            {"threads", 1},
+                                                                            {"variant", variant},
+                                                                            {"seq", kSeq},
+                                                                            {"batch_per_rank", kBatchPerRank},
+                                                                            {"warmup", 1},
+                                                                            {"steps", kSteps}}));
     if (titan.contains("error")) status = 1;
     print_comparison(ranks, titan, torch);
   }
