@@ -569,7 +569,9 @@ int main(int argc, char** argv) {
       "both sides release init's temporaries (titan empty_cache, torch gc; both malloc_trim) before step 1. "
       "titan/best f32 below 1: titan uses less than the least of torch's f32 variants. Both sides run with "
       "the same GLIBC_TUNABLES (malloc's blocks in "
-      "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps.",
+      "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps. "
+      "torch.compile's own memory (inductor's code and caches, made in the warm-up step) counts in its "
+      "variants' growth.",
       "titan alloc peak: CpuAllocator peak_allocated_bytes over the timed steps (live tensors only). "
       "16 B x params: weights, gradients and both AdamW moments in f32, the floor for either side."};
   ac.notes = {
