@@ -4,8 +4,6 @@ BUILD_ASAN  ?= build-asan
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
-# OpenBLAS's OpenMP build, also for PyTorch in benchmarks (the pthread build fights OpenMP).
-OPENBLAS_OMP := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 # ccache keys on compile lines relative to the clone, so a fresh clone (CI's) reuses the objects
 # an earlier build of the same sources left in the machine's cache.
 export CCACHE_BASEDIR := $(CURDIR)
@@ -50,8 +48,10 @@ test-asan: build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
 
+# titan finds OpenBLAS's OpenMP build through its RUNPATH; PyTorch 2, the reference, brings its
+# own MKL and oneDNN, so the benchmarks set no library path.
 bench: build
-	LD_LIBRARY_PATH=$(OPENBLAS_OMP) TITAN_PYTHON=$(CURDIR)/.venv/bin/python scripts/run_benchmarks.sh $(BUILD)
+	TITAN_PYTHON=$(CURDIR)/.venv/bin/python scripts/run_benchmarks.sh $(BUILD)
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cpp' | xargs clang-format -i

@@ -1,8 +1,9 @@
 // Attention, forward + backward in f32, three ways on the same shapes and threads: splash
 // attention (block-sparse, tile by tile, never materialising the scores), titan's reference path
 // (each head's [S, S] probabilities materialised; causal only, skipping the key blocks above the
-// diagonal) and PyTorch eager (bench/attention_torch.py: torch 1.13 has no
-// scaled_dot_product_attention, so the eager formula, every score computed and masked). Batch 1,
+// diagonal) and PyTorch 2's F.scaled_dot_product_attention (bench/attention_torch.py: is_causal
+// for causal, a boolean mask otherwise), eager and under torch.compile, in f32 and (for
+// information) under bf16 autocast. Batch 1,
 // 8 heads, seq 512..8k, head_dim 64 and 128; masks causal, sliding window of 256 keys, and 8
 // packed documents of equal length (document ids, causal within each).
 //
@@ -12,11 +13,10 @@
 // backward's five, so ratios are ratios of time. The BlockMask is built once per case, outside
 // the timed calls (a model builds it once per batch for all layers); its build time is a column.
 // Peak memory: titan's allocator high-water mark during the calls, PyTorch's resident growth
-// (both include the inputs).
+// (both include the inputs; torch's: of its best f32 variant).
 //
 // `bench_attention --sweep` times splash alone over block sizes instead (how the defaults in
 // attention/block_mask.h were chosen).
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -165,12 +165,10 @@ struct Case {
   double flops = 0, tile_fraction = 0, build_s = 0;
 };
 
-// PyTorch's figures by case name.
+// PyTorch's figures, and its resident growth by case and variant.
 struct TorchRun {
-  std::map<std::string, double> seconds, peak_bytes;
-  std::map<std::string, std::string> errors;
-  std::string about;
-  bool available = false;
+  bench::TorchResults results;
+  std::map<std::string, std::map<std::string, double>> peak_bytes;
 };
 
 TorchRun run_torch(const std::vector<Case>& cases, const std::map<std::string, bench::Measurement>& ran) {
@@ -185,47 +183,22 @@ TorchRun run_torch(const std::vector<Case>& cases, const std::map<std::string, b
                                 {"heads", kHeads},
                                 {"head_dim", c.head_dim},
                                 {"mask", c.kind->torch},
+                                {"variants", bench::kTorchAll},
                                 {"reps", p.reps},
                                 {"min_time", p.min_time},
                                 {"warmup", p.warmup}});
   }
   if (request["cases"].empty()) {
-    out.about = "no cases ran, so none were timed in PyTorch";
+    out.results.about = "no cases ran, so none were timed in PyTorch";
     return out;
   }
-  char path[] = "/tmp/titan-bench-attention-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) {
-    out.about = "PyTorch reference unavailable: cannot create a temporary file for its cases";
-    return out;
-  }
-  const std::string text = request.dump();
-  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  const std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/attention_torch.py";
-  const std::string command =
-      bench::with_malloc_tunables(bench::shell_quote(bench::python_path()) + " " +
-                                  bench::shell_quote(script) + " " + bench::shell_quote(path));
-  std::cout << "\nTiming PyTorch (" << request["cases"].size() << " cases): " << command << "\n"
-            << std::flush;
-  json reply = written ? bench::run_for_json(command) : json{{"error", "cannot write the cases"}};
-  std::remove(path);
-  if (reply.contains("error")) {
-    out.about = "PyTorch reference unavailable: " + script + ": " + reply["error"].get<std::string>();
-    return out;
-  }
-  out.available = true;
-  out.about = "torch: PyTorch " + reply.value("torch", std::string("?")) +
-              " eager (materialised scores), CPU, " + std::to_string(reply.value("threads", 0)) +
-              " threads, BLAS " + reply.value("blas", std::string("?"));
-  for (const auto& [name, r] : reply["results"].items()) {
-    if (r.contains("seconds")) {
-      out.seconds[name] = r["seconds"].get<double>();
-      out.peak_bytes[name] = r["peak_bytes"].get<double>();
-    } else {
-      out.errors[name] = r.value("error", std::string("no result"));
-    }
-  }
+  std::cout << "\nTiming PyTorch (" << request["cases"].size() << " cases)";
+  const json reply = bench::run_torch_script("attention_torch.py", request);
+  out.results = bench::read_torch_reply(reply, "bench/attention_torch.py");
+  if (out.results.available)
+    for (const auto& [name, variants] : reply["results"].items())
+      for (const auto& [variant, r] : variants.items())
+        if (r.contains("peak_bytes")) out.peak_bytes[name][variant] = r["peak_bytes"].get<double>();
   return out;
 }
 
@@ -265,7 +238,7 @@ int run_comparison(int argc, char** argv) {
     c.tile_fraction = pairs / double(c.seq * c.seq);
     c.build_s = build_seconds(mask, c.seq, bm.block_q(), bm.block_kv());
   }
-  const TorchRun torch = run_torch(cases, ran);
+  TorchRun torch = run_torch(cases, ran);
 
   bench::Table table{
       .title =
@@ -273,9 +246,9 @@ int run_comparison(int argc, char** argv) {
           "tiles x head_dim x heads / median s, one count for every path)",
       .unit = "GFLOP/s",
       .titan_label = "splash",
-      .reference_label = "torch",
-      .extra_headers = {"splash ms", "ref ms", "torch ms", "splash/ref", "splash peak", "ref peak",
-                        "torch peak", "tiles", "mask ms", "of GEMM"},
+      .variants = bench::kTorchAll,
+      .extra_headers = {"splash ms", "ref ms", "torch f32 ms", "splash/ref", "splash peak", "ref peak",
+                        "torch f32 peak", "tiles", "mask ms", "of GEMM"},
       .rows = {},
       .notes = {}};
   auto splash_of = [&](const std::string& name) -> const bench::Measurement* {
@@ -287,17 +260,19 @@ int run_comparison(int argc, char** argv) {
     if (!s) continue;
     auto ref = ran.find(c.kind->name == "causal" ? "reference/" + c.name : std::string());
     const bool has_ref = ref != ran.end();
-    auto t = torch.seconds.find(c.name);
-    const bool has_torch = t != torch.seconds.end();
-    bench::Row row{.name = c.name, .titan = c.flops / s->seconds / 1e9, .reference = {}, .extra = {}};
-    if (has_torch) row.reference = c.flops / t->second / 1e9;
+    bench::Row row{.name = c.name,
+                   .titan = c.flops / s->seconds / 1e9,
+                   .torch = torch.results.rates(c.name, c.flops / 1e9),
+                   .extra = {}};
+    const auto best = bench::best_f32(row);
+    const bool has_torch = best.has_value();
     row.extra = {bench::fixed(s->seconds * 1e3, 1),
                  has_ref ? bench::fixed(ref->second.seconds * 1e3, 1) : "n/a",
-                 has_torch ? bench::fixed(t->second * 1e3, 1) : "n/a",
+                 has_torch ? bench::fixed(c.flops / 1e9 / best->second * 1e3, 1) : "n/a",
                  has_ref ? ratio(ref->second.seconds, s->seconds) : "n/a",
                  bench::mib(s->peak_bytes),
                  has_ref ? bench::mib(ref->second.peak_bytes) : "n/a",
-                 has_torch ? bench::mib(torch.peak_bytes.at(c.name)) : "n/a",
+                 has_torch ? bench::mib(torch.peak_bytes[c.name][best->first]) : "n/a",
                  bench::fixed(100 * c.tile_fraction, 1) + "%",
                  bench::fixed(c.build_s * 1e3, 2),
                  bench::fixed(100 * (c.flops / s->seconds / 1e9) / gemm, 0) + "%"};
@@ -337,9 +312,7 @@ int run_comparison(int argc, char** argv) {
     }
   }
   table.notes.push_back("target: splash GFLOP/s within 2x of the GEMM rate ('of GEMM' >= 50%)");
-  bench::TorchResults about{
-      .available = torch.available, .about = torch.about, .seconds = {}, .errors = torch.errors};
-  bench::print_table(table, about);
+  bench::print_table(table, torch.results);
   return 0;
 }
 
@@ -369,6 +342,7 @@ int run_sweep(int argc, char** argv) {
                      .unit = "GFLOP/s",
                      .titan_label = "splash",
                      .reference_label = "none",
+                     .variants = {""},
                      .extra_headers = {"ms", "peak"},
                      .rows = {},
                      .notes = {}};
@@ -378,11 +352,15 @@ int run_sweep(int argc, char** argv) {
     table.rows.push_back(
         {.name = c.name,
          .titan = c.flops / it->second.seconds / 1e9,
-         .reference = {},
+         .torch = {},
          .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes)}});
   }
-  bench::print_table(
-      table, {.available = false, .about = "block-size sweep: splash only", .seconds = {}, .errors = {}});
+  bench::print_table(table, bench::TorchResults{.available = false,
+                                                .about = "block-size sweep: splash only",
+                                                .seconds = {},
+                                                .first_call_seconds = {},
+                                                .impl = {},
+                                                .errors = {}});
   return 0;
 }
 

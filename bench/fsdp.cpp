@@ -7,16 +7,24 @@
 //             with FSDP's overlap (next block's all-gather prefetched, each block's
 //             reduce-scatter started once its gradients are complete) and without
 //   hidden    the share of that time the overlap hides (1 - with / without)
-//   peak      the allocator's high-water mark per rank during the steps
+//   peak      the allocator's high-water mark per rank during the steps, and the resident set's
+//             growth over the process before the model was built (PyTorch's figure)
 // With more ranks than cores (4 ranks on 2 here), ranks take turns on the cores, so step times
 // measure overlap and memory, not speed-up.
+// After each titan run, PyTorch 2's FSDP2 (torch.distributed.fsdp.fully_shard over gloo,
+// bench/fsdp_torch.py) trains the same model, sizes and ranks, eager and with each block under
+// torch.compile, and the step times and resident growth are printed side by side.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/torch_reference.h"
 #include "titan/core/allocator.h"
@@ -39,11 +47,16 @@ struct Figures {
   double gather_wait_seconds = 0;  // per step
   double reduce_seconds = 0;       // per step
   double peak_bytes = 0;
+  double rss_growth = 0;
 };
 
 // kSteps timed steps after one warm-up, on `world` (one rank: plain training; more: FSDP over
 // all of them).
 Figures measure(dist::ProcessGroup world, bool overlap) {
+  // What an earlier measurement left cached is handed back, so that this one's growth is its own.
+  CpuAllocator::instance().empty_cache();
+  malloc_trim(0);
+  const int64_t rss_baseline = bench::status_bytes("VmRSS");
   const models::TrainSpec& spec = models::get_train_spec("llama3");
   models::ModelConfig cfg;
   cfg.flavor = "debugmodel";
@@ -68,6 +81,7 @@ Figures measure(dist::ProcessGroup world, bool overlap) {
   train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
   const parallel::FullyShardStats before = fsdp ? fsdp->stats() : parallel::FullyShardStats{};
   CpuAllocator::instance().reset_peak();
+  bench::reset_peak_rss();
   world.barrier().wait();
   auto t0 = Clock::now();
   for (int64_t i = 0; i < kSteps; ++i) train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
@@ -79,6 +93,7 @@ Figures measure(dist::ProcessGroup world, bool overlap) {
     f.reduce_seconds = (fsdp->stats().reduce_seconds - before.reduce_seconds) / kSteps;
   }
   f.peak_bytes = static_cast<double>(CpuAllocator::instance().stats().peak_allocated_bytes);
+  f.rss_growth = static_cast<double>(bench::status_bytes("VmHWM") - rss_baseline);
   return f;
 }
 
@@ -94,7 +109,7 @@ int run_ranks(dist::ProcessGroup& world) {
   const double step = worst(with.step_seconds), gather = worst(with.gather_wait_seconds),
                gather_blocking = worst(without.gather_wait_seconds), reduce = worst(with.reduce_seconds),
                reduce_blocking = worst(without.reduce_seconds), peak = worst(with.peak_bytes),
-               step_blocking = worst(without.step_seconds);
+               step_blocking = worst(without.step_seconds), rss = worst(with.rss_growth);
   if (world.rank() != 0) return 0;
   const double mib = 1.0 / (1 << 20);
   std::printf("FSDP, %d ranks (llama3 debugmodel, seq %lld, %lld sequences per rank, %d thread per rank)\n",
@@ -113,7 +128,90 @@ int run_ranks(dist::ProcessGroup& world) {
               hidden(reduce, reduce_blocking));
   std::printf("  %-34s %12.3f %12.3f\n", "step time (s)", step, step_blocking);
   std::printf("  exposed communication: %.0f%% of the step with overlap\n", 100 * (gather + reduce) / step);
+  // For the parent, which sets these beside PyTorch's.
+  std::printf("%s\n", nlohmann::json{{"step_seconds", step},
+                                     {"one_rank_step_seconds", one.step_seconds},
+                                     {"rss_growth", rss},
+                                     {"one_rank_rss_growth", one.rss_growth}}
+                          .dump()
+                          .c_str());
   return 0;
+}
+
+// Runs `command`, echoing what it prints, and returns the last line of it that is a JSON object,
+// or {"error"}.
+nlohmann::json run_echoing(const std::string& command) {
+  nlohmann::json last = {{"error", "no figures from " + command}};
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, pipe)) {
+      if (buf[0] == '{') {
+        auto j = nlohmann::json::parse(buf, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object()) {
+          last = std::move(j);
+          continue;
+        }
+      }
+      std::cout << buf << std::flush;
+    }
+    if (pclose(pipe) != 0) last = {{"error", "exit status of " + command}};
+  }
+  return last;
+}
+
+// titan's figures beside FSDP2's, eager and compiled (`torch`: reply by variant).
+void print_comparison(int ranks, const nlohmann::json& titan,
+                      const std::vector<std::pair<std::string, nlohmann::json>>& torch) {
+  std::printf("titan FSDP vs PyTorch 2 FSDP2 (fully_shard per block and root, gloo), %d ranks:\n", ranks);
+  if (titan.contains("error")) {
+    std::printf("  no comparison: titan %s\n", titan["error"].get<std::string>().c_str());
+    return;
+  }
+  const double mib = 1.0 / (1 << 20);
+  struct Line {
+    const char* label;
+    const char* key;
+    double scale;
+    int decimals;
+  };
+  const Line lines[] = {{"step time (s)", "step_seconds", 1.0, 3},
+                        {"one rank, unsharded (s)", "one_rank_step_seconds", 1.0, 3},
+                        {"RSS growth per rank (MiB)", "rss_growth", mib, 1},
+                        {"one rank RSS growth (MiB)", "one_rank_rss_growth", mib, 1}};
+  std::printf("  %-28s %10s", "", "titan");
+  for (const auto& [variant, reply] : torch) std::printf(" %14s", ("torch " + variant).c_str());
+  std::printf(" %22s\n", "titan/best torch");
+  for (const Line& l : lines) {
+    const double mine = titan[l.key].get<double>() * l.scale;
+    std::printf("  %-28s %10.*f", l.label, l.decimals, mine);
+    std::optional<std::pair<std::string, double>> best;  // lowest: times and memory alike
+    for (const auto& [variant, reply] : torch) {
+      if (!reply.contains(l.key)) {
+        std::printf(" %14s", "n/a");
+        continue;
+      }
+      const double v = reply[l.key].get<double>() * l.scale;
+      std::printf(" %14.*f", l.decimals, v);
+      if (!best || v < best->second) best = {variant, v};
+    }
+    if (best)
+      std::printf(" %22s\n", (bench::fixed(mine / best->second, 2) + "x (" + best->first + ")").c_str());
+    else
+      std::printf(" %22s\n", "n/a");
+  }
+  std::printf("  (below 1: titan is faster or smaller; titan's allocator peak per rank is printed above)\n");
+  for (const auto& [variant, reply] : torch) {
+    if (reply.contains("error"))
+      std::printf("  torch %s failed: %s\n", variant.c_str(), reply["error"].get<std::string>().c_str());
+    else if (reply.contains("first_step_seconds"))
+      std::printf("  torch %s: first step %.1f s (the slowest rank; under compile, the compilation)\n",
+                  variant.c_str(), reply["first_step_seconds"].get<double>());
+  }
+  for (const auto& [variant, reply] : torch)
+    if (!reply.contains("error")) {
+      std::printf("  %s\n", bench::describe_torch(reply).c_str());
+      break;
+    }
 }
 
 }  // namespace
@@ -131,6 +229,7 @@ int main(int argc, char** argv) {
   // Not under mpirun: run this binary under it, with one thread per rank; the ranks inherit the
   // BLAS kernels chosen here.
   bench::use_this_cpus_blas_kernels(argv);
+  std::cout << bench::machine_summary() << "\n";
   const std::string self = argv[0];
   const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
   int status = 0;
@@ -138,7 +237,18 @@ int main(int argc, char** argv) {
     const std::string cmd =
         "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + self;
     std::cout << "$ " << cmd << std::endl;
-    if (std::system(cmd.c_str()) != 0) status = 1;
+    const nlohmann::json titan = run_echoing(cmd);
+    std::vector<std::pair<std::string, nlohmann::json>> torch;
+    for (const std::string& variant : bench::kTorchF32)
+      torch.emplace_back(variant, bench::run_torch_script("fsdp_torch.py", {{"ranks", ranks},
+                                                                            {"threads", 1},
+                                                                            {"variant", variant},
+                                                                            {"seq", kSeq},
+                                                                            {"batch_per_rank", kBatchPerRank},
+                                                                            {"warmup", 1},
+                                                                            {"steps", kSteps}}));
+    if (titan.contains("error")) status = 1;
+    print_comparison(ranks, titan, torch);
   }
   return status;
 }

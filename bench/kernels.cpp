@@ -1,10 +1,11 @@
 // Memory-bound kernels, in GB/s = bytes a minimal algorithm reads and writes / median seconds
-// (each case states its count), for titan and PyTorch eager on the same shapes and threads,
-// forward and backward separately.
+// (each case states its count), for titan and PyTorch 2 (eager and torch.compile, f32) on the
+// same shapes and threads, forward and backward separately.
 //
 // Forward records no graph on either side (titan: NoGradGuard; torch: no_grad). Backward builds
 // the graph once, untimed, and times the gradient computation alone with the graph retained:
-// titan autograd::grad(..., retain_graph=true), torch torch.autograd.grad(..., retain_graph=True).
+// titan autograd::grad(..., retain_graph=true), torch torch.autograd.grad(..., retain_graph=True)
+// (under torch.compile, through inductor's backward).
 #include <functional>
 #include <string>
 #include <utility>
@@ -36,8 +37,7 @@ struct KernelCase {
   double bytes;      // per call, by `formula`
   std::string formula;
   bench::Plan plan;
-  // PyTorch variants (label, script spec); the reference figure is the fastest one.
-  std::vector<std::pair<std::string, json>> torch;
+  json torch;  // bench/torch_reference.py's spec, timed eager and compiled
   std::function<void(benchmark::State&)> run;
 };
 
@@ -121,21 +121,11 @@ void add_fwd_bwd(std::vector<KernelCase>& cases, const std::string& key, const j
   json f = spec, b = spec;
   f["mode"] = "fwd";
   b["mode"] = "bwd";
-  cases.push_back({key + "/fwd",
-                   fwd.first,
-                   fwd.second,
-                   plan,
-                   {{"eager", f}},
-                   [=, bytes = fwd.first](benchmark::State& s) {
+  cases.push_back({key + "/fwd", fwd.first, fwd.second, plan, f, [=, bytes = fwd.first](benchmark::State& s) {
                      In& in = bench::cached_inputs<In>(key, make);
                      time_forward(s, bytes, [&] { return forward(in); });
                    }});
-  cases.push_back({key + "/bwd",
-                   bwd.first,
-                   bwd.second,
-                   plan,
-                   {{"eager", b}},
-                   [=, bytes = bwd.first](benchmark::State& s) {
+  cases.push_back({key + "/bwd", bwd.first, bwd.second, plan, b, [=, bytes = bwd.first](benchmark::State& s) {
                      In& in = bench::cached_inputs<In>(key, make);
                      Tensor out = forward(in);
                      time_backward(s, bytes, out, grad_for(out), wrt(in));
@@ -228,16 +218,8 @@ std::vector<KernelCase> kernel_cases() {
                  {"numel", n},           {"lr", hyper.lr},
                  {"beta1", hyper.beta1}, {"beta2", hyper.beta2},
                  {"eps", hyper.eps},     {"weight_decay", hyper.weight_decay}};
-    json loop = spec, foreach = spec;
-    loop["foreach"] = false;
-    foreach
-      ["foreach"] = true;
     std::string key = "adamw/" + std::to_string(n >> 20) + "M";
-    cases.push_back({key + "/step",
-                     kF32 * 7 * double(n),
-                     "4*7P: read p, g, m, v; write p, m, v",
-                     plan,
-                     {{"foreach=False", loop}, {"foreach=True", foreach}},
+    cases.push_back({key + "/step", kF32 * 7 * double(n), "4*7P: read p, g, m, v; write p, m, v", plan, spec,
                      [=](benchmark::State& s) mutable {
                        AdamWIn& in = bench::cached_inputs<AdamWIn>(key, [&] {
                          return AdamWIn{randn({n}, 9, false), randn({n}, 10, false), Tensor::zeros({n}),
@@ -267,53 +249,38 @@ int main(int argc, char** argv) {
   auto titan_runs = bench::run_benchmarks(argc, argv);
 
   std::vector<bench::TorchCase> torch_cases;
-  for (const KernelCase& c : cases) {
-    if (!titan_runs.count(c.name)) continue;
-    for (const auto& [label, spec] : c.torch) torch_cases.push_back({c.name + "/" + label, c.plan, spec});
-  }
+  for (const KernelCase& c : cases)
+    if (titan_runs.count(c.name)) torch_cases.push_back({.name = c.name, .plan = c.plan, .spec = c.torch});
   bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
 
   bench::Table table{
       .title = "Memory-bound kernels, f32 (GB/s = bytes counted / median seconds, 1 GB = 1e9 B)",
       .unit = "GB/s",
-      .titan_label = "titan",
-      .reference_label = "torch",
-      .extra_headers = {"titan ms", "torch ms", "torch variant", "MB counted", "titan peak"},
+      .extra_headers = {"titan ms", "torch best f32 ms", "MB counted", "titan peak"},
       .rows = {},
       .notes = {}};
   for (const KernelCase& c : cases) {
     auto it = titan_runs.find(c.name);
     if (it == titan_runs.end()) continue;
     const bench::Measurement& m = it->second;
-    std::optional<double> best;
-    std::string best_label = "n/a";
-    for (const auto& [label, spec] : c.torch) {
-      auto t = torch.get(c.name + "/" + label);
-      if (t && (!best || *t < *best)) {
-        best = t;
-        best_label = label;
-      }
-    }
-    bench::Row row{.name = c.name, .titan = c.bytes / m.seconds / 1e9, .reference = {}, .extra = {}};
-    if (best) row.reference = c.bytes / *best / 1e9;
-    row.extra = {bench::fixed(m.seconds * 1e3, 2), best ? bench::fixed(*best * 1e3, 2) : "n/a", best_label,
+    bench::Row row{.name = c.name,
+                   .titan = c.bytes / m.seconds / 1e9,
+                   .torch = torch.rates(c.name, c.bytes / 1e9),
+                   .extra = {}};
+    const auto best = bench::best_f32(row);
+    row.extra = {bench::fixed(m.seconds * 1e3, 2),
+                 best ? bench::fixed(c.bytes / 1e9 / best->second * 1e3, 2) : "n/a",
                  bench::fixed(c.bytes / 1e6, 0), bench::mib(m.peak_bytes)};
     table.rows.push_back(std::move(row));
     table.notes.push_back("bytes " + c.name + ": " + c.formula);
-    if (c.torch.size() > 1) {
-      std::string variants = "torch " + c.name + ":";
-      for (const auto& [label, spec] : c.torch)
-        if (auto t = torch.get(c.name + "/" + label))
-          variants += " " + label + " " + bench::fixed(*t * 1e3, 2) + " ms;";
-      table.notes.push_back(variants);
-    }
   }
   table.notes.push_back(
       "fwd: no graph recorded on either side. bwd: graph built once (untimed), then the gradients "
       "alone with the graph retained (titan autograd::grad, torch torch.autograd.grad, "
-      "retain_graph). torch eager formulas: RMSNorm x*rsqrt(mean(x^2)+eps)*w, SwiGLU "
-      "silu(g)*u, RoPE rotate-half, softmax torch.softmax, cross-entropy F.cross_entropy, AdamW "
-      "torch.optim.AdamW (ratio against the faster of foreach=False/True).");
+      "retain_graph). torch: RMSNorm F.rms_norm, SwiGLU F.silu(g)*u, RoPE rotate-half (x*cos + "
+      "rotate_half(x)*sin; torch has no RoPE op), softmax torch.softmax, cross-entropy "
+      "F.cross_entropy, AdamW torch.optim.AdamW(fused=True) eager and torch.compile(opt.step) of the "
+      "default (foreach) AdamW; compile: torch.compile(fn, dynamic=False), inductor.");
   table.notes.push_back(
       "titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
   bench::print_table(table, torch);

@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
-"""One PyTorch round of bench/train_step.cpp: the Llama 3 twin (tests/parity/llama3_torch.py) trained
-for a few steps in eager mode, timed and measured the way the titan round is.
+"""One PyTorch round of bench/train_step.cpp: Llama 3 (bench/llama3_torch.py, TorchTitan's model)
+trained for a few steps as a PyTorch 2 user trains it, timed and measured the way the titan round is.
 
-Argument: a JSON file {"threads", "warmup", "steps", "seed", "config": {"dim", "n_layers",
-"n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "seq", "batch"}}. A step is the twin's forward ->
-F.cross_entropy -> backward -> clip_grad_norm_ (max norm 1) -> torch.optim.AdamW step (foreach
-left at its default; TorchTitan's lr, betas and weight decay), on one fixed random batch.
+Argument: a JSON file {"threads", "warmup", "steps", "seed", "variant", "config": {"dim",
+"n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "seq", "batch"}}. A step is the
+model's forward -> F.cross_entropy -> backward -> clip_grad_norm_ (max norm 1) ->
+torch.optim.AdamW(fused=True where this build runs it on the CPU, else foreach) step, with
+TorchTitan's lr, betas and weight decay, on one fixed random batch. The variant (VARIANTS in
+bench/torch_reference.py) decides the rest: "compile" compiles each transformer block with
+torch.compile(fullgraph=True) as TorchTitan does (default inductor backend; the first step
+compiles forward and backward, and is a warm-up step, so out of the timings); "bf16" runs forward
+and loss under torch.autocast("cpu", dtype=torch.bfloat16).
 
 Memory is the resident set, read from /proc/self/status: the baseline before the model is built,
 the high-water mark reset (clear_refs) after the warm-up steps, and the high-water mark after the
 timed steps. Between init and the first step, gc and malloc_trim hand init's temporaries back, as
 the titan round empties its allocator's cache.
 
-Prints one JSON line on stdout: {"torch", "threads", "blas", "glibc_tunables", "foreach",
-"step_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or {"error"}. Progress goes to stderr.
+Prints one JSON line on stdout: {environment(), "variant", "optimizer", "compile", "step_seconds",
+"first_step_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or {"error"}. Progress goes
+to stderr.
 """
+import contextlib
 import ctypes
 import gc
 import json
@@ -26,9 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
-    sys.path.insert(0, os.path.join(HERE, "..", "tests", "parity"))
     sys.path.insert(0, HERE)
-    from torch_reference import environment, reset_peak_rss, start_torch, status_bytes
+    from torch_reference import environment, make_adamw, reset_peak_rss, start_torch, status_bytes
 
     request, torch = start_torch()
     if torch is None:
@@ -37,7 +43,7 @@ def main():
 
     import llama3_torch
 
-    c = request["config"]
+    c, variant = request["config"], request["variant"]
     args = llama3_torch.ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=c["n_heads"],
                                   n_kv_heads=c["n_kv_heads"], vocab_size=c["vocab_size"], ffn_dim=c["ffn_dim"],
                                   max_seq_len=c["seq"])
@@ -49,14 +55,22 @@ def main():
     rss_baseline = status_bytes("VmRSS")
     model = llama3_torch.Transformer(args)
     model.init_weights(gen)
-    opt = torch.optim.AdamW(model.parameters(), lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    compiled = variant.startswith("compile")
+    if compiled:
+        for i, block in enumerate(model.layers):
+            model.layers.register_module(str(i), torch.compile(block, fullgraph=True))
+    opt, optimizer = make_adamw(torch, model.parameters(), compiled=False, lr=8e-4, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.1)
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if variant.endswith("bf16")
+                else contextlib.nullcontext())
     gc.collect()
     libc.malloc_trim(0)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        with autocast:
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -69,11 +83,13 @@ def main():
         start = time.perf_counter()
         losses.append(step())
         seconds.append(time.perf_counter() - start)
-        print(f"torch  step {i + 1}: {seconds[-1] * 1e3:.0f} ms, loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
+        print(f"torch {variant}  step {i + 1}: {seconds[-1] * 1e3:.0f} ms, loss {losses[-1]:.4f}", file=sys.stderr,
+              flush=True)
     rss_peak = status_bytes("VmHWM")
-    print(json.dumps({**environment(torch), "foreach": opt.param_groups[0]["foreach"],
-                      "step_seconds": seconds[request["warmup"]:], "losses": losses,
-                      "rss_baseline": rss_baseline, "rss_peak": rss_peak}))
+    print(json.dumps({**environment(torch), "variant": variant, "optimizer": optimizer,
+                      "compile": "torch.compile(block, fullgraph=True) per transformer block" if compiled else "",
+                      "step_seconds": seconds[request["warmup"]:], "first_step_seconds": seconds[0],
+                      "losses": losses, "rss_baseline": rss_baseline, "rss_peak": rss_peak}))
     return 0
 
 

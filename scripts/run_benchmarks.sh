@@ -2,8 +2,9 @@
 # Runs every benchmark binary of a build, one after another (they would compete for the cores if
 # run together), and keeps everything they print in <build>/bench-results.txt. Builds nothing.
 #   scripts/run_benchmarks.sh [build-dir] [Google Benchmark flags, e.g. --benchmark_filter=gemm]
-# `make bench` sets LD_LIBRARY_PATH to OpenBLAS's OpenMP build so that PyTorch, the reference,
-# runs on the same BLAS as titan.
+# The reference is PyTorch 2 from $TITAN_PYTHON (`make bench`: .venv), eager and torch.compile, on
+# its own MKL and oneDNN; each benchmark sets OPENBLAS_CORETYPE for titan where OpenBLAS would pick
+# kernels older than the CPU. A quick check: --benchmark_filter naming one case per benchmark.
 set -euo pipefail
 
 build=${1:-build}
@@ -23,7 +24,7 @@ fi
 {
   echo "titan benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo 'no git')"
   echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} TITAN_PYTHON=${TITAN_PYTHON:-}"
+  echo "TITAN_PYTHON=${TITAN_PYTHON:-} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
 } | tee "$out"
 status=0
 for b in "${benches[@]}"; do

@@ -185,6 +185,26 @@ std::map<std::string, Measurement> run_benchmarks(int argc, char** argv) {
   return collector.results;
 }
 
+int64_t status_bytes(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::istringstream s(line.substr(field.size() + 1));
+    int64_t kib = 0;
+    s >> kib;
+    return kib * 1024;
+  }
+  TITAN_CHECK(false, "bench: no ", field, " in /proc/self/status");
+  return 0;
+}
+
+void reset_peak_rss() {
+  // "5" resets VmHWM to the current resident set (Linux >= 4.0).
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  TITAN_CHECK(f.good(), "bench: cannot write /proc/self/clear_refs to reset the peak resident set");
+}
+
 double median(std::vector<double> v) {
   TITAN_CHECK(!v.empty(), "bench: median of nothing");
   std::sort(v.begin(), v.end());
@@ -211,7 +231,8 @@ Interleaved run_interleaved(
       args.push_back(argv[i]);
     }
   }
-  std::map<std::string, std::vector<double>> titan_seconds, torch_seconds;
+  std::map<std::string, std::vector<double>> titan_seconds;
+  std::map<std::string, std::map<std::string, std::vector<double>>> torch_seconds;
   Interleaved out;
   out.rounds = rounds;
   std::vector<TorchCase> cases;
@@ -235,11 +256,20 @@ Interleaved run_interleaved(
     }
     out.torch.available = true;
     out.torch.about = t.about;
-    for (const auto& [name, s] : t.seconds) torch_seconds[name].push_back(s);
+    for (const auto& [name, by_variant] : t.seconds)
+      for (const auto& [variant, s] : by_variant) torch_seconds[name][variant].push_back(s);
+    for (const auto& [name, by_variant] : t.first_call_seconds)
+      for (const auto& [variant, s] : by_variant) {
+        double& first = out.torch.first_call_seconds[name][variant];
+        first = std::max(first, s);
+      }
+    for (const auto& [name, by_variant] : t.impl)
+      out.torch.impl[name].insert(by_variant.begin(), by_variant.end());
     for (const auto& [name, e] : t.errors) out.torch.errors[name] = e;
   }
   for (const auto& [name, v] : titan_seconds) out.titan[name].seconds = median(v);
-  for (const auto& [name, v] : torch_seconds) out.torch.seconds[name] = median(v);
+  for (const auto& [name, by_variant] : torch_seconds)
+    for (const auto& [variant, v] : by_variant) out.torch.seconds[name][variant] = median(v);
   return out;
 }
 
@@ -253,67 +283,97 @@ void PeakMemory::report(benchmark::State& state) const {
                          benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
 }
 
-std::optional<double> TorchResults::get(const std::string& name) const {
-  auto it = seconds.find(name);
-  if (it == seconds.end()) return std::nullopt;
-  return it->second;
+bool is_f32(const std::string& variant) {
+  return variant.find("bf16") == std::string::npos;
 }
 
-TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads) {
-  TorchResults out;
-  if (cases.empty()) {
-    out.about = "no cases ran, so none were timed in PyTorch";
-    return out;
-  }
-  std::string python = python_path();
-  std::string script = std::string(TITAN_SOURCE_DIR) + "/bench/torch_reference.py";
-  if (access(python.c_str(), X_OK) != 0) {
-    out.about = "PyTorch reference unavailable: no Python interpreter at " + python +
-                " (set TITAN_PYTHON, or run `make deps` to create .venv with torch)";
-    return out;
-  }
+std::optional<double> TorchResults::get(const std::string& name, const std::string& variant) const {
+  auto it = seconds.find(name);
+  if (it == seconds.end()) return std::nullopt;
+  auto v = it->second.find(variant);
+  if (v == it->second.end()) return std::nullopt;
+  return v->second;
+}
 
-  nlohmann::json request = {{"threads", threads}, {"cases", nlohmann::json::array()}};
-  for (const TorchCase& c : cases) {
-    nlohmann::json j = c.spec;
-    j["name"] = c.name;
-    j["reps"] = c.plan.reps;
-    j["min_time"] = c.plan.min_time;
-    j["warmup"] = c.plan.warmup;
-    request["cases"].push_back(std::move(j));
-  }
+std::map<std::string, double> TorchResults::rates(const std::string& name, double work) const {
+  std::map<std::string, double> out;
+  if (auto it = seconds.find(name); it != seconds.end())
+    for (const auto& [variant, s] : it->second) out[variant] = work / s;
+  return out;
+}
+
+nlohmann::json run_torch_script(const std::string& script, const nlohmann::json& request) {
+  const std::string python = python_path();
+  if (access(python.c_str(), X_OK) != 0)
+    return {{"error", "no Python interpreter at " + python +
+                          " (set TITAN_PYTHON, or run `make deps` to create .venv with torch)"}};
   char path[] = "/tmp/titan-bench-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) {
-    out.about = "PyTorch reference unavailable: cannot create a temporary file for its cases";
-    return out;
-  }
+  const int fd = mkstemp(path);
+  if (fd < 0) return {{"error", "cannot create a temporary file for the request"}};
+  const std::string text = request.dump();
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
-  std::ofstream(path) << request.dump();
-
   // The script's progress goes to stderr (the terminal); stdout carries one JSON line.
-  std::string command =
-      with_malloc_tunables(shell_quote(python) + " " + shell_quote(script) + " " + shell_quote(path));
-  std::cout << "\nTiming the PyTorch reference (" << cases.size() << " cases): " << command << "\n"
-            << std::flush;
-  nlohmann::json reply = run_for_json(command);
+  const std::string command = with_malloc_tunables(
+      shell_quote(python) + " " + shell_quote(std::string(TITAN_SOURCE_DIR) + "/bench/" + script) + " " +
+      shell_quote(path));
+  std::cout << "\n$ " << command << "\n" << std::flush;
+  nlohmann::json reply =
+      written ? run_for_json(command) : nlohmann::json{{"error", "cannot write the request"}};
   std::remove(path);
+  return reply;
+}
+
+std::string describe_torch(const nlohmann::json& reply) {
+  auto field = [&](const char* key) {
+    return reply.contains(key) && reply[key].is_string() ? reply[key].get<std::string>() : std::string("?");
+  };
+  return "torch: PyTorch " + field("torch") + " on the CPU, " + std::to_string(reply.value("threads", 0)) +
+         " threads; BLAS " + field("blas") + ", oneDNN " + field("onednn") + ", ATen CPU capability " +
+         field("cpu_capability") +
+         "; torch.compile: inductor (TORCHINDUCTOR_COMPILE_THREADS=" + field("compile_threads") +
+         "); GLIBC_TUNABLES=" + field("glibc_tunables");
+}
+
+TorchResults read_torch_reply(const nlohmann::json& reply, const std::string& script) {
+  TorchResults out;
   if (reply.contains("error")) {
     out.about = "PyTorch reference unavailable: " + script + ": " + reply["error"].get<std::string>();
     return out;
   }
   out.available = true;
-  out.about = "reference: PyTorch " + reply.value("torch", std::string("?")) + " eager, CPU, " +
-              std::to_string(reply.value("threads", 0)) +
-              " threads, GLIBC_TUNABLES=" + reply.value("glibc_tunables", std::string()) + ", BLAS " +
-              reply.value("blas", std::string("?"));
-  for (const auto& [name, r] : reply["results"].items()) {
-    if (r.contains("seconds"))
-      out.seconds[name] = r["seconds"].get<double>();
-    else
-      out.errors[name] = r.value("error", std::string("no result"));
-  }
+  out.about = describe_torch(reply);
+  for (const auto& [name, variants] : reply["results"].items())
+    for (const auto& [variant, r] : variants.items()) {
+      if (!r.contains("seconds")) {
+        out.errors[name + " [" + variant + "]"] = r.value("error", std::string("no result"));
+        continue;
+      }
+      out.seconds[name][variant] = r["seconds"].get<double>();
+      out.first_call_seconds[name][variant] = r.value("first_call_seconds", 0.0);
+      if (r.contains("impl")) out.impl[name][variant] = r["impl"].get<std::string>();
+    }
   return out;
+}
+
+TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads) {
+  if (cases.empty()) {
+    TorchResults none;
+    none.about = "no cases ran, so none were timed in PyTorch";
+    return none;
+  }
+  nlohmann::json request = {{"threads", threads}, {"cases", nlohmann::json::array()}};
+  for (const TorchCase& c : cases) {
+    nlohmann::json j = c.spec;
+    j["name"] = c.name;
+    j["variants"] = c.variants;
+    j["reps"] = c.plan.reps;
+    j["min_time"] = c.plan.min_time;
+    j["warmup"] = c.plan.warmup;
+    request["cases"].push_back(std::move(j));
+  }
+  std::cout << "\nTiming the PyTorch reference (" << cases.size() << " cases)";
+  return read_torch_reply(run_torch_script("torch_reference.py", request), "bench/torch_reference.py");
 }
 
 std::string fixed(double value, int decimals) {
@@ -326,17 +386,42 @@ std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 0) + " MiB";
 }
 
+std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better) {
+  std::optional<std::pair<std::string, double>> best;
+  for (const auto& [variant, v] : row.torch)
+    if (is_f32(variant) && (!best || (higher_is_better ? v > best->second : v < best->second)))
+      best = {variant, v};
+  return best;
+}
+
 void print_table(const Table& table, const TorchResults& reference) {
-  std::vector<std::string> header = {"case", table.titan_label + " " + table.unit,
-                                     table.reference_label + " " + table.unit,
-                                     table.titan_label + "/" + table.reference_label};
+  const bool several = table.variants.size() > 1;
+  const bool any_bf16 = std::any_of(table.variants.begin(), table.variants.end(),
+                                    [](const std::string& v) { return !is_f32(v); });
+  std::vector<std::string> header = {"case", table.titan_label + " " + table.unit};
+  for (const std::string& v : table.variants)
+    header.push_back(table.reference_label + (v.empty() ? "" : " " + v) + " " + table.unit);
+  header.push_back(table.titan_label + "/" + (several ? "best f32" : table.reference_label));
+  if (any_bf16) header.push_back(table.titan_label + "/best");
   header.insert(header.end(), table.extra_headers.begin(), table.extra_headers.end());
   std::vector<std::vector<std::string>> cells;
   auto figure = [](const std::optional<double>& v) { return v ? fixed(*v, 1) : std::string("n/a"); };
   for (const Row& r : table.rows) {
-    std::vector<std::string> line = {
-        r.name, figure(r.titan), figure(r.reference),
-        r.titan && r.reference ? fixed(*r.titan / *r.reference, 2) + "x" : std::string("n/a")};
+    std::vector<std::string> line = {r.name, figure(r.titan)};
+    std::optional<std::pair<std::string, double>> best;
+    for (const std::string& v : table.variants) {
+      auto it = r.torch.find(v);
+      line.push_back(it == r.torch.end() ? std::string("n/a") : figure(it->second));
+      if (it != r.torch.end() &&
+          (!best || (table.higher_is_better ? it->second > best->second : it->second < best->second)))
+        best = *it;
+    }
+    auto ratio = [&](const std::optional<std::pair<std::string, double>>& b) {
+      if (!r.titan || !b) return std::string("n/a");
+      return fixed(*r.titan / b->second, 2) + "x" + (several ? " (" + b->first + ")" : "");
+    };
+    line.push_back(ratio(best_f32(r, table.higher_is_better)));
+    if (any_bf16) line.push_back(ratio(best));
     line.insert(line.end(), r.extra.begin(), r.extra.end());
     line.resize(header.size());
     cells.push_back(std::move(line));
@@ -364,6 +449,20 @@ void print_table(const Table& table, const TorchResults& reference) {
   for (const auto& line : cells) print_line(line);
   std::cout << reference.about << "\n";
   if (!reference.available) std::cout << "(titan's figures above stand alone)\n";
+  if (any_bf16)
+    std::cout << "bf16 columns: torch.autocast(\"cpu\", dtype=torch.bfloat16), for information: titan has "
+                 "no bf16 yet, so its headline ratio is against the best f32 figure (titan/best f32).\n";
+  for (const auto& [name, by_variant] : reference.first_call_seconds) {
+    std::string line;
+    for (const auto& [variant, s] : by_variant)
+      if (variant.rfind("compile", 0) == 0) line += " " + variant + " " + fixed(s, 1) + " s;";
+    if (!line.empty())
+      std::cout << "torch.compile first call (compilation, not in the figures), " << name << ":" << line
+                << "\n";
+  }
+  for (const auto& [name, by_variant] : reference.impl)
+    for (const auto& [variant, impl] : by_variant)
+      std::cout << "torch " << name << " [" << variant << "]: " << impl << "\n";
   for (const auto& [name, why] : reference.errors)
     std::cout << "torch failed on " << name << ": " << why << "\n";
   for (const std::string& n : table.notes) std::cout << n << "\n";
@@ -394,17 +493,34 @@ std::string blas_kernels_summary() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const char* detected = std::getenv(kDetectedBlasKernels);
   if (coretype && detected)
-    return s + " (OPENBLAS_CORETYPE=" + coretype +
-           ", set by the benchmark for titan and torch alike: OpenBLAS detected " + detected +
-           ", older than this CPU)";
+    return s + " (OPENBLAS_CORETYPE=" + coretype + ", set by the benchmark for titan: OpenBLAS detected " +
+           detected + ", older than this CPU)";
   if (coretype) return s + " (OPENBLAS_CORETYPE=" + coretype + ")";
   return s + " (detected)";
 }
 
+std::string cpu_summary() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string model = "?", flags;
+  for (std::string line; std::getline(f, line) && (model == "?" || flags.empty());) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : std::string();
+    if (line.rfind("model name", 0) == 0) model = value;
+    if (line.rfind("flags", 0) == 0) flags = " " + value + " ";
+  }
+  std::string isa;
+  for (const char* flag : {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}) {
+    const bool has = flags.find(" " + std::string(flag) + " ") != std::string::npos;
+    isa += std::string(isa.empty() ? "" : " ") + (has ? "+" : "-") + flag;
+  }
+  return "CPU " + model + " (" + isa + ")";
+}
+
 std::string machine_summary() {
   std::ostringstream s;
-  s << "machine: " << std::thread::hardware_concurrency() << " cores, titan threads " << num_threads() << ", "
-    << blas_kernels_summary();
+  s << "machine: " << cpu_summary() << ", " << std::thread::hardware_concurrency() << " cores, titan threads "
+    << num_threads() << ", " << blas_kernels_summary();
   if (const auto& start = start_times()) {
     CpuTimes now = cpu_times();
     double total = now.total - start->total;

@@ -1,8 +1,8 @@
 #pragma once
 // Shared by every bench/<name>.cpp. A benchmark binary registers titan's cases with a timing Plan,
 // runs them under Google Benchmark, then has bench/torch_reference.py time the same cases in
-// PyTorch eager with the same plan and thread count, and prints one table: titan's figure, the
-// reference's figure and their ratio.
+// PyTorch 2 (eager and torch.compile, f32 and bf16 autocast) with the same plan and thread count,
+// and prints one table: titan's figure, each PyTorch figure and titan's ratio to the best.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -64,19 +64,33 @@ T& cached_inputs(const std::string& key, Make&& make) {
   return *static_cast<T*>(slot.get());
 }
 
+// PyTorch's ways of running a case (VARIANTS in bench/torch_reference.py): eager and torch.compile
+// (default inductor backend), in f32 and under bf16 autocast. titan's headline ratio is against the
+// best f32 figure; bf16 figures are information (titan has no bf16 yet), with a second ratio.
+inline const std::vector<std::string> kTorchF32 = {"eager", "compile"};
+inline const std::vector<std::string> kTorchAll = {"eager", "compile", "eager bf16", "compile bf16"};
+bool is_f32(const std::string& variant);
+
 // One case for bench/torch_reference.py: `spec` holds "op" and its parameters (see the script).
 struct TorchCase {
   std::string name;
   Plan plan;
   nlohmann::json spec;
+  std::vector<std::string> variants = kTorchF32;
 };
 
 struct TorchResults {
   bool available = false;
-  std::string about;  // torch version, threads and BLAS in use, or why there is no reference
-  std::map<std::string, double> seconds;      // median per call, by case name
-  std::map<std::string, std::string> errors;  // cases the script could not run, and why
-  std::optional<double> get(const std::string& name) const;
+  std::string about;  // torch version, threads and kernels in use, or why there is no reference
+  // By case name, then variant: median seconds per call; the first call's seconds (under
+  // torch.compile: with the compilation, which the median leaves out; the largest over rounds);
+  // which implementation torch picked, where it has several.
+  std::map<std::string, std::map<std::string, double>> seconds, first_call_seconds;
+  std::map<std::string, std::map<std::string, std::string>> impl;
+  std::map<std::string, std::string> errors;  // "case [variant]": why the script could not run it
+  std::optional<double> get(const std::string& name, const std::string& variant) const;
+  // work / seconds of every variant that ran `name`.
+  std::map<std::string, double> rates(const std::string& name, double work) const;
 };
 
 // The interpreter that runs PyTorch scripts: $TITAN_PYTHON, else the source tree's .venv.
@@ -88,28 +102,42 @@ std::string with_malloc_tunables(const std::string& command);
 // Runs `command` through the shell (its stderr goes to ours, for progress) and returns the last
 // line of its stdout that is a JSON object, or {"error": why} when there is none.
 nlohmann::json run_for_json(const std::string& command);
+// Runs bench/<script> with python_path() on `request` (passed as a temporary JSON file) and
+// returns its reply, or {"error": why}.
+nlohmann::json run_torch_script(const std::string& script, const nlohmann::json& request);
+// One line on the PyTorch that replied: version, threads, BLAS, oneDNN, ATen's CPU capability.
+std::string describe_torch(const nlohmann::json& reply);
+// A reply of the form bench/torch_reference.py prints, read into TorchResults.
+TorchResults read_torch_reply(const nlohmann::json& reply, const std::string& script);
 
 // Runs bench/torch_reference.py with $TITAN_PYTHON (default: the source tree's .venv) on
 // `cases`, with torch.set_num_threads(threads). Never throws: a missing interpreter or torch, or
 // a failed script, gives available = false and says why in `about`.
 TorchResults run_torch_reference(const std::vector<TorchCase>& cases, int threads);
 
-// A comparison table. Figures are throughputs (higher is better); ratio = titan / reference, so
-// above 1 means titan is faster.
+// A comparison table. Figures are throughputs (higher is better); the ratios are titan over the
+// best PyTorch f32 figure of the row and over the best of all, so above 1 means titan is faster.
 struct Row {
   std::string name;
-  std::optional<double> titan, reference;
-  std::vector<std::string> extra;  // one cell per Table::extra_headers
+  std::optional<double> titan;
+  std::map<std::string, double> torch;  // by variant
+  std::vector<std::string> extra;       // one cell per Table::extra_headers
 };
 struct Table {
   std::string title;
-  std::string unit;  // of both figures, e.g. "GFLOP/s"
+  std::string unit;  // of every figure, e.g. "GFLOP/s"
   std::string titan_label = "titan";
   std::string reference_label = "torch";
+  // The reference's columns, in this order, headed "<reference_label> <variant>"; {""}: one
+  // column, headed by reference_label alone.
+  std::vector<std::string> variants = kTorchF32;
+  bool higher_is_better = true;  // false for memory: the best reference figure is then the lowest
   std::vector<std::string> extra_headers;
   std::vector<Row> rows;
   std::vector<std::string> notes;  // printed under the table
 };
+// The best f32 variant of a row and its figure, if any ran.
+std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better = true);
 void print_table(const Table& table, const TorchResults& reference);
 
 // Titan's cases and the reference's, timed in alternating rounds (titan, torch, titan, ...). Each
@@ -129,20 +157,28 @@ Interleaved run_interleaved(
 
 // Every benchmark's first call in main. Where OpenBLAS would run a kernel set older than this
 // CPU (kernels/cpu/blas_kernels.h) and OPENBLAS_CORETYPE is unset, it starts the binary again
-// with OPENBLAS_CORETYPE naming the faster set. The PyTorch reference inherits the environment,
-// so both sides run the kernels this CPU is made for, the same ones: measuring both on kernels
-// several times slower than the CPU's would compare how each hides a slow GEMM.
+// with OPENBLAS_CORETYPE naming the faster set, so that titan is measured on the kernels this CPU
+// is made for. (PyTorch 2 runs MKL and oneDNN, which pick their kernels from the CPU's ISA.)
 void use_this_cpus_blas_kernels(char** argv);
 
 // "OpenBLAS kernels <name>" and where the choice came from: detected, OPENBLAS_CORETYPE as given,
 // or set by use_this_cpus_blas_kernels (with what OpenBLAS had detected).
 std::string blas_kernels_summary();
 
-// Cores, titan's threads, the BLAS kernels, and the share of the CPUs that other processes took since
-// run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from
-// others (a compile) makes every figure noisy.
+// The CPU's model and the ISA extensions that set the kernels either side can use (avx2, avx512f,
+// avx512_bf16, amx_bf16), from /proc/cpuinfo.
+std::string cpu_summary();
+
+// The CPU, cores, titan's threads, the BLAS kernels, and the share of the CPUs that other processes took
+// since run_benchmarks started (or mark_start, for a benchmark that runs its own loop): work from others (a
+// compile) makes every figure noisy.
 std::string machine_summary();
 void mark_start();
+
+// A field of /proc/self/status in bytes ("VmRSS": resident now, "VmHWM": its high-water mark).
+int64_t status_bytes(const std::string& field);
+// Resets VmHWM to the resident set now, so that it measures what follows.
+void reset_peak_rss();
 
 // The middle value, or the mean of the two middle values; `v` must not be empty.
 double median(std::vector<double> v);

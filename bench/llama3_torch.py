@@ -1,17 +1,16 @@
-"""Llama 3 in plain PyTorch: the twin that titan's Llama 3 is checked against.
+"""Llama 3 as a PyTorch 2 user trains it, TorchTitan's model: bench/train_step.cpp's reference.
 
 Module and parameter names are TorchTitan's (tok_embeddings.weight, layers.0.attention.wq.weight,
 layers.0.feed_forward.w1.weight, norm.weight, output.weight, ...), so a state dict moves between
-this model, titan's and TorchTitan's as it is. RoPE pairs dims (2i, 2i + 1), as Meta's reference
-and TorchTitan do; the angles are computed in float64 and stored float32, as titan's RopeTable is.
-
-It runs on torch 1.13 (Debian's), which has neither nn.RMSNorm nor scaled_dot_product_attention,
-so both are written out. Import it from elsewhere (benchmarks) with
-    sys.path.insert(0, "<repo>/tests/parity"); import llama3_torch
+this model, titan's and TorchTitan's as it is. nn.RMSNorm, F.scaled_dot_product_attention
+(is_causal, enable_gqa) and F.silu, as TorchTitan writes them. RoPE pairs dims (2i, 2i + 1), as
+Meta's reference and TorchTitan do; the angles are computed in float64 and stored float32, as
+titan's RopeTable is, and the initialisation is TorchTitan's, as titan's is, so first losses of
+the two compare.
 """
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -57,23 +56,6 @@ class ModelArgs:
         return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
 
 
-def _released(dim, n_layers, n_heads, multiple_of, ffn_dim_multiplier, rope_factor):
-    return ModelArgs(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=8, vocab_size=128256,
-                     multiple_of=multiple_of, ffn_dim_multiplier=ffn_dim_multiplier,
-                     rope_scaling=RopeScaling(factor=rope_factor))
-
-
-# The flavors of titan's models/llama3/model_args.cpp.
-FLAVORS: Dict[str, ModelArgs] = {
-    "debugmodel": ModelArgs(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab_size=2048, multiple_of=256),
-    "1B": _released(2048, 16, 32, 256, 1.5, 32.0),
-    "3B": _released(3072, 28, 24, 256, 1.0, 32.0),
-    "8B": _released(4096, 32, 32, 1024, 1.3, 8.0),
-    "70B": _released(8192, 80, 64, 4096, 1.3, 8.0),
-    "405B": _released(16384, 126, 128, 4096, 1.2, 8.0),
-}
-
-
 def rope_table(args: ModelArgs):
     """cos and sin of position * frequency, [max_seq_len, head_dim / 2] float32."""
     d = args.head_dim
@@ -106,28 +88,6 @@ def apply_rope(x, cos, sin):
     return torch.stack((even * c - odd * sn, even * sn + odd * c), dim=-1).flatten(-2)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def causal_attention(q, k, v):
-    """q [B, S, Hq, D], k and v [B, S, Hkv, D] -> [B, S, Hq, D]; query head h reads kv head h // (Hq / Hkv)."""
-    group = q.shape[2] // k.shape[2]
-    k = k.repeat_interleave(group, dim=2)
-    v = v.repeat_interleave(group, dim=2)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    s = q.shape[2]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    mask = torch.full((s, s), float("-inf"), dtype=q.dtype).triu(1)
-    return torch.softmax(scores + mask, dim=-1).matmul(v).transpose(1, 2)
-
-
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -142,7 +102,9 @@ class Attention(nn.Module):
         q = apply_rope(self.wq(x).view(b, s, -1, self.head_dim), cos, sin)
         k = apply_rope(self.wk(x).view(b, s, -1, self.head_dim), cos, sin)
         v = self.wv(x).view(b, s, -1, self.head_dim)
-        return self.wo(causal_attention(q, k, v).reshape(b, s, -1))
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True, enable_gqa=True)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class FeedForward(nn.Module):
@@ -161,22 +123,13 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention = Attention(args)
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
-        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
-        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.ffn_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
         self.init_std = 0.02 / math.sqrt(2 * (layer_id + 1))
 
     def forward(self, x, cos, sin):
         h = x + self.attention(self.attention_norm(x), cos, sin)
         return h + self.feed_forward(self.ffn_norm(h))
-
-
-def trunc_normal_(t, std, a, b, generator=None):
-    """Normal(0, std) truncated to [a, b] by inverting the CDF (torch 1.13's trunc_normal_ takes no generator)."""
-    with torch.no_grad():
-        cdf = lambda x: 0.5 * (1 + math.erf(x / (std * math.sqrt(2))))
-        u = torch.rand(t.shape, generator=generator, dtype=torch.float64) * (cdf(b) - cdf(a)) + cdf(a)
-        t.copy_((torch.erfinv(2 * u - 1) * std * math.sqrt(2)).clamp_(a, b))
-    return t
 
 
 class Transformer(nn.Module):
@@ -185,7 +138,7 @@ class Transformer(nn.Module):
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(i, args) for i in range(args.n_layers))
-        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         cos, sin = rope_table(args)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -199,12 +152,12 @@ class Transformer(nn.Module):
                 a, f = layer.attention, layer.feed_forward
                 for w, std in ((a.wq, 0.02), (a.wk, 0.02), (a.wv, 0.02), (a.wo, layer.init_std),
                                (f.w1, 0.02), (f.w2, layer.init_std), (f.w3, layer.init_std)):
-                    trunc_normal_(w.weight, std, -2.0, 2.0, generator)
+                    nn.init.trunc_normal_(w.weight, 0.0, std, -2.0, 2.0, generator=generator)
                 layer.attention_norm.weight.fill_(1.0)
                 layer.ffn_norm.weight.fill_(1.0)
             self.norm.weight.fill_(1.0)
             std = self.args.dim ** -0.5
-            trunc_normal_(self.output.weight, std, -3 * std, 3 * std, generator)
+            nn.init.trunc_normal_(self.output.weight, 0.0, std, -3 * std, 3 * std, generator=generator)
 
     def forward(self, tokens):
         h = self.tok_embeddings(tokens)
