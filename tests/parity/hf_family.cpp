@@ -36,7 +36,11 @@ fs::path hf_root(const std::string& family) { return fs::path(TITAN_PARITY_DIR) 
 
 std::unique_ptr<models::CausalLM> build_hf_model(const std::string& family, const nlohmann::json& config) {
   if (family == "llama3") return std::make_unique<llama3::Transformer>(llama3::parse_hf_config(config).args);
-  return std::make_unique<qwen3::Transformer>(qwen3::parse_hf_config(qwen3_family(family), config));
+  qwen3::ModelArgs args = qwen3::parse_hf_config(qwen3_family(family), config);
+  // Qwen3MoeForCausalLM trains with transformers' pooled load-balancing loss ([moe]
+  // load_balance_loss = "global"); the dense family has none.
+  args.load_balance_loss = nn::moe::LoadBalanceLoss::global;
+  return std::make_unique<qwen3::Transformer>(args);
 }
 
 std::unique_ptr<models::CausalLM> import_hf_model(const std::string& family, const fs::path& dir) {

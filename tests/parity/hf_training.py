@@ -20,11 +20,10 @@ BATCH = 2
 SEQ = 32
 # Grad norms run from about 1.6 to 8 over the run, so max_norm 2.5 clips some steps and not others.
 HYPER = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "max_norm": 2.5}
-# HF's load-balancing loss (Qwen 3 MoE) stays off until titan has it ([moe] on branch moe-aux):
-# titan's default one is another formula. Turning it on here makes the loss below include
-# router_aux_loss_coef * aux_loss, and the training folder's config.json carry the coefficient,
-# which titan's import reads.
-HF_AUX_LOSS = False
+# Qwen 3 MoE trains with HF's load-balancing loss: the loss below includes
+# router_aux_loss_coef * aux_loss, and the training folder's config.json carries the coefficient,
+# which titan's import reads; titan computes the same loss ([moe] load_balance_loss = "global").
+HF_AUX_LOSS = True
 
 
 def batches(vocab, gen):

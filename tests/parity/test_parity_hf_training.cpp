@@ -6,9 +6,8 @@
 // dict adapter) and every step's loss and grad norm agree to 1e-4 (relative, f32; they differ by
 // 4e-6 at most), and the weights after the last step to kFinalWeightTolerance.
 //
-// Qwen 3 MoE trains without a load-balancing loss on either side (router_aux_loss_coef 0 in the
-// folder, which titan's import reads; HF's output_router_logits off) until titan has HF's; see
-// HF_AUX_LOSS in hf_training.py.
+// Qwen 3 MoE trains with transformers' load-balancing loss on both sides (router_aux_loss_coef
+// 0.01 in the folder, which titan's import reads; titan's [moe] load_balance_loss = "global").
 #include <gtest/gtest.h>
 
 #include "hf_family.h"

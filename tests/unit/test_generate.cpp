@@ -196,7 +196,7 @@ TEST_F(GenerateFromCheckpoint, ReadsTheLatestStepWithItsConfigAndWeights) {
 TEST_F(GenerateFromCheckpoint, ReadsAHuggingFaceFolderAndItsConversion) {
   auto model = build(3);
   const models::StateDictAdapter& adapter = models::hf_adapter("llama3");
-  nlohmann::json config = adapter.hf_config(cfg.model);
+  nlohmann::json config = adapter.hf_config(cfg.model, models::common::hf::ConfigLayout::transformers5);
   config["max_position_embeddings"] = 40;
   const fs::path hf = dir / "hf", converted = dir / "converted";
   train::save_hf_model(hf, adapter, config, model->state_dict(), kF32);

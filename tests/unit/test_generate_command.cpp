@@ -81,7 +81,7 @@ class GenerateCommand : public ::testing::Test {
     Generator gen(7);
     std::shared_ptr<models::CausalLM> model = models::get_train_spec(m.name).build(m, 32, gen);
     const models::StateDictAdapter& adapter = models::hf_adapter(m.name);
-    json config = adapter.hf_config(m);
+    json config = adapter.hf_config(m, models::common::hf::ConfigLayout::transformers5);
     config["max_position_embeddings"] = 32;
     train::save_hf_model(hf, adapter, config, model->state_dict(), kF32);
     if (with_tokenizer) data::copy_tokenizer(kKjvTokenizer, hf);

@@ -23,7 +23,7 @@ SavedModel from_hf_config(const fs::path& dir, const json& file_config, const st
   try {
     // As convert imports it, so that a folder and its conversion build the same model: the
     // family's defaults filled in for absent keys (max_position_embeddings among them).
-    config = adapter.imported_hf_config(file_config);
+    config = adapter.imported_hf_config(file_config, models::common::hf::ConfigLayout::transformers5);
     s.config = adapter.from_hf_config(config);
   } catch (const Error& e) {
     throw Error(where + ": " + e.what());
