@@ -9,6 +9,7 @@
 #include <string>
 
 #include "support/test_util.h"
+#include "support/tiny_qwen3.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/models/qwen3/model.h"
@@ -26,37 +27,15 @@ namespace {
 using models::qwen3::ModelArgs;
 using models::qwen3::Transformer;
 using nn::moe::LoadBalanceLoss;
+using test::randomise;
 using test::tensors_close;
+using test::tokens_of;
 
 // Three MoE blocks of 4 experts, 2 per token.
 ModelArgs tiny_moe(LoadBalanceLoss loss) {
-  ModelArgs a;
-  a.dim = 6;
-  a.n_layers = 3;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.head_dim = 4;
-  a.vocab_size = 11;
-  a.max_seq_len = 8;
-  a.moe = nn::moe::MoEArgs{.num_experts = 4, .top_k = 2, .hidden_dim = 5, .norm_topk_prob = true};
-  a.aux_loss_coeff = 0.5;
+  ModelArgs a = test::tiny_qwen3_args(true, 3);
   a.load_balance_loss = loss;
   return a;
-}
-
-Tensor tokens_of(const std::vector<int64_t>& ids, int64_t batch) {
-  return Tensor::from_vector(ids, {batch, static_cast<int64_t>(ids.size()) / batch});
-}
-
-// Weights larger than the init's, so that the routers' choices are uneven and every path carries
-// a gradient well above the finite differences' noise.
-void randomise(Transformer& m, uint64_t seed) {
-  Generator gen(seed);
-  m.init_weights(gen);
-  autograd::NoGradGuard no_grad;
-  for (auto& [name, p] : m.named_parameters())
-    if (p.dim() >= 2 && name != "tok_embeddings.weight")
-      Tensor(p).copy_(Tensor::randn(p.sizes(), gen, {.dtype = p.dtype()}, 0, 0.4));
 }
 
 TEST(LoadBalanceLoss, ConfigKeyChoosesTheScopeAndRefusesOthers) {

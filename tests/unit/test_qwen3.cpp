@@ -10,6 +10,7 @@
 #include <set>
 
 #include "support/test_util.h"
+#include "support/tiny_qwen3.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/models/qwen3/model.h"
@@ -24,41 +25,9 @@ namespace {
 using models::qwen3::Family;
 using models::qwen3::ModelArgs;
 using models::qwen3::Transformer;
+using test::randomise;
 using test::tensors_close;
-
-// Small enough to gradcheck: 2 layers, 4 query heads over 2 kv heads of size 4 on a 6-wide
-// stream (head_dim not dim / n_heads), optionally 4 experts of which 2 per token.
-ModelArgs tiny_args(bool moe) {
-  ModelArgs a;
-  a.dim = 6;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.head_dim = 4;
-  a.ffn_dim = 10;
-  a.vocab_size = 11;
-  a.max_seq_len = 8;
-  if (moe) {
-    a.moe = nn::moe::MoEArgs{.num_experts = 4, .top_k = 2, .hidden_dim = 5, .norm_topk_prob = true};
-    a.aux_loss_coeff = 0.5;
-  }
-  return a;
-}
-
-Tensor tokens_of(const std::vector<int64_t>& ids, int64_t batch) {
-  return Tensor::from_vector(ids, {batch, static_cast<int64_t>(ids.size()) / batch});
-}
-
-// Weights larger than the init's, so every path carries a gradient well above the finite
-// differences' noise.
-void randomise(Transformer& m, uint64_t seed) {
-  Generator gen(seed);
-  m.init_weights(gen);
-  autograd::NoGradGuard no_grad;
-  for (auto& [name, p] : m.named_parameters())
-    if (p.dim() >= 2 && name != "tok_embeddings.weight")
-      Tensor(p).copy_(Tensor::randn(p.sizes(), gen, {.dtype = p.dtype()}, 0, 0.4));
-}
+using test::tokens_of;
 
 // ---- flavors and sizes ------------------------------------------------------------------------
 
@@ -143,13 +112,13 @@ TEST(Qwen3Args, FlopsCountOnlyTheActiveParameters) {
 }
 
 TEST(Qwen3Args, ValidationNamesTheProblem) {
-  ModelArgs a = tiny_args(false);
+  ModelArgs a = test::tiny_qwen3_args(false);
   a.n_kv_heads = 3;
   EXPECT_TITAN_ERROR(a.validate(), "n_heads (4)", "n_kv_heads (3)");
-  a = tiny_args(false);
+  a = test::tiny_qwen3_args(false);
   a.head_dim = 5;
   EXPECT_TITAN_ERROR(a.validate(), "head_dim", "even");
-  a = tiny_args(true);
+  a = test::tiny_qwen3_args(true);
   a.moe->top_k = 5;
   EXPECT_TITAN_ERROR(a.validate(), "top_k=5", "num_experts=4");
   EXPECT_TITAN_ERROR(models::qwen3::flavor(Family::dense, "30B-A3B"), "unknown flavor '30B-A3B'",
@@ -159,7 +128,7 @@ TEST(Qwen3Args, ValidationNamesTheProblem) {
 // ---- the model ----------------------------------------------------------------------------------
 
 TEST(Qwen3Model, ParameterNamesAreTorchTitans) {
-  ModelArgs dense = tiny_args(false);
+  ModelArgs dense = test::tiny_qwen3_args(false);
   dense.tie_embeddings = true;
   std::set<std::string> names;
   for (auto& [name, t] : Transformer(dense).state_dict()) names.insert(name);
@@ -170,7 +139,7 @@ TEST(Qwen3Model, ParameterNamesAreTorchTitans) {
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_FALSE(names.count("output.weight")) << "a tied model has no output projection of its own";
 
-  ModelArgs sparse = tiny_args(true);
+  ModelArgs sparse = test::tiny_qwen3_args(true);
   sparse.moe->load_balance_bias = true;
   Transformer moe(sparse);
   names.clear();
@@ -192,7 +161,7 @@ TEST(Qwen3Model, ParameterNamesAreTorchTitans) {
 }
 
 TEST(Qwen3Model, TiedEmbeddingIsTheOutputProjectionAndStartsAtItsScale) {
-  ModelArgs a = tiny_args(false);
+  ModelArgs a = test::tiny_qwen3_args(false);
   a.tie_embeddings = true;
   a.dim = 64;
   a.n_heads = 2;
@@ -215,7 +184,7 @@ TEST(Qwen3Model, TiedEmbeddingIsTheOutputProjectionAndStartsAtItsScale) {
 
 TEST(Qwen3Model, LogitsAreCausal) {
   for (bool moe : {false, true}) {
-    Transformer m(tiny_args(moe));
+    Transformer m(test::tiny_qwen3_args(moe));
     randomise(m, 4);
     Tensor a = m(tokens_of({1, 5, 2, 9, 0, 3}, 1)), b = m(tokens_of({1, 5, 2, 9, 7, 7}, 1));
     EXPECT_EQ(a.sizes(), (Shape{1, 6, 11}));
@@ -230,7 +199,7 @@ TEST(Qwen3Model, LogitsAreCausal) {
 
 TEST(Qwen3Model, GradcheckOfTheLossWithRespectToParameters) {
   for (bool moe : {false, true}) {
-    Transformer m(tiny_args(moe), {.dtype = kF64});
+    Transformer m(test::tiny_qwen3_args(moe), {.dtype = kF64});
     randomise(m, 5);
     auto named = m.named_parameters();
     std::map<std::string, Tensor> params(named.begin(), named.end());
@@ -260,7 +229,7 @@ TEST(Qwen3Model, GradcheckOfTheLossWithRespectToParameters) {
 TEST(Qwen3Model, CheckpointedBlocksGiveTheSameGradientsAuxiliaryLossIncluded) {
   std::vector<std::map<std::string, Tensor>> grads;
   for (const char* mode : {"none", "full"}) {
-    Transformer m(tiny_args(true));
+    Transformer m(test::tiny_qwen3_args(true));
     randomise(m, 6);
     parallel::apply_activation_checkpointing(*m.layers, parallel::parse_activation_checkpoint_mode(mode));
     Tensor loss = ops::cross_entropy(m(tokens_of({1, 5, 2, 9, 0, 3}, 1)), tokens_of({5, 2, 9, 0, 3, 7}, 1));
@@ -273,12 +242,12 @@ TEST(Qwen3Model, CheckpointedBlocksGiveTheSameGradientsAuxiliaryLossIncluded) {
 }
 
 TEST(Qwen3Model, EndStepReportsTheExpertLoadOfTrainingForwards) {
-  Transformer dense(tiny_args(false));
+  Transformer dense(test::tiny_qwen3_args(false));
   dense(tokens_of({1, 2, 3}, 1));
   EXPECT_TRUE(dense.end_step().empty());
   EXPECT_FALSE(dense.auxiliary_loss().defined());
 
-  Transformer m(tiny_args(true));
+  Transformer m(test::tiny_qwen3_args(true));
   randomise(m, 7);
   m(tokens_of({1, 5, 2, 9, 0, 3, 7, 4}, 2));
   m(tokens_of({4, 4, 10, 6}, 1));
