@@ -32,7 +32,9 @@ const std::vector<std::string>& hf_families() {
   return families;
 }
 
-fs::path hf_root(const std::string& family) { return fs::path(TITAN_PARITY_DIR) / ("hf_" + family); }
+fs::path hf_root(const std::string& family) {
+  return fs::path(TITAN_PARITY_DIR) / ("hf_" + family);
+}
 
 std::unique_ptr<models::CausalLM> build_hf_model(const std::string& family, const nlohmann::json& config) {
   if (family == "llama3") return std::make_unique<llama3::Transformer>(llama3::parse_hf_config(config).args);
@@ -60,8 +62,10 @@ nn::StateDict to_hf(const std::string& family, const models::CausalLM& model, co
   return models::hf_adapter(family).to_hf(ours, hf_config_of(family, model));
 }
 
-void export_hf_model(const std::string& family, const models::CausalLM& model, const fs::path& dir, DType dtype) {
-  train::save_hf_model(dir, models::hf_adapter(family), hf_config_of(family, model), model.state_dict(), dtype);
+void export_hf_model(const std::string& family, const models::CausalLM& model, const fs::path& dir,
+                     DType dtype) {
+  train::save_hf_model(dir, models::hf_adapter(family), hf_config_of(family, model), model.state_dict(),
+                       dtype);
 }
 
 void hf_logits(const std::string& family, const std::vector<std::pair<fs::path, fs::path>>& folder_to_file) {

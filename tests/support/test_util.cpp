@@ -1,11 +1,12 @@
 #include "support/test_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
-#include <unistd.h>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -28,8 +29,8 @@ double max_rel_error(const Tensor& a, const Tensor& ref, double floor) {
 ::testing::AssertionResult tensors_close(const Tensor& a, const Tensor& ref, double tol,
                                          const std::string& what) {
   if (a.sizes() != ref.sizes())
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(a.sizes()) << " vs reference "
-                                         << shape_str(ref.sizes());
+    return ::testing::AssertionFailure()
+           << what << ": shape " << shape_str(a.sizes()) << " vs reference " << shape_str(ref.sizes());
   double e = max_rel_error(a, ref);
   if (e <= tol) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << what << ": relative error " << e << " > " << tol;
@@ -92,14 +93,16 @@ nn::StateDict titan_checkpoint_weights(const std::filesystem::path& step_dir) {
 }
 
 void expect_same_hf_folder(const std::filesystem::path& exported, const std::filesystem::path& original) {
-  checkpoint::SafetensorsFile theirs = checkpoint::read_safetensors((original / "model.safetensors").string());
+  checkpoint::SafetensorsFile theirs =
+      checkpoint::read_safetensors((original / "model.safetensors").string());
   checkpoint::SafetensorsFile ours = checkpoint::read_safetensors((exported / "model.safetensors").string());
   ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
   for (const auto& [name, t] : theirs.tensors) {
     ASSERT_TRUE(ours.tensors.count(name)) << "titan's export lacks " << name;
     EXPECT_TRUE(same_bits(ours.tensors.at(name), t)) << name;
   }
-  const nlohmann::json mine = checkpoint::HfReader(exported).config(), ref = checkpoint::HfReader(original).config();
+  const nlohmann::json mine = checkpoint::HfReader(exported).config(),
+                       ref = checkpoint::HfReader(original).config();
   for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, ref.value(key, nlohmann::json())) << key;
 }
 

@@ -47,23 +47,23 @@ bool in_ci();
 
 // A reference the test needs is absent (a tokenizer file, a Python package). Locally the test is
 // skipped with the reason; in CI (CI=true) a skip would hide the gap, so it fails with the reason.
-#define TITAN_MISSING_REFERENCE(reason)                                                   \
-  do {                                                                                    \
+#define TITAN_MISSING_REFERENCE(reason)                                                    \
+  do {                                                                                     \
     if (::titan::test::in_ci()) GTEST_FAIL() << "missing reference (CI=true): " << reason; \
-    GTEST_SKIP() << reason;                                                               \
+    GTEST_SKIP() << reason;                                                                \
   } while (0)
 
 // Runs `stmt`, expects a titan::Error whose message contains every string in the list.
-#define EXPECT_TITAN_ERROR(stmt, ...)                                                       \
-  do {                                                                                      \
-    bool thrown = false;                                                                    \
-    try {                                                                                   \
-      stmt;                                                                                 \
-    } catch (const ::titan::Error& e) {                                                     \
-      thrown = true;                                                                        \
-      std::string msg = e.what();                                                           \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                 \
+#define EXPECT_TITAN_ERROR(stmt, ...)                                                              \
+  do {                                                                                             \
+    bool thrown = false;                                                                           \
+    try {                                                                                          \
+      stmt;                                                                                        \
+    } catch (const ::titan::Error& e) {                                                            \
+      thrown = true;                                                                               \
+      std::string msg = e.what();                                                                  \
+      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                        \
         EXPECT_NE(msg.find(part), std::string::npos) << "message lacks '" << part << "': " << msg; \
-    }                                                                                       \
-    EXPECT_TRUE(thrown) << "expected a titan::Error from " #stmt;                          \
+    }                                                                                              \
+    EXPECT_TRUE(thrown) << "expected a titan::Error from " #stmt;                                  \
   } while (0)
