@@ -593,9 +593,11 @@ TEST(JobConfig, LrScheduleAndActivationCheckpointing) {
 
   JobConfig::ActivationCheckpoint ac;
   EXPECT_EQ(train::selective_ac_layer_interval(ac), 2);
-  ac.selective_ac_option = "5";
+  // Assigned as std::string: GCC 12's -Wrestrict misreads the inlined assignment from a literal
+  // here (a false positive that -Werror turns into a failed build).
+  ac.selective_ac_option = std::string("5");
   EXPECT_EQ(train::selective_ac_layer_interval(ac), 5);
-  ac.selective_ac_option = "-1";
+  ac.selective_ac_option = std::string("-1");
   EXPECT_TITAN_ERROR(train::selective_ac_layer_interval(ac), "positive integer");
 
   EXPECT_EQ(with({"--compile.enable"}).compile.execution_mode(), "graph");
