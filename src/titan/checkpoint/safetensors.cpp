@@ -80,8 +80,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), fil
     TITAN_CHECK(offs.size() == 2, where, ": data_offsets must be [begin, end], found ", json_fields::found(offs));
     const uint64_t begin = json_fields::as_unsigned(offs[0], (at / "data_offsets")[0]),
                    end = json_fields::as_unsigned(offs[1], (at / "data_offsets")[1]);
-    TITAN_CHECK(begin <= end && end <= data_size, where, " has data_offsets [", begin, ", ", end,
-                "], not a range inside the ", data_size, "-byte data section (truncated file?)");
+    TITAN_CHECK(begin <= end && end <= data_size, where, " has data_offsets [", begin, ", ", end, "]: ",
+                begin > end ? "its end comes before its begin" : "they end outside the data section of ",
+                begin > end ? "" : std::to_string(data_size) + " bytes (truncated file?)");
     entry.offset = data_start + begin;
     entry.nbytes = end - begin;
     uint64_t need = dtype_size(entry.dtype);

@@ -40,7 +40,7 @@ std::atomic<uint64_t> next_cache_owner{1};
 
 }  // namespace
 
-BpeModel::BpeModel(const nlohmann::json& model, const std::string& source)
+BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32_t max_id)
     : cache_owner_(next_cache_owner++) {
   const std::string where = source + ": model";
   const JsonPath at{source, "model"};
@@ -58,9 +58,6 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source)
   ignore_merges_ = json_fields::field_or(model, "ignore_merges", false, at);
 
   const nlohmann::json& vocab = json_fields::object(json_fields::member(model, "vocab", at), at / "vocab");
-  // A vocabulary of n tokens numbers them 0 to n - 1; a larger id would size the tables by a
-  // number the file merely states.
-  const int64_t max_id = std::min<int64_t>(static_cast<int64_t>(vocab.size()) - 1, INT32_MAX - 1);
   for (const auto& [spelled, id_json] : vocab.items()) {
     std::optional<std::string> bytes = byte_level_decode(spelled);
     TITAN_CHECK(bytes.has_value(), where, " token '", spelled,

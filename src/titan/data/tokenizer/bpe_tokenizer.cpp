@@ -44,6 +44,16 @@ const nlohmann::json& section(const nlohmann::json& tokenizer, const char* key, 
   return json_fields::optional_member(tokenizer, key, {source, ""});
 }
 
+// The largest id a token may have. Ids number the tokens the file lists, the vocabulary's and the
+// added ones, so none lies past their count: a larger id would size the tables by a number the
+// file merely states (2e9 ids: tens of GB).
+int32_t max_token_id(const nlohmann::json& tokenizer, const std::string& source) {
+  const nlohmann::json& vocab = json_fields::optional_member(section(tokenizer, "model", source), "vocab",
+                                                            {source, "model"});
+  const size_t listed = vocab.size() + section(tokenizer, "added_tokens", source).size();
+  return static_cast<int32_t>(std::min<size_t>(listed, INT32_MAX) - 1);
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::load(const std::filesystem::path& path) {
@@ -69,7 +79,7 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
                            const std::string& source, const std::string& config_source)
     : normalizer_(section(tokenizer, "normalizer", source), source),
       pretokenizer_(section(tokenizer, "pre_tokenizer", source), source),
-      model_(section(tokenizer, "model", source), source) {
+      model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source)) {
   const JsonPath root{source, ""};
   const nlohmann::json& decoder = section(tokenizer, "decoder", source);
   TITAN_CHECK(decoder.is_object() && json_fields::field_or<std::string>(decoder, "type", "", root / "decoder") ==
@@ -88,15 +98,12 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   const nlohmann::json& added = section(tokenizer, "added_tokens", source);
   const JsonPath added_at = root / "added_tokens";
   if (!added.is_null()) json_fields::array(added, added_at);
-  // Ids run on from the vocabulary's, so no id lies past one per added token: a larger one would
-  // size the tables by a number the file merely states.
-  const int64_t max_id = static_cast<int64_t>(model_.size()) + static_cast<int64_t>(added.size()) - 1;
+  const int32_t max_id = max_token_id(tokenizer, source);
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     const JsonPath at = added_at[i];
     AddedToken t{json_fields::field<std::string>(a, "content", at),
-                 static_cast<int32_t>(json_fields::as_integer(json_fields::member(a, "id", at), at / "id", 0,
-                                                              std::min<int64_t>(max_id, INT32_MAX - 1))),
+                 static_cast<int32_t>(json_fields::as_integer(json_fields::member(a, "id", at), at / "id", 0, max_id)),
                  json_fields::field_or(a, "special", false, at), json_fields::field_or(a, "normalized", false, at)};
     TITAN_CHECK(!json_fields::field_or(a, "single_word", false, at) && !json_fields::field_or(a, "lstrip", false, at) &&
                     !json_fields::field_or(a, "rstrip", false, at),
