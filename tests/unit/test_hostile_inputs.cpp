@@ -13,6 +13,7 @@
 
 #include "support/test_util.h"
 #include "titan/checkpoint/checkpoint.h"
+#include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/checked.h"
 #include "titan/core/crc32c.h"
@@ -92,27 +93,34 @@ class HostileTokenizer : public ::testing::Test {
 
 TEST_F(HostileTokenizer, WrongTypesAndRangesNameTheFileAndField) {
   EXPECT_NO_THROW(with([](json&) {}));
-  EXPECT_TITAN_ERROR(data::BpeTokenizer::parse("[1,2,3]", "{}", "/t/tokenizer.json", "/t/tokenizer_config.json"),
-                     "/t/tokenizer.json must be a JSON object", "found an array [1,2,3]");
+  EXPECT_TITAN_ERROR(
+      data::BpeTokenizer::parse("[1,2,3]", "{}", "/t/tokenizer.json", "/t/tokenizer_config.json"),
+      "/t/tokenizer.json must be a JSON object", "found an array [1,2,3]");
   EXPECT_TITAN_ERROR(with([](json& j) { j["model"]["vocab"]["a"] = "64"; }), "/t/tokenizer.json",
                      "\"model.vocab.a\"", "an integer", "found a string \"64\"");
   EXPECT_TITAN_ERROR(with([](json& j) { j["added_tokens"][1].erase("content"); }), "/t/tokenizer.json",
                      "\"added_tokens[1].content\" is missing");
   EXPECT_TITAN_ERROR(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = 7; }),
                      "\"pre_tokenizer.pretokenizers[0].type\"", "a string", "found an integer 7");
-  EXPECT_TITAN_ERROR(with([](json& j) { j["pre_tokenizer"]["type"] = 7; }), "\"pre_tokenizer.type\"", "a string");
-  EXPECT_TITAN_ERROR(with([](json& j) { j["normalizer"] = {{"type", 1}}; }), "\"normalizer.type\"", "a string");
+  EXPECT_TITAN_ERROR(with([](json& j) { j["pre_tokenizer"]["type"] = 7; }), "\"pre_tokenizer.type\"",
+                     "a string");
+  EXPECT_TITAN_ERROR(with([](json& j) {
+                       j["normalizer"] = {{"type", 1}};
+                     }),
+                     "\"normalizer.type\"", "a string");
   EXPECT_TITAN_ERROR(with([](json& j) { j["decoder"]["type"] = false; }), "\"decoder.type\"", "a string");
   EXPECT_TITAN_ERROR(with([](json& j) { j["added_tokens"][0]["special"] = "yes"; }),
                      "\"added_tokens[0].special\"", "true or false", "\"yes\"");
   // 2e9 is a float in JSON, 2000000000 an int32: both are past the 2048 tokens the file lists,
   // and neither may size the tables.
-  EXPECT_TITAN_ERROR(with([](json& j) { j["model"]["vocab"]["a"] = 2e9; }), "\"model.vocab.a\"", "an integer");
+  EXPECT_TITAN_ERROR(with([](json& j) { j["model"]["vocab"]["a"] = 2e9; }), "\"model.vocab.a\"",
+                     "an integer");
   EXPECT_TITAN_ERROR(with([](json& j) { j["model"]["vocab"]["a"] = 2000000000; }), "\"model.vocab.a\"",
                      "[0, 2047]", "2000000000");
   EXPECT_TITAN_ERROR(with([](json& j) { j["added_tokens"][0]["id"] = 2000000000; }), "\"added_tokens[0].id\"",
                      "[0, 2047]", "2000000000");
-  EXPECT_TITAN_ERROR(with([](json& j) { j["added_tokens"][0]["id"] = 5000000000; }), "\"added_tokens[0].id\"");
+  EXPECT_TITAN_ERROR(with([](json& j) { j["added_tokens"][0]["id"] = 5000000000; }),
+                     "\"added_tokens[0].id\"");
 }
 
 TEST_F(HostileTokenizer, ConfigTokensOfTheWrongTypeNameTheConfigFile) {
@@ -179,8 +187,8 @@ TEST(HostileSafetensors, TensorsMustTileTheDataSection) {
   EXPECT_TITAN_ERROR(open({{"a", tensor(0, 64, {4, -4})}}, 64), "\"a.shape[1]\"", "found an integer -4");
   EXPECT_TITAN_ERROR(open({{"a", tensor(0, 64, {uint64_t{1} << 62, 16})}}, 64), "tensor 'a' byte size",
                      "overflows");
-  EXPECT_TITAN_ERROR(open({{"a", {{"dtype", 3}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, 4), "\"a.dtype\"",
-                     "a string");
+  EXPECT_TITAN_ERROR(open({{"a", {{"dtype", 3}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, 4),
+                     "\"a.dtype\"", "a string");
   EXPECT_TITAN_ERROR(open({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, "4"}}}}}, 4),
                      "\"a.data_offsets[1]\"", "found a string");
   // A header length past the format's 100 MB limit is refused before it is read.
@@ -189,6 +197,14 @@ TEST(HostileSafetensors, TensorsMustTileTheDataSection) {
   std::memcpy(bytes.data(), &huge, 8);
   spit(path, bytes);
   EXPECT_TITAN_ERROR(checkpoint::SafetensorsReader(path.string()), path.string(), "header length", "limit");
+}
+
+TEST(HostileSafetensors, AnIndexWhoseWeightMapIsNotAnObjectIsNamed) {
+  const fs::path dir = test::fresh_temp_dir("hostile_hf_index");
+  spit(dir / "config.json", "{}");
+  spit(dir / "model.safetensors.index.json", R"({"weight_map": ["model-00001.safetensors"]})");
+  EXPECT_TITAN_ERROR(checkpoint::HfReader{dir}, (dir / "model.safetensors.index.json").string(),
+                     "\"weight_map\"", "a JSON object", "found an array");
 }
 
 // ---- checkpoint metadata.json --------------------------------------------------------------------
@@ -208,15 +224,24 @@ TEST(HostileCheckpointMetadata, StateAndFieldsAreTypeAndRangeChecked) {
   EXPECT_EQ(read_with([](json&) {}).state.at("step"), 3);
   EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["step"] = 1'000'000'000'000'000; }), file.string(),
                      "\"state.step\"", "[0, 1000000000000]", "1000000000000000");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["step"] = -1; }), "\"state.step\"", "found an integer -1");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["step"] = "3"; }), "\"state.step\"", "found a string");
+  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["step"] = -1; }), "\"state.step\"",
+                     "found an integer -1");
+  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["step"] = "3"; }), "\"state.step\"",
+                     "found a string");
   EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["lr_scheduler"]["step"] = 3.5; }),
                      "\"state.lr_scheduler.step\"", "found a number 3.5");
   EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"]["rng"]["seed"] = -2; }), "\"state.rng.seed\"");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"] = json::array(); }), "\"state\" must be a JSON object");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["version"] = "1"; }), file.string(), "\"version\"", "an integer");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["tensors"]["w"]["shape"] = {2, "3"}; }), "\"tensors.w.shape[1]\"");
-  EXPECT_TITAN_ERROR(read_with([](json& j) { j["tensors"]["w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; }),
+  EXPECT_TITAN_ERROR(read_with([](json& j) { j["state"] = json::array(); }),
+                     "\"state\" must be a JSON object");
+  EXPECT_TITAN_ERROR(read_with([](json& j) { j["version"] = "1"; }), file.string(), "\"version\"",
+                     "an integer");
+  EXPECT_TITAN_ERROR(read_with([](json& j) {
+                       j["tensors"]["w"]["shape"] = {2, "3"};
+                     }),
+                     "\"tensors.w.shape[1]\"");
+  EXPECT_TITAN_ERROR(read_with([](json& j) {
+                       j["tensors"]["w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+                     }),
                      "\"tensors.w.shape\"", "more than 2^63 elements");
   EXPECT_TITAN_ERROR(read_with([](json& j) { j["tensors"]["w"]["shards"][0].erase("key"); }),
                      "\"tensors.w.shards[0].key\" is missing");
@@ -288,9 +313,9 @@ TEST(HostileCli, AnyExceptionEndsInAMessageAndExitCodeOne) {
   spit(dir / "corpus.jsonl", "{\"text\": \"In the beginning\"}\n");
   spit(dir / "a_file", "");
   // Making a folder under a file fails in std::filesystem, which throws its own exception type.
-  CliRun r = titan_cli("tokenize --tokenizer data/kjv_tokenizer --out " + (dir / "a_file" / "shards").string() + " " +
-                        (dir / "corpus.jsonl").string(),
-                    "", dir);
+  CliRun r = titan_cli("tokenize --tokenizer data/kjv_tokenizer --out " +
+                           (dir / "a_file" / "shards").string() + " " + (dir / "corpus.jsonl").string(),
+                       "", dir);
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("titan: error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("a_file"), std::string::npos) << r.err;

@@ -94,10 +94,12 @@ int main(int argc, char** argv) {
     } catch (const titan::Error& e) {
       what = e.what();
     } catch (const std::bad_alloc&) {
-      what = "out of memory (std::bad_alloc): an input asked for more memory than there is; a damaged or "
-             "hand-edited file can state a size this large";
+      what =
+          "out of memory (std::bad_alloc): an input asked for more memory than there is; a damaged or "
+          "hand-edited file can state a size this large";
     } catch (const std::exception& e) {
-      what = std::string("unexpected ") + e.what() + " (please report: titan should have named what is wrong)";
+      what =
+          std::string("unexpected ") + e.what() + " (please report: titan should have named what is wrong)";
     } catch (...) {
       what = "an unknown exception (please report: titan should have named what is wrong)";
     }

@@ -91,9 +91,10 @@ int decode(const Options& o) {
   v.reserve(ids.size());
   for (const nlohmann::json& id : ids) {
     // Range-checked before narrowing: 2^32 + 5 read as an int32 would silently become 5.
-    const bool in_range = id.is_number_integer() &&
-                          (id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(tokenizer.vocab_size())
-                                                   : id.get<int64_t>() >= 0 && id.get<int64_t>() < tokenizer.vocab_size());
+    const bool in_range =
+        id.is_number_integer() &&
+        (id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(tokenizer.vocab_size())
+                                 : id.get<int64_t>() >= 0 && id.get<int64_t>() < tokenizer.vocab_size());
     TITAN_CHECK(in_range, "titan tokenizer decode: stdin's id ", id.dump(), " at position ", v.size(),
                 " is not an integer id in [0, ", tokenizer.vocab_size(), "), the vocabulary of ", o.tokenizer,
                 "; decode ids made by this tokenizer");

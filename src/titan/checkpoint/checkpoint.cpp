@@ -14,8 +14,8 @@
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/checked.h"
 #include "titan/core/crc32c.h"
-#include "titan/core/json_fields.h"
 #include "titan/core/file_io.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::checkpoint {
 
@@ -149,16 +149,19 @@ Metadata from_json(const json& j, const std::string& where) {
   TITAN_CHECK(j.is_object() && j.value("format", json()) == kFormat, where,
               ": not a titan checkpoint (\"format\" is not \"", kFormat, "\")");
   const int64_t version = json_fields::field<int64_t>(j, "version", root);
-  TITAN_CHECK(version == kVersion, where, ": format version ", version, ", this build reads version ", kVersion);
+  TITAN_CHECK(version == kVersion, where, ": format version ", version, ", this build reads version ",
+              kVersion);
   const JsonPath files_at = root / "files";
   for (const auto& [name, f] : json_fields::object(json_fields::member(j, "files", root), files_at).items())
     m.files[name] = {json_fields::field<uint64_t>(f, "bytes", files_at / name),
                      json_fields::field<uint32_t>(f, "crc32c", files_at / name)};
   const JsonPath tensors_at = root / "tensors";
-  for (const auto& [name, t] : json_fields::object(json_fields::member(j, "tensors", root), tensors_at).items()) {
+  for (const auto& [name, t] :
+       json_fields::object(json_fields::member(j, "tensors", root), tensors_at).items()) {
     const JsonPath at = tensors_at / name;
     TensorMeta tm;
-    tm.dtype = parse_dtype_tag(json_fields::field<std::string>(t, "dtype", at), where + ": tensor '" + name + "'");
+    tm.dtype =
+        parse_dtype_tag(json_fields::field<std::string>(t, "dtype", at), where + ": tensor '" + name + "'");
     tm.shape = read_dims(json_fields::member(t, "shape", at), at / "shape");
     const json& shards = json_fields::array(json_fields::member(t, "shards", at), at / "shards");
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -354,7 +357,8 @@ void save(const fs::path& dir, const Pieces& pieces, const json& state) {
   });
 }
 
-void save_collective(const fs::path& dir, const Pieces& pieces, const json& state, dist::ProcessGroup& group) {
+void save_collective(const fs::path& dir, const Pieces& pieces, const json& state,
+                     dist::ProcessGroup& group) {
   const int rank = group.rank(), ranks = group.size();
   if (ranks == 1) return save(dir, pieces, state);
   // Each step ends in an all-reduce of "did it fail anywhere", so that a rank that fails makes
@@ -402,8 +406,8 @@ void save_collective(const fs::path& dir, const Pieces& pieces, const json& stat
       for (int r = 1; r < ranks; ++r) {
         const fs::path path = stage / share_file(r);
         std::ifstream in(path, std::ios::binary);
-        merge(m, from_json(parse_json(in, "checkpoint: rank " + std::to_string(r) + "'s share of the metadata, " +
-                                              path.string() + ","),
+        merge(m, from_json(parse_json(in, "checkpoint: rank " + std::to_string(r) +
+                                              "'s share of the metadata, " + path.string() + ","),
                            path.string()));
         fs::remove(path);
       }

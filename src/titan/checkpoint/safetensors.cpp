@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "titan/core/checked.h"
-#include "titan/core/json_fields.h"
 #include "titan/core/file_io.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::checkpoint {
 
@@ -77,7 +77,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), fil
     for (size_t d = 0; d < shape.size(); ++d)
       entry.shape.push_back(json_fields::as_integer(shape[d], (at / "shape")[d], 0));
     const json& offs = json_fields::array(json_fields::member(e, "data_offsets", at), at / "data_offsets");
-    TITAN_CHECK(offs.size() == 2, where, ": data_offsets must be [begin, end], found ", json_fields::found(offs));
+    TITAN_CHECK(offs.size() == 2, where, ": data_offsets must be [begin, end], found ",
+                json_fields::found(offs));
     const uint64_t begin = json_fields::as_unsigned(offs[0], (at / "data_offsets")[0]),
                    end = json_fields::as_unsigned(offs[1], (at / "data_offsets")[1]);
     TITAN_CHECK(begin <= end && end <= data_size, where, " has data_offsets [", begin, ", ", end, "]: ",
@@ -86,7 +87,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), fil
     entry.offset = data_start + begin;
     entry.nbytes = end - begin;
     uint64_t need = dtype_size(entry.dtype);
-    for (int64_t d : entry.shape) need = checked_mul<uint64_t>(need, static_cast<uint64_t>(d), where + " byte size");
+    for (int64_t d : entry.shape)
+      need = checked_mul<uint64_t>(need, static_cast<uint64_t>(d), where + " byte size");
     TITAN_CHECK(entry.nbytes == need, where, " spans ", entry.nbytes, " bytes but ", dtype_tag(entry.dtype),
                 shape_str(entry.shape), " needs ", need);
     ranges.emplace_back(begin, end, name);
@@ -97,9 +99,12 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), fil
   std::sort(ranges.begin(), ranges.end());
   uint64_t covered = 0;
   for (const auto& [begin, end, name] : ranges) {
-    TITAN_CHECK(begin == covered, file_where, ": tensor '", name, "' has data_offsets [", begin, ", ", end, "], ",
-                begin < covered ? "overlapping the tensor before it, which ends at byte " : "leaving a gap after the tensor before it, which ends at byte ",
-                covered, "; safetensors tensors must cover the data section in order, without overlap or gaps "
+    TITAN_CHECK(begin == covered, file_where, ": tensor '", name, "' has data_offsets [", begin, ", ", end,
+                "], ",
+                begin < covered ? "overlapping the tensor before it, which ends at byte "
+                                : "leaving a gap after the tensor before it, which ends at byte ",
+                covered,
+                "; safetensors tensors must cover the data section in order, without overlap or gaps "
                 "(a damaged file, or one not written by a safetensors library)");
     covered = end;
   }

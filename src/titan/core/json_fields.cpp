@@ -49,7 +49,9 @@ std::string found(const json& value) {
     text.resize(kShown);
     text += "...";
   }
-  const std::string kind = value.is_number_integer() ? "integer" : value.is_number() ? "number" : value.type_name();
+  const std::string kind = value.is_number_integer() ? "integer"
+                           : value.is_number()       ? "number"
+                                                     : value.type_name();
   std::string out = std::string_view("aeiou").find(kind[0]) == std::string_view::npos ? "a " : "an ";
   out += kind;
   out += ' ';

@@ -40,7 +40,8 @@ std::string as_string(const nlohmann::json& value, const JsonPath& at);
 bool as_bool(const nlohmann::json& value, const JsonPath& at);
 double as_number(const nlohmann::json& value, const JsonPath& at);
 // An integer (not 2.0, not 2e9) in [lo, hi].
-int64_t as_integer(const nlohmann::json& value, const JsonPath& at, int64_t lo = std::numeric_limits<int64_t>::min(),
+int64_t as_integer(const nlohmann::json& value, const JsonPath& at,
+                   int64_t lo = std::numeric_limits<int64_t>::min(),
                    int64_t hi = std::numeric_limits<int64_t>::max());
 uint64_t as_unsigned(const nlohmann::json& value, const JsonPath& at,
                      uint64_t hi = std::numeric_limits<uint64_t>::max());

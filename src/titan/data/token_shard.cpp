@@ -48,8 +48,9 @@ TokenShard::TokenShard(const fs::path& path) : file_(path) {
   const std::string where = "token shard " + path.string();
   const std::string_view bytes = file_.bytes();
   TITAN_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0, where,
-              ": not a titan token shard (expected a 64-byte header starting \"TITANTOK\", found ", bytes.size(),
-              " bytes", bytes.size() >= 8 ? " starting otherwise" : "", "); make shards with `titan tokenize`");
+              ": not a titan token shard (expected a 64-byte header starting \"TITANTOK\", found ",
+              bytes.size(), " bytes", bytes.size() >= 8 ? " starting otherwise" : "",
+              "); make shards with `titan tokenize`");
   const char* h = bytes.data();
   TITAN_CHECK(get<uint32_t>(h, 36) == crc32c(bytes.substr(0, kCheckedBytes)), where,
               ": the header's checksum does not match; the file is damaged: make it again");
@@ -66,8 +67,8 @@ TokenShard::TokenShard(const fs::path& path) : file_(path) {
   // size is computed from it.
   const std::optional<uint64_t> id_bytes = product<uint64_t>(n, 4);
   const std::optional<uint64_t> promised = id_bytes ? sum<uint64_t>(*id_bytes, kHeaderBytes) : std::nullopt;
-  TITAN_CHECK(promised.has_value() && n <= static_cast<uint64_t>(INT64_MAX), where, ": the header promises ", n,
-              " ids, more bytes than any file holds, and the file holds ", bytes.size(), " bytes (", have,
+  TITAN_CHECK(promised.has_value() && n <= static_cast<uint64_t>(INT64_MAX), where, ": the header promises ",
+              n, " ids, more bytes than any file holds, and the file holds ", bytes.size(), " bytes (", have,
               " ids); the header is damaged: make the shard again");
   TITAN_CHECK(bytes.size() == *promised, where, ": truncated or overlong: the header promises ", n, " ids (",
               *promised, " bytes) and the file holds ", bytes.size(), " bytes (", have,
@@ -88,7 +89,8 @@ std::shared_ptr<const TokenShard> TokenShard::open(const fs::path& path) {
 
 TokenShardWriter::TokenShardWriter(fs::path dir, TokenShardInfo info, int64_t tokens_per_shard)
     : dir_(std::move(dir)), info_(info), tokens_per_shard_(tokens_per_shard) {
-  TITAN_CHECK(tokens_per_shard_ > 0, "token shards: tokens per shard must be positive, got ", tokens_per_shard_);
+  TITAN_CHECK(tokens_per_shard_ > 0, "token shards: tokens per shard must be positive, got ",
+              tokens_per_shard_);
   TITAN_CHECK(info_.vocab_size > 0, "token shards: vocab_size must be positive, got ", info_.vocab_size);
   fs::create_directories(dir_);
   for (const auto& e : fs::directory_iterator(dir_))

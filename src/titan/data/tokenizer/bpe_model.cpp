@@ -45,7 +45,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
   const std::string where = source + ": model";
   const JsonPath at{source, "model"};
   TITAN_CHECK(model.is_object() && json_fields::field_or<std::string>(model, "type", "", at) == "BPE", where,
-              " must be of type BPE; got ", (model.is_object() ? model.value("type", nlohmann::json()) : model).dump().substr(0, 100));
+              " must be of type BPE; got ",
+              (model.is_object() ? model.value("type", nlohmann::json()) : model).dump().substr(0, 100));
   auto null_or_empty = [&](const char* key) {
     return !model.contains(key) || model[key].is_null() || model[key] == "";
   };

@@ -48,8 +48,8 @@ const nlohmann::json& section(const nlohmann::json& tokenizer, const char* key, 
 // added ones, so none lies past their count: a larger id would size the tables by a number the
 // file merely states (2e9 ids: tens of GB).
 int32_t max_token_id(const nlohmann::json& tokenizer, const std::string& source) {
-  const nlohmann::json& vocab = json_fields::optional_member(section(tokenizer, "model", source), "vocab",
-                                                            {source, "model"});
+  const nlohmann::json& vocab =
+      json_fields::optional_member(section(tokenizer, "model", source), "vocab", {source, "model"});
   const size_t listed = vocab.size() + section(tokenizer, "added_tokens", source).size();
   return static_cast<int32_t>(std::min<size_t>(listed, INT32_MAX) - 1);
 }
@@ -82,8 +82,8 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
       model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source)) {
   const JsonPath root{source, ""};
   const nlohmann::json& decoder = section(tokenizer, "decoder", source);
-  TITAN_CHECK(decoder.is_object() && json_fields::field_or<std::string>(decoder, "type", "", root / "decoder") ==
-                                         "ByteLevel",
+  TITAN_CHECK(decoder.is_object() &&
+                  json_fields::field_or<std::string>(decoder, "type", "", root / "decoder") == "ByteLevel",
               source, ": decoder ", decoder.dump().substr(0, 200),
               " is not supported; titan reads byte-level BPE (decoder ByteLevel)");
 
@@ -102,10 +102,12 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     const JsonPath at = added_at[i];
-    AddedToken t{json_fields::field<std::string>(a, "content", at),
-                 static_cast<int32_t>(json_fields::as_integer(json_fields::member(a, "id", at), at / "id", 0, max_id)),
-                 json_fields::field_or(a, "special", false, at), json_fields::field_or(a, "normalized", false, at)};
-    TITAN_CHECK(!json_fields::field_or(a, "single_word", false, at) && !json_fields::field_or(a, "lstrip", false, at) &&
+    AddedToken t{
+        json_fields::field<std::string>(a, "content", at),
+        static_cast<int32_t>(json_fields::as_integer(json_fields::member(a, "id", at), at / "id", 0, max_id)),
+        json_fields::field_or(a, "special", false, at), json_fields::field_or(a, "normalized", false, at)};
+    TITAN_CHECK(!json_fields::field_or(a, "single_word", false, at) &&
+                    !json_fields::field_or(a, "lstrip", false, at) &&
                     !json_fields::field_or(a, "rstrip", false, at),
                 source, ": added token ", t.content,
                 " sets single_word, lstrip or rstrip, which titan does not support");

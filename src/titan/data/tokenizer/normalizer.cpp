@@ -26,8 +26,9 @@ const icu::Normalizer2& nfc() {
 
 Normalizer::Normalizer(const nlohmann::json& config, const std::string& source) {
   if (config.is_null()) return;
-  std::string type =
-      config.is_object() ? json_fields::field_or<std::string>(config, "type", "", {source, "normalizer"}) : "";
+  std::string type = config.is_object()
+                         ? json_fields::field_or<std::string>(config, "type", "", {source, "normalizer"})
+                         : "";
   TITAN_CHECK(type == "NFC", source, ": normalizer ", config.dump().substr(0, 300),
               " is not supported; titan reads null and NFC");
   nfc_ = true;

@@ -123,7 +123,8 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
       config.dump().substr(0, 300));
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& [step, step_at] = steps[i];
-    const std::string type = json_fields::field<std::string>(json_fields::object(step, step_at), "type", step_at);
+    const std::string type =
+        json_fields::field<std::string>(json_fields::object(step, step_at), "type", step_at);
     if (type == "Split") {
       const std::string behavior = json_fields::field_or<std::string>(step, "behavior", "", step_at);
       TITAN_CHECK(behavior == "Isolated", step_at.str(), ": Split behavior \"", behavior,
@@ -135,8 +136,8 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
                   ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
       bool literal = p.contains("String");
       const char* kind = literal ? "String" : "Regex";
-      regexes_.push_back(std::make_unique<Regex>(json_fields::field<std::string>(p, kind, step_at / "pattern"),
-                                                 literal, source));
+      regexes_.push_back(std::make_unique<Regex>(
+          json_fields::field<std::string>(p, kind, step_at / "pattern"), literal, source));
     } else if (type == "ByteLevel") {
       TITAN_CHECK(i + 1 == steps.size(), where, " has ByteLevel before its last step");
       // A space in front of every word would change the text the views cover.
