@@ -67,8 +67,8 @@ TokenShard::TokenShard(const fs::path& path) : file_(path) {
   // size is computed from it.
   const std::optional<uint64_t> id_bytes = product<uint64_t>(n, 4);
   const std::optional<uint64_t> promised = id_bytes ? sum<uint64_t>(*id_bytes, kHeaderBytes) : std::nullopt;
-  TITAN_CHECK(promised.has_value() && n <= static_cast<uint64_t>(INT64_MAX), where, ": the header promises ",
-              n, " ids, more bytes than any file holds, and the file holds ", bytes.size(), " bytes (", have,
+  TITAN_CHECK(promised.has_value(), where, ": the header promises ", n,
+              " ids, more bytes than any file holds, and the file holds ", bytes.size(), " bytes (", have,
               " ids); the header is damaged: make the shard again");
   TITAN_CHECK(bytes.size() == *promised, where, ": truncated or overlong: the header promises ", n, " ids (",
               *promised, " bytes) and the file holds ", bytes.size(), " bytes (", have,
