@@ -1,6 +1,8 @@
 // The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert (bench comes
 // with its issue).
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -83,13 +85,30 @@ int main(int argc, char** argv) {
     if (cmd == "convert") return titan::apps::convert_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
-  } catch (const titan::Error& e) {
+  } catch (...) {
+    // Not only titan::Error: a std::bad_alloc or a library's exception that escapes must still
+    // end in a message and, under MPI, end the other ranks, never in std::terminate.
+    std::string what;
+    try {
+      throw;
+    } catch (const titan::Error& e) {
+      what = e.what();
+    } catch (const std::bad_alloc&) {
+      what =
+          "out of memory (std::bad_alloc): an input asked for more memory than there is; a damaged or "
+          "hand-edited file can state a size this large";
+    } catch (const std::exception& e) {
+      what =
+          std::string("unexpected ") + e.what() + " (please report: titan should have named what is wrong)";
+    } catch (...) {
+      what = "an unknown exception (please report: titan should have named what is wrong)";
+    }
     if (titan::dist::launched_by_mpi()) {
-      std::cerr << "titan: rank " << titan::dist::launch_rank() << ": error: " << e.what() << std::endl;
+      std::cerr << "titan: rank " << titan::dist::launch_rank() << ": error: " << what << std::endl;
       // The other ranks may be waiting for this one: end them all now.
       titan::dist::abort_job(1);
     } else {
-      std::cerr << "titan: error: " << e.what() << "\n";
+      std::cerr << "titan: error: " << what << "\n";
     }
     return 1;
   }

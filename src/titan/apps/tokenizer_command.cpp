@@ -88,10 +88,17 @@ int decode(const Options& o) {
   TITAN_CHECK(ids.is_array(),
               "titan tokenizer decode: stdin must hold one JSON array of ids, e.g. [9906, 1917]");
   std::vector<int32_t> v;
+  v.reserve(ids.size());
   for (const nlohmann::json& id : ids) {
-    TITAN_CHECK(id.is_number_integer(), "titan tokenizer decode: ", id.dump(), " at position ", v.size(),
-                " is not an integer id");
-    v.push_back(id.get<int32_t>());
+    // Range-checked before narrowing: 2^32 + 5 read as an int32 would silently become 5.
+    const bool in_range =
+        id.is_number_integer() &&
+        (id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(tokenizer.vocab_size())
+                                 : id.get<int64_t>() >= 0 && id.get<int64_t>() < tokenizer.vocab_size());
+    TITAN_CHECK(in_range, "titan tokenizer decode: stdin's id ", id.dump(), " at position ", v.size(),
+                " is not an integer id in [0, ", tokenizer.vocab_size(), "), the vocabulary of ", o.tokenizer,
+                "; decode ids made by this tokenizer");
+    v.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
   std::cout << tokenizer.decode(v, o.skip_special);
   return 0;

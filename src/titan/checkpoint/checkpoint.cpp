@@ -12,14 +12,17 @@
 
 #include "titan/checkpoint/problems.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/core/checked.h"
 #include "titan/core/crc32c.h"
 #include "titan/core/file_io.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::checkpoint {
 
 namespace {
 
 using json = nlohmann::json;
+using json_fields::JsonPath;
 
 constexpr const char* kFormat = "titan-checkpoint";
 constexpr int kVersion = 1;
@@ -103,27 +106,77 @@ json to_json(const Metadata& m) {
           {"state", m.state}};
 }
 
+// A shape, or a piece's offsets or sizes: sizes of dimensions, each at most 2^62 so that an offset
+// plus a size cannot overflow, and together at most 2^63 - 1 elements.
+Shape read_dims(const json& value, const JsonPath& at) {
+  constexpr int64_t kMaxDim = int64_t{1} << 62;
+  Shape dims;
+  int64_t numel = 1;
+  for (size_t d = 0; d < json_fields::array(value, at).size(); ++d) {
+    dims.push_back(json_fields::as_integer(value[d], at[d], 0, kMaxDim));
+    std::optional<int64_t> n = product(numel, dims.back());
+    TITAN_CHECK(n.has_value(), at.str(), " ", shape_str(dims),
+                " holds more than 2^63 elements; the file is damaged or was edited");
+    numel = *n;
+  }
+  return dims;
+}
+
+// The fields of "state" that the trainer writes and every reader of a checkpoint relies on, so
+// that a damaged or hand-edited value is refused here, naming it, rather than used.
+void check_state(const json& state, const JsonPath& at) {
+  // A bound far past any run (10^12 optimizer steps take 30 years at 1000 steps a second) that
+  // keeps products of a step with a batch's tokens or a schedule's length well inside int64.
+  constexpr int64_t kMaxStep = 1'000'000'000'000;
+  json_fields::object(state, at);
+  json_fields::field_or<bool>(state, "model_only", false, at);
+  if (state.contains("step")) json_fields::as_integer(state["step"], at / "step", 0, kMaxStep);
+  for (const char* key : {"lr_scheduler", "data", "rng"})
+    if (state.contains(key)) json_fields::object(state[key], at / key);
+  if (state.contains("lr_scheduler") && state["lr_scheduler"].contains("step"))
+    json_fields::as_integer(state["lr_scheduler"]["step"], at / "lr_scheduler" / "step", 0, kMaxStep);
+  if (state.contains("data"))
+    for (const char* key : {"epoch", "index", "windows"})
+      if (state["data"].contains(key)) json_fields::as_integer(state["data"][key], at / "data" / key, 0);
+  if (state.contains("rng"))
+    for (const char* key : {"seed", "offset"})
+      if (state["rng"].contains(key)) json_fields::as_unsigned(state["rng"][key], at / "rng" / key);
+}
+
 Metadata from_json(const json& j, const std::string& where) {
   Metadata m;
-  try {
-    TITAN_CHECK(j.is_object() && j.value("format", "") == kFormat, where,
-                ": not a titan checkpoint (\"format\" is not \"", kFormat, "\")");
-    TITAN_CHECK(j.at("version").get<int>() == kVersion, where, ": format version ", j.at("version").dump(),
-                ", this build reads version ", kVersion);
-    for (const auto& [name, f] : j.at("files").items())
-      m.files[name] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>()};
-    for (const auto& [name, t] : j.at("tensors").items()) {
-      TensorMeta tm;
-      tm.dtype = parse_dtype_tag(t.at("dtype").get<std::string>(), where + ": tensor '" + name + "'");
-      tm.shape = t.at("shape").get<Shape>();
-      for (const json& s : t.at("shards"))
-        tm.shards.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
-                             s.at("offsets").get<Shape>(), s.at("sizes").get<Shape>()});
-      m.tensors.emplace(name, std::move(tm));
+  const JsonPath root{where, ""};
+  TITAN_CHECK(j.is_object() && j.value("format", json()) == kFormat, where,
+              ": not a titan checkpoint (\"format\" is not \"", kFormat, "\")");
+  const int64_t version = json_fields::field<int64_t>(j, "version", root);
+  TITAN_CHECK(version == kVersion, where, ": format version ", version, ", this build reads version ",
+              kVersion);
+  const JsonPath files_at = root / "files";
+  for (const auto& [name, f] : json_fields::object(json_fields::member(j, "files", root), files_at).items())
+    m.files[name] = {json_fields::field<uint64_t>(f, "bytes", files_at / name),
+                     json_fields::field<uint32_t>(f, "crc32c", files_at / name)};
+  const JsonPath tensors_at = root / "tensors";
+  for (const auto& [name, t] :
+       json_fields::object(json_fields::member(j, "tensors", root), tensors_at).items()) {
+    const JsonPath at = tensors_at / name;
+    TensorMeta tm;
+    tm.dtype =
+        parse_dtype_tag(json_fields::field<std::string>(t, "dtype", at), where + ": tensor '" + name + "'");
+    tm.shape = read_dims(json_fields::member(t, "shape", at), at / "shape");
+    const json& shards = json_fields::array(json_fields::member(t, "shards", at), at / "shards");
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const JsonPath s = (at / "shards")[i];
+      tm.shards.push_back({json_fields::field<std::string>(shards[i], "file", s),
+                           json_fields::field<std::string>(shards[i], "key", s),
+                           read_dims(json_fields::member(shards[i], "offsets", s), s / "offsets"),
+                           read_dims(json_fields::member(shards[i], "sizes", s), s / "sizes")});
     }
-    m.state = j.value("state", json::object());
-  } catch (const json::exception& e) {
-    TITAN_CHECK(false, where, ": malformed: ", e.what());
+    m.tensors.emplace(name, std::move(tm));
+  }
+  const json& state = json_fields::optional_member(j, "state", root);
+  if (!state.is_null()) {
+    check_state(state, root / "state");
+    m.state = state;
   }
   return m;
 }
@@ -304,7 +357,8 @@ void save(const fs::path& dir, const Pieces& pieces, const json& state) {
   });
 }
 
-void save_collective(const fs::path& dir, const Pieces& pieces, const json& state, dist::ProcessGroup& group) {
+void save_collective(const fs::path& dir, const Pieces& pieces, const json& state,
+                     dist::ProcessGroup& group) {
   const int rank = group.rank(), ranks = group.size();
   if (ranks == 1) return save(dir, pieces, state);
   // Each step ends in an all-reduce of "did it fail anywhere", so that a rank that fails makes
@@ -352,8 +406,8 @@ void save_collective(const fs::path& dir, const Pieces& pieces, const json& stat
       for (int r = 1; r < ranks; ++r) {
         const fs::path path = stage / share_file(r);
         std::ifstream in(path, std::ios::binary);
-        merge(m, from_json(parse_json(in, "checkpoint: rank " + std::to_string(r) + "'s share of the metadata, " +
-                                              path.string() + ","),
+        merge(m, from_json(parse_json(in, "checkpoint: rank " + std::to_string(r) +
+                                              "'s share of the metadata, " + path.string() + ","),
                            path.string()));
         fs::remove(path);
       }

@@ -5,9 +5,10 @@
 #include <sstream>
 
 #include "titan/checkpoint/checkpoint.h"
-#include "titan/core/file_io.h"
 #include "titan/checkpoint/problems.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/core/file_io.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::checkpoint {
 
@@ -90,10 +91,11 @@ HfReader::HfReader(fs::path dir) : dir_(std::move(dir)) {
               kHfIndexFile, " is there; the weights are missing");
   const json index = read_json(dir_ / kHfIndexFile, "which shard file holds each tensor");
   const std::string index_where = (dir_ / kHfIndexFile).string();
-  TITAN_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-              index_where, ": no \"weight_map\" object (tensor name -> shard file)");
+  const json_fields::JsonPath index_at{index_where, ""};
+  const json& weight_map =
+      json_fields::object(json_fields::member(index, "weight_map", index_at), index_at / "weight_map");
   Problems problems;
-  for (const auto& [name, file] : index["weight_map"].items()) {
+  for (const auto& [name, file] : weight_map.items()) {
     if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
       problems.add("tensor '" + name + "' is mapped to " + file.dump() +
                    ", not the name of a file in the folder");

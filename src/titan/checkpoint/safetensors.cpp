@@ -1,15 +1,27 @@
 #include "titan/checkpoint/safetensors.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
 
+#include "titan/core/checked.h"
 #include "titan/core/file_io.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::checkpoint {
 
 namespace {
+
 using json = nlohmann::json;
+using json_fields::JsonPath;
+
+// The safetensors format's own bound on its header, which a damaged length is checked against
+// before it is read.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 }  // namespace
 
 const char* dtype_tag(DType t) {
@@ -31,49 +43,73 @@ DType parse_dtype_tag(const std::string& tag, const std::string& where) {
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), file_(path) {
+  const std::string file_where = "safetensors " + path;
   const uint64_t file_size = file_.size();
-  TITAN_CHECK(file_size >= 8, "safetensors ", path, ": file of ", file_size,
+  TITAN_CHECK(file_size >= 8, file_where, ": file of ", file_size,
               " bytes is too short for the 8-byte header length (truncated file?)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, file_.bytes().data(), 8);
-  TITAN_CHECK(header_len <= file_size - 8, "safetensors ", path, ": header length ", header_len,
-              " exceeds the file size ", file_size, " (truncated file?)");
+  TITAN_CHECK(header_len <= file_size - 8 && header_len <= kMaxHeaderBytes, file_where, ": header length ",
+              header_len, " exceeds the file size ", file_size, " or the format's limit of ", kMaxHeaderBytes,
+              " bytes (truncated or damaged file?)");
   json h;
   try {
     h = json::parse(bytes().substr(8, header_len));
   } catch (const json::exception& e) {
-    TITAN_CHECK(false, "safetensors ", path, ": header is not valid JSON: ", e.what());
+    TITAN_CHECK(false, file_where, ": header is not valid JSON: ", e.what());
   }
-  TITAN_CHECK(h.is_object(), "safetensors ", path, ": header is not a JSON object");
+  TITAN_CHECK(h.is_object(), file_where, ": header is not a JSON object");
+  const JsonPath header_at{file_where, ""};
   const uint64_t data_start = 8 + header_len, data_size = file_size - data_start;
+  // (begin, end, name) of every tensor, to check that they tile the data section.
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> ranges;
   for (auto& [name, e] : h.items()) {
+    const JsonPath at = header_at / name;
     if (name == "__metadata__") {
-      for (auto& [k, v] : e.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      for (auto& [k, v] : json_fields::object(e, at).items())
+        metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    const std::string where = "safetensors " + path + ": tensor '" + name + "'";
-    TITAN_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"),
-                where, " lacks dtype, shape or data_offsets");
+    const std::string where = file_where + ": tensor '" + name + "'";
     SafetensorsEntry entry;
-    std::vector<uint64_t> offs;
-    try {
-      entry.dtype = parse_dtype_tag(e["dtype"].get<std::string>(), where);
-      entry.shape = e["shape"].get<Shape>();
-      offs = e["data_offsets"].get<std::vector<uint64_t>>();
-    } catch (const json::exception& err) {
-      TITAN_CHECK(false, where, ": malformed entry ", e.dump(), ": ", err.what());
-    }
+    entry.dtype = parse_dtype_tag(json_fields::field<std::string>(e, "dtype", at), where);
+    const json& shape = json_fields::array(json_fields::member(e, "shape", at), at / "shape");
+    for (size_t d = 0; d < shape.size(); ++d)
+      entry.shape.push_back(json_fields::as_integer(shape[d], (at / "shape")[d], 0));
+    const json& offs = json_fields::array(json_fields::member(e, "data_offsets", at), at / "data_offsets");
+    TITAN_CHECK(offs.size() == 2, where, ": data_offsets must be [begin, end], found ",
+                json_fields::found(offs));
+    const uint64_t begin = json_fields::as_unsigned(offs[0], (at / "data_offsets")[0]),
+                   end = json_fields::as_unsigned(offs[1], (at / "data_offsets")[1]);
+    TITAN_CHECK(begin <= end && end <= data_size, where, " has data_offsets [", begin, ", ", end, "]: ",
+                begin > end ? "its end comes before its begin" : "they end outside the data section of ",
+                begin > end ? "" : std::to_string(data_size) + " bytes (truncated file?)");
+    entry.offset = data_start + begin;
+    entry.nbytes = end - begin;
+    uint64_t need = dtype_size(entry.dtype);
     for (int64_t d : entry.shape)
-      TITAN_CHECK(d >= 0, where, " has a negative size in ", shape_str(entry.shape));
-    TITAN_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, where,
-                " has data_offsets outside the ", data_size, "-byte data section (truncated file?)");
-    entry.offset = data_start + offs[0];
-    entry.nbytes = offs[1] - offs[0];
-    const uint64_t need = static_cast<uint64_t>(numel_of(entry.shape)) * dtype_size(entry.dtype);
+      need = checked_mul<uint64_t>(need, static_cast<uint64_t>(d), where + " byte size");
     TITAN_CHECK(entry.nbytes == need, where, " spans ", entry.nbytes, " bytes but ", dtype_tag(entry.dtype),
                 shape_str(entry.shape), " needs ", need);
+    ranges.emplace_back(begin, end, name);
     entries_.emplace(name, std::move(entry));
   }
+  // The format has the tensors tile the data section: in order, without overlap, without holes.
+  // Overlapping tensors would read one another's bytes as weights.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end, name] : ranges) {
+    TITAN_CHECK(begin == covered, file_where, ": tensor '", name, "' has data_offsets [", begin, ", ", end,
+                "], ",
+                begin < covered ? "overlapping the tensor before it, which ends at byte "
+                                : "leaving a gap after the tensor before it, which ends at byte ",
+                covered,
+                "; safetensors tensors must cover the data section in order, without overlap or gaps "
+                "(a damaged file, or one not written by a safetensors library)");
+    covered = end;
+  }
+  TITAN_CHECK(covered == data_size, file_where, ": the tensors cover ", covered, " bytes of the ", data_size,
+              "-byte data section; the rest belongs to no tensor (a damaged file?)");
 }
 
 const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {

@@ -25,8 +25,10 @@ struct SafetensorsEntry {
   uint64_t nbytes = 0;
 };
 
-// A safetensors file mapped read-only. Opening parses and checks the header: valid JSON, known
-// dtypes, every tensor's bytes inside the file and as many as its dtype and shape need. Data is
+// A safetensors file mapped read-only. Opening parses and checks the header: valid JSON of a sane
+// length, known dtypes, non-negative shapes, every tensor's bytes inside the file and as many as
+// its dtype and shape need, and the tensors covering the data section in order without overlap or
+// gaps, as the format requires. Data is
 // read from the mapping on demand, so opening a large file costs its header only.
 class SafetensorsReader {
  public:

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 
+#include "titan/core/checked.h"
 #include "titan/core/crc32c.h"
 #include "titan/core/error.h"
 
@@ -47,8 +48,9 @@ TokenShard::TokenShard(const fs::path& path) : file_(path) {
   const std::string where = "token shard " + path.string();
   const std::string_view bytes = file_.bytes();
   TITAN_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0, where,
-              ": not a titan token shard (expected a 64-byte header starting \"TITANTOK\", found ", bytes.size(),
-              " bytes", bytes.size() >= 8 ? " starting otherwise" : "", "); make shards with `titan tokenize`");
+              ": not a titan token shard (expected a 64-byte header starting \"TITANTOK\", found ",
+              bytes.size(), " bytes", bytes.size() >= 8 ? " starting otherwise" : "",
+              "); make shards with `titan tokenize`");
   const char* h = bytes.data();
   TITAN_CHECK(get<uint32_t>(h, 36) == crc32c(bytes.substr(0, kCheckedBytes)), where,
               ": the header's checksum does not match; the file is damaged: make it again");
@@ -61,8 +63,15 @@ TokenShard::TokenShard(const fs::path& path) : file_(path) {
   TITAN_CHECK(info_.vocab_size > 0, where, ": header gives vocab_size ", get<uint32_t>(h, 12),
               "; expected a positive size below 2^31");
   const uint64_t n = get<uint64_t>(h, 16), have = (bytes.size() - kHeaderBytes) / 4;
-  TITAN_CHECK(bytes.size() == kHeaderBytes + 4 * n, where, ": truncated or overlong: the header promises ", n,
-              " ids (", kHeaderBytes + 4 * n, " bytes) and the file holds ", bytes.size(), " bytes (", have,
+  // A damaged count can make 64 + 4n wrap around to the file's size; it is refused before any
+  // size is computed from it.
+  const std::optional<uint64_t> id_bytes = product<uint64_t>(n, 4);
+  const std::optional<uint64_t> promised = id_bytes ? sum<uint64_t>(*id_bytes, kHeaderBytes) : std::nullopt;
+  TITAN_CHECK(promised.has_value(), where, ": the header promises ", n,
+              " ids, more bytes than any file holds, and the file holds ", bytes.size(), " bytes (", have,
+              " ids); the header is damaged: make the shard again");
+  TITAN_CHECK(bytes.size() == *promised, where, ": truncated or overlong: the header promises ", n, " ids (",
+              *promised, " bytes) and the file holds ", bytes.size(), " bytes (", have,
               " ids); make the shard again");
   num_tokens_ = static_cast<int64_t>(n);
   // The header is 64 bytes and a mapping is page-aligned, so the ids are 4-byte aligned.
@@ -80,7 +89,8 @@ std::shared_ptr<const TokenShard> TokenShard::open(const fs::path& path) {
 
 TokenShardWriter::TokenShardWriter(fs::path dir, TokenShardInfo info, int64_t tokens_per_shard)
     : dir_(std::move(dir)), info_(info), tokens_per_shard_(tokens_per_shard) {
-  TITAN_CHECK(tokens_per_shard_ > 0, "token shards: tokens per shard must be positive, got ", tokens_per_shard_);
+  TITAN_CHECK(tokens_per_shard_ > 0, "token shards: tokens per shard must be positive, got ",
+              tokens_per_shard_);
   TITAN_CHECK(info_.vocab_size > 0, "token shards: vocab_size must be positive, got ", info_.vocab_size);
   fs::create_directories(dir_);
   for (const auto& e : fs::directory_iterator(dir_))

@@ -4,9 +4,12 @@
 #include <atomic>
 
 #include "titan/core/error.h"
+#include "titan/core/json_fields.h"
 #include "titan/data/tokenizer/byte_level.h"
 
 namespace titan::data {
+
+using json_fields::JsonPath;
 
 namespace {
 
@@ -37,28 +40,30 @@ std::atomic<uint64_t> next_cache_owner{1};
 
 }  // namespace
 
-BpeModel::BpeModel(const nlohmann::json& model, const std::string& source)
+BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32_t max_id)
     : cache_owner_(next_cache_owner++) {
   const std::string where = source + ": model";
-  TITAN_CHECK(model.is_object() && model.value("type", "") == "BPE", where, " must be of type BPE; got ",
-              model.is_object() ? model.value("type", "(none)") : model.dump().substr(0, 100));
+  const JsonPath at{source, "model"};
+  TITAN_CHECK(model.is_object() && json_fields::field_or<std::string>(model, "type", "", at) == "BPE", where,
+              " must be of type BPE; got ",
+              (model.is_object() ? model.value("type", nlohmann::json()) : model).dump().substr(0, 100));
   auto null_or_empty = [&](const char* key) {
     return !model.contains(key) || model[key].is_null() || model[key] == "";
   };
   TITAN_CHECK(null_or_empty("continuing_subword_prefix") && null_or_empty("end_of_word_suffix"), where,
               " has a continuing_subword_prefix or end_of_word_suffix; byte-level BPE has neither");
-  TITAN_CHECK(!model.value("byte_fallback", false), where, " has byte_fallback; byte-level BPE needs none");
+  TITAN_CHECK(!json_fields::field_or(model, "byte_fallback", false, at), where,
+              " has byte_fallback; byte-level BPE needs none");
   TITAN_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"] == 0, where,
               " has BPE dropout, which is for training and makes encoding random; titan encodes without it");
-  ignore_merges_ = model.value("ignore_merges", false);
+  ignore_merges_ = json_fields::field_or(model, "ignore_merges", false, at);
 
-  TITAN_CHECK(model.contains("vocab") && model["vocab"].is_object(), where, " lacks its \"vocab\" object");
-  for (const auto& [spelled, id_json] : model["vocab"].items()) {
+  const nlohmann::json& vocab = json_fields::object(json_fields::member(model, "vocab", at), at / "vocab");
+  for (const auto& [spelled, id_json] : vocab.items()) {
     std::optional<std::string> bytes = byte_level_decode(spelled);
     TITAN_CHECK(bytes.has_value(), where, " token '", spelled,
                 "' is not spelled in the byte-level alphabet (titan reads byte-level BPE tokenizers)");
-    int32_t id = id_json.get<int32_t>();
-    TITAN_CHECK(id >= 0, where, " token '", spelled, "' has negative id ", id);
+    const auto id = static_cast<int32_t>(json_fields::as_integer(id_json, at / "vocab" / spelled, 0, max_id));
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);
       present_.resize(id + 1);
@@ -74,8 +79,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source)
     byte_ids_[b] = *id;
   }
 
-  TITAN_CHECK(model.contains("merges") && model["merges"].is_array(), where, " lacks its \"merges\" list");
-  const nlohmann::json& merges = model["merges"];
+  const nlohmann::json& merges = json_fields::array(json_fields::member(model, "merges", at), at / "merges");
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const nlohmann::json& m = merges[rank];

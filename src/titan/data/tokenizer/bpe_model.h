@@ -24,8 +24,9 @@ inline uint64_t token_pair_key(int32_t left, int32_t right) {
 
 class BpeModel {
  public:
-  // `model` is tokenizer.json's "model"; `source` names the file in error messages.
-  BpeModel(const nlohmann::json& model, const std::string& source);
+  // `model` is tokenizer.json's "model"; `source` names the file in error messages. Ids above
+  // `max_id` are refused.
+  BpeModel(const nlohmann::json& model, const std::string& source, int32_t max_id);
 
   // Appends the ids of `word` (raw bytes, one word of the pre-tokenizer) to `out`: the word's
   // bytes, merged pair by pair, lowest rank first and leftmost first among equals, as Hugging Face

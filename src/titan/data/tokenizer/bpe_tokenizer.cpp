@@ -5,10 +5,13 @@
 
 #include "titan/core/crc32c.h"
 #include "titan/core/error.h"
+#include "titan/core/json_fields.h"
 #include "titan/core/parallel.h"
 #include "titan/data/tokenizer/byte_level.h"
 
 namespace titan::data {
+
+using json_fields::JsonPath;
 
 namespace {
 
@@ -20,18 +23,35 @@ std::string read_file(const std::filesystem::path& path) {
   return std::move(text).str();
 }
 
-nlohmann::json parse_json(const std::string& text, const std::filesystem::path& path) {
+nlohmann::json parse_json(std::string_view text, const std::string& path) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  TITAN_CHECK(!j.is_discarded(), path.string(), " is not valid JSON");
+  TITAN_CHECK(!j.is_discarded(), path, " is not valid JSON");
   return j;
 }
 
 // tokenizer_config.json spells a token as its text, as {"content": text, ...}, or as null.
-std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
-  if (!config.contains(key) || config[key].is_null()) return std::nullopt;
-  const nlohmann::json& t = config[key];
-  if (t.is_object() && t.contains("content")) return t["content"].get<std::string>();
+std::optional<std::string> config_token(const nlohmann::json& config, const char* key, const JsonPath& at) {
+  const nlohmann::json& t = json_fields::optional_member(config, key, at);
+  if (t.is_null()) return std::nullopt;
+  if (t.is_object()) return json_fields::field<std::string>(t, "content", at / key);
+  TITAN_CHECK(t.is_string(), (at / key).str(), " must be the token's text or {\"content\": text}, found ",
+              json_fields::found(t), "; correct tokenizer_config.json");
   return t.get<std::string>();
+}
+
+// A section of tokenizer.json; null when absent.
+const nlohmann::json& section(const nlohmann::json& tokenizer, const char* key, const std::string& source) {
+  return json_fields::optional_member(tokenizer, key, {source, ""});
+}
+
+// The largest id a token may have. Ids number the tokens the file lists, the vocabulary's and the
+// added ones, so none lies past their count: a larger id would size the tables by a number the
+// file merely states (2e9 ids: tens of GB).
+int32_t max_token_id(const nlohmann::json& tokenizer, const std::string& source) {
+  const nlohmann::json& vocab =
+      json_fields::optional_member(section(tokenizer, "model", source), "vocab", {source, "model"});
+  const size_t listed = vocab.size() + section(tokenizer, "added_tokens", source).size();
+  return static_cast<int32_t>(std::min<size_t>(listed, INT32_MAX) - 1);
 }
 
 }  // namespace
@@ -43,20 +63,28 @@ BpeTokenizer BpeTokenizer::load(const std::filesystem::path& path) {
   std::filesystem::path config_file = file.parent_path() / "tokenizer_config.json";
   const std::string tokenizer_text = read_file(file);
   const std::string config_text = std::filesystem::exists(config_file) ? read_file(config_file) : "{}";
-  BpeTokenizer t(parse_json(tokenizer_text, file), parse_json(config_text, config_file), file.string());
+  return parse(tokenizer_text, config_text, file.string(), config_file.string());
+}
+
+BpeTokenizer BpeTokenizer::parse(std::string_view tokenizer_text, std::string_view config_text,
+                                 const std::string& source, const std::string& config_source) {
+  BpeTokenizer t(parse_json(tokenizer_text, source), parse_json(config_text, config_source), source,
+                 config_source);
   // The config counts: it chooses bos and eos.
   t.fingerprint_ = crc32c_extend(crc32c(tokenizer_text), config_text.data(), config_text.size());
   return t;
 }
 
 BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config,
-                           const std::string& source)
-    : normalizer_(tokenizer.value("normalizer", nlohmann::json()), source),
-      pretokenizer_(tokenizer.value("pre_tokenizer", nlohmann::json()), source),
-      model_(tokenizer.value("model", nlohmann::json()), source) {
-  const nlohmann::json decoder = tokenizer.value("decoder", nlohmann::json());
-  TITAN_CHECK(decoder.is_object() && decoder.value("type", "") == "ByteLevel", source, ": decoder ",
-              decoder.dump().substr(0, 200),
+                           const std::string& source, const std::string& config_source)
+    : normalizer_(section(tokenizer, "normalizer", source), source),
+      pretokenizer_(section(tokenizer, "pre_tokenizer", source), source),
+      model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source)) {
+  const JsonPath root{source, ""};
+  const nlohmann::json& decoder = section(tokenizer, "decoder", source);
+  TITAN_CHECK(decoder.is_object() &&
+                  json_fields::field_or<std::string>(decoder, "type", "", root / "decoder") == "ByteLevel",
+              source, ": decoder ", decoder.dump().substr(0, 200),
               " is not supported; titan reads byte-level BPE (decoder ByteLevel)");
 
   pieces_.resize(model_.size());
@@ -67,14 +95,24 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
       kinds_[id] = Kind::token;
     }
   }
-  for (const nlohmann::json& a : tokenizer.value("added_tokens", nlohmann::json::array())) {
-    AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false),
-                 a.value("normalized", false)};
-    TITAN_CHECK(!a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
+  const nlohmann::json& added = section(tokenizer, "added_tokens", source);
+  const JsonPath added_at = root / "added_tokens";
+  if (!added.is_null()) json_fields::array(added, added_at);
+  const int32_t max_id = max_token_id(tokenizer, source);
+  for (size_t i = 0; i < added.size(); ++i) {
+    const nlohmann::json& a = added[i];
+    const JsonPath at = added_at[i];
+    AddedToken t{
+        json_fields::field<std::string>(a, "content", at),
+        static_cast<int32_t>(json_fields::as_integer(json_fields::member(a, "id", at), at / "id", 0, max_id)),
+        json_fields::field_or(a, "special", false, at), json_fields::field_or(a, "normalized", false, at)};
+    TITAN_CHECK(!json_fields::field_or(a, "single_word", false, at) &&
+                    !json_fields::field_or(a, "lstrip", false, at) &&
+                    !json_fields::field_or(a, "rstrip", false, at),
                 source, ": added token ", t.content,
                 " sets single_word, lstrip or rstrip, which titan does not support");
-    TITAN_CHECK(t.id >= 0 && !t.content.empty(), source, ": added token '", t.content, "' with id ", t.id,
-                " needs a non-negative id and some text");
+    TITAN_CHECK(!t.content.empty(), at.str(), ": added token with id ", t.id,
+                " has empty \"content\"; it needs some text");
     if (t.id >= vocab_size()) {
       pieces_.resize(t.id + 1);
       kinds_.resize(t.id + 1, Kind::absent);
@@ -90,18 +128,20 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   raw_matcher_ = AddedTokenMatcher(raw);
   normalized_matcher_ = AddedTokenMatcher(normalized);
 
+  const JsonPath config_at{config_source, ""};
+  json_fields::object(config, config_at);
   auto special = [&](const char* key) -> std::optional<int32_t> {
-    std::optional<std::string> text = config_token(config, key);
+    std::optional<std::string> text = config_token(config, key, config_at);
     if (!text) return std::nullopt;
     std::optional<int32_t> id = token_id(*text);
-    TITAN_CHECK(id.has_value(), source, ": tokenizer_config.json names ", key, " '", *text,
-                "', which is neither an added token nor in the vocab");
+    TITAN_CHECK(id.has_value(), (config_at / key).str(), " names the token '", *text,
+                "', which is neither an added token nor in the vocab of ", source);
     return id;
   };
   bos_ = special("bos_token");
   eos_ = special("eos_token");
-  add_bos_ = bos_.has_value() && config.value("add_bos_token", true);
-  add_eos_ = eos_.has_value() && config.value("add_eos_token", false);
+  add_bos_ = bos_.has_value() && json_fields::field_or(config, "add_bos_token", true, config_at);
+  add_eos_ = eos_.has_value() && json_fields::field_or(config, "add_eos_token", false, config_at);
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {

@@ -26,6 +26,9 @@ class BpeTokenizer {
   // `path`: a folder holding tokenizer.json (and, optionally, tokenizer_config.json), or the
   // tokenizer.json file itself. Throws, naming the file and the key, on anything it cannot honour.
   static BpeTokenizer load(const std::filesystem::path& path);
+  // The same from the files' text: `source` and `config_source` name them in errors.
+  static BpeTokenizer parse(std::string_view tokenizer_json, std::string_view config_json,
+                            const std::string& source, const std::string& config_source);
 
   // Any bytes: those that are not valid UTF-8 are encoded byte by byte. Safe to call from
   // several threads at once.
@@ -50,7 +53,8 @@ class BpeTokenizer {
   std::optional<int32_t> token_id(std::string_view token) const;
 
  private:
-  BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& source);
+  BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& source,
+               const std::string& config_source);
   void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
 
   Normalizer normalizer_;

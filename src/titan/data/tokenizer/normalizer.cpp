@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "titan/core/error.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::data {
 
@@ -25,7 +26,9 @@ const icu::Normalizer2& nfc() {
 
 Normalizer::Normalizer(const nlohmann::json& config, const std::string& source) {
   if (config.is_null()) return;
-  std::string type = config.is_object() ? config.value("type", "") : "";
+  std::string type = config.is_object()
+                         ? json_fields::field_or<std::string>(config, "type", "", {source, "normalizer"})
+                         : "";
   TITAN_CHECK(type == "NFC", source, ": normalizer ", config.dump().substr(0, 300),
               " is not supported; titan reads null and NFC");
   nfc_ = true;

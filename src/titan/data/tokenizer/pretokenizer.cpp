@@ -4,8 +4,11 @@
 #include <pcre2.h>
 
 #include "titan/core/error.h"
+#include "titan/core/json_fields.h"
 
 namespace titan::data {
+
+using json_fields::JsonPath;
 
 namespace {
 
@@ -100,42 +103,50 @@ struct Pretokenizer::Regex {
 
 Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& source) {
   const std::string where = source + ": pre_tokenizer";
-  std::vector<nlohmann::json> steps;
-  if (config.is_object() && config.value("type", "") == "Sequence") {
-    TITAN_CHECK(config.contains("pretokenizers") && config["pretokenizers"].is_array(), where,
-                " Sequence lacks its \"pretokenizers\" list");
-    for (const nlohmann::json& s : config["pretokenizers"]) steps.push_back(s);
+  const JsonPath at{source, "pre_tokenizer"};
+  auto type_of = [](const nlohmann::json& step, const JsonPath& step_at) {
+    return step.is_object() ? json_fields::field_or<std::string>(step, "type", "", step_at) : "";
+  };
+  std::vector<std::pair<nlohmann::json, JsonPath>> steps;
+  if (type_of(config, at) == "Sequence") {
+    const nlohmann::json& list =
+        json_fields::array(json_fields::member(config, "pretokenizers", at), at / "pretokenizers");
+    for (size_t i = 0; i < list.size(); ++i) steps.emplace_back(list[i], (at / "pretokenizers")[i]);
   } else {
-    steps.push_back(config);
+    steps.emplace_back(config, at);
   }
   // The vocabulary is spelled in the byte-level alphabet, so the text must reach the model through
   // ByteLevel, and no step may run after it on the translated text.
   TITAN_CHECK(
-      !steps.empty() && steps.back().is_object() && steps.back().value("type", "") == "ByteLevel", where,
+      !steps.empty() && type_of(steps.back().first, steps.back().second) == "ByteLevel", where,
       " must be ByteLevel or a Sequence ending in ByteLevel (titan reads byte-level BPE tokenizers); got ",
       config.dump().substr(0, 300));
-  for (const nlohmann::json& step : steps) {
-    TITAN_CHECK(step.is_object() && step.contains("type"), where, " step without a \"type\": ", step.dump());
-    std::string type = step["type"].get<std::string>();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& [step, step_at] = steps[i];
+    const std::string type =
+        json_fields::field<std::string>(json_fields::object(step, step_at), "type", step_at);
     if (type == "Split") {
-      TITAN_CHECK(step.value("behavior", "") == "Isolated", where, " Split behavior ",
-                  step.value("behavior", "?"), " is not supported; titan reads Isolated");
-      TITAN_CHECK(!step.value("invert", false), where, " Split with invert = true is not supported");
-      const nlohmann::json& p = step.at("pattern");
-      TITAN_CHECK(p.contains("Regex") || p.contains("String"), where,
-                  " Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
+      const std::string behavior = json_fields::field_or<std::string>(step, "behavior", "", step_at);
+      TITAN_CHECK(behavior == "Isolated", step_at.str(), ": Split behavior \"", behavior,
+                  "\" is not supported; titan reads Isolated");
+      TITAN_CHECK(!json_fields::field_or(step, "invert", false, step_at), step_at.str(),
+                  ": Split with invert = true is not supported");
+      const nlohmann::json& p = json_fields::member(step, "pattern", step_at);
+      TITAN_CHECK(p.is_object() && (p.contains("Regex") || p.contains("String")), step_at.str(),
+                  ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
       bool literal = p.contains("String");
-      regexes_.push_back(
-          std::make_unique<Regex>(p.at(literal ? "String" : "Regex").get<std::string>(), literal, source));
+      const char* kind = literal ? "String" : "Regex";
+      regexes_.push_back(std::make_unique<Regex>(
+          json_fields::field<std::string>(p, kind, step_at / "pattern"), literal, source));
     } else if (type == "ByteLevel") {
-      TITAN_CHECK(&step == &steps.back(), where, " has ByteLevel before its last step");
+      TITAN_CHECK(i + 1 == steps.size(), where, " has ByteLevel before its last step");
       // A space in front of every word would change the text the views cover.
-      TITAN_CHECK(!step.value("add_prefix_space", false), where,
-                  " ByteLevel with add_prefix_space = true is not supported");
-      if (step.value("use_regex", true))
+      TITAN_CHECK(!json_fields::field_or(step, "add_prefix_space", false, step_at), step_at.str(),
+                  ": ByteLevel with add_prefix_space = true is not supported");
+      if (json_fields::field_or(step, "use_regex", true, step_at))
         regexes_.push_back(std::make_unique<Regex>(kGpt2Pattern, false, source));
     } else {
-      TITAN_CHECK(false, where, " type ", type,
+      TITAN_CHECK(false, step_at.str(), ": type ", type,
                   " is not supported; titan reads Split, ByteLevel and Sequence");
     }
   }

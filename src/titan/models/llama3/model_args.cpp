@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "titan/core/error.h"
+#include "titan/models/common/size_limits.h"
 
 namespace titan::models::llama3 {
 
@@ -15,6 +17,15 @@ int64_t ModelArgs::ffn_hidden_dim() const {
 }
 
 void ModelArgs::validate() const {
+  using namespace common;
+  const std::string family = "llama3 ModelArgs";
+  for (const auto& [key, value, max] :
+       {std::tuple{"dim", dim, kMaxWidth}, std::tuple{"n_layers", n_layers, kMaxCount},
+        std::tuple{"n_heads", n_heads, kMaxCount}, std::tuple{"n_kv_heads", n_kv_heads, kMaxCount},
+        std::tuple{"vocab_size", vocab_size, kMaxVocab}, std::tuple{"multiple_of", multiple_of, kMaxWidth},
+        std::tuple{"max_seq_len", max_seq_len, kMaxSeqLen}})
+    check_size(family, key, value, max);
+  if (ffn_dim != 0) check_size(family, "ffn_dim", ffn_dim, kMaxWidth);
   TITAN_CHECK(
       dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && multiple_of > 0 && max_seq_len > 0,
       "llama3 ModelArgs: dim, n_layers, n_heads, vocab_size, multiple_of and max_seq_len must be positive, "
@@ -27,9 +38,16 @@ void ModelArgs::validate() const {
               dim % n_heads);
   TITAN_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama3 ModelArgs: n_heads (", n_heads,
               ") must be a positive multiple of n_kv_heads (", n_kv_heads, ")");
-  TITAN_CHECK(ffn_dim >= 0, "llama3 ModelArgs: ffn_dim must be 0 (from multiple_of) or positive, got ", ffn_dim);
+  TITAN_CHECK(ffn_dim >= 0, "llama3 ModelArgs: ffn_dim must be 0 (from multiple_of) or positive, got ",
+              ffn_dim);
   TITAN_CHECK(!ffn_dim_multiplier || *ffn_dim_multiplier > 0,
               "llama3 ModelArgs: ffn_dim_multiplier must be positive, got ", ffn_dim_multiplier.value_or(0));
+  // Checked in floating point, before ffn_hidden_dim() converts it to an integer.
+  const double multiplied = 8.0 * static_cast<double>(dim) / 3 * ffn_dim_multiplier.value_or(1.0);
+  TITAN_CHECK(ffn_dim != 0 || multiplied <= static_cast<double>(kMaxWidth - multiple_of), family,
+              ": the SwiGLU hidden size 8 * dim / 3 * ffn_dim_multiplier (", dim, ", ",
+              ffn_dim_multiplier.value_or(1.0), ") is ", multiplied, ", past the limit ", kMaxWidth,
+              "; lower ffn_dim_multiplier");
   TITAN_CHECK(norm_eps >= 0 && rope_theta > 0,
               "llama3 ModelArgs: expected norm_eps >= 0 and rope_theta > 0, got ", norm_eps, " and ",
               rope_theta);
@@ -111,8 +129,9 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   ModelSummary s;
   s.num_embedding_params = a.vocab_size * a.dim;
   s.num_params = s.num_embedding_params + a.n_layers * layer + a.dim + a.dim * a.vocab_size;
-  s.flops_per_token = 6.0 * static_cast<double>(s.num_params - s.num_embedding_params) +
-                      12.0 * static_cast<double>(a.n_layers * q_dim * seq_len);
+  s.flops_per_token =
+      6.0 * static_cast<double>(s.num_params - s.num_embedding_params) +
+      12.0 * static_cast<double>(a.n_layers) * static_cast<double>(q_dim) * static_cast<double>(seq_len);
   s.description = "dim " + std::to_string(a.dim) + ", " + std::to_string(a.n_layers) + " layers, " +
                   std::to_string(a.n_heads) + " heads (" + std::to_string(a.n_kv_heads) + " kv), head_dim " +
                   std::to_string(a.head_dim()) + ", ffn " + std::to_string(ffn) + ", vocab " +

@@ -2,12 +2,26 @@
 
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "titan/core/error.h"
+#include "titan/models/common/size_limits.h"
 
 namespace titan::models::qwen3 {
 
 void ModelArgs::validate() const {
+  using namespace common;
+  const std::string family = "qwen3 ModelArgs";
+  for (const auto& [key, value, max] :
+       {std::tuple{"dim", dim, kMaxWidth}, std::tuple{"n_layers", n_layers, kMaxCount},
+        std::tuple{"n_heads", n_heads, kMaxCount}, std::tuple{"n_kv_heads", n_kv_heads, kMaxCount},
+        std::tuple{"head_dim", head_dim, kMaxWidth}, std::tuple{"ffn_dim", ffn_dim, kMaxWidth},
+        std::tuple{"vocab_size", vocab_size, kMaxVocab}, std::tuple{"max_seq_len", max_seq_len, kMaxSeqLen}})
+    check_size(family, key, value, max);
+  if (moe) {
+    check_size(family, "moe.num_experts", moe->num_experts, kMaxCount);
+    check_size(family, "moe.hidden_dim", moe->hidden_dim, kMaxWidth);
+  }
   TITAN_CHECK(
       dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 && ffn_dim > 0,
       "qwen3 ModelArgs: dim, n_layers, n_heads, ffn_dim, vocab_size and max_seq_len must be positive, "
@@ -146,8 +160,9 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   // Every matmul a token goes through, the output projection included even when it is the
   // embedding; the experts it is not routed to cost it nothing.
   const int64_t active_matmul = a.n_layers * (attention + ffn_active + norms) + a.dim + embedding;
-  s.flops_per_token =
-      6.0 * static_cast<double>(active_matmul) + 12.0 * static_cast<double>(a.n_layers * q_dim * seq_len);
+  s.flops_per_token = 6.0 * static_cast<double>(active_matmul) + 12.0 * static_cast<double>(a.n_layers) *
+                                                                     static_cast<double>(q_dim) *
+                                                                     static_cast<double>(seq_len);
   const int64_t active = active_matmul + (a.tie_embeddings ? 0 : embedding);
   s.description = "dim " + std::to_string(a.dim) + ", " + std::to_string(a.n_layers) + " layers, " +
                   std::to_string(a.n_heads) + " heads (" + std::to_string(a.n_kv_heads) + " kv), head_dim " +
