@@ -755,7 +755,7 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
   const char* found = !std::filesystem::exists(st)        ? "does not exist"
                       : std::filesystem::is_directory(st) ? "is a folder"
                                                           : "is no regular file (a device, pipe or socket)";
-  TITAN_CHECK(std::filesystem::is_regular_file(st), "job config: '", toml_path, "' ", found,
+  TITAN_CHECK(std::filesystem::is_regular_file(st), "job config: cannot read '", toml_path, "': it ", found,
               "; pass the path of a TOML file, e.g. --config configs/llama3/debug.toml");
   std::ifstream in(toml_path, std::ios::binary);
   TITAN_CHECK(in, "job config: cannot read '", toml_path, "' (check its permissions); pass the path of a TOML file, ",
