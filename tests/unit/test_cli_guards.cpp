@@ -1,7 +1,9 @@
 // What `titan train`, `titan convert` and `titan generate` refuse or report instead of losing
 // data or running something other than what was asked: an --out that holds other files, a
 // checkpoint folder another run holds or that cannot be written, a config that is no file or
-// names no model, a step folder skipped on resume; and the exit status of an interrupted run.
+// names no model, a step folder skipped on resume; the exit status of an interrupted run; and an
+// error printed while a progress bar is drawn.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -45,7 +48,8 @@ class CliGuards : public ::testing::Test {
     dir_ = test::fresh_temp_dir(std::string("cli_guards_") +
                                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::ofstream f(dir_ / "corpus.txt");
-    for (int i = 0; i < 100; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
+    for (int i = 0; i < 100; ++i)
+      f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -80,6 +84,34 @@ class CliGuards : public ::testing::Test {
     return a;
   }
   CliRun train(const std::vector<std::string>& extra = {}) const { return titan(train_args(extra)); }
+
+  // Starts `titan ARGS` from the source tree with its stdout (and stderr too, with `both`) on
+  // `fd`, which the caller closes after; returns its pid.
+  static pid_t spawn(std::vector<std::string> args, int fd, bool both) {
+    args.insert(args.begin(), TITAN_CLI);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fd, 1);
+      if (both) ::dup2(fd, 2);
+      if (::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
+      ::execv(TITAN_CLI, argv.data());
+      std::_Exit(127);
+    }
+    return pid;
+  }
+  // Reads `fd` to its end, calling `seen` with all read so far after each read; returns that.
+  static std::string read_all(int fd, const std::function<void(const std::string&)>& seen = nullptr) {
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) {
+      out.append(buf, static_cast<size_t>(n));
+      if (seen) seen(out);
+    }
+    return out;
+  }
 
   fs::path dir_;
 };
@@ -222,7 +254,8 @@ TEST_F(CliGuards, TrainRefusesAConfigThatIsNoFileOrNamesNoModel) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("model.name is missing"), std::string::npos) << r.err;
   // Named on the command line instead, it is enough.
-  r = titan({"train", "--config", (dir_ / "no_model.toml").string(), "--model.name=llama3", "--print-config"});
+  r = titan(
+      {"train", "--config", (dir_ / "no_model.toml").string(), "--model.name=llama3", "--print-config"});
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
@@ -230,7 +263,8 @@ TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
   ASSERT_EQ(train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false"}).rc, 0);
   const fs::path ckpt = dir_ / "ckpt";
   fs::remove(ckpt / "step-2" / checkpoint::kMetadataFile);
-  CliRun r = train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false", "--training.steps=3"});
+  CliRun r =
+      train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false", "--training.steps=3"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("skipping " + (ckpt / "step-2").string() + ": it holds no metadata.json"),
             std::string::npos)
@@ -239,34 +273,17 @@ TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
 }
 
 TEST_F(CliGuards, InterruptedTrainExitsWith75AfterSavingACheckpoint) {
-  std::vector<std::string> args = train_args({"--training.steps=1000000", "--metrics.log_freq=1"});
-  args.insert(args.begin(), TITAN_CLI);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
-  const pid_t pid = ::fork();
+  const pid_t pid =
+      spawn(train_args({"--training.steps=1000000", "--metrics.log_freq=1"}), pipe_fds[1], false);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::dup2(pipe_fds[1], 1);
-    ::close(pipe_fds[0]);
-    if (::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
-    ::execv(TITAN_CLI, argv.data());
-    std::_Exit(127);
-  }
   ::close(pipe_fds[1]);
-  // Signalled once a step has been logged: the run is in its loop, well before its last step.
-  std::string out;
+  // Signalled once a step has been logged: the run is in its loop, far from its last step.
   bool signalled = false;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0;) {
-    out.append(buf, static_cast<size_t>(n));
-    if (!signalled && out.find("\nstep ") != std::string::npos) {
-      ::kill(pid, SIGTERM);
-      signalled = true;
-    }
-  }
+  const std::string out = read_all(pipe_fds[0], [&](const std::string& so_far) {
+    if (!signalled && so_far.find("\nstep ") != std::string::npos) signalled = ::kill(pid, SIGTERM) == 0;
+  });
   ::close(pipe_fds[0]);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -289,6 +306,33 @@ TEST_F(CliGuards, GenerateReadsTheFinalHuggingFaceSaveOfATrainingRun) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(r.out.starts_with("In the")) << r.out;
   EXPECT_NE(r.err.find("loaded " + (ckpt / "step-2").string()), std::string::npos) << r.err;
+}
+
+TEST_F(CliGuards, AnErrorPrintedWhileTheTokenizeBarIsDrawnStartsALineOfItsOwn) {
+  // The bar is redrawn in place on a terminal only: give the command one.
+  const int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  ASSERT_EQ(::grantpt(terminal), 0);
+  ASSERT_EQ(::unlockpt(terminal), 0);
+  const int screen = ::open(::ptsname(terminal), O_RDWR | O_NOCTTY);
+  ASSERT_GE(screen, 0);
+  // The corpus draws the bar; the second file's second line is no JSON object.
+  std::ofstream(dir_ / "bad.jsonl") << "{\"text\": \"hello\"}\n{not json\n";
+  const pid_t pid = spawn({"tokenize", "--out", (dir_ / "tokens").string(), (dir_ / "corpus.txt").string(),
+                           (dir_ / "bad.jsonl").string()},
+                          screen, true);
+  ASSERT_GE(pid, 0);
+  ::close(screen);
+  const std::string shown = read_all(terminal);  // until the command has exited (EIO)
+  ::close(terminal);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << shown;
+  ASSERT_NE(shown.find("\r["), std::string::npos) << "no bar was drawn: " << shown;
+  const size_t error = shown.find("titan: error:");
+  ASSERT_NE(error, std::string::npos) << shown;
+  ASSERT_GT(error, 0u);
+  EXPECT_EQ(shown[error - 1], '\n') << "the error shares the bar's line: " << shown;
 }
 
 }  // namespace
