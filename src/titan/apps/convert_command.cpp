@@ -97,7 +97,8 @@ Options parse(const std::vector<std::string>& args) {
 bool titan_writes(const std::string& name) {
   return name == checkpoint::kMetadataFile || name == checkpoint::kHfConfigFile ||
          name == checkpoint::kHfWeightsFile ||
-         std::find(data::kTokenizerFiles.begin(), data::kTokenizerFiles.end(), name) != data::kTokenizerFiles.end() ||
+         std::find(data::kTokenizerFiles.begin(), data::kTokenizerFiles.end(), name) !=
+             data::kTokenizerFiles.end() ||
          (name.starts_with("shard-") && name.ends_with(".safetensors"));
 }
 
@@ -135,18 +136,19 @@ void check_out(const Options& o) {
   const fs::file_status st = fs::symlink_status(out, ec);
   if (!fs::exists(st)) return;
   const std::string& in = o.to == "hf" ? o.checkpoint : o.hf;
-  TITAN_CHECK(!fs::equivalent(out, in, ec), "titan convert: --out ", o.out, " is the folder being converted (", in,
-              "); pass --out a new folder's path");
+  TITAN_CHECK(!fs::equivalent(out, in, ec), "titan convert: --out ", o.out,
+              " is the folder being converted (", in, "); pass --out a new folder's path");
   TITAN_CHECK(fs::is_directory(st), "titan convert: --out ", o.out, " is ",
               fs::is_symlink(st) ? "a symbolic link" : "a file",
               ", not a folder; convert would replace it with the output folder and delete it. Pass --out the "
               "path of a new or empty folder");
   if (fs::is_empty(out, ec) && !ec) return;
   const std::string foreign = not_titan_output(out);
-  TITAN_CHECK(foreign.empty(), "titan convert: --out ", o.out,
-              " is a folder that holds files, and not a titan checkpoint or Hugging Face model folder (", foreign,
-              "); convert replaces the whole folder and would delete them, so it is left untouched. Pass --out "
-              "the path of a new or empty folder");
+  TITAN_CHECK(
+      foreign.empty(), "titan convert: --out ", o.out,
+      " is a folder that holds files, and not a titan checkpoint or Hugging Face model folder (", foreign,
+      "); convert replaces the whole folder and would delete them, so it is left untouched. Pass --out "
+      "the path of a new or empty folder");
   TITAN_CHECK(o.overwrite, "titan convert: --out ", o.out,
               " already holds a converted model (a titan checkpoint or Hugging Face model folder); pass "
               "--overwrite to replace it, or --out the path of a new folder");

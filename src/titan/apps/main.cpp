@@ -69,7 +69,9 @@ int train(const std::vector<std::string>& args) {
     std::cout << ", none run now";
   else
     std::cout << ", final loss " << r.losses.back();
-  std::cout << (r.interrupted ? " (interrupted; exit status 75, run again to resume)" : "") << "\n";
+  if (r.interrupted)
+    std::cout << " (interrupted; exit status " << kInterruptedExit << ", run again to resume)";
+  std::cout << "\n";
   return status;
 }
 

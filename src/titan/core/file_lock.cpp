@@ -34,8 +34,9 @@ void check_writable(const fs::path& folder, const std::string& what) {
   probe += std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err = errno;
-  TITAN_CHECK(fd >= 0, what, " ", folder.string(), " is not writable (creating a file in it failed: ",
-              std::strerror(err), "); fix its permissions or choose another folder (job.dump_folder)");
+  TITAN_CHECK(fd >= 0, what, " ", folder.string(),
+              " is not writable (creating a file in it failed: ", std::strerror(err),
+              "); fix its permissions or choose another folder (job.dump_folder)");
   ::close(fd);
   ::unlink(probe.c_str());
 }
@@ -46,8 +47,8 @@ std::optional<FolderLock> FolderLock::try_lock(const fs::path& folder, const std
   // Not truncated on open: the holder's line must stay readable to the process refused.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   const int err = errno;
-  TITAN_CHECK(fd >= 0, "cannot open the lock file ", path.string(), ": ", std::strerror(err),
-              "; check that ", folder.string(), " is writable");
+  TITAN_CHECK(fd >= 0, "cannot open the lock file ", path.string(), ": ", std::strerror(err), "; check that ",
+              folder.string(), " is writable");
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int lock_err = errno;
     if (holder) {
@@ -57,12 +58,14 @@ std::optional<FolderLock> FolderLock::try_lock(const fs::path& folder, const std
       while (!holder->empty() && (holder->back() == '\n' || holder->back() == ' ')) holder->pop_back();
     }
     ::close(fd);
-    TITAN_CHECK(lock_err == EWOULDBLOCK, "cannot lock ", path.string(), ": ", std::strerror(lock_err),
-                "; a file system without flock (some network mounts) cannot guard the folder, choose a local one");
+    TITAN_CHECK(
+        lock_err == EWOULDBLOCK, "cannot lock ", path.string(), ": ", std::strerror(lock_err),
+        "; a file system without flock (some network mounts) cannot guard the folder, choose a local one");
     return std::nullopt;
   }
   const std::string me = this_process() + "\n";
-  const bool written = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  const bool written =
+      ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
   const int write_err = errno;
   if (!written) ::close(fd);
   TITAN_CHECK(written, "cannot write the lock file ", path.string(), ": ", std::strerror(write_err),

@@ -2,10 +2,10 @@
 
 #include <charconv>
 #include <chrono>
-#include <optional>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
+#include <set>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -92,12 +92,13 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
   }
   if (!cfg.checkpoint.enable) return;
   // Found now rather than at the first save, checkpoint.interval steps in.
-  if (writer_ || parts_.fsdp) check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
+  if (writer_ || parts_.fsdp)
+    check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
   if (!writer_) return;
   std::string holder;
   lock_ = FolderLock::try_lock(folder_, kRunLockFile, &holder);
-  TITAN_CHECK(lock_, "checkpoint folder ", folder_.string(), " is in use by another titan train run (", holder,
-              ", per ", (folder_ / kRunLockFile).string(),
+  TITAN_CHECK(lock_, "checkpoint folder ", folder_.string(), " is in use by another titan train run (",
+              holder, ", per ", (folder_ / kRunLockFile).string(),
               "): two runs saving into one folder would interleave their checkpoints; wait for that run to "
               "end or stop it, or give this run another job.dump_folder or checkpoint.folder");
 }

@@ -54,9 +54,10 @@ class CheckpointManager {
   // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
   // With checkpointing enabled, every rank that saves creates the folder and checks that it is
   // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
-  // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under DDP every rank holds the same state, so rank 0 alone saves
-  // it; under FSDP every rank saves its shards, together (checkpoint::save_collective), in the
-  // foreground. Rank 0 alone tidies the folder.
+  // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
+  // DDP every rank holds the same state, so rank 0 alone saves it; under FSDP every rank saves
+  // its shards, together (checkpoint::save_collective), in the foreground. Rank 0 alone tidies
+  // the folder.
   CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
                     dist::ProcessGroup world = dist::ProcessGroup::single());
   // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.

@@ -737,7 +737,8 @@ toml::table parse_toml(const std::string& toml_text, const std::string& source_n
   try {
     return toml::parse(toml_text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
-    TITAN_CHECK(false, "job config ", where(e.source(), source_name, true), ": invalid TOML: ", e.description());
+    TITAN_CHECK(false, "job config ", where(e.source(), source_name, true),
+                ": invalid TOML: ", e.description());
   }
 }
 
@@ -758,7 +759,8 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
   TITAN_CHECK(std::filesystem::is_regular_file(st), "job config: cannot read '", toml_path, "': it ", found,
               "; pass the path of a TOML file, e.g. --config configs/llama3/debug.toml");
   std::ifstream in(toml_path, std::ios::binary);
-  TITAN_CHECK(in, "job config: cannot read '", toml_path, "' (check its permissions); pass the path of a TOML file, ",
+  TITAN_CHECK(in, "job config: cannot read '", toml_path,
+              "' (check its permissions); pass the path of a TOML file, ",
               "e.g. --config configs/llama3/debug.toml");
   std::ostringstream text;
   text << in.rdbuf();
@@ -767,8 +769,9 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
   // Every other key has a default worth running with; the model has none: a file that names
   // none is a mistake (an empty or wrong file), not a request for the default model.
   const bool named = root.at_path("model.name").is_value() ||
-                     std::any_of(overrides.begin(), overrides.end(),
-                                 [](const std::string& o) { return o == "--model.name" || o.starts_with("--model.name="); });
+                     std::any_of(overrides.begin(), overrides.end(), [](const std::string& o) {
+                       return o == "--model.name" || o.starts_with("--model.name=");
+                     });
   TITAN_CHECK(named, "job config ", toml_path, (root.empty() ? " is empty: it" : ""),
               " names no model: the key model.name is missing; add a [model] section with name = \"llama3\" ",
               "(or another registered family) and its flavor, as configs/llama3/debug.toml does");

@@ -285,11 +285,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   if (!ds.stats.skipped.empty())
     s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
-  s.checkpointer = std::make_unique<CheckpointManager>(
-      c,
-      Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng, s.fsdp.get(),
-                   tokenizer_dir(c.model.tokenizer_path)},
-      s.log, s.world);
+  const Checkpointed parts{.model = *s.model,
+                           .optimizer = *s.optimizer,
+                           .scheduler = *s.scheduler,
+                           .loader = *s.loader,
+                           .rng = s.rng,
+                           .fsdp = s.fsdp.get(),
+                           .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)};
+  s.checkpointer = std::make_unique<CheckpointManager>(c, parts, s.log, s.world);
   s.start_step = s.checkpointer->load();
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();
