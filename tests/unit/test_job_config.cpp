@@ -178,7 +178,7 @@ TEST(JobConfig, OverridesOfEveryType) {
 }
 
 TEST_F(JobConfigFiles, OverridesApplyOverTheFile) {
-  std::string path = write("x.toml", "[training]\nsteps = 100\nseq_len = 64\n");
+  std::string path = write("x.toml", "[model]\nname = \"llama3\"\n[training]\nsteps = 100\nseq_len = 64\n");
   JobConfig c = load_job_config(path, {"--training.steps=5", "--lr_scheduler.warmup_steps=1"});
   EXPECT_EQ(c.training.steps, 5);
   EXPECT_EQ(c.training.seq_len, 64);
@@ -275,7 +275,8 @@ TEST_F(JobConfigFiles, WrongTypesNameKeyFileLineExpectedAndFound) {
   EXPECT_TITAN_ERROR(load_job_config(path), "activation_checkpoint.selective_ac_option", "expected a string");
 
   // Integers are fine where a float is expected.
-  path = write("int_float.toml", "[optimizer]\nlr = 1\n[lr_scheduler]\ndecay_ratio = 0\n");
+  path = write("int_float.toml",
+               "[model]\nname = \"llama3\"\n[optimizer]\nlr = 1\n[lr_scheduler]\ndecay_ratio = 0\n");
   JobConfig c = load_job_config(path);
   EXPECT_EQ(c.optimizer.lr, 1.0);
   EXPECT_EQ(c.lr_scheduler.decay_ratio, 0.0);

@@ -17,11 +17,18 @@
 
 namespace {
 
+// A clean stop on a signal, checkpoint saved: sysexits.h's EX_TEMPFAIL ("try again later"), so
+// that a scheduler tells it from a finished run (0) and from a kill by a second signal (128+N).
+constexpr int kInterruptedExit = 75;
+
 constexpr const char* kUsage =
     "usage: titan train --config FILE [--section.key=value ...] [--print-config]\n"
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
+    "  exit status: 0 when training.steps are done; 75 when SIGINT/SIGTERM stopped the run after\n"
+    "  a step and saved a checkpoint there (run the same command again to resume); 1 on an error;\n"
+    "  128+N when a second signal N ended it at once, without a checkpoint\n"
     "       titan generate --checkpoint PATH --prompt TEXT ...   (titan generate --help)\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
     "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n"
@@ -56,15 +63,18 @@ int train(const std::vector<std::string>& args) {
   titan::train::StopOnSignal stop_on_signal;
   titan::train::Trainer trainer(cfg, std::cout);
   titan::train::TrainResult r = trainer.train();
-  if (titan::dist::world().rank() != 0) return 0;
+  const int status = r.interrupted ? kInterruptedExit : 0;
+  if (titan::dist::world().rank() != 0) return status;
   std::cout << "titan: " << r.steps_run << " steps";
   // A finished run started again (make train twice) resumes at its end and runs no step.
   if (r.losses.empty())
     std::cout << ", none run now";
   else
     std::cout << ", final loss " << r.losses.back();
-  std::cout << (r.interrupted ? " (interrupted)" : "") << "\n";
-  return 0;
+  if (r.interrupted)
+    std::cout << " (interrupted; exit status " << kInterruptedExit << ", run again to resume)";
+  std::cout << "\n";
+  return status;
 }
 
 }  // namespace

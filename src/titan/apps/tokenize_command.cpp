@@ -76,6 +76,12 @@ Options parse(const std::vector<std::string>& args) {
 class Progress {
  public:
   explicit Progress(int64_t total_bytes) : total_(std::max<int64_t>(total_bytes, 1)), tty_(::isatty(2) != 0) {}
+  // An error thrown mid-way is printed next (by main): on a line of its own, not the bar's.
+  ~Progress() {
+    if (open_) std::fputc('\n', stderr);
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   void update(int64_t done, int64_t documents, int64_t tokens, bool last = false) {
     const double fraction = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
     const int tenth = static_cast<int>(fraction * 10);
@@ -90,12 +96,14 @@ class Progress {
                  static_cast<double>(done) / 1e6 / std::max(seconds, 1e-9), static_cast<long long>(documents),
                  static_cast<long long>(tokens), tty_ && !last ? "" : "\n");
     std::fflush(stderr);
+    open_ = tty_ && !last;
   }
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   int64_t total_;
   bool tty_;
+  bool open_ = false;  // the bar was drawn without its newline
   int printed_tenth_ = -1;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

@@ -1,13 +1,15 @@
 #include "titan/train/checkpoint_manager.h"
 
+#include <charconv>
 #include <chrono>
-#include <optional>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
+#include <set>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/data/tokenizer_files.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan::train {
@@ -22,6 +24,17 @@ constexpr const char* kOptimizer = "optimizer.";
 
 std::string step_name(int64_t step) {
   return "step-" + std::to_string(step);
+}
+
+// N of a folder named step-<N>.
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (!name.starts_with("step-") || name.size() == 5) return std::nullopt;
+  int64_t step = 0;
+  const char* end = name.data() + name.size();
+  auto [p, ec] = std::from_chars(name.data() + 5, end, step);
+  if (ec != std::errc() || p != end) return std::nullopt;
+  return step;
 }
 
 // Zeros shaped like `state`'s tensors, for a checkpoint to fill (padding rows of shards stay 0).
@@ -77,6 +90,17 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
         cfg.model,
         models::common::hf::parse_layout(cfg.checkpoint.hf_config_format, "checkpoint.hf_config_format"));
   }
+  if (!cfg.checkpoint.enable) return;
+  // Found now rather than at the first save, checkpoint.interval steps in.
+  if (writer_ || parts_.fsdp)
+    check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
+  if (!writer_) return;
+  std::string holder;
+  lock_ = FolderLock::try_lock(folder_, kRunLockFile, &holder);
+  TITAN_CHECK(lock_, "checkpoint folder ", folder_.string(), " is in use by another titan train run (",
+              holder, ", per ", (folder_ / kRunLockFile).string(),
+              "): two runs saving into one folder would interleave their checkpoints; wait for that run to "
+              "end or stop it, or give this run another job.dump_folder or checkpoint.folder");
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -91,12 +115,9 @@ std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
   std::map<int64_t, fs::path> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with("step-") || name.size() == 5 ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos)
-      continue;
-    if (fs::exists(e.path() / checkpoint::kMetadataFile) || checkpoint::is_hf_dir(e.path()))
-      out.emplace(std::stoll(name.substr(5)), e.path());
+    const std::optional<int64_t> step = step_of(e.path());
+    if (step && (fs::exists(e.path() / checkpoint::kMetadataFile) || checkpoint::is_hf_dir(e.path())))
+      out.emplace(*step, e.path());
   }
   return out;
 }
@@ -158,6 +179,16 @@ int64_t CheckpointManager::load() {
     fs::remove_all(p, ec);
   }
   std::map<int64_t, fs::path> found = list(folder_);
+  // A step folder that list() passes over is one a reader would otherwise skip without a word.
+  for (const auto& e : fs::directory_iterator(folder_, ec)) {
+    const std::optional<int64_t> step = step_of(e.path());
+    if (!step || found.count(*step) || !writer_) continue;
+    log_ << "titan: skipping " << e.path().string() << ": it holds no " << checkpoint::kMetadataFile
+         << " (nor a Hugging Face " << checkpoint::kHfConfigFile
+         << "), so it is no complete checkpoint; it was copied in part or edited. Resuming from an earlier "
+            "one; delete it, or restore its "
+         << checkpoint::kMetadataFile << ", to use it\n";
+  }
   if (c.load_step >= 0) {
     auto it = found.find(c.load_step);
     std::string have;
@@ -374,9 +405,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   const fs::path dir = folder_ / step_name(step);
   last_saved_ = step;
   auto write = [this, dir, step, hf, collective, pieces = std::move(pieces), state = std::move(state)] {
-    if (hf)
+    if (hf) {
       save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_);
-    else if (collective)
+      if (!parts_.tokenizer_dir.empty()) data::copy_tokenizer(parts_.tokenizer_dir, dir);
+    } else if (collective)
       checkpoint::save_collective(dir, pieces, state, world_);
     else
       checkpoint::save(dir, pieces, state);

@@ -18,8 +18,10 @@
 #include <iosfwd>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "titan/checkpoint/checkpoint.h"
+#include "titan/core/file_lock.h"
 #include "titan/core/rng.h"
 #include "titan/data/loader.h"
 #include "titan/nn/module.h"
@@ -39,14 +41,23 @@ struct Checkpointed {
   Generator& rng;
   // Under FSDP the model's parameters live in its shards, and so do the optimizer's moments.
   parallel::FullyShard* fsdp = nullptr;
+  // The folder of the run's tokenizer.json (empty: the byte tokenizer, which has no file): a
+  // Hugging Face export carries its files, so that the folder is whole for titan generate.
+  std::filesystem::path tokenizer_dir;
 };
+
+// The lock file in a checkpoint folder that a run holds (FolderLock) for its lifetime.
+inline constexpr const char* kRunLockFile = "titan-train.lock";
 
 class CheckpointManager {
  public:
   // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
-  // Every rank of `world` loads. Under DDP every rank holds the same state, so rank 0 alone saves
-  // it; under FSDP every rank saves its shards, together (checkpoint::save_collective), in the
-  // foreground. Rank 0 alone tidies the folder.
+  // With checkpointing enabled, every rank that saves creates the folder and checks that it is
+  // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
+  // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
+  // DDP every rank holds the same state, so rank 0 alone saves it; under FSDP every rank saves
+  // its shards, together (checkpoint::save_collective), in the foreground. Rank 0 alone tidies
+  // the folder.
   CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
                     dist::ProcessGroup world = dist::ProcessGroup::single());
   // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.
@@ -107,6 +118,8 @@ class CheckpointManager {
   // With last_save_in_hf: the model family's adapter and the final save's config.json.
   const models::StateDictAdapter* hf_adapter_ = nullptr;
   nlohmann::json hf_config_;
+  // Released after a background save has ended (members are destroyed after ~CheckpointManager).
+  std::optional<FolderLock> lock_;
   int64_t last_saved_ = -1;
   std::future<void> pending_;
 };

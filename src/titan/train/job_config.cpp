@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -732,27 +733,49 @@ JobConfig from_table(const toml::table& root, const std::string& source_name,
   return cfg;
 }
 
-}  // namespace
-
-JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
-                           const std::vector<std::string>& overrides) {
-  toml::table root;
+toml::table parse_toml(const std::string& toml_text, const std::string& source_name) {
   try {
-    root = toml::parse(toml_text, std::string_view(source_name));
+    return toml::parse(toml_text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
     TITAN_CHECK(false, "job config ", where(e.source(), source_name, true),
                 ": invalid TOML: ", e.description());
   }
-  return from_table(root, source_name, overrides);
+}
+
+}  // namespace
+
+JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  return from_table(parse_toml(toml_text, source_name), source_name, overrides);
 }
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
+  // A folder, /dev/null or a pipe would read as an empty file: the all-defaults job.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(toml_path, ec);
+  const char* found = !std::filesystem::exists(st)        ? "does not exist"
+                      : std::filesystem::is_directory(st) ? "is a folder"
+                                                          : "is no regular file (a device, pipe or socket)";
+  TITAN_CHECK(std::filesystem::is_regular_file(st), "job config: cannot read '", toml_path, "': it ", found,
+              "; pass the path of a TOML file, e.g. --config configs/llama3/debug.toml");
   std::ifstream in(toml_path, std::ios::binary);
   TITAN_CHECK(in, "job config: cannot read '", toml_path,
-              "'; pass the path of a TOML file, e.g. --config configs/llama3/debug.toml");
+              "' (check its permissions); pass the path of a TOML file, ",
+              "e.g. --config configs/llama3/debug.toml");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_job_config(text.str(), toml_path, overrides);
+  const toml::table root = parse_toml(text.str(), toml_path);
+  JobConfig cfg = from_table(root, toml_path, overrides);
+  // Every other key has a default worth running with; the model has none: a file that names
+  // none is a mistake (an empty or wrong file), not a request for the default model.
+  const bool named = root.at_path("model.name").is_value() ||
+                     std::any_of(overrides.begin(), overrides.end(), [](const std::string& o) {
+                       return o == "--model.name" || o.starts_with("--model.name=");
+                     });
+  TITAN_CHECK(named, "job config ", toml_path, (root.empty() ? " is empty: it" : ""),
+              " names no model: the key model.name is missing; add a [model] section with name = \"llama3\" ",
+              "(or another registered family) and its flavor, as configs/llama3/debug.toml does");
+  return cfg;
 }
 
 void validate(const JobConfig& cfg) {

@@ -15,6 +15,7 @@
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/data/tokenizer_files.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/models/registry.h"
@@ -42,6 +43,17 @@ extern "C" void on_signal(int sig) {
   // The first signal asks for a clean stop after the current step; a second one means "now".
   if (g_signals.fetch_add(1) > 0) std::_Exit(128 + sig);
   g_stop.store(true);
+}
+
+// The folder holding the tokenizer.json that model.tokenizer_path names, found where
+// data::load_tokenizer finds it (the working directory, else the source tree); empty for the
+// byte tokenizer or a tokenizer file of another name, which no model folder can carry.
+fs::path tokenizer_dir(const std::string& tokenizer_path) {
+  if (tokenizer_path.empty()) return {};
+  fs::path p(tokenizer_path);
+  if (p.is_relative() && !fs::exists(p)) p = fs::path(TITAN_SOURCE_DIR) / p;
+  if (fs::is_directory(p)) return p;
+  return p.filename() == data::kTokenizerFile ? p.parent_path() : fs::path();
 }
 
 // What [training] names as a dataset: dataset_path when given, else the bundled corpus for
@@ -273,8 +285,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   if (!ds.stats.skipped.empty())
     s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
 
-  s.checkpointer = std::make_unique<CheckpointManager>(
-      c, Checkpointed{*s.model, *s.optimizer, *s.scheduler, *s.loader, s.rng, s.fsdp.get()}, s.log, s.world);
+  const Checkpointed parts{.model = *s.model,
+                           .optimizer = *s.optimizer,
+                           .scheduler = *s.scheduler,
+                           .loader = *s.loader,
+                           .rng = s.rng,
+                           .fsdp = s.fsdp.get(),
+                           .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)};
+  s.checkpointer = std::make_unique<CheckpointManager>(c, parts, s.log, s.world);
   s.start_step = s.checkpointer->load();
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();
