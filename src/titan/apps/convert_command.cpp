@@ -168,7 +168,7 @@ int convert_command(const std::vector<std::string>& args) {
     train::export_hf_checkpoint(o.checkpoint, o.out, o.dtype == "bfloat16" ? kBF16 : kF32, o.layout);
   else
     train::import_hf_checkpoint(o.hf, o.out);
-  const bool tokenizer = data::copy_tokenizer(o.to == "hf" ? o.checkpoint : o.hf, o.out);
+  const bool tokenizer = data::holds_tokenizer(o.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "titan: " << (o.to == "hf" ? o.checkpoint : o.hf) << " -> " << o.out
             << (o.to == "hf"

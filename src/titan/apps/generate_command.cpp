@@ -158,8 +158,9 @@ int generate_command(const std::vector<std::string>& args) {
   const std::shared_ptr<const data::Tokenizer> tokenizer =
       tokenizer_path ? data::load_tokenizer(*tokenizer_path) : nullptr;
   TITAN_CHECK(tokenizer || o.prompt_ids, "titan generate: no tokenizer goes with ", saved.dir.string(),
-              " (it was not saved by titan train and holds no tokenizer.json), so --prompt cannot be "
-              "encoded; pass --tokenizer PATH (a folder holding tokenizer.json) or give token ids with "
+              " (it holds no tokenizer.json, and no titan training run's config names one), so --prompt "
+              "cannot be encoded; pass --tokenizer PATH (a folder holding tokenizer.json), --tokenizer '' for "
+              "titan's byte tokenizer (a Hugging Face save of a run that trained with it), or token ids with "
               "--prompt-ids");
   const std::shared_ptr<models::CausalLM> model = rl::load_saved_model(saved);
   const int64_t vocab = model->vocab_size();

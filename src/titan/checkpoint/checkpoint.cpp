@@ -348,12 +348,13 @@ void write_directory_atomically(const fs::path& dir_arg, const std::function<voi
   remove_tree(stage);
 }
 
-void save(const fs::path& dir, const Pieces& pieces, const json& state) {
+void save(const fs::path& dir, const Pieces& pieces, const json& state, const AlsoWrite& also_write) {
   write_directory_atomically(dir, [&](const fs::path& stage) {
     pause_for_tests();
     Metadata m = write_shard_file(stage, shard_file(0, 1), pieces);
     m.state = state;
     write_metadata(stage, m);
+    if (also_write) also_write(stage);
   });
 }
 

@@ -104,8 +104,10 @@ void write_directory_atomically(const std::filesystem::path& dir,
 // metadata, fsync, rename. An existing `dir` is replaced atomically. On failure `dir` is left as
 // it was. With TITAN_CHECKPOINT_TEST_DELAY_MS set (tests only), pauses that many milliseconds
 // after creating the staging folder, so that a test can kill the process mid-save or change the
-// tensors while a background save is under way.
-void save(const fs::path& dir, const Pieces& pieces, const nlohmann::json& state);
+// tensors while a background save is under way. `also_write` adds files of the caller's (a
+// tokenizer) to the staging folder, so that they appear with the checkpoint, not after it.
+using AlsoWrite = std::function<void(const std::filesystem::path& stage)>;
+void save(const fs::path& dir, const Pieces& pieces, const nlohmann::json& state, const AlsoWrite& also_write = {});
 
 // save() by every rank of `group` at once: rank r writes its `pieces` (any boxes of the global
 // tensors; together the ranks' pieces must tile each tensor once) as shard-<r>-of-<N>, rank 0

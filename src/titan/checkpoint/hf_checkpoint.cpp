@@ -48,7 +48,7 @@ std::string torch_dtype_name(DType dtype) {
 }
 
 void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::string, Tensor>& tensors,
-             DType dtype) {
+             DType dtype, const AlsoWrite& also_write) {
   torch_dtype_name(dtype);  // refuses the dtypes titan does not export
   std::map<std::string, Tensor> cast;
   for (const auto& [name, t] : tensors) {
@@ -63,6 +63,7 @@ void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::st
     f.write(text.data(), text.size());
     f.sync();
     f.close();
+    if (also_write) also_write(stage);
   });
 }
 

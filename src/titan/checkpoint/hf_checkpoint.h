@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "titan/checkpoint/checkpoint.h"
 #include "titan/core/tensor.h"
 
 namespace titan::checkpoint {
@@ -35,9 +36,9 @@ std::string torch_dtype_name(DType dtype);
 // layout, the caller's business) and `tensors`, cast to `dtype`, as dir/model.safetensors
 // (metadata {"format": "pt"}, which from_pretrained checks).
 // Atomic as checkpoint::save: a staging folder, fsync'ed, renamed onto `dir`, so a crash leaves
-// the old folder or the new one, never a mix.
+// the old folder or the new one, never a mix; `also_write` as in checkpoint::save.
 void save_hf(const std::filesystem::path& dir, const nlohmann::json& config,
-             const std::map<std::string, Tensor>& tensors, DType dtype);
+             const std::map<std::string, Tensor>& tensors, DType dtype, const AlsoWrite& also_write = {});
 
 // A Hugging Face model folder opened for reading: config.json parsed, and model.safetensors,
 // else the shard files of model.safetensors.index.json, mapped (headers checked, data read on

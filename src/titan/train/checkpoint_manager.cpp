@@ -9,7 +9,6 @@
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
-#include "titan/data/tokenizer_files.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan::train {
@@ -406,8 +405,7 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   last_saved_ = step;
   auto write = [this, dir, step, hf, collective, pieces = std::move(pieces), state = std::move(state)] {
     if (hf) {
-      save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_);
-      if (!parts_.tokenizer_dir.empty()) data::copy_tokenizer(parts_.tokenizer_dir, dir);
+      save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_, parts_.tokenizer_dir);
     } else if (collective)
       checkpoint::save_collective(dir, pieces, state, world_);
     else

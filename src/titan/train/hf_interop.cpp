@@ -5,6 +5,7 @@
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/problems.h"
 #include "titan/core/error.h"
+#include "titan/data/tokenizer_files.h"
 
 namespace titan::train {
 
@@ -24,13 +25,20 @@ auto reading(const checkpoint::HfReader& reader, F&& f) -> decltype(f()) {
   }
 }
 
+// Copies the tokenizer files of `from` into a staged folder, so that a crash cannot leave the
+// model without the tokenizer it was trained with.
+checkpoint::AlsoWrite carry_tokenizer(const fs::path& from) {
+  if (from.empty()) return {};
+  return [from](const fs::path& stage) { data::copy_tokenizer(from, stage); };
+}
+
 // Checkpoint tensors of the model (not the optimizer) are named "model.<name>".
 constexpr const char* kModel = "model.";
 
 }  // namespace
 
 void save_hf_model(const fs::path& dir, const models::StateDictAdapter& adapter, const json& config,
-                   const nn::StateDict& state, DType dtype) {
+                   const nn::StateDict& state, DType dtype, const fs::path& tokenizer_from) {
   nn::StateDict hf = adapter.to_hf(state, config);
   // A folder whose weights contradict its config.json would load nowhere; say so now.
   checkpoint::Problems problems;
@@ -49,7 +57,7 @@ void save_hf_model(const fs::path& dir, const models::StateDictAdapter& adapter,
               ": the weights do not fit the model config.json describes:", problems.str());
   json written = config;
   written[hf::kDtypeKey.in(hf::layout_of(config))] = checkpoint::torch_dtype_name(dtype);
-  checkpoint::save_hf(dir, written, hf, dtype);
+  checkpoint::save_hf(dir, written, hf, dtype, carry_tokenizer(tokenizer_from));
 }
 
 const models::TrainSpec& hf_family(const checkpoint::HfReader& reader) {
@@ -127,7 +135,7 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
   reader.load(targets, {.scope = kModel});
   nn::StateDict weights;
   for (const auto& [name, p] : targets) weights.emplace(name.substr(std::string(kModel).size()), p.data);
-  save_hf_model(out, adapter, config, weights, dtype);
+  save_hf_model(out, adapter, config, weights, dtype, step_dir);
 }
 
 void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
@@ -137,7 +145,8 @@ void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
     pieces.emplace(kModel + name, checkpoint::whole(t));
   const json config = hf_family(reader).state_dict_adapter->imported_hf_config(
       reader.config(), hf::ConfigLayout::transformers5);
-  checkpoint::save(out, pieces, {{"step", 0}, {"model_only", true}, {"hf_config", config}});
+  checkpoint::save(out, pieces, {{"step", 0}, {"model_only", true}, {"hf_config", config}},
+                   carry_tokenizer(hf_dir));
 }
 
 }  // namespace titan::train

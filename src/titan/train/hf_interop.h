@@ -14,9 +14,11 @@ namespace titan::train {
 // Writes `state` (our names) of the model `config` (its family's config.json, in one layout)
 // describes as the HF folder `dir`: config.json, with the dtype under that layout's key, and
 // model.safetensors in `dtype` (f32 or bf16), atomically. Throws, writing nothing, when the
-// tensors are not exactly those config.json describes.
+// tensors are not exactly those config.json describes. The tokenizer files of `tokenizer_from`
+// (when given and it holds one) go into the folder with the weights.
 void save_hf_model(const std::filesystem::path& dir, const models::StateDictAdapter& adapter,
-                   const nlohmann::json& config, const nn::StateDict& state, DType dtype);
+                   const nlohmann::json& config, const nn::StateDict& state, DType dtype,
+                   const std::filesystem::path& tokenizer_from = {});
 
 // The family that reads the folder's config.json (by its model_type).
 const models::TrainSpec& hf_family(const checkpoint::HfReader& reader);
@@ -34,7 +36,7 @@ nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DT
 // full checkpoint's optimizer state is left out) as the HF folder `out`, its config.json in
 // `layout` only. The checkpoint's state says which model it holds: "hf_config" (written by
 // import_hf_checkpoint; either layout), else the [model] and [moe] sections of "config" (the
-// trainer's).
+// trainer's). The checkpoint's tokenizer, if it holds one, goes with it.
 void export_hf_checkpoint(
     const std::filesystem::path& step_dir, const std::filesystem::path& out, DType dtype,
     models::common::hf::ConfigLayout layout = models::common::hf::ConfigLayout::transformers5);
@@ -42,7 +44,8 @@ void export_hf_checkpoint(
 // `titan convert --to titan`: the HF folder `hf_dir` (config.json in either layout) as a
 // model-only titan checkpoint `out` (tensors "model.<our name>" as stored; state {"step": 0,
 // "model_only": true, "hf_config": the family's imported_hf_config, in transformers 5's
-// layout}), which checkpoint.initial_load_path starts training from.
+// layout}), which checkpoint.initial_load_path starts training from; with the folder's
+// tokenizer, if it holds one.
 void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
 
 }  // namespace titan::train
