@@ -88,9 +88,10 @@ def token_shard() -> None:
         head = b"TITANTOK" + struct.pack("<IIQiiI", 1, vocab, len(ids), bos, eos, fingerprint)
         head += struct.pack("<I", crc32c(head))
         return head + b"\0" * (64 - len(head)) + struct.pack(f"<{len(ids)}I", *ids)
-    put("token_shard", "bos_eos", shard([2046, 5, 6, 7, 2047], 2048, 2046, 2047, 0xDEADBEEF))
-    put("token_shard", "no_bos", shard([1, 2, 255], 256, -1, 255, 0))
-    put("token_shard", "empty", shard([], 256, -1, 0, 7))
+    # The first byte is the target's: odd, it corrects the CRC of what follows.
+    put("token_shard", "bos_eos", b"\0" + shard([2046, 5, 6, 7, 2047], 2048, 2046, 2047, 0xDEADBEEF))
+    put("token_shard", "no_bos", b"\1" + shard([1, 2, 255], 256, -1, 255, 0))
+    put("token_shard", "empty", b"\1" + shard([], 256, -1, 0, 7))
 
 
 def trimmed_tokenizer(path: pathlib.Path, keep: int) -> str:

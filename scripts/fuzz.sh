@@ -44,6 +44,12 @@ export TITAN_FUZZ_SCRATCH=$scratch/files
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 limits=(-rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10)
 
+# What a failing run says, short: the error, and the first of titan's frames in its stack.
+summarize() {
+  grep -E '==[0-9]+==ERROR|^SUMMARY|runtime error|terminate called|  what\(\)' "$1" | cut -c1-300 || true
+  grep -E '^    #[0-9]+ .* in titan::' "$1" | head -n 3 | sed -E 's/\(.*\) (\/|\.\.)/ \1/' | cut -c1-300 || true
+}
+
 failed=()
 for t in $targets; do
   inputs=(fuzz/regressions/"$t"/*)
@@ -51,7 +57,7 @@ for t in $targets; do
   # Given files, a libFuzzer binary runs each once and stops at the first that fails.
   for input in "${inputs[@]}"; do
     if ! "$build/fuzz/fuzz_$t" "${limits[@]}" "$input" >"$scratch/replay.log" 2>&1; then
-      tail -n 30 "$scratch/replay.log"
+      summarize "$scratch/replay.log"
       echo "fuzz: $t fails on $input (replay)"
       failed+=("$t: $input")
     fi
@@ -70,8 +76,7 @@ if ! $replay_only; then
       -artifact_prefix="$findings/" "$corpus" >"$scratch/$t.log" 2>&1 || rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_\(runs\|units\): *//p' "$scratch/$t.log")
     if ((rc != 0)); then
-      grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|terminate called|  what\(\)|    #[0-9] )' \
-        "$scratch/$t.log" | head -n 20 || true
+      summarize "$scratch/$t.log"
       found=$(ls -t "$findings" | head -n 1)
       summary+=("$(printf '%-20s %10s runs in %4d s  FOUND: %s' "$t" "${runs:-?}" "$seconds" "$findings/$found")")
       failed+=("$t: $findings/$found")
