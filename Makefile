@@ -9,7 +9,7 @@ CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build train test build-asan test-asan bench format lint clean
+.PHONY: all deps build train test build-asan test-asan fuzz bench format lint clean
 
 all: build
 
@@ -48,6 +48,12 @@ test-asan: build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
 
+# Every parser of outside input under libFuzzer (clang, ASan + UBSan, in build-fuzz): the inputs
+# that once failed replayed, then each target fuzzed FUZZ_SECONDS from its seeds (fuzz/).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
+
 # titan finds OpenBLAS's OpenMP build through its RUNPATH; PyTorch 2, the reference, brings its
 # own MKL and oneDNN, so the benchmarks set no library path.
 bench: build
@@ -60,4 +66,4 @@ lint: $(BUILD)/build.ninja
 	find src -name '*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz

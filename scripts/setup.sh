@@ -11,7 +11,8 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config
       libprotobuf-dev protobuf-compiler
       libpcre2-dev libicu-dev
       openmpi-bin libopenmpi-dev
-      clang-format clang-tidy)
+      clang-format clang-tidy
+      clang libclang-rt-dev)  # libFuzzer and the sanitizers' runtimes for make fuzz
 
 missing=()
 for p in "${PKGS[@]}"; do
