@@ -25,21 +25,15 @@ void ModelArgs::validate() const {
         std::tuple{"vocab_size", vocab_size, kMaxVocab}, std::tuple{"multiple_of", multiple_of, kMaxWidth},
         std::tuple{"max_seq_len", max_seq_len, kMaxSeqLen}})
     check_size(family, key, value, max);
+  TITAN_CHECK(ffn_dim >= 0, "llama3 ModelArgs: ffn_dim must be 0 (from multiple_of) or positive, got ",
+              ffn_dim);
   if (ffn_dim != 0) check_size(family, "ffn_dim", ffn_dim, kMaxWidth);
-  TITAN_CHECK(
-      dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && multiple_of > 0 && max_seq_len > 0,
-      "llama3 ModelArgs: dim, n_layers, n_heads, vocab_size, multiple_of and max_seq_len must be positive, "
-      "got dim=",
-      dim, " n_layers=", n_layers, " n_heads=", n_heads, " vocab_size=", vocab_size,
-      " multiple_of=", multiple_of, " max_seq_len=", max_seq_len);
   TITAN_CHECK(dim % n_heads == 0 && head_dim() % 2 == 0, "llama3 ModelArgs: dim (", dim,
               ") must split into n_heads (", n_heads,
               ") heads of even size (RoPE rotates pairs); got head_dim ", dim / n_heads, " with remainder ",
               dim % n_heads);
   TITAN_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "llama3 ModelArgs: n_heads (", n_heads,
               ") must be a positive multiple of n_kv_heads (", n_kv_heads, ")");
-  TITAN_CHECK(ffn_dim >= 0, "llama3 ModelArgs: ffn_dim must be 0 (from multiple_of) or positive, got ",
-              ffn_dim);
   TITAN_CHECK(!ffn_dim_multiplier || *ffn_dim_multiplier > 0,
               "llama3 ModelArgs: ffn_dim_multiplier must be positive, got ", ffn_dim_multiplier.value_or(0));
   // Checked in floating point, before ffn_hidden_dim() converts it to an integer.

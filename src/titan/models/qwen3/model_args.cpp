@@ -22,12 +22,6 @@ void ModelArgs::validate() const {
     check_size(family, "moe.num_experts", moe->num_experts, kMaxCount);
     check_size(family, "moe.hidden_dim", moe->hidden_dim, kMaxWidth);
   }
-  TITAN_CHECK(
-      dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && max_seq_len > 0 && ffn_dim > 0,
-      "qwen3 ModelArgs: dim, n_layers, n_heads, ffn_dim, vocab_size and max_seq_len must be positive, "
-      "got dim=",
-      dim, " n_layers=", n_layers, " n_heads=", n_heads, " ffn_dim=", ffn_dim, " vocab_size=", vocab_size,
-      " max_seq_len=", max_seq_len);
   TITAN_CHECK(head_dim > 0 && head_dim % 2 == 0,
               "qwen3 ModelArgs: head_dim must be positive and even (RoPE "
               "rotates pairs), got ",
