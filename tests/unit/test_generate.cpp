@@ -75,7 +75,7 @@ TEST(Generate, StopsAtEos) {
   const size_t first =
       static_cast<size_t>(std::find(free_run.begin(), free_run.end(), eos) - free_run.begin());
   GenerateOptions opts = greedy(8);
-  opts.eos_id = eos;
+  opts.eos_ids = {eos};
   GenerateResult r = generate(*model, prompt, opts);
   EXPECT_EQ(r.stop, StopReason::eos);
   EXPECT_EQ(r.tokens,

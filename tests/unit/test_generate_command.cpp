@@ -188,7 +188,7 @@ TEST_F(GenerateCommand, ConvertedHfFolderGivesTheIdsOfInProcessGeneration) {
   const std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(kKjvTokenizer.string());
   const rl::GenerateResult want = rl::generate(*model, prompt,
                                                {.max_new_tokens = 6,
-                                                .eos_id = tokenizer->eos_id(),
+                                                .eos_ids = {*tokenizer->eos_id()},
                                                 .vocab_size = 2048,
                                                 .sampling = {.temperature = 0}});
   std::vector<int32_t> text(want.tokens.begin(), want.tokens.end());
@@ -248,6 +248,35 @@ TEST_F(GenerateCommand, WithoutATokenizerOnlyIdsAreTaken) {
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_FALSE(j.contains("text")) << r.out;
   EXPECT_EQ(j.at("generated_ids").size(), 3u) << r.out;
+  EXPECT_EQ(j.at("stop_reason"), "max_new_tokens") << r.out;
+
+  // config.json's eos_token_id stops it without a tokenizer, one id or a list of them.
+  const std::vector<int64_t> greedy = j.at("generated_ids").get<std::vector<int64_t>>();
+  const fs::path config_file = hf / "config.json";
+  json config = json::parse(slurp(config_file));
+  // Generation ends at the first of the eos ids it draws, which it keeps.
+  const std::vector<int64_t> until_eos(greedy.begin(),
+                                       std::find(greedy.begin(), greedy.end(), greedy[1]) + 1);
+  int64_t never = 0;
+  while (std::find(greedy.begin(), greedy.end(), never) != greedy.end()) ++never;
+  for (const json& eos : {json(greedy[1]), json::array({never, greedy[1]})}) {
+    config["eos_token_id"] = eos;
+    std::ofstream(config_file) << config.dump();
+    r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,4", "--max-new-tokens", "3",
+                  "--temperature", "0", "--output", "json"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << r.out;
+    EXPECT_EQ(j.at("generated_ids").get<std::vector<int64_t>>(), until_eos) << "eos_token_id " << eos.dump();
+    EXPECT_EQ(j.at("stop_reason"), "eos") << r.out;
+  }
+  config["eos_token_id"] = json::array({1, 4096});
+  std::ofstream(config_file) << config.dump();
+  r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,4"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("\"eos_token_id[1]\" must be an integer in [0, 2047]"), std::string::npos) << r.err;
+  config.erase("eos_token_id");
+  std::ofstream(config_file) << config.dump();
 
   // --tokenizer provides one: the prompt is bos and the text's ids.
   r = generate({"--checkpoint", hf.string(), "--tokenizer", kKjvTokenizer.string(), "--prompt", "In the",

@@ -41,8 +41,9 @@ constexpr const char* kGenerateUsage =
     "  --top-p P             then among the fewest most likely whose probability reaches P,\n"
     "                        in (0, 1]; 1: all (default 0.95)\n"
     "  --seed S              seed of the draws (default 0): the same seed gives the same text\n"
-    "With a tokenizer, eos stops generation and only its ids are drawn. Prints the result on\n"
-    "stdout; what was loaded and the speed (tokens/s) on stderr.\n";
+    "Generation stops at an eos: the tokenizer's, and for a Hugging Face model (or its\n"
+    "conversion) those of config.json's eos_token_id. With a tokenizer only its ids are drawn.\n"
+    "Prints the result on stdout; what was loaded and the speed (tokens/s) on stderr.\n";
 
 struct Options {
   std::string checkpoint, prompt, output = "text";
@@ -182,8 +183,10 @@ int generate_command(const std::vector<std::string>& args) {
     if (auto bos = tokenizer->bos_id()) prompt.push_back(*bos);
     for (int32_t id : tokenizer->encode(o.prompt)) prompt.push_back(id);
   }
+  // config.json's eos ids and the tokenizer's: chat models end a turn with ids of their own.
+  o.generate.eos_ids = saved.eos_ids;
   if (tokenizer) {
-    o.generate.eos_id = tokenizer->eos_id();
+    if (auto eos = tokenizer->eos_id()) o.generate.eos_ids.push_back(*eos);
     o.generate.vocab_size = tokenizer->vocab_size();
   }
   rl::GenerateResult r = rl::generate(*model, prompt, o.generate);

@@ -59,7 +59,7 @@ GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt
   while (true) {
     const int64_t token = sampler.sample(last_row(logits, vocab));
     r.tokens.push_back(token);
-    if (opts.eos_id && token == *opts.eos_id) {
+    if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), token) != opts.eos_ids.end()) {
       r.stop = StopReason::eos;
       break;
     }

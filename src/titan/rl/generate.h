@@ -14,7 +14,7 @@ namespace titan::rl {
 
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
-  std::optional<int64_t> eos_id = std::nullopt;  // stop once it is sampled (it ends the new tokens)
+  std::vector<int64_t> eos_ids = {};  // stop once one is sampled (it ends the new tokens)
   // Sample among ids [0, vocab_size) only: a tokenizer's, when the model's vocabulary is padded
   // beyond it. 0: the model's whole vocabulary.
   int64_t vocab_size = 0;

@@ -2,6 +2,7 @@
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/core/json_fields.h"
 #include "titan/data/tokenizer_files.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/hf_interop.h"
@@ -34,6 +35,15 @@ SavedModel from_hf_config(const fs::path& dir, const json& file_config, const st
               context.dump(), "; set it in the config.json");
   s.context = context.get<int64_t>();
   if (data::holds_tokenizer(dir)) s.tokenizer_path = dir.string();
+  const json_fields::JsonPath at{where, ""};
+  const json& eos = json_fields::optional_member(file_config, "eos_token_id", at);
+  const int64_t max_id = s.config.vocab_size - 1;
+  if (eos.is_array()) {
+    for (size_t i = 0; i < eos.size(); ++i)
+      s.eos_ids.push_back(json_fields::as_integer(eos[i], (at / "eos_token_id")[i], 0, max_id));
+  } else if (!eos.is_null()) {
+    s.eos_ids.push_back(json_fields::as_integer(eos, at / "eos_token_id", 0, max_id));
+  }
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "titan/models/causal_lm.h"
 #include "titan/models/registry.h"
@@ -27,6 +28,9 @@ struct SavedModel {
   // the training run's model.tokenizer_path, else `dir` when it holds a tokenizer.json (convert
   // copies an HF folder's). nullopt: none is known.
   std::optional<std::string> tokenizer_path;
+  // The ids that end a generation by config.json's eos_token_id (one id or a list, as chat models
+  // have); empty for a checkpoint of titan train, whose tokenizer says.
+  std::vector<int64_t> eos_ids = {};
 };
 
 // `path` itself when it is a checkpoint (holds metadata.json) or a Hugging Face folder (holds
