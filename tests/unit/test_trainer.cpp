@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <csignal>
@@ -23,7 +22,8 @@ JobConfig small_config(const std::vector<std::string>& overrides = {},
   fs::path text = dir / "corpus.txt";
   if (!fs::exists(text)) {
     std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
+    for (int i = 0; i < 200; ++i)
+      f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
   }
   std::vector<std::string> o = {"--training.dataset_path=" + text.string(), "--training.seq_len=32",
                                 "--training.local_batch_size=4", "--training.steps=4",
@@ -59,15 +59,19 @@ TEST(Trainer, LossFalls) {
 TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   // 2 micro-batches of 2 windows read the same 4 windows, in the same order, as 1 batch of 4.
   TrainResult whole = run(small_config({"--training.local_batch_size=4"}));
-  TrainResult split = run(small_config({"--training.local_batch_size=2", "--training.gradient_accumulation_steps=2"}));
+  TrainResult split =
+      run(small_config({"--training.local_batch_size=2", "--training.gradient_accumulation_steps=2"}));
   ASSERT_EQ(whole.losses.size(), split.losses.size());
-  for (size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(split.losses[i], whole.losses[i], 1e-5 * whole.losses[i]);
+  for (size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_NEAR(split.losses[i], whole.losses[i], 1e-5 * whole.losses[i]);
 }
 
 TEST(Trainer, ActivationCheckpointingGivesIdenticalLosses) {
   TrainResult none = run(small_config());
   EXPECT_EQ(run(small_config({"--activation_checkpoint.mode=full"})).losses, none.losses);
-  EXPECT_EQ(run(small_config({"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=2"})).losses,
+  EXPECT_EQ(run(small_config({"--activation_checkpoint.mode=selective",
+                              "--activation_checkpoint.selective_ac_option=2"}))
+                .losses,
             none.losses);
 }
 
@@ -116,7 +120,8 @@ TEST(Trainer, TokenShardsTrainExactlyLikeTheTextTheyWereMadeFrom) {
   const fs::path shards = fs::temp_directory_path() / ("titan_trainer_shards_" + std::to_string(::getpid()));
   fs::remove_all(shards);
   auto tok = data::load_tokenizer("data/kjv_tokenizer");
-  data::TokenShardWriter w(shards, {tok->vocab_size(), *tok->bos_id(), *tok->eos_id(), tok->fingerprint()}, 1000);
+  data::TokenShardWriter w(shards, {tok->vocab_size(), *tok->bos_id(), *tok->eos_id(), tok->fingerprint()},
+                           1000);
   data::DatasetStats stats;
   std::vector<fs::path> files{text.training.dataset_path};
   data::for_each_document_batch(files, {}, stats, [&](std::span<const std::string_view> docs, int64_t) {
@@ -136,8 +141,24 @@ TEST(Trainer, TokenShardsTrainExactlyLikeTheTextTheyWereMadeFrom) {
 }
 
 TEST(Trainer, MissingDatasetIsAClearError) {
-  EXPECT_TITAN_ERROR(run(small_config({"--training.dataset_path=/nonexistent/corpus.txt"})), "training.dataset_path",
-                     "/nonexistent/corpus.txt");
+  EXPECT_TITAN_ERROR(run(small_config({"--training.dataset_path=/nonexistent/corpus.txt"})),
+                     "training.dataset_path", "/nonexistent/corpus.txt");
+}
+
+// Keys whose feature is missing are refused, all in one message, and what is not missing runs.
+TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
+  EXPECT_TITAN_ERROR(run(small_config({"--training.mixed_precision_param=bfloat16", "--compile.enable=true",
+                                       "--compile.mode=graph", "--profiling.enable_profiling=true",
+                                       "--metrics.save_for_all_ranks=true"})),
+                     "asks for what titan cannot do yet", "training.mixed_precision_param = \"bfloat16\"",
+                     "compile.mode = \"graph\"", "profiling.enable_profiling = true",
+                     "metrics.save_for_all_ranks = true");
+  for (const char* mode : {"eager", "fused"})
+    EXPECT_EQ(run(small_config({"--compile.enable=true", std::string("--compile.mode=") + mode})).steps_run,
+              4);
+  // The shipped TorchTitan-shaped configs load, and say what to change when trained.
+  EXPECT_TITAN_ERROR(run(small_config({}, "llama3/8b.toml")), "training.mixed_precision_param",
+                     "profiling.enable_profiling");
 }
 
 }  // namespace

@@ -83,6 +83,31 @@ class NullBuffer : public std::streambuf {
   int overflow(int c) override { return c; }
 };
 
+// Keys whose feature titan does not have yet are refused here, where the feature will be built,
+// all at once and before anything is allocated: a run must never seem to do what it does not.
+void refuse_missing_features(const JobConfig& c) {
+  std::vector<std::string> refused;
+  if (c.training.mixed_precision_param != "float32")
+    refused.push_back("training.mixed_precision_param = \"" + c.training.mixed_precision_param +
+                      "\": titan trains in float32 only so far; set it to \"float32\"");
+  // "eager" and "fused" are what titan always does: op by op, its fused kernels on.
+  if (c.compile.enable && c.compile.mode == "graph")
+    refused.push_back(
+        "compile.mode = \"graph\" (with compile.enable = true): titan cannot capture and "
+        "compile the step yet; it runs eagerly with its fused kernels, as compile.mode = "
+        "\"fused\" or compile.enable = false ask");
+  if (c.profiling.enable_profiling)
+    refused.push_back(
+        "profiling.enable_profiling = true: titan writes no traces yet; set it to false (the "
+        "metrics line has the step's time, tokens/s and MFU)");
+  if (c.metrics.save_for_all_ranks)
+    refused.push_back(
+        "metrics.save_for_all_ranks = true: only rank 0 writes metrics so far; set it to false");
+  std::string message = "this job config asks for what titan cannot do yet:";
+  for (const std::string& r : refused) message += "\n  " + r;
+  TITAN_CHECK(refused.empty(), message);
+}
+
 // The mesh the config asks for, checked before any communication or allocation.
 dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) {
   dist::MeshDegrees d{.pp = p.pipeline_parallel_degree,
@@ -186,6 +211,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   State& s = *state_;
   const JobConfig& c = s.cfg;
   validate(c);
+  refuse_missing_features(c);
   const dist::MeshDegrees degrees = mesh_degrees(c.parallelism, s.world.size());
   s.world.set_timeout_seconds(c.comm.timeout_seconds);
   s.mesh = std::make_unique<dist::DeviceMesh>(s.world, degrees);
