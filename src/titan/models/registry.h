@@ -13,6 +13,7 @@
 #include "titan/core/rng.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/common/hf_config.h"
+#include "titan/models/model_summary.h"
 #include "titan/parallel/fully_shard.h"
 
 namespace titan::models {
@@ -37,18 +38,6 @@ struct ModelConfig {
   std::string moe_load_balance_loss = "per_layer";
   bool moe_load_balance_bias = false;
   double moe_bias_update_rate = 0.001;
-};
-
-// Sizes computed from the config alone, without allocating the model (405B must work).
-struct ModelSummary {
-  int64_t num_params = 0;
-  int64_t num_embedding_params = 0;
-  // Training FLOPs per token at this sequence length: 6 * (params - embedding) for the matmuls
-  // forward + backward, plus 12 * layers * dim * seq for attention scores and values (as
-  // TorchTitan and the PaLM appendix count them). A mixture of experts counts only the
-  // parameters a token goes through (its k experts), so that MFU stays honest.
-  double flops_per_token = 0;
-  std::string description;  // one line: dims, layers, heads, ...
 };
 
 // How parallelize() spreads and wraps a built model ([activation_checkpoint] and, later, the

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/models/registry.h"
+#include "titan/models/model_summary.h"
 #include "titan/ops/rope.h"
 
 namespace titan::models::llama3 {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/models/registry.h"
+#include "titan/models/model_summary.h"
 #include "titan/nn/moe/moe.h"
 
 namespace titan::models::qwen3 {

@@ -1,0 +1,22 @@
+#pragma once
+// Apart from registry.h so that a family's model code can compute it without seeing the
+// TrainSpec, whose parallelize() brings in parallel/ (DESIGN.md: models/*/model knows no process
+// group).
+#include <cstdint>
+#include <string>
+
+namespace titan::models {
+
+// Sizes computed from the config alone, without allocating the model (405B must work).
+struct ModelSummary {
+  int64_t num_params = 0;
+  int64_t num_embedding_params = 0;
+  // Training FLOPs per token at this sequence length: 6 * (params - embedding) for the matmuls
+  // forward + backward, plus 12 * layers * dim * seq for attention scores and values (as
+  // TorchTitan and the PaLM appendix count them). A mixture of experts counts only the
+  // parameters a token goes through (its k experts), so that MFU stays honest.
+  double flops_per_token = 0;
+  std::string description;  // one line: dims, layers, heads, ...
+};
+
+}  // namespace titan::models
