@@ -1,11 +1,14 @@
 #include "support/test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string_view>
 
 #include "titan/checkpoint/checkpoint.h"
@@ -56,6 +59,22 @@ std::filesystem::path temp_dir(const std::string& name) {
       std::filesystem::temp_directory_path() / ("titan_" + clean + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CliRun run_titan(const std::vector<std::string>& args, const std::filesystem::path& dir,
+                 const std::string& stdin_text) {
+  const std::filesystem::path in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
+  std::ofstream(in, std::ios::binary | std::ios::trunc) << stdin_text;
+  std::string cmd = "cd '" + std::string(TITAN_SOURCE_DIR) + "' && " + TITAN_CLI;
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " <" + in.string() + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
 
 std::filesystem::path fresh_temp_dir(const std::string& name) {

@@ -30,6 +30,19 @@ std::filesystem::path fresh_temp_dir(const std::string& name);
 // The same folder, without emptying it.
 std::filesystem::path temp_dir(const std::string& name);
 
+// A file's bytes ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& p);
+
+// What `titan` printed and its exit status (-1: it did not exit normally).
+struct CliRun {
+  int rc = -1;
+  std::string out, err;
+};
+// `titan ARGS < stdin_text`, each argument quoted for the shell, run from the source tree (where
+// data/ is); its stdin, stdout and stderr pass through files in `dir`.
+CliRun run_titan(const std::vector<std::string>& args, const std::filesystem::path& dir,
+                 const std::string& stdin_text = "");
+
 // Same dtype, shape and bytes.
 bool same_bits(const Tensor& a, const Tensor& b);
 // `got` holds exactly `want`'s names, each tensor with the same bits.

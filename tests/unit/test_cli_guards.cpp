@@ -29,17 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using test::CliRun;
+using test::slurp;
 
 class CliGuards : public ::testing::Test {
  protected:
@@ -56,13 +47,7 @@ class CliGuards : public ::testing::Test {
   }
 
   // `titan ARGS`, each argument quoted, from the source tree (where data/ is).
-  CliRun titan(const std::vector<std::string>& args) const {
-    std::string cmd = "cd '" + std::string(TITAN_SOURCE_DIR) + "' && " + TITAN_CLI;
-    for (const std::string& a : args) cmd += " '" + a + "'";
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const int status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
+  CliRun titan(const std::vector<std::string>& args) const { return test::run_titan(args, dir_); }
 
   // `titan train` of the llama3 debug model on the test's corpus, 2 x 16 tokens a step,
   // checkpointing into dir_/ckpt; `extra` adds or overrides keys.

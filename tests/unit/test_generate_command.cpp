@@ -26,17 +26,8 @@ using json = nlohmann::json;
 
 const fs::path kKjvTokenizer = fs::path(TITAN_SOURCE_DIR) / "data" / "kjv_tokenizer";
 
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using test::CliRun;
+using test::slurp;
 
 // Each test has a folder of its own: ctest runs them in parallel processes.
 class GenerateCommand : public ::testing::Test {
@@ -89,13 +80,11 @@ class GenerateCommand : public ::testing::Test {
   }
 
   // Runs `titan <command>` with `args` (each quoted for the shell).
-  CliRun titan(const std::string& command, const std::vector<std::string>& args) const {
-    std::string cmd = std::string(TITAN_CLI) + " " + command;
-    for (const std::string& a : args) cmd += " '" + a + "'";
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const int status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  CliRun titan(const std::string& command, std::vector<std::string> args) const {
+    args.insert(args.begin(), command);
+    return test::run_titan(args, dir_);
   }
+
   CliRun generate(const std::vector<std::string>& args) const { return titan("generate", args); }
 
   fs::path dir_;
