@@ -239,7 +239,7 @@ TEST_P(HfQwen3, EveryFlavorIsFoundAndOthersNameTheClosest) {
   EXPECT_EQ(m.vocab_size, 3000);
   EXPECT_EQ(m.weight_tying, true);
   if (family == Family::moe) {
-    EXPECT_EQ(m.moe_aux_loss_coeff, 0.05);
+    EXPECT_EQ(m.moe.aux_loss_coeff, 0.05);
   }
 
   ModelArgs other = qwen3::flavor(family, "debugmodel");
@@ -276,7 +276,7 @@ TEST(HfQwen3Config, PublishedConfigsAreTheirFlavors) {
     "vocab_size": 151936})");
   const models::ModelConfig m = qwen3::matching_flavor(Family::moe, qwen3::parse_hf_config(Family::moe, moe));
   EXPECT_EQ(m.flavor, "30B-A3B");
-  EXPECT_EQ(m.moe_aux_loss_coeff, 0.001);
+  EXPECT_EQ(m.moe.aux_loss_coeff, 0.001);
   // Both through the registry, by model_type.
   EXPECT_EQ(models::train_spec_for_hf(dense, "config.json").name, "qwen3");
   EXPECT_EQ(models::train_spec_for_hf(moe, "config.json").name, "qwen3_moe");

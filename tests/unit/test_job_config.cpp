@@ -53,13 +53,13 @@ TEST(JobConfig, DefaultsAreTorchTitans) {
   EXPECT_EQ(c.model.name, "llama3");
   EXPECT_EQ(c.model.flavor, "debugmodel");
   EXPECT_EQ(c.model.attention, "splash");
-  EXPECT_EQ(c.model.attention_block_q, 128);
-  EXPECT_EQ(c.model.attention_block_kv, 128);
+  EXPECT_EQ(c.model.attn.block_q, 128);
+  EXPECT_EQ(c.model.attn.block_kv, 128);
   EXPECT_EQ(c.model.vocab_size, 0);
   EXPECT_FALSE(c.model.weight_tying.has_value());
-  EXPECT_DOUBLE_EQ(c.model.moe_aux_loss_coeff, 0.001);
-  EXPECT_FALSE(c.model.moe_load_balance_bias);
-  EXPECT_DOUBLE_EQ(c.model.moe_bias_update_rate, 0.001);
+  EXPECT_DOUBLE_EQ(c.model.moe.aux_loss_coeff, 0.001);
+  EXPECT_FALSE(c.model.moe.load_balance_bias);
+  EXPECT_DOUBLE_EQ(c.model.moe.bias_update_rate, 0.001);
   EXPECT_EQ(c.optimizer.name, "AdamW");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 8e-4);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
@@ -140,7 +140,7 @@ TEST(JobConfig, ShippedConfigsLoad) {
     EXPECT_EQ(c.model.name, name);
     EXPECT_EQ(c.model.flavor, flavor);
   }
-  EXPECT_TRUE(load_job_config((kConfigs / "qwen3/debug_moe.toml").string()).model.moe_load_balance_bias);
+  EXPECT_TRUE(load_job_config((kConfigs / "qwen3/debug_moe.toml").string()).model.moe.load_balance_bias);
   EXPECT_EQ(load_job_config((kConfigs / "llama3/70b.toml").string()).parallelism.tensor_parallel_degree, 8);
   EXPECT_EQ(load_job_config((kConfigs / "llama3/405b.toml").string()).compile.execution_mode(), "graph");
 }
@@ -370,7 +370,7 @@ TEST(JobConfig, EveryValidationRule) {
        {"selective_ac_option = \"0\"", "positive integer"}},
       {{"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=2x"},
        {"selective_ac_option = \"2x\"", "positive integer"}},
-      {{"--compile.mode=jit"}, {"compile.mode = \"jit\"", "one of \"eager\", \"fused\", \"graph\""}},
+      {{"--compile.mode=jit"}, {"compile.mode = \"jit\"", "one of \"graph\""}},
       {{"--metrics.log_freq=0"}, {"metrics.log_freq = 0", "must be > 0"}},
       {{"--metrics.save_tb_folder="}, {"metrics.save_tb_folder", "non-empty"}},
       {{"--metrics.peak_flops=-1"}, {"metrics.peak_flops = -1.0", "must be >= 0"}},
@@ -458,7 +458,6 @@ JobConfig unusual_config() {
                "--training.max_norm=0.5",
                "--training.mixed_precision_param=bfloat16",
                "--training.seed=123456789",
-               "--training.deterministic=true",
                "--parallelism.data_parallel_replicate_degree=2",
                "--parallelism.data_parallel_shard_degree=1",
                "--parallelism.fsdp_reshard_after_forward=never",
@@ -484,7 +483,7 @@ JobConfig unusual_config() {
                "--activation_checkpoint.mode=selective",
                "--activation_checkpoint.selective_ac_option=3",
                "--compile.enable=true",
-               "--compile.mode=fused",
+               "--compile.mode=graph",
                "--metrics.log_freq=1",
                "--metrics.enable_tensorboard=true",
                "--metrics.save_tb_folder=tb2",
@@ -564,45 +563,46 @@ TEST(JobConfig, JsonReadsBack) {
 
 TEST(JobConfig, BatchPlan) {
   JobConfig c;  // local 8, global -1
-  EXPECT_EQ(train::plan_batches(c, 4).global_batch_size, 32);
-  EXPECT_EQ(train::plan_batches(c, 4).gradient_accumulation_steps, 1);
+  EXPECT_EQ(train::plan_batches(c.training, 4).global_batch_size, 32);
+  EXPECT_EQ(train::plan_batches(c.training, 4).gradient_accumulation_steps, 1);
   c.training.gradient_accumulation_steps = 3;
-  EXPECT_EQ(train::plan_batches(c, 2).global_batch_size, 48);
-  EXPECT_EQ(train::plan_batches(c, 2).gradient_accumulation_steps, 3);
+  EXPECT_EQ(train::plan_batches(c.training, 2).global_batch_size, 48);
+  EXPECT_EQ(train::plan_batches(c.training, 2).gradient_accumulation_steps, 3);
   c.training.gradient_accumulation_steps.reset();
   c.training.global_batch_size = 64;
-  EXPECT_EQ(train::plan_batches(c, 2).gradient_accumulation_steps, 4);
-  EXPECT_EQ(train::plan_batches(c, 8).gradient_accumulation_steps, 1);
+  EXPECT_EQ(train::plan_batches(c.training, 2).gradient_accumulation_steps, 4);
+  EXPECT_EQ(train::plan_batches(c.training, 8).gradient_accumulation_steps, 1);
   // Known only at launch: a data-parallel degree the global batch does not split over.
-  EXPECT_TITAN_ERROR(train::plan_batches(c, 3), "training.global_batch_size = 64",
+  EXPECT_TITAN_ERROR(train::plan_batches(c.training, 3), "training.global_batch_size = 64",
                      "local_batch_size (8) x data-parallel degree (3) = 24");
-  EXPECT_TITAN_ERROR(train::plan_batches(c, 0), "data-parallel degree must be at least 1");
+  EXPECT_TITAN_ERROR(train::plan_batches(c.training, 0), "data-parallel degree must be at least 1");
 }
 
 TEST(JobConfig, LrScheduleAndActivationCheckpointing) {
   JobConfig c = with({"--lr_scheduler.decay_type=cosine", "--lr_scheduler.decay_ratio=0.1",
                       "--lr_scheduler.min_lr_factor=0.2", "--training.steps=1000"});
-  optim::LrSchedule s = train::lr_schedule(c);
+  optim::LrSchedule s = c.lr_scheduler.schedule(c.training.steps);
   EXPECT_EQ(s.training_steps, 1000);
   EXPECT_EQ(s.warmup_steps, 200);
   EXPECT_EQ(s.decay_ratio, 0.1);
   EXPECT_EQ(s.decay_type, optim::DecayType::cosine);
   EXPECT_EQ(s.min_lr_factor, 0.2);
-  EXPECT_EQ(train::lr_schedule(with({"--lr_scheduler.decay_type=sqrt"})).decay_type, optim::DecayType::sqrt);
+  EXPECT_EQ(with({"--lr_scheduler.decay_type=sqrt"}).lr_scheduler.schedule(100).decay_type, optim::DecayType::sqrt);
   JobConfig defaults;
-  EXPECT_EQ(train::lr_schedule(defaults).decay_type, optim::DecayType::linear);
+  EXPECT_EQ(defaults.lr_scheduler.schedule(defaults.training.steps).decay_type, optim::DecayType::linear);
 
-  JobConfig::ActivationCheckpoint ac;
-  EXPECT_EQ(train::selective_ac_layer_interval(ac), 2);
+  parallel::ActivationCheckpointConfig ac{.mode = "selective"};
+  EXPECT_EQ(ac.every_k(), 2);
   // Assigned as std::string: GCC 12's -Wrestrict misreads the inlined assignment from a literal
   // here (a false positive that -Werror turns into a failed build).
   ac.selective_ac_option = std::string("5");
-  EXPECT_EQ(train::selective_ac_layer_interval(ac), 5);
+  EXPECT_EQ(ac.every_k(), 5);
   ac.selective_ac_option = std::string("-1");
-  EXPECT_TITAN_ERROR(train::selective_ac_layer_interval(ac), "positive integer");
+  EXPECT_TITAN_ERROR(ac.every_k(), "positive integer");
+
+  EXPECT_EQ(parallel::ActivationCheckpointConfig{.mode = "full"}.every_k(), 1);
 
   EXPECT_EQ(with({"--compile.enable"}).compile.execution_mode(), "graph");
-  EXPECT_EQ(with({"--compile.mode=fused"}).compile.execution_mode(), "eager");
 }
 
 }  // namespace

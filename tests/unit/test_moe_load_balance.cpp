@@ -39,9 +39,9 @@ ModelArgs tiny_moe(LoadBalanceLoss loss) {
 }
 
 TEST(LoadBalanceLoss, ConfigKeyChoosesTheScopeAndRefusesOthers) {
-  EXPECT_EQ(train::parse_job_config("", "test.toml", {}).model.moe_load_balance_loss, "per_layer");
+  EXPECT_EQ(train::parse_job_config("", "test.toml", {}).model.moe.load_balance_loss, "per_layer");
   EXPECT_EQ(train::parse_job_config("", "test.toml", {"--moe.load_balance_loss=global"})
-                .model.moe_load_balance_loss,
+                .model.moe.load_balance_loss,
             "global");
   EXPECT_TITAN_ERROR(train::parse_job_config("", "test.toml", {"--moe.load_balance_loss=pooled"}),
                      "per_layer", "global");
@@ -50,7 +50,7 @@ TEST(LoadBalanceLoss, ConfigKeyChoosesTheScopeAndRefusesOthers) {
   EXPECT_TITAN_ERROR(nn::moe::load_balance_loss_from_name("pooled"), "'pooled'", "\"per_layer\"",
                      "\"global\"");
   // The model the trainer builds reads it.
-  models::ModelConfig cfg{.name = "qwen3_moe", .moe_load_balance_loss = "global"};
+  models::ModelConfig cfg{.name = "qwen3_moe", .moe = {.load_balance_loss = "global"}};
   Generator gen(1);
   auto per_layer =
       models::get_train_spec("qwen3_moe").build(models::ModelConfig{.name = "qwen3_moe"}, 16, gen);

@@ -276,8 +276,7 @@ TEST(Qwen3Registry, BuildsBothFamiliesWithOverrides) {
   const auto& moe = models::get_train_spec("qwen3_moe");
   auto s = moe.build({.name = "qwen3_moe",
                       .flavor = "debugmodel",
-                      .moe_aux_loss_coeff = 0.05,
-                      .moe_load_balance_bias = true},
+                      .moe = {.aux_loss_coeff = 0.05, .load_balance_bias = true}},
                      16, gen);
   const ModelArgs& args = dynamic_cast<Transformer&>(*s).args();
   EXPECT_EQ(args.aux_loss_coeff, 0.05);

@@ -486,8 +486,8 @@ TEST(Llama3SplashAttention, TrainsToTheReferenceLossesOver20Steps) {
   const Tensor inputs = all.narrow(1, 0, S).contiguous(), targets = all.narrow(1, 1, S).contiguous();
   auto train = [&](const std::string& kernel) {
     models::ModelConfig cfg{.flavor = "debugmodel", .attention = kernel, .vocab_size = vocab};
-    cfg.attention_block_q = 32;
-    cfg.attention_block_kv = 48;
+    cfg.attn.block_q = 32;
+    cfg.attn.block_kv = 48;
     Generator gen(0);
     auto model = models::get_train_spec("llama3").build(cfg, S, gen);
     optim::AdamW optimizer(model->named_parameters(), {.lr = 1e-3});

@@ -1,7 +1,8 @@
 #pragma once
 // Errors a user can act on: TITAN_CHECK(cond, parts...) throws titan::Error whose message is
-// the concatenation of `parts` (anything with operator<<), prefixed by the failing condition's
-// source location. Ops name themselves, their shapes and dtypes in `parts`.
+// the concatenation of `parts` (anything with operator<<); what() adds the failing condition's
+// source location, which helps a report of an internal failure. Messages about a user's input
+// (a config key, a file) are shown with message(): they must say all a user needs on their own.
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -10,16 +11,22 @@ namespace titan {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message, const std::string& location = "")
+      : std::runtime_error(location.empty() ? message : message + "  [" + location + "]"), message_(message) {}
+  // The message without the source location.
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
 };
 
 namespace detail {
 template <typename... Parts>
 [[noreturn]] void fail(const char* file, int line, const char* cond, const Parts&... parts) {
-  std::ostringstream os;
-  ((os << parts), ...);
-  os << "  [check `" << cond << "` failed at " << file << ":" << line << "]";
-  throw Error(os.str());
+  std::ostringstream message, location;
+  ((message << parts), ...);
+  location << "check `" << cond << "` failed at " << file << ":" << line;
+  throw Error(message.str(), location.str());
 }
 }  // namespace detail
 

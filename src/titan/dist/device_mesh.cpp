@@ -38,6 +38,37 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
   return d;
 }
 
+std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const ParallelismConfig& p,
+                                                    const CommConfig& comm) {
+  const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", p.pipeline_parallel_degree},
+                                                     {"context_parallel_degree", p.context_parallel_degree},
+                                                     {"tensor_parallel_degree", p.tensor_parallel_degree},
+                                                     {"expert_parallel_degree", p.expert_parallel_degree}};
+  std::string refused;
+  for (const auto& [key, degree] : missing)
+    if (degree != 1) refused += "\n  parallelism." + std::string(key) + " = " + std::to_string(degree) + ": set it to 1";
+  // The pipeline's own keys mean nothing without pipeline stages.
+  const ParallelismConfig defaults;
+  if (p.pipeline_parallel_schedule != defaults.pipeline_parallel_schedule)
+    refused += "\n  parallelism.pipeline_parallel_schedule = \"" + p.pipeline_parallel_schedule +
+               "\": there are no pipeline stages to schedule; drop the key";
+  if (p.pipeline_parallel_microbatch_size != defaults.pipeline_parallel_microbatch_size)
+    refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
+               std::to_string(p.pipeline_parallel_microbatch_size) +
+               ": there are no pipeline stages to feed; drop the key";
+  TITAN_CHECK(refused.empty(),
+              "[parallelism] asks for what titan cannot do yet: only data parallelism is implemented "
+              "(data_parallel_replicate_degree, data_parallel_shard_degree)",
+              refused);
+  world.set_timeout_seconds(comm.timeout_seconds);
+  return std::make_unique<DeviceMesh>(std::move(world), MeshDegrees{.pp = p.pipeline_parallel_degree,
+                                                                    .dp_replicate = p.data_parallel_replicate_degree,
+                                                                    .dp_shard = p.data_parallel_shard_degree,
+                                                                    .cp = p.context_parallel_degree,
+                                                                    .tp = p.tensor_parallel_degree,
+                                                                    .ep = p.expert_parallel_degree});
+}
+
 DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)
     : world_(std::move(world)), degrees_(resolve(degrees, world_.size())) {
   // Row-major coordinates of this rank; a dimension's group is the ranks whose other

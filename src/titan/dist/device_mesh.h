@@ -6,9 +6,11 @@
 // flattened, the group data-parallel ranks average gradients over.
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "titan/dist/dist_config.h"
 #include "titan/dist/process_group.h"
 
 namespace titan::dist {
@@ -31,6 +33,12 @@ class DeviceMesh {
   // their product is not world_size. Needs no communication, so a launcher can check a layout
   // before anything is allocated.
   static std::array<int64_t, 6> resolve(const MeshDegrees& degrees, int world_size);
+
+  // The mesh [parallelism] asks for over `world`, its groups with [comm]'s timeout; degrees of
+  // parallelisms titan does not have yet are refused, naming their keys, before any
+  // communication. Collective, as the constructor.
+  static std::unique_ptr<DeviceMesh> from_config(ProcessGroup world, const ParallelismConfig& parallelism,
+                                                 const CommConfig& comm);
 
   // Collective over `world` (every rank must build the same mesh): splits it into the groups of
   // each dimension of degree > 1; the others are groups of one, which need no MPI. Groups inherit

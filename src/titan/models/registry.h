@@ -13,32 +13,11 @@
 #include "titan/core/rng.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/common/hf_config.h"
+#include "titan/models/model_config.h"
 #include "titan/models/model_summary.h"
 #include "titan/parallel/fully_shard.h"
 
 namespace titan::models {
-
-// The [model] section as a model family sees it, with the [attention] section's keys (so that
-// the family gets them with the rest).
-struct ModelConfig {
-  std::string name = "llama3";
-  std::string flavor = "debugmodel";
-  std::string attention = "splash";  // "splash" | "reference"
-  int64_t vocab_size = 0;            // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
-  std::optional<bool> weight_tying = std::nullopt;  // unset: the flavor's own; only families that can tie
-  // [attention] block_q, block_kv: splash attention's tiles, queries x keys.
-  int64_t attention_block_q = attention::kDefaultBlockQ;
-  int64_t attention_block_kv = attention::kDefaultBlockKv;
-  // [attention] document_masking: the trainer hands the model each batch's document ids.
-  bool attention_document_masking = false;
-  // [moe] (mixture-of-experts families): the load-balancing loss's coefficient (0: none) and
-  // scope ("per_layer" | "global"), and the auxiliary-loss-free expert bias, with its step per
-  // optimizer step.
-  double moe_aux_loss_coeff = 0.001;
-  std::string moe_load_balance_loss = "per_layer";
-  bool moe_load_balance_bias = false;
-  double moe_bias_update_rate = 0.001;
-};
 
 // How parallelize() spreads and wraps a built model ([activation_checkpoint] and, later, the
 // [parallelism] plans).

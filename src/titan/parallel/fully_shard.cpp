@@ -1,5 +1,7 @@
 #include "titan/parallel/fully_shard.h"
 
+#include "titan/parallel/data_parallel_style.h"
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -269,7 +271,8 @@ int64_t FullyShard::shard_bytes() const {
 
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
                                        FullyShardOptions options) {
-  if (mesh.degree("dp_shard") == 1) return nullptr;
+  const DataParallelStyle style = data_parallel_style(mesh);
+  if (style != DataParallelStyle::fsdp && style != DataParallelStyle::hsdp) return nullptr;
   std::vector<nn::Module*> blocks;
   for (const auto& [name, block] : layers.named_children()) blocks.push_back(block.get());
   return std::make_unique<FullyShard>(root, blocks, mesh["dp_shard"], mesh["dp_replicate"], options);

@@ -309,7 +309,7 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
   // The expert bias of moe.load_balance_bias is ours alone: no config.json has a key for it, and
   // it starts at zero below, where routing is exactly the checkpoint's.
   models::ModelConfig ours_as_hf = cfg_.model;
-  ours_as_hf.moe_load_balance_bias = false;
+  ours_as_hf.moe.load_balance_bias = false;
   const models::ModelConfig ours =
       adapter.from_hf_config(adapter.hf_config(ours_as_hf, models::common::hf::layout_of(reader.config())));
   TITAN_CHECK(theirs.flavor == ours.flavor && theirs.vocab_size == ours.vocab_size,

@@ -24,6 +24,7 @@
 #include "titan/core/file_lock.h"
 #include "titan/core/rng.h"
 #include "titan/data/loader.h"
+#include "titan/models/registry.h"
 #include "titan/nn/module.h"
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"

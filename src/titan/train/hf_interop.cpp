@@ -116,8 +116,8 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
       // [moe]: the balancing loss's coefficient goes into config.json; a model with the expert
       // bias is refused there by name (HF has no place for it).
       const json moe = state.at("config").value("moe", json::object());
-      m.moe_aux_loss_coeff = moe.value("aux_loss_coeff", m.moe_aux_loss_coeff);
-      m.moe_load_balance_bias = moe.value("load_balance_bias", m.moe_load_balance_bias);
+      m.moe.aux_loss_coeff = moe.value("aux_loss_coeff", m.moe.aux_loss_coeff);
+      m.moe.load_balance_bias = moe.value("load_balance_bias", m.moe.load_balance_bias);
     } catch (const json::exception& e) {
       TITAN_CHECK(false, where,
                   ": the state names no model: neither \"hf_config\" nor the job config's [model] section (",

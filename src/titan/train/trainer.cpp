@@ -25,6 +25,7 @@
 #include "titan/optim/clip.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/data_parallel.h"
+#include "titan/parallel/data_parallel_style.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/metrics.h"
@@ -56,27 +57,6 @@ fs::path tokenizer_dir(const std::string& tokenizer_path) {
   return p.filename() == data::kTokenizerFile ? p.parent_path() : fs::path();
 }
 
-// What [training] names as a dataset: dataset_path when given, else the bundled corpus for
-// "kjv", else `dataset` read as a path.
-data::DatasetOptions dataset_options(const JobConfig::Training& t) {
-  data::DatasetOptions o{
-      .path = !t.dataset_path.empty() ? t.dataset_path : t.dataset,
-      .text_field = t.dataset_field,
-      .split = t.dataset_split == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line,
-      .bad_data = t.bad_data == "skip" ? data::BadData::skip : data::BadData::error};
-  if (t.dataset_path.empty() && t.dataset == "kjv") {
-    for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
-      if (fs::exists(candidate)) {
-        o.path = candidate.string();
-        return o;
-      }
-    TITAN_CHECK(false, "training.dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
-                fs::current_path().string(), " nor in ", TITAN_SOURCE_DIR,
-                "; set training.dataset_path to a text file");
-  }
-  return o;
-}
-
 // Where ranks other than 0 send the log: nowhere.
 class NullBuffer : public std::streambuf {
  protected:
@@ -90,43 +70,17 @@ void refuse_missing_features(const JobConfig& c) {
   if (c.training.mixed_precision_param != "float32")
     refused.push_back("training.mixed_precision_param = \"" + c.training.mixed_precision_param +
                       "\": titan trains in float32 only so far; set it to \"float32\"");
-  // "eager" and "fused" are what titan always does: op by op, its fused kernels on.
-  if (c.compile.enable && c.compile.mode == "graph")
-    refused.push_back(
-        "compile.mode = \"graph\" (with compile.enable = true): titan cannot capture and "
-        "compile the step yet; it runs eagerly with its fused kernels, as compile.mode = "
-        "\"fused\" or compile.enable = false ask");
+  if (c.compile.enable)
+    refused.push_back("compile.enable = true (compile.mode = \"" + c.compile.mode +
+                      "\"): titan cannot capture and compile the step yet; set it to false, which runs the "
+                      "step eagerly with titan's fused kernels");
   if (c.profiling.enable_profiling)
     refused.push_back(
         "profiling.enable_profiling = true: titan writes no traces yet; set it to false (the "
         "metrics line has the step's time, tokens/s and MFU)");
-  if (c.metrics.save_for_all_ranks)
-    refused.push_back(
-        "metrics.save_for_all_ranks = true: only rank 0 writes metrics so far; set it to false");
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
-  TITAN_CHECK(refused.empty(), message);
-}
-
-// The mesh the config asks for, checked before any communication or allocation.
-dist::MeshDegrees mesh_degrees(const JobConfig::Parallelism& p, int world_size) {
-  dist::MeshDegrees d{.pp = p.pipeline_parallel_degree,
-                      .dp_replicate = p.data_parallel_replicate_degree,
-                      .dp_shard = p.data_parallel_shard_degree,
-                      .cp = p.context_parallel_degree,
-                      .tp = p.tensor_parallel_degree,
-                      .ep = p.expert_parallel_degree};
-  dist::DeviceMesh::resolve(d, world_size);
-  const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", d.pp},
-                                                     {"context_parallel_degree", d.cp},
-                                                     {"tensor_parallel_degree", d.tp},
-                                                     {"expert_parallel_degree", d.ep}};
-  for (const auto& [key, degree] : missing)
-    TITAN_CHECK(degree == 1, "parallelism.", key, " = ", degree,
-                ": this parallelism is not implemented yet; only data parallelism is "
-                "(data_parallel_replicate_degree, "
-                "data_parallel_shard_degree). Set it to 1");
-  return d;
+  if (!refused.empty()) throw Error(message);
 }
 
 }  // namespace
@@ -212,14 +166,13 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const JobConfig& c = s.cfg;
   validate(c);
   refuse_missing_features(c);
-  const dist::MeshDegrees degrees = mesh_degrees(c.parallelism, s.world.size());
-  s.world.set_timeout_seconds(c.comm.timeout_seconds);
-  s.mesh = std::make_unique<dist::DeviceMesh>(s.world, degrees);
+  s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
+  const parallel::DataParallelStyle dp_style = parallel::data_parallel_style(*s.mesh);
   dist::ProcessGroup& dp = (*s.mesh)["dp"];
-  s.plan = plan_batches(c, dp.size());
+  s.plan = plan_batches(c.training, dp.size());
 
   std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
-  const data::DatasetOptions data_options = dataset_options(c.training);
+  const data::DatasetOptions data_options = c.data.options("training");
   data::Dataset ds = data::load_dataset(data_options, *tokenizer);
   s.loader = std::make_unique<data::DataLoader>(
       std::move(ds.stream),
@@ -229,7 +182,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           .seed = static_cast<uint64_t>(c.training.seed),
           .dp_rank = dp.rank(),
           .dp_world = dp.size(),
-          .eos_id = c.model.attention_document_masking ? tokenizer->eos_id().value_or(-1) : -1});
+          .eos_id = c.model.attn.document_masking ? tokenizer->eos_id().value_or(-1) : -1});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
@@ -238,7 +191,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   TITAN_CHECK(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
               "; raise model.vocab_size");
-  TITAN_CHECK(dp.size() == 1 || !c.model.moe_load_balance_bias,
+  TITAN_CHECK(dp.size() == 1 || !c.model.moe.load_balance_bias,
               "moe.load_balance_bias = true with data parallelism over ", dp.size(),
               " ranks is not supported yet: each rank would update the expert bias from its own token "
               "counts and the replicas would drift apart; set it to false, or train on one rank");
@@ -247,25 +200,20 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     s.fsdp = spec.parallelize(
         *s.model,
         {.activation_checkpoint_mode = ac.mode,
-         .activation_checkpoint_every_k = ac.mode == "selective" ? selective_ac_layer_interval(ac) : 1,
+         .activation_checkpoint_every_k = ac.every_k(),
          .mesh = s.mesh.get(),
          .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
-  TITAN_CHECK(s.fsdp || s.mesh->degree("dp_shard") == 1,
+  TITAN_CHECK(s.fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
               "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ",
               c.model.name, " has no FSDP plan; set it to 1");
 
   // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
   auto named = s.fsdp ? s.fsdp->named_shards() : s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
-  if (!s.fsdp && dp.size() > 1) s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
-  s.optimizer =
-      std::make_unique<optim::AdamW>(named, optim::AdamWOptions{.lr = c.optimizer.lr,
-                                                                .beta1 = c.optimizer.beta1,
-                                                                .beta2 = c.optimizer.beta2,
-                                                                .eps = c.optimizer.eps,
-                                                                .weight_decay = c.optimizer.weight_decay});
-  s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, lr_schedule(c));
+  if (dp_style == parallel::DataParallelStyle::ddp) s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
+  s.optimizer = std::make_unique<optim::AdamW>(named, c.optimizer.adamw_options());
+  s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, c.lr_scheduler.schedule(c.training.steps));
 
   // Rank 0 measures (ranks measuring at once on shared cores would each see a fraction) and
   // tells the others.
@@ -304,7 +252,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   if (s.fsdp)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
           << " x dp_shard " << s.mesh->degree("dp_shard") << ": "
-          << (s.mesh->degree("dp_replicate") > 1 ? "HSDP" : "FSDP")
+          << parallel::style_name(dp_style)
           << ", parameters, gradients and optimizer "
           << "states sharded over " << s.mesh->degree("dp_shard") << " ranks (" << s.fsdp->shard_bytes() / 1e6
           << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";

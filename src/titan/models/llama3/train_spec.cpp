@@ -34,7 +34,7 @@ TrainSpec train_spec() {
     args.max_seq_len = max_seq_len;
     auto model = std::make_shared<Transformer>(
         args, TensorOptions{},
-        AttentionKernel{cfg.attention == "splash", cfg.attention_block_q, cfg.attention_block_kv});
+        AttentionKernel{cfg.attention == "splash", cfg.attn.block_q, cfg.attn.block_kv});
     model->init_weights(gen);
     return model;
   };

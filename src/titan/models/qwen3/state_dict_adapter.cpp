@@ -299,7 +299,7 @@ ModelConfig matching_flavor(Family family, const ModelArgs& args, ConfigLayout l
       {"vocab_size", "max_position_embeddings", "tie_word_embeddings", "router_aux_loss_coef"});
   m.vocab_size = args.vocab_size;
   m.weight_tying = args.tie_embeddings;
-  if (args.moe) m.moe_aux_loss_coeff = args.aux_loss_coeff;
+  if (args.moe) m.moe.aux_loss_coeff = args.aux_loss_coeff;
   return m;
 }
 

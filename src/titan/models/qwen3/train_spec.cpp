@@ -20,10 +20,10 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
   if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
   if (cfg.weight_tying) args.tie_embeddings = *cfg.weight_tying;
   if (args.moe) {
-    args.aux_loss_coeff = cfg.moe_aux_loss_coeff;
-    args.load_balance_loss = nn::moe::load_balance_loss_from_name(cfg.moe_load_balance_loss);
-    args.moe->load_balance_bias = cfg.moe_load_balance_bias;
-    args.moe->bias_update_rate = cfg.moe_bias_update_rate;
+    args.aux_loss_coeff = cfg.moe.aux_loss_coeff;
+    args.load_balance_loss = nn::moe::load_balance_loss_from_name(cfg.moe.load_balance_loss);
+    args.moe->load_balance_bias = cfg.moe.load_balance_bias;
+    args.moe->bias_update_rate = cfg.moe.bias_update_rate;
   }
   return args;
 }
@@ -38,7 +38,7 @@ TrainSpec train_spec(Family family) {
     args.max_seq_len = max_seq_len;
     auto model = std::make_shared<Transformer>(
         args, TensorOptions{},
-        common::AttentionKernel{cfg.attention == "splash", cfg.attention_block_q, cfg.attention_block_kv});
+        common::AttentionKernel{cfg.attention == "splash", cfg.attn.block_q, cfg.attn.block_kv});
     model->init_weights(gen);
     return model;
   };

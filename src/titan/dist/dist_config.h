@@ -1,0 +1,32 @@
+#pragma once
+// The [parallelism] and [comm] sections: how ranks split the work, and how long a collective may
+// wait.
+#include <cstdint>
+#include <string>
+
+#include "titan/core/config_schema.h"
+
+namespace titan::dist {
+
+struct ParallelismConfig {
+  int64_t data_parallel_replicate_degree = 1;
+  int64_t data_parallel_shard_degree = -1;  // -1: the ranks the other degrees leave
+  std::string fsdp_reshard_after_forward = "default";
+  int64_t tensor_parallel_degree = 1;
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";
+  int64_t pipeline_parallel_microbatch_size = 1;
+  int64_t context_parallel_degree = 1;
+  int64_t expert_parallel_degree = 1;
+};
+
+struct CommConfig {
+  // A collective that has not completed after this long fails, naming the ranks that did not
+  // answer, instead of hanging.
+  double timeout_seconds = 300;
+};
+
+void declare_keys(config::Keys<ParallelismConfig>& keys);
+void declare_keys(config::Keys<CommConfig>& keys);
+
+}  // namespace titan::dist

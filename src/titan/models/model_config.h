@@ -1,0 +1,28 @@
+#pragma once
+// The [model] section, and the [attention] and [moe] sections a model family is built with.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "titan/attention/attention_config.h"
+#include "titan/core/config_schema.h"
+#include "titan/nn/moe/moe_config.h"
+
+namespace titan::models {
+
+struct ModelConfig {
+  std::string name = "llama3";       // the family in the registry
+  std::string flavor = "debugmodel";  // its size preset
+  std::string attention = "splash";  // "splash" | "reference"
+  int64_t vocab_size = 0;            // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
+  std::optional<bool> weight_tying = std::nullopt;  // unset: the flavor's own; only families that can tie
+  std::string tokenizer_path = {};   // empty: the byte tokenizer
+  // Their own sections, kept here because a family is built from them with the rest.
+  attention::AttentionConfig attn = {};
+  nn::moe::MoeConfig moe = {};
+};
+
+// The [model] keys; [attention] and [moe] are the keys of `attn` and `moe`.
+void declare_keys(config::Keys<ModelConfig>& keys);
+
+}  // namespace titan::models

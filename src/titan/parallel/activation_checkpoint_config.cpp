@@ -1,0 +1,31 @@
+#include "titan/parallel/activation_checkpoint_config.h"
+
+#include <charconv>
+
+#include "titan/core/error.h"
+
+namespace titan::parallel {
+
+int64_t ActivationCheckpointConfig::every_k() const {
+  if (mode != "selective") return 1;
+  const std::string& opt = selective_ac_option;
+  TITAN_CHECK(opt != "op", "activation_checkpoint.selective_ac_option = \"op\": per-op selective checkpointing ",
+              "is not supported yet; use a layer interval such as \"2\" (every 2nd layer) or mode = \"full\"");
+  int64_t k = 0;
+  auto [end, ec] = std::from_chars(opt.data(), opt.data() + opt.size(), k);
+  TITAN_CHECK(ec == std::errc() && end == opt.data() + opt.size() && k >= 1,
+              "activation_checkpoint.selective_ac_option = ", config::format_value(opt),
+              ": must be a positive integer k, as a string (\"2\": checkpoint every 2nd layer)");
+  return k;
+}
+
+void declare_keys(config::Keys<ActivationCheckpointConfig>& keys) {
+  using C = ActivationCheckpointConfig;
+  keys.add("mode", &C::mode, config::one_of({"none", "selective", "full"}),
+           "none, every layer (full), or every k-th layer (selective)")
+      .add("selective_ac_option", &C::selective_ac_option, config::non_empty(),
+           "with mode = \"selective\": k as a string, e.g. \"2\" checkpoints every 2nd layer")
+      .check([](const C& ac, config::Problems& problems) { problems.capture("", [&] { ac.every_k(); }); });
+}
+
+}  // namespace titan::parallel

@@ -1,0 +1,18 @@
+#pragma once
+// The [profiling] section: traces of chosen training steps.
+#include <cstdint>
+#include <string>
+
+#include "titan/core/config_schema.h"
+
+namespace titan::train {
+
+struct ProfilingConfig {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";
+  int64_t profile_freq = 10;
+};
+
+void declare_keys(config::Keys<ProfilingConfig>& keys);
+
+}  // namespace titan::train
