@@ -364,6 +364,24 @@ Schema make_schema() {
       .add("save_traces_folder", &C::Profiling::save_traces_folder, non_empty(),
            "trace folder, under job.dump_folder")
       .add("profile_freq", &C::Profiling::profile_freq, positive(), "trace one step in this many");
+
+  SectionBuilder(s, "validation", &C::validation, "loss on held-out data during training")
+      .add("enable", &ValidationConfig::enable, {},
+           "compute the validation loss and perplexity during training")
+      .add("dataset", &ValidationConfig::dataset, non_empty(),
+           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes")
+      .add("dataset_path", &ValidationConfig::dataset_path, {},
+           "as training.dataset_path, read with [training]'s dataset_field, dataset_split and bad_data; "
+           "empty: the dataset's own")
+      .add("local_batch_size", &ValidationConfig::local_batch_size, positive(),
+           "sequences per rank per validation batch")
+      .add("seq_len", &ValidationConfig::seq_len, positive(),
+           "tokens per validation sequence; at most training.seq_len, the positions the model is built for")
+      .add("freq", &ValidationConfig::freq, positive(),
+           "validate after every this many steps, and after the last")
+      .add("steps", &ValidationConfig::steps, or_minus_one(positive()),
+           "validation batches (local_batch_size sequences on each rank) per validation; -1: the whole "
+           "validation set once");
   return s;
 }
 
@@ -711,6 +729,12 @@ void check(const JobConfig& cfg, const Origins& origins, Problems& problems) {
     problems.add("checkpoint.hf_config_format = \"" + cfg.checkpoint.hf_config_format +
                  "\" applies to the Hugging Face export only, and checkpoint.last_save_in_hf is false; set "
                  "--checkpoint.last_save_in_hf=true, or drop hf_config_format");
+  }
+  if (cfg.validation.enable && cfg.validation.seq_len > cfg.training.seq_len) {
+    problems.add("validation.seq_len = " + std::to_string(cfg.validation.seq_len) +
+                 " exceeds training.seq_len = " + std::to_string(cfg.training.seq_len) +
+                 ", the positions the model is built for; lower validation.seq_len to at most " +
+                 std::to_string(cfg.training.seq_len));
   }
   if (cfg.checkpoint.last_save_in_hf && !cfg.checkpoint.last_save_model_only) {
     problems.add(

@@ -16,6 +16,7 @@
 
 #include "titan/models/registry.h"
 #include "titan/optim/lr_scheduler.h"
+#include "titan/train/validation_config.h"
 
 namespace titan::train {
 
@@ -141,6 +142,7 @@ struct JobConfig {
   Compile compile;
   Metrics metrics;
   Profiling profiling;
+  ValidationConfig validation;
 };
 
 // Reads `toml_path`, applies `overrides` (command-line words: "--section.key=value", or

@@ -27,8 +27,10 @@
 #include "titan/parallel/data_parallel.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/train/checkpoint_manager.h"
+#include "titan/train/dataset_options.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
+#include "titan/train/validator.h"
 
 namespace titan::train {
 
@@ -54,27 +56,6 @@ fs::path tokenizer_dir(const std::string& tokenizer_path) {
   if (p.is_relative() && !fs::exists(p)) p = fs::path(TITAN_SOURCE_DIR) / p;
   if (fs::is_directory(p)) return p;
   return p.filename() == data::kTokenizerFile ? p.parent_path() : fs::path();
-}
-
-// What [training] names as a dataset: dataset_path when given, else the bundled corpus for
-// "kjv", else `dataset` read as a path.
-data::DatasetOptions dataset_options(const JobConfig::Training& t) {
-  data::DatasetOptions o{
-      .path = !t.dataset_path.empty() ? t.dataset_path : t.dataset,
-      .text_field = t.dataset_field,
-      .split = t.dataset_split == "file" ? data::DocumentSplit::file : data::DocumentSplit::blank_line,
-      .bad_data = t.bad_data == "skip" ? data::BadData::skip : data::BadData::error};
-  if (t.dataset_path.empty() && t.dataset == "kjv") {
-    for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
-      if (fs::exists(candidate)) {
-        o.path = candidate.string();
-        return o;
-      }
-    TITAN_CHECK(false, "training.dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
-                fs::current_path().string(), " nor in ", TITAN_SOURCE_DIR,
-                "; set training.dataset_path to a text file");
-  }
-  return o;
 }
 
 // Where ranks other than 0 send the log: nowhere.
@@ -197,6 +178,7 @@ struct Trainer::State {
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrScheduler> scheduler;
   std::unique_ptr<MetricsLogger> metrics;
+  std::unique_ptr<Validator> validator;  // null unless validation.enable
   std::vector<Tensor> params;
   BatchPlan plan;
   PeakFlops peak;
@@ -219,17 +201,17 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.plan = plan_batches(c, dp.size());
 
   std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
-  const data::DatasetOptions data_options = dataset_options(c.training);
+  const data::DatasetOptions data_options =
+      dataset_options("training", c.training.dataset, c.training.dataset_path, c.training);
   data::Dataset ds = data::load_dataset(data_options, *tokenizer);
+  const int32_t eos_id = c.model.attention_document_masking ? tokenizer->eos_id().value_or(-1) : -1;
   s.loader = std::make_unique<data::DataLoader>(
-      std::move(ds.stream),
-      data::LoaderOptions{
-          .seq_len = c.training.seq_len,
-          .local_batch_size = c.training.local_batch_size,
-          .seed = static_cast<uint64_t>(c.training.seed),
-          .dp_rank = dp.rank(),
-          .dp_world = dp.size(),
-          .eos_id = c.model.attention_document_masking ? tokenizer->eos_id().value_or(-1) : -1});
+      ds.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
+                                     .local_batch_size = c.training.local_batch_size,
+                                     .seed = static_cast<uint64_t>(c.training.seed),
+                                     .dp_rank = dp.rank(),
+                                     .dp_world = dp.size(),
+                                     .eos_id = eos_id});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
@@ -310,6 +292,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
   if (!ds.stats.skipped.empty())
     s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
+  s.validator = make_validator(c, data_options, ds, *tokenizer, eos_id, dp, s.log);
 
   const Checkpointed parts{.model = *s.model,
                            .optimizer = *s.optimizer,
@@ -383,6 +366,10 @@ TrainResult Trainer::train() {
              ") is too low, probably measured while the machine was busy; delete that cache file or set "
              "metrics.peak_flops");
       s.warned_peak = true;
+    }
+    if (s.validator && s.validator->should_validate(step, c.training.steps)) {
+      result.validations.push_back(s.validator->validate(step, *s.model, s.fsdp.get()));
+      s.metrics->record_validation(result.validations.back());
     }
     // A signal may reach some ranks a step before others; all stop after the same step.
     bool stop = StopOnSignal::requested();
