@@ -99,7 +99,7 @@ TEST(Validation, UnderFsdpEveryGatheredParameterIsFreedAfterThePass) {
   args.vocab_size = 96;
   args.multiple_of = 16;
   args.max_seq_len = 16;
-  std::vector<int32_t> ids(200);
+  std::vector<int32_t> ids(600);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 % 96);
   const ValidationConfig cfg{.enable = true, .local_batch_size = 2, .seq_len = 16, .steps = 2};
   ValidationConfig whole = cfg;
