@@ -89,6 +89,34 @@ std::vector<int64_t> steps_of(const std::vector<ValidationMetrics>& validations)
   return out;
 }
 
+TEST(Validation, SectionHasTorchTitansKeysAndDefaults) {
+  const ValidationConfig defaults = JobConfig{}.validation;
+  EXPECT_FALSE(defaults.enable);
+  EXPECT_EQ(defaults.dataset, "kjv");
+  EXPECT_EQ(defaults.dataset_path, "");
+  EXPECT_EQ(defaults.local_batch_size, 8);
+  EXPECT_EQ(defaults.seq_len, 2048);
+  EXPECT_EQ(defaults.freq, 10);
+  EXPECT_EQ(defaults.steps, -1);
+  const JobConfig c = parse_job_config(
+      "[training]\nseq_len = 512\n[validation]\nenable = true\ndataset = \"held_out\"\n"
+      "dataset_path = \"v.jsonl\"\nlocal_batch_size = 2\nseq_len = 128\nfreq = 50\nsteps = 7\n",
+      "v.toml");
+  EXPECT_TRUE(c.validation.enable);
+  EXPECT_EQ(c.validation.dataset, "held_out");
+  EXPECT_EQ(c.validation.dataset_path, "v.jsonl");
+  EXPECT_EQ(c.validation.local_batch_size, 2);
+  EXPECT_EQ(c.validation.seq_len, 128);
+  EXPECT_EQ(c.validation.freq, 50);
+  EXPECT_EQ(c.validation.steps, 7);
+  const std::string printed = to_toml(c);
+  EXPECT_NE(printed.find("[validation]"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("\nfreq = 50  # validate after every this many steps, and after the last"),
+            std::string::npos)
+      << printed;
+  EXPECT_EQ(to_json(parse_job_config(printed, "printed.toml")), to_json(c));
+}
+
 // One batch holding every window of the corpus is the same data for both: training's first batch
 // is a permutation of the windows, validation's their stream order. With optimizer.lr = 0 the
 // model validated after step 1 is the untrained one that step's loss was computed with.

@@ -110,7 +110,8 @@ std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::Data
   log << "titan: validation every " << v.freq << " steps and after the last: " << options.path
       << (shared ? " (the training data)" : "") << ", " << validator->num_batches() << " batches of "
       << v.local_batch_size << " x " << v.seq_len << " tokens per rank";
-  if (validator->windows_left_out() > 0) log << " (" << validator->windows_left_out() << " windows left out)";
+  if (v.steps == -1 && validator->windows_left_out() > 0)
+    log << " (the whole set but its last " << validator->windows_left_out() << " windows)";
   log << "\n";
   if (!shared && !ds.stats.skipped.empty())
     log << "titan: validation data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";

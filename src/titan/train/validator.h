@@ -47,7 +47,7 @@ class Validator {
   ValidationMetrics validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp = nullptr);
 
   int64_t num_batches() const { return batches_; }
-  // Windows of the set that no pass reads.
+  // Windows of the set that no pass reads (after the last whole batch, with validation.steps -1).
   int64_t windows_left_out() const;
 
  private:
