@@ -52,7 +52,8 @@ struct TrainResult {
   // ranks, the same on every rank.
   std::vector<double> losses;
   std::vector<double> grad_norms;
-  // Each validation pass of this call (validation.enable), the same on every rank.
+  // Each validation pass of this call (validation.enable); its loss and tokens are the same on
+  // every rank, its time this rank's.
   std::vector<ValidationMetrics> validations;
   int64_t steps_run = 0;     // the step training reached, counting those before a resume
   int64_t resumed_from = 0;  // the checkpoint step this run continued after; 0: a fresh start

@@ -43,7 +43,8 @@ class Validator {
   bool should_validate(int64_t step, int64_t last_step) const;
 
   // One pass after training step `step`. Collective over the dp group: every rank returns the
-  // loss averaged over the tokens of all ranks. `fsdp` is the model's sharding, null without.
+  // loss averaged over the tokens of all ranks (and its own time). `fsdp` is the model's
+  // sharding, null without.
   ValidationMetrics validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp = nullptr);
 
   int64_t num_batches() const { return batches_; }
