@@ -1,13 +1,30 @@
 #include "trainer_fixture.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "support/paths.h"
 #include "titan/dist/process_group.h"
+#include "titan/train/trainer.h"
 
 namespace titan::train::testing {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Rank 0's `values` on every rank, of whatever length rank 0 has.
+std::vector<double> from_rank_0(const std::vector<double>& values) {
+  dist::ProcessGroup& world = dist::world();
+  Tensor size = Tensor::full({1}, static_cast<double>(values.size()), {.dtype = kF64});
+  world.broadcast(size, 0).wait();
+  Tensor all = Tensor::zeros({static_cast<int64_t>(size.item())}, {.dtype = kF64});
+  if (world.rank() == 0) std::copy(values.begin(), values.end(), all.data<double>());
+  world.broadcast(all, 0).wait();
+  return all.to_vector<double>();
+}
+
+}  // namespace
 
 // Set by main() before any test runs.
 extern int64_t g_job_id;
@@ -43,6 +60,21 @@ JobConfig small_config(const std::vector<std::string>& overrides, const std::str
 
 std::string local_batch(int64_t ranks) {
   return "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks);
+}
+
+OneRankReference one_rank_reference(const std::vector<std::string>& overrides, const std::string& config) {
+  TrainResult one;
+  if (dist::world().rank() == 0) {
+    std::vector<std::string> o = overrides;
+    o.push_back(local_batch(1));
+    std::ostringstream log;
+    one = Trainer(small_config(o, config), log, dist::ProcessGroup::single()).train();
+  }
+  std::vector<double> validation_losses;
+  for (const ValidationMetrics& v : one.validations) validation_losses.push_back(v.loss);
+  return {.losses = from_rank_0(one.losses),
+          .grad_norms = from_rank_0(one.grad_norms),
+          .validation_losses = from_rank_0(validation_losses)};
 }
 
 }  // namespace titan::train::testing

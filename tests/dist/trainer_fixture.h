@@ -25,4 +25,13 @@ JobConfig small_config(const std::vector<std::string>& overrides,
 // "--training.local_batch_size=" for kGlobalBatch over `ranks` data-parallel ranks.
 std::string local_batch(int64_t ranks);
 
+// What rank 0 computes training alone on the global batch with `overrides` (local_batch(1) added),
+// handed to every rank: per step the loss and gradient norm, and each validation pass's loss.
+struct OneRankReference {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::vector<double> validation_losses;
+};
+OneRankReference one_rank_reference(const std::vector<std::string>& overrides, const std::string& config);
+
 }  // namespace titan::train::testing

@@ -322,6 +322,47 @@ TEST(Metrics, JsonlLinesParseAndHoldTheLoggedValues) {
   EXPECT_EQ(read_lines(dir.path() / "new" / "run" / "metrics.jsonl").size(), logged.size() + 1);
 }
 
+// A validation pass goes to every sink, in records apart from the steps': a console line, a JSONL
+// line whose keys no step record has, and TensorBoard tags of its own at the step it followed.
+TEST(Metrics, ValidationGoesToEverySinkInRecordsOfItsOwn) {
+  TempDir dir;
+  MetricsOptions o = options(dir.path(), 2, 4);
+  o.enable_tensorboard = true;
+  std::ostringstream console;
+  fs::path tb_file;
+  const train::ValidationMetrics v{.step = 2, .loss = 2.3456, .tokens = 4096, .seconds = 1.25};
+  {
+    MetricsLogger logger(o, console);
+    logger.record(step(2, 500, 0.25));
+    logger.record_validation(v);
+    tb_file = logger.tensorboard_path();
+  }
+  EXPECT_NE(console.str().find("validate step 2  loss 2.3456  ppl 10.44  (1.2 s)\n"), std::string::npos)
+      << console.str();
+
+  std::vector<std::string> lines = read_lines(dir.path() / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  nlohmann::json j = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(j.at("step").get<int64_t>(), 2);
+  EXPECT_GT(j.at("wall_time").get<double>(), 1.6e9);
+  EXPECT_DOUBLE_EQ(j.at("validation/loss").get<double>(), 2.3456);
+  EXPECT_DOUBLE_EQ(j.at("validation/perplexity").get<double>(), std::exp(2.3456));
+  EXPECT_EQ(j.at("validation/tokens").get<int64_t>(), 4096);
+  EXPECT_DOUBLE_EQ(j.at("validation/time_s").get<double>(), 1.25);
+  EXPECT_FALSE(j.contains("loss")) << "a reader of step records would take it for one: " << lines[1];
+
+  std::vector<std::string> records = read_records(tb_file);
+  ASSERT_EQ(records.size(), 3u);  // version, step 2, validation after step 2
+  tensorboard::Event e;
+  ASSERT_TRUE(e.ParseFromString(records[2]));
+  EXPECT_EQ(e.step(), 2);
+  ASSERT_EQ(e.summary().value_size(), 2);
+  EXPECT_EQ(e.summary().value(0).tag(), "validation/loss");
+  EXPECT_EQ(e.summary().value(0).simple_value(), 2.3456f);
+  EXPECT_EQ(e.summary().value(1).tag(), "validation/perplexity");
+  EXPECT_EQ(e.summary().value(1).simple_value(), static_cast<float>(std::exp(2.3456)));
+}
+
 TEST(Metrics, FormatsBytesAndDurations) {
   EXPECT_EQ(train::format_bytes(512), "512 B");
   EXPECT_EQ(train::format_bytes(1536), "1.50 KiB");

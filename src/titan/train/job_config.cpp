@@ -35,6 +35,7 @@ config::Schema<JobConfig> make_schema() {
   s.section("compile", "execution mode of the training step").part(&C::compile);
   s.section("metrics", "what is logged and where").part(&C::metrics);
   s.section("profiling", "Chrome/Perfetto traces of training steps").part(&C::profiling);
+  s.section("validation", "loss on held-out data during training").part(&C::validation);
 
   s.check([](const C& c, const config::Origins&, config::Problems& problems) {
     const auto& par = c.parallelism;
@@ -50,6 +51,11 @@ config::Schema<JobConfig> make_schema() {
                    std::to_string(par.pipeline_parallel_microbatch_size) +
                    " does not divide training.local_batch_size = " + std::to_string(c.training.local_batch_size) +
                    "; pick a divisor of it");
+    if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
+      problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) + " exceeds training.seq_len = " +
+                   std::to_string(c.training.seq_len) +
+                   ", the positions the model is built for; lower validation.seq_len to at most " +
+                   std::to_string(c.training.seq_len));
   });
 
   // TorchTitan keys that were renamed; a config written for an older TorchTitan meets these.

@@ -21,6 +21,7 @@
 #include "titan/train/metrics_config.h"
 #include "titan/train/profiling_config.h"
 #include "titan/train/training_config.h"
+#include "titan/train/validation_config.h"
 
 namespace titan::train {
 
@@ -45,6 +46,7 @@ struct JobConfig {
   CompileConfig compile;
   MetricsConfig metrics;
   ProfilingConfig profiling;
+  ValidationConfig validation;
 };
 
 // Reads `toml_path`, applies `overrides` (command-line words: "--section.key=value", or

@@ -90,6 +90,25 @@ std::string format_metrics_json(const LoggedMetrics& m, double wall_time) {
   return j.dump();
 }
 
+double ValidationMetrics::perplexity() const {
+  return std::exp(loss);
+}
+
+std::string format_validation_line(const ValidationMetrics& v) {
+  return sprintf_string("validate step %lld  loss %.4f  ppl %.2f  (%.1f s)", static_cast<long long>(v.step),
+                        v.loss, v.perplexity(), v.seconds);
+}
+
+std::string format_validation_json(const ValidationMetrics& v, double wall_time) {
+  return nlohmann::ordered_json{{"step", v.step},
+                                {"wall_time", wall_time},
+                                {"validation/loss", v.loss},
+                                {"validation/perplexity", v.perplexity()},
+                                {"validation/tokens", v.tokens},
+                                {"validation/time_s", v.seconds}}
+      .dump();
+}
+
 Scalars tensorboard_scalars(const LoggedMetrics& m) {
   Scalars s = {{"loss", m.loss},
                {"grad_norm", m.grad_norm},
@@ -178,13 +197,24 @@ std::optional<LoggedMetrics> MetricsLogger::record(const StepMetrics& m) {
   last_step_ = m.step;
 
   console_ << line << std::endl;
-  if (jsonl_.is_open()) {
-    jsonl_ << json << '\n';
-    jsonl_.flush();
-    TITAN_CHECK(jsonl_.good(), "writing '", jsonl_path_.string(), "' failed (disk full or removed?)");
-  }
+  write_jsonl(json);
   if (tensorboard_) tensorboard_->add_scalars(out.step, scalars);
   return out;
+}
+
+void MetricsLogger::record_validation(const ValidationMetrics& v) {
+  console_ << format_validation_line(v) << std::endl;
+  write_jsonl(format_validation_json(v, unix_seconds()));
+  if (tensorboard_)
+    tensorboard_->add_scalars(v.step,
+                              {{"validation/loss", v.loss}, {"validation/perplexity", v.perplexity()}});
+}
+
+void MetricsLogger::write_jsonl(const std::string& record) {
+  if (!jsonl_.is_open()) return;
+  jsonl_ << record << '\n';
+  jsonl_.flush();
+  TITAN_CHECK(jsonl_.good(), "writing '", jsonl_path_.string(), "' failed (disk full or removed?)");
 }
 
 }  // namespace titan::train

@@ -1,9 +1,10 @@
 #pragma once
 // Training metrics: every metrics.log_freq steps, one console line, one JSON line in
-// <dump_folder>/metrics.jsonl and (when enabled) one TensorBoard event. The trainer passes what
-// it measured each step; throughput is averaged over the steps since the last log, so one slow
-// step (a checkpoint, a data stall) is seen in proportion. Call it on one rank only: the logger
-// knows nothing of processes.
+// <dump_folder>/metrics.jsonl and (when enabled) one TensorBoard event; the same for each
+// validation pass, in records of their own. The trainer passes what it measured each step;
+// throughput is averaged over the steps since the last log, so one slow step (a checkpoint, a
+// data stall) is seen in proportion. Call it on one rank only: the logger knows nothing of
+// processes.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,16 @@ struct LoggedMetrics {
   Scalars extra;
 };
 
+// One validation pass (train/validator.h): the mean cross-entropy per token over every batch of
+// every data-parallel rank.
+struct ValidationMetrics {
+  int64_t step = 0;           // the training step it followed
+  double loss = 0;            // nats per token
+  int64_t tokens = 0;         // over all ranks
+  double seconds = 0;         // wall time of the pass
+  double perplexity() const;  // exp(loss)
+};
+
 class MetricsLogger {
  public:
   // Creates dump_folder (and the TensorBoard folder) and opens the enabled sinks; metrics.jsonl
@@ -66,12 +77,18 @@ class MetricsLogger {
   // Adds the step to the window; on a logging step writes every sink, resets the window and
   // returns what it wrote.
   std::optional<LoggedMetrics> record(const StepMetrics& m);
+  // Writes a validation pass to every sink, whatever the step: a console line, a JSONL record of
+  // its own (format_validation_json) and the TensorBoard tags validation/loss and
+  // validation/perplexity.
+  void record_validation(const ValidationMetrics& v);
 
   // Empty where that sink is disabled.
   const std::filesystem::path& jsonl_path() const { return jsonl_path_; }
   std::filesystem::path tensorboard_path() const;
 
  private:
+  void write_jsonl(const std::string& record);
+
   MetricsOptions options_;
   std::ostream& console_;
   std::filesystem::path jsonl_path_;
@@ -97,6 +114,12 @@ std::string format_metrics_line(const LoggedMetrics& m, int64_t total_steps);
 std::string format_metrics_json(const LoggedMetrics& m, double wall_time);
 // The TensorBoard scalars: loss, grad_norm, lr, tps, tflops, mfu_pct, memory_peak_gib, extras.
 Scalars tensorboard_scalars(const LoggedMetrics& m);
+
+// "validate step 20  loss 2.3456  ppl 10.45  (1.2 s)".
+std::string format_validation_line(const ValidationMetrics& v);
+// A record apart from the training steps', its keys prefixed so that no reader takes it for one:
+// step, wall_time, validation/loss, validation/perplexity, validation/tokens, validation/time_s.
+std::string format_validation_json(const ValidationMetrics& v, double wall_time);
 
 // 1536 -> "1.50 KiB"; binary units up to TiB.
 std::string format_bytes(int64_t bytes);

@@ -30,6 +30,7 @@
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
+#include "titan/train/validator.h"
 
 namespace titan::train {
 
@@ -151,6 +152,7 @@ struct Trainer::State {
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrScheduler> scheduler;
   std::unique_ptr<MetricsLogger> metrics;
+  std::unique_ptr<Validator> validator;  // null unless validation.enable
   std::vector<Tensor> params;
   BatchPlan plan;
   PeakFlops peak;
@@ -174,15 +176,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
   const data::DatasetOptions data_options = c.data.options("training");
   data::Dataset ds = data::load_dataset(data_options, *tokenizer);
+  const int32_t eos_id = c.model.attn.document_masking ? tokenizer->eos_id().value_or(-1) : -1;
   s.loader = std::make_unique<data::DataLoader>(
-      std::move(ds.stream),
-      data::LoaderOptions{
-          .seq_len = c.training.seq_len,
-          .local_batch_size = c.training.local_batch_size,
-          .seed = static_cast<uint64_t>(c.training.seed),
-          .dp_rank = dp.rank(),
-          .dp_world = dp.size(),
-          .eos_id = c.model.attn.document_masking ? tokenizer->eos_id().value_or(-1) : -1});
+      ds.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
+                                     .local_batch_size = c.training.local_batch_size,
+                                     .seed = static_cast<uint64_t>(c.training.seed),
+                                     .dp_rank = dp.rank(),
+                                     .dp_world = dp.size(),
+                                     .eos_id = eos_id});
 
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
@@ -258,6 +259,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
   if (!ds.stats.skipped.empty())
     s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
+  s.validator = make_validator(c, data_options, ds, *tokenizer, eos_id, dp, s.log);
 
   const Checkpointed parts{.model = *s.model,
                            .optimizer = *s.optimizer,
@@ -331,6 +333,10 @@ TrainResult Trainer::train() {
              ") is too low, probably measured while the machine was busy; delete that cache file or set "
              "metrics.peak_flops");
       s.warned_peak = true;
+    }
+    if (s.validator && s.validator->should_validate(step, c.training.steps)) {
+      result.validations.push_back(s.validator->validate(step, *s.model, s.fsdp.get()));
+      s.metrics->record_validation(result.validations.back());
     }
     // A signal may reach some ranks a step before others; all stop after the same step.
     bool stop = StopOnSignal::requested();

@@ -1,8 +1,9 @@
 #pragma once
 // The training loop: batch -> forward -> fused cross-entropy (+ the model's auxiliary loss) ->
 // backward -> clip -> AdamW -> LR step, with gradient accumulation, metrics every log_freq
-// steps, checkpoints (resume, save every interval and at the end) and a clean stop on
-// SIGINT/SIGTERM after the step in flight, saving a checkpoint there.
+// steps, validation every validation.freq steps (validator.h), checkpoints (resume, save every
+// interval and at the end) and a clean stop on SIGINT/SIGTERM after the step in flight, saving a
+// checkpoint there.
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
 #include "titan/train/job_config.h"
+#include "titan/train/metrics.h"
 #include "titan/train/tensorboard.h"
 
 namespace titan::train {
@@ -50,6 +52,9 @@ struct TrainResult {
   // ranks, the same on every rank.
   std::vector<double> losses;
   std::vector<double> grad_norms;
+  // Each validation pass of this call (validation.enable); its loss and tokens are the same on
+  // every rank, its time this rank's.
+  std::vector<ValidationMetrics> validations;
   int64_t steps_run = 0;     // the step training reached, counting those before a resume
   int64_t resumed_from = 0;  // the checkpoint step this run continued after; 0: a fresh start
   bool interrupted = false;  // stopped by a signal before training.steps

@@ -1,0 +1,29 @@
+#pragma once
+// The [validation] section, TorchTitan's keys and defaults (dataset "kjv" where TorchTitan has
+// c4_validation).
+#include <cstdint>
+#include <string>
+
+#include "titan/core/config_schema.h"
+#include "titan/data/dataset_config.h"
+
+namespace titan::train {
+
+struct ValidationConfig {
+  bool enable = false;
+  // As training.dataset and training.dataset_path; the format keys (dataset_field,
+  // dataset_split, bad_data) are [training]'s.
+  std::string dataset = "kjv";
+  std::string dataset_path = {};
+  int64_t local_batch_size = 8;
+  int64_t seq_len = 2048;
+  int64_t freq = 10;   // validate after every freq-th step, and after the last
+  int64_t steps = -1;  // batches per validation; -1: the whole validation set once
+
+  // The validation set, read in the format `training` gives.
+  data::DatasetOptions dataset_options(const data::DatasetConfig& training) const;
+};
+
+void declare_keys(config::Keys<ValidationConfig>& keys);
+
+}  // namespace titan::train

@@ -1,0 +1,120 @@
+#include "titan/train/validator.h"
+
+#include <chrono>
+#include <ostream>
+#include <utility>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/core/error.h"
+#include "titan/ops/loss.h"
+#include "titan/parallel/fully_shard.h"
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+namespace {
+
+// The model in eval mode for a scope, back in the mode it was in after.
+class EvalMode {
+ public:
+  explicit EvalMode(nn::Module& m) : module_(m), was_training_(m.is_training()) { module_.eval(); }
+  ~EvalMode() { module_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  nn::Module& module_;
+  bool was_training_;
+};
+
+// Checked before the loader exists, so that a set too small is reported as validation's.
+data::DataLoader make_loader(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id,
+                             const dist::ProcessGroup& dp) {
+  const int64_t per_batch = cfg.local_batch_size * dp.size();
+  TITAN_CHECK(tokens.size() >= per_batch * cfg.seq_len + 1, "validation: the validation set holds ",
+              tokens.size(), " tokens, too few for one batch of ", per_batch,
+              " windows (validation.local_batch_size ", cfg.local_batch_size, " x ", dp.size(),
+              " data-parallel ranks) of validation.seq_len + 1 = ", cfg.seq_len + 1,
+              " tokens; lower validation.local_batch_size or validation.seq_len, or give a "
+              "larger validation set");
+  return data::DataLoader(std::move(tokens), {.seq_len = cfg.seq_len,
+                                              .local_batch_size = cfg.local_batch_size,
+                                              .shuffle = false,
+                                              .dp_rank = dp.rank(),
+                                              .dp_world = dp.size(),
+                                              .eos_id = eos_id});
+}
+
+}  // namespace
+
+Validator::Validator(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id,
+                     dist::ProcessGroup dp)
+    : cfg_(cfg), dp_(std::move(dp)), loader_(make_loader(cfg_, std::move(tokens), eos_id, dp_)) {
+  const int64_t per_batch = cfg_.local_batch_size * dp_.size();
+  const int64_t whole = loader_.num_windows() / per_batch;
+  TITAN_CHECK(cfg_.steps <= whole, "validation.steps = ", cfg_.steps, " batches of ", per_batch,
+              " windows exceed the validation set, which holds ", whole, " (", loader_.num_windows(),
+              " windows of validation.seq_len + 1 = ", cfg_.seq_len + 1,
+              " tokens); lower validation.steps, or set it to -1 to read the whole set once");
+  batches_ = cfg_.steps == -1 ? whole : cfg_.steps;
+}
+
+int64_t Validator::windows_left_out() const {
+  return loader_.num_windows() - batches_ * cfg_.local_batch_size * dp_.size();
+}
+
+bool Validator::should_validate(int64_t step, int64_t last_step) const {
+  return step % cfg_.freq == 0 || step == last_step;
+}
+
+ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  loader_.set_state({});
+  // Each batch's mean as training computes its loss (the kernel sums in double, the mean is f32),
+  // weighted by its tokens and summed in double over batches and ranks.
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  {
+    autograd::NoGradGuard no_grad;
+    EvalMode eval(model);
+    for (int64_t b = 0; b < batches_; ++b) {
+      data::Batch batch = loader_.next();
+      const Tensor loss = ops::cross_entropy(model(batch.inputs, batch.document_ids), batch.labels);
+      loss_sum += loss.item() * static_cast<double>(batch.labels.numel());
+      tokens += batch.labels.numel();
+    }
+  }
+  if (fsdp) fsdp->reshard_all();
+  if (dp_.size() > 1) {
+    loss_sum = dp_.all_reduce(loss_sum, dist::ReduceOp::sum);
+    tokens = static_cast<int64_t>(dp_.all_reduce(static_cast<double>(tokens), dist::ReduceOp::sum));
+  }
+  return {.step = step,
+          .loss = loss_sum / static_cast<double>(tokens),
+          .tokens = tokens,
+          .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::DatasetOptions& training_options,
+                                          const data::Dataset& training_data,
+                                          const data::Tokenizer& tokenizer, int32_t eos_id,
+                                          dist::ProcessGroup dp, std::ostream& log) {
+  const ValidationConfig& v = cfg.validation;
+  if (!v.enable) return nullptr;
+  const data::DatasetOptions options = v.dataset_options(cfg.data);
+  // Both read in [training]'s format: the same path gives the same tokens.
+  const bool shared = options.path == training_options.path;
+  const data::Dataset ds = shared ? training_data : data::load_dataset(options, tokenizer);
+  auto validator = std::make_unique<Validator>(v, ds.stream, eos_id, std::move(dp));
+  log << "titan: validation every " << v.freq << " steps and after the last: " << options.path
+      << (shared ? " (the training data)" : "") << ", " << validator->num_batches() << " batches of "
+      << v.local_batch_size << " x " << v.seq_len << " tokens per rank";
+  if (v.steps == -1 && validator->windows_left_out() > 0)
+    log << " (the whole set but its last " << validator->windows_left_out() << " windows)";
+  log << "\n";
+  if (!shared && !ds.stats.skipped.empty())
+    log << "titan: validation data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
+  return validator;
+}
+
+}  // namespace titan::train
