@@ -360,10 +360,13 @@ Schema make_schema() {
            "peak FLOP/s per device for MFU; 0: measured on this machine");
 
   SectionBuilder(s, "profiling", &C::profiling, "Chrome/Perfetto traces of training steps")
-      .add("enable_profiling", &C::Profiling::enable_profiling, {}, "write traces")
+      .add("enable_profiling", &C::Profiling::enable_profiling, {},
+           "trace every profile_freq-th step: ops, backward nodes, GEMMs, collectives, data, optimizer, "
+           "checkpoints")
       .add("save_traces_folder", &C::Profiling::save_traces_folder, non_empty(),
-           "trace folder, under job.dump_folder")
-      .add("profile_freq", &C::Profiling::profile_freq, positive(), "trace one step in this many");
+           "trace folder, under job.dump_folder: iteration_<step>/rank<r>_trace.json, for ui.perfetto.dev")
+      .add("profile_freq", &C::Profiling::profile_freq, positive(),
+           "trace the steps divisible by this: profile_freq, 2 * profile_freq, ...");
   return s;
 }
 
