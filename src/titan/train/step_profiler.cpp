@@ -32,9 +32,10 @@ void StepProfiler::begin_step(int64_t step) {
   step_span_->arg("step", step);
 }
 
-void StepProfiler::end_step() {
+void StepProfiler::end_step(const std::function<void()>& settle) {
   if (traced_step_ == 0) return;
   step_span_.reset();
+  if (settle) settle();
   trace::stop();
   const int64_t step = traced_step_;
   traced_step_ = 0;

@@ -4,6 +4,7 @@
 // a Chrome trace that Perfetto (ui.perfetto.dev) and chrome://tracing open.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -15,7 +16,7 @@ namespace titan::train {
 
 class StepProfiler {
  public:
-  // Only rank 0 is expected to pass a `log` that prints (the trainer's log).
+  // `log` gets a line per trace written: the trainer passes rank 0 its log, the others a null one.
   StepProfiler(const JobConfig::Profiling& cfg, const std::string& dump_folder, int rank, std::ostream& log);
   ~StepProfiler();
   StepProfiler(const StepProfiler&) = delete;
@@ -23,13 +24,14 @@ class StepProfiler {
 
   // Starts recording when `step` is one to trace.
   void begin_step(int64_t step);
-  // Ends a traced step: stops recording and writes the trace (errors name the file).
-  void end_step();
-
-  // Where the trace of `step` goes.
-  std::filesystem::path trace_path(int64_t step) const;
+  // Ends a traced step: runs `settle` while still recording (what must finish for the trace to be
+  // whole: a checkpoint written in the background), stops, and writes the trace (errors name the
+  // file). Steps not traced skip `settle`.
+  void end_step(const std::function<void()>& settle = nullptr);
 
  private:
+  std::filesystem::path trace_path(int64_t step) const;
+
   JobConfig::Profiling cfg_;
   std::filesystem::path folder_;
   int rank_ = 0;

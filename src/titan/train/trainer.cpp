@@ -398,7 +398,7 @@ TrainResult Trainer::train() {
     bool stop = StopOnSignal::requested();
     if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
     s.checkpointer->after_step(step, stop);
-    s.profiler->end_step();
+    s.profiler->end_step([&] { s.checkpointer->wait(); });
     if (stop && step < c.training.steps) {
       s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
       result.interrupted = true;
