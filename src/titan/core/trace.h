@@ -8,7 +8,9 @@
 //   span.arg("M", m).arg("flops", 2 * m * n * k);
 //
 // A span is recorded when it ends, if recording is on then and was on when it began; so each
-// thread's spans nest, and a span that straddles start() or stop() is left out whole.
+// thread's spans nest, and a span that straddles start() or stop() is left out whole. A span
+// ends on the thread that began it (it lives on that thread's stack); its category is a string
+// literal.
 #include <atomic>
 #include <concepts>
 #include <cstdint>
