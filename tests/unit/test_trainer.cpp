@@ -4,6 +4,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "support/test_util.h"
@@ -147,13 +150,73 @@ TEST(Trainer, MissingDatasetIsAClearError) {
 
 // Keys whose feature is missing are refused, all in one message, and what is not missing runs.
 TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
-  EXPECT_TITAN_ERROR(run(small_config({"--training.mixed_precision_param=bfloat16", "--compile.enable=true",
-                                       "--profiling.enable_profiling=true"})),
+  EXPECT_TITAN_ERROR(run(small_config({"--training.mixed_precision_param=bfloat16", "--compile.enable=true"})),
                      "asks for what titan cannot do yet", "training.mixed_precision_param = \"bfloat16\"",
-                     "compile.enable = true (compile.mode = \"graph\")", "profiling.enable_profiling = true");
+                     "compile.enable = true (compile.mode = \"graph\")");
   // The shipped TorchTitan-shaped configs load, and say what to change when trained.
-  EXPECT_TITAN_ERROR(run(small_config({}, "llama3/8b.toml")), "training.mixed_precision_param",
-                     "profiling.enable_profiling");
+  EXPECT_TITAN_ERROR(run(small_config({}, "llama3/8b.toml")), "training.mixed_precision_param");
+}
+
+// [profiling]: the steps divisible by profile_freq are traced, each to its own file, with the
+// spans a profile needs (a checkpoint written in the background included); the others leave
+// nothing.
+TEST(Trainer, ProfilingTracesTheStepsDivisibleByProfileFreq) {
+  const fs::path dump = test::fresh_temp_dir("trainer_profiling");
+  JobConfig cfg =
+      small_config({"--training.steps=3", "--profiling.enable_profiling=true", "--profiling.profile_freq=2",
+                    "--profiling.save_traces_folder=traces", "--job.dump_folder=" + dump.string(),
+                    "--checkpoint.enable=true", "--checkpoint.interval=2", "--checkpoint.async_mode=async"});
+  const fs::path traces = dump / "traces";
+  std::ostringstream log;
+  EXPECT_EQ(Trainer(cfg, log).train().steps_run, 3);
+  const fs::path path = traces / "iteration_2" / "rank0_trace.json";
+  EXPECT_NE(log.str().find("trace of step 2 written to " + path.string()), std::string::npos) << log.str();
+  EXPECT_FALSE(fs::exists(traces / "iteration_1"));
+  EXPECT_FALSE(fs::exists(traces / "iteration_3"));
+  ASSERT_TRUE(fs::exists(path));
+  EXPECT_EQ(std::distance(fs::directory_iterator(traces), fs::directory_iterator()), 1);
+
+  const nlohmann::json trace = nlohmann::json::parse(test::slurp(path));
+  EXPECT_EQ(trace.at("displayTimeUnit"), "ms");
+  std::map<std::string, int> by_category;
+  std::set<std::string> ops, nodes, phases;
+  std::map<int, std::string> thread_names;
+  int checkpoint_writer_tid = -1;
+  int64_t gemm_flops = 0;
+  for (const nlohmann::json& e : trace.at("traceEvents")) {
+    EXPECT_EQ(e.at("pid"), 0);
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      thread_names[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    const std::string cat = e.at("cat"), name = e.at("name");
+    ++by_category[cat];
+    if (cat == "op") {
+      ops.insert(name);
+      EXPECT_TRUE(e.at("args").at("inputs").is_array()) << name;
+    }
+    if (cat == "backward") {
+      nodes.insert(name);
+      EXPECT_TRUE(e.at("args").at("grads_out").is_array()) << name;
+    }
+    if (cat == "phase") phases.insert(name);
+    if (name == "checkpoint write") checkpoint_writer_tid = e.at("tid");
+    if (name == "sgemm") {
+      const nlohmann::json& a = e.at("args");
+      EXPECT_EQ(a.at("flops").get<int64_t>(),
+                2 * a.at("M").get<int64_t>() * a.at("N").get<int64_t>() * a.at("K").get<int64_t>());
+      gemm_flops += a.at("flops").get<int64_t>();
+    }
+  }
+  for (const char* op : {"embedding", "linear", "rms_norm", "splash_attention", "cross_entropy"})
+    EXPECT_TRUE(ops.contains(op)) << op;
+  for (const char* node : {"linear", "splash_attention", "cross_entropy", "AccumulateGrad"})
+    EXPECT_TRUE(nodes.contains(node)) << node;
+  EXPECT_EQ(phases, (std::set<std::string>{"forward", "backward", "gradient reduce", "optimizer"}));
+  EXPECT_GT(gemm_flops, 0);
+  EXPECT_EQ(by_category["data"], 1) << "one batch per step";
+  EXPECT_EQ(by_category["optimizer"], 1);
+  EXPECT_EQ(by_category["step"], 1);
+  EXPECT_EQ(thread_names[checkpoint_writer_tid], "checkpoint writer");
 }
 
 }  // namespace

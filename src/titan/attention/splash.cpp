@@ -16,6 +16,7 @@
 #include "titan/kernels/cpu/tile_gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::attention {
 
@@ -450,6 +451,7 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
 Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
                         const SplashOptions& opts) {
   constexpr const char* op = "splash_attention";
+  const ops::OpSpan span(op, q, k, v);
   check_qkv(op, q, k, v, opts.scale);
   const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
   TITAN_CHECK(mask.seq() == g.S, op, ": the BlockMask was built for seq ", mask.seq(), " but q has ", g.S,

@@ -6,6 +6,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
+#include "titan/core/trace.h"
 #include "titan/kernels/cpu/elementwise.h"
 
 namespace titan::autograd {
@@ -16,6 +17,13 @@ struct Pending {
   std::vector<Tensor> buffer;
   int deps = 0;
 };
+
+// The shapes of a node's gradients for a trace; [] where none was computed.
+std::vector<Shape> shapes_of(const std::vector<Tensor>& grads) {
+  std::vector<Shape> shapes;
+  for (const Tensor& g : grads) shapes.push_back(g.defined() ? g.sizes() : Shape{});
+  return shapes;
+}
 
 void add_into(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
@@ -170,7 +178,14 @@ void GraphTask::execute(const std::shared_ptr<Node>& node) {
   std::vector<bool> needs(node->next_edges.size());
   for (size_t i = 0; i < needs.size(); ++i) needs[i] = node->next_edges[i].valid();
   running_ = node.get();
-  std::vector<Tensor> out = node->apply(GradContext{in, needs});
+  std::vector<Tensor> out;
+  {
+    // Named only when recorded: the name is a virtual call and a string.
+    trace::Span span("backward", "backward");
+    if (span.active()) span.rename(node->name());
+    out = node->apply(GradContext{in, needs});
+    if (span.active()) span.arg("grads_in", node->output_shapes).arg("grads_out", shapes_of(out));
+  }
   running_ = nullptr;
   in.clear();
   if (!retain_graph_) node->release();

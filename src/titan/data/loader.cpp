@@ -5,6 +5,7 @@
 
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/core/trace.h"
 
 namespace titan::data {
 
@@ -55,6 +56,8 @@ int64_t DataLoader::window_at(int64_t epoch, int64_t position) {
 
 Batch DataLoader::next() {
   const int64_t batch = options_.local_batch_size, seq = options_.seq_len;
+  trace::Span span("DataLoader::next", "data");
+  span.arg("batch", batch).arg("seq_len", seq).arg("epoch", state_.epoch).arg("index", state_.index);
   Batch out{Tensor::empty({batch, seq}, {.dtype = kI64}), Tensor::empty({batch, seq}, {.dtype = kI64})};
   int64_t* inputs = out.inputs.data<int64_t>();
   int64_t* labels = out.labels.data<int64_t>();

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "titan/core/trace.h"
+
 namespace titan::dist {
 
 namespace {
@@ -119,6 +121,9 @@ struct ProcessGroup::Impl {
 
 struct Work::State {
   std::string what;  // "all_reduce #3 on group 'dp' (world ranks 0, 1)"
+  std::string op;    // "all_reduce(sum)"
+  int64_t bytes = 0;
+  Clock::time_point started;
   std::shared_ptr<ProcessGroup::Impl> group;
   std::vector<MPI_Request> requests;
   std::vector<Tensor> keep_alive;
@@ -243,6 +248,14 @@ void Work::wait() {
     Waiting(Runtime& r, const std::string& what) : rt(r) { rt.waiting_in = what; }
     ~Waiting() { rt.waiting_in.clear(); }
   } waiting(rt, state_->what);
+  // What a profile needs of a collective: how long this rank was blocked in it.
+  trace::Span span("wait", "collective");
+  if (span.active())
+    span.rename("wait " + state_->op)
+        .arg("bytes", state_->bytes)
+        .arg("group", state_->group->name)
+        .arg("since_issue_us",
+             std::chrono::duration<double, std::micro>(Clock::now() - state_->started).count());
   const auto deadline = Clock::now() + std::chrono::duration<double>(state_->group->timeout_seconds);
   // Spin briefly for the fast case, then sleep between polls: ranks oversubscribe the cores, and
   // a polling rank must not take the CPU from the one it waits for.
@@ -282,11 +295,15 @@ void ProcessGroup::set_timeout_seconds(double seconds) {
 
 namespace {
 
-// Starts an MPI operation on `g`, or completes it at once (`local`) in a group of one.
+// Starts an MPI operation on `g`, or completes it at once (`local`) in a group of one. The last of
+// `tensors` is what this rank sends (or, receiving only, receives): its size is the trace's bytes.
 Work start(const std::shared_ptr<ProcessGroup::Impl>& g, const std::string& op, std::vector<Tensor> tensors,
            const std::function<void()>& local, const std::function<int(MPI_Comm, MPI_Request*)>& launch,
            std::function<void()> on_complete = nullptr) {
   ++g->started;
+  const int64_t bytes = tensors.empty() ? 0 : static_cast<int64_t>(tensors.back().nbytes());
+  trace::Span span(op, "collective");
+  span.arg("bytes", bytes).arg("group", g->name).arg("ranks", g->size).arg("seq", g->started);
   if (g->comm == MPI_COMM_NULL) {
     if (local) local();
     if (on_complete) on_complete();
@@ -296,6 +313,9 @@ Work start(const std::shared_ptr<ProcessGroup::Impl>& g, const std::string& op, 
   s->what = op + " #" + std::to_string(g->started) + " on group '" + g->name + "' (world ranks " +
             member_list(*g) + ")";
   s->group = g;
+  s->op = op;
+  s->bytes = bytes;
+  s->started = Clock::now();
   s->keep_alive = std::move(tensors);
   s->on_complete = std::move(on_complete);
   s->requests.resize(1);

@@ -4,6 +4,7 @@
 #include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -12,6 +13,7 @@ using kernels::cpu::Activation;
 
 
 Tensor pointwise(const char* op, Activation act, const Tensor& x) {
+  const OpSpan span(op, x);
   check_float(op, "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
@@ -42,6 +44,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  const OpSpan span("swiglu", gate, up);
   check_float("swiglu", "gate", gate);
   check_float("swiglu", "up", up);
   TITAN_CHECK(gate.dtype() == up.dtype(), "swiglu: gate ", gate.desc(), " and up ", up.desc(),

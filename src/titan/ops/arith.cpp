@@ -3,6 +3,7 @@
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 #include "titan/ops/reduce.h"
 
 namespace titan::ops {
@@ -30,6 +31,7 @@ Tensor unary(const char* op, UnaryOp k, const Tensor& x) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  const OpSpan span("add", a, b);
   Tensor out = binary("add", BinaryOp::add, a, b);
   Shape sa = a.sizes(), sb = b.sizes();
   autograd::record("add", {a, b}, {out}, [sa, sb](const autograd::GradContext& g) {
@@ -40,6 +42,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  const OpSpan span("sub", a, b);
   Tensor out = binary("sub", BinaryOp::sub, a, b);
   Shape sa = a.sizes(), sb = b.sizes();
   autograd::record("sub", {a, b}, {out}, [sa, sb](const autograd::GradContext& g) {
@@ -50,6 +53,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  const OpSpan span("mul", a, b);
   Tensor out = binary("mul", BinaryOp::mul, a, b);
   Tensor ad = a.detach(), bd = b.detach();
   autograd::record("mul", {a, b}, {out}, [ad, bd](const autograd::GradContext& g) {
@@ -60,6 +64,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  const OpSpan span("div", a, b);
   Tensor out = binary("div", BinaryOp::div, a, b);
   Tensor bd = b.detach(), od = out.detach();
   Shape sa = a.sizes();
@@ -72,6 +77,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor neg(const Tensor& x) {
+  const OpSpan span("neg", x);
   Tensor out = unary("neg", UnaryOp::neg, x);
   autograd::record("neg", {x}, {out}, [](const autograd::GradContext& g) {
     return std::vector<Tensor>{neg(g[0])};
@@ -80,6 +86,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor scale(const Tensor& x, double s) {
+  const OpSpan span("scale", x);
   check_float("scale", "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::affine(x, s, 0.0, out);
@@ -90,6 +97,7 @@ Tensor scale(const Tensor& x, double s) {
 }
 
 Tensor add_scalar(const Tensor& x, double c) {
+  const OpSpan span("add_scalar", x);
   check_float("add_scalar", "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::affine(x, 1.0, c, out);
@@ -100,6 +108,7 @@ Tensor add_scalar(const Tensor& x, double c) {
 }
 
 Tensor exp(const Tensor& x) {
+  const OpSpan span("exp", x);
   Tensor out = unary("exp", UnaryOp::exp, x);
   Tensor od = out.detach();
   autograd::record("exp", {x}, {out}, [od](const autograd::GradContext& g) {
@@ -109,6 +118,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  const OpSpan span("log", x);
   Tensor out = unary("log", UnaryOp::log, x);
   Tensor xd = x.detach();
   autograd::record("log", {x}, {out}, [xd](const autograd::GradContext& g) {
@@ -118,6 +128,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  const OpSpan span("sqrt", x);
   Tensor out = unary("sqrt", UnaryOp::sqrt, x);
   Tensor od = out.detach();
   autograd::record("sqrt", {x}, {out}, [od](const autograd::GradContext& g) {
@@ -127,6 +138,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor square(const Tensor& x) {
+  const OpSpan span("square", x);
   Tensor out = unary("square", UnaryOp::square, x);
   Tensor xd = x.detach();
   autograd::record("square", {x}, {out}, [xd](const autograd::GradContext& g) {

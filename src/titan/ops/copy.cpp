@@ -2,6 +2,7 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/elementwise.h"
+#include "titan/ops/op_span.h"
 
 namespace titan {
 
@@ -19,6 +20,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
+  const ops::OpSpan span("clone", *this);
   check_cpu("clone", *this);
   Tensor out = Tensor::empty(sizes(), options());
   kernels::cpu::copy(*this, out);
@@ -29,6 +31,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(DType t) const {
+  const ops::OpSpan span("to", *this);
   check_cpu("to", *this);
   if (t == dtype()) return *this;
   Tensor out = Tensor::empty(sizes(), {.dtype = t, .device = device()});
@@ -50,6 +53,7 @@ Tensor& Tensor::fill_(double value) {
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  const ops::OpSpan span("copy_", *this, src);
   check_writable("copy_", *this);
   check_cpu("copy_", src);
   broadcast_shapes(src.sizes(), sizes(), "copy_");

@@ -4,10 +4,12 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/embedding.h"
 #include "titan/kernels/cpu/index_check.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
 Tensor embedding(const Tensor& ids, const Tensor& weight) {
+  const OpSpan span("embedding", ids, weight);
   check_cpu("embedding", ids);
   check_cpu("embedding", weight);
   TITAN_CHECK(ids.dtype() == kI32 || ids.dtype() == kI64, "embedding: ids must be an i32 or i64 tensor, got ",

@@ -4,6 +4,7 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/kernels/cpu/gemm.h"
+#include "titan/ops/op_span.h"
 #include "titan/ops/reduce.h"
 
 namespace titan::ops {
@@ -114,6 +115,7 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  const OpSpan span("matmul", a, b);
   Tensor out = matmul_raw(a, b);
   Tensor ad = a.detach(), bd = b.detach();
   autograd::record("matmul", {a, b}, {out}, [ad, bd](const autograd::GradContext& g) {
@@ -126,6 +128,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const OpSpan span("linear", x, weight, bias);
   TITAN_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ",
               x.desc(), " does not match weight ", weight.desc(), " (expected [..., ", weight.dim() == 2 ? weight.size(1) : -1,
               "])");

@@ -3,13 +3,15 @@
 #include <limits>
 
 #include "titan/autograd/node.h"
+#include "titan/kernels/cpu/cross_entropy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/index_check.h"
-#include "titan/kernels/cpu/cross_entropy.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
+  const OpSpan span("cross_entropy", logits, targets);
   check_cpu("cross_entropy", logits);
   check_cpu("cross_entropy", targets);
   TITAN_CHECK(logits.dtype() == kF32 || logits.dtype() == kF64,

@@ -9,6 +9,7 @@
 #include "titan/kernels/cpu/index_check.h"
 #include "titan/kernels/cpu/moe.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -22,6 +23,7 @@ void check_permutation(const char* op, const TokenPermutation& perm) {
 }  // namespace
 
 TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
+  const OpSpan span("topk_experts", scores, bias);
   check_float("topk_experts", "scores", scores);
   TITAN_CHECK(scores.dim() == 2, "topk_experts: expected scores [tokens, experts], got ", scores.desc());
   const int64_t tokens = scores.size(0), experts = scores.size(1);
@@ -58,6 +60,7 @@ TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
 }
 
 TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
+  const OpSpan span("sort_by_expert", ids);
   check_cpu("sort_by_expert", ids);
   TITAN_CHECK(ids.dim() == 2 && ids.dtype() == kI64, "sort_by_expert: expected ids [tokens, k] i64, got ",
               ids.desc());
@@ -76,6 +79,7 @@ TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
 }
 
 Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
+  const OpSpan span("permute_tokens", x);
   check_float("permute_tokens", "x", x);
   check_permutation("permute_tokens", perm);
   TITAN_CHECK(x.dim() == 2 && x.size(0) == perm.tokens, "permute_tokens: expected x [", perm.tokens,
@@ -103,6 +107,7 @@ Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
 }
 
 Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm) {
+  const OpSpan span("unpermute_tokens", rows, weights);
   check_float("unpermute_tokens", "rows", rows);
   check_float("unpermute_tokens", "weights", weights);
   check_permutation("unpermute_tokens", perm);
@@ -156,6 +161,7 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
 }  // namespace
 
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
+  const OpSpan span("grouped_linear", x, weight);
   check_grouped("grouped_linear", x, weight, "weight", group_rows);
   const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
   Tensor xc = dense(x), wc = dense(weight);
@@ -189,6 +195,7 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
 
 Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
                       const std::vector<int64_t>& group_rows) {
+  const OpSpan span("grouped_swiglu", x, w1, w3);
   check_grouped("grouped_swiglu", x, w1, "w1", group_rows);
   check_grouped("grouped_swiglu", x, w3, "w3", group_rows);
   TITAN_CHECK(w1.sizes() == w3.sizes(), "grouped_swiglu: w1 ", w1.desc(), " and w3 ", w3.desc(),

@@ -7,6 +7,7 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/norm.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -51,6 +52,7 @@ T* ptr(const Tensor& t) {
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const OpSpan span("rms_norm", x, weight);
   const auto [rows, d] = check_inputs("rms_norm", x, {{"weight", &weight}}, eps);
   Tensor xc = saved(x), wc = saved(weight);
   Tensor out = Tensor::empty(x.sizes(), x.options());
@@ -73,6 +75,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const OpSpan span("layer_norm", x, weight, bias);
   const auto [rows, d] = check_inputs("layer_norm", x, {{"weight", &weight}, {"bias", &bias}}, eps);
   Tensor xc = saved(x), wc = saved(weight), bc = saved(bias);
   Tensor out = Tensor::empty(x.sizes(), x.options());

@@ -5,6 +5,7 @@
 #include "titan/kernels/cpu/reduce.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -44,6 +45,7 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& x, int64_t dim, bool 
 }  // namespace
 
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  const OpSpan span("sum", x);
   Tensor out = reduce(ReduceOp::sum, "sum", x, dim, keepdim);
   Shape keep = split(x, wrap_dim(dim, x.dim(), "sum")).out_keep, in = x.sizes();
   autograd::record("sum", {x}, {out}, [keep, in](const autograd::GradContext& g) {
@@ -53,6 +55,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  const OpSpan span("mean", x);
   Tensor out = reduce(ReduceOp::mean, "mean", x, dim, keepdim);
   int64_t d = wrap_dim(dim, x.dim(), "mean");
   Shape keep = split(x, d).out_keep, in = x.sizes();
@@ -64,6 +67,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum(const Tensor& x) {
+  const OpSpan span("sum", x);
   check_float("sum", "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty({}, x.options());
@@ -84,6 +88,7 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
+  const OpSpan span("max", x);
   check_float("max", "input", x);
   int64_t d = wrap_dim(dim, x.dim(), "max");
   DimSplit s = split(x, d);
@@ -115,6 +120,7 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, int64_t dim, bool keepdim, int64_t correction) {
+  const OpSpan span("var", x);
   check_float("var", "input", x);
   int64_t d = wrap_dim(dim, x.dim(), "var");
   DimSplit s = split(x, d);

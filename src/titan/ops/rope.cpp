@@ -9,6 +9,7 @@
 #include "titan/core/parallel.h"
 #include "titan/kernels/cpu/rope.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -78,6 +79,7 @@ RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
 }
 
 Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
+  const OpSpan span("rope", x);
   check_float("rope", "x", x);
   TITAN_CHECK(table.cos.defined() && table.sin.defined(),
               "rope: the RopeTable is empty; make it with RopeTable::build");

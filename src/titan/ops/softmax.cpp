@@ -5,6 +5,7 @@
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/softmax.h"
+#include "titan/ops/op_span.h"
 
 namespace titan::ops {
 
@@ -24,6 +25,7 @@ struct LastDim {
 };
 
 Tensor softmax_like(const char* op, SoftmaxKind kind, const Tensor& x, int64_t dim) {
+  const OpSpan span(op, x);
   check_cpu(op, x);
   TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": input must be f32 or f64, got ", x.desc());
   // A 0-d tensor is one row of one element (dims 0 and -1 both name it, as in PyTorch).

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "titan/core/trace.h"
 #include "titan/kernels/cpu/adamw.h"
 
 namespace titan::optim {
@@ -43,6 +44,8 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOpt
 void AdamW::step(double grad_scale) {
   TITAN_CHECK(grad_scale > 0 && std::isfinite(grad_scale),
               "AdamW::step: grad_scale must be finite and > 0, got ", grad_scale);
+  trace::Span span("AdamW::step", "optimizer");
+  span.arg("tensors", entries_.size()).arg("lr", opts_.lr).arg("grad_scale", grad_scale);
   for (Entry& e : entries_) {
     Tensor g = e.param.grad();
     if (!g.defined()) continue;

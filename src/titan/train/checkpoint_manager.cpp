@@ -9,6 +9,7 @@
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/core/trace.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan::train {
@@ -359,6 +360,8 @@ void CheckpointManager::after_step(int64_t step, bool stopping) {
 void CheckpointManager::save(int64_t step, bool model_only) {
   wait();
   auto t0 = std::chrono::steady_clock::now();
+  trace::Span span("checkpoint save", "checkpoint");
+  span.arg("step", step).arg("model_only", model_only);
   // Only the final save goes to HF's format (the config requires it to be model-only).
   const bool hf = model_only && hf_adapter_;
   // A collective save writes in the foreground: a background thread's collectives would race
@@ -403,7 +406,11 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   if (collective) bytes = world_.all_reduce(bytes, dist::ReduceOp::sum);
   const fs::path dir = folder_ / step_name(step);
   last_saved_ = step;
-  auto write = [this, dir, step, hf, collective, pieces = std::move(pieces), state = std::move(state)] {
+  span.arg("bytes", bytes).arg("async", async);
+  auto write = [this, dir, step, hf, collective, bytes, pieces = std::move(pieces),
+                state = std::move(state)] {
+    trace::Span write_span("checkpoint write", "checkpoint");
+    write_span.arg("step", step).arg("bytes", bytes).arg("folder", dir.string());
     if (hf) {
       save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_, parts_.tokenizer_dir);
     } else if (collective)
@@ -418,7 +425,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
                         : " (")
        << bytes / (1 << 20) << " MiB" << (collective ? ", sharded over " + std::to_string(world_.size()) + " ranks)" : ")");
   if (async) {
-    pending_ = std::async(std::launch::async, std::move(write));
+    pending_ = std::async(std::launch::async, [write = std::move(write)] {
+      trace::set_thread_name("checkpoint writer");
+      write();
+    });
     log_ << " copied in " << seconds_since(t0) << " s, writing in the background\n";
   } else {
     write();
@@ -427,7 +437,9 @@ void CheckpointManager::save(int64_t step, bool model_only) {
 }
 
 void CheckpointManager::wait() {
-  if (pending_.valid()) pending_.get();
+  if (!pending_.valid()) return;
+  trace::Span span("checkpoint wait", "checkpoint");
+  pending_.get();
 }
 
 void CheckpointManager::purge(int64_t saved) const {

@@ -4,9 +4,13 @@ namespace titan::train {
 
 void declare_keys(config::Keys<ProfilingConfig>& keys) {
   using C = ProfilingConfig;
-  keys.add("enable_profiling", &C::enable_profiling, {}, "write traces")
-      .add("save_traces_folder", &C::save_traces_folder, config::non_empty(), "trace folder, under job.dump_folder")
-      .add("profile_freq", &C::profile_freq, config::positive(), "trace one step in this many");
+  keys.add("enable_profiling", &C::enable_profiling, {},
+           "trace every profile_freq-th step: ops, backward nodes, GEMMs, collectives, data, optimizer, "
+           "checkpoints")
+      .add("save_traces_folder", &C::save_traces_folder, config::non_empty(),
+           "trace folder, under job.dump_folder: iteration_<step>/rank<r>_trace.json, for ui.perfetto.dev")
+      .add("profile_freq", &C::profile_freq, config::positive(),
+           "trace the steps divisible by this: profile_freq, 2 * profile_freq, ...");
 }
 
 }  // namespace titan::train

@@ -12,6 +12,7 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
+#include "titan/core/trace.h"
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
@@ -31,6 +32,7 @@
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/validator.h"
+#include "titan/train/step_profiler.h"
 
 namespace titan::train {
 
@@ -75,10 +77,6 @@ void refuse_missing_features(const JobConfig& c) {
     refused.push_back("compile.enable = true (compile.mode = \"" + c.compile.mode +
                       "\"): titan cannot capture and compile the step yet; set it to false, which runs the "
                       "step eagerly with titan's fused kernels");
-  if (c.profiling.enable_profiling)
-    refused.push_back(
-        "profiling.enable_profiling = true: titan writes no traces yet; set it to false (the "
-        "metrics line has the step's time, tokens/s and MFU)");
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
   if (!refused.empty()) throw Error(message);
@@ -94,19 +92,28 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   bool has_aux = false;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch batch = next_batch();
-    // document_ids is defined only when the loader makes them (attention.document_masking).
-    Tensor logits = model(batch.inputs, batch.document_ids);
-    Tensor loss = ops::cross_entropy(logits, batch.labels);
-    if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
-      has_aux = true;
-      aux_sum += aux.item();
-      loss = loss + aux;
+    Tensor logits, loss;
+    {
+      trace::Span span("forward", "phase");
+      // document_ids is defined only when the loader makes them (attention.document_masking).
+      logits = model(batch.inputs, batch.document_ids);
+      loss = ops::cross_entropy(logits, batch.labels);
+      if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
+        has_aux = true;
+        aux_sum += aux.item();
+        loss = loss + aux;
+      }
+      loss_sum += loss.item();
     }
-    loss_sum += loss.item();
     if (sync.before_backward) sync.before_backward(micro == micro_batches - 1);
+    trace::Span span("backward", "phase");
     (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
   }
-  if (sync.reduce) sync.reduce();
+  {
+    trace::Span span("gradient reduce", "phase");
+    if (sync.reduce) sync.reduce();
+  }
+  trace::Span span("optimizer", "phase");
   StepStats stats;
   // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
   // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
@@ -159,6 +166,7 @@ struct Trainer::State {
   bool warned_peak = false;
   // Holds references to the members above, so it is declared, and destroyed, after them.
   std::unique_ptr<CheckpointManager> checkpointer;
+  std::unique_ptr<StepProfiler> profiler;
   int64_t start_step = 0;
 };
 
@@ -270,6 +278,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                            .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)};
   s.checkpointer = std::make_unique<CheckpointManager>(c, parts, s.log, s.world);
   s.start_step = s.checkpointer->load();
+  s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();
 }
@@ -285,6 +294,7 @@ TrainResult Trainer::train() {
   const int64_t accum = s.plan.gradient_accumulation_steps;
   const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
+    s.profiler->begin_step(step);
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
     GradientSync sync;
@@ -342,6 +352,7 @@ TrainResult Trainer::train() {
     bool stop = StopOnSignal::requested();
     if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
     s.checkpointer->after_step(step, stop);
+    s.profiler->end_step([&] { s.checkpointer->wait(); });
     if (stop && step < c.training.steps) {
       s.log << "titan: stop requested; stopped cleanly after step " << step << "\n";
       result.interrupted = true;

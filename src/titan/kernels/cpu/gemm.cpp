@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "titan/core/error.h"
+#include "titan/core/trace.h"
 
 namespace titan::kernels::cpu {
 
@@ -50,6 +51,8 @@ void gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* a, int64_t l
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  trace::Span span(sizeof(T) == 4 ? "sgemm" : "dgemm", "gemm");
+  span.arg("M", m).arg("N", n).arg("K", k).arg("flops", 2 * m * n * k);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS leaves C untouched when k == 0 only if beta == 1; make it exact
     for (int64_t i = 0; i < m; ++i)
@@ -86,6 +89,8 @@ void gemm_concurrent(std::span<const GemmCall<T>> calls) {
     for (int64_t i = 0; i < n; ++i) run(i);
     return;
   }
+  trace::Span span("gemms side by side", "gemm");
+  span.arg("calls", n).arg("flops", 2 * multiply_adds);
   // OpenBLAS's OpenMP build runs single-threaded inside a parallel region. Dynamic: the calls may
   // differ in size (experts get different numbers of tokens).
 #pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(threads, n))) schedule(dynamic, 1)

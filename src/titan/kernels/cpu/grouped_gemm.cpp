@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "titan/core/trace.h"
 #include "titan/kernels/cpu/gemm.h"
 
 namespace titan::kernels::cpu {
@@ -10,10 +11,16 @@ namespace {
 
 // The GEMM of every group (call_of(g, row_start) describes it), run as gemm_concurrent decides.
 template <typename T, typename F>
-void for_each_group(const int64_t* group_rows, int64_t groups, const F& call_of) {
+void for_each_group(const char* name, const int64_t* group_rows, int64_t groups, const F& call_of) {
   std::vector<GemmCall<T>> calls;
   calls.reserve(static_cast<size_t>(groups));
   for (int64_t g = 0, row = 0; g < groups; row += group_rows[g++]) calls.push_back(call_of(g, row));
+  trace::Span span(name, "gemm");
+  if (span.active()) {
+    int64_t flops = 0;
+    for (const GemmCall<T>& c : calls) flops += 2 * c.m * c.n * c.k;
+    span.arg("groups", groups).arg("flops", flops);
+  }
   gemm_concurrent<T>(calls);
 }
 
@@ -24,7 +31,7 @@ void grouped_gemm(const int64_t* group_rows, int64_t groups, int64_t n, int64_t 
                   bool trans_w, T* y, bool accumulate) {
   const T beta = accumulate ? T(1) : T(0);
   const int64_t ldw = trans_w ? k : n;
-  for_each_group<T>(group_rows, groups, [&](int64_t g, int64_t row) {
+  for_each_group<T>("grouped_gemm", group_rows, groups, [&](int64_t g, int64_t row) {
     const T* x_g = x + row * k;
     return GemmCall<T>{false, trans_w,       group_rows[g], n,    k,           T(1), x_g,
                        k,     w + g * n * k, ldw,           beta, y + row * n, n};
@@ -35,7 +42,7 @@ template <typename T>
 void grouped_gemm_tn(const int64_t* group_rows, int64_t groups, int64_t m, int64_t n, const T* a, const T* b,
                      T* dw) {
   // k = 0 (an empty group) makes gemm write zeros.
-  for_each_group<T>(group_rows, groups, [&](int64_t g, int64_t row) {
+  for_each_group<T>("grouped_gemm_tn", group_rows, groups, [&](int64_t g, int64_t row) {
     return GemmCall<T>{true, false,       m, n,    group_rows[g],  T(1), a + row * m,
                        m,    b + row * n, n, T(0), dw + g * m * n, n};
   });
