@@ -363,7 +363,13 @@ Schema make_schema() {
       .add("enable_profiling", &C::Profiling::enable_profiling, {}, "write traces")
       .add("save_traces_folder", &C::Profiling::save_traces_folder, non_empty(),
            "trace folder, under job.dump_folder")
-      .add("profile_freq", &C::Profiling::profile_freq, positive(), "trace one step in this many");
+      .add("profile_freq", &C::Profiling::profile_freq, positive(),
+           "trace one step in this many; also the steps memory snapshots are written at")
+      .add("enable_memory_snapshot", &C::Profiling::enable_memory_snapshot, {},
+           "record every allocation's owner from the start; write a memory snapshot (JSON) every "
+           "profile_freq steps and on out-of-memory; draw one with scripts/memviz.py SNAPSHOT -o out.html")
+      .add("save_memory_snapshot_folder", &C::Profiling::save_memory_snapshot_folder, non_empty(),
+           "memory snapshot folder, under job.dump_folder");
   return s;
 }
 

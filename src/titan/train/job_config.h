@@ -127,6 +127,8 @@ struct JobConfig {
     bool enable_profiling = false;
     std::string save_traces_folder = "profile_traces";
     int64_t profile_freq = 10;
+    bool enable_memory_snapshot = false;
+    std::string save_memory_snapshot_folder = "memory_snapshot";
   };
 
   Job job;
