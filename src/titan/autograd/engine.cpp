@@ -6,6 +6,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
+#include "titan/core/memory_owner.h"
 #include "titan/core/trace.h"
 #include "titan/kernels/cpu/elementwise.h"
 
@@ -208,6 +209,7 @@ void GraphTask::execute(const std::shared_ptr<Node>& node) {
 }
 
 // Runs `task` as this thread's current pass, with grad mode off (backward formulas record nothing).
+// What backward allocates is workspace unless a node or a module it re-runs says otherwise.
 void run_task(GraphTask& task, const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
   struct Current {
     GraphTask* prev;
@@ -215,6 +217,7 @@ void run_task(GraphTask& task, const std::vector<Tensor>& roots, const std::vect
     ~Current() { t_current = prev; }
   } current(&task);
   NoGradGuard no_grad;
+  MemoryOwnerScope owner(MemoryCategory::workspace);
   task.run(roots, grads);
 }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/allocator.h"
 #include "titan/kernels/cpu/elementwise.h"
 
 namespace titan::autograd {
@@ -19,6 +20,7 @@ std::vector<Tensor> FunctionNode::apply(const GradContext& ctx) {
 }
 
 std::vector<Tensor> AccumulateGrad::apply(const GradContext& ctx) {
+  MemoryOwnerScope owner(MemoryCategory::gradients);
   Tensor g = ctx[0];
   AutogradMeta& meta = leaf_.autograd_meta();
   for (auto& hook : meta.grad_hooks) {
@@ -32,6 +34,8 @@ std::vector<Tensor> AccumulateGrad::apply(const GradContext& ctx) {
                       g.is_contiguous() && g.storage_offset() == 0 && g.dtype() == leaf_.dtype();
     if (sole_owner) {
       meta.grad = g.detach();
+      // Made by another node's backward, as workspace; from now on it is the gradient.
+      CpuAllocator::instance().set_owner(g.storage()->data(), {MemoryCategory::gradients, 0});
     } else {
       meta.grad = Tensor::empty(leaf_.sizes(), leaf_.options());
       kernels::cpu::copy(g, meta.grad);

@@ -2,12 +2,16 @@
 
 #include <bit>
 #include <cstdlib>
+#include <iomanip>
 #include <mutex>
 #include <new>
+#include <sstream>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "titan/core/error.h"
+#include "titan/core/memory_recorder.h"
 
 namespace titan {
 
@@ -16,7 +20,47 @@ struct CpuAllocator::Impl {
   std::unordered_map<size_t, std::vector<void*>> free_lists;
   MemoryStats stats;
   bool caching = true;
+  std::unique_ptr<MemoryRecorder> recorder;  // set while recording
 };
+
+namespace {
+
+// Larger than the memory of any host this runs on. Refused before malloc, as sanitizer
+// allocators abort on such sizes instead of returning null.
+constexpr size_t kMaxRequest = size_t{1} << 47;
+
+std::string gib(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << static_cast<double>(bytes) / double(1 << 30) << " GiB";
+  return os.str();
+}
+
+MemorySnapshot snapshot_locked(const CpuAllocator::Impl& impl, size_t num_largest) {
+  if (impl.recorder) return impl.recorder->snapshot(impl.stats, num_largest);
+  MemorySnapshot s;
+  s.totals = impl.stats;
+  return s;
+}
+
+[[noreturn]] void out_of_memory(const CpuAllocator::Impl& impl, size_t nbytes) {
+  const MemoryStats& s = impl.stats;
+  std::ostringstream os;
+  os << "CpuAllocator: out of memory: cannot allocate " << nbytes << " bytes (" << gib(static_cast<int64_t>(nbytes))
+     << "); " << s.allocated_bytes << " bytes (" << gib(s.allocated_bytes) << ") are allocated to tensors and "
+     << s.reserved_bytes << " bytes (" << gib(s.reserved_bytes)
+     << ") reserved from the system. Reduce training.local_batch_size or training.seq_len, or turn on "
+        "activation checkpointing (activation_checkpoint.mode)";
+  std::shared_ptr<const MemorySnapshot> snapshot;
+  if (impl.recorder) {
+    try {
+      snapshot = std::make_shared<const MemorySnapshot>(snapshot_locked(impl, 20));
+    } catch (const std::bad_alloc&) {  // too little memory left even for the snapshot
+    }
+  }
+  throw OutOfMemoryError(os.str(), std::move(snapshot));
+}
+
+}  // namespace
 
 CpuAllocator& CpuAllocator::instance() {
   static CpuAllocator* a = new CpuAllocator();  // never destroyed: tensors may outlive statics
@@ -39,8 +83,9 @@ size_t CpuAllocator::round_size(size_t nbytes) {
 }
 
 void* CpuAllocator::allocate(size_t nbytes) {
-  size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (nbytes > kMaxRequest) out_of_memory(*impl_, nbytes);
+  const size_t size = round_size(nbytes);
   MemoryStats& s = impl_->stats;
   s.num_allocs++;
   void* p = nullptr;
@@ -59,12 +104,14 @@ void* CpuAllocator::allocate(size_t nbytes) {
       }
       p = std::aligned_alloc(kAlignment, size);
     }
-    TITAN_CHECK(p != nullptr, "CpuAllocator: out of memory allocating ", nbytes, " bytes (",
-                s.allocated_bytes, " bytes already in use); reduce batch size or sequence length");
+    if (!p) out_of_memory(*impl_, nbytes);
     s.reserved_bytes += static_cast<int64_t>(size);
   }
   s.allocated_bytes += static_cast<int64_t>(size);
   if (s.allocated_bytes > s.peak_allocated_bytes) s.peak_allocated_bytes = s.allocated_bytes;
+  if (impl_->recorder) [[unlikely]]
+    impl_->recorder->on_alloc(p, static_cast<int64_t>(size), static_cast<int64_t>(nbytes),
+                              current_memory_owner());
   return p;
 }
 
@@ -73,6 +120,8 @@ void CpuAllocator::deallocate(void* ptr, size_t nbytes) {
   size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stats.allocated_bytes -= static_cast<int64_t>(size);
+  if (impl_->recorder) [[unlikely]]
+    impl_->recorder->on_free(ptr, static_cast<int64_t>(size));
   if (impl_->caching) {
     impl_->free_lists[size].push_back(ptr);
   } else {
@@ -89,6 +138,7 @@ MemoryStats CpuAllocator::stats() const {
 void CpuAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stats.peak_allocated_bytes = impl_->stats.allocated_bytes;
+  if (impl_->recorder) impl_->recorder->reset_peak();
 }
 
 void CpuAllocator::empty_cache() {
@@ -98,6 +148,31 @@ void CpuAllocator::empty_cache() {
     impl_->stats.reserved_bytes -= static_cast<int64_t>(sz * list.size());
   }
   impl_->free_lists.clear();
+}
+
+void CpuAllocator::start_recording(size_t max_points) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->recorder = std::make_unique<MemoryRecorder>(impl_->stats.allocated_bytes, max_points);
+}
+
+void CpuAllocator::stop_recording() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->recorder.reset();
+}
+
+bool CpuAllocator::recording() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->recorder != nullptr;
+}
+
+void CpuAllocator::set_owner(const void* ptr, MemoryOwner owner) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->recorder) impl_->recorder->set_owner(ptr, owner);
+}
+
+MemorySnapshot CpuAllocator::memory_snapshot(size_t num_largest) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return snapshot_locked(*impl_, num_largest);
 }
 
 }  // namespace titan

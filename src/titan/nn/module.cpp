@@ -5,12 +5,18 @@
 #include <unordered_set>
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/allocator.h"
 
 namespace titan::nn {
 
 namespace {
 std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
+}
+
+uint32_t buffers_name() {
+  static const uint32_t id = intern_memory_owner_name("buffers");
+  return id;
 }
 }  // namespace
 
@@ -50,6 +56,9 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
   TITAN_CHECK(t.defined(), "Module::register_buffer: '", name, "' is an undefined tensor");
   TITAN_CHECK(!t.requires_grad(), "Module::register_buffer: '", name, "' ", t.desc(),
               " requires grad; a trained tensor is a parameter (register_parameter)");
+  // Buffers are made while the model is built, inside the trainer's parameters scope; they are
+  // not parameters.
+  CpuAllocator::instance().set_owner(t.storage()->data(), {MemoryCategory::other, buffers_name()});
   buffers_.push_back({name, t, persistent});
   return t;
 }
@@ -57,7 +66,17 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
 void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
   check_new_name(name, "module");
   TITAN_CHECK(child != nullptr, "Module::register_module: '", name, "' is a null module");
+  // Trees are built bottom up, so the child's subtree learns its new prefix now.
+  walk(*child, join(path_, name), [](const std::string& path, Module& m) {
+    m.path_ = path;
+    m.memory_owner_name_.reset();
+  });
   children_.emplace_back(name, std::move(child));
+}
+
+uint32_t Module::memory_owner_name() {
+  if (!memory_owner_name_) memory_owner_name_ = intern_memory_owner_name(path_);
+  return *memory_owner_name_;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {

@@ -18,14 +18,19 @@
 // body) to run_forward(x, body). parallel/ can then change how the body runs by setting a forward
 // wrapper, between the hooks: activation checkpointing wraps blocks in autograd::checkpoint,
 // which runs the body without keeping activations and again in backward.
+//
+// A call also names what it allocates for memory snapshots: activations of this module's path
+// ("layers.3.attention"), which a module learns when it, or an ancestor, is registered as a child.
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "titan/core/memory_owner.h"
 #include "titan/core/tensor.h"
 
 namespace titan::nn {
@@ -76,6 +81,9 @@ class Module {
   }
   // This module (named "") and every descendant.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  // Dotted name from the topmost ancestor ("" for it). A module registered under two parents has
+  // the path of the last registration.
+  const std::string& path() const { return path_; }
   int64_t num_parameters() const;
 
   // ---- state ----------------------------------------------------------------------------------
@@ -141,6 +149,7 @@ class Module {
  private:
   template <typename F>
   Tensor run_hooked(F&& forward) {
+    MemoryOwnerScope owner(MemoryCategory::activations, memory_owner_name());
     for (auto& [id, hook] : pre_hooks_) hook(*this);
     Tensor out = std::forward<F>(forward)();
     for (auto& [id, hook] : post_hooks_) hook(*this, out);
@@ -153,6 +162,8 @@ class Module {
     bool persistent = true;
   };
 
+  // path_ interned, once per path.
+  uint32_t memory_owner_name();
   void check_new_name(const std::string& name, const char* what) const;
   void add_child(const std::string& name, std::shared_ptr<Module> child);
   // Calls f(dotted_name, module) on `self` and its descendants, parents first. Static so that
@@ -170,6 +181,8 @@ class Module {
   ForwardWrapper forward_wrapper_;
   uint64_t next_hook_id_ = 1;
   bool training_ = true;
+  std::string path_;
+  std::optional<uint32_t> memory_owner_name_;  // of path_
 };
 
 // Children named "0", "1", ... in order, so a stack of blocks has the dotted names of PyTorch's

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "titan/core/memory_owner.h"
 #include "titan/core/trace.h"
 #include "titan/kernels/cpu/adamw.h"
 
@@ -24,6 +25,7 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOpt
   TITAN_CHECK(opts_.beta1 >= 0 && opts_.beta1 < 1 && opts_.beta2 >= 0 && opts_.beta2 < 1,
               "AdamW: betas must lie in [0, 1), got (", opts_.beta1, ", ", opts_.beta2, ")");
   std::unordered_set<const TensorImpl*> seen;
+  MemoryOwnerScope owner(MemoryCategory::optimizer_state);
   for (const auto& [name, p] : params) {
     TITAN_CHECK(
         p.defined() && p.device().is_cpu() && (p.dtype() == kF32 || p.dtype() == kF64) && p.is_contiguous(),

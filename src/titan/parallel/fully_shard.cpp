@@ -7,6 +7,7 @@
 #include <map>
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/memory_owner.h"
 
 namespace titan::parallel {
 
@@ -45,6 +46,7 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
   const int64_t n = shard_group_.size();
   const int64_t rank = shard_group_.rank();
   autograd::NoGradGuard no_grad;
+  MemoryOwnerScope owner(MemoryCategory::parameters);
   std::vector<dist::Work> works;
   for (auto& [name, p] : root.named_parameters()) {
     TITAN_CHECK(p.is_contiguous() && (p.dtype() == kF32 || p.dtype() == kF64) && p.dim() >= 1,
@@ -122,6 +124,7 @@ void FullyShard::start_gather(Unit& u) {
   if (u.gathered_or_gathering) return;
   u.gathered_or_gathering = true;
   const int64_t n = shard_group_.size();
+  MemoryOwnerScope owner(MemoryCategory::parameters);  // the block's parameters, whole again
   for (size_t i : u.params) {
     const Param& p = params_[i];
     Tensor buf = Tensor::empty(with_rows(p.full.sizes(), n * p.shard_rows), p.shard.options());
@@ -170,6 +173,7 @@ void FullyShard::before_block_backward(size_t i) {
 
 void FullyShard::start_reduce(Unit& u) {
   const int64_t n = shard_group_.size();
+  MemoryOwnerScope owner(MemoryCategory::gradients);  // the padded input and this rank's shard
   for (size_t i : u.params) {
     Param& p = params_[i];
     Tensor g = p.full.grad();

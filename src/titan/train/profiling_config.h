@@ -1,5 +1,5 @@
 #pragma once
-// The [profiling] section: traces of chosen training steps.
+// The [profiling] section: traces and memory snapshots of chosen training steps.
 #include <cstdint>
 #include <string>
 
@@ -11,6 +11,8 @@ struct ProfilingConfig {
   bool enable_profiling = false;
   std::string save_traces_folder = "profile_traces";
   int64_t profile_freq = 10;
+  bool enable_memory_snapshot = false;
+  std::string save_memory_snapshot_folder = "memory_snapshot";
 };
 
 void declare_keys(config::Keys<ProfilingConfig>& keys);

@@ -29,6 +29,7 @@
 #include "titan/parallel/data_parallel_style.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/train/checkpoint_manager.h"
+#include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/validator.h"
@@ -148,6 +149,7 @@ struct Trainer::State {
   NullBuffer null_buffer;
   std::ostream null_log;
   std::ostream& log;
+  std::unique_ptr<MemorySnapshots> memory_snapshots;
   std::unique_ptr<dist::DeviceMesh> mesh;
   std::unique_ptr<parallel::DataParallel> data_parallel;
   Generator rng;
@@ -196,7 +198,11 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   s.summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(s.summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
-  s.model = spec.build(c.model, c.training.seq_len, s.rng);
+  s.memory_snapshots = std::make_unique<MemorySnapshots>(c, s.world.rank(), s.log);
+  {
+    MemoryOwnerScope owner(MemoryCategory::parameters);
+    s.model = spec.build(c.model, c.training.seq_len, s.rng);
+  }
   TITAN_CHECK(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
               "; raise model.vocab_size");
@@ -305,8 +311,10 @@ TrainResult Trainer::train() {
       sync = {.before_backward = [&](bool last) { s.fsdp->set_gradient_sync(last); },
               .reduce = [&] { s.fsdp->reduce_gradients(); },
               .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
-    StepStats stats = train_step(
-        *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.loader->next(); }, sync);
+    StepStats stats = s.memory_snapshots->run_step(step, [&] {
+      return train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
+                        [&] { return s.loader->next(); }, sync);
+    });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
@@ -351,6 +359,7 @@ TrainResult Trainer::train() {
     // A signal may reach some ranks a step before others; all stop after the same step.
     bool stop = StopOnSignal::requested();
     if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
+    s.memory_snapshots->after_step(step);
     s.checkpointer->after_step(step, stop);
     s.profiler->end_step([&] { s.checkpointer->wait(); });
     if (stop && step < c.training.steps) {
