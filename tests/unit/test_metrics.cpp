@@ -275,6 +275,39 @@ TEST(Metrics, ConsoleLineNamesEveryFigure) {
   }
 }
 
+// Coloured as TorchTitan colours it, with the same text once the escapes are taken out; plain
+// when asked, whatever the console.
+TEST(Metrics, ConsoleLineIsColouredOnlyWhereAllowed) {
+  LoggedMetrics m{.step = 3, .loss = 2.5, .tokens_per_second = 100, .tflops = 0.5, .mfu_percent = 7};
+  const std::string plain = train::format_metrics_line(m, 10);
+  const std::string colored = train::format_metrics_line(m, 10, true);
+  EXPECT_EQ(plain.find('\033'), std::string::npos);
+  for (const char* code :
+       {"\033[31mstep", "\033[32mloss", "\033[34mtps", "\033[36mtflops", "\033[35mmfu", "\033[33mmem"})
+    EXPECT_NE(colored.find(code), std::string::npos) << code;
+  std::string stripped;
+  for (size_t i = 0; i < colored.size(); ++i) {
+    if (colored[i] == '\033')
+      i = colored.find('m', i);
+    else
+      stripped += colored[i];
+  }
+  EXPECT_EQ(stripped, plain);
+
+  unsetenv("NO_COLOR");
+  unsetenv("FORCE_COLOR");
+  EXPECT_TRUE(train::use_color(false, true));
+  EXPECT_FALSE(train::use_color(false, false));
+  EXPECT_FALSE(train::use_color(true, true)) << "metrics.disable_color_printing wins";
+  setenv("FORCE_COLOR", "1", 1);
+  EXPECT_TRUE(train::use_color(false, false));
+  EXPECT_FALSE(train::use_color(true, false));
+  setenv("NO_COLOR", "1", 1);
+  EXPECT_FALSE(train::use_color(false, true));
+  unsetenv("NO_COLOR");
+  unsetenv("FORCE_COLOR");
+}
+
 TEST(Metrics, JsonlLinesParseAndHoldTheLoggedValues) {
   TempDir dir;
   Tensor keep = Tensor::zeros({1024});

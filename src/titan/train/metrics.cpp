@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -61,14 +62,31 @@ std::string format_duration(double seconds) {
   return hms.substr(hms[0] == '0' ? 1 : 0);
 }
 
-std::string format_metrics_line(const LoggedMetrics& m, int64_t total_steps) {
-  std::string line = sprintf_string("step %*lld/%lld", decimal_digits(total_steps),
-                                    static_cast<long long>(m.step), static_cast<long long>(total_steps));
-  line += sprintf_string("  loss %.4f  grad_norm %.4f  lr %.3e", m.loss, m.grad_norm, m.lr);
-  line += sprintf_string("  tps %.0f  tflops %.3g  mfu %.2f%%", m.tokens_per_second, m.tflops, m.mfu_percent);
-  line += "  mem " + format_bytes(m.peak_memory_bytes) + "  eta " + format_duration(m.eta_seconds);
+std::string format_metrics_line(const LoggedMetrics& m, int64_t total_steps, bool color) {
+  // TorchTitan's colours: step red, loss green, memory yellow, throughput blue, FLOP/s cyan, MFU
+  // magenta.
+  auto paint = [&](const char* code, const std::string& text) {
+    return color ? std::string("\033[") + code + "m" + text + "\033[39m" : text;
+  };
+  std::string line =
+      paint("31", sprintf_string("step %*lld/%lld", decimal_digits(total_steps),
+                                 static_cast<long long>(m.step), static_cast<long long>(total_steps)));
+  line += "  " + paint("32", sprintf_string("loss %.4f", m.loss));
+  line += sprintf_string("  grad_norm %.4f  lr %.3e", m.grad_norm, m.lr);
+  line += "  " + paint("34", sprintf_string("tps %.0f", m.tokens_per_second));
+  line += "  " + paint("36", sprintf_string("tflops %.3g", m.tflops));
+  line += "  " + paint("35", sprintf_string("mfu %.2f%%", m.mfu_percent));
+  line += "  " + paint("33", "mem " + format_bytes(m.peak_memory_bytes)) + "  eta " +
+          format_duration(m.eta_seconds);
   for (const auto& [name, value] : m.extra) line += "  " + name + sprintf_string(" %.4g", value);
   return line;
+}
+
+bool use_color(bool disabled, bool console_is_terminal) {
+  if (disabled || std::getenv("NO_COLOR")) return false;
+  if (const char* force = std::getenv("FORCE_COLOR"); force && *force && std::string(force) != "0")
+    return true;
+  return console_is_terminal;
 }
 
 std::string format_metrics_json(const LoggedMetrics& m, double wall_time) {
@@ -140,7 +158,7 @@ MetricsLogger::MetricsLogger(MetricsOptions options, std::ostream& console)
   TITAN_CHECK(!ec, "job.dump_folder '", options_.dump_folder.string(), "' cannot be created: ", ec.message(),
               "; set job.dump_folder to a writable folder");
   if (options_.enable_jsonl) {
-    jsonl_path_ = options_.dump_folder / "metrics.jsonl";
+    jsonl_path_ = options_.dump_folder / options_.jsonl_name;
     jsonl_.open(jsonl_path_, std::ios::app);
     TITAN_CHECK(jsonl_.is_open(), "cannot open '", jsonl_path_.string(),
                 "' for appending; check the permissions of job.dump_folder");
@@ -190,7 +208,7 @@ std::optional<LoggedMetrics> MetricsLogger::record(const StepMetrics& m) {
   out.mean_step_seconds = w.seconds / static_cast<double>(w.steps);
   out.eta_seconds = out.mean_step_seconds * static_cast<double>(options_.total_steps - m.step);
   out.extra = m.extra;
-  std::string line = format_metrics_line(out, options_.total_steps);
+  std::string line = format_metrics_line(out, options_.total_steps, options_.color);
   std::string json = format_metrics_json(out, unix_seconds());
   Scalars scalars = tensorboard_scalars(out);
   window_ = Window{};

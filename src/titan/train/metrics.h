@@ -25,6 +25,8 @@ struct MetricsOptions {
   bool enable_jsonl = true;           // metrics.enable_jsonl
   bool enable_tensorboard = false;    // metrics.enable_tensorboard
   std::string save_tb_folder = "tb";  // metrics.save_tb_folder, relative to dump_folder
+  std::string jsonl_name = "metrics.jsonl";  // under dump_folder
+  bool color = false;                        // ANSI colours on the console line (use_color)
 };
 
 // What the trainer measured in one step. tokens and flops_per_token are this rank's, and
@@ -53,7 +55,7 @@ struct LoggedMetrics {
   int64_t peak_memory_bytes = 0;  // CpuAllocator peak since start (or its last reset_peak)
   double mean_step_seconds = 0;
   double eta_seconds = 0;  // mean_step_seconds * steps left
-  Scalars extra;
+  Scalars extra = {};
 };
 
 // One validation pass (train/validator.h): the mean cross-entropy per token over every batch of
@@ -108,7 +110,10 @@ class MetricsLogger {
 // The console line for `m`, e.g.
 //   step  10/100  loss 2.3456  grad_norm 1.2340  lr 3.000e-04  tps 12345  tflops 0.123
 //   mfu 12.34%  mem 1.50 GiB  eta 0:01:23  moe/load_max 1.1
-std::string format_metrics_line(const LoggedMetrics& m, int64_t total_steps);
+std::string format_metrics_line(const LoggedMetrics& m, int64_t total_steps, bool color = false);
+// Whether the console line is coloured: never when metrics.disable_color_printing or NO_COLOR is
+// set; always when FORCE_COLOR is (non-empty, not "0"); else when the console is a terminal.
+bool use_color(bool disabled, bool console_is_terminal);
 // The JSONL object: step, wall_time, loss, grad_norm, lr, tps, tflops, mfu_pct,
 // memory_peak_bytes, step_time_s, eta_s, then extras. Non-finite numbers become null.
 std::string format_metrics_json(const LoggedMetrics& m, double wall_time);

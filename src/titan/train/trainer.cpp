@@ -1,5 +1,7 @@
 #include "titan/train/trainer.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -32,8 +34,8 @@
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
-#include "titan/train/validator.h"
 #include "titan/train/step_profiler.h"
+#include "titan/train/validator.h"
 
 namespace titan::train {
 
@@ -59,6 +61,11 @@ fs::path tokenizer_dir(const std::string& tokenizer_path) {
   if (p.is_relative() && !fs::exists(p)) p = fs::path(TITAN_SOURCE_DIR) / p;
   if (fs::is_directory(p)) return p;
   return p.filename() == data::kTokenizerFile ? p.parent_path() : fs::path();
+}
+
+// The standard output or error stream, attached to a terminal.
+bool console_is_terminal(const std::ostream& log) {
+  return (&log == &std::cout && isatty(STDOUT_FILENO)) || (&log == &std::cerr && isatty(STDERR_FILENO));
 }
 
 // Where ranks other than 0 send the log: nowhere.
@@ -213,20 +220,21 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     s.fsdp = spec.parallelize(
-        *s.model,
-        {.activation_checkpoint_mode = ac.mode,
-         .activation_checkpoint_every_k = ac.every_k(),
-         .mesh = s.mesh.get(),
-         .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+        *s.model, {.activation_checkpoint_mode = ac.mode,
+                   .activation_checkpoint_every_k = ac.every_k(),
+                   .mesh = s.mesh.get(),
+                   .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
-  TITAN_CHECK(s.fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
-              "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ",
-              c.model.name, " has no FSDP plan; set it to 1");
+  TITAN_CHECK(
+      s.fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
+      "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ", c.model.name,
+      " has no FSDP plan; set it to 1");
 
   // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
   auto named = s.fsdp ? s.fsdp->named_shards() : s.model->named_parameters();
   for (auto& [n, p] : named) s.params.push_back(p);
-  if (dp_style == parallel::DataParallelStyle::ddp) s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
+  if (dp_style == parallel::DataParallelStyle::ddp)
+    s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
   s.optimizer = std::make_unique<optim::AdamW>(named, c.optimizer.adamw_options());
   s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, c.lr_scheduler.schedule(c.training.steps));
 
@@ -238,14 +246,22 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     if (s.world.rank() != 0) s.peak.source = "rank 0's";
   }
   const PeakFlops& peak = s.peak;
+  // Rank 0 writes metrics.jsonl and save_tb_folder; with save_for_all_ranks every other rank r
+  // writes its own figures (its step time, throughput and memory) beside them.
+  const int rank = s.world.rank();
+  const bool writes_metrics = rank == 0 || c.metrics.save_for_all_ranks;
   s.metrics = std::make_unique<MetricsLogger>(
-      MetricsOptions{.dump_folder = c.job.dump_folder,
-                     .log_freq = c.metrics.log_freq,
-                     .total_steps = c.training.steps,
-                     .peak_flops = peak.flops_per_second,
-                     .enable_jsonl = c.metrics.enable_jsonl && s.world.rank() == 0,
-                     .enable_tensorboard = c.metrics.enable_tensorboard && s.world.rank() == 0,
-                     .save_tb_folder = c.metrics.save_tb_folder},
+      MetricsOptions{
+          .dump_folder = c.job.dump_folder,
+          .log_freq = c.metrics.log_freq,
+          .total_steps = c.training.steps,
+          .peak_flops = peak.flops_per_second,
+          .enable_jsonl = c.metrics.enable_jsonl && writes_metrics,
+          .enable_tensorboard = c.metrics.enable_tensorboard && writes_metrics,
+          .save_tb_folder = rank == 0 ? c.metrics.save_tb_folder
+                                      : c.metrics.save_tb_folder + "/rank_" + std::to_string(rank),
+          .jsonl_name = rank == 0 ? "metrics.jsonl" : "metrics_rank" + std::to_string(rank) + ".jsonl",
+          .color = use_color(c.metrics.disable_color_printing, console_is_terminal(s.log))},
       s.log);
 
   s.log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
@@ -266,8 +282,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           << " after backward; global batch " << s.plan.global_batch_size << "\n";
   if (s.fsdp)
     s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
-          << " x dp_shard " << s.mesh->degree("dp_shard") << ": "
-          << parallel::style_name(dp_style)
+          << " x dp_shard " << s.mesh->degree("dp_shard") << ": " << parallel::style_name(dp_style)
           << ", parameters, gradients and optimizer "
           << "states sharded over " << s.mesh->degree("dp_shard") << " ranks (" << s.fsdp->shard_bytes() / 1e6
           << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
@@ -312,8 +327,9 @@ TrainResult Trainer::train() {
               .reduce = [&] { s.fsdp->reduce_gradients(); },
               .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
     StepStats stats = s.memory_snapshots->run_step(step, [&] {
-      return train_step(*s.model, *s.optimizer, s.params, c.training.max_norm, accum,
-                        [&] { return s.loader->next(); }, sync);
+      return train_step(
+          *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.loader->next(); },
+          sync);
     });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
