@@ -86,8 +86,8 @@ FileKind file_kind(const fs::path& path) {
   return FileKind::text;
 }
 
-std::vector<fs::path> resolve_dataset_files(const std::string& path) {
-  TITAN_CHECK(!path.empty(), "training.dataset_path is empty; name a file, a folder or a glob");
+std::vector<fs::path> resolve_dataset_files(const std::string& path, const std::string& key) {
+  TITAN_CHECK(!path.empty(), key, " is empty; name a file, a folder or a glob");
   std::vector<fs::path> files;
   if (path.find_first_of("*?[") != std::string::npos) {
     glob_t g{};
@@ -95,12 +95,12 @@ std::vector<fs::path> resolve_dataset_files(const std::string& path) {
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
       if (fs::is_regular_file(g.gl_pathv[i])) files.emplace_back(g.gl_pathv[i]);
     ::globfree(&g);
-    TITAN_CHECK(!files.empty(), "training.dataset_path: the glob '", path, "' matches no file (from ",
+    TITAN_CHECK(!files.empty(), key, ": the glob '", path, "' matches no file (from ",
                 fs::current_path().string(), ")");
     return files;  // glob sorts
   }
   const fs::path p(path);
-  TITAN_CHECK(fs::exists(p), "training.dataset_path: '", path, "' does not exist (from ", fs::current_path().string(),
+  TITAN_CHECK(fs::exists(p), key, ": '", path, "' does not exist (from ", fs::current_path().string(),
               "); name a file, a folder or a glob");
   if (!fs::is_directory(p)) return {p};
   for (const auto& e : fs::recursive_directory_iterator(p)) {
@@ -109,7 +109,7 @@ std::vector<fs::path> resolve_dataset_files(const std::string& path) {
     if (e.is_regular_file() && !name.starts_with(".") && !ends_with(name, ".tmp")) files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  TITAN_CHECK(!files.empty(), "training.dataset_path: the folder '", path, "' holds no files");
+  TITAN_CHECK(!files.empty(), key, ": the folder '", path, "' holds no files");
   return files;
 }
 
@@ -191,7 +191,7 @@ void for_each_document_batch(std::span<const fs::path> files, const DatasetOptio
 }
 
 Dataset load_dataset(const DatasetOptions& options, const Tokenizer& tokenizer) {
-  const std::vector<fs::path> files = resolve_dataset_files(options.path);
+  const std::vector<fs::path> files = resolve_dataset_files(options.path, options.path_key);
   Dataset out;
   DatasetStats& stats = out.stats;
   std::vector<int32_t> packed;

@@ -33,6 +33,7 @@ struct DatasetOptions {
   std::string text_field = "text";  // JSONL: the field that holds the text
   DocumentSplit split = DocumentSplit::blank_line;  // text files
   BadData bad_data = BadData::error;
+  std::string path_key = "training.dataset_path";  // what messages call `path`
 };
 
 struct DatasetStats {
@@ -49,7 +50,8 @@ enum class FileKind { text, jsonl, shard };
 FileKind file_kind(const std::filesystem::path& path);
 
 // The files `path` names, in order; throws when there are none.
-std::vector<std::filesystem::path> resolve_dataset_files(const std::string& path);
+std::vector<std::filesystem::path> resolve_dataset_files(const std::string& path,
+                                                         const std::string& key = "training.dataset_path");
 
 // Appends one document's ids to `out` as the stream holds it: bos (when the tokenizer has one),
 // the ids, eos. Throws when the tokenizer has no eos: without it documents would run together.

@@ -12,7 +12,8 @@ DatasetOptions DatasetConfig::options(const std::string& section) const {
   DatasetOptions o{.path = !dataset_path.empty() ? dataset_path : dataset,
                    .text_field = dataset_field,
                    .split = dataset_split == "file" ? DocumentSplit::file : DocumentSplit::blank_line,
-                   .bad_data = bad_data == "skip" ? BadData::skip : BadData::error};
+                   .bad_data = bad_data == "skip" ? BadData::skip : BadData::error,
+                   .path_key = section + ".dataset_path"};
   if (dataset_path.empty() && dataset == "kjv") {
     for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
       if (fs::exists(candidate)) {
@@ -37,7 +38,12 @@ void declare_keys(config::Keys<DatasetConfig>& keys) {
       .add("dataset_split", &C::dataset_split, config::one_of({"blank_line", "file"}),
            "text files: documents end at blank lines, or each file is one")
       .add("bad_data", &C::bad_data, config::one_of({"error", "skip"}),
-           "invalid UTF-8, empty documents, bad JSONL lines, damaged shards: stop, or skip and count");
+           "invalid UTF-8, empty documents, bad JSONL lines, damaged shards: stop, or skip and count")
+      .check([](const C& d, config::Problems& problems) {
+        if (!d.dataset_path.empty() && d.dataset != C{}.dataset)
+          problems.add("training.dataset = \"" + d.dataset + "\" and training.dataset_path = \"" + d.dataset_path +
+                       "\" both name the data; dataset_path wins, so drop dataset (or dataset_path)");
+      });
 }
 
 }  // namespace titan::data

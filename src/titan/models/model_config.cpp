@@ -1,5 +1,7 @@
 #include "titan/models/model_config.h"
 
+#include "titan/core/error.h"
+
 namespace titan::models {
 
 void declare_keys(config::Keys<ModelConfig>& keys) {
@@ -20,6 +22,13 @@ void declare_keys(config::Keys<ModelConfig>& keys) {
               "attention.document_masking = true needs model.attention = \"splash\" (the reference path is "
               "causal only); set one of them");
       });
+}
+
+void check_no_moe_keys(const ModelConfig& cfg, const std::string& model) {
+  if (cfg.moe == nn::moe::MoeConfig{}) return;
+  throw Error("[moe] keys are set, but " + model +
+              " has no experts for them to act on; drop the [moe] section, or train a mixture-of-experts model "
+              "(e.g. model.name = \"qwen3_moe\")");
 }
 
 }  // namespace titan::models

@@ -25,4 +25,7 @@ struct ModelConfig {
 // The [model] keys; [attention] and [moe] are the keys of `attn` and `moe`.
 void declare_keys(config::Keys<ModelConfig>& keys);
 
+// Refuses [moe] keys set for `model` (family/flavor), which has no experts for them to act on.
+void check_no_moe_keys(const ModelConfig& cfg, const std::string& model);
+
 }  // namespace titan::models

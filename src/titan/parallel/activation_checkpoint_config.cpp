@@ -25,7 +25,13 @@ void declare_keys(config::Keys<ActivationCheckpointConfig>& keys) {
            "none, every layer (full), or every k-th layer (selective)")
       .add("selective_ac_option", &C::selective_ac_option, config::non_empty(),
            "with mode = \"selective\": k as a string, e.g. \"2\" checkpoints every 2nd layer")
-      .check([](const C& ac, config::Problems& problems) { problems.capture("", [&] { ac.every_k(); }); });
+      .check([](const C& ac, config::Problems& problems) {
+        problems.capture("", [&] { ac.every_k(); });
+        if (ac.mode != "selective" && ac.selective_ac_option != C{}.selective_ac_option)
+          problems.add("activation_checkpoint.selective_ac_option = " + config::format_value(ac.selective_ac_option) +
+                       " applies to mode = \"selective\", and mode is " + config::format_value(ac.mode) +
+                       "; set mode = \"selective\", or drop selective_ac_option");
+      });
 }
 
 }  // namespace titan::parallel

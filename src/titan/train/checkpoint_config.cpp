@@ -34,6 +34,10 @@ void declare_keys(config::Keys<CheckpointConfig>& keys) {
           problems.add("checkpoint.hf_config_format = \"" + c.hf_config_format +
                        "\" applies to the Hugging Face export only, and checkpoint.last_save_in_hf is false; set "
                        "--checkpoint.last_save_in_hf=true, or drop hf_config_format");
+        if (c.initial_load_path.empty() && c.initial_load_model_only != C{}.initial_load_model_only)
+          problems.add(
+              "checkpoint.initial_load_model_only = false applies to checkpoint.initial_load_path, which is empty; "
+              "set initial_load_path, or drop initial_load_model_only");
         if (c.last_save_in_hf && !c.last_save_model_only)
           problems.add(
               "checkpoint.last_save_in_hf = true needs checkpoint.last_save_model_only = true (safetensors hold "

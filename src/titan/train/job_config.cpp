@@ -69,21 +69,21 @@ config::Schema<JobConfig> make_schema() {
   return s;
 }
 
-const config::Schema<JobConfig>& schema() {
+}  // namespace
+
+const config::Schema<JobConfig>& job_config_schema() {
   static const config::Schema<JobConfig> s = make_schema();
   return s;
 }
 
-}  // namespace
-
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {
-  return schema().parse(toml_text, source_name, overrides);
+  return job_config_schema().parse(toml_text, source_name, overrides);
 }
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
   config::Origins origins;
-  JobConfig cfg = schema().load(toml_path, overrides, "configs/llama3/debug.toml", &origins);
+  JobConfig cfg = job_config_schema().load(toml_path, overrides, "configs/llama3/debug.toml", &origins);
   // Every other key has a default worth running with; the model has none: a file that names
   // none is a mistake (an empty or wrong file), not a request for the default model.
   if (!origins.contains("model.name"))
@@ -94,25 +94,25 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
 }
 
 void validate(const JobConfig& cfg) {
-  schema().validate(cfg);
+  job_config_schema().validate(cfg);
 }
 
 std::string to_toml(const JobConfig& cfg) {
-  return schema().to_toml(cfg);
+  return job_config_schema().to_toml(cfg);
 }
 
 nlohmann::json to_json(const JobConfig& cfg) {
-  return schema().engine().to_json(&cfg);
+  return job_config_schema().engine().to_json(&cfg);
 }
 
 JobConfig job_config_from_json(const nlohmann::json& j, const std::string& source_name) {
   JobConfig cfg;
-  schema().engine().from_json(j, source_name, &cfg);
+  job_config_schema().engine().from_json(j, source_name, &cfg);
   return cfg;
 }
 
 std::vector<std::string> config_keys() {
-  return schema().keys();
+  return job_config_schema().keys();
 }
 
 }  // namespace titan::train

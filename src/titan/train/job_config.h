@@ -76,4 +76,7 @@ JobConfig job_config_from_json(const nlohmann::json& j, const std::string& sourc
 // "section.key" for every key, in declaration order.
 std::vector<std::string> config_keys();
 
+// The schema itself: each key's rule and where its value lives (tests walk every key).
+const config::Schema<JobConfig>& job_config_schema();
+
 }  // namespace titan::train

@@ -264,9 +264,20 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           .color = use_color(c.metrics.disable_color_printing, console_is_terminal(s.log))},
       s.log);
 
-  s.log << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
+  const auto& ac = c.activation_checkpoint;
+  s.log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
+        << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
         << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
         << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
+        << "titan: attention " << c.model.attention;
+  if (c.model.attention == "splash")
+    s.log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
+  s.log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
+        << "; activation checkpointing "
+        << (ac.mode == "none" ? std::string("off")
+                              : ac.mode + " (" + (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
+                                    " recomputed in backward)")
+        << "\n"
         << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
         << " documents, " << s.loader->num_tokens() << " tokens, " << s.loader->num_windows()
         << " windows of " << c.training.seq_len << "; " << tokenizer->description() << "\n"

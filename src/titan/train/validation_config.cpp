@@ -23,7 +23,12 @@ void declare_keys(config::Keys<ValidationConfig>& keys) {
       .add("freq", &C::freq, config::positive(), "validate after every this many steps, and after the last")
       .add("steps", &C::steps, config::or_minus_one(config::positive()),
            "validation batches (local_batch_size sequences on each rank) per validation; -1: the whole "
-           "validation set once");
+           "validation set once")
+      .check([](const C& v, config::Problems& problems) {
+        if (!v.dataset_path.empty() && v.dataset != C{}.dataset)
+          problems.add("validation.dataset = \"" + v.dataset + "\" and validation.dataset_path = \"" +
+                       v.dataset_path + "\" both name the data; dataset_path wins, so drop dataset (or dataset_path)");
+      });
 }
 
 }  // namespace titan::train

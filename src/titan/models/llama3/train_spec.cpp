@@ -18,6 +18,7 @@ ModelArgs args_from(const ModelConfig& cfg) {
               "flavor keeps a separate output projection. Set model.weight_tying = false");
   TITAN_CHECK(cfg.vocab_size >= 0, "llama3: model.vocab_size must be 0 (the flavor's own) or positive, got ",
               cfg.vocab_size);
+  check_no_moe_keys(cfg, "llama3/" + cfg.flavor);
   ModelArgs args = flavor(cfg.flavor);
   if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
   return args;

@@ -19,6 +19,7 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
   ModelArgs args = flavor(family, cfg.flavor);
   if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
   if (cfg.weight_tying) args.tie_embeddings = *cfg.weight_tying;
+  if (!args.moe) check_no_moe_keys(cfg, std::string(name) + "/" + cfg.flavor);
   if (args.moe) {
     args.aux_loss_coeff = cfg.moe.aux_loss_coeff;
     args.load_balance_loss = nn::moe::load_balance_loss_from_name(cfg.moe.load_balance_loss);

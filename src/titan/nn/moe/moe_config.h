@@ -13,6 +13,8 @@ struct MoeConfig {
   // The auxiliary-loss-free expert bias, with its step per optimizer step.
   bool load_balance_bias = false;
   double bias_update_rate = 0.001;
+
+  bool operator==(const MoeConfig&) const = default;
 };
 
 void declare_keys(config::Keys<MoeConfig>& keys);
