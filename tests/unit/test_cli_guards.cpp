@@ -244,6 +244,24 @@ TEST_F(CliGuards, TrainRefusesAConfigThatIsNoFileOrNamesNoModel) {
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
+// A config's problems are told in the user's terms: the key, the value, what to do, and none of
+// titan's own source locations.
+TEST_F(CliGuards, ConfigProblemsCarryNoSourceLocations) {
+  const std::string config = std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml";
+  for (const std::vector<std::string>& overrides :
+       {std::vector<std::string>{"--training.steps=0"}, {"--training.stpes=3"},
+        {"--parallelism.tensor_parallel_degree=2"}, {"--parallelism.data_parallel_replicate_degree=3"},
+        {"--moe.aux_loss_coeff=0.1"}, {"--model.vocab_size=7"}}) {
+    std::vector<std::string> args = {"train", "--config", config, "--job.dump_folder=" + (dir_ / "out").string()};
+    args.insert(args.end(), overrides.begin(), overrides.end());
+    const CliRun r = titan(args);
+    EXPECT_EQ(r.rc, 1) << overrides[0];
+    EXPECT_NE(r.err.find(overrides[0].substr(2, overrides[0].find('=') - 2)), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("failed at"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
   ASSERT_EQ(train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false"}).rc, 0);
   const fs::path ckpt = dir_ / "ckpt";

@@ -14,11 +14,14 @@
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "titan/core/error.h"
 
 namespace titan::config {
 
@@ -47,6 +50,17 @@ Rule fraction();
 Rule non_empty();
 Rule one_of(std::vector<std::string> choices);
 Rule or_minus_one(Rule r);
+
+// A problem with a config a user wrote (a key, a layout): thrown as titan::Error whose text is
+// `parts` alone, without titan's source location, which says nothing to a user.
+template <class... Parts>
+void require(bool ok, const Parts&... parts) {
+  if (ok) [[likely]]
+    return;
+  std::ostringstream message;
+  ((message << parts), ...);
+  throw Error(message.str());
+}
 
 // Problems gathered over a whole file or validation, raised as one titan::Error so that a user
 // fixes all at once. The messages are for users: they carry no source locations of titan's own.

@@ -19,12 +19,12 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
   int64_t others = 1;
   for (size_t i = 0; i < d.size(); ++i) {
     if (i == 2 && d[i] == -1) continue;
-    TITAN_CHECK(d[i] >= 1, "device mesh: degree of ", kDims[i], " is ", d[i],
+    config::require(d[i] >= 1, "device mesh: degree of ", kDims[i], " is ", d[i],
                 "; every degree must be at least 1 (dp_shard may be -1: the ranks left over)");
     others *= d[i];
   }
   if (d[2] == -1) {
-    TITAN_CHECK(world_size % others == 0, "device mesh: ", world_size, " ranks cannot be split as ",
+    config::require(world_size % others == 0, "device mesh: ", world_size, " ranks cannot be split as ",
                 layout(d), ": the other degrees multiply to ", others,
                 ", which does not divide the world; launch a multiple of ", others,
                 " ranks, or change the [parallelism] degrees");
@@ -32,7 +32,7 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
   }
   int64_t product = 1;
   for (int64_t x : d) product *= x;
-  TITAN_CHECK(product == world_size, "device mesh: ", layout(d), " needs ", product, " ranks, but ",
+  config::require(product == world_size, "device mesh: ", layout(d), " needs ", product, " ranks, but ",
               world_size, " were launched; make the [parallelism] degrees multiply to ", world_size,
               " (data_parallel_shard_degree = -1 takes the ranks left over)");
   return d;
@@ -56,17 +56,24 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
-  TITAN_CHECK(refused.empty(),
+  config::require(refused.empty(),
               "[parallelism] asks for what titan cannot do yet: only data parallelism is implemented "
               "(data_parallel_replicate_degree, data_parallel_shard_degree)",
               refused);
+  const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
+                            .dp_replicate = p.data_parallel_replicate_degree,
+                            .dp_shard = p.data_parallel_shard_degree,
+                            .cp = p.context_parallel_degree,
+                            .tp = p.tensor_parallel_degree,
+                            .ep = p.expert_parallel_degree};
+  try {
+    resolve(degrees, world.size());
+  } catch (const Error& e) {
+    throw Error("parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
+                ", data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) + ": " + e.message());
+  }
   world.set_timeout_seconds(comm.timeout_seconds);
-  return std::make_unique<DeviceMesh>(std::move(world), MeshDegrees{.pp = p.pipeline_parallel_degree,
-                                                                    .dp_replicate = p.data_parallel_replicate_degree,
-                                                                    .dp_shard = p.data_parallel_shard_degree,
-                                                                    .cp = p.context_parallel_degree,
-                                                                    .tp = p.tensor_parallel_degree,
-                                                                    .ep = p.expert_parallel_degree});
+  return std::make_unique<DeviceMesh>(std::move(world), degrees);
 }
 
 DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)

@@ -210,10 +210,10 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     MemoryOwnerScope owner(MemoryCategory::parameters);
     s.model = spec.build(c.model, c.training.seq_len, s.rng);
   }
-  TITAN_CHECK(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
+  config::require(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
               " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
               "; raise model.vocab_size");
-  TITAN_CHECK(dp.size() == 1 || !c.model.moe.load_balance_bias,
+  config::require(dp.size() == 1 || !c.model.moe.load_balance_bias,
               "moe.load_balance_bias = true with data parallelism over ", dp.size(),
               " ranks is not supported yet: each rank would update the expert bias from its own token "
               "counts and the replicas would drift apart; set it to false, or train on one rank");
@@ -225,7 +225,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .mesh = s.mesh.get(),
                    .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
-  TITAN_CHECK(
+  config::require(
       s.fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ", c.model.name,
       " has no FSDP plan; set it to 1");
