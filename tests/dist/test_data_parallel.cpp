@@ -83,10 +83,11 @@ TEST(DataParallel, ResumesFromRankZerosCheckpoint) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[3 + i]) << "step " << 4 + i;
 }
 
-std::string trainer_error(const std::vector<std::string>& overrides) {
+std::string trainer_error(const std::vector<std::string>& overrides,
+                          const std::string& config = "configs/llama3/debug.toml") {
   try {
     std::ostringstream log;
-    Trainer t(small_config(overrides), log, dist::world());
+    Trainer t(small_config(overrides, config), log, dist::world());
   } catch (const Error& e) {
     return e.what();
   }
@@ -107,7 +108,7 @@ TEST(DataParallel, TrainerRejectsLayoutsItCannotRun) {
             std::string::npos)
       << refused;
   if (n == 1) return;
-  EXPECT_NE(trainer_error({"--moe.load_balance_bias=true", local_batch(n)})
+  EXPECT_NE(trainer_error({"--moe.load_balance_bias=true", local_batch(n)}, "configs/qwen3/debug_moe.toml")
                 .find("load_balance_bias = true with data parallelism over " + std::to_string(n) + " ranks"),
             std::string::npos);
 }

@@ -104,14 +104,7 @@ TEST(FullyShard, EachRankKeepsOneNthOfTheTrainingState) {
   if (n == 1) GTEST_SKIP() << "one rank has nothing to shard";
   using models::llama3::ModelArgs;
   using models::llama3::Transformer;
-  ModelArgs args;
-  args.dim = 64;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 96;
-  args.multiple_of = 16;
-  args.max_seq_len = 16;
+  const ModelArgs args = tiny_llama3_args();
   auto step = [](Transformer& model, optim::AdamW& optimizer, parallel::FullyShard* fsdp) {
     Tensor tokens = Tensor::arange(32).reshape({2, 16});
     optimizer.zero_grad();

@@ -91,14 +91,7 @@ TEST(Validation, LossUnderFsdpAndDdpEqualsOneRanksAndTrainingGoesOnAsOnOneRank) 
 TEST(Validation, UnderFsdpEveryGatheredParameterIsFreedAfterThePass) {
   dist::ProcessGroup& world = dist::world();
   const int64_t n = world.size();
-  models::llama3::ModelArgs args;
-  args.dim = 64;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 96;
-  args.multiple_of = 16;
-  args.max_seq_len = 16;
+  const models::llama3::ModelArgs args = tiny_llama3_args();
   std::vector<int32_t> ids(600);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 % 96);
   const ValidationConfig cfg{.enable = true, .local_batch_size = 2, .seq_len = 16, .steps = 2};

@@ -58,6 +58,18 @@ JobConfig small_config(const std::vector<std::string>& overrides, const std::str
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/" + config, o);
 }
 
+models::llama3::ModelArgs tiny_llama3_args() {
+  models::llama3::ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 96;
+  args.multiple_of = 16;
+  args.max_seq_len = 16;
+  return args;
+}
+
 std::string local_batch(int64_t ranks) {
   return "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks);
 }

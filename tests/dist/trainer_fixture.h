@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/models/llama3/model_args.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train::testing {
@@ -21,6 +22,9 @@ std::filesystem::path job_dir(int rank);
 // dump folder are this rank's.
 JobConfig small_config(const std::vector<std::string>& overrides,
                        const std::string& config = "configs/llama3/debug.toml");
+
+// A two-layer Llama 3 of width 64 over 96 ids and 16 positions: FSDP's units in a second.
+models::llama3::ModelArgs tiny_llama3_args();
 
 // "--training.local_batch_size=" for kGlobalBatch over `ranks` data-parallel ranks.
 std::string local_batch(int64_t ranks);

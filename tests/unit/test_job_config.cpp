@@ -401,8 +401,10 @@ TEST(JobConfig, EveryValidationRule) {
         "--checkpoint.keep_latest_k=0", "--parallelism.data_parallel_shard_degree=-1",
         "--training.global_batch_size=64", "--activation_checkpoint.mode=selective",
         "--activation_checkpoint.selective_ac_option=1"});
-  // "op" is only an error where it would be used.
-  with({"--activation_checkpoint.mode=none", "--activation_checkpoint.selective_ac_option=op"});
+  // An option of a mode not chosen would be ignored: refused, naming both keys.
+  EXPECT_TITAN_ERROR(
+      with({"--activation_checkpoint.mode=none", "--activation_checkpoint.selective_ac_option=op"}),
+      "selective_ac_option = \"op\" applies to mode = \"selective\"", "mode is \"none\"");
 }
 
 TEST_F(JobConfigFiles, ValidationNamesWhereAValueWasSet) {
@@ -587,7 +589,8 @@ TEST(JobConfig, LrScheduleAndActivationCheckpointing) {
   EXPECT_EQ(s.decay_ratio, 0.1);
   EXPECT_EQ(s.decay_type, optim::DecayType::cosine);
   EXPECT_EQ(s.min_lr_factor, 0.2);
-  EXPECT_EQ(with({"--lr_scheduler.decay_type=sqrt"}).lr_scheduler.schedule(100).decay_type, optim::DecayType::sqrt);
+  EXPECT_EQ(with({"--lr_scheduler.decay_type=sqrt"}).lr_scheduler.schedule(100).decay_type,
+            optim::DecayType::sqrt);
   JobConfig defaults;
   EXPECT_EQ(defaults.lr_scheduler.schedule(defaults.training.steps).decay_type, optim::DecayType::linear);
 

@@ -20,7 +20,8 @@ DatasetOptions DatasetConfig::options(const std::string& section) const {
         o.path = candidate.string();
         return o;
       }
-    TITAN_CHECK(false, section, ".dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
+    TITAN_CHECK(false, section,
+                ".dataset = \"kjv\": the bundled corpus data/kjv.txt.gz was found neither in ",
                 fs::current_path().string(), " nor in ", TITAN_SOURCE_DIR, "; set ", section,
                 ".dataset_path to a text file");
   }
@@ -30,20 +31,17 @@ DatasetOptions DatasetConfig::options(const std::string& section) const {
 void declare_keys(config::Keys<DatasetConfig>& keys) {
   using C = DatasetConfig;
   keys.add("dataset", &C::dataset, config::non_empty(),
-           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes")
+           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes; with dataset_path "
+           "set, the data's name in the log")
       .add("dataset_path", &C::dataset_path, {},
            "a file, folder or glob of text (.txt, .gz), JSONL (.jsonl, .jsonl.gz) and token shards (.tok); "
            "empty: the dataset's own")
-      .add("dataset_field", &C::dataset_field, config::non_empty(), "JSONL: the field holding a document's text")
+      .add("dataset_field", &C::dataset_field, config::non_empty(),
+           "JSONL: the field holding a document's text")
       .add("dataset_split", &C::dataset_split, config::one_of({"blank_line", "file"}),
            "text files: documents end at blank lines, or each file is one")
       .add("bad_data", &C::bad_data, config::one_of({"error", "skip"}),
-           "invalid UTF-8, empty documents, bad JSONL lines, damaged shards: stop, or skip and count")
-      .check([](const C& d, config::Problems& problems) {
-        if (!d.dataset_path.empty() && d.dataset != C{}.dataset)
-          problems.add("training.dataset = \"" + d.dataset + "\" and training.dataset_path = \"" + d.dataset_path +
-                       "\" both name the data; dataset_path wins, so drop dataset (or dataset_path)");
-      });
+           "invalid UTF-8, empty documents, bad JSONL lines, damaged shards: stop, or skip and count");
 }
 
 }  // namespace titan::data

@@ -20,21 +20,21 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
   for (size_t i = 0; i < d.size(); ++i) {
     if (i == 2 && d[i] == -1) continue;
     config::require(d[i] >= 1, "device mesh: degree of ", kDims[i], " is ", d[i],
-                "; every degree must be at least 1 (dp_shard may be -1: the ranks left over)");
+                    "; every degree must be at least 1 (dp_shard may be -1: the ranks left over)");
     others *= d[i];
   }
   if (d[2] == -1) {
     config::require(world_size % others == 0, "device mesh: ", world_size, " ranks cannot be split as ",
-                layout(d), ": the other degrees multiply to ", others,
-                ", which does not divide the world; launch a multiple of ", others,
-                " ranks, or change the [parallelism] degrees");
+                    layout(d), ": the other degrees multiply to ", others,
+                    ", which does not divide the world; launch a multiple of ", others,
+                    " ranks, or change the [parallelism] degrees");
     d[2] = world_size / others;
   }
   int64_t product = 1;
   for (int64_t x : d) product *= x;
   config::require(product == world_size, "device mesh: ", layout(d), " needs ", product, " ranks, but ",
-              world_size, " were launched; make the [parallelism] degrees multiply to ", world_size,
-              " (data_parallel_shard_degree = -1 takes the ranks left over)");
+                  world_size, " were launched; make the [parallelism] degrees multiply to ", world_size,
+                  " (data_parallel_shard_degree = -1 takes the ranks left over)");
   return d;
 }
 
@@ -46,7 +46,8 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
                                                      {"expert_parallel_degree", p.expert_parallel_degree}};
   std::string refused;
   for (const auto& [key, degree] : missing)
-    if (degree != 1) refused += "\n  parallelism." + std::string(key) + " = " + std::to_string(degree) + ": set it to 1";
+    if (degree != 1)
+      refused += "\n  parallelism." + std::string(key) + " = " + std::to_string(degree) + ": set it to 1";
   // The pipeline's own keys mean nothing without pipeline stages.
   const ParallelismConfig defaults;
   if (p.pipeline_parallel_schedule != defaults.pipeline_parallel_schedule)
@@ -57,9 +58,9 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
   config::require(refused.empty(),
-              "[parallelism] asks for what titan cannot do yet: only data parallelism is implemented "
-              "(data_parallel_replicate_degree, data_parallel_shard_degree)",
-              refused);
+                  "[parallelism] asks for what titan cannot do yet: only data parallelism is implemented "
+                  "(data_parallel_replicate_degree, data_parallel_shard_degree)",
+                  refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,
                             .dp_shard = p.data_parallel_shard_degree,
@@ -69,8 +70,10 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
   try {
     resolve(degrees, world.size());
   } catch (const Error& e) {
-    throw Error("parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
-                ", data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) + ": " + e.message());
+    throw Error(
+        "parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
+        ", data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) + ": " +
+        e.message());
   }
   world.set_timeout_seconds(comm.timeout_seconds);
   return std::make_unique<DeviceMesh>(std::move(world), degrees);
@@ -106,8 +109,9 @@ DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)
 size_t DeviceMesh::index_of(const std::string& dim) const {
   for (size_t i = 0; i < kDims.size(); ++i)
     if (dim == kDims[i]) return i;
-  TITAN_CHECK(dim == "dp", "device mesh: no dimension '", dim,
-              "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, and dp (dp_replicate x dp_shard)");
+  TITAN_CHECK(
+      dim == "dp", "device mesh: no dimension '", dim,
+      "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, and dp (dp_replicate x dp_shard)");
   return kDims.size();
 }
 

@@ -31,16 +31,18 @@ void check_no_moe_keys(const ModelConfig& cfg, const std::string& model) {
   auto note = [&](const char* key, bool differs, const std::string& value) {
     if (differs) set += (set.empty() ? "" : ", ") + std::string("moe.") + key + " = " + value;
   };
-  note("aux_loss_coeff", cfg.moe.aux_loss_coeff != defaults.aux_loss_coeff, config::format_value(cfg.moe.aux_loss_coeff));
+  note("aux_loss_coeff", cfg.moe.aux_loss_coeff != defaults.aux_loss_coeff,
+       config::format_value(cfg.moe.aux_loss_coeff));
   note("load_balance_loss", cfg.moe.load_balance_loss != defaults.load_balance_loss,
        config::format_value(cfg.moe.load_balance_loss));
   note("load_balance_bias", cfg.moe.load_balance_bias != defaults.load_balance_bias,
        cfg.moe.load_balance_bias ? "true" : "false");
   note("bias_update_rate", cfg.moe.bias_update_rate != defaults.bias_update_rate,
        config::format_value(cfg.moe.bias_update_rate));
-  throw Error(set + ": [moe] keys are set, but " + model +
-              " has no experts for them to act on; drop the [moe] section, or train a mixture-of-experts model "
-              "(e.g. model.name = \"qwen3_moe\")");
+  throw Error(
+      set + ": [moe] keys are set, but " + model +
+      " has no experts for them to act on; drop the [moe] section, or train a mixture-of-experts model "
+      "(e.g. model.name = \"qwen3_moe\")");
 }
 
 }  // namespace titan::models

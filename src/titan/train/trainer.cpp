@@ -210,13 +210,13 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     MemoryOwnerScope owner(MemoryCategory::parameters);
     s.model = spec.build(c.model, c.training.seq_len, s.rng);
   }
-  config::require(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ", s.model->vocab_size(),
-              " is smaller than the ", tokenizer->vocab_size(), " ids of the ", tokenizer->description(),
-              "; raise model.vocab_size");
+  config::require(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ",
+                  s.model->vocab_size(), " is smaller than the ", tokenizer->vocab_size(), " ids of the ",
+                  tokenizer->description(), "; raise model.vocab_size");
   config::require(dp.size() == 1 || !c.model.moe.load_balance_bias,
-              "moe.load_balance_bias = true with data parallelism over ", dp.size(),
-              " ranks is not supported yet: each rank would update the expert bias from its own token "
-              "counts and the replicas would drift apart; set it to false, or train on one rank");
+                  "moe.load_balance_bias = true with data parallelism over ", dp.size(),
+                  " ranks is not supported yet: each rank would update the expert bias from its own token "
+                  "counts and the replicas would drift apart; set it to false, or train on one rank");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     s.fsdp = spec.parallelize(
@@ -274,13 +274,16 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
     s.log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
   s.log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
         << "; activation checkpointing "
-        << (ac.mode == "none" ? std::string("off")
-                              : ac.mode + " (" + (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
-                                    " recomputed in backward)")
+        << (ac.mode == "none"
+                ? std::string("off")
+                : ac.mode + " (" +
+                      (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
+                      " recomputed in backward)")
         << "\n"
-        << "titan: data " << data_options.path << ": " << ds.stats.files << " files, " << ds.stats.documents
-        << " documents, " << s.loader->num_tokens() << " tokens, " << s.loader->num_windows()
-        << " windows of " << c.training.seq_len << "; " << tokenizer->description() << "\n"
+        << "titan: data " << c.data.dataset << " (" << data_options.path << "): " << ds.stats.files
+        << " files, " << ds.stats.documents << " documents, " << s.loader->num_tokens() << " tokens, "
+        << s.loader->num_windows() << " windows of " << c.training.seq_len << "; " << tokenizer->description()
+        << "\n"
         << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
         << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
         << " GFLOP/s (" << peak.source << ")\n";

@@ -13,22 +13,19 @@ void declare_keys(config::Keys<ValidationConfig>& keys) {
   using C = ValidationConfig;
   keys.add("enable", &C::enable, {}, "compute the validation loss and perplexity during training")
       .add("dataset", &C::dataset, config::non_empty(),
-           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes")
+           "a built-in dataset (kjv: the bundled corpus), or a path as dataset_path takes; with dataset_path "
+           "set, the data's name in the log")
       .add("dataset_path", &C::dataset_path, {},
            "as training.dataset_path, read with [training]'s dataset_field, dataset_split and bad_data; "
            "empty: the dataset's own")
-      .add("local_batch_size", &C::local_batch_size, config::positive(), "sequences per rank per validation batch")
+      .add("local_batch_size", &C::local_batch_size, config::positive(),
+           "sequences per rank per validation batch")
       .add("seq_len", &C::seq_len, config::positive(),
            "tokens per validation sequence; at most training.seq_len, the positions the model is built for")
       .add("freq", &C::freq, config::positive(), "validate after every this many steps, and after the last")
       .add("steps", &C::steps, config::or_minus_one(config::positive()),
            "validation batches (local_batch_size sequences on each rank) per validation; -1: the whole "
-           "validation set once")
-      .check([](const C& v, config::Problems& problems) {
-        if (!v.dataset_path.empty() && v.dataset != C{}.dataset)
-          problems.add("validation.dataset = \"" + v.dataset + "\" and validation.dataset_path = \"" +
-                       v.dataset_path + "\" both name the data; dataset_path wins, so drop dataset (or dataset_path)");
-      });
+           "validation set once");
 }
 
 }  // namespace titan::train

@@ -106,9 +106,9 @@ std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::Data
   const bool shared = options.path == training_options.path;
   const data::Dataset ds = shared ? training_data : data::load_dataset(options, tokenizer);
   auto validator = std::make_unique<Validator>(v, ds.stream, eos_id, std::move(dp));
-  log << "titan: validation every " << v.freq << " steps and after the last: " << options.path
-      << (shared ? " (the training data)" : "") << ", " << validator->num_batches() << " batches of "
-      << v.local_batch_size << " x " << v.seq_len << " tokens per rank";
+  log << "titan: validation every " << v.freq << " steps and after the last: " << v.dataset << " ("
+      << options.path << ")" << (shared ? " (the training data)" : "") << ", " << validator->num_batches()
+      << " batches of " << v.local_batch_size << " x " << v.seq_len << " tokens per rank";
   if (v.steps == -1 && validator->windows_left_out() > 0)
     log << " (the whole set but its last " << validator->windows_left_out() << " windows)";
   log << "\n";
