@@ -177,80 +177,99 @@ struct Trainer::State {
   std::unique_ptr<CheckpointManager> checkpointer;
   std::unique_ptr<StepProfiler> profiler;
   int64_t start_step = 0;
+  parallel::DataParallelStyle dp_style = parallel::DataParallelStyle::none;
+
+  // The constructor's steps, in order; each builds what its name says from cfg.
+  struct Data;
+  Data build_data();
+  void build_model(const data::Tokenizer& tokenizer);
+  void build_optimizer();
+  void build_metrics();
+  void log_setup(const Data& data);
 };
 
-Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
-    : state_(std::make_unique<State>(std::move(cfg), log, std::move(world))) {
-  State& s = *state_;
-  const JobConfig& c = s.cfg;
-  validate(c);
-  refuse_missing_features(c);
-  s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
-  const parallel::DataParallelStyle dp_style = parallel::data_parallel_style(*s.mesh);
-  dist::ProcessGroup& dp = (*s.mesh)["dp"];
-  s.plan = plan_batches(c.training, dp.size());
+// The training data of [training], and what the log and the validator need of it.
+struct Trainer::State::Data {
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  data::DatasetOptions options;
+  data::Dataset dataset;
+  int32_t eos_id = -1;  // where documents end, for document masking; -1: not masked
+};
 
-  std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(c.model.tokenizer_path);
-  const data::DatasetOptions data_options = c.data.options("training");
-  data::Dataset ds = data::load_dataset(data_options, *tokenizer);
-  const int32_t eos_id = c.model.attn.document_masking ? tokenizer->eos_id().value_or(-1) : -1;
-  s.loader = std::make_unique<data::DataLoader>(
-      ds.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
-                                     .local_batch_size = c.training.local_batch_size,
-                                     .seed = static_cast<uint64_t>(c.training.seed),
-                                     .dp_rank = dp.rank(),
-                                     .dp_world = dp.size(),
-                                     .eos_id = eos_id});
+Trainer::State::Data Trainer::State::build_data() {
+  const JobConfig& c = cfg;
+  Data d;
+  d.tokenizer = data::load_tokenizer(c.model.tokenizer_path);
+  d.options = c.data.options("training");
+  d.dataset = data::load_dataset(d.options, *d.tokenizer);
+  d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
+  dist::ProcessGroup& dp = (*mesh)["dp"];
+  loader = std::make_unique<data::DataLoader>(
+      d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
+                                            .local_batch_size = c.training.local_batch_size,
+                                            .seed = static_cast<uint64_t>(c.training.seed),
+                                            .dp_rank = dp.rank(),
+                                            .dp_world = dp.size(),
+                                            .eos_id = d.eos_id});
+  return d;
+}
 
+void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
+  const JobConfig& c = cfg;
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
-  s.summary = spec.summarize(c.model, c.training.seq_len);
-  TITAN_CHECK(s.summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
-  s.memory_snapshots = std::make_unique<MemorySnapshots>(c, s.world.rank(), s.log);
+  summary = spec.summarize(c.model, c.training.seq_len);
+  TITAN_CHECK(summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
+  memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
     MemoryOwnerScope owner(MemoryCategory::parameters);
-    s.model = spec.build(c.model, c.training.seq_len, s.rng);
+    model = spec.build(c.model, c.training.seq_len, rng);
   }
-  config::require(s.model->vocab_size() >= tokenizer->vocab_size(), "model.vocab_size ",
-                  s.model->vocab_size(), " is smaller than the ", tokenizer->vocab_size(), " ids of the ",
-                  tokenizer->description(), "; raise model.vocab_size");
-  config::require(dp.size() == 1 || !c.model.moe.load_balance_bias,
-                  "moe.load_balance_bias = true with data parallelism over ", dp.size(),
+  const int64_t dp_size = (*mesh)["dp"].size();
+  config::require(model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", model->vocab_size(),
+                  " is smaller than the ", tokenizer.vocab_size(), " ids of the ", tokenizer.description(),
+                  "; raise model.vocab_size");
+  config::require(dp_size == 1 || !c.model.moe.load_balance_bias,
+                  "moe.load_balance_bias = true with data parallelism over ", dp_size,
                   " ranks is not supported yet: each rank would update the expert bias from its own token "
                   "counts and the replicas would drift apart; set it to false, or train on one rank");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
-    s.fsdp = spec.parallelize(
-        *s.model, {.activation_checkpoint_mode = ac.mode,
-                   .activation_checkpoint_every_k = ac.every_k(),
-                   .mesh = s.mesh.get(),
-                   .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+    fsdp = spec.parallelize(
+        *model, {.activation_checkpoint_mode = ac.mode,
+                 .activation_checkpoint_every_k = ac.every_k(),
+                 .mesh = mesh.get(),
+                 .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
   }
   config::require(
-      s.fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
-      "parallelism.data_parallel_shard_degree = ", s.mesh->degree("dp_shard"), ": model ", c.model.name,
+      fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
+      "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
       " has no FSDP plan; set it to 1");
+}
 
+void Trainer::State::build_optimizer() {
   // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
-  auto named = s.fsdp ? s.fsdp->named_shards() : s.model->named_parameters();
-  for (auto& [n, p] : named) s.params.push_back(p);
+  auto named = fsdp ? fsdp->named_shards() : model->named_parameters();
+  for (auto& [n, p] : named) params.push_back(p);
   if (dp_style == parallel::DataParallelStyle::ddp)
-    s.data_parallel = std::make_unique<parallel::DataParallel>(s.params, dp);
-  s.optimizer = std::make_unique<optim::AdamW>(named, c.optimizer.adamw_options());
-  s.scheduler = std::make_unique<optim::LrScheduler>(*s.optimizer, c.lr_scheduler.schedule(c.training.steps));
+    data_parallel = std::make_unique<parallel::DataParallel>(params, (*mesh)["dp"]);
+  optimizer = std::make_unique<optim::AdamW>(named, cfg.optimizer.adamw_options());
+  scheduler = std::make_unique<optim::LrScheduler>(*optimizer, cfg.lr_scheduler.schedule(cfg.training.steps));
+}
 
+void Trainer::State::build_metrics() {
+  const JobConfig& c = cfg;
   // Rank 0 measures (ranks measuring at once on shared cores would each see a fraction) and
   // tells the others.
-  if (s.world.rank() == 0) s.peak = resolve_peak_flops(c.metrics.peak_flops);
-  if (s.world.size() > 1) {
-    s.peak.flops_per_second = s.world.all_reduce(s.peak.flops_per_second, dist::ReduceOp::max);
-    if (s.world.rank() != 0) s.peak.source = "rank 0's";
+  if (world.rank() == 0) peak = resolve_peak_flops(c.metrics.peak_flops);
+  if (world.size() > 1) {
+    peak.flops_per_second = world.all_reduce(peak.flops_per_second, dist::ReduceOp::max);
+    if (world.rank() != 0) peak.source = "rank 0's";
   }
-  const PeakFlops& peak = s.peak;
   // Rank 0 writes metrics.jsonl and save_tb_folder; with save_for_all_ranks every other rank r
   // writes its own figures (its step time, throughput and memory) beside them.
-  const int rank = s.world.rank();
+  const int rank = world.rank();
   const bool writes_metrics = rank == 0 || c.metrics.save_for_all_ranks;
-  s.metrics = std::make_unique<MetricsLogger>(
+  metrics = std::make_unique<MetricsLogger>(
       MetricsOptions{
           .dump_folder = c.job.dump_folder,
           .log_freq = c.metrics.log_freq,
@@ -261,57 +280,79 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
           .save_tb_folder = rank == 0 ? c.metrics.save_tb_folder
                                       : c.metrics.save_tb_folder + "/rank_" + std::to_string(rank),
           .jsonl_name = rank == 0 ? "metrics.jsonl" : "metrics_rank" + std::to_string(rank) + ".jsonl",
-          .color = use_color(c.metrics.disable_color_printing, console_is_terminal(s.log))},
-      s.log);
+          .color = use_color(c.metrics.disable_color_printing, console_is_terminal(log))},
+      log);
+}
 
+void Trainer::State::log_setup(const Data& d) {
+  const JobConfig& c = cfg;
+  const int64_t dp_size = (*mesh)["dp"].size();
   const auto& ac = c.activation_checkpoint;
-  s.log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
-        << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << s.summary.description << "\n"
-        << "titan: " << s.summary.num_params << " parameters, " << s.summary.flops_per_token / 1e9
-        << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
-        << "titan: attention " << c.model.attention;
+  log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
+      << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << summary.description << "\n"
+      << "titan: " << summary.num_params << " parameters, " << summary.flops_per_token / 1e9
+      << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
+      << "titan: attention " << c.model.attention;
   if (c.model.attention == "splash")
-    s.log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
-  s.log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
-        << "; activation checkpointing "
-        << (ac.mode == "none"
-                ? std::string("off")
-                : ac.mode + " (" +
-                      (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
-                      " recomputed in backward)")
-        << "\n"
-        << "titan: data " << c.data.dataset << " (" << data_options.path << "): " << ds.stats.files
-        << " files, " << ds.stats.documents << " documents, " << s.loader->num_tokens() << " tokens, "
-        << s.loader->num_windows() << " windows of " << c.training.seq_len << "; " << tokenizer->description()
-        << "\n"
-        << "titan: batch " << c.training.local_batch_size << " x " << s.plan.gradient_accumulation_steps
-        << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
-        << " GFLOP/s (" << peak.source << ")\n";
-  if (const std::string w = kernels::cpu::blas_kernel_warning(); !w.empty() && s.world.rank() == 0) s.warn(w);
-  if (s.data_parallel)
-    s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
-          << ": data parallel with replicated parameters (DDP), gradients averaged over " << dp.size()
-          << " ranks in " << s.data_parallel->num_buckets()
-          << (s.data_parallel->num_buckets() == 1 ? " bucket" : " buckets")
-          << " after backward; global batch " << s.plan.global_batch_size << "\n";
-  if (s.fsdp)
-    s.log << "titan: " << s.world.size() << " ranks, mesh dp_replicate " << s.mesh->degree("dp_replicate")
-          << " x dp_shard " << s.mesh->degree("dp_shard") << ": " << parallel::style_name(dp_style)
-          << ", parameters, gradients and optimizer "
-          << "states sharded over " << s.mesh->degree("dp_shard") << " ranks (" << s.fsdp->shard_bytes() / 1e6
-          << " MB of parameters on this rank); global batch " << s.plan.global_batch_size << "\n";
-  if (!ds.stats.skipped.empty())
-    s.log << "titan: data: " << ds.stats.skipped_summary() << " (training.bad_data = skip)\n";
-  s.validator = make_validator(c, data_options, ds, *tokenizer, eos_id, dp, s.log);
+    log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
+  log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
+      << "; activation checkpointing "
+      << (ac.mode == "none"
+              ? std::string("off")
+              : ac.mode + " (" +
+                    (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
+                    " recomputed in backward)")
+      << "\n"
+      << "titan: data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files
+      << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
+      << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
+      << "\n"
+      << "titan: batch " << c.training.local_batch_size << " x " << plan.gradient_accumulation_steps
+      << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
+      << " GFLOP/s (" << peak.source << ")\n";
+  if (const std::string w = kernels::cpu::blas_kernel_warning(); !w.empty() && world.rank() == 0) warn(w);
+  if (data_parallel)
+    log << "titan: " << world.size() << " ranks, mesh dp_replicate " << mesh->degree("dp_replicate")
+        << ": data parallel with replicated parameters (DDP), gradients averaged over " << dp_size
+        << " ranks in " << data_parallel->num_buckets()
+        << (data_parallel->num_buckets() == 1 ? " bucket" : " buckets") << " after backward; global batch "
+        << plan.global_batch_size << "\n";
+  if (fsdp)
+    log << "titan: " << world.size() << " ranks, mesh dp_replicate " << mesh->degree("dp_replicate")
+        << " x dp_shard " << mesh->degree("dp_shard") << ": " << parallel::style_name(dp_style)
+        << ", parameters, gradients and optimizer "
+        << "states sharded over " << mesh->degree("dp_shard") << " ranks (" << fsdp->shard_bytes() / 1e6
+        << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
+  if (!d.dataset.stats.skipped.empty())
+    log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
+}
 
-  const Checkpointed parts{.model = *s.model,
-                           .optimizer = *s.optimizer,
-                           .scheduler = *s.scheduler,
-                           .loader = *s.loader,
-                           .rng = s.rng,
-                           .fsdp = s.fsdp.get(),
-                           .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)};
-  s.checkpointer = std::make_unique<CheckpointManager>(c, parts, s.log, s.world);
+Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
+    : state_(std::make_unique<State>(std::move(cfg), log, std::move(world))) {
+  State& s = *state_;
+  const JobConfig& c = s.cfg;
+  validate(c);
+  refuse_missing_features(c);
+  s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
+  s.dp_style = parallel::data_parallel_style(*s.mesh);
+  s.plan = plan_batches(c.training, (*s.mesh)["dp"].size());
+  const State::Data data = s.build_data();
+  s.build_model(*data.tokenizer);
+  s.build_optimizer();
+  s.build_metrics();
+  s.log_setup(data);
+  s.validator =
+      make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id, (*s.mesh)["dp"], s.log);
+  s.checkpointer = std::make_unique<CheckpointManager>(
+      c,
+      Checkpointed{.model = *s.model,
+                   .optimizer = *s.optimizer,
+                   .scheduler = *s.scheduler,
+                   .loader = *s.loader,
+                   .rng = s.rng,
+                   .fsdp = s.fsdp.get(),
+                   .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
+      s.log, s.world);
   s.start_step = s.checkpointer->load();
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
