@@ -119,7 +119,7 @@ int tokenize_command(const std::vector<std::string>& args) {
   std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(o.tokenizer);
   std::vector<fs::path> files;
   for (const std::string& input : o.inputs)
-    for (fs::path& f : data::resolve_dataset_files(input)) {
+    for (fs::path& f : data::resolve_dataset_files(input, "titan tokenize: INPUT")) {
       TITAN_CHECK(data::file_kind(f) != data::FileKind::shard, "titan tokenize: ", f.string(),
                   " is already a token shard; give text or JSONL files");
       files.push_back(std::move(f));
