@@ -160,6 +160,11 @@ std::string other_value(const config::Ref& ref, const config::Rule& rule) {
 }
 
 TEST(ConfigKeys, EveryKeyIsReadOrRefused) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Some 80 training runs test what keys mean, not memory safety, which the other tests check
+  // under the sanitizers; the release run covers this one.
+  GTEST_SKIP() << "config semantics, run in the release build";
+#endif
   const fs::path dir = test::temp_dir("config_keys_read");
   const fs::path data = corpus(dir);
   setenv("FORCE_COLOR", "1", 1);
