@@ -37,8 +37,10 @@
 #include "support/torch_reference.h"
 #include "titan/autograd/engine.h"
 #include "titan/core/allocator.h"
+#include "titan/core/autocast.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
 #include "titan/ops/linalg.h"
@@ -93,6 +95,7 @@ constexpr uint64_t kSeed = 0;
 // The step's linear-layer GEMMs alone: ops::linear forward and its backward (the input and
 // weight gradients) for every projection and the output head, on tensors of the step's shapes.
 // Attention's products are left out.
+// Under the caller's autocast state, as the step runs.
 double linear_gemm_seconds(const Config& c) {
   const int64_t rows = c.batch * c.seq, kv = c.n_kv_heads * (c.dim / c.n_heads);
   struct Linear {
@@ -121,8 +124,10 @@ double linear_gemm_seconds(const Config& c) {
 }
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
-json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, int warmup,
+// bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
+json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16, int warmup,
                  int steps) {
+  const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
   std::uniform_int_distribution<int64_t> token(0, c.vocab_size - 1);
@@ -187,10 +192,11 @@ std::string self_path() {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-json run_titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, int threads,
-                     int warmup, int steps) {
+json run_titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
+                     int threads, int warmup, int steps) {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
                         " --worker --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
+                        " --precision=" + (bf16 ? "bf16" : "f32") +
                         " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
 }
@@ -284,17 +290,19 @@ std::string flag_value(const std::string& arg, const std::string& key) {
 
 int worker_main(int argc, char** argv) {
   std::string config, attention = "splash", ac = "none";
+  bool bf16 = false;
   int warmup = 1, steps = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (auto v = flag_value(a, "--config"); !v.empty()) config = v;
     if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
+    if (auto v = flag_value(a, "--precision"); !v.empty()) bf16 = v == "bf16";
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps = std::stoi(v);
   }
   try {
-    std::cout << titan_round(config_named(config), attention, ac, warmup, steps).dump() << "\n";
+    std::cout << titan_round(config_named(config), attention, ac, bf16, warmup, steps).dump() << "\n";
   } catch (const std::exception& e) {
     std::cout << json{{"error", e.what()}}.dump() << "\n";
   }
@@ -321,12 +329,14 @@ int main(int argc, char** argv) {
   // by "train_step/<S|M|L>"; --rounds=N and --steps=N override the defaults; --no_ac skips the
   // activation-checkpointing rounds; --attention=reference runs titan with the attention that
   // materialises the scores (splash, titan's default, never does); --torch=eager,compile picks
-  // PyTorch's variants (default: all of bench::kTorchAll).
+  // PyTorch's variants (default: all of bench::kTorchAll); --precision=bf16 runs titan as
+  // training.mixed_precision_param = "bfloat16" does, against the best of every PyTorch variant
+  // (f32 and bf16), with its share of the measured bf16 GEMM peak.
   int rounds = 3;
   std::vector<std::string> variants = bench::kTorchAll;
   std::string attention = "splash";
   std::optional<int> steps_override;
-  bool with_ac = true;
+  bool with_ac = true, bf16 = false;
   std::regex filter(".*");
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -334,6 +344,10 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(a, "--rounds"); !v.empty()) rounds = std::max(1, std::stoi(v));
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
+    if (auto v = flag_value(a, "--precision"); !v.empty()) {
+      TITAN_CHECK(v == "f32" || v == "bf16", "bench_train_step: --precision is f32 or bf16, got '", v, "'");
+      bf16 = v == "bf16";
+    }
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--torch"); !v.empty()) {
       variants.clear();
@@ -355,11 +369,17 @@ int main(int argc, char** argv) {
   // Before mark_start: over an empty window the share of other processes means nothing.
   std::cout << bench::machine_summary() << "; load average " << load_start << "\n" << std::flush;
   bench::mark_start();
-  const double sgemm_start = titan::train::measure_peak_flops();
-  // titan's GEMM kernels set the rate that %SGEMM is a share of, for either side.
-  const std::string blas_kernels = bench::blas_kernels_summary();
-  std::cout << "SGEMM 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
-            << " GFLOP/s\n"
+  const titan::DType precision = bf16 ? titan::kBF16 : titan::kF32;
+  // The name of the peak that %peak is a share of, for either side: titan's GEMM kernels' rate in
+  // the precision titan runs.
+  const std::string peak_name = bf16 ? "bf16 GEMM" : "SGEMM";
+  const double sgemm_start = titan::train::measure_peak_flops(precision);
+  const std::string blas_kernels =
+      bf16 ? "bf16 GEMMs: oneDNN " + titan::kernels::cpu::onednn_version() + " on " +
+                 titan::kernels::cpu::onednn_bf16_isa() + " (f32: " + bench::blas_kernels_summary() + ")"
+           : bench::blas_kernels_summary();
+  std::cout << peak_name << " 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
+            << " GFLOP/s; " << blas_kernels << "\n"
             << std::flush;
 
   std::vector<Result> results;
@@ -374,12 +394,13 @@ int main(int argc, char** argv) {
               << std::flush;
     for (int round = 1; round <= rounds; ++round) {
       std::cout << "round " << round << ": titan\n" << std::flush;
-      r.titan.add(run_titan_round(*c, attention, "none", threads, c->warmup, steps));
+      r.titan.add(run_titan_round(*c, attention, "none", bf16, threads, c->warmup, steps));
       for (const std::string& variant : variants) {
         const bool compiled = variant.rfind("compile", 0) == 0;
         if (compiled && compile_skipped) continue;
-        // bf16 figures are information, not the headline: one round each keeps the run short.
-        if (!bench::is_f32(variant) && round > 1) continue;
+        // Against titan f32, bf16 figures are information, not the headline: one round each keeps
+        // the run short. Against titan bf16 they are the headline.
+        if (!bf16 && !bench::is_f32(variant) && round > 1) continue;
         std::cout << "round " << round << ": torch " << variant << "\n" << std::flush;
         json reply = run_torch_round(*c, variant, threads, c->warmup, steps);
         if (compiled && reply.contains("first_step_seconds")) {
@@ -400,11 +421,11 @@ int main(int argc, char** argv) {
     }
     if (with_ac) {
       std::cout << "titan, activation_checkpoint full\n" << std::flush;
-      r.titan_ac_full.add(run_titan_round(*c, attention, "full", threads, c->warmup, 1));
+      r.titan_ac_full.add(run_titan_round(*c, attention, "full", bf16, threads, c->warmup, 1));
     }
     results.push_back(std::move(r));
   }
-  const double sgemm_end = titan::train::measure_peak_flops();
+  const double sgemm_end = titan::train::measure_peak_flops(precision);
   const double sgemm = std::max(sgemm_start, sgemm_end);
 
   // The PyTorch side's description, from the first round that ran.
@@ -423,13 +444,14 @@ int main(int argc, char** argv) {
       for (const std::string& e : side.errors)
         torch_about.errors["train_step/" + r.config->name + " [" + variant + "]"] = e;
 
-  bench::Table speed{.title = "Llama 3 training step, f32, titan with " + attention +
+  bench::Table speed{.title = std::string("Llama 3 training step, titan ") + (bf16 ? "bf16" : "f32") + " with " +
+                              attention +
                               " attention, tokens/s (median step over " + std::to_string(rounds) +
                               " interleaved rounds per side, each in a fresh process)",
                      .unit = "tokens/s",
                      .variants = variants,
                      .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s",
-                                       "titan %SGEMM", "torch %SGEMM", "titan tok/s by round",
+                                       "titan %" + peak_name, "torch %" + peak_name, "titan tok/s by round",
                                        "torch tok/s by round", "GEMMs ms", "floor ms", "torch/floor"},
                      .rows = {},
                      .notes = {}};
@@ -464,8 +486,9 @@ int main(int argc, char** argv) {
     if (r.titan.ok()) titan_s = r.titan.step_seconds();
     for (const auto& [variant, side] : r.torch)
       if (side.ok()) row.torch[variant] = tokens / side.step_seconds();
-    // The best f32 variant stands for torch in the columns after the figures.
-    const auto best = bench::best_f32(row);
+    // The best f32 variant stands for torch in the columns after the figures; against titan bf16,
+    // the best of every variant.
+    const auto best = bf16 ? bench::best_any(row) : bench::best_f32(row);
     const Side* torch_side = best ? &r.torch.at(best->first) : nullptr;
     std::optional<double> torch_s;
     if (torch_side) torch_s = torch_side->step_seconds();
@@ -527,14 +550,21 @@ int main(int argc, char** argv) {
       speed.notes.push_back(losses + " (ln vocab " +
                             bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) + ")");
     }
-    if ((c.name == "M" || c.name == "L") && row.titan && best && mem.titan && least) {
+    if (bf16 && (c.name == "M" || c.name == "L") && row.titan && best) {
+      const double speedup = *row.titan / best->second;
+      verdicts.push_back("target " + c.name + " bf16: titan >= 1.3x the best torch tokens/s of any variant (" +
+                         best->first + "): " + bench::fixed(speedup, 2) + "x " + (speedup >= 1.3 ? "MET" : "MISSED") +
+                         "; titan model FLOP/s " + bench::fixed(100 * *row.titan * fpt / sgemm, 0) + "% of the " +
+                         peak_name + " peak");
+    }
+    if (!bf16 && (c.name == "M" || c.name == "L") && row.titan && best && mem.titan && least) {
       const double speedup = *row.titan / best->second, mem_ratio = *mem.titan / least->second;
       verdicts.push_back("target " + c.name + ": titan >= 1.6x the best torch f32 tokens/s (" + best->first +
                          "): " + bench::fixed(speedup, 2) + "x " + (speedup >= 1.6 ? "MET" : "MISSED") +
                          "; RSS growth <= the least of torch f32's (" + least->first +
                          "): " + bench::fixed(mem_ratio, 2) + "x " + (mem_ratio <= 1.0 ? "MET" : "MISSED"));
     }
-    if (c.name == "L" && row.titan) {
+    if (!bf16 && c.name == "L" && row.titan) {
       const double share = *row.titan * fpt / sgemm;
       verdicts.push_back("target L: titan >= 70% of SGEMM: " + bench::fixed(100 * share, 0) + "% " +
                          (share >= 0.7 ? "MET" : "MISSED"));
@@ -542,8 +572,8 @@ int main(int argc, char** argv) {
   }
   speed.notes.push_back(
       "FLOPs per token = 6 * non-embedding parameters + 12 * layers * dim * seq "
-      "(llama3::summarize). %SGEMM: of " +
-      bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 SGEMM measurements (" +
+      "(llama3::summarize). %" + peak_name + ": of " +
+      bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 " + peak_name + " measurements (" +
       bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " + bench::fixed(sgemm_end / 1e9, 1) +
       " after); " + blas_kernels + ".");
   speed.notes.push_back(

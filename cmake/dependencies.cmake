@@ -27,11 +27,20 @@ if(NOT TITAN_OPENBLAS OR NOT TITAN_CBLAS_INCLUDE)
                       "install libopenblas-openmp-dev (make deps does it)")
 endif()
 
+# oneDNN's matmul primitive runs the bf16 GEMMs of mixed-precision training (libdnnl-dev, OpenMP
+# runtime like OpenBLAS's: one thread pool for both). Found by hand: Debian's dnnl-config.cmake
+# insists on OpenCL's headers (its GPU runtime), which titan does not use.
+find_library(TITAN_DNNL dnnl)
+find_path(TITAN_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+if(NOT TITAN_DNNL OR NOT TITAN_DNNL_INCLUDE)
+  message(FATAL_ERROR "oneDNN not found: install libdnnl-dev (make deps does it)")
+endif()
+
 add_library(titan_deps INTERFACE)
 target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
-target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB)
+target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB ${TITAN_DNNL})
 # Pin the OpenMP build at run time too, whatever the system BLAS alternative points at.
 set(CMAKE_BUILD_RPATH ${TITAN_OPENBLAS_DIR})
 set(CMAKE_INSTALL_RPATH ${TITAN_OPENBLAS_DIR})

@@ -386,12 +386,22 @@ std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 0) + " MiB";
 }
 
-std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better) {
+namespace {
+std::optional<std::pair<std::string, double>> best_where(const Row& row, bool higher_is_better, bool f32_only) {
   std::optional<std::pair<std::string, double>> best;
   for (const auto& [variant, v] : row.torch)
-    if (is_f32(variant) && (!best || (higher_is_better ? v > best->second : v < best->second)))
+    if ((!f32_only || is_f32(variant)) && (!best || (higher_is_better ? v > best->second : v < best->second)))
       best = {variant, v};
   return best;
+}
+}  // namespace
+
+std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better) {
+  return best_where(row, higher_is_better, true);
+}
+
+std::optional<std::pair<std::string, double>> best_any(const Row& row, bool higher_is_better) {
+  return best_where(row, higher_is_better, false);
 }
 
 void print_table(const Table& table, const TorchResults& reference) {

@@ -138,6 +138,8 @@ struct Table {
 };
 // The best f32 variant of a row and its figure, if any ran.
 std::optional<std::pair<std::string, double>> best_f32(const Row& row, bool higher_is_better = true);
+// The best PyTorch variant of every precision: what titan bf16 is measured against.
+std::optional<std::pair<std::string, double>> best_any(const Row& row, bool higher_is_better = true);
 void print_table(const Table& table, const TorchResults& reference);
 
 // Titan's cases and the reference's, timed in alternating rounds (titan, torch, titan, ...). Each

@@ -7,7 +7,13 @@ train.safetensors with the batches ("in.tokens", "in.targets" [STEPS, BATCH, SEQ
 step's logits ("out.logits0") and gradients ("grad.<HF name>", as save_pretrained names and lays
 out tensors), every step's loss and grad norm before clipping ("out.loss", "out.grad_norm") and
 the weights after the last step ("final.<HF name>"); metadata: the optimizer's settings.
+
+The same run from the same weights with forward and loss under torch.autocast("cpu", bfloat16),
+PyTorch's mixed precision (float32 weights and optimizer, bf16 matrix products and activations),
+gives "out.bf16_loss" and "out.bf16_grad_norm": the reference of titan's
+training.mixed_precision_param = "bfloat16".
 """
+import copy
 import os
 
 import torch
@@ -36,6 +42,28 @@ def batches(vocab, gen):
     return tokens[..., :-1].contiguous(), tokens[..., 1:].contiguous()
 
 
+def run(model, inputs, targets, dtype, tensors):
+    """STEPS steps; forward and loss under autocast to `dtype` unless it is float32. With
+    `tensors`, records the first step's logits and gradients there."""
+    opt = torch.optim.AdamW(model.parameters(), lr=HYPER["lr"], betas=(HYPER["beta1"], HYPER["beta2"]),
+                            eps=HYPER["eps"], weight_decay=HYPER["weight_decay"])
+    losses, norms = [], []
+    for s in range(STEPS):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            # shift_labels: the targets are already the next tokens (HF would shift labels itself).
+            out = model(inputs[s], labels=targets[s], shift_labels=targets[s])
+        out.loss.backward()
+        if s == 0 and tensors is not None:
+            tensors["out.logits0"] = out.logits.detach()
+            grads = as_saved(model, {n: p.grad for n, p in model.named_parameters()})
+            tensors.update({"grad." + n: g for n, g in grads.items()})
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["max_norm"])))
+        opt.step()
+        losses.append(out.loss.item())
+    return losses, norms
+
+
 def train(family, root):
     torch.manual_seed(7)
     moe = {"output_router_logits": HF_AUX_LOSS, "router_aux_loss_coef": 0.01 if HF_AUX_LOSS else 0.0}
@@ -44,23 +72,13 @@ def train(family, root):
     inputs, targets = batches(model.config.vocab_size, torch.Generator().manual_seed(99))
     tensors = {"in.tokens": inputs, "in.targets": targets}
 
-    opt = torch.optim.AdamW(model.parameters(), lr=HYPER["lr"], betas=(HYPER["beta1"], HYPER["beta2"]),
-                            eps=HYPER["eps"], weight_decay=HYPER["weight_decay"])
-    losses, norms = [], []
-    for s in range(STEPS):
-        opt.zero_grad()
-        # shift_labels: the targets are already the next tokens (HF would shift labels itself).
-        out = model(inputs[s], labels=targets[s], shift_labels=targets[s])
-        out.loss.backward()
-        if s == 0:
-            tensors["out.logits0"] = out.logits.detach()
-            grads = as_saved(model, {n: p.grad for n, p in model.named_parameters()})
-            tensors.update({"grad." + n: g for n, g in grads.items()})
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["max_norm"])))
-        opt.step()
-        losses.append(out.loss.item())
+    initial = copy.deepcopy(model)
+    losses, norms = run(model, inputs, targets, torch.float32, tensors)
     final = as_saved(model, dict(model.named_parameters()))
     tensors.update({"final." + n: t for n, t in final.items()})
     tensors["out.loss"] = torch.tensor(losses, dtype=torch.float64)
     tensors["out.grad_norm"] = torch.tensor(norms, dtype=torch.float64)
+    losses, norms = run(initial, inputs, targets, torch.bfloat16, None)
+    tensors["out.bf16_loss"] = torch.tensor(losses, dtype=torch.float64)
+    tensors["out.bf16_grad_norm"] = torch.tensor(norms, dtype=torch.float64)
     write_safetensors(os.path.join(root, "train.safetensors"), tensors, dict(HYPER, steps=STEPS))

@@ -192,6 +192,18 @@ TEST_F(CliGuards, TrainRefusesACheckpointFolderAnotherRunHolds) {
   EXPECT_EQ(train::CheckpointManager::list(ckpt).size(), 1u);
 }
 
+// bf16 training on a CPU without bf16 instructions is refused before anything is built, naming the
+// key and what is missing. ONEDNN_MAX_CPU_ISA (oneDNN's own limit) stands in for such a CPU.
+TEST_F(CliGuards, Bf16TrainingIsRefusedWithoutBf16Instructions) {
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  CliRun r = train({"--training.mixed_precision_param=bfloat16"});
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("training.mixed_precision_param = \"bfloat16\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("neither AMX-BF16 nor AVX512-BF16"), std::string::npos) << r.err;
+  EXPECT_EQ(train::CheckpointManager::list(dir_ / "ckpt").size(), 0u);
+}
+
 TEST_F(CliGuards, TrainRefusesAnUnwritableCheckpointFolderBeforeTheFirstStep) {
   // A plain file where a folder of the path should be: no user can create the folder.
   std::ofstream(dir_ / "file") << "x";

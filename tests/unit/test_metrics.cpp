@@ -18,6 +18,7 @@
 #include "titan/core/parallel.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/blas_kernels.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/proto/tensorboard_event.pb.h"
@@ -463,21 +464,38 @@ TEST(PeakFlops, KeyNamesCpuThreadsAndBlasKernels) {
   EXPECT_NE(key.find("OpenBLAS " + kernels::cpu::blas_corename()), std::string::npos) << key;
 }
 
+// A bf16 run's MFU divides by the bf16 products' peak: a figure of its own, keyed by the library
+// and instructions that run them, never the f32 one.
+TEST(PeakFlops, Bf16HasItsOwnKeyAndFigure) {
+  const std::string key = train::peak_flops_cache_key(kBF16);
+  EXPECT_NE(key, train::peak_flops_cache_key(kF32));
+  EXPECT_NE(key.find("oneDNN " + kernels::cpu::onednn_version()), std::string::npos) << key;
+  EXPECT_NE(key.find(kernels::cpu::onednn_bf16_isa() + " bf16"), std::string::npos) << key;
+  TempDir dir;
+  fs::path cache = dir.path() / "peak_flops.json";
+  train::write_cached_peak_flops(cache, train::peak_flops_cache_key(kF32), 4.2e9);
+  train::PeakFlops bf16 = train::resolve_peak_flops(0, kBF16, cache);
+  EXPECT_NE(bf16.flops_per_second, 4.2e9);
+  EXPECT_NE(bf16.source.find("measured (bf16 GEMM)"), std::string::npos) << bf16.source;
+  EXPECT_EQ(train::read_cached_peak_flops(cache, key), bf16.flops_per_second);
+  EXPECT_EQ(train::read_cached_peak_flops(cache, train::peak_flops_cache_key(kF32)), 4.2e9);
+}
+
 TEST(PeakFlops, ConfiguredValueWinsAndNegativeIsRejected) {
   TempDir dir;
-  train::PeakFlops p = train::resolve_peak_flops(3e12, dir.path() / "never_written.json");
+  train::PeakFlops p = train::resolve_peak_flops(3e12, kF32, dir.path() / "never_written.json");
   EXPECT_EQ(p.flops_per_second, 3e12);
   EXPECT_EQ(p.source, "metrics.peak_flops");
   EXPECT_FALSE(fs::exists(dir.path() / "never_written.json"));
   EXPECT_EQ(train::resolve_peak_flops(2e12).flops_per_second, 2e12);
-  EXPECT_TITAN_ERROR(train::resolve_peak_flops(-1, dir.path() / "c.json"), "metrics.peak_flops");
+  EXPECT_TITAN_ERROR(train::resolve_peak_flops(-1, kF32, dir.path() / "c.json"), "metrics.peak_flops");
 }
 
 TEST(PeakFlops, CachedFigureIsUsedWithoutMeasuring) {
   TempDir dir;
   fs::path cache = dir.path() / "peak_flops.json";
   train::write_cached_peak_flops(cache, train::peak_flops_cache_key(), 4.2e9);
-  train::PeakFlops p = train::resolve_peak_flops(0, cache);
+  train::PeakFlops p = train::resolve_peak_flops(0, kF32, cache);
   EXPECT_EQ(p.flops_per_second, 4.2e9);
   EXPECT_NE(p.source.find("cached"), std::string::npos) << p.source;
 }
@@ -485,17 +503,17 @@ TEST(PeakFlops, CachedFigureIsUsedWithoutMeasuring) {
 TEST(PeakFlops, MeasuresOnceThenCaches) {
   TempDir dir;
   fs::path cache = dir.path() / "peak_flops.json";
-  train::PeakFlops measured = train::resolve_peak_flops(0, cache);
+  train::PeakFlops measured = train::resolve_peak_flops(0, kF32, cache);
   EXPECT_GT(measured.flops_per_second, 1e9) << "a CPU sgemm below 1 GFLOP/s means the benchmark is broken";
   EXPECT_NE(measured.source.find("measured"), std::string::npos) << measured.source;
   EXPECT_EQ(train::read_cached_peak_flops(cache, train::peak_flops_cache_key()), measured.flops_per_second);
-  train::PeakFlops again = train::resolve_peak_flops(0, cache);
+  train::PeakFlops again = train::resolve_peak_flops(0, kF32, cache);
   EXPECT_EQ(again.flops_per_second, measured.flops_per_second);
   EXPECT_NE(again.source.find("cached"), std::string::npos) << again.source;
 }
 
 TEST(PeakFlops, SmallMeasurementIsPositive) {
-  EXPECT_GT(train::measure_peak_flops(128, 2, 0.1), 0);
+  EXPECT_GT(train::measure_peak_flops(kF32, 128, 2, 0.1), 0);
 }
 
 }  // namespace

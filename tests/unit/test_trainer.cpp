@@ -150,11 +150,37 @@ TEST(Trainer, MissingDatasetIsAClearError) {
 
 // Keys whose feature is missing are refused, all in one message, and what is not missing runs.
 TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
-  EXPECT_TITAN_ERROR(run(small_config({"--training.mixed_precision_param=bfloat16", "--compile.enable=true"})),
-                     "asks for what titan cannot do yet", "training.mixed_precision_param = \"bfloat16\"",
+  EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true"})), "asks for what titan cannot do yet",
                      "compile.enable = true (compile.mode = \"graph\")");
-  // The shipped TorchTitan-shaped configs load, and say what to change when trained.
-  EXPECT_TITAN_ERROR(run(small_config({}, "llama3/8b.toml")), "training.mixed_precision_param");
+}
+
+// training.mixed_precision_param = "bfloat16" over 100 steps of the debug models (dense and MoE):
+// the loss curves, as means over 10 steps, within 2% of the float32 run's, as the issue bounds
+// them, and not equal to them (the products did run in bf16). On the bundled Bible, not
+// small_config's repeated line: once a model has nearly memorised that line (loss 0.1-0.3) single
+// steps, and even 10-step means of the MoE model, part by 3-10%, as any rounding of any precision
+// sends a token to another expert now and then; on real text the curves stay within 0.1-1%.
+// Against PyTorch's autocast: ParityHfTraining.TenBf16StepsMatchTorchAutocast.
+TEST(Trainer, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
+  for (const char* base : {"llama3/debug.toml", "qwen3/debug_moe.toml"}) {
+    SCOPED_TRACE(base);
+    const std::vector<std::string> o = {"--training.steps=100", "--training.local_batch_size=2",
+                                        "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
+    std::vector<std::string> bf16 = o;
+    bf16.push_back("--training.mixed_precision_param=bfloat16");
+    const TrainResult f32 = run(small_config(o, base)), mixed = run(small_config(bf16, base));
+    ASSERT_EQ(mixed.losses.size(), 100u);
+    ASSERT_EQ(f32.losses.size(), 100u);
+    std::vector<double> windows;
+    for (size_t w = 0; w < 100; w += 10) {
+      double a = 0, b = 0;
+      for (size_t i = w; i < w + 10; ++i) a += f32.losses[i], b += mixed.losses[i];
+      EXPECT_NEAR(b, a, 0.02 * a) << "mean loss of steps " << w + 1 << "-" << w + 10;
+      windows.push_back(a);
+    }
+    EXPECT_NE(mixed.losses, f32.losses) << "the bf16 run repeated float32's losses exactly";
+    EXPECT_LT(windows.back(), 0.85 * windows.front()) << "the run must learn for the curves to mean something";
+  }
 }
 
 // [profiling]: the steps divisible by profile_freq are traced, each to its own file, with the

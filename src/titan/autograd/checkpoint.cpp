@@ -3,6 +3,7 @@
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
+#include "titan/core/autocast.h"
 
 namespace titan::autograd {
 
@@ -23,6 +24,8 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
                   const std::vector<Generator*>& generators) {
   if (!grad_enabled()) return body(x);
   std::vector<uint64_t> start_offsets;
+  // The re-run multiplies in the precision the forward did, whatever autocast is in backward.
+  const DType autocast = autocast_dtype();
   for (Generator* g : generators) start_offsets.push_back(g->offset());
   Tensor out;
   {
@@ -40,7 +43,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
   // for it; every gradient itself travels through backward_rebuilt.
   Tensor stand_in = Tensor::empty({0}).requires_grad_();
   record("checkpoint", {x, stand_in}, {out},
-         [body, x, generators, start_offsets, shape](const GradContext& ctx) -> std::vector<Tensor> {
+         [body, x, generators, start_offsets, shape, autocast](const GradContext& ctx) -> std::vector<Tensor> {
            std::vector<uint64_t> now;
            for (size_t i = 0; i < generators.size(); ++i) {
              now.push_back(generators[i]->offset());
@@ -49,6 +52,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
            Tensor rebuilt;
            {
              RecordingInBackward recording;
+             const AutocastGuard same_precision(autocast);
              rebuilt = body(x);
            }
            for (size_t i = 0; i < generators.size(); ++i) generators[i]->set_offset(now[i]);

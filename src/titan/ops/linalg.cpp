@@ -4,6 +4,7 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/kernels/cpu/gemm.h"
+#include "titan/core/autocast.h"
 #include "titan/ops/op_span.h"
 #include "titan/ops/reduce.h"
 
@@ -58,13 +59,20 @@ MatBatch as_blas(const Tensor& x) {
   return m;
 }
 
+// bf16 operands give a float32 product (accumulated in float32).
+DType product_dtype(DType operand) { return operand == kBF16 ? kF32 : operand; }
+
+// x as the operand dtype of a product under the current autocast state: a bf16 copy of an f32
+// tensor under autocast, x itself otherwise.
+Tensor as_operand(const Tensor& x, DType dtype) { return x.detach().to(dtype); }
+
 Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   check_cpu("matmul", a);
   check_cpu("matmul", b);
   TITAN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected tensors with >= 2 dims, got ", a.desc(),
               " and ", b.desc());
-  TITAN_CHECK(a.dtype() == b.dtype() && (a.dtype() == kF32 || a.dtype() == kF64),
-              "matmul: expected two f32 or two f64 tensors, got ", a.desc(), " and ", b.desc());
+  TITAN_CHECK(a.dtype() == b.dtype() && (a.dtype() == kF32 || a.dtype() == kF64 || a.dtype() == kBF16),
+              "matmul: expected two f32, two f64 or two bf16 tensors, got ", a.desc(), " and ", b.desc());
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   TITAN_CHECK(b.size(-2) == k, "matmul: inner dims differ: ", a.desc(), " @ ", b.desc());
   Shape ba(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
@@ -73,18 +81,17 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {m, k});
   eb.insert(eb.end(), {k, n});
   eo.insert(eo.end(), {m, n});
-  Tensor out = Tensor::empty(eo, a.options());
+  Tensor out = Tensor::empty(eo, {.dtype = product_dtype(a.dtype())});
   if (out.numel() == 0) return out;
   MatBatch A = as_blas(a.detach().expand(ea)), B = as_blas(b.detach().expand(eb));
   int64_t nb = numel_of(batch);
-  auto run = [&](auto z) {
+  kernels::cpu::dispatch_matmul(a.dtype(), [&](auto z) {
     using T = decltype(z);
-    kernels::cpu::gemm_strided_batched<T>(A.trans, B.trans, m, n, k, T(1), A.t.template data<T>(), A.ld,
-                                          A.batch_stride, B.t.template data<T>(), B.ld, B.batch_stride,
-                                          T(0), out.data<T>(), n, m * n, nb);
-  };
-  if (a.dtype() == kF32) run(float{});
-  else run(double{});
+    using Acc = kernels::cpu::gemm_acc_t<T>;
+    kernels::cpu::gemm_strided_batched<T>(A.trans, B.trans, m, n, k, Acc(1), A.t.template data<T>(), A.ld,
+                                          A.batch_stride, B.t.template data<T>(), B.ld, B.batch_stride, Acc(0),
+                                          out.data<Acc>(), n, m * n, nb);
+  });
   return out;
 }
 
@@ -95,18 +102,20 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
   const MatBatch G = as_blas(g2), W = want_dx ? as_blas(w) : MatBatch{},
                  X = want_dw ? as_blas(x2) : MatBatch{};
-  Tensor dx = want_dx ? Tensor::empty({rows, in}, w.options()) : Tensor();
-  Tensor dw = want_dw ? Tensor::empty({out, in}, w.options()) : Tensor();
-  kernels::cpu::dispatch_float(w.dtype(), [&](auto z) {
+  const TensorOptions result{.dtype = product_dtype(w.dtype())};
+  Tensor dx = want_dx ? Tensor::empty({rows, in}, result) : Tensor();
+  Tensor dw = want_dw ? Tensor::empty({out, in}, result) : Tensor();
+  kernels::cpu::dispatch_matmul(w.dtype(), [&](auto z) {
     using T = decltype(z);
+    using Acc = kernels::cpu::gemm_acc_t<T>;
     const T* g = G.t.template data<T>();
     std::vector<kernels::cpu::GemmCall<T>> calls;
     if (want_dx)
-      calls.push_back({G.trans, W.trans, rows, in, out, T(1), g, G.ld, W.t.template data<T>(), W.ld, T(0),
-                       dx.data<T>(), in});
+      calls.push_back({G.trans, W.trans, rows, in, out, Acc(1), g, G.ld, W.t.template data<T>(), W.ld, Acc(0),
+                       dx.data<Acc>(), in});
     if (want_dw)
-      calls.push_back({!G.trans, X.trans, out, in, rows, T(1), g, G.ld, X.t.template data<T>(), X.ld, T(0),
-                       dw.data<T>(), in});
+      calls.push_back({!G.trans, X.trans, out, in, rows, Acc(1), g, G.ld, X.t.template data<T>(), X.ld, Acc(0),
+                       dw.data<Acc>(), in});
     kernels::cpu::gemm_concurrent<T>(calls);
   });
   return {dx, dw};
@@ -114,14 +123,18 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
 
 }  // namespace
 
+// Under autocast (ops/autocast.h) the products run on bf16 copies of a and b, which backward
+// keeps and multiplies the bf16-rounded output gradient with; gradients come out float32.
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const OpSpan span("matmul", a, b);
-  Tensor out = matmul_raw(a, b);
-  Tensor ad = a.detach(), bd = b.detach();
+  const DType operand = a.dtype() == b.dtype() ? matmul_operand_dtype(a.dtype()) : a.dtype();
+  Tensor ad = as_operand(a, operand), bd = as_operand(b, operand);
+  Tensor out = matmul_raw(ad, bd);
   autograd::record("matmul", {a, b}, {out}, [ad, bd](const autograd::GradContext& g) {
     Tensor ga, gb;
-    if (g.needs(0)) ga = sum_to(matmul_raw(g[0], bd.transpose(-1, -2)), ad.sizes());
-    if (g.needs(1)) gb = sum_to(matmul_raw(ad.transpose(-1, -2), g[0]), bd.sizes());
+    const Tensor go = as_operand(g[0], ad.dtype());
+    if (g.needs(0)) ga = sum_to(matmul_raw(go, bd.transpose(-1, -2)), ad.sizes());
+    if (g.needs(1)) gb = sum_to(matmul_raw(ad.transpose(-1, -2), go), bd.sizes());
     return std::vector<Tensor>{ga, gb};
   });
   return out;
@@ -136,8 +149,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               bias.desc(), " does not match weight ", weight.desc());
   Shape out_shape = x.sizes();
   out_shape.back() = weight.size(0);
-  Tensor x2 = x.detach().reshape({-1, x.size(-1)});
-  Tensor y = matmul_raw(x2, weight.detach().transpose(0, 1));
+  const DType operand = x.dtype() == weight.dtype() ? matmul_operand_dtype(x.dtype()) : x.dtype();
+  Tensor xd = as_operand(x, operand), wd = as_operand(weight, operand);
+  Tensor y = matmul_raw(xd.reshape({-1, x.size(-1)}), wd.transpose(0, 1));
   if (bias.defined()) {
     check_cpu("linear", bias);
     TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
@@ -145,16 +159,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     kernels::cpu::binary(kernels::cpu::BinaryOp::add, y, bias.detach(), y);
   }
   y = y.view(out_shape);
-  Tensor xd = x.detach(), wd = weight.detach();
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   autograd::record("linear", inputs, {y}, [xd, wd](const autograd::GradContext& g) {
-    Tensor g2 = g[0].reshape({-1, wd.size(0)});
+    Tensor g2 = as_operand(g[0], wd.dtype()).reshape({-1, wd.size(0)});
     std::vector<Tensor> r(g.needs_input_grad.size());
     auto [dx, dw] = linear_grads(g2, wd, xd.reshape({-1, wd.size(1)}), g.needs(0), g.needs(1));
     if (dx.defined()) r[0] = dx.view(xd.sizes());
     r[1] = dw;
-    if (r.size() > 2 && g.needs(2)) r[2] = sum(g2, 0);
+    if (r.size() > 2 && g.needs(2)) r[2] = sum(g[0].reshape({-1, wd.size(0)}), 0);
     return r;
   });
   return y;

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "titan/autograd/node.h"
+#include "titan/core/autocast.h"
 #include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
@@ -12,6 +13,8 @@
 #include "titan/ops/op_span.h"
 
 namespace titan::ops {
+
+using kernels::cpu::gemm_acc_t;
 
 namespace {
 
@@ -160,32 +163,38 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
 }
 }  // namespace
 
+// Under autocast the groups multiply bf16 copies of x and the weights (kept for backward, which
+// rounds the output gradient to bf16 too), accumulating in float32; outputs and gradients are
+// float32, and SwiGLU's gate and up stay float32 (core/autocast.h).
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
   const OpSpan span("grouped_linear", x, weight);
   check_grouped("grouped_linear", x, weight, "weight", group_rows);
   const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
-  Tensor xc = dense(x), wc = dense(weight);
+  const DType operand = matmul_operand_dtype(x.dtype());
+  Tensor xc = dense(x).to(operand), wc = dense(weight).to(operand);
   Tensor y = Tensor::empty({x.size(0), out_f}, x.options());
-  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_matmul(operand, [&](auto z) {
     using T = decltype(z);
     kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, out_f, in_f, xc.data<T>(), wc.data<T>(), true,
-                                  y.data<T>());
+                                  y.data<gemm_acc_t<T>>());
   });
   autograd::record("grouped_linear", {x, weight}, {y}, [xc, wc, group_rows](const autograd::GradContext& g) {
     const int64_t groups = wc.size(0), out_f = wc.size(1), in_f = wc.size(2);
-    Tensor gy = g[0].contiguous();
+    Tensor gy = g[0].contiguous().to(wc.dtype());
     Tensor dx, dw;
-    kernels::cpu::dispatch_float(gy.dtype(), [&](auto z) {
+    kernels::cpu::dispatch_matmul(gy.dtype(), [&](auto z) {
       using T = decltype(z);
+      using Acc = gemm_acc_t<T>;
+      const TensorOptions result{.dtype = dtype_of<Acc>::value};
       if (g.needs(0)) {
-        dx = Tensor::empty(xc.sizes(), xc.options());
+        dx = Tensor::empty(xc.sizes(), result);
         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, out_f, gy.data<T>(), wc.data<T>(),
-                                      false, dx.data<T>());
+                                      false, dx.data<Acc>());
       }
       if (g.needs(1)) {
-        dw = Tensor::empty(wc.sizes(), wc.options());
+        dw = Tensor::empty(wc.sizes(), result);
         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, out_f, in_f, gy.data<T>(), xc.data<T>(),
-                                         dw.data<T>());
+                                         dw.data<Acc>());
       }
     });
     return std::vector<Tensor>{dx, dw};
@@ -201,50 +210,56 @@ Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
   TITAN_CHECK(w1.sizes() == w3.sizes(), "grouped_swiglu: w1 ", w1.desc(), " and w3 ", w3.desc(),
               " must have the same shape [groups, hidden, in]");
   const int64_t groups = w1.size(0), hidden = w1.size(1), in_f = w1.size(2);
-  Tensor xc = dense(x), w1c = dense(w1), w3c = dense(w3);
+  const DType operand = matmul_operand_dtype(x.dtype());
+  Tensor xc = dense(x).to(operand), w1c = dense(w1).to(operand), w3c = dense(w3).to(operand);
   Tensor gate = Tensor::empty({x.size(0), hidden}, x.options()),
          up = Tensor::empty({x.size(0), hidden}, x.options());
   Tensor h = Tensor::empty({x.size(0), hidden}, x.options());
-  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+  kernels::cpu::dispatch_matmul(operand, [&](auto z) {
     using T = decltype(z);
+    using Acc = gemm_acc_t<T>;
     kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, hidden, in_f, xc.data<T>(), w1c.data<T>(), true,
-                                  gate.data<T>());
+                                  gate.data<Acc>());
     kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, hidden, in_f, xc.data<T>(), w3c.data<T>(), true,
-                                  up.data<T>());
-    kernels::cpu::swiglu_fwd<T>(gate.data<T>(), up.data<T>(), h.data<T>(), h.numel());
+                                  up.data<Acc>());
+    kernels::cpu::swiglu_fwd<Acc>(gate.data<Acc>(), up.data<Acc>(), h.data<Acc>(), h.numel());
   });
-  autograd::record("grouped_swiglu", {x, w1, w3}, {h},
-                   [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
-                     const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
-                     Tensor dh = g[0].contiguous();
-                     Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()),
-                            d_up = Tensor::empty(up.sizes(), up.options());
-                     Tensor dx, dw1, dw3;
-                     kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
-                       using T = decltype(z);
-                       kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(),
-                                                   d_gate.data<T>(), d_up.data<T>(), d_gate.numel());
-                       if (g.needs(0)) {
-                         dx = Tensor::empty(xc.sizes(), xc.options());
-                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden,
-                                                       d_gate.data<T>(), w1c.data<T>(), false, dx.data<T>());
-                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden,
-                                                       d_up.data<T>(), w3c.data<T>(), false, dx.data<T>(),
-                                                       /*accumulate=*/true);
-                       }
-                       if (g.needs(1)) {
-                         dw1 = Tensor::empty(w1c.sizes(), w1c.options());
-                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
-                                                          d_gate.data<T>(), xc.data<T>(), dw1.data<T>());
-                       }
-                       if (g.needs(2)) {
-                         dw3 = Tensor::empty(w3c.sizes(), w3c.options());
-                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
-                                                          d_up.data<T>(), xc.data<T>(), dw3.data<T>());
-                       }
-                     });
-                     return std::vector<Tensor>{dx, dw1, dw3};
-                   });
+  autograd::record(
+      "grouped_swiglu", {x, w1, w3}, {h}, [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
+        const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
+        Tensor dh = g[0].contiguous();
+        Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()), d_up = Tensor::empty(up.sizes(), up.options());
+        kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
+          using T = decltype(z);
+          kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(), d_gate.data<T>(), d_up.data<T>(),
+                                      d_gate.numel());
+        });
+        const Tensor dg = d_gate.to(w1c.dtype()), du = d_up.to(w1c.dtype());
+        Tensor dx, dw1, dw3;
+        kernels::cpu::dispatch_matmul(w1c.dtype(), [&](auto z) {
+          using T = decltype(z);
+          using Acc = gemm_acc_t<T>;
+          const TensorOptions result{.dtype = dtype_of<Acc>::value};
+          if (g.needs(0)) {
+            dx = Tensor::empty(xc.sizes(), result);
+            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, dg.data<T>(), w1c.data<T>(),
+                                          false, dx.data<Acc>());
+            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, du.data<T>(), w3c.data<T>(),
+                                          false, dx.data<Acc>(), /*accumulate=*/true);
+          }
+          if (g.needs(1)) {
+            dw1 = Tensor::empty(w1c.sizes(), result);
+            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, dg.data<T>(), xc.data<T>(),
+                                             dw1.data<Acc>());
+          }
+          if (g.needs(2)) {
+            dw3 = Tensor::empty(w3c.sizes(), result);
+            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, du.data<T>(), xc.data<T>(),
+                                             dw3.data<Acc>());
+          }
+        });
+        return std::vector<Tensor>{dx, dw1, dw3};
+      });
   return h;
 }
 

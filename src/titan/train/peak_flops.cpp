@@ -37,15 +37,21 @@ nlohmann::json load_cache(const std::filesystem::path& cache) {
 
 }  // namespace
 
-double measure_peak_flops(int n, int max_repeats, double budget_seconds) {
+double measure_peak_flops(DType precision, int n, int max_repeats, double budget_seconds) {
   TITAN_CHECK(n > 0 && max_repeats > 0, "measure_peak_flops: expected n > 0 and max_repeats > 0, got n=", n,
               ", max_repeats=", max_repeats);
+  TITAN_CHECK(precision == kF32 || precision == kBF16, "measure_peak_flops: expected f32 or bf16, got ",
+              dtype_name(precision));
   // Plain vectors, not tensors: the benchmark must not show up in the allocator's peak bytes.
   // Values near 1 keep the sums normal (denormals would time a slow path, not the peak).
   size_t elems = static_cast<size_t>(n) * n;
   std::vector<float> a(elems, 0.5f), b(elems, 0.25f), c(elems, 0.0f);
+  std::vector<bf16> a16(precision == kBF16 ? elems : 0, bf16(0.5f)), b16(a16.size(), bf16(0.25f));
   auto run = [&] {
-    kernels::cpu::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (precision == kBF16)
+      kernels::cpu::gemm<bf16>(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+    else
+      kernels::cpu::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   };
   run();  // warm-up: thread team start, page faults on c, BLAS buffers
   double flops = 2.0 * n * static_cast<double>(n) * n;
@@ -74,9 +80,11 @@ std::string cpu_model_name() {
   return "unknown cpu";
 }
 
-std::string peak_flops_cache_key() {
-  return cpu_model_name() + " | " + std::to_string(num_threads()) + " threads | OpenBLAS " +
-         kernels::cpu::blas_corename();
+std::string peak_flops_cache_key(DType precision) {
+  const std::string base = cpu_model_name() + " | " + std::to_string(num_threads()) + " threads | ";
+  if (precision == kBF16)
+    return base + "oneDNN " + kernels::cpu::onednn_version() + " " + kernels::cpu::onednn_bf16_isa() + " bf16";
+  return base + "OpenBLAS " + kernels::cpu::blas_corename();
 }
 
 std::filesystem::path default_peak_flops_cache() {
@@ -115,16 +123,16 @@ void write_cached_peak_flops(const std::filesystem::path& cache, const std::stri
               "': ", ec.message());
 }
 
-PeakFlops resolve_peak_flops(double configured, const std::filesystem::path& cache) {
+PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache) {
   TITAN_CHECK(configured >= 0, "metrics.peak_flops = ", configured,
               ": expected FLOP/s > 0, or 0 to measure this machine");
   if (configured > 0) return {configured, "metrics.peak_flops"};
-  std::string key = peak_flops_cache_key();
+  std::string key = peak_flops_cache_key(precision);
   if (std::optional<double> cached = read_cached_peak_flops(cache, key)) {
     return {*cached, "cached in " + cache.string() + " for " + key};
   }
-  double measured = measure_peak_flops();
-  std::string source = "measured (f32 GEMM) for " + key;
+  double measured = measure_peak_flops(precision);
+  std::string source = std::string("measured (") + (precision == kBF16 ? "bf16" : "f32") + " GEMM) for " + key;
   try {
     write_cached_peak_flops(cache, key, measured);
     source += ", cached in " + cache.string();
@@ -134,9 +142,9 @@ PeakFlops resolve_peak_flops(double configured, const std::filesystem::path& cac
   return {measured, source};
 }
 
-PeakFlops resolve_peak_flops(double configured) {
+PeakFlops resolve_peak_flops(double configured, DType precision) {
   if (configured > 0) return {configured, "metrics.peak_flops"};
-  return resolve_peak_flops(configured, default_peak_flops_cache());
+  return resolve_peak_flops(configured, precision, default_peak_flops_cache());
 }
 
 }  // namespace titan::train

@@ -5,19 +5,23 @@
 #include <optional>
 #include <string>
 
+#include "titan/core/dtype.h"
+
 namespace titan::train {
 
-// Best-of-N f32 GEMM rate of n x n x n sgemm through kernels::cpu::gemm, at the current OpenMP
-// thread count, after one warm-up call; stops early once `budget_seconds` are spent (at least
-// one timed call). Run it while nothing else busies the cores: MPI ranks sharing a node should
-// measure one at a time or share a cached figure.
-double measure_peak_flops(int n = 2048, int max_repeats = 5, double budget_seconds = 1.5);
+// Best-of-N GEMM rate of n x n x n products through kernels::cpu::gemm in `precision` (f32:
+// OpenBLAS's sgemm; bf16: oneDNN's bf16 x bf16 -> f32), at the current OpenMP thread count, after
+// one warm-up call; stops early once `budget_seconds` are spent (at least one timed call). Run it
+// while nothing else busies the cores: MPI ranks sharing a node should measure one at a time or
+// share a cached figure.
+double measure_peak_flops(DType precision = kF32, int n = 2048, int max_repeats = 5, double budget_seconds = 1.5);
 
 // "model name" from /proc/cpuinfo, or "unknown cpu" where there is none.
 std::string cpu_model_name();
 
-// What a cached figure is valid for: this CPU at this thread count, with these BLAS kernels.
-std::string peak_flops_cache_key();
+// What a cached figure is valid for: this CPU at this thread count, with these GEMM kernels
+// (OpenBLAS's for f32, oneDNN's version and instructions for bf16).
+std::string peak_flops_cache_key(DType precision = kF32);
 
 // $XDG_CACHE_HOME/titan/peak_flops.json, else ~/.cache/titan/peak_flops.json.
 std::filesystem::path default_peak_flops_cache();
@@ -34,11 +38,12 @@ struct PeakFlops {
   std::string source;  // where the figure came from, for the start-up log
 };
 
-// metrics.peak_flops when it is > 0; otherwise the figure for this machine in `cache`, measured
-// and cached on first use. A cache that cannot be written costs a re-measurement next time, not
-// the run: that failure is reported in `source`.
-PeakFlops resolve_peak_flops(double configured, const std::filesystem::path& cache);
+// metrics.peak_flops when it is > 0; otherwise the figure for this machine in `precision` (the
+// precision the run's matrix products use) in `cache`, measured and cached on first use. A cache
+// that cannot be written costs a re-measurement next time, not the run: that failure is reported
+// in `source`.
+PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache);
 // The same with default_peak_flops_cache(), looked up only when there is no configured figure.
-PeakFlops resolve_peak_flops(double configured);
+PeakFlops resolve_peak_flops(double configured, DType precision = kF32);
 
 }  // namespace titan::train

@@ -13,6 +13,7 @@
 #include <streambuf>
 
 #include "titan/core/allocator.h"
+#include "titan/core/autocast.h"
 #include "titan/core/parallel.h"
 #include "titan/core/trace.h"
 #include "titan/data/dataset.h"
@@ -21,6 +22,7 @@
 #include "titan/data/tokenizer_files.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/kernels/cpu/blas_kernels.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
@@ -76,11 +78,17 @@ class NullBuffer : public std::streambuf {
 
 // Keys whose feature titan does not have yet are refused here, where the feature will be built,
 // all at once and before anything is allocated: a run must never seem to do what it does not.
+// The dtype the run's matrix products multiply in (training.mixed_precision_param).
+DType matmul_dtype(const TrainingConfig& t) { return t.mixed_precision_param == "bfloat16" ? kBF16 : kF32; }
+
 void refuse_missing_features(const JobConfig& c) {
   std::vector<std::string> refused;
-  if (c.training.mixed_precision_param != "float32")
-    refused.push_back("training.mixed_precision_param = \"" + c.training.mixed_precision_param +
-                      "\": titan trains in float32 only so far; set it to \"float32\"");
+  if (matmul_dtype(c.training) == kBF16 && kernels::cpu::onednn_bf16_isa().empty())
+    refused.push_back("training.mixed_precision_param = \"bfloat16\": this CPU (" + cpu_model_name() +
+                      ") has neither AMX-BF16 nor AVX512-BF16, or ONEDNN_MAX_CPU_ISA keeps oneDNN from them, "
+                      "and titan does not emulate bf16 products on float32 instructions (slower than float32 "
+                      "itself); set it to \"float32\", or run on a CPU with them (Intel Sapphire Rapids or "
+                      "later, AMD Zen 4 or later)");
   if (c.compile.enable)
     refused.push_back("compile.enable = true (compile.mode = \"" + c.compile.mode +
                       "\"): titan cannot capture and compile the step yet; set it to false, which runs the "
@@ -260,7 +268,7 @@ void Trainer::State::build_metrics() {
   const JobConfig& c = cfg;
   // Rank 0 measures (ranks measuring at once on shared cores would each see a fraction) and
   // tells the others.
-  if (world.rank() == 0) peak = resolve_peak_flops(c.metrics.peak_flops);
+  if (world.rank() == 0) peak = resolve_peak_flops(c.metrics.peak_flops, matmul_dtype(c.training));
   if (world.size() > 1) {
     peak.flops_per_second = world.all_reduce(peak.flops_per_second, dist::ReduceOp::max);
     if (world.rank() != 0) peak.source = "rank 0's";
@@ -306,6 +314,12 @@ void Trainer::State::log_setup(const Data& d) {
       << "titan: data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files
       << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
       << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
+      << "\n"
+      << "titan: precision "
+      << (matmul_dtype(c.training) == kBF16
+              ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
+                    kernels::cpu::onednn_bf16_isa() + "), float32 weights, activations, reductions and optimizer"
+              : "float32 (OpenBLAS " + kernels::cpu::blas_corename() + ")")
       << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << plan.gradient_accumulation_steps
       << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
@@ -369,6 +383,8 @@ TrainResult Trainer::train() {
   CpuAllocator::instance().reset_peak();
   const int64_t accum = s.plan.gradient_accumulation_steps;
   const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
+  // Steps and validation multiply in the configured precision (core/autocast.h).
+  const AutocastGuard precision(matmul_dtype(c.training));
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
     s.profiler->begin_step(step);
     auto t0 = std::chrono::steady_clock::now();

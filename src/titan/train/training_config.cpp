@@ -15,7 +15,10 @@ void declare_keys(config::Keys<TrainingConfig>& keys) {
       .add("steps", &C::steps, config::positive(), "optimizer steps to train")
       .add("max_norm", &C::max_norm, config::positive(), "clip the global gradient norm to this")
       .add("mixed_precision_param", &C::mixed_precision_param, config::one_of({"float32", "bfloat16"}),
-           "dtype of parameters in forward and backward")
+           "dtype the matrix products of forward and backward multiply in (bfloat16: bf16 operands, float32 "
+           "accumulation, weights, activations, reductions and optimizer; needs AVX512-BF16 or AMX)")
+      .add("mixed_precision_reduce", &C::mixed_precision_reduce, config::one_of({"float32"}),
+           "dtype FSDP reduce-scatters and averages gradients in; float32 only (bf16 reduction is not built)")
       .add("seed", &C::seed, config::non_negative(), "seed of initialisation and data order");
 }
 

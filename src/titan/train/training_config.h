@@ -19,6 +19,7 @@ struct TrainingConfig {
   int64_t steps = 10000;
   double max_norm = 1.0;
   std::string mixed_precision_param = "float32";
+  std::string mixed_precision_reduce = "float32";
   int64_t seed = 0;
 };
 

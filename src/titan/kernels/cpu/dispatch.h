@@ -14,6 +14,14 @@ void dispatch_float(DType value, const F& f) {
   else f(double{});
 }
 
+// f(T{}) for the operand types of a matrix product: float, double, and bf16 (whose products are
+// float32, gemm_acc_t).
+template <typename F>
+void dispatch_matmul(DType value, const F& f) {
+  if (value == kBF16) f(bf16{});
+  else dispatch_float(value, f);
+}
+
 // f(T{}, I{}) with T the float type of `value` and I the integer type of `index` (i32 or i64).
 template <typename F>
 void dispatch_float_index(DType value, DType index, const F& f) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "titan/kernels/cpu/bf16_convert.h"
 #include "titan/kernels/cpu/strided_loop.h"
 #include "titan/kernels/cpu/vec_math.h"
 
@@ -117,6 +118,9 @@ void copy_typed(const Tensor& src, const Tensor& out) {
   loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& s) {
     const S* a = ps + off[0];
     D* o = po + off[1];
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16>) {
+      if (s[0] == 1 && s[1] == 1) return floats_to_bf16(a, o, n);
+    }
     if (s[0] == 1 && s[1] == 1) {
       for (int64_t i = 0; i < n; ++i) o[i] = convert<S, D>(a[i]);
     } else {

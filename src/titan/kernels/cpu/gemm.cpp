@@ -46,11 +46,9 @@ void gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* a, int64_t l
     for (int64_t i = 0, n = trans ? cols : rows; i < n; ++i) y[i * incy] = T(0);
   call_gemv(trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy);
 }
-}  // namespace
-
 template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+               int64_t ldb, T beta, T* c, int64_t ldc) {
   trace::Span span(sizeof(T) == 4 ? "sgemm" : "dgemm", "gemm");
   span.arg("M", m).arg("N", n).arg("K", k).arg("flops", 2 * m * n * k);
   if (m == 0 || n == 0) return;
@@ -74,12 +72,23 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   }
 }
 
+}  // namespace
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, gemm_acc_t<T> beta, gemm_acc_t<T>* c, int64_t ldc, Varying varying) {
+  if constexpr (std::is_same_v<T, bf16>)
+    onednn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, varying);
+  else
+    blas_gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 template <typename T>
 void gemm_concurrent(std::span<const GemmCall<T>> calls) {
   const auto n = static_cast<int64_t>(calls.size());
   auto run = [&](int64_t i) {
     const GemmCall<T>& c = calls[i];
-    gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc);
+    gemm<T>(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc, c.varying);
   };
   int64_t multiply_adds = 0;
   for (const GemmCall<T>& c : calls) multiply_adds += c.m * c.n * c.k;
@@ -91,16 +100,16 @@ void gemm_concurrent(std::span<const GemmCall<T>> calls) {
   }
   trace::Span span("gemms side by side", "gemm");
   span.arg("calls", n).arg("flops", 2 * multiply_adds);
-  // OpenBLAS's OpenMP build runs single-threaded inside a parallel region. Dynamic: the calls may
+  // OpenBLAS's OpenMP build, and oneDNN's, run single-threaded inside a parallel region. Dynamic: the calls may
   // differ in size (experts get different numbers of tokens).
 #pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(threads, n))) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) run(i);
 }
 
 template <typename T>
-void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-                          int64_t lda, int64_t sa, const T* b, int64_t ldb, int64_t sb, T beta, T* c,
-                          int64_t ldc, int64_t sc, int64_t batch) {
+void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha, const T* a,
+                          int64_t lda, int64_t sa, const T* b, int64_t ldb, int64_t sb, gemm_acc_t<T> beta,
+                          gemm_acc_t<T>* c, int64_t ldc, int64_t sc, int64_t batch) {
   std::vector<GemmCall<T>> calls;
   calls.reserve(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i)
@@ -108,17 +117,15 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T a
   gemm_concurrent<T>(calls);
 }
 
-template void gemm_concurrent<float>(std::span<const GemmCall<float>>);
-template void gemm_concurrent<double>(std::span<const GemmCall<double>>);
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t);
-template void gemm_strided_batched<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*,
-                                          int64_t, int64_t, const float*, int64_t, int64_t, float,
-                                          float*, int64_t, int64_t, int64_t);
-template void gemm_strided_batched<double>(bool, bool, int64_t, int64_t, int64_t, double,
-                                           const double*, int64_t, int64_t, const double*, int64_t,
-                                           int64_t, double, double*, int64_t, int64_t, int64_t);
+#define TITAN_GEMM_INSTANTIATE(T)                                                                          \
+  template void gemm_concurrent<T>(std::span<const GemmCall<T>>);                                           \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*, int64_t, const T*,  \
+                        int64_t, gemm_acc_t<T>, gemm_acc_t<T>*, int64_t, Varying);                         \
+  template void gemm_strided_batched<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*,     \
+                                        int64_t, int64_t, const T*, int64_t, int64_t, gemm_acc_t<T>,        \
+                                        gemm_acc_t<T>*, int64_t, int64_t, int64_t);
+TITAN_GEMM_INSTANTIATE(float)
+TITAN_GEMM_INSTANTIATE(double)
+TITAN_GEMM_INSTANTIATE(bf16)
 
 }  // namespace titan::kernels::cpu

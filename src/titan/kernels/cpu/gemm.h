@@ -1,36 +1,47 @@
 #pragma once
-// Matrix multiply through cblas (OpenBLAS, OpenMP build). Row-major throughout:
+// Matrix multiply: float32 and float64 through cblas (OpenBLAS, OpenMP build), bf16 through
+// oneDNN (onednn_matmul.h) with a float32 C. Row-major throughout:
 //   C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C
 // where op(X) is X or its transpose; lda/ldb/ldc are row strides in elements.
 #include <cstdint>
 #include <span>
+#include <type_traits>
+
+#include "titan/core/dtype.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 
 namespace titan::kernels::cpu {
 
+// What a product of T operands is accumulated and written in: float32 for bf16, T otherwise.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+using gemm_acc_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, gemm_acc_t<T> beta, gemm_acc_t<T>* c, int64_t ldc,
+          Varying varying = Varying::none);
 
 // `batch` independent GEMMs whose operands sit at fixed element strides from one another
 // (stride 0 broadcasts an operand across the batch).
 template <typename T>
-void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
-                          const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
-                          int64_t stride_b, T beta, T* c, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha,
+                          const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b,
+                          gemm_acc_t<T> beta, gemm_acc_t<T>* c, int64_t ldc, int64_t stride_c, int64_t batch);
 
 // One GEMM's arguments, as gemm takes them.
 template <typename T>
 struct GemmCall {
   bool trans_a, trans_b;
   int64_t m, n, k;
-  T alpha;
+  gemm_acc_t<T> alpha;
   const T* a;
   int64_t lda;
   const T* b;
   int64_t ldb;
-  T beta;
-  T* c;
+  gemm_acc_t<T> beta;
+  gemm_acc_t<T>* c;
   int64_t ldc;
+  Varying varying = Varying::none;
 };
 
 // Independent GEMMs (a linear layer's input and weight gradients, the experts of a MoE layer,

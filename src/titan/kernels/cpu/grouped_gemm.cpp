@@ -26,35 +26,37 @@ void for_each_group(const char* name, const int64_t* group_rows, int64_t groups,
 
 }  // namespace
 
+// The groups' row counts change from call to call: one oneDNN primitive per layout serves them all
+// (Varying), where one per count would be made nearly every call.
 template <typename T>
 void grouped_gemm(const int64_t* group_rows, int64_t groups, int64_t n, int64_t k, const T* x, const T* w,
-                  bool trans_w, T* y, bool accumulate) {
-  const T beta = accumulate ? T(1) : T(0);
+                  bool trans_w, gemm_acc_t<T>* y, bool accumulate) {
+  using Acc = gemm_acc_t<T>;
+  const Acc beta = accumulate ? Acc(1) : Acc(0);
   const int64_t ldw = trans_w ? k : n;
   for_each_group<T>("grouped_gemm", group_rows, groups, [&](int64_t g, int64_t row) {
-    const T* x_g = x + row * k;
-    return GemmCall<T>{false, trans_w,       group_rows[g], n,    k,           T(1), x_g,
-                       k,     w + g * n * k, ldw,           beta, y + row * n, n};
+    return GemmCall<T>{false, trans_w, group_rows[g], n, k, Acc(1), x + row * k, k, w + g * n * k, ldw, beta,
+                       y + row * n, n, Varying::m};
   });
 }
 
 template <typename T>
 void grouped_gemm_tn(const int64_t* group_rows, int64_t groups, int64_t m, int64_t n, const T* a, const T* b,
-                     T* dw) {
+                     gemm_acc_t<T>* dw) {
+  using Acc = gemm_acc_t<T>;
   // k = 0 (an empty group) makes gemm write zeros.
   for_each_group<T>("grouped_gemm_tn", group_rows, groups, [&](int64_t g, int64_t row) {
-    return GemmCall<T>{true, false,       m, n,    group_rows[g],  T(1), a + row * m,
-                       m,    b + row * n, n, T(0), dw + g * m * n, n};
+    return GemmCall<T>{true, false, m, n, group_rows[g], Acc(1), a + row * m, m, b + row * n, n, Acc(0),
+                       dw + g * m * n, n, Varying::k};
   });
 }
 
-template void grouped_gemm<float>(const int64_t*, int64_t, int64_t, int64_t, const float*, const float*, bool,
-                                  float*, bool);
-template void grouped_gemm<double>(const int64_t*, int64_t, int64_t, int64_t, const double*, const double*,
-                                   bool, double*, bool);
-template void grouped_gemm_tn<float>(const int64_t*, int64_t, int64_t, int64_t, const float*, const float*,
-                                     float*);
-template void grouped_gemm_tn<double>(const int64_t*, int64_t, int64_t, int64_t, const double*, const double*,
-                                      double*);
+#define TITAN_GROUPED_GEMM_INSTANTIATE(T)                                                                  \
+  template void grouped_gemm<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*, bool,         \
+                                gemm_acc_t<T>*, bool);                                                       \
+  template void grouped_gemm_tn<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*, gemm_acc_t<T>*);
+TITAN_GROUPED_GEMM_INSTANTIATE(float)
+TITAN_GROUPED_GEMM_INSTANTIATE(double)
+TITAN_GROUPED_GEMM_INSTANTIATE(bf16)
 
 }  // namespace titan::kernels::cpu

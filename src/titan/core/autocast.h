@@ -9,7 +9,7 @@
 // forward did, whatever the state is when backward runs.
 #include "titan/core/dtype.h"
 
-namespace titan::ops {
+namespace titan {
 
 // kBF16 inside an AutocastGuard(kBF16), kF32 otherwise.
 DType autocast_dtype();
@@ -32,4 +32,4 @@ class AutocastGuard {
   DType previous_;
 };
 
-}  // namespace titan::ops
+}  // namespace titan

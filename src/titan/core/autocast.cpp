@@ -1,8 +1,8 @@
-#include "titan/ops/autocast.h"
+#include "titan/core/autocast.h"
 
 #include "titan/core/error.h"
 
-namespace titan::ops {
+namespace titan {
 
 namespace {
 thread_local DType current = kF32;
@@ -18,4 +18,4 @@ AutocastGuard::AutocastGuard(DType dtype) : previous_(current) {
 
 AutocastGuard::~AutocastGuard() { current = previous_; }
 
-}  // namespace titan::ops
+}  // namespace titan
