@@ -243,6 +243,21 @@ void rows_bf16(int64_t r, const PairsOfA& a, const bf16* b, float alpha, bool ac
 // matrix), laid out as PairsOfA reads them: pair q of row i at out + (q * kTileRows + i) * 2, an
 // odd k's last pair completed by a zero. Done once per register block, for all its panels.
 void pack_a_pairs(Strided<bf16> a, int64_t r, int64_t k, bf16* out) {
+#ifdef __AVX512BF16__
+  if (a.row_stride == 1) {  // a transposed matrix: each term's r rows are adjacent
+    const __mmask16 rows = static_cast<__mmask16>((1u << r) - 1);
+    // Masked forms throughout: GCC 12 warns of the unmasked ones' undefined lanes.
+    auto term = [&](int64_t p) {
+      return _mm512_maskz_cvtepu16_epi32(rows, _mm256_maskz_loadu_epi16(rows, a.data + p * a.col_stride));
+    };
+    for (int64_t p = 0; p < k; p += 2) {
+      const __m512i second =
+          p + 1 < k ? _mm512_maskz_slli_epi32(rows, term(p + 1), 16) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + p * kTileRows, rows, _mm512_or_si512(term(p), second));
+    }
+    return;
+  }
+#endif
   for (int64_t p = 0; p < k; p += 2) {
     const bf16* t0 = a.data + p * a.col_stride;
     const bf16* t1 = t0 + a.col_stride;
