@@ -82,9 +82,10 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* 
 // under bf16 autocast. With AVX512-BF16 (__AVX512BF16__) each step is _mm512_dpbf16_ps, which
 // multiplies a pair of bf16 terms along k by a pair and adds both products into one float32 lane,
 // so B is packed in pairs along k ("VNNI" layout, as oneDNN packs it) and A is read as pairs of
-// terms broadcast as one 32-bit value; an odd k pads B with a zero term. Without those
-// instructions the kernel runs a scalar loop, correct but many times slower: the trainer refuses
-// bf16 on such CPUs (oneDNN's bf16 GEMMs need the instructions too), so only tests run it there.
+// terms broadcast as one 32-bit value; an odd k pads B with a zero term. Denormal operands count
+// as zero, as those instructions read them. Without the instructions the kernel runs a scalar
+// loop, correct but many times slower: the trainer refuses bf16 on such CPUs (oneDNN's bf16
+// GEMMs need the instructions too), so only tests run it there.
 
 // Columns of B in one packed panel: two SIMD vectors of float32 accumulators.
 inline constexpr int64_t kTilePanelBf16 = kTilePanel<float>;
@@ -107,7 +108,8 @@ void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> 
                     bool accumulate, float* c, int64_t ldc, std::span<const TileBand> bands = {},
                     BandOf band_of = BandOf::columns);
 
-// dst[i] = bf16(src[i]), rounded to nearest even: the A operands of tile_gemm_bf16.
+// dst[i] = bf16(src[i]), rounded to nearest even (denormals to zero with AVX512-BF16): the A
+// operands of tile_gemm_bf16.
 void convert_to_bf16(int64_t n, const float* src, bf16* dst);
 
 }  // namespace titan::kernels::cpu
