@@ -16,7 +16,10 @@
 // (both include the inputs; torch's: of its best f32 variant).
 //
 // `bench_attention --sweep` times splash alone over block sizes instead (how the defaults in
-// attention/block_mask.h were chosen).
+// attention/block_mask.h were chosen). `bench_attention --bf16` times splash under bf16 autocast
+// (bf16 tile products, float32 sums and softmax statistics) against itself in f32 and against
+// PyTorch's SDPA on bf16 inputs, eager and under torch.compile, forward alone and forward +
+// backward, at seq 4k and 8k, head_dim 64.
 
 #include <algorithm>
 #include <chrono>
@@ -35,11 +38,13 @@
 #include "titan/attention/reference.h"
 #include "titan/attention/splash.h"
 #include "titan/autograd/engine.h"
+#include "titan/autograd/grad_mode.h"
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/core/rng.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/gemm.h"
+#include "titan/ops/autocast.h"
 
 namespace {
 
@@ -131,14 +136,28 @@ void time_fwd_bwd(benchmark::State& s, const Inputs& in, const std::function<Ten
   peak.report(s);
 }
 
+// One timed forward per iteration, recording no graph.
+void time_fwd(benchmark::State& s, const std::function<Tensor()>& forward) {
+  bench::PeakMemory peak;
+  const titan::autograd::NoGradGuard no_grad;
+  for (auto _ : s) benchmark::DoNotOptimize(forward().data_ptr());
+  peak.report(s);
+}
+
+// Splash timed forward + backward (or forward alone), its products in `products` (autocast).
 void add_splash(const std::string& name, int64_t seq, int64_t head_dim, const MaskKind& kind, int64_t block_q,
-                int64_t block_kv) {
+                int64_t block_kv, titan::DType products = titan::kF32, bool backward = true) {
   bench::add_benchmark(name, plan_for(seq), [=](benchmark::State& s) {
     const Inputs& in =
         bench::cached_inputs<Inputs>("s" + std::to_string(seq) + "d" + std::to_string(head_dim),
                                      [=] { return make_inputs(seq, head_dim); });
     const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq, block_q, block_kv);
-    time_fwd_bwd(s, in, [&] { return titan::attention::splash_attention(in.q, in.k, in.v, bm); });
+    const titan::ops::AutocastGuard autocast(products);
+    auto forward = [&] { return titan::attention::splash_attention(in.q, in.k, in.v, bm); };
+    if (backward)
+      time_fwd_bwd(s, in, forward);
+    else
+      time_fwd(s, forward);
   });
 }
 
@@ -171,23 +190,17 @@ struct TorchRun {
   std::map<std::string, std::map<std::string, double>> peak_bytes;
 };
 
-TorchRun run_torch(const std::vector<Case>& cases, const std::map<std::string, bench::Measurement>& ran) {
+// A case for bench/attention_torch.py, timed by seq's plan.
+json torch_case(const Case& c, const std::vector<std::string>& variants) {
+  const bench::Plan p = plan_for(c.seq);
+  return {{"name", c.name},         {"batch", kBatch},       {"seq", c.seq},         {"heads", kHeads},
+          {"head_dim", c.head_dim}, {"mask", c.kind->torch}, {"variants", variants}, {"reps", p.reps},
+          {"min_time", p.min_time}, {"warmup", p.warmup}};
+}
+
+TorchRun run_torch(const json& cases) {
   TorchRun out;
-  json request = {{"threads", titan::num_threads()}, {"cases", json::array()}};
-  for (const Case& c : cases) {
-    if (!ran.count("splash/" + c.name)) continue;
-    const bench::Plan p = plan_for(c.seq);
-    request["cases"].push_back({{"name", c.name},
-                                {"batch", kBatch},
-                                {"seq", c.seq},
-                                {"heads", kHeads},
-                                {"head_dim", c.head_dim},
-                                {"mask", c.kind->torch},
-                                {"variants", bench::kTorchAll},
-                                {"reps", p.reps},
-                                {"min_time", p.min_time},
-                                {"warmup", p.warmup}});
-  }
+  const json request = {{"threads", titan::num_threads()}, {"cases", cases}};
   if (request["cases"].empty()) {
     out.results.about = "no cases ran, so none were timed in PyTorch";
     return out;
@@ -238,7 +251,10 @@ int run_comparison(int argc, char** argv) {
     c.tile_fraction = pairs / double(c.seq * c.seq);
     c.build_s = build_seconds(mask, c.seq, bm.block_q(), bm.block_kv());
   }
-  TorchRun torch = run_torch(cases, ran);
+  json torch_cases = json::array();
+  for (const Case& c : cases)
+    if (ran.count("splash/" + c.name)) torch_cases.push_back(torch_case(c, bench::kTorchAll));
+  TorchRun torch = run_torch(torch_cases);
 
   bench::Table table{
       .title =
@@ -364,14 +380,88 @@ int run_sweep(int argc, char** argv) {
   return 0;
 }
 
+// Splash under bf16 autocast and in f32, and PyTorch's SDPA on bf16 inputs (the variants "eager
+// bf16" and "compile bf16" of a case with "bf16": "inputs"), forward alone and forward + backward.
+int run_bf16(int argc, char** argv) {
+  const int64_t head_dim = 64;
+  struct Bf16Case {
+    Case c;
+    bool backward;
+  };
+  std::vector<Bf16Case> cases;
+  for (int64_t seq : {4096, 8192})
+    for (const MaskKind& kind : mask_kinds())
+      for (bool backward : {false, true}) {
+        const std::string name = kind.name + "/s" + std::to_string(seq) + "/d" + std::to_string(head_dim) +
+                                 (backward ? "/fwd+bwd" : "/fwd");
+        for (titan::DType products : {titan::kBF16, titan::kF32})
+          add_splash(std::string(titan::dtype_name(products)) + "/" + name, seq, head_dim, kind,
+                     titan::attention::kDefaultBlockQ, titan::attention::kDefaultBlockKv, products, backward);
+        const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq);
+        const double flops = (backward ? 14.0 : 4.0) * tile_pairs(bm) * double(head_dim * kHeads * kBatch);
+        cases.push_back({Case{name, seq, head_dim, &kind, flops}, backward});
+      }
+  const auto ran = bench::run_benchmarks(argc, argv);
+
+  const std::vector<std::string> variants = {"eager bf16", "compile bf16"};
+  json torch_cases = json::array();
+  for (const Bf16Case& b : cases)
+    if (ran.count("bf16/" + b.c.name)) {
+      json c = torch_case(b.c, variants);
+      c["bf16"] = "inputs";
+      c["mode"] = b.backward ? "fwd_bwd" : "fwd";
+      torch_cases.push_back(c);
+    }
+  const TorchRun torch = run_torch(torch_cases);
+
+  bench::Table table{
+      .title =
+          "Attention in bf16, batch 1, 8 heads: splash under bf16 autocast (bf16 tile products, float32 "
+          "sums) vs PyTorch SDPA on bf16 inputs (GFLOP/s = 4 (fwd) or 14 (fwd+bwd) x pairs in splash's "
+          "tiles x head_dim x heads / median s)",
+      .unit = "GFLOP/s",
+      .titan_label = "splash bf16",
+      .variants = variants,
+      .extra_headers = {"splash f32 GFLOP/s", "bf16/f32", "splash bf16 ms", "splash f32 ms", "torch best ms"},
+      .rows = {},
+      .notes = {
+          "splash bf16/best f32 is n/a: every PyTorch figure here is bf16; splash bf16/best is the "
+          "ratio to the faster of eager and compile. The torch bf16 columns here are SDPA on bf16 "
+          "inputs, not autocast (the line on autocast is the shared table's, written for f32 tables)."}};
+  for (const Bf16Case& b : cases) {
+    auto bf = ran.find("bf16/" + b.c.name), f32 = ran.find("f32/" + b.c.name);
+    if (bf == ran.end()) continue;
+    bench::Row row{.name = b.c.name,
+                   .titan = b.c.flops / bf->second.seconds / 1e9,
+                   .torch = torch.results.rates(b.c.name, b.c.flops / 1e9),
+                   .extra = {}};
+    const bool has_f32 = f32 != ran.end();
+    double best = 0;
+    for (const auto& [variant, rate] : row.torch) best = std::max(best, rate);
+    row.extra = {has_f32 ? bench::fixed(b.c.flops / f32->second.seconds / 1e9, 1) : "n/a",
+                 has_f32 ? ratio(f32->second.seconds, bf->second.seconds) : "n/a",
+                 bench::fixed(bf->second.seconds * 1e3, 1),
+                 has_f32 ? bench::fixed(f32->second.seconds * 1e3, 1) : "n/a",
+                 best > 0 ? bench::fixed(b.c.flops / 1e9 / best * 1e3, 1) : "n/a"};
+    table.rows.push_back(std::move(row));
+  }
+  bench::print_table(table, torch.results);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
   std::vector<char*> args(argv, argv + argc);
-  const auto sweep =
-      std::find_if(args.begin(), args.end(), [](char* a) { return std::strcmp(a, "--sweep") == 0; });
-  if (sweep == args.end()) return run_comparison(argc, argv);
-  args.erase(sweep);
-  return run_sweep(static_cast<int>(args.size()), args.data());
+  using Run = int (*)(int, char**);
+  const std::pair<const char*, Run> modes[] = {{"--sweep", run_sweep}, {"--bf16", run_bf16}};
+  for (const auto& [flag, run] : modes) {
+    const auto it =
+        std::find_if(args.begin(), args.end(), [&](char* a) { return std::strcmp(a, flag) == 0; });
+    if (it == args.end()) continue;
+    args.erase(it);
+    return run(static_cast<int>(args.size()), args.data());
+  }
+  return run_comparison(argc, argv);
 }

@@ -14,7 +14,9 @@ Argument: a JSON file {"threads": n, "cases": [case, ...]}; each case has "name"
 "heads", "head_dim", "mask" ({"kind": "causal"}, {"kind": "window", "left": w} or
 {"kind": "document", "docs": n}), "variants" and the timing plan ("warmup", "reps", "min_time", as
 in bench/torch_reference.py, whose timing this reuses). A call is out = attention(q, k, v), then
-torch.autograd.grad(out, (q, k, v), dout).
+torch.autograd.grad(out, (q, k, v), dout). Optional: "mode" "fwd" (the forward alone, under
+torch.no_grad()) or "fwd_bwd" (the default), and "bf16": "inputs", under which the bf16 variants
+run SDPA on bf16 q, k, v and dout (what a bf16 model passes it) rather than f32 ones under autocast.
 
 Peak memory: the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
 while the variant's inputs are made and timed, less the resident size before: what it added.
@@ -50,8 +52,13 @@ def visible(case, torch):
 
 def attention_call(case, torch):
     b, s, h, d = case["batch"], case["seq"], case["heads"], case["head_dim"]
-    q, k, v = (torch.randn(b, s, h, d, requires_grad=True) for _ in range(3))
-    dout = torch.randn(b, s, h, d)
+    variant = case["variant"]
+    bf16_inputs = case.get("bf16") == "inputs" and variant.endswith("bf16")
+    dtype = torch.bfloat16 if bf16_inputs else torch.float32
+    if bf16_inputs:
+        variant = variant.removesuffix(" bf16")  # the inputs are bf16 already: no autocast
+    q, k, v = (torch.randn(b, s, h, d, dtype=dtype, requires_grad=True) for _ in range(3))
+    dout = torch.randn(b, s, h, d, dtype=dtype)
     mask = visible(case, torch)
     F = torch.nn.functional
 
@@ -60,7 +67,12 @@ def attention_call(case, torch):
                                              attn_mask=mask, is_causal=mask is None)
         return out.transpose(1, 2)
 
-    attend = variant_fn(attend, case["variant"], torch, dynamic=None)
+    attend = variant_fn(attend, variant, torch, dynamic=None)
+    if case.get("mode", "fwd_bwd") == "fwd":
+        def forward():
+            with torch.no_grad():
+                return attend(q, k, v)
+        return forward
     return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
 

@@ -17,6 +17,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/models/registry.h"
+#include "titan/ops/autocast.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
 
@@ -388,16 +389,20 @@ TEST(SplashAttention, BitIdenticalForAnyThreadCount) {
       BlockMask::build(Mask::document(packed_ids(B, S, rng)) & Mask::sliding_window(50), B, S, 32, 16);
   Tensor q = randu({B, S, Hq, D}, 1, kF32), k = randu({B, S, Hkv, D}, 2, kF32);
   Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
-  const int threads = num_threads();
-  set_num_threads(1);
-  const Result one = run_splash(q, k, v, dout, bm);
-  set_num_threads(std::max(2, threads));
-  const Result many = run_splash(q, k, v, dout, bm);
-  set_num_threads(threads);
-  EXPECT_EQ(one.out.to_vector<float>(), many.out.to_vector<float>());
-  EXPECT_EQ(one.dq.to_vector<float>(), many.dq.to_vector<float>());
-  EXPECT_EQ(one.dk.to_vector<float>(), many.dk.to_vector<float>());
-  EXPECT_EQ(one.dv.to_vector<float>(), many.dv.to_vector<float>());
+  for (DType products : {kF32, kBF16}) {
+    SCOPED_TRACE(std::string("autocast ") + std::string(dtype_name(products)));
+    const ops::AutocastGuard guard(products);
+    const int threads = num_threads();
+    set_num_threads(1);
+    const Result one = run_splash(q, k, v, dout, bm);
+    set_num_threads(std::max(2, threads));
+    const Result many = run_splash(q, k, v, dout, bm);
+    set_num_threads(threads);
+    EXPECT_EQ(one.out.to_vector<float>(), many.out.to_vector<float>());
+    EXPECT_EQ(one.dq.to_vector<float>(), many.dq.to_vector<float>());
+    EXPECT_EQ(one.dk.to_vector<float>(), many.dk.to_vector<float>());
+    EXPECT_EQ(one.dv.to_vector<float>(), many.dv.to_vector<float>());
+  }
 }
 
 TEST(SplashAttention, GradientsOfSomeInputsOnly) {
@@ -471,6 +476,81 @@ TEST(SplashAttention, ErrorsSayWhatIsWrong) {
   EXPECT_TITAN_ERROR(Mask::chunked_causal(0), "chunk must be >= 1");
   EXPECT_TITAN_ERROR(Mask::prefix_lm({}), "one prefix length per batch row");
   EXPECT_TITAN_ERROR(Mask::prefix_lm({-2}), "must be >= 0");
+}
+
+// ---- bf16 autocast ----------------------------------------------------------------------------------
+
+// Splash with its forward under autocast `fwd` and its backward under `bwd`.
+Result run_splash_autocast(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                           const BlockMask& bm, DType fwd, DType bwd) {
+  Tensor lq = q.detach().requires_grad_(), lk = k.detach().requires_grad_(), lv = v.detach().requires_grad_();
+  Tensor out;
+  {
+    const ops::AutocastGuard guard(fwd);
+    out = attention::splash_attention(lq, lk, lv, bm);
+  }
+  const ops::AutocastGuard guard(bwd);
+  std::vector<Tensor> g = autograd::grad({out}, {dout}, {lq, lk, lv});
+  return {out.detach(), g[0], g[1], g[2]};
+}
+
+// Under bf16 autocast the tiles multiply bf16 operands (8 significant bits, relative rounding
+// 2^-9) with float32 sums, so each output and gradient is off the float32 splash's by a few
+// bf16 roundings of its terms, partly averaged out. Measured as the largest error over the
+// largest float32 value (D = 64 and 33; causal, documents, window, both; GQA; S past whole
+// blocks): 4.3e-3..5.5e-3 for out, 2.1e-3..5.9e-3 for dq, dk, dv. The bound, 1e-2, leaves 1.7x
+// and still fails a kernel that truncates to bf16 instead of rounding (1.5e-2), drops an odd
+// D's last term (0.5), swaps the terms of a pair (3.2) or multiplies a stale P tile (2.5). And
+// bf16 must show: float32 splash differs from itself in another order by ~1e-7, so an error
+// under 1e-4 means bf16 never ran.
+TEST(SplashAttention, Bf16AutocastMatchesF32) {
+  const int64_t B = 2, S = 203, Hq = 4, Hkv = 2;
+  std::mt19937 rng(13);
+  const Mask doc = Mask::document(packed_ids(B, S, rng));
+  const std::pair<std::string, Mask> masks[] = {{"causal", Mask::causal()},
+                                                {"document", doc},
+                                                {"window", Mask::sliding_window(50)},
+                                                {"document_and_window", doc & Mask::sliding_window(30)}};
+  for (int64_t D : {64, 33})
+    for (const auto& [name, mask] : masks) {
+      SCOPED_TRACE(name + " D=" + std::to_string(D));
+      Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
+      Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
+      const BlockMask bm = BlockMask::build(mask, B, S, 64, 32);
+      const Result f32 = run_splash(q, k, v, dout, bm);
+      const Result bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
+      EXPECT_EQ(bf.out.dtype(), kF32);
+      EXPECT_EQ(bf.dq.dtype(), kF32);
+      const std::pair<const char*, std::pair<Tensor, Tensor>> outputs[] = {{"out", {bf.out, f32.out}},
+                                                                           {"dq", {bf.dq, f32.dq}},
+                                                                           {"dk", {bf.dk, f32.dk}},
+                                                                           {"dv", {bf.dv, f32.dv}}};
+      for (const auto& [what, pair] : outputs) {
+        const double error = test::max_rel_error(pair.first, pair.second);
+        EXPECT_LT(error, 1e-2) << what;
+        EXPECT_GT(error, 1e-4) << what << ": as float32 gives; did bf16 run?";
+      }
+    }
+}
+
+// The forward decides; backward follows it whatever autocast says when backward runs.
+TEST(SplashAttention, Bf16BackwardFollowsItsForward) {
+  const int64_t B = 1, S = 150, Hq = 4, Hkv = 1, D = 32;
+  Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
+  Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
+  const BlockMask bm = BlockMask::build(Mask::causal(), B, S, 32, 64);
+  const Result f32 = run_splash(q, k, v, dout, bm);
+  const Result bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
+  for (const auto& [fwd, bwd, want] : {std::tuple{kBF16, kF32, &bf}, std::tuple{kF32, kBF16, &f32}}) {
+    SCOPED_TRACE(std::string("forward ") + std::string(dtype_name(fwd)) + ", backward " +
+                 std::string(dtype_name(bwd)));
+    const Result got = run_splash_autocast(q, k, v, dout, bm, fwd, bwd);
+    EXPECT_EQ(got.out.to_vector<float>(), want->out.to_vector<float>());
+    EXPECT_EQ(got.dq.to_vector<float>(), want->dq.to_vector<float>());
+    EXPECT_EQ(got.dk.to_vector<float>(), want->dk.to_vector<float>());
+    EXPECT_EQ(got.dv.to_vector<float>(), want->dv.to_vector<float>());
+  }
+  EXPECT_NE(bf.dq.to_vector<float>(), f32.dq.to_vector<float>());
 }
 
 // ---- in Llama 3 -------------------------------------------------------------------------------------

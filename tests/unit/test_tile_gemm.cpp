@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -13,11 +14,15 @@ namespace {
 
 using kernels::cpu::BandOf;
 using kernels::cpu::kTilePanel;
+using kernels::cpu::kTilePanelBf16;
 using kernels::cpu::kTileRows;
 using kernels::cpu::pack_tile_b;
+using kernels::cpu::pack_tile_b_bf16;
 using kernels::cpu::Strided;
 using kernels::cpu::tile_gemm;
+using kernels::cpu::tile_gemm_bf16;
 using kernels::cpu::tile_packed_size;
+using kernels::cpu::tile_packed_size_bf16;
 using kernels::cpu::TileBand;
 
 template <typename T>
@@ -156,6 +161,129 @@ TEST(TileGemm, BandsComputeWhatTheyNameAndNothingElse) {
       tile_gemm<float>(m, n, k, 1.0f, {random<float>(m * k, 1).data(), k, 1}, packed.data(), false,
                        std::vector<float>(m * n).data(), n, std::span(bands).first(2), BandOf::terms),
       Error);
+}
+
+// ---- bf16 operands ---------------------------------------------------------------------------------
+
+// Values that bf16 holds exactly, as float: their products are exact in float32, so the bf16
+// kernel and the float one differ only in the order of their float32 sums.
+std::vector<float> bf16_values(int64_t n, uint64_t seed) {
+  std::vector<float> v = random<float>(n, seed);
+  for (float& x : v) x = static_cast<float>(bf16(x));
+  return v;
+}
+
+// Random shapes (k odd and even, m past whole register blocks, n past whole panels), A read in
+// place and transposed, B packed from a matrix and from its transpose, bands of either kind or
+// none, C overwritten or accumulated into. Each element within 1e-5 of alpha * sum |a||b| + |c0|
+// (k <= 70 float32 roundings in either order stay under 1e-5 of that); elements outside column
+// bands untouched (NaN stays NaN); term bands, with A zero outside them, equal to the unbanded
+// bf16 product bit for bit.
+TEST(TileGemm, Bf16MatchesFloatOnBf16Values) {
+  EXPECT_EQ(kTilePanelBf16, kTilePanel<float>);  // the same panels, so column bands compute alike
+  std::mt19937 rng(17);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int64_t W = kTilePanelBf16;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t m = pick(1, 3 * kTileRows + 5), n = pick(1, 3 * W + 5), k = pick(1, 70);
+    const bool a_transposed = pick(0, 1), b_transposed = pick(0, 1), accumulate = pick(0, 1);
+    const int kind = static_cast<int>(pick(0, 2));  // no bands, columns, terms
+    const BandOf band_of = kind == 2 ? BandOf::terms : BandOf::columns;
+    SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k << " A^T " << a_transposed
+                                      << " B^T " << b_transposed << " accumulate " << accumulate << " bands "
+                                      << (kind == 0   ? "none"
+                                          : kind == 1 ? "columns"
+                                                      : "terms"));
+    std::vector<TileBand> bands;
+    if (kind != 0)
+      for (int64_t blk = 0; blk < (m + kTileRows - 1) / kTileRows; ++blk) {
+        const int64_t extent = kind == 1 ? n : k, begin = pick(0, extent);
+        bands.push_back({begin, pick(std::max<int64_t>(0, begin - 1), extent)});
+      }
+
+    const int64_t lda = (a_transposed ? m : k) + 3, ldb = (b_transposed ? k : n) + 5, ldc = n + 2;
+    std::vector<float> a = bf16_values((a_transposed ? k : m) * lda, 20 + trial);
+    auto a_at = [&](int64_t i, int64_t p) -> float& {
+      return a_transposed ? a[p * lda + i] : a[i * lda + p];
+    };
+    if (kind == 2)  // A zero outside each row block's terms, as the caller of term bands vouches
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p)
+          if (p < bands[i / kTileRows].begin || p >= bands[i / kTileRows].end) a_at(i, p) = 0;
+    const std::vector<float> b = bf16_values((b_transposed ? n : k) * ldb, 40 + trial);
+    std::vector<float> c0 = random<float>(m * ldc, 60 + trial);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = accumulate ? n : 0; j < ldc; ++j)
+        c0[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<bf16> a16(a.size());
+    for (size_t i = 0; i < a.size(); ++i) a16[i] = bf16(a[i]);
+    const Strided<float> bview =
+        b_transposed ? Strided<float>{b.data(), 1, ldb} : Strided<float>{b.data(), ldb, 1};
+    std::vector<float> packed(static_cast<size_t>(tile_packed_size<float>(k, n)));
+    std::vector<bf16> packed16(static_cast<size_t>(tile_packed_size_bf16(k, n)), bf16(7.0f));
+    pack_tile_b<float>(k, n, bview, packed.data());
+    pack_tile_b_bf16(k, n, bview, packed16.data());
+    const float alpha = 0.375f;
+    std::vector<float> want = c0, got = c0;
+    tile_gemm<float>(m, n, k, alpha,
+                     a_transposed ? Strided<float>{a.data(), 1, lda} : Strided<float>{a.data(), lda, 1},
+                     packed.data(), accumulate, want.data(), ldc, bands, band_of);
+    const Strided<bf16> a16view =
+        a_transposed ? Strided<bf16>{a16.data(), 1, lda} : Strided<bf16>{a16.data(), lda, 1};
+    tile_gemm_bf16(m, n, k, alpha, a16view, packed16.data(), accumulate, got.data(), ldc, bands, band_of);
+
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const float w = want[i * ldc + j], g = got[i * ldc + j];
+        const TileBand band = kind == 1 ? bands[i / kTileRows] : TileBand{0, n};
+        const bool computed =
+            j < n && band.begin < band.end && j / W >= band.begin / W && j / W <= (band.end - 1) / W;
+        if (!computed) {
+          const float c = c0[i * ldc + j];
+          EXPECT_TRUE(std::isnan(c) ? std::isnan(g) : g == c)
+              << "(" << i << ", " << j << ") was written: " << g;
+          continue;
+        }
+        double magnitude = accumulate ? std::abs(c0[i * ldc + j]) : 0;
+        for (int64_t p = 0; p < k; ++p)
+          magnitude += std::abs(alpha * a_at(i, p) * (b_transposed ? b[j * ldb + p] : b[p * ldb + j]));
+        ASSERT_NEAR(g, w, 1e-5 * magnitude + 1e-30) << "at (" << i << ", " << j << ")";
+      }
+    if (kind == 2) {
+      std::vector<float> whole = c0;
+      tile_gemm_bf16(m, n, k, alpha, a16view, packed16.data(), accumulate, whole.data(), ldc);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(got[i * ldc + j], whole[i * ldc + j])
+              << "terms band vs whole at (" << i << ", " << j << ")";
+    }
+  }
+  EXPECT_THROW(tile_gemm_bf16(2 * kTileRows, 8, 8, 1.0f, {nullptr, 8, 1}, nullptr, false, nullptr, 8,
+                              std::vector<TileBand>{{0, 1}}, BandOf::terms),
+               Error);
+}
+
+TEST(TileGemm, ConvertToBf16RoundsToNearestEven) {
+  // Every lane of the vector path and its masked tail: ties to even, infinities, NaN, signed zero.
+  std::vector<float> x = random<float>(45, 3);
+  const float tie_down = 1.0f + 1.0f / 256, tie_up = 1.0f + 3.0f / 256;  // halfway between bf16 neighbours
+  x[0] = tie_down;
+  x[17] = tie_up;
+  x[40] = -tie_up;
+  x[41] = std::numeric_limits<float>::infinity();
+  x[42] = std::numeric_limits<float>::quiet_NaN();
+  x[43] = -0.0f;
+  std::vector<bf16> got(x.size());
+  kernels::cpu::convert_to_bf16(static_cast<int64_t>(x.size()), x.data(), got.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(static_cast<float>(got[i])));
+      continue;
+    }
+    EXPECT_EQ(got[i].bits, bf16(x[i]).bits) << "at " << i << ": " << x[i];
+  }
+  EXPECT_EQ(static_cast<float>(got[0]), 1.0f);
+  EXPECT_EQ(static_cast<float>(got[17]), 1.0f + 4.0f / 256);
 }
 
 }  // namespace

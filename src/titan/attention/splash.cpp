@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/tile_gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
+#include "titan/ops/autocast.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
 
@@ -25,9 +27,47 @@ namespace {
 using kernels::cpu::BandOf;
 using kernels::cpu::kTileRows;
 using kernels::cpu::row_max;
-using kernels::cpu::tile_gemm;
+using kernels::cpu::Strided;
 using kernels::cpu::TileBand;
 using kernels::cpu::vexp;
+
+// The tiles' products by operand type U: T's own tile_gemm, or (U = bf16, T = float) bf16
+// operands with float32 sums, under bf16 autocast. Everything else (softmax statistics, the
+// outputs and gradients) stays T.
+template <typename U>
+int64_t packed_size(int64_t k, int64_t n) {
+  if constexpr (std::is_same_v<U, bf16>)
+    return kernels::cpu::tile_packed_size_bf16(k, n);
+  else
+    return kernels::cpu::tile_packed_size<U>(k, n);
+}
+template <typename T>
+void pack(int64_t k, int64_t n, Strided<T> b, T* packed) {
+  kernels::cpu::pack_tile_b<T>(k, n, b, packed);
+}
+void pack(int64_t k, int64_t n, Strided<float> b, bf16* packed) {
+  kernels::cpu::pack_tile_b_bf16(k, n, b, packed);
+}
+template <typename T>
+void product(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b, bool accumulate, T* c,
+             int64_t ldc, std::span<const TileBand> bands, BandOf band_of) {
+  kernels::cpu::tile_gemm<T>(m, n, k, alpha, a, b, accumulate, c, ldc, bands, band_of);
+}
+void product(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> a, const bf16* b, bool accumulate,
+             float* c, int64_t ldc, std::span<const TileBand> bands, BandOf band_of) {
+  kernels::cpu::tile_gemm_bf16(m, n, k, alpha, a, b, accumulate, c, ldc, bands, band_of);
+}
+
+// x[0, n) as the products' operand: x itself, or its bf16 copy written to `copy`.
+template <typename U, typename T>
+const U* as_operand(const T* x, int64_t n, U* copy) {
+  if constexpr (std::is_same_v<U, T>)
+    return x;
+  else {
+    kernels::cpu::convert_to_bf16(n, x, copy);
+    return copy;
+  }
+}
 
 // Where rows live. In a [B, S, H, D] tensor one head's rows form an [S, D] matrix with row stride
 // H * D, which BLAS reads and writes in place. Per-row statistics (logsumexp, rowsum(dO * O)) are
@@ -53,46 +93,67 @@ Span block(int64_t index, int64_t size, int64_t total) {
 }
 
 // One [S, D] matrix per (batch row, head) of q, k, v or dout, packed block by block as
-// tile_gemm's B operand, once per call: a key block is read by every query block and query head
-// that sees it, a query block by every key block it sees. `Rows` packs a block's tokens as the
-// summed dimension (for P V, P^T dO, dS^T Q, dS K), `Columns` its head dimension (for Q K^T and
-// dO V^T, the block's tokens being the product's columns).
+// tile_gemm's B operand in the operand type U, once per call: a key block is read by every query
+// block and query head that sees it, a query block by every key block it sees. `Rows` packs a
+// block's tokens as the summed dimension (for P V, P^T dO, dS^T Q, dS K), `Columns` its head dimension (for Q
+// K^T and dO V^T, the block's tokens being the product's columns).
 enum class Packing { Rows, Columns };
 
-template <typename T>
+template <typename U>
 struct PackedBlocks {
   int64_t heads = 0, blocks = 0, stride = 0;
   Tensor storage;  // a Tensor, so that the allocator's peak counts it
 
-  const T* at(int64_t b, int64_t head, int64_t blk) const {
-    return storage.data<T>() + ((b * heads + head) * blocks + blk) * stride;
+  const U* at(int64_t b, int64_t head, int64_t blk) const {
+    return storage.data<U>() + ((b * heads + head) * blocks + blk) * stride;
   }
 };
 
-template <typename T>
-PackedBlocks<T> packed_blocks(const Geometry& g, int64_t heads, int64_t block_rows, Packing packing) {
+template <typename U>
+PackedBlocks<U> packed_blocks(const Geometry& g, int64_t heads, int64_t block_rows, Packing packing) {
   const int64_t blocks = (g.S + block_rows - 1) / block_rows;
-  const int64_t stride = packing == Packing::Rows ? kernels::cpu::tile_packed_size<T>(block_rows, g.D)
-                                                  : kernels::cpu::tile_packed_size<T>(g.D, block_rows);
+  const int64_t stride =
+      packing == Packing::Rows ? packed_size<U>(block_rows, g.D) : packed_size<U>(g.D, block_rows);
   return {heads, blocks, stride,
-          Tensor::empty({g.B * heads * blocks * stride}, {.dtype = dtype_of<T>::value})};
+          Tensor::empty({g.B * heads * blocks * stride}, {.dtype = dtype_of<U>::value})};
 }
 
 // Packs block `i` (of B x heads x blocks) of x, whose rows sit heads * D apart; call it for every
 // i from inside a team's worksharing loop.
-template <typename T>
-void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packing, PackedBlocks<T>& out,
+template <typename T, typename U>
+void pack_block(const Geometry& g, const T* x, int64_t block_rows, Packing packing, PackedBlocks<U>& out,
                 int64_t i) {
   const int64_t blk = i % out.blocks, head = i / out.blocks % out.heads, b = i / out.blocks / out.heads;
   const Span rows = block(blk, block_rows, g.S);
   const int64_t ld = out.heads * g.D;
   const T* src = x + ((b * g.S + rows.start) * out.heads + head) * g.D;
-  T* dst = const_cast<T*>(out.at(b, head, blk));
+  U* dst = const_cast<U*>(out.at(b, head, blk));
   if (packing == Packing::Rows)
-    kernels::cpu::pack_tile_b<T>(rows.len, g.D, {src, ld, 1}, dst);
+    pack(rows.len, g.D, Strided<T>{src, ld, 1}, dst);
   else
-    kernels::cpu::pack_tile_b<T>(g.D, rows.len, {src, 1, ld}, dst);
+    pack(g.D, rows.len, Strided<T>{src, 1, ld}, dst);
 }
+
+// The A operands read in place: q (and dout) itself, or a bf16 copy of it made once per call.
+template <typename T, typename U>
+struct InPlace {
+  Tensor copy;
+  const U* data = nullptr;
+
+  InPlace(const T* x, int64_t numel) {
+    if constexpr (std::is_same_v<U, T>)
+      data = x;
+    else {
+      copy = Tensor::empty({numel}, {.dtype = kBF16});
+      data = copy.data<U>();
+    }
+  }
+  // Converts rows [i * len, (i + 1) * len) of the copy; call it for every i from inside a team's
+  // worksharing loop.
+  void convert(const T* x, int64_t len, int64_t i) {
+    if constexpr (!std::is_same_v<U, T>) as_operand(x + i * len, len, const_cast<U*>(data) + i * len);
+  }
+};
 
 // Where a partial tile's visible pairs lie, so that its products and exps skip what the mask
 // hides (a causal diagonal tile hides nearly half of itself): the mask, each query row's span of
@@ -146,13 +207,22 @@ std::pair<int64_t, int64_t> row_span(const TileShape* shape, int64_t r, int64_t 
   return shape ? std::pair{shape->begin[r], shape->end[r]} : std::pair{int64_t{0}, keys};
 }
 
-// Per-thread buffers: two tiles of scores (probabilities and their gradients), per-row running
-// max and sum, and the shape of a partial tile.
-template <typename T>
+// Per-thread buffers: two tiles of scores (probabilities and their gradients), their copies in
+// the operand type U where it is not T, per-row running max and sum, and the shape of a partial
+// tile.
+template <typename T, typename U>
 struct Scratch {
   std::vector<T> p, dp, max, sum;
+  std::vector<U> p_op, dp_op;
   TileShape shape;
-  Scratch(int64_t bq, int64_t bk) : p(bq * bk), dp(bq * bk), max(bq), sum(bq), shape(bq, bk) {}
+  Scratch(int64_t bq, int64_t bk)
+      : p(bq * bk),
+        dp(bq * bk),
+        max(bq),
+        sum(bq),
+        p_op(std::is_same_v<T, U> ? 0 : bq * bk),
+        dp_op(std::is_same_v<T, U> ? 0 : bq * bk),
+        shape(bq, bk) {}
 };
 
 // Whether `tasks` tasks get a team of threads: inside one already (nested), they run on the
@@ -177,11 +247,11 @@ std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
 
 // s[m, n] = scale * Q K^T for one tile (K^T packed by columns). Of a partial tile, at least each
 // row's span is written, with the pairs the mask hides there at -inf.
-template <typename T>
-void scores(const Geometry& g, Span qs, Span ks, T scale, const T* Q, const T* kt, T* s,
+template <typename T, typename U>
+void scores(const Geometry& g, Span qs, Span ks, T scale, const U* Q, const U* kt, T* s,
             const TileShape* shape) {
-  tile_gemm<T>(qs.len, ks.len, g.D, scale, {Q, g.ldq(), 1}, kt, false, s, ks.len, query_bands(shape),
-               BandOf::columns);
+  product(qs.len, ks.len, g.D, scale, Strided<U>{Q, g.ldq(), 1}, kt, false, s, ks.len, query_bands(shape),
+          BandOf::columns);
   if (!shape) return;
   for (int64_t r = 0; r < qs.len; ++r) {
     T* row = s + r * ks.len;
@@ -192,20 +262,23 @@ void scores(const Geometry& g, Span qs, Span ks, T scale, const T* Q, const T* k
 }
 
 // out = softmax(scale * q k^T + mask) v, and each row's logsumexp for backward. Every mask shows
-// each query its own key, so every row ends with a positive sum.
-template <typename T>
+// each query its own key, so every row ends with a positive sum. Under bf16 (U) the products
+// read bf16 copies of q, k, v and of each tile's probabilities (as FlashAttention multiplies
+// them); the running max and sum, the rescaling and out stay T.
+template <typename T, typename U>
 void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v, T* out,
              T* lse) {
   const int64_t bq = bm.block_q(), bk = bm.block_kv(), nq = bm.num_q_blocks(), ld = g.ldq();
-  PackedBlocks<T> kt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
-  PackedBlocks<T> vr = packed_blocks<T>(g, g.Hkv, bk, Packing::Rows);
+  PackedBlocks<U> kt = packed_blocks<U>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<U> vr = packed_blocks<U>(g, g.Hkv, bk, Packing::Rows);
+  InPlace<T, U> qa(q, g.B * g.S * ld);
   const auto order = heavy_first(g.B * nq, g.Hq, [&](int64_t r) {
     return static_cast<int64_t>(bm.full_kv(r / nq, r % nq).size() + bm.partial_kv(r / nq, r % nq).size());
   });
-  auto task = [&](int64_t t, Scratch<T>& w) {
+  auto task = [&](int64_t t, Scratch<T, U>& w) {
     const int64_t h = t % g.Hq, b = t / g.Hq / nq, qb = t / g.Hq % nq, hk = h / g.group();
     const Span qs = block(qb, bq, g.S);
-    const T* Q = q + g.q_at(b, qs.start, h);
+    const U* Q = qa.data + g.q_at(b, qs.start, h);
     T* O = out + g.q_at(b, qs.start, h);
     for (int64_t r = 0; r < qs.len; ++r) std::fill(O + r * ld, O + r * ld + g.D, T(0));
     std::fill(w.max.begin(), w.max.end(), -std::numeric_limits<T>::infinity());
@@ -241,8 +314,9 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
         if (alpha != T(1))
           for (T* o = O + r * ld; o < O + r * ld + g.D; ++o) *o *= alpha;
       }
-      tile_gemm<T>(qs.len, g.D, ks.len, T(1), {s, ks.len, 1}, vr.at(b, hk, kb), true, O, ld,
-                   query_bands(shape), BandOf::terms);
+      const U* P = as_operand(s, qs.len * ks.len, w.p_op.data());
+      product(qs.len, g.D, ks.len, T(1), Strided<U>{P, ks.len, 1}, vr.at(b, hk, kb), true, O, ld,
+              query_bands(shape), BandOf::terms);
     };
     for (int32_t kb : bm.full_kv(b, qb)) tile(kb, false);
     for (int32_t kb : bm.partial_kv(b, qb)) tile(kb, true);
@@ -261,36 +335,40 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
   const int64_t kv_blocks = g.B * g.Hkv * kt.blocks;
 #pragma omp parallel if (team_for(n))
   {
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < g.B * g.S; ++i) qa.convert(q, ld, i);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < kv_blocks; ++i) {
       pack_block(g, k, bk, Packing::Columns, kt, i);
       pack_block(g, v, bk, Packing::Rows, vr, i);
     }
-    Scratch<T> w(bq, bk);
+    Scratch<T, U> w(bq, bk);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) task(order[i], w);
   }
 }
 
-// The inputs of backward that each tile reads: K^T and V^T packed by columns.
-template <typename T>
+// The inputs of backward that each tile reads: q and dout as operands, K^T and V^T packed by
+// columns.
+template <typename T, typename U>
 struct Saved {
-  const T *q, *dout, *lse, *delta;
-  const PackedBlocks<T>&kt, &vt;
+  const U *q, *dout;
+  const T *lse, *delta;
+  const PackedBlocks<U>&kt, &vt;
 };
 
 // For one tile (`shape` built for it when it is partial, else null): P = exp(s - lse) in w.p, and
 // dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the gradient of the scores before `scale`); of a
 // partial tile both are zero outside each row's span.
-template <typename T>
-void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T>& in, T scale, int64_t b, int64_t h,
-                Span qs, Span ks, const TileShape* shape, Scratch<T>& w) {
+template <typename T, typename U>
+void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T, U>& in, T scale, int64_t b, int64_t h,
+                Span qs, Span ks, const TileShape* shape, Scratch<T, U>& w) {
   const int64_t hk = h / g.group(), kb = ks.start / bm.block_kv();
   T* p = w.p.data();
   T* dp = w.dp.data();
   scores(g, qs, ks, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p, shape);
-  tile_gemm<T>(qs.len, ks.len, g.D, T(1), {in.dout + g.q_at(b, qs.start, h), g.ldq(), 1}, in.vt.at(b, hk, kb),
-               false, dp, ks.len, query_bands(shape), BandOf::columns);
+  product(qs.len, ks.len, g.D, T(1), Strided<U>{in.dout + g.q_at(b, qs.start, h), g.ldq(), 1},
+          in.vt.at(b, hk, kb), false, dp, ks.len, query_bands(shape), BandOf::columns);
   const T* L = in.lse + g.stat_at(b, h, qs.start);
   const T* Dl = in.delta + g.stat_at(b, h, qs.start);
   for (int64_t r = 0; r < qs.len; ++r) {
@@ -340,8 +418,9 @@ std::vector<int64_t> split_key_blocks(const BlockMask& bm, int64_t b, int64_t pa
 // into dq and run r > 0 into a buffer of its own, each task owning its group's rows there;
 // the buffers are added into dq in run order at the end. No atomics, and no second pass
 // recomputing the scores. All in one team of threads, as every start and join of a team costs
-// the slowest thread's delay.
-template <typename T>
+// the slowest thread's delay. Under bf16 (U) the products read bf16 copies of q, k, v, dout and
+// of each tile's P and dS; D, P and dS are computed in T, and the gradients gathered in T.
+template <typename T, typename U>
 void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v,
               const T* out, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
   const int64_t bq = bm.block_q(), bk = bm.block_kv(), heads = g.B * g.Hkv;
@@ -358,14 +437,15 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
   T* dq_runs = dq_runs_t.defined() ? dq_runs_t.data<T>() : nullptr;
   // Packed by rows for the products that sum over a block's tokens: dO and Q over query rows (dV,
   // dK), K over keys (dQ); only those of the gradients asked for.
-  PackedBlocks<T> kt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
-  PackedBlocks<T> vt = packed_blocks<T>(g, g.Hkv, bk, Packing::Columns);
-  PackedBlocks<T> dor = dv ? packed_blocks<T>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<T>{};
-  PackedBlocks<T> qr = dk ? packed_blocks<T>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<T>{};
-  PackedBlocks<T> kr = dq ? packed_blocks<T>(g, g.Hkv, bk, Packing::Rows) : PackedBlocks<T>{};
-  const Saved<T> in{q, dout, lse, delta, kt, vt};
+  PackedBlocks<U> kt = packed_blocks<U>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<U> vt = packed_blocks<U>(g, g.Hkv, bk, Packing::Columns);
+  PackedBlocks<U> dor = dv ? packed_blocks<U>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<U>{};
+  PackedBlocks<U> qr = dk ? packed_blocks<U>(g, g.Hq, bq, Packing::Rows) : PackedBlocks<U>{};
+  PackedBlocks<U> kr = dq ? packed_blocks<U>(g, g.Hkv, bk, Packing::Rows) : PackedBlocks<U>{};
+  InPlace<T, U> qa(q, q_numel), da(dout, q_numel);
+  const Saved<T, U> in{qa.data, da.data, lse, delta, kt, vt};
 
-  auto task = [&](int64_t t, Scratch<T>& w) {
+  auto task = [&](int64_t t, Scratch<T, U>& w) {
     const int64_t run = t % runs, hk = t / runs % g.Hkv, b = t / runs / g.Hkv;
     const std::vector<int64_t>& cut = cuts[bm.batch() == 1 ? 0 : b];
     const int64_t k0 = cut[run] * bk, k1 = std::min(g.S, cut[run + 1] * bk), span = g.group() * g.D;
@@ -383,23 +463,24 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
       for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
         auto tile = [&](int32_t qb, bool partial) {
           const Span qs = block(qb, bq, g.S);
-          const T* P = w.p.data();
-          const T* dS = w.dp.data();
           const TileShape* shape = partial ? &w.shape : nullptr;
           if (partial) w.shape.build(bm.mask(), b, qs, ks);
           tile_grads(g, bm, in, scale, b, h, qs, ks, shape, w);
+          const int64_t n = qs.len * ks.len;
+          const U* P = dV ? as_operand(w.p.data(), n, w.p_op.data()) : nullptr;
+          const U* dS = dK || dQ ? as_operand(w.dp.data(), n, w.dp_op.data()) : nullptr;
           // Of a partial tile, each block of keys sums over the queries that see it, each block of
           // queries over the keys it sees.
           const std::span<const TileBand> by_key = key_bands(shape), by_query = query_bands(shape);
           if (dV)
-            tile_gemm<T>(ks.len, g.D, qs.len, T(1), {P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk(),
-                         by_key, BandOf::terms);
+            product(ks.len, g.D, qs.len, T(1), Strided<U>{P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk(),
+                    by_key, BandOf::terms);
           if (dK)
-            tile_gemm<T>(ks.len, g.D, qs.len, scale, {dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk(),
-                         by_key, BandOf::terms);
+            product(ks.len, g.D, qs.len, scale, Strided<U>{dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk(),
+                    by_key, BandOf::terms);
           if (dQ)
-            tile_gemm<T>(qs.len, g.D, ks.len, scale, {dS, ks.len, 1}, kr.at(b, hk, kb), true,
-                         dQ + g.q_at(b, qs.start, h), g.ldq(), by_query, BandOf::terms);
+            product(qs.len, g.D, ks.len, scale, Strided<U>{dS, ks.len, 1}, kr.at(b, hk, kb), true,
+                    dQ + g.q_at(b, qs.start, h), g.ldq(), by_query, BandOf::terms);
         };
         for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
         for (int32_t qb : bm.partial_q(b, kb)) tile(qb, true);
@@ -422,6 +503,11 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
       if (dv) pack_block(g, dout, bq, Packing::Rows, dor, i);
       if (dk) pack_block(g, q, bq, Packing::Rows, qr, i);
     }
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < g.B * g.S; ++i) {
+      qa.convert(q, g.ldq(), i);
+      da.convert(dout, g.ldq(), i);
+    }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < g.B * g.S; ++i)
       for (int64_t h = 0; h < g.Hq; ++h) {
@@ -433,7 +519,7 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
         delta[g.stat_at(i / g.S, h, i % g.S)] = dot;
       }
 
-    Scratch<T> w(bq, bk);
+    Scratch<T, U> w(bq, bk);
     // The runs of a (batch row, kv head) are of equal work, so tasks are alike.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) task(t, w);
@@ -460,29 +546,43 @@ Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
               ") holds ", mask.batch(), " batch rows but q has ", g.B, "; build it for this batch");
 
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));
+  // Decided here, once: backward multiplies as forward did, whatever autocast says when it runs.
+  const bool bf16_products = ops::matmul_operand_dtype(q.dtype()) == kBF16;
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
   Tensor lse = Tensor::empty({g.B, g.Hq, g.S}, q.options());
   kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
     using T = decltype(z);
-    forward<T>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>());
+    auto run = [&](auto u) {
+      forward<T, decltype(u)>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(),
+                              lse.data<T>());
+    };
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16_products) return run(bf16());
+    run(T());
   });
   if (!autograd::needs_grad({&q, &k, &v})) return out;
 
-  autograd::record(op, {q, k, v}, {out},
-                   [g, mask, scale, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
-                     Tensor dout = ops::dense(ctx[0]);
-                     Tensor dq = ctx.needs(0) ? Tensor::empty(qc.sizes(), qc.options()) : Tensor();
-                     Tensor dk = ctx.needs(1) ? Tensor::empty(kc.sizes(), kc.options()) : Tensor();
-                     Tensor dv = ctx.needs(2) ? Tensor::empty(vc.sizes(), vc.options()) : Tensor();
-                     kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
-                       using T = decltype(z);
-                       auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-                       backward<T>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), o.data<T>(),
-                                   lse.data<T>(), dout.data<T>(), ptr(dq), ptr(dk), ptr(dv));
-                     });
-                     return std::vector<Tensor>{dq, dk, dv};
-                   });
+  autograd::record(
+      op, {q, k, v}, {out},
+      [g, mask, scale, bf16_products, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
+        Tensor dout = ops::dense(ctx[0]);
+        Tensor dq = ctx.needs(0) ? Tensor::empty(qc.sizes(), qc.options()) : Tensor();
+        Tensor dk = ctx.needs(1) ? Tensor::empty(kc.sizes(), kc.options()) : Tensor();
+        Tensor dv = ctx.needs(2) ? Tensor::empty(vc.sizes(), vc.options()) : Tensor();
+        kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
+          using T = decltype(z);
+          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+          auto run = [&](auto u) {
+            backward<T, decltype(u)>(g, mask, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), o.data<T>(),
+                                     lse.data<T>(), dout.data<T>(), ptr(dq), ptr(dk), ptr(dv));
+          };
+          if constexpr (std::is_same_v<T, float>)
+            if (bf16_products) return run(bf16());
+          run(T());
+        });
+        return std::vector<Tensor>{dq, dk, dv};
+      });
   return out;
 }
 

@@ -26,6 +26,13 @@ struct SplashOptions {
 // GEMMs are single-threaded. No atomics: every output row is accumulated by one task in a fixed
 // order (dQ's runs are summed in run order), so reruns are bit-identical whatever the thread
 // count.
+//
+// Under ops::AutocastGuard(kBF16), with f32 inputs, the tiles' products (Q K^T and P V forward;
+// dO V^T, P^T dO, dS^T Q and dS K backward) multiply bf16 copies of q, k, v, dout and of each
+// tile's probabilities P and score gradients dS, with float32 sums, as FlashAttention's bf16
+// kernels do; the softmax statistics (running max and sum, logsumexp, rowsum(dO * O)), the output
+// and the gradients stay f32, and so do the op's inputs and outputs. Forward decides, and its
+// backward multiplies as it did whatever autocast says when backward runs.
 Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
                         const SplashOptions& opts = {});
 

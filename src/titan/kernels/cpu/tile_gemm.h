@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <span>
 
+#include "titan/core/dtype.h"
+
 namespace titan::kernels::cpu {
 
 // The SIMD vector the kernel is built for: AVX-512's where the build targets it (-march=native
@@ -74,5 +76,40 @@ enum class BandOf { columns, terms };
 template <typename T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* b_packed, bool accumulate,
                T* c, int64_t ldc, std::span<const TileBand> bands = {}, BandOf band_of = BandOf::columns);
+
+// ---- bf16 operands, float32 sums -----------------------------------------------------------------
+// The same product with A and B in bf16 and C, alpha and every sum in float32: attention's tiles
+// under bf16 autocast. With AVX512-BF16 (__AVX512BF16__) each step is _mm512_dpbf16_ps, which
+// multiplies a pair of bf16 terms along k by a pair and adds both products into one float32 lane,
+// so B is packed in pairs along k ("VNNI" layout, as oneDNN packs it) and A is read as pairs of
+// terms broadcast as one 32-bit value; an odd k pads B with a zero term. Denormal operands count
+// as zero, as those instructions read them. Without the instructions the kernel runs a scalar
+// loop, correct but many times slower: the trainer refuses bf16 on such CPUs (oneDNN's bf16
+// GEMMs need the instructions too), so only tests run it there.
+
+// Columns of B in one packed panel: two SIMD vectors of float32 accumulators.
+inline constexpr int64_t kTilePanelBf16 = kTilePanel<float>;
+
+// Elements of a packed [k, n] B operand: k rounded up to whole pairs, n to whole panels.
+constexpr int64_t tile_packed_size_bf16(int64_t k, int64_t n) {
+  return (k + 1) / 2 * 2 * ((n + kTilePanelBf16 - 1) / kTilePanelBf16 * kTilePanelBf16);
+}
+
+// Packs a [k, n] float32 B operand as bf16 (rounded to nearest even) for tile_gemm_bf16: panel j
+// holds columns [j * kTilePanelBf16, (j + 1) * kTilePanelBf16) as [k / 2 pairs][kTilePanelBf16
+// columns][2 terms], the last panel's missing columns and an odd k's missing term zero.
+void pack_tile_b_bf16(int64_t k, int64_t n, Strided<float> b, bf16* packed);
+
+// C (+)= alpha * A B as tile_gemm computes it, with bf16 A and B (packed by pack_tile_b_bf16),
+// float32 C and sums. `bands` as for tile_gemm; a `terms` band widens to whole pairs of terms,
+// whose extra term the caller vouches is zero as it vouches for the rest. Each element of C is
+// one sum over the pairs in order: results do not depend on threads or on where the tile sits.
+void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> a, const bf16* b_packed,
+                    bool accumulate, float* c, int64_t ldc, std::span<const TileBand> bands = {},
+                    BandOf band_of = BandOf::columns);
+
+// dst[i] = bf16(src[i]), rounded to nearest even (denormals to zero with AVX512-BF16): the A
+// operands of tile_gemm_bf16.
+void convert_to_bf16(int64_t n, const float* src, bf16* dst);
 
 }  // namespace titan::kernels::cpu
