@@ -40,11 +40,11 @@
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/allocator.h"
+#include "titan/core/autocast.h"
 #include "titan/core/parallel.h"
 #include "titan/core/rng.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/gemm.h"
-#include "titan/ops/autocast.h"
 
 namespace {
 
@@ -152,7 +152,7 @@ void add_splash(const std::string& name, int64_t seq, int64_t head_dim, const Ma
         bench::cached_inputs<Inputs>("s" + std::to_string(seq) + "d" + std::to_string(head_dim),
                                      [=] { return make_inputs(seq, head_dim); });
     const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq, block_q, block_kv);
-    const titan::ops::AutocastGuard autocast(products);
+    const titan::AutocastGuard autocast(products);
     auto forward = [&] { return titan::attention::splash_attention(in.q, in.k, in.v, bm); };
     if (backward)
       time_fwd_bwd(s, in, forward);

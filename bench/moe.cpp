@@ -15,6 +15,10 @@
 // GEMMs of forward and backward, on balanced routing sizes), the floor that no dispatch or fusion
 // work gets titan below while its GEMMs are OpenBLAS's: torch ms / GEMMs ms is the highest ratio
 // titan could reach.
+//
+// bf16 (moe_bf16/...): titan's layer under training.mixed_precision_param = "bfloat16"'s autocast
+// (bf16 expert GEMMs through oneDNN, router in float32) against the same torch variants under
+// torch.autocast("cpu", bfloat16), at 8 and 64 experts, top-2.
 #include "titan/nn/moe/moe.h"
 
 #include <cstdint>
@@ -24,6 +28,7 @@
 
 #include "support/torch_reference.h"
 #include "titan/autograd/engine.h"
+#include "titan/core/autocast.h"
 #include "titan/core/parallel.h"
 #include "titan/core/rng.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
@@ -39,6 +44,8 @@ namespace moe = titan::nn::moe;
 constexpr int64_t kTokens = 4096, kDim = 512, kHidden = 256;
 // f32 all: transformers' two experts implementations, eager and compiled.
 const std::vector<std::string> kMoeVariants = {"eager", "compile", "eager grouped_mm", "compile grouped_mm"};
+const std::vector<std::string> kMoeBf16Variants = {"eager bf16", "compile bf16", "eager grouped_mm bf16",
+                                                   "compile grouped_mm bf16"};
 
 struct Shape {
   int64_t experts, top_k;
@@ -135,6 +142,22 @@ void expert_gemms(GemmsIn& in) {
 int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
   const std::vector<Shape> shapes = {{8, 2}, {8, 8}, {64, 2}, {64, 8}};
+  const std::vector<Shape> bf16_shapes = {{8, 2}, {64, 2}};
+  for (const Shape& s : bf16_shapes) {
+    bench::add_benchmark("moe_bf16/" + s.name(), s.plan(), [s](benchmark::State& state) {
+      LayerIn& in = bench::cached_inputs<LayerIn>("moe/" + s.name(), [&] { return make_layer(s); });
+      const titan::AutocastGuard bf16(titan::kBF16);
+      bench::PeakMemory peak;
+      const std::vector<Tensor> wrt = {in.x, in.layer->router->gate->weight, in.layer->experts->w1,
+                                       in.layer->experts->w2, in.layer->experts->w3};
+      for (auto _ : state) {
+        Tensor out = (*in.layer)(in.x, std::make_shared<moe::MoEPass>());
+        std::vector<Tensor> grads = titan::autograd::grad({out}, {in.dout}, wrt);
+        benchmark::DoNotOptimize(grads.front().data_ptr());
+      }
+      peak.report(state);
+    });
+  }
   for (const Shape& s : shapes) {
     bench::add_benchmark("moe/" + s.name(), s.plan(), [s](benchmark::State& state) {
       LayerIn& in = bench::cached_inputs<LayerIn>("moe/" + s.name(), [&] { return make_layer(s); });
@@ -180,6 +203,18 @@ int main(int argc, char** argv) {
                             {"experts", s.experts},
                             {"top_k", s.top_k}},
                        kMoeVariants});
+    }
+    for (const Shape& s : bf16_shapes) {
+      if (!ran.count("moe_bf16/" + s.name())) continue;
+      cases.push_back({"moe_bf16/" + s.name(), s.plan(),
+                       json{{"op", "moe"},
+                            {"mode", "fwd_bwd"},
+                            {"tokens", kTokens},
+                            {"dim", kDim},
+                            {"hidden", kHidden},
+                            {"experts", s.experts},
+                            {"top_k", s.top_k}},
+                       kMoeBf16Variants});
     }
     return cases;
   });
@@ -234,5 +269,32 @@ int main(int argc, char** argv) {
       "titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
   table.notes.push_back("target: titan >= 1.5x the best torch f32 figure (titan/best f32).");
   bench::print_table(table, torch);
+
+  bench::Table bf16{.title = "MoE layer forward + backward, bf16 (autocast on both sides), same shapes and "
+                             "GFLOP/s as above",
+                    .unit = "GFLOP/s",
+                    .titan_label = "titan",
+                    .variants = kMoeBf16Variants,
+                    .extra_headers = {"titan ms", "torch best ms", "titan peak"},
+                    .rows = {},
+                    .notes = {}};
+  for (const Shape& s : bf16_shapes) {
+    auto it = ran.find("moe_bf16/" + s.name());
+    if (it == ran.end()) continue;
+    bench::Row row{.name = s.name(),
+                   .titan = s.flops() / it->second.seconds / 1e9,
+                   .torch = torch.rates("moe_bf16/" + s.name(), s.flops() / 1e9),
+                   .extra = {}};
+    const auto best = bench::best_any(row);
+    row.extra = {bench::fixed(it->second.seconds * 1e3, 1),
+                 best ? bench::fixed(s.flops() / 1e9 / best->second * 1e3, 1) : "n/a",
+                 bench::mib(it->second.peak_bytes)};
+    if (s.experts == 8 && best)
+      bf16.notes.push_back("target e8: titan bf16 >= 1.3x the best torch bf16 figure: " +
+                           bench::fixed(*row.titan / best->second, 2) + "x " +
+                           (*row.titan >= 1.3 * best->second ? "MET" : "MISSED"));
+    bf16.rows.push_back(std::move(row));
+  }
+  if (!bf16.rows.empty()) bench::print_table(bf16, torch);
   return 0;
 }

@@ -15,9 +15,9 @@
 #include "titan/autograd/engine.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/core/allocator.h"
+#include "titan/core/autocast.h"
 #include "titan/core/parallel.h"
 #include "titan/models/registry.h"
-#include "titan/ops/autocast.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
 
@@ -391,7 +391,7 @@ TEST(SplashAttention, BitIdenticalForAnyThreadCount) {
   Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
   for (DType products : {kF32, kBF16}) {
     SCOPED_TRACE(std::string("autocast ") + std::string(dtype_name(products)));
-    const ops::AutocastGuard guard(products);
+    const AutocastGuard guard(products);
     const int threads = num_threads();
     set_num_threads(1);
     const Result one = run_splash(q, k, v, dout, bm);
@@ -486,10 +486,10 @@ Result run_splash_autocast(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor lq = q.detach().requires_grad_(), lk = k.detach().requires_grad_(), lv = v.detach().requires_grad_();
   Tensor out;
   {
-    const ops::AutocastGuard guard(fwd);
+    const AutocastGuard guard(fwd);
     out = attention::splash_attention(lq, lk, lv, bm);
   }
-  const ops::AutocastGuard guard(bwd);
+  const AutocastGuard guard(bwd);
   std::vector<Tensor> g = autograd::grad({out}, {dout}, {lq, lk, lv});
   return {out.detach(), g[0], g[1], g[2]};
 }

@@ -13,10 +13,11 @@
 
 #include "titan/attention/qkv_check.h"
 #include "titan/autograd/node.h"
+#include "titan/core/autocast.h"
+#include "titan/kernels/cpu/bf16_convert.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/tile_gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
-#include "titan/ops/autocast.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
 
@@ -64,7 +65,7 @@ const U* as_operand(const T* x, int64_t n, U* copy) {
   if constexpr (std::is_same_v<U, T>)
     return x;
   else {
-    kernels::cpu::convert_to_bf16(n, x, copy);
+    kernels::cpu::floats_to_bf16(x, copy, n);
     return copy;
   }
 }
@@ -547,7 +548,7 @@ Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));
   // Decided here, once: backward multiplies as forward did, whatever autocast says when it runs.
-  const bool bf16_products = ops::matmul_operand_dtype(q.dtype()) == kBF16;
+  const bool bf16_products = matmul_operand_dtype(q.dtype()) == kBF16;
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
   Tensor lse = Tensor::empty({g.B, g.Hq, g.S}, q.options());

@@ -27,7 +27,7 @@ struct SplashOptions {
 // order (dQ's runs are summed in run order), so reruns are bit-identical whatever the thread
 // count.
 //
-// Under ops::AutocastGuard(kBF16), with f32 inputs, the tiles' products (Q K^T and P V forward;
+// Under AutocastGuard(kBF16), with f32 inputs, the tiles' products (Q K^T and P V forward;
 // dO V^T, P^T dO, dS^T Q and dS K backward) multiply bf16 copies of q, k, v, dout and of each
 // tile's probabilities P and score gradients dS, with float32 sums, as FlashAttention's bf16
 // kernels do; the softmax statistics (running max and sum, logsumexp, rowsum(dO * O)), the output

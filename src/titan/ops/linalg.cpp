@@ -123,7 +123,7 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
 
 }  // namespace
 
-// Under autocast (ops/autocast.h) the products run on bf16 copies of a and b, which backward
+// Under autocast (core/autocast.h) the products run on bf16 copies of a and b, which backward
 // keeps and multiplies the bf16-rounded output gradient with; gradients come out float32.
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const OpSpan span("matmul", a, b);

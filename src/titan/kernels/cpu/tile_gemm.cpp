@@ -336,18 +336,4 @@ void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> 
   }
 }
 
-void convert_to_bf16(int64_t n, const float* src, bf16* dst) {
-  int64_t i = 0;
-#ifdef __AVX512BF16__
-  // The instruction reads denormals as zero; the last, partial vector goes through it too,
-  // masked, so that every element converts alike.
-  for (; i < n; i += 16) {
-    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, src + i));
-    _mm256_mask_storeu_epi16(dst + i, lanes, (__m256i)v);
-  }
-#endif
-  for (; i < n; ++i) dst[i] = bf16(src[i]);
-}
-
 }  // namespace titan::kernels::cpu

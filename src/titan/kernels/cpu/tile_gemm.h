@@ -108,8 +108,4 @@ void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> 
                     bool accumulate, float* c, int64_t ldc, std::span<const TileBand> bands = {},
                     BandOf band_of = BandOf::columns);
 
-// dst[i] = bf16(src[i]), rounded to nearest even (denormals to zero with AVX512-BF16): the A
-// operands of tile_gemm_bf16.
-void convert_to_bf16(int64_t n, const float* src, bf16* dst);
-
 }  // namespace titan::kernels::cpu
