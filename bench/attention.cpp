@@ -422,12 +422,12 @@ int run_bf16(int argc, char** argv) {
       .unit = "GFLOP/s",
       .titan_label = "splash bf16",
       .variants = variants,
+      .titan_bf16 = true,
       .extra_headers = {"splash f32 GFLOP/s", "bf16/f32", "splash bf16 ms", "splash f32 ms", "torch best ms"},
       .rows = {},
       .notes = {
-          "splash bf16/best f32 is n/a: every PyTorch figure here is bf16; splash bf16/best is the "
-          "ratio to the faster of eager and compile. The torch bf16 columns here are SDPA on bf16 "
-          "inputs, not autocast (the line on autocast is the shared table's, written for f32 tables)."}};
+          "splash bf16/best: the ratio to the faster of eager and compile. The torch bf16 columns here are "
+          "SDPA on bf16 inputs, not autocast."}};
   for (const Bf16Case& b : cases) {
     auto bf = ran.find("bf16/" + b.c.name), f32 = ran.find("f32/" + b.c.name);
     if (bf == ran.end()) continue;

@@ -270,11 +270,13 @@ int main(int argc, char** argv) {
   table.notes.push_back("target: titan >= 1.5x the best torch f32 figure (titan/best f32).");
   bench::print_table(table, torch);
 
-  bench::Table bf16{.title = "MoE layer forward + backward, bf16 (autocast on both sides), same shapes and "
-                             "GFLOP/s as above",
+  bench::Table bf16{.title =
+                        "MoE layer forward + backward, bf16 (autocast on both sides), same shapes and "
+                        "GFLOP/s as above",
                     .unit = "GFLOP/s",
                     .titan_label = "titan",
                     .variants = kMoeBf16Variants,
+                    .titan_bf16 = true,
                     .extra_headers = {"titan ms", "torch best ms", "titan peak"},
                     .rows = {},
                     .notes = {}};

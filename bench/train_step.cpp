@@ -125,8 +125,8 @@ double linear_gemm_seconds(const Config& c) {
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
-json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16, int warmup,
-                 int steps) {
+json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
+                 int warmup, int steps) {
   const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
@@ -196,8 +196,8 @@ json run_titan_round(const Config& c, const std::string& attention, const std::s
                      int threads, int warmup, int steps) {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
                         " --worker --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
-                        " --precision=" + (bf16 ? "bf16" : "f32") +
-                        " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
+                        " --precision=" + (bf16 ? "bf16" : "f32") + " --warmup=" + std::to_string(warmup) +
+                        " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
 }
 
@@ -374,10 +374,10 @@ int main(int argc, char** argv) {
   // the precision titan runs.
   const std::string peak_name = bf16 ? "bf16 GEMM" : "SGEMM";
   const double sgemm_start = titan::train::measure_peak_flops(precision);
-  const std::string blas_kernels =
-      bf16 ? "bf16 GEMMs: oneDNN " + titan::kernels::cpu::onednn_version() + " on " +
-                 titan::kernels::cpu::onednn_bf16_isa() + " (f32: " + bench::blas_kernels_summary() + ")"
-           : bench::blas_kernels_summary();
+  const std::string blas_kernels = bf16 ? "bf16 GEMMs: oneDNN " + titan::kernels::cpu::onednn_version() +
+                                              " on " + titan::kernels::cpu::onednn_bf16_isa() +
+                                              " (f32: " + bench::blas_kernels_summary() + ")"
+                                        : bench::blas_kernels_summary();
   std::cout << peak_name << " 2048^3 (kernels::cpu::gemm, best of 5): " << bench::fixed(sgemm_start / 1e9, 1)
             << " GFLOP/s; " << blas_kernels << "\n"
             << std::flush;
@@ -444,12 +444,13 @@ int main(int argc, char** argv) {
       for (const std::string& e : side.errors)
         torch_about.errors["train_step/" + r.config->name + " [" + variant + "]"] = e;
 
-  bench::Table speed{.title = std::string("Llama 3 training step, titan ") + (bf16 ? "bf16" : "f32") + " with " +
-                              attention +
-                              " attention, tokens/s (median step over " + std::to_string(rounds) +
+  bench::Table speed{.title = std::string("Llama 3 training step, titan ") + (bf16 ? "bf16" : "f32") +
+                              " with " + attention + " attention, tokens/s (median step over " +
+                              std::to_string(rounds) +
                               " interleaved rounds per side, each in a fresh process)",
                      .unit = "tokens/s",
                      .variants = variants,
+                     .titan_bf16 = bf16,
                      .extra_headers = {"titan ms", "torch ms", "titan GFLOP/s", "torch GFLOP/s",
                                        "titan %" + peak_name, "torch %" + peak_name, "titan tok/s by round",
                                        "torch tok/s by round", "GEMMs ms", "floor ms", "torch/floor"},
@@ -462,6 +463,7 @@ int main(int argc, char** argv) {
       .unit = "MiB",
       .variants = variants,
       .higher_is_better = false,
+      .titan_bf16 = bf16,
       .extra_headers = {"titan alloc peak", "titan RSS peak", "torch RSS peak", "16 B x params"},
       .rows = {},
       .notes = {}};
@@ -552,10 +554,11 @@ int main(int argc, char** argv) {
     }
     if (bf16 && (c.name == "M" || c.name == "L") && row.titan && best) {
       const double speedup = *row.titan / best->second;
-      verdicts.push_back("target " + c.name + " bf16: titan >= 1.3x the best torch tokens/s of any variant (" +
-                         best->first + "): " + bench::fixed(speedup, 2) + "x " + (speedup >= 1.3 ? "MET" : "MISSED") +
-                         "; titan model FLOP/s " + bench::fixed(100 * *row.titan * fpt / sgemm, 0) + "% of the " +
-                         peak_name + " peak");
+      verdicts.push_back("target " + c.name +
+                         " bf16: titan >= 1.3x the best torch tokens/s of any variant (" + best->first +
+                         "): " + bench::fixed(speedup, 2) + "x " + (speedup >= 1.3 ? "MET" : "MISSED") +
+                         "; titan model FLOP/s " + bench::fixed(100 * *row.titan * fpt / sgemm, 0) +
+                         "% of the " + peak_name + " peak");
     }
     if (!bf16 && (c.name == "M" || c.name == "L") && row.titan && best && mem.titan && least) {
       const double speedup = *row.titan / best->second, mem_ratio = *mem.titan / least->second;
@@ -572,10 +575,10 @@ int main(int argc, char** argv) {
   }
   speed.notes.push_back(
       "FLOPs per token = 6 * non-embedding parameters + 12 * layers * dim * seq "
-      "(llama3::summarize). %" + peak_name + ": of " +
-      bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 " + peak_name + " measurements (" +
-      bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " + bench::fixed(sgemm_end / 1e9, 1) +
-      " after); " + blas_kernels + ".");
+      "(llama3::summarize). %" +
+      peak_name + ": of " + bench::fixed(sgemm / 1e9, 1) + " GFLOP/s, the better of two 2048^3 " + peak_name +
+      " measurements (" + bench::fixed(sgemm_start / 1e9, 1) + " before the rounds, " +
+      bench::fixed(sgemm_end / 1e9, 1) + " after); " + blas_kernels + ".");
   speed.notes.push_back(
       "step: titan train::train_step (forward, ops::cross_entropy, backward, clip_grad_norm_ 1.0, AdamW), " +
       attention +
@@ -591,8 +594,9 @@ int main(int argc, char** argv) {
       "GEMMs: the step's linear layers alone (ops::linear forward, input and weight gradients, for every "
       "projection and the output head), timed once per titan round after its steps, median. "
       "floor: GEMMs plus attention's causal FLOPs (6 * layers * dim * seq per token, no recomputation) at "
-      "the "
-      "SGEMM rate: no step made of these GEMMs is faster. torch/floor: the highest titan/torch they leave "
+      "the " +
+      peak_name +
+      " rate: no step made of these GEMMs is faster. torch/floor: the highest titan/torch they leave "
       "room for, with everything else (softmax, norms, loss, AdamW) free.");
   memory.notes = {
       "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "

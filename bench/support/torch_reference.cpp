@@ -387,7 +387,8 @@ std::string mib(double bytes) {
 }
 
 namespace {
-std::optional<std::pair<std::string, double>> best_where(const Row& row, bool higher_is_better, bool f32_only) {
+std::optional<std::pair<std::string, double>> best_where(const Row& row, bool higher_is_better,
+                                                         bool f32_only) {
   std::optional<std::pair<std::string, double>> best;
   for (const auto& [variant, v] : row.torch)
     if ((!f32_only || is_f32(variant)) && (!best || (higher_is_better ? v > best->second : v < best->second)))
@@ -411,7 +412,9 @@ void print_table(const Table& table, const TorchResults& reference) {
   std::vector<std::string> header = {"case", table.titan_label + " " + table.unit};
   for (const std::string& v : table.variants)
     header.push_back(table.reference_label + (v.empty() ? "" : " " + v) + " " + table.unit);
-  header.push_back(table.titan_label + "/" + (several ? "best f32" : table.reference_label));
+  // A table of bf16 variants alone has no f32 ratio to show.
+  const bool any_f32 = std::any_of(table.variants.begin(), table.variants.end(), is_f32);
+  if (any_f32) header.push_back(table.titan_label + "/" + (several ? "best f32" : table.reference_label));
   if (any_bf16) header.push_back(table.titan_label + "/best");
   header.insert(header.end(), table.extra_headers.begin(), table.extra_headers.end());
   std::vector<std::vector<std::string>> cells;
@@ -430,7 +433,7 @@ void print_table(const Table& table, const TorchResults& reference) {
       if (!r.titan || !b) return std::string("n/a");
       return fixed(*r.titan / b->second, 2) + "x" + (several ? " (" + b->first + ")" : "");
     };
-    line.push_back(ratio(best_f32(r, table.higher_is_better)));
+    if (any_f32) line.push_back(ratio(best_f32(r, table.higher_is_better)));
     if (any_bf16) line.push_back(ratio(best));
     line.insert(line.end(), r.extra.begin(), r.extra.end());
     line.resize(header.size());
@@ -459,9 +462,16 @@ void print_table(const Table& table, const TorchResults& reference) {
   for (const auto& line : cells) print_line(line);
   std::cout << reference.about << "\n";
   if (!reference.available) std::cout << "(titan's figures above stand alone)\n";
-  if (any_bf16)
-    std::cout << "bf16 columns: torch.autocast(\"cpu\", dtype=torch.bfloat16), for information: titan has "
-                 "no bf16 yet, so its headline ratio is against the best f32 figure (titan/best f32).\n";
+  if (any_bf16 && table.titan_bf16)
+    std::cout
+        << "bf16 columns: PyTorch in bf16 (torch.autocast(\"cpu\", dtype=torch.bfloat16) unless the notes "
+           "say otherwise). titan runs bf16 too (training.mixed_precision_param = \"bfloat16\"): its "
+           "headline ratio is titan/best, against every variant.\n";
+  else if (any_bf16)
+    std::cout
+        << "bf16 columns: torch.autocast(\"cpu\", dtype=torch.bfloat16), for information: titan runs f32 "
+           "here, so its headline ratio is against the best f32 figure (titan/best f32); titan's own bf16 "
+           "is measured in its bf16 tables and runs.\n";
   for (const auto& [name, by_variant] : reference.first_call_seconds) {
     std::string line;
     for (const auto& [variant, s] : by_variant)

@@ -31,6 +31,7 @@ struct Layout {
   std::vector<std::string> overrides;
   std::string config = "configs/llama3/debug.toml";
   const char* logged = "FSDP";  // what rank 0's log says it runs
+  double loss_tolerance = 1e-5;  // relative, per step
 };
 
 TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
@@ -57,6 +58,11 @@ TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
       // would need every rank's token counts.
       {"FSDP, Qwen 3 MoE", 1, {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"},
        "configs/qwen3/debug_moe.toml"},
+      // bf16 products, gathers and the reduce-scatter in float32 (training.mixed_precision_reduce).
+      // The first step agrees to float32's 1e-5; after it, a weight that float32's other order of
+      // sums moved across a bf16 rounding boundary rounds to a neighbour 2^-8 away, and the curves
+      // part by bf16's rounding, not float32's.
+      {"FSDP, bf16", 1, {"--training.mixed_precision_param=bfloat16"}, "configs/llama3/debug.toml", "FSDP", 1e-3},
   };
   if (n % 2 == 0 && n > 2) layouts.push_back({"HSDP", 2, {}, "configs/llama3/debug.toml", "HSDP"});
   for (const Layout& layout : layouts) {
@@ -76,8 +82,9 @@ TEST(FullyShard, LossesMatchOneRankOnTheSameGlobalBatch) {
     double worst = 0;
     for (int64_t i = 0; i < kSteps; ++i) {
       worst = std::max(worst, std::abs(all.losses[i] - want.losses[i]) / want.losses[i]);
-      EXPECT_NEAR(all.losses[i], want.losses[i], 1e-5 * want.losses[i]) << layout.what << ", step " << i + 1;
-      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i])
+      const double tol = i == 0 ? 1e-5 : layout.loss_tolerance;
+      EXPECT_NEAR(all.losses[i], want.losses[i], tol * want.losses[i]) << layout.what << ", step " << i + 1;
+      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 10 * tol * want.grad_norms[i])
           << layout.what << ", step " << i + 1;
     }
     if (world.rank() == 0) {

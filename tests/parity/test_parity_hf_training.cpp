@@ -28,12 +28,13 @@ namespace {
 // most (Qwen 3 MoE's lm_head, whose rows of tokens seldom seen get such gradients).
 constexpr double kFinalWeightTolerance = 1e-3;
 
-void expect_close_by_hf_name(const ParityCase& ref, const std::string& prefix, const nn::StateDict& ours_by_hf,
-                             double tol, const std::string& what) {
+void expect_close_by_hf_name(const ParityCase& ref, const std::string& prefix,
+                             const nn::StateDict& ours_by_hf, double tol, const std::string& what) {
   size_t count = 0;
   for (const auto& [name, t] : ref.file.tensors) count += name.starts_with(prefix);
   EXPECT_EQ(ours_by_hf.size(), count) << what << ": titan's tensors and transformers' differ in number";
-  for (const auto& [name, t] : ours_by_hf) EXPECT_TRUE(tensors_close(t, ref[prefix + name], tol, what + " " + name));
+  for (const auto& [name, t] : ours_by_hf)
+    EXPECT_TRUE(tensors_close(t, ref[prefix + name], tol, what + " " + name));
 }
 
 class ParityHfTraining : public ::testing::TestWithParam<std::string> {};
@@ -72,8 +73,8 @@ TEST_P(ParityHfTraining, TenStepsMatchTransformers) {
   const int64_t steps = static_cast<int64_t>(ref.attr("steps"));
   std::vector<double> losses, norms;
   for (int64_t s = 0; s < steps; ++s) {
-    train::StepStats stats =
-        train::train_step(*model, opt, model->parameters(), ref.attr("max_norm"), 1, [&] { return batch(s); });
+    train::StepStats stats = train::train_step(*model, opt, model->parameters(), ref.attr("max_norm"), 1,
+                                               [&] { return batch(s); });
     losses.push_back(stats.loss);
     norms.push_back(stats.grad_norm);
   }

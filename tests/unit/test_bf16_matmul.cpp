@@ -29,7 +29,9 @@ std::vector<bf16> to_bf16(const std::vector<float>& v) {
   return out;
 }
 
-Tensor rounded(const Tensor& t) { return t.detach().to(kBF16).to(kF32); }
+Tensor rounded(const Tensor& t) {
+  return t.detach().to(kBF16).to(kF32);
+}
 
 Tensor abs_of(const Tensor& t) {
   std::vector<float> v = t.to_vector<float>();
@@ -39,12 +41,13 @@ Tensor abs_of(const Tensor& t) {
 
 // |a - b| <= tol * bound + 1e-6 elementwise, reporting the worst element.
 ::testing::AssertionResult within(const Tensor& a, const Tensor& b, const Tensor& bound, double tol) {
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>(), z = bound.to_vector<double>();
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>(),
+                            z = bound.to_vector<double>();
   if (x.size() != y.size() || x.size() != z.size()) return ::testing::AssertionFailure() << "sizes differ";
   for (size_t i = 0; i < x.size(); ++i)
     if (!(std::abs(x[i] - y[i]) <= tol * z[i] + 1e-6))
-      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i] << ", allowed "
-                                           << tol * z[i] + 1e-6;
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << x[i] << " vs " << y[i] << ", allowed " << tol * z[i] + 1e-6;
   return ::testing::AssertionSuccess();
 }
 
@@ -76,8 +79,9 @@ TEST_P(Bf16GemmTranspose, MatchesFloat32OnRoundedOperands) {
         for (int64_t j = 0; j < n; ++j) {
           double acc = 0, size = 0;
           for (int64_t p = 0; p < k; ++p) {
-            const double term = static_cast<double>(static_cast<float>(ta ? a[p * lda + i] : a[i * lda + p])) *
-                                static_cast<float>(tb ? b[j * ldb + p] : b[p * ldb + j]);
+            const double term =
+                static_cast<double>(static_cast<float>(ta ? a[p * lda + i] : a[i * lda + p])) *
+                static_cast<float>(tb ? b[j * ldb + p] : b[p * ldb + j]);
             acc += term;
             size += std::abs(term);
           }
@@ -101,7 +105,8 @@ TEST(Bf16Gemm, VaryingCountsShareAPrimitiveAndStayExact) {
       const std::vector<bf16> a = to_bf16(test::rand_f32({m * kk + 1}, 7).to_vector<float>());
       const std::vector<bf16> b = to_bf16(test::rand_f32({kk * n + 1}, 8).to_vector<float>());
       std::vector<float> c(static_cast<size_t>(m * n), 1.0f);
-      kernels::cpu::gemm<bf16>(false, false, m, n, kk, 1.0f, a.data(), kk, b.data(), n, 0.0f, c.data(), n, varying);
+      kernels::cpu::gemm<bf16>(false, false, m, n, kk, 1.0f, a.data(), kk, b.data(), n, 0.0f, c.data(), n,
+                               varying);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
           double acc = 0;
@@ -115,14 +120,22 @@ TEST(Bf16Gemm, VaryingCountsShareAPrimitiveAndStayExact) {
 
 TEST(Bf16Convert, VectorRoundingMatchesScalarIncludingTiesNanAndDenormals) {
   std::vector<float> v = test::rand_f32({1000}, 11, -1e3, 1e3).to_vector<float>();
-  const float specials[] = {0.0f, -0.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256,  // ties to even, down and up
-                            std::numeric_limits<float>::denorm_min(), -1e-39f, std::numeric_limits<float>::max(),
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::nanf(""), -std::nanf("")};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f + 1.0f / 256,
+                            1.0f + 3.0f / 256,  // ties to even, down and up
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-39f,
+                            std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::nanf(""),
+                            -std::nanf("")};
   for (size_t i = 0; i < std::size(specials); ++i) v[3 * i + 1] = specials[i];
   std::vector<bf16> got(v.size());
   kernels::cpu::floats_to_bf16(v.data(), got.data(), static_cast<int64_t>(v.size()));
-  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(got[i].bits, bf16(v[i]).bits) << "element " << i << " = " << v[i];
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_EQ(got[i].bits, bf16(v[i]).bits) << "element " << i << " = " << v[i];
 }
 
 struct LinearRun {
@@ -158,13 +171,15 @@ TEST(Autocast, LinearMultipliesBf16OperandsIntoFloat32) {
   EXPECT_TRUE(within(mixed.y, f32.y, ops::matmul(ax, aw.transpose(0, 1)), std::ldexp(1.0, -8)));
   EXPECT_TRUE(within(mixed.dx, f32.dx, ops::matmul(ag, aw), std::ldexp(1.0, -7)));
   EXPECT_TRUE(within(mixed.dw, f32.dw,
-                     ops::matmul(ag.reshape({-1, 48}).transpose(0, 1), ax.reshape({-1, 64})), std::ldexp(1.0, -7)));
+                     ops::matmul(ag.reshape({-1, 48}).transpose(0, 1), ax.reshape({-1, 64})),
+                     std::ldexp(1.0, -7)));
   EXPECT_GT(max_abs_diff(mixed.y, f32.y), 1e-5) << "no bf16 rounding happened";
 }
 
 // Backward multiplies in the precision forward did, whatever autocast says when it runs.
 TEST(Autocast, BackwardFollowsTheForwardsPrecision) {
-  const Tensor x = test::rand_f32({16, 32}, 31), w = test::rand_f32({8, 32}, 32), gy = test::rand_f32({16, 8}, 33);
+  const Tensor x = test::rand_f32({16, 32}, 31), w = test::rand_f32({8, 32}, 32),
+               gy = test::rand_f32({16, 8}, 33);
   const LinearRun inside = [&] {
     const AutocastGuard bf16(kBF16);
     return linear_run(x, w, gy);
@@ -211,7 +226,8 @@ TEST(Autocast, GroupedExpertProductsMultiplyBf16) {
   const Tensor x = test::rand_f32({20, 24}, 51), w = test::rand_f32({4, 16, 24}, 52),
                w3 = test::rand_f32({4, 16, 24}, 53), gy = test::rand_f32({20, 16}, 54);
   auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& w3i, const Tensor& g, bool swiglu) {
-    Tensor xl = xi.detach().requires_grad_(), wl = wi.detach().requires_grad_(), w3l = w3i.detach().requires_grad_();
+    Tensor xl = xi.detach().requires_grad_(), wl = wi.detach().requires_grad_(),
+           w3l = w3i.detach().requires_grad_();
     Tensor y = swiglu ? ops::grouped_swiglu(xl, wl, w3l, groups) : ops::grouped_linear(xl, wl, groups);
     ops::sum(ops::mul(y, g)).backward();
     return std::vector<Tensor>{y.detach(), xl.grad(), wl.grad()};

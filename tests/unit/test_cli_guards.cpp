@@ -260,11 +260,14 @@ TEST_F(CliGuards, TrainRefusesAConfigThatIsNoFileOrNamesNoModel) {
 // titan's own source locations.
 TEST_F(CliGuards, ConfigProblemsCarryNoSourceLocations) {
   const std::string config = std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml";
-  for (const std::vector<std::string>& overrides :
-       {std::vector<std::string>{"--training.steps=0"}, {"--training.stpes=3"},
-        {"--parallelism.tensor_parallel_degree=2"}, {"--parallelism.data_parallel_replicate_degree=3"},
-        {"--moe.aux_loss_coeff=0.1"}, {"--model.vocab_size=7"}}) {
-    std::vector<std::string> args = {"train", "--config", config, "--job.dump_folder=" + (dir_ / "out").string()};
+  for (const std::vector<std::string>& overrides : {std::vector<std::string>{"--training.steps=0"},
+                                                    {"--training.stpes=3"},
+                                                    {"--parallelism.tensor_parallel_degree=2"},
+                                                    {"--parallelism.data_parallel_replicate_degree=3"},
+                                                    {"--moe.aux_loss_coeff=0.1"},
+                                                    {"--model.vocab_size=7"}}) {
+    std::vector<std::string> args = {"train", "--config", config,
+                                     "--job.dump_folder=" + (dir_ / "out").string()};
     args.insert(args.end(), overrides.begin(), overrides.end());
     const CliRun r = titan(args);
     EXPECT_EQ(r.rc, 1) << overrides[0];

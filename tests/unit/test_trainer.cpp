@@ -164,8 +164,9 @@ TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
 TEST(Trainer, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
   for (const char* base : {"llama3/debug.toml", "qwen3/debug_moe.toml"}) {
     SCOPED_TRACE(base);
-    const std::vector<std::string> o = {"--training.steps=100", "--training.local_batch_size=2",
-                                        "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
+    const std::vector<std::string> o = {
+        "--training.steps=100", "--training.local_batch_size=2",
+        "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
     std::vector<std::string> bf16 = o;
     bf16.push_back("--training.mixed_precision_param=bfloat16");
     const TrainResult f32 = run(small_config(o, base)), mixed = run(small_config(bf16, base));
@@ -179,7 +180,8 @@ TEST(Trainer, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
       windows.push_back(a);
     }
     EXPECT_NE(mixed.losses, f32.losses) << "the bf16 run repeated float32's losses exactly";
-    EXPECT_LT(windows.back(), 0.85 * windows.front()) << "the run must learn for the curves to mean something";
+    EXPECT_LT(windows.back(), 0.85 * windows.front())
+        << "the run must learn for the curves to mean something";
   }
 }
 

@@ -42,27 +42,28 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
   // exists, and its edge is dropped at once. The node's one edge, to x, makes x's producer wait
   // for it; every gradient itself travels through backward_rebuilt.
   Tensor stand_in = Tensor::empty({0}).requires_grad_();
-  record("checkpoint", {x, stand_in}, {out},
-         [body, x, generators, start_offsets, shape, autocast](const GradContext& ctx) -> std::vector<Tensor> {
-           std::vector<uint64_t> now;
-           for (size_t i = 0; i < generators.size(); ++i) {
-             now.push_back(generators[i]->offset());
-             generators[i]->set_offset(start_offsets[i]);
-           }
-           Tensor rebuilt;
-           {
-             RecordingInBackward recording;
-             const AutocastGuard same_precision(autocast);
-             rebuilt = body(x);
-           }
-           for (size_t i = 0; i < generators.size(); ++i) generators[i]->set_offset(now[i]);
-           TITAN_CHECK(rebuilt.defined() && rebuilt.sizes() == shape, "checkpoint: the body returned ",
-                       rebuilt.defined() ? rebuilt.desc() : std::string("an undefined tensor"),
-                       " when re-run in backward but shape ", shape_str(shape),
-                       " in forward; a checkpointed body must compute the same function both times");
-           backward_rebuilt({rebuilt}, {ctx[0]});
-           return {Tensor()};
-         });
+  record(
+      "checkpoint", {x, stand_in}, {out},
+      [body, x, generators, start_offsets, shape, autocast](const GradContext& ctx) -> std::vector<Tensor> {
+        std::vector<uint64_t> now;
+        for (size_t i = 0; i < generators.size(); ++i) {
+          now.push_back(generators[i]->offset());
+          generators[i]->set_offset(start_offsets[i]);
+        }
+        Tensor rebuilt;
+        {
+          RecordingInBackward recording;
+          const AutocastGuard same_precision(autocast);
+          rebuilt = body(x);
+        }
+        for (size_t i = 0; i < generators.size(); ++i) generators[i]->set_offset(now[i]);
+        TITAN_CHECK(rebuilt.defined() && rebuilt.sizes() == shape, "checkpoint: the body returned ",
+                    rebuilt.defined() ? rebuilt.desc() : std::string("an undefined tensor"),
+                    " when re-run in backward but shape ", shape_str(shape),
+                    " in forward; a checkpointed body must compute the same function both times");
+        backward_rebuilt({rebuilt}, {ctx[0]});
+        return {Tensor()};
+      });
   out.grad_fn()->next_edges.pop_back();
   out.grad_fn()->rebuilds_graph = true;
   return out;

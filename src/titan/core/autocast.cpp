@@ -8,7 +8,9 @@ namespace {
 thread_local DType current = kF32;
 }
 
-DType autocast_dtype() { return current; }
+DType autocast_dtype() {
+  return current;
+}
 
 AutocastGuard::AutocastGuard(DType dtype) : previous_(current) {
   TITAN_CHECK(dtype == kF32 || dtype == kBF16, "AutocastGuard: expected f32 (off) or bf16, got ",
@@ -16,6 +18,8 @@ AutocastGuard::AutocastGuard(DType dtype) : previous_(current) {
   current = dtype;
 }
 
-AutocastGuard::~AutocastGuard() { current = previous_; }
+AutocastGuard::~AutocastGuard() {
+  current = previous_;
+}
 
 }  // namespace titan

@@ -1,10 +1,10 @@
 #include "titan/ops/linalg.h"
 
 #include "titan/autograd/node.h"
+#include "titan/core/autocast.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/kernels/cpu/gemm.h"
-#include "titan/core/autocast.h"
 #include "titan/ops/op_span.h"
 #include "titan/ops/reduce.h"
 
@@ -60,11 +60,15 @@ MatBatch as_blas(const Tensor& x) {
 }
 
 // bf16 operands give a float32 product (accumulated in float32).
-DType product_dtype(DType operand) { return operand == kBF16 ? kF32 : operand; }
+DType product_dtype(DType operand) {
+  return operand == kBF16 ? kF32 : operand;
+}
 
 // x as the operand dtype of a product under the current autocast state: a bf16 copy of an f32
 // tensor under autocast, x itself otherwise.
-Tensor as_operand(const Tensor& x, DType dtype) { return x.detach().to(dtype); }
+Tensor as_operand(const Tensor& x, DType dtype) {
+  return x.detach().to(dtype);
+}
 
 Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   check_cpu("matmul", a);
@@ -89,8 +93,8 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
     using T = decltype(z);
     using Acc = kernels::cpu::gemm_acc_t<T>;
     kernels::cpu::gemm_strided_batched<T>(A.trans, B.trans, m, n, k, Acc(1), A.t.template data<T>(), A.ld,
-                                          A.batch_stride, B.t.template data<T>(), B.ld, B.batch_stride, Acc(0),
-                                          out.data<Acc>(), n, m * n, nb);
+                                          A.batch_stride, B.t.template data<T>(), B.ld, B.batch_stride,
+                                          Acc(0), out.data<Acc>(), n, m * n, nb);
   });
   return out;
 }
@@ -114,8 +118,8 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
       calls.push_back({G.trans, W.trans, rows, in, out, Acc(1), g, G.ld, W.t.template data<T>(), W.ld, Acc(0),
                        dx.data<Acc>(), in});
     if (want_dw)
-      calls.push_back({!G.trans, X.trans, out, in, rows, Acc(1), g, G.ld, X.t.template data<T>(), X.ld, Acc(0),
-                       dw.data<Acc>(), in});
+      calls.push_back({!G.trans, X.trans, out, in, rows, Acc(1), g, G.ld, X.t.template data<T>(), X.ld,
+                       Acc(0), dw.data<Acc>(), in});
     kernels::cpu::gemm_concurrent<T>(calls);
   });
   return {dx, dw};
@@ -142,9 +146,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const OpSpan span("linear", x, weight, bias);
-  TITAN_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ",
-              x.desc(), " does not match weight ", weight.desc(), " (expected [..., ", weight.dim() == 2 ? weight.size(1) : -1,
-              "])");
+  TITAN_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.desc(),
+              " does not match weight ", weight.desc(), " (expected [..., ",
+              weight.dim() == 2 ? weight.size(1) : -1, "])");
   TITAN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "linear: bias ",
               bias.desc(), " does not match weight ", weight.desc());
   Shape out_shape = x.sizes();

@@ -224,42 +224,44 @@ Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
                                   up.data<Acc>());
     kernels::cpu::swiglu_fwd<Acc>(gate.data<Acc>(), up.data<Acc>(), h.data<Acc>(), h.numel());
   });
-  autograd::record(
-      "grouped_swiglu", {x, w1, w3}, {h}, [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
-        const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
-        Tensor dh = g[0].contiguous();
-        Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()), d_up = Tensor::empty(up.sizes(), up.options());
-        kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
-          using T = decltype(z);
-          kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(), d_gate.data<T>(), d_up.data<T>(),
-                                      d_gate.numel());
-        });
-        const Tensor dg = d_gate.to(w1c.dtype()), du = d_up.to(w1c.dtype());
-        Tensor dx, dw1, dw3;
-        kernels::cpu::dispatch_matmul(w1c.dtype(), [&](auto z) {
-          using T = decltype(z);
-          using Acc = gemm_acc_t<T>;
-          const TensorOptions result{.dtype = dtype_of<Acc>::value};
-          if (g.needs(0)) {
-            dx = Tensor::empty(xc.sizes(), result);
-            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, dg.data<T>(), w1c.data<T>(),
-                                          false, dx.data<Acc>());
-            kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, du.data<T>(), w3c.data<T>(),
-                                          false, dx.data<Acc>(), /*accumulate=*/true);
-          }
-          if (g.needs(1)) {
-            dw1 = Tensor::empty(w1c.sizes(), result);
-            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, dg.data<T>(), xc.data<T>(),
-                                             dw1.data<Acc>());
-          }
-          if (g.needs(2)) {
-            dw3 = Tensor::empty(w3c.sizes(), result);
-            kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f, du.data<T>(), xc.data<T>(),
-                                             dw3.data<Acc>());
-          }
-        });
-        return std::vector<Tensor>{dx, dw1, dw3};
-      });
+  autograd::record("grouped_swiglu", {x, w1, w3}, {h},
+                   [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
+                     const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
+                     Tensor dh = g[0].contiguous();
+                     Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()),
+                            d_up = Tensor::empty(up.sizes(), up.options());
+                     kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(),
+                                                   d_gate.data<T>(), d_up.data<T>(), d_gate.numel());
+                     });
+                     const Tensor dg = d_gate.to(w1c.dtype()), du = d_up.to(w1c.dtype());
+                     Tensor dx, dw1, dw3;
+                     kernels::cpu::dispatch_matmul(w1c.dtype(), [&](auto z) {
+                       using T = decltype(z);
+                       using Acc = gemm_acc_t<T>;
+                       const TensorOptions result{.dtype = dtype_of<Acc>::value};
+                       if (g.needs(0)) {
+                         dx = Tensor::empty(xc.sizes(), result);
+                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, dg.data<T>(),
+                                                       w1c.data<T>(), false, dx.data<Acc>());
+                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, du.data<T>(),
+                                                       w3c.data<T>(), false, dx.data<Acc>(),
+                                                       /*accumulate=*/true);
+                       }
+                       if (g.needs(1)) {
+                         dw1 = Tensor::empty(w1c.sizes(), result);
+                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
+                                                          dg.data<T>(), xc.data<T>(), dw1.data<Acc>());
+                       }
+                       if (g.needs(2)) {
+                         dw3 = Tensor::empty(w3c.sizes(), result);
+                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
+                                                          du.data<T>(), xc.data<T>(), dw3.data<Acc>());
+                       }
+                     });
+                     return std::vector<Tensor>{dx, dw1, dw3};
+                   });
   return h;
 }
 

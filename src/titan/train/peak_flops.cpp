@@ -83,7 +83,8 @@ std::string cpu_model_name() {
 std::string peak_flops_cache_key(DType precision) {
   const std::string base = cpu_model_name() + " | " + std::to_string(num_threads()) + " threads | ";
   if (precision == kBF16)
-    return base + "oneDNN " + kernels::cpu::onednn_version() + " " + kernels::cpu::onednn_bf16_isa() + " bf16";
+    return base + "oneDNN " + kernels::cpu::onednn_version() + " " + kernels::cpu::onednn_bf16_isa() +
+           " bf16";
   return base + "OpenBLAS " + kernels::cpu::blas_corename();
 }
 
@@ -132,7 +133,8 @@ PeakFlops resolve_peak_flops(double configured, DType precision, const std::file
     return {*cached, "cached in " + cache.string() + " for " + key};
   }
   double measured = measure_peak_flops(precision);
-  std::string source = std::string("measured (") + (precision == kBF16 ? "bf16" : "f32") + " GEMM) for " + key;
+  std::string source =
+      std::string("measured (") + (precision == kBF16 ? "bf16" : "f32") + " GEMM) for " + key;
   try {
     write_cached_peak_flops(cache, key, measured);
     source += ", cached in " + cache.string();

@@ -14,7 +14,8 @@ namespace titan::train {
 // one warm-up call; stops early once `budget_seconds` are spent (at least one timed call). Run it
 // while nothing else busies the cores: MPI ranks sharing a node should measure one at a time or
 // share a cached figure.
-double measure_peak_flops(DType precision = kF32, int n = 2048, int max_repeats = 5, double budget_seconds = 1.5);
+double measure_peak_flops(DType precision = kF32, int n = 2048, int max_repeats = 5,
+                          double budget_seconds = 1.5);
 
 // "model name" from /proc/cpuinfo, or "unknown cpu" where there is none.
 std::string cpu_model_name();

@@ -76,11 +76,13 @@ class NullBuffer : public std::streambuf {
   int overflow(int c) override { return c; }
 };
 
-// Keys whose feature titan does not have yet are refused here, where the feature will be built,
-// all at once and before anything is allocated: a run must never seem to do what it does not.
 // The dtype the run's matrix products multiply in (training.mixed_precision_param).
-DType matmul_dtype(const TrainingConfig& t) { return t.mixed_precision_param == "bfloat16" ? kBF16 : kF32; }
+DType matmul_dtype(const TrainingConfig& t) {
+  return t.mixed_precision_param == "bfloat16" ? kBF16 : kF32;
+}
 
+// Keys whose feature titan does not have yet, or this machine cannot run, are refused here, all
+// at once and before anything is allocated: a run must never seem to do what it does not.
 void refuse_missing_features(const JobConfig& c) {
   std::vector<std::string> refused;
   if (matmul_dtype(c.training) == kBF16 && kernels::cpu::onednn_bf16_isa().empty())
@@ -318,7 +320,8 @@ void Trainer::State::log_setup(const Data& d) {
       << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
-                    kernels::cpu::onednn_bf16_isa() + "), float32 weights, activations, reductions and optimizer"
+                    kernels::cpu::onednn_bf16_isa() +
+                    "), float32 weights, activations, reductions and optimizer"
               : "float32 (OpenBLAS " + kernels::cpu::blas_corename() + ")")
       << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << plan.gradient_accumulation_steps

@@ -29,10 +29,11 @@ BatchPlan plan_batches(const TrainingConfig& t, int64_t dp_degree) {
     int64_t accumulation = t.gradient_accumulation_steps.value_or(1);
     return {per_micro_batch * accumulation, accumulation};
   }
-  TITAN_CHECK(t.global_batch_size % per_micro_batch == 0, "training.global_batch_size = ", t.global_batch_size,
-              " is not a multiple of training.local_batch_size (", t.local_batch_size, ") x data-parallel degree (",
-              dp_degree, ") = ", per_micro_batch, "; set it to a multiple of ", per_micro_batch,
-              ", or to -1 to derive it");
+  TITAN_CHECK(t.global_batch_size % per_micro_batch == 0,
+              "training.global_batch_size = ", t.global_batch_size,
+              " is not a multiple of training.local_batch_size (", t.local_batch_size,
+              ") x data-parallel degree (", dp_degree, ") = ", per_micro_batch, "; set it to a multiple of ",
+              per_micro_batch, ", or to -1 to derive it");
   int64_t accumulation = t.global_batch_size / per_micro_batch;
   TITAN_CHECK(!t.gradient_accumulation_steps || *t.gradient_accumulation_steps == accumulation,
               "training.gradient_accumulation_steps = ", t.gradient_accumulation_steps.value_or(0),

@@ -47,25 +47,21 @@ void binary_loop(const T* a, const T* b, T* o, const StridedLoop<3>& loop, F f) 
 
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, T alpha) {
-  StridedLoop<3> loop(out.sizes(), {broadcast_strides(a, out.sizes()), broadcast_strides(b, out.sizes()),
-                                    out.strides()});
+  StridedLoop<3> loop(out.sizes(),
+                      {broadcast_strides(a, out.sizes()), broadcast_strides(b, out.sizes()), out.strides()});
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* po = out.data<T>();
   switch (op) {
     case BinaryOp::add:
-      if (alpha == T(1)) binary_loop(pa, pb, po, loop, [](T x, T y) { return x + y; });
-      else binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * (x + y); });
+      if (alpha == T(1))
+        binary_loop(pa, pb, po, loop, [](T x, T y) { return x + y; });
+      else
+        binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * (x + y); });
       break;
-    case BinaryOp::sub:
-      binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * (x - y); });
-      break;
-    case BinaryOp::mul:
-      binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * x * y; });
-      break;
-    case BinaryOp::div:
-      binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * x / y; });
-      break;
+    case BinaryOp::sub: binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * (x - y); }); break;
+    case BinaryOp::mul: binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * x * y; }); break;
+    case BinaryOp::div: binary_loop(pa, pb, po, loop, [alpha](T x, T y) { return alpha * x / y; }); break;
   }
 }
 
@@ -105,9 +101,12 @@ void check_same_float(const char* op, const Tensor& a, const Tensor& out) {
 
 template <typename S, typename D>
 D convert(S v) {
-  if constexpr (std::is_same_v<S, bf16>) return static_cast<D>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<D, bf16>) return bf16(static_cast<float>(v));
-  else return static_cast<D>(v);
+  if constexpr (std::is_same_v<S, bf16>)
+    return static_cast<D>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<D, bf16>)
+    return bf16(static_cast<float>(v));
+  else
+    return static_cast<D>(v);
 }
 
 template <typename S, typename D>
@@ -145,14 +144,18 @@ void copy_from(const Tensor& src, const Tensor& out) {
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
   check_same_float("binary", a, out);
   check_same_float("binary", b, out);
-  if (out.dtype() == kF32) binary_typed<float>(op, a, b, out, static_cast<float>(alpha));
-  else binary_typed<double>(op, a, b, out, alpha);
+  if (out.dtype() == kF32)
+    binary_typed<float>(op, a, b, out, static_cast<float>(alpha));
+  else
+    binary_typed<double>(op, a, b, out, alpha);
 }
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   check_same_float("unary", x, out);
-  if (out.dtype() == kF32) unary_typed<float>(op, x, out);
-  else unary_typed<double>(op, x, out);
+  if (out.dtype() == kF32)
+    unary_typed<float>(op, x, out);
+  else
+    unary_typed<double>(op, x, out);
 }
 
 void affine(const Tensor& x, double scale, double shift, const Tensor& out) {

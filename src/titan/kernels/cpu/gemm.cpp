@@ -47,8 +47,8 @@ void gemv(bool trans, int64_t rows, int64_t cols, T alpha, const T* a, int64_t l
   call_gemv(trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy);
 }
 template <typename T>
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-               int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   trace::Span span(sizeof(T) == 4 ? "sgemm" : "dgemm", "gemm");
   span.arg("M", m).arg("N", n).arg("K", k).arg("flops", 2 * m * n * k);
   if (m == 0 || n == 0) return;
@@ -88,7 +88,8 @@ void gemm_concurrent(std::span<const GemmCall<T>> calls) {
   const auto n = static_cast<int64_t>(calls.size());
   auto run = [&](int64_t i) {
     const GemmCall<T>& c = calls[i];
-    gemm<T>(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc, c.varying);
+    gemm<T>(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc,
+            c.varying);
   };
   int64_t multiply_adds = 0;
   for (const GemmCall<T>& c : calls) multiply_adds += c.m * c.n * c.k;
@@ -100,9 +101,9 @@ void gemm_concurrent(std::span<const GemmCall<T>> calls) {
   }
   trace::Span span("gemms side by side", "gemm");
   span.arg("calls", n).arg("flops", 2 * multiply_adds);
-  // OpenBLAS's OpenMP build, and oneDNN's, run single-threaded inside a parallel region. Dynamic: the calls may
-  // differ in size (experts get different numbers of tokens).
-#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(threads, n))) schedule(dynamic, 1)
+  // OpenBLAS's OpenMP build, and oneDNN's, run single-threaded inside a parallel region. Dynamic: the calls
+  // may differ in size (experts get different numbers of tokens).
+#pragma omp parallel for num_threads(static_cast <int>(std::min <int64_t>(threads, n))) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) run(i);
 }
 
@@ -118,11 +119,11 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, gem
 }
 
 #define TITAN_GEMM_INSTANTIATE(T)                                                                          \
-  template void gemm_concurrent<T>(std::span<const GemmCall<T>>);                                           \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*, int64_t, const T*,  \
+  template void gemm_concurrent<T>(std::span<const GemmCall<T>>);                                          \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*, int64_t, const T*, \
                         int64_t, gemm_acc_t<T>, gemm_acc_t<T>*, int64_t, Varying);                         \
-  template void gemm_strided_batched<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*,     \
-                                        int64_t, int64_t, const T*, int64_t, int64_t, gemm_acc_t<T>,        \
+  template void gemm_strided_batched<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*,    \
+                                        int64_t, int64_t, const T*, int64_t, int64_t, gemm_acc_t<T>,       \
                                         gemm_acc_t<T>*, int64_t, int64_t, int64_t);
 TITAN_GEMM_INSTANTIATE(float)
 TITAN_GEMM_INSTANTIATE(double)

@@ -25,8 +25,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, gemm_acc_
 // (stride 0 broadcasts an operand across the batch).
 template <typename T>
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha,
-                          const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b,
-                          gemm_acc_t<T> beta, gemm_acc_t<T>* c, int64_t ldc, int64_t stride_c, int64_t batch);
+                          const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                          int64_t stride_b, gemm_acc_t<T> beta, gemm_acc_t<T>* c, int64_t ldc,
+                          int64_t stride_c, int64_t batch);
 
 // One GEMM's arguments, as gemm takes them.
 template <typename T>

@@ -35,8 +35,8 @@ void grouped_gemm(const int64_t* group_rows, int64_t groups, int64_t n, int64_t 
   const Acc beta = accumulate ? Acc(1) : Acc(0);
   const int64_t ldw = trans_w ? k : n;
   for_each_group<T>("grouped_gemm", group_rows, groups, [&](int64_t g, int64_t row) {
-    return GemmCall<T>{false, trans_w, group_rows[g], n, k, Acc(1), x + row * k, k, w + g * n * k, ldw, beta,
-                       y + row * n, n, Varying::m};
+    return GemmCall<T>{false, trans_w,       group_rows[g], n,    k,           Acc(1), x + row * k,
+                       k,     w + g * n * k, ldw,           beta, y + row * n, n,      Varying::m};
   });
 }
 
@@ -46,15 +46,16 @@ void grouped_gemm_tn(const int64_t* group_rows, int64_t groups, int64_t m, int64
   using Acc = gemm_acc_t<T>;
   // k = 0 (an empty group) makes gemm write zeros.
   for_each_group<T>("grouped_gemm_tn", group_rows, groups, [&](int64_t g, int64_t row) {
-    return GemmCall<T>{true, false, m, n, group_rows[g], Acc(1), a + row * m, m, b + row * n, n, Acc(0),
-                       dw + g * m * n, n, Varying::k};
+    return GemmCall<T>{true, false,       m, n,      group_rows[g],  Acc(1), a + row * m,
+                       m,    b + row * n, n, Acc(0), dw + g * m * n, n,      Varying::k};
   });
 }
 
-#define TITAN_GROUPED_GEMM_INSTANTIATE(T)                                                                  \
-  template void grouped_gemm<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*, bool,         \
-                                gemm_acc_t<T>*, bool);                                                       \
-  template void grouped_gemm_tn<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*, gemm_acc_t<T>*);
+#define TITAN_GROUPED_GEMM_INSTANTIATE(T)                                                            \
+  template void grouped_gemm<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*, bool, \
+                                gemm_acc_t<T>*, bool);                                               \
+  template void grouped_gemm_tn<T>(const int64_t*, int64_t, int64_t, int64_t, const T*, const T*,    \
+                                   gemm_acc_t<T>*);
 TITAN_GROUPED_GEMM_INSTANTIATE(float)
 TITAN_GROUPED_GEMM_INSTANTIATE(double)
 TITAN_GROUPED_GEMM_INSTANTIATE(bf16)

@@ -91,8 +91,9 @@ std::shared_ptr<const Entry> cached(const Key& key) {
 
 }  // namespace
 
-void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
-                      const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc, Varying varying) {
+void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
+                      int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                      Varying varying) {
   trace::Span span("bf16 gemm", "gemm");
   span.arg("M", m).arg("N", n).arg("K", k).arg("flops", 2 * m * n * k);
   if (m == 0 || n == 0) return;
@@ -105,8 +106,9 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   ldb = std::max<int64_t>(ldb, tb ? k : n);
   ldc = std::max<int64_t>(ldc, n);
   const int64_t runtime = DNNL_RUNTIME_DIM_VAL;
-  const Key key{ta,  tb,  varying == Varying::m ? runtime : m, n, varying == Varying::k ? runtime : k,
-                lda, ldb, ldc,                                 alpha, beta};
+  const Key key{
+      ta,    tb,  varying == Varying::m ? runtime : m, n, varying == Varying::k ? runtime : k, lda, ldb, ldc,
+      alpha, beta};
   std::shared_ptr<const Entry> entry = cached(key);
   using dt = memory::data_type;
   dnnl::engine& engine = cpu_engine();
@@ -115,17 +117,19 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   memory cm(operand(m, n, ldc, false, dt::f32), engine, c);
   thread_local std::vector<uint8_t> scratch;
   if (scratch.size() < entry->scratch_bytes) scratch.resize(entry->scratch_bytes);
-  memory sm(dnnl::memory::desc({static_cast<memory::dim>(entry->scratch_bytes)}, dt::u8, memory::dims{1}), engine,
-            scratch.data());
+  memory sm(dnnl::memory::desc({static_cast<memory::dim>(entry->scratch_bytes)}, dt::u8, memory::dims{1}),
+            engine, scratch.data());
   dnnl::stream stream(engine);
-  entry->primitive.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                                    {DNNL_ARG_SCRATCHPAD, sm}});
+  entry->primitive.execute(
+      stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   stream.wait();
 }
 
 std::string onednn_bf16_isa() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  auto has = [&](dnnl::cpu_isa want) { return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want); };
+  auto has = [&](dnnl::cpu_isa want) {
+    return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+  };
   if (has(dnnl::cpu_isa::avx512_core_amx)) return "AMX-BF16";
   if (has(dnnl::cpu_isa::avx512_core_bf16)) return "AVX512-BF16";
   return "";
