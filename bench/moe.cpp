@@ -143,10 +143,11 @@ int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
   const std::vector<Shape> shapes = {{8, 2}, {8, 8}, {64, 2}, {64, 8}};
   const std::vector<Shape> bf16_shapes = {{8, 2}, {64, 2}};
-  for (const Shape& s : bf16_shapes) {
-    bench::add_benchmark("moe_bf16/" + s.name(), s.plan(), [s](benchmark::State& state) {
+  // The layer's forward + backward, in `precision` (bf16: under autocast, as bf16 training runs it).
+  auto add_layer = [](const std::string& name, const Shape& s, titan::DType precision) {
+    bench::add_benchmark(name, s.plan(), [s, precision](benchmark::State& state) {
       LayerIn& in = bench::cached_inputs<LayerIn>("moe/" + s.name(), [&] { return make_layer(s); });
-      const titan::AutocastGuard bf16(titan::kBF16);
+      const titan::AutocastGuard autocast(precision);
       bench::PeakMemory peak;
       const std::vector<Tensor> wrt = {in.x, in.layer->router->gate->weight, in.layer->experts->w1,
                                        in.layer->experts->w2, in.layer->experts->w3};
@@ -157,20 +158,10 @@ int main(int argc, char** argv) {
       }
       peak.report(state);
     });
-  }
+  };
+  for (const Shape& s : bf16_shapes) add_layer("moe_bf16/" + s.name(), s, titan::kBF16);
   for (const Shape& s : shapes) {
-    bench::add_benchmark("moe/" + s.name(), s.plan(), [s](benchmark::State& state) {
-      LayerIn& in = bench::cached_inputs<LayerIn>("moe/" + s.name(), [&] { return make_layer(s); });
-      bench::PeakMemory peak;
-      const std::vector<Tensor> wrt = {in.x, in.layer->router->gate->weight, in.layer->experts->w1,
-                                       in.layer->experts->w2, in.layer->experts->w3};
-      for (auto _ : state) {
-        Tensor out = (*in.layer)(in.x, std::make_shared<moe::MoEPass>());
-        std::vector<Tensor> grads = titan::autograd::grad({out}, {in.dout}, wrt);
-        benchmark::DoNotOptimize(grads.front().data_ptr());
-      }
-      peak.report(state);
-    });
+    add_layer("moe/" + s.name(), s, titan::kF32);
     bench::add_benchmark(
         "dispatch/" + s.name(), {.reps = 5, .min_time = 0.2, .warmup = 0.1}, [s](benchmark::State& state) {
           DispatchIn& in =
@@ -192,30 +183,22 @@ int main(int argc, char** argv) {
   // Three rounds: one 64-expert torch call takes seconds, so more would run for many minutes.
   const bench::Interleaved timed = bench::run_interleaved(argc, argv, 3, [&](const auto& ran) {
     std::vector<bench::TorchCase> cases;
-    for (const Shape& s : shapes) {
-      if (!ran.count("moe/" + s.name())) continue;
-      cases.push_back({"moe/" + s.name(), s.plan(),
-                       json{{"op", "moe"},
-                            {"mode", "fwd_bwd"},
-                            {"tokens", kTokens},
-                            {"dim", kDim},
-                            {"hidden", kHidden},
-                            {"experts", s.experts},
-                            {"top_k", s.top_k}},
-                       kMoeVariants});
-    }
-    for (const Shape& s : bf16_shapes) {
-      if (!ran.count("moe_bf16/" + s.name())) continue;
-      cases.push_back({"moe_bf16/" + s.name(), s.plan(),
-                       json{{"op", "moe"},
-                            {"mode", "fwd_bwd"},
-                            {"tokens", kTokens},
-                            {"dim", kDim},
-                            {"hidden", kHidden},
-                            {"experts", s.experts},
-                            {"top_k", s.top_k}},
-                       kMoeBf16Variants});
-    }
+    auto add = [&](const std::string& prefix, const std::vector<Shape>& which,
+                   const std::vector<std::string>& variants) {
+      for (const Shape& s : which)
+        if (ran.count(prefix + s.name()))
+          cases.push_back({prefix + s.name(), s.plan(),
+                           json{{"op", "moe"},
+                                {"mode", "fwd_bwd"},
+                                {"tokens", kTokens},
+                                {"dim", kDim},
+                                {"hidden", kHidden},
+                                {"experts", s.experts},
+                                {"top_k", s.top_k}},
+                           variants});
+    };
+    add("moe/", shapes, kMoeVariants);
+    add("moe_bf16/", bf16_shapes, kMoeBf16Variants);
     return cases;
   });
   const auto& ran = timed.titan;

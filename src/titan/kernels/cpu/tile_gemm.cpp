@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "titan/core/error.h"
@@ -91,6 +93,13 @@ void rows(int64_t k, const T* a, int64_t sa_i, int64_t sa_p, const T* b, T alpha
   }
 }
 
+// The terms [p0, p1) of k that a `terms` band names; none as [0, 0), which keeps the operands'
+// pointers within them.
+std::pair<int64_t, int64_t> band_terms(const TileBand& band, int64_t k) {
+  const int64_t p0 = std::clamp<int64_t>(band.begin, 0, k), p1 = std::clamp<int64_t>(band.end, p0, k);
+  return p0 == p1 ? std::pair<int64_t, int64_t>{0, 0} : std::pair{p0, p1};
+}
+
 }  // namespace
 
 template <typename T>
@@ -122,9 +131,7 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, T alpha, Strided<T> a, const T* 
       if (!bands.empty()) {
         const TileBand& band = bands[blk];
         if (band_of == BandOf::terms) {
-          p0 = std::clamp<int64_t>(band.begin, 0, k);
-          p1 = std::clamp<int64_t>(band.end, p0, k);
-          if (p0 == p1) p0 = p1 = 0;  // no terms: keep the operands' pointers within them
+          std::tie(p0, p1) = band_terms(band, k);
         } else if (band.end <= band.begin || j0 + W <= band.begin || j0 >= band.end) {
           continue;
         }
@@ -308,10 +315,8 @@ void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Strided<bf16> 
     if (!bands.empty()) {
       const TileBand& band = bands[blk];
       if (band_of == BandOf::terms) {
-        p0 = std::clamp<int64_t>(band.begin, 0, k);
-        p1 = std::clamp<int64_t>(band.end, p0, k);
-        if (p0 == p1) p0 = p1 = 0;  // no terms: keep the operands' pointers within them
-        p0 -= p0 % 2;               // whole pairs, as B is packed
+        std::tie(p0, p1) = band_terms(band, k);
+        p0 -= p0 % 2;  // whole pairs, as B is packed
         p1 = std::min(k, p1 + p1 % 2);
       } else {
         if (band.end <= band.begin) continue;
