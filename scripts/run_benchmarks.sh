@@ -31,5 +31,17 @@ for b in "${benches[@]}"; do
   echo -e "\n===== $(basename "$b")" | tee -a "$out"
   "$b" "$@" 2>&1 | tee -a "$out" || status=1
 done
+# titan's bf16 (training.mixed_precision_param = "bfloat16") against PyTorch's bf16, where the CPU
+# has the instructions titan's bf16 needs; bench_moe times its bf16 layer in the run above.
+if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  for name in bench_train_step bench_attention; do
+    flag=--precision=bf16
+    [[ $name == bench_attention ]] && flag=--bf16
+    if [[ -x $build/bench/$name ]]; then
+      echo -e "\n===== $name $flag" | tee -a "$out"
+      "$build/bench/$name" "$flag" "$@" 2>&1 | tee -a "$out" || status=1
+    fi
+  done
+fi
 echo -e "\nresults in $out"
 exit $status
