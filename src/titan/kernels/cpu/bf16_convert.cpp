@@ -7,8 +7,10 @@
 namespace titan::kernels::cpu {
 
 // GCC 12 warns that its own AVX-512 shift intrinsics read an uninitialised value (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 void floats_to_bf16(const float* src, bf16* dst, int64_t n) {
   int64_t i = 0;
 #ifdef __AVX512BW__
@@ -25,6 +27,8 @@ void floats_to_bf16(const float* src, bf16* dst, int64_t n) {
 #endif
   for (; i < n; ++i) dst[i] = bf16(src[i]);
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 }  // namespace titan::kernels::cpu
