@@ -64,8 +64,8 @@ DType product_dtype(DType operand) {
   return operand == kBF16 ? kF32 : operand;
 }
 
-// x as the operand dtype of a product under the current autocast state: a bf16 copy of an f32
-// tensor under autocast, x itself otherwise.
+// x, detached, in the dtype a product multiplies it in: a bf16 copy of an f32 tensor under
+// autocast, x itself otherwise.
 Tensor as_operand(const Tensor& x, DType dtype) {
   return x.detach().to(dtype);
 }
