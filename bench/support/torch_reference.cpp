@@ -421,20 +421,16 @@ void print_table(const Table& table, const TorchResults& reference) {
   auto figure = [](const std::optional<double>& v) { return v ? fixed(*v, 1) : std::string("n/a"); };
   for (const Row& r : table.rows) {
     std::vector<std::string> line = {r.name, figure(r.titan)};
-    std::optional<std::pair<std::string, double>> best;
     for (const std::string& v : table.variants) {
       auto it = r.torch.find(v);
       line.push_back(it == r.torch.end() ? std::string("n/a") : figure(it->second));
-      if (it != r.torch.end() &&
-          (!best || (table.higher_is_better ? it->second > best->second : it->second < best->second)))
-        best = *it;
     }
     auto ratio = [&](const std::optional<std::pair<std::string, double>>& b) {
       if (!r.titan || !b) return std::string("n/a");
       return fixed(*r.titan / b->second, 2) + "x" + (several ? " (" + b->first + ")" : "");
     };
     if (any_f32) line.push_back(ratio(best_f32(r, table.higher_is_better)));
-    if (any_bf16) line.push_back(ratio(best));
+    if (any_bf16) line.push_back(ratio(best_any(r, table.higher_is_better)));
     line.insert(line.end(), r.extra.begin(), r.extra.end());
     line.resize(header.size());
     cells.push_back(std::move(line));

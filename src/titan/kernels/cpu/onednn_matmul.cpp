@@ -119,7 +119,7 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   if (scratch.size() < entry->scratch_bytes) scratch.resize(entry->scratch_bytes);
   memory sm(dnnl::memory::desc({static_cast<memory::dim>(entry->scratch_bytes)}, dt::u8, memory::dims{1}),
             engine, scratch.data());
-  dnnl::stream stream(engine);
+  thread_local dnnl::stream stream(engine);  // one per thread, not one per product
   entry->primitive.execute(
       stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   stream.wait();
