@@ -327,6 +327,9 @@ TEST(JobConfig, EveryValidationRule) {
        {"training.gradient_accumulation_steps = 0", "must be >= 1"}},
       {{"--training.mixed_precision_param=float16"},
        {"training.mixed_precision_param = \"float16\"", "one of \"float32\", \"bfloat16\""}},
+      // FSDP reduces float32 gradients only; a bf16 reduce is refused, not ignored.
+      {{"--training.mixed_precision_reduce=bfloat16"},
+       {"training.mixed_precision_reduce = \"bfloat16\"", "one of \"float32\""}},
       {{"--training.seed=-1"}, {"training.seed = -1", "must be >= 0"}},
       {{"--training.dataset="}, {"training.dataset = \"\"", "must be a non-empty string"}},
       {{"--job.dump_folder="}, {"job.dump_folder = \"\"", "non-empty"}},
