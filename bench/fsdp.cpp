@@ -64,7 +64,7 @@ Figures measure(dist::ProcessGroup world, bool overlap) {
   std::shared_ptr<models::CausalLM> model = spec.build(cfg, kSeq, gen);
   dist::DeviceMesh mesh(world, {.dp_shard = -1});
   std::unique_ptr<parallel::FullyShard> fsdp =
-      spec.parallelize(*model, {.mesh = &mesh, .fsdp = {.overlap = overlap}});
+      spec.parallelize(*model, {.mesh = &mesh, .fsdp = {.overlap = overlap}}).fsdp;
   auto named = fsdp ? fsdp->named_shards() : model->named_parameters();
   std::vector<Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);

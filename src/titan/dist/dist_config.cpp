@@ -14,6 +14,12 @@ void declare_keys(config::Keys<ParallelismConfig>& keys) {
            "free gathered weights after forward (default and always), or keep them for backward (never)")
       .add("tensor_parallel_degree", &C::tensor_parallel_degree, config::at_least_one(),
            "ranks each layer's matmuls are split over")
+      .add("enable_sequence_parallel", &C::enable_sequence_parallel, {},
+           "with tensor parallelism, split norms and the residual stream over the sequence (seq_len must "
+           "divide by tensor_parallel_degree)")
+      .add("disable_loss_parallel", &C::disable_loss_parallel, {},
+           "with tensor parallelism, gather the logits for the loss instead of computing it over the split "
+           "vocabulary")
       .add("pipeline_parallel_degree", &C::pipeline_parallel_degree, config::at_least_one(),
            "pipeline stages (ranks)")
       .add("pipeline_parallel_schedule", &C::pipeline_parallel_schedule,

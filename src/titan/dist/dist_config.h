@@ -13,6 +13,13 @@ struct ParallelismConfig {
   int64_t data_parallel_shard_degree = -1;  // -1: the ranks the other degrees leave
   std::string fsdp_reshard_after_forward = "default";
   int64_t tensor_parallel_degree = 1;
+  // With tensor parallelism: split the residual stream and its norms over the sequence between
+  // the split regions (Megatron's sequence parallelism), which divides their activation memory
+  // by the degree at the same traffic.
+  bool enable_sequence_parallel = true;
+  // With tensor parallelism: gather the logits and take the ordinary cross-entropy, instead of
+  // computing it over the vocabulary split (TorchTitan's key).
+  bool disable_loss_parallel = false;
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";
   int64_t pipeline_parallel_microbatch_size = 1;

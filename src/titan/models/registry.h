@@ -16,10 +16,11 @@
 #include "titan/models/model_config.h"
 #include "titan/models/model_summary.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/tensor_parallel.h"
 
 namespace titan::models {
 
-// How parallelize() spreads and wraps a built model ([activation_checkpoint] and, later, the
+// How parallelize() spreads and wraps a built model ([activation_checkpoint] and the
 // [parallelism] plans).
 struct ParallelizeOptions {
   std::string activation_checkpoint_mode = "none";  // "none" | "full" | "selective"
@@ -27,6 +28,17 @@ struct ParallelizeOptions {
   // The job's mesh; FSDP shards over its dp_shard dimension. Null: one process, nothing to shard.
   dist::DeviceMesh* mesh = nullptr;
   parallel::FullyShardOptions fsdp{};
+  // Tensor parallelism over mesh["tp"] when its degree exceeds 1.
+  parallel::TensorParallelOptions tp{};
+};
+
+// What parallelize() leaves the trainer: the tensor-parallel state when the mesh splits tensors
+// (its loss, placements and gradient reductions), and the FSDP state when it shards them (its
+// shards are what the optimizer steps). Either may be null. FSDP is declared last so that it is
+// destroyed first: it shards what tensor parallelism has already split.
+struct Parallelized {
+  std::unique_ptr<parallel::TensorParallel> tp;
+  std::unique_ptr<parallel::FullyShard> fsdp;
 };
 
 // How a family's models look to Hugging Face transformers: config.json, parameter names and
@@ -65,9 +77,8 @@ struct TrainSpec {
   std::function<ModelSummary(const ModelConfig&, int64_t seq_len)> summarize;
   // Applies the parallel plans to a built model, in TorchTitan's order (TP, EP, activation
   // checkpointing, compile, FSDP); the model's code does not change.
-  // Returns the FSDP state when the mesh shards parameters (null otherwise): the trainer's
-  // optimizer, gradient reduction and checkpoints then work on its shards.
-  std::function<std::unique_ptr<parallel::FullyShard>(CausalLM&, const ParallelizeOptions&)> parallelize;
+  // The trainer's optimizer, gradient reduction and checkpoints then work on what it returns.
+  std::function<Parallelized(CausalLM&, const ParallelizeOptions&)> parallelize;
   // Hugging Face import and export; families without one leave it empty.
   std::optional<StateDictAdapter> state_dict_adapter;
 };

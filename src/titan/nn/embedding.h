@@ -9,8 +9,10 @@ class Embedding : public Module {
   Embedding(int64_t num_embeddings, int64_t embedding_dim, TensorOptions opts = {});
 
   Tensor forward(const Tensor& ids) const;
+  // Through run_forward(ids, body), so that a plan can change how the lookup runs (a table split
+  // over the vocabulary looks up only its own rows).
   Tensor operator()(const Tensor& ids) {
-    return run_forward([&] { return forward(ids); });
+    return run_forward(ids, [this](const Tensor& in) { return forward(in); });
   }
 
   // Normal(0, 1): PyTorch's default and TorchTitan's Llama token-embedding init alike.

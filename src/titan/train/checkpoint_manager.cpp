@@ -8,6 +8,7 @@
 #include <set>
 
 #include "titan/checkpoint/checkpoint.h"
+#include "titan/parallel/comm_ops.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/core/trace.h"
 #include "titan/train/hf_interop.h"
@@ -92,7 +93,7 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
   }
   if (!cfg.checkpoint.enable) return;
   // Found now rather than at the first save, checkpoint.interval steps in.
-  if (writer_ || parts_.fsdp)
+  if (writer_ || sharded())
     check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
   if (!writer_) return;
   std::string holder;
@@ -129,42 +130,60 @@ void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model
   model.load_state_dict(strip(targets, kModel));
 }
 
+std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::string& param, const Tensor& t) const {
+  parallel::FullyShard* fsdp = parts_.fsdp;
+  std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
+  std::optional<parallel::TpPlacement> split = parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
+  if (split && split->dim < 0) split.reset();
+  if (!rows && !split) return std::nullopt;
+  Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
+        .offsets = Shape(t.sizes().size(), 0),
+        .global_shape = split ? split->global_shape : rows->global_shape,
+        .saves = parts_.replica_writer && (split || !parts_.tp || parts_.tp->group().rank() == 0)};
+  if (rows) b.offsets[0] += rows->row_offset;
+  if (split) b.offsets[static_cast<size_t>(split->dim)] += split->offset;
+  return b;
+}
+
 void CheckpointManager::add_pieces(checkpoint::Pieces& out, const std::string& prefix,
                                    const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const {
-  parallel::FullyShard* fsdp = parts_.fsdp;
   for (const auto& [name, t] : state) {
     const std::string param = optimizer ? name.substr(0, name.rfind('.')) : name;
-    std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
-    if (!rows) {
+    std::optional<Box> box = box_of(param, t);
+    if (!box) {
       if (!saving || writer_) out.emplace(prefix + name, checkpoint::whole(t));
       continue;
     }
-    if (rows->rows == 0 || (saving && !fsdp->first_replica())) continue;
-    Shape offsets(t.sizes().size(), 0);
-    offsets[0] = rows->row_offset;
-    out.emplace(prefix + name, checkpoint::Piece{t.narrow(0, 0, rows->rows), offsets, rows->global_shape});
+    if (box->data.numel() == 0 || (saving && !box->saves)) continue;
+    out.emplace(prefix + name, checkpoint::Piece{box->data, box->offsets, box->global_shape});
   }
 }
 
 void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
   parallel::FullyShard* fsdp = parts_.fsdp;
-  if (!fsdp) {
+  if (!fsdp && !parts_.tp) {
     parts_.model.load_state_dict(state);
     return;
   }
-  nn::StateDict mine = zeros_like(fsdp->state_dict());
+  nn::StateDict mine = zeros_like(fsdp ? fsdp->state_dict() : parts_.model.state_dict());
   for (auto& [name, t] : mine) {
     auto it = state.find(name);
     TITAN_CHECK(it != state.end(), "checkpoint: the weights loaded have no tensor ", name);
-    std::optional<parallel::RowShard> rows = fsdp->row_shard(name);
-    TITAN_CHECK(it->second.sizes() == (rows ? rows->global_shape : t.sizes()), "checkpoint: tensor ", name,
-                " is ", it->second.desc(), ", the model's is ", shape_str(rows ? rows->global_shape : t.sizes()));
-    if (!rows)
+    std::optional<Box> box = box_of(name, t);
+    TITAN_CHECK(it->second.sizes() == (box ? box->global_shape : t.sizes()), "checkpoint: tensor ", name, " is ",
+                it->second.desc(), ", the model's is ", shape_str(box ? box->global_shape : t.sizes()));
+    if (!box) {
       t.copy_(it->second);
-    else if (rows->rows > 0)
-      t.narrow(0, 0, rows->rows).copy_(it->second.narrow(0, rows->row_offset, rows->rows));
+      continue;
+    }
+    Tensor region = it->second;
+    for (int64_t d = 0; d < region.dim(); ++d) region = region.narrow(d, box->offsets[d], box->data.size(d));
+    box->data.copy_(region);
   }
-  fsdp->load_state_dict(mine);
+  if (fsdp)
+    fsdp->load_state_dict(mine);
+  else
+    parts_.model.load_state_dict(mine);
 }
 
 int64_t CheckpointManager::load() {
@@ -352,7 +371,7 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
 void CheckpointManager::after_step(int64_t step, bool stopping) {
   const auto& c = cfg_.checkpoint;
   // Under FSDP every rank writes its shards.
-  if (!c.enable || (!writer_ && !parts_.fsdp) || step == last_saved_) return;
+  if (!c.enable || (!writer_ && !sharded()) || step == last_saved_) return;
   const bool last = step == cfg_.training.steps;
   if (last || stopping || step % c.interval == 0) save(step, last && c.last_save_model_only);
 }
@@ -366,16 +385,21 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   const bool hf = model_only && hf_adapter_;
   // A collective save writes in the foreground: a background thread's collectives would race
   // the training loop's.
-  const bool collective = parts_.fsdp && world_.size() > 1;
+  const bool collective = sharded() && world_.size() > 1;
   const bool async = cfg_.checkpoint.async_mode != "disabled" && !collective;
   checkpoint::Pieces pieces;
-  if (hf && parts_.fsdp) {
+  if (hf && sharded()) {
     // HF's files hold whole tensors: gather them, and rank 0 writes them alone.
-    parts_.fsdp->unshard_all();
-    if (writer_)
-      for (const auto& [name, t] : parts_.model.state_dict())
-        pieces.emplace(kModel + name, checkpoint::whole(Tensor::empty(t.sizes(), {.dtype = export_dtype_}).copy_(t)));
-    parts_.fsdp->reshard_all();
+    if (parts_.fsdp) parts_.fsdp->unshard_all();
+    for (const auto& [name, t] : parts_.model.state_dict()) {
+      std::optional<parallel::TpPlacement> split = parts_.tp ? parts_.tp->placement(name) : std::nullopt;
+      const Tensor whole =
+          split && split->dim >= 0 ? parallel::all_gather_dim(t, split->dim, parts_.tp->group()) : t;
+      if (writer_)
+        pieces.emplace(kModel + name,
+                       checkpoint::whole(Tensor::empty(whole.sizes(), {.dtype = export_dtype_}).copy_(whole)));
+    }
+    if (parts_.fsdp) parts_.fsdp->reshard_all();
     if (!writer_) {
       last_saved_ = step;
       return;

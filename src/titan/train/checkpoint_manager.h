@@ -29,6 +29,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/tensor_parallel.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
@@ -42,6 +43,12 @@ struct Checkpointed {
   Generator& rng;
   // Under FSDP the model's parameters live in its shards, and so do the optimizer's moments.
   parallel::FullyShard* fsdp = nullptr;
+  // Under tensor parallelism each rank holds its slice of the split parameters (and FSDP, when
+  // on too, shards that slice).
+  parallel::TensorParallel* tp = nullptr;
+  // Whether this rank's split or sharded tensors are the ones saved: true on the first
+  // data-parallel replica, whose copies the others hold too.
+  bool replica_writer = true;
   // The folder of the run's tokenizer.json (empty: the byte tokenizer, which has no file): a
   // Hugging Face export carries its files, so that the folder is whole for titan generate.
   std::filesystem::path tokenizer_dir;
@@ -56,8 +63,8 @@ class CheckpointManager {
   // With checkpointing enabled, every rank that saves creates the folder and checks that it is
   // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
   // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
-  // DDP every rank holds the same state, so rank 0 alone saves it; under FSDP every rank saves
-  // its shards, together (checkpoint::save_collective), in the foreground. Rank 0 alone tidies
+  // DDP every rank holds the same state, so rank 0 alone saves it; under FSDP or tensor parallelism
+  // every rank of the first replica saves its shards, together (checkpoint::save_collective), in the foreground. Rank 0 alone tidies
   // the folder.
   CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
                     dist::ProcessGroup world = dist::ProcessGroup::single());
@@ -97,6 +104,17 @@ class CheckpointManager {
   // under prefix + name: whole, or under FSDP this rank's rows of a parameter or its moments.
   // For a save, only those this rank writes: rank 0 the whole ones, the first replica's ranks
   // their rows.
+  // Where this rank's tensor `t` of parameter `param` (or optimizer state shaped like it) sits in
+  // the whole one, composing tensor parallelism's slice with FSDP's rows; nullopt for a tensor
+  // every rank holds whole.
+  struct Box {
+    Tensor data;  // the rows of t that hold values (FSDP pads the last shards)
+    Shape offsets;
+    Shape global_shape;
+    bool saves = false;  // whether this rank writes it (one copy of each piece is saved)
+  };
+  std::optional<Box> box_of(const std::string& param, const Tensor& t) const;
+  bool sharded() const { return parts_.fsdp != nullptr || parts_.tp != nullptr; }
   void add_pieces(checkpoint::Pieces& out, const std::string& prefix, const std::map<std::string, Tensor>& state,
                   bool optimizer, bool saving) const;
   // Copies a whole state dict (an HF import) into the model, or into its shards under FSDP.

@@ -51,6 +51,15 @@ config::Schema<JobConfig> make_schema() {
                    std::to_string(par.pipeline_parallel_microbatch_size) +
                    " does not divide training.local_batch_size = " + std::to_string(c.training.local_batch_size) +
                    "; pick a divisor of it");
+    if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel)
+      for (const auto& [key, seq] : {std::pair<const char*, int64_t>{"training.seq_len", c.training.seq_len},
+                                     {"validation.seq_len", c.validation.enable ? c.validation.seq_len : 0}})
+        if (seq % par.tensor_parallel_degree != 0)
+          problems.add(std::string(key) + " = " + std::to_string(seq) +
+                       " does not divide by parallelism.tensor_parallel_degree = " +
+                       std::to_string(par.tensor_parallel_degree) +
+                       ", as sequence parallelism splits the sequence; pick a multiple of it, or set "
+                       "parallelism.enable_sequence_parallel = false");
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) + " exceeds training.seq_len = " +
                    std::to_string(c.training.seq_len) +

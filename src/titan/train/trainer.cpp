@@ -32,6 +32,7 @@
 #include "titan/parallel/data_parallel.h"
 #include "titan/parallel/data_parallel_style.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/tensor_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
@@ -115,7 +116,7 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
       trace::Span span("forward", "phase");
       // document_ids is defined only when the loader makes them (attention.document_masking).
       logits = model(batch.inputs, batch.document_ids);
-      loss = ops::cross_entropy(logits, batch.labels);
+      loss = sync.loss ? sync.loss(logits, batch.labels) : ops::cross_entropy(logits, batch.labels);
       if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
         has_aux = true;
         aux_sum += aux.item();
@@ -135,7 +136,7 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   StepStats stats;
   // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
   // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
-  double partial = optim::grad_norm_partial(params, 2.0);
+  double partial = optim::grad_norm_partial(sync.norm_params.empty() ? params : sync.norm_params, 2.0);
   if (sync.sum_norm_partials) partial = sync.sum_norm_partials(partial);
   stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
   // Clipped inside the update: the gradients stay as backward left them.
@@ -171,7 +172,9 @@ struct Trainer::State {
   std::unique_ptr<parallel::DataParallel> data_parallel;
   Generator rng;
   std::shared_ptr<models::CausalLM> model;
-  // After the model, whose modules hold its hooks: destroyed first.
+  // After the model, whose modules hold their hooks: destroyed first, FSDP (which shards what
+  // tensor parallelism split) before tensor parallelism.
+  std::unique_ptr<parallel::TensorParallel> tp;
   std::unique_ptr<parallel::FullyShard> fsdp;
   models::ModelSummary summary;
   std::unique_ptr<data::DataLoader> loader;
@@ -180,6 +183,7 @@ struct Trainer::State {
   std::unique_ptr<MetricsLogger> metrics;
   std::unique_ptr<Validator> validator;  // null unless validation.enable
   std::vector<Tensor> params;
+  std::vector<std::pair<std::string, Tensor>> named_params;  // params by parameter name
   BatchPlan plan;
   PeakFlops peak;
   bool warned_peak = false;
@@ -229,6 +233,22 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
+  if (const int64_t tp_degree = mesh->degree("tp"); tp_degree > 1) {
+    // Checked before anything is built, naming what does not split.
+    const std::pair<std::string, int64_t> splits[] = {
+        {"its " + std::to_string(summary.n_heads) + " attention heads", summary.n_heads},
+        {"its " + std::to_string(summary.n_kv_heads) +
+             " key/value heads (titan does not replicate key/value heads across tp ranks)",
+         summary.n_kv_heads},
+        {"its feed-forward hidden size " + std::to_string(summary.ffn_hidden_dim), summary.ffn_hidden_dim},
+        {"its vocabulary of " + std::to_string(summary.vocab_size) +
+             " (model.vocab_size can round it up to a multiple)",
+         summary.vocab_size}};
+    for (const auto& [what, n] : splits)
+      config::require(n % tp_degree == 0, "parallelism.tensor_parallel_degree = ", tp_degree, ": model ",
+                      c.model.name, "/", c.model.flavor, " cannot split ", what, " into ", tp_degree,
+                      " equal parts; choose a degree that divides it");
+  }
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
     MemoryOwnerScope owner(MemoryCategory::parameters);
@@ -242,13 +262,19 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                   "moe.load_balance_bias = true with data parallelism over ", dp_size,
                   " ranks is not supported yet: each rank would update the expert bias from its own token "
                   "counts and the replicas would drift apart; set it to false, or train on one rank");
+  config::require(spec.parallelize || mesh->degree("tp") == 1, "parallelism.tensor_parallel_degree = ",
+                  mesh->degree("tp"), ": model ", c.model.name, " has no tensor-parallel plan; set it to 1");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
-    fsdp = spec.parallelize(
+    models::Parallelized parts = spec.parallelize(
         *model, {.activation_checkpoint_mode = ac.mode,
                  .activation_checkpoint_every_k = ac.every_k(),
                  .mesh = mesh.get(),
-                 .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+                 .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"},
+                 .tp = {.sequence_parallel = c.parallelism.enable_sequence_parallel,
+                        .loss_parallel = !c.parallelism.disable_loss_parallel}});
+    tp = std::move(parts.tp);
+    fsdp = std::move(parts.fsdp);
   }
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
@@ -258,7 +284,8 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
 
 void Trainer::State::build_optimizer() {
   // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
-  auto named = fsdp ? fsdp->named_shards() : model->named_parameters();
+  named_params = fsdp ? fsdp->named_shards() : model->named_parameters();
+  const auto& named = named_params;
   for (auto& [n, p] : named) params.push_back(p);
   if (dp_style == parallel::DataParallelStyle::ddp)
     data_parallel = std::make_unique<parallel::DataParallel>(params, (*mesh)["dp"]);
@@ -340,6 +367,12 @@ void Trainer::State::log_setup(const Data& d) {
         << ", parameters, gradients and optimizer "
         << "states sharded over " << mesh->degree("dp_shard") << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
+  if (tp)
+    log << "titan: tensor parallel over " << mesh->degree("tp") << " ranks (Megatron plan"
+        << (tp->options().sequence_parallel ? ", sequence parallel" : "")
+        << (tp->options().loss_parallel ? ", loss over the split vocabulary" : ", logits gathered for the loss")
+        << "); mesh dp_replicate " << mesh->degree("dp_replicate") << " x dp_shard " << mesh->degree("dp_shard")
+        << " x tp " << mesh->degree("tp") << "\n";
   if (!d.dataset.stats.skipped.empty())
     log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
 }
@@ -368,6 +401,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .loader = *s.loader,
                    .rng = s.rng,
                    .fsdp = s.fsdp.get(),
+                   .tp = s.tp.get(),
+                   .replica_writer = s.mesh->coordinate("dp_replicate") == 0,
                    .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
       s.log, s.world);
   s.start_step = s.checkpointer->load();
@@ -400,6 +435,18 @@ TrainResult Trainer::train() {
       sync = {.before_backward = [&](bool last) { s.fsdp->set_gradient_sync(last); },
               .reduce = [&] { s.fsdp->reduce_gradients(); },
               .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
+    if (s.tp) {
+      // Data parallelism first (its reductions average over dp), then the tp sums.
+      sync.reduce = [&, dp_reduce = sync.reduce] {
+        if (dp_reduce) dp_reduce();
+        s.tp->reduce_partial_gradients(s.named_params);
+      };
+      sync.sum_norm_partials = [&, dp_sum = sync.sum_norm_partials](double partial) {
+        return s.tp->group().all_reduce(dp_sum ? dp_sum(partial) : partial, dist::ReduceOp::sum);
+      };
+      sync.norm_params = s.tp->norm_params(s.named_params);
+      sync.loss = [&](const Tensor& logits, const Tensor& labels) { return s.tp->loss(logits, labels); };
+    }
     StepStats stats = s.memory_snapshots->run_step(step, [&] {
       return train_step(
           *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.loader->next(); },
@@ -443,7 +490,7 @@ TrainResult Trainer::train() {
       s.warned_peak = true;
     }
     if (s.validator && s.validator->should_validate(step, c.training.steps)) {
-      result.validations.push_back(s.validator->validate(step, *s.model, s.fsdp.get()));
+      result.validations.push_back(s.validator->validate(step, *s.model, s.fsdp.get(), s.tp.get()));
       s.metrics->record_validation(result.validations.back());
     }
     // A signal may reach some ranks a step before others; all stop after the same step.

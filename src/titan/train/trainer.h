@@ -26,7 +26,7 @@ struct StepStats {
   Scalars extra;
 };
 
-// How data parallelism joins a step; what is left empty is skipped (one process).
+// How parallelism joins a step; what is left empty is skipped (one process).
 struct GradientSync {
   // Before each micro-batch's backward, whether it is the step's last: only that one reduces
   // gradients over the ranks, the others accumulate locally.
@@ -36,6 +36,12 @@ struct GradientSync {
   // This rank's sum of squares of its gradients -> the sum over the ranks that hold the other
   // shards of them (sharded parameters); unset, this rank's norm is the global one.
   std::function<double(double)> sum_norm_partials = nullptr;
+  // The tensors whose gradients make up this rank's share of that sum (tensor parallelism counts
+  // a replicated parameter on one rank of its group); unset: all of `params`.
+  std::vector<Tensor> norm_params = {};
+  // The loss of the model's logits (tensor parallelism's cross-entropy over a split
+  // vocabulary); unset: ops::cross_entropy.
+  std::function<Tensor(const Tensor& logits, const Tensor& labels)> loss = nullptr;
 };
 
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->

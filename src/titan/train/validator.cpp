@@ -8,6 +8,7 @@
 #include "titan/core/error.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/tensor_parallel.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
@@ -67,7 +68,8 @@ bool Validator::should_validate(int64_t step, int64_t last_step) const {
   return step % cfg_.freq == 0 || step == last_step;
 }
 
-ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp) {
+ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp,
+                                     const parallel::TensorParallel* tp) {
   const auto t0 = std::chrono::steady_clock::now();
   loader_.set_state({});
   // Each batch's mean as training computes its loss (the kernel sums in double, the mean is f32),
@@ -79,7 +81,8 @@ ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, par
     EvalMode eval(model);
     for (int64_t b = 0; b < batches_; ++b) {
       data::Batch batch = loader_.next();
-      const Tensor loss = ops::cross_entropy(model(batch.inputs, batch.document_ids), batch.labels);
+      const Tensor logits = model(batch.inputs, batch.document_ids);
+      const Tensor loss = tp ? tp->loss(logits, batch.labels) : ops::cross_entropy(logits, batch.labels);
       loss_sum += loss.item() * static_cast<double>(batch.labels.numel());
       tokens += batch.labels.numel();
     }

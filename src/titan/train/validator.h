@@ -23,6 +23,7 @@
 
 namespace titan::parallel {
 class FullyShard;
+class TensorParallel;
 }
 
 namespace titan::train {
@@ -44,8 +45,9 @@ class Validator {
 
   // One pass after training step `step`. Collective over the dp group: every rank returns the
   // loss averaged over the tokens of all ranks (and its own time). `fsdp` is the model's
-  // sharding, null without.
-  ValidationMetrics validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp = nullptr);
+  // sharding, `tp` its tensor parallelism (whose loss reads split logits), null without.
+  ValidationMetrics validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp = nullptr,
+                             const parallel::TensorParallel* tp = nullptr);
 
   int64_t num_batches() const { return batches_; }
   // Windows of the set that no pass reads (after the last whole batch, with validation.steps -1).

@@ -44,6 +44,7 @@ class Attention : public nn::Module {
   // x [B, S, dim] -> [B, S, dim]. Head counts are read from the projections' output sizes, so a
   // tensor-parallel plan that shards wq/wk/wv by heads leaves this code as it is. `mask` is the
   // causal mask for S tokens (the reference path is causal by construction).
+  int64_t head_dim() const { return head_dim_; }
   Tensor forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask);
   // The table is the model's and outlives backward, so a wrapper that re-runs the body there
   // (activation checkpointing) may hold on to it; the mask is this step's, so it is copied (a

@@ -121,6 +121,10 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   const int64_t attention = a.dim * q_dim + 2 * a.dim * kv_dim + q_dim * a.dim;
   const int64_t layer = attention + 3 * a.dim * ffn + 2 * a.dim;
   ModelSummary s;
+  s.n_heads = a.n_heads;
+  s.n_kv_heads = a.n_kv_heads;
+  s.ffn_hidden_dim = a.ffn_hidden_dim();
+  s.vocab_size = a.vocab_size;
   s.num_embedding_params = a.vocab_size * a.dim;
   s.num_params = s.num_embedding_params + a.n_layers * layer + a.dim + a.dim * a.vocab_size;
   s.flops_per_token =

@@ -1,18 +1,32 @@
 #include "titan/models/llama3/parallelize.h"
 
+#include "titan/models/common/tensor_parallel_plan.h"
 #include "titan/models/llama3/model.h"
 #include "titan/parallel/activation_checkpoint.h"
 
 namespace titan::models::llama3 {
 
-std::unique_ptr<parallel::FullyShard> parallelize(CausalLM& model, const ParallelizeOptions& options) {
+Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* llama = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(llama != nullptr, "llama3::parallelize: expected a llama3 Transformer");
+  Parallelized out;
+  if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
+    out.tp = std::make_unique<parallel::TensorParallel>(*llama, (*options.mesh)["tp"], options.tp);
+    parallel::TensorParallel& tp = *out.tp;
+    tp.vocab_embedding(*llama->tok_embeddings);
+    for (const auto& block : *llama->layers) {
+      common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
+      common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
+    }
+    tp.norm(*llama->norm);
+    tp.enter_split_region(*llama->norm);
+    tp.vocab_output(*llama->output);
+  }
   parallel::apply_activation_checkpointing(
       *llama->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
-  if (options.mesh == nullptr) return nullptr;
-  return parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp);
+  if (options.mesh != nullptr) out.fsdp = parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp);
+  return out;
 }
 
 }  // namespace titan::models::llama3

@@ -149,6 +149,10 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   const int64_t norms = 2 * a.dim, embedding = a.vocab_size * a.dim;
   const int64_t output = a.tie_embeddings ? 0 : embedding;
   ModelSummary s;
+  s.n_heads = a.n_heads;
+  s.n_kv_heads = a.n_kv_heads;
+  s.ffn_hidden_dim = a.moe ? 0 : a.ffn_dim;
+  s.vocab_size = a.vocab_size;
   s.num_embedding_params = embedding;
   s.num_params = embedding + a.n_layers * (attention + ffn + norms) + a.dim + output;
   // Every matmul a token goes through, the output projection included even when it is the

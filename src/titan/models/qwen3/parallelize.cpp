@@ -1,18 +1,38 @@
 #include "titan/models/qwen3/parallelize.h"
 
+#include "titan/models/common/tensor_parallel_plan.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/parallel/activation_checkpoint.h"
 
 namespace titan::models::qwen3 {
 
-std::unique_ptr<parallel::FullyShard> parallelize(CausalLM& model, const ParallelizeOptions& options) {
+Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* qwen = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(qwen != nullptr, "qwen3::parallelize: expected a qwen3 Transformer");
+  Parallelized out;
+  if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
+    out.tp = std::make_unique<parallel::TensorParallel>(*qwen, (*options.mesh)["tp"], options.tp);
+    parallel::TensorParallel& tp = *out.tp;
+    tp.vocab_embedding(*qwen->tok_embeddings);
+    for (const auto& block : *qwen->layers) {
+      common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
+      if (block->moe)
+        common::apply_replicated_feed_forward_tp(tp, *block->ffn_norm, *block->moe);
+      else
+        common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
+    }
+    tp.norm(*qwen->norm);
+    tp.enter_split_region(*qwen->norm);
+    if (qwen->output)
+      tp.vocab_output(*qwen->output);
+    else
+      tp.tied_vocab_output(*qwen->tok_embeddings);
+  }
   parallel::apply_activation_checkpointing(
       *qwen->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
-  if (options.mesh == nullptr) return nullptr;
-  return parallel::apply_fsdp(*qwen, *qwen->layers, *options.mesh, options.fsdp);
+  if (options.mesh != nullptr) out.fsdp = parallel::apply_fsdp(*qwen, *qwen->layers, *options.mesh, options.fsdp);
+  return out;
 }
 
 }  // namespace titan::models::qwen3

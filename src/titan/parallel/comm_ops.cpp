@@ -1,0 +1,122 @@
+#include "titan/parallel/comm_ops.h"
+
+#include <string>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/autograd/node.h"
+
+namespace titan::parallel {
+
+namespace {
+
+void check_input(const char* op, const Tensor& x, int64_t dim) {
+  check_cpu(op, x);
+  TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, op, ": expected an f32 or f64 tensor, got ", x.desc(),
+              "; collectives carry float32 activations (autocast keeps them so)");
+  TITAN_CHECK(dim >= 0 && dim < x.dim(), op, ": dim ", dim, " is out of range for ", x.desc());
+}
+
+// x with `dim` moved to the front, contiguous: the layout dist/'s collectives cut along dim 0.
+Tensor to_front(const Tensor& x, int64_t dim) {
+  return (dim == 0 ? x : x.transpose(0, dim)).contiguous();
+}
+Tensor from_front(const Tensor& x, int64_t dim) {
+  return dim == 0 ? x : x.transpose(0, dim).contiguous();
+}
+
+}  // namespace
+
+Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
+  autograd::NoGradGuard no_grad;
+  Tensor front = to_front(x.detach(), dim);
+  Shape out_shape = front.sizes();
+  out_shape[0] *= group.size();
+  Tensor out = Tensor::empty(out_shape, front.options());
+  group.all_gather(out, front).wait();
+  return from_front(out, dim);
+}
+
+Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
+  autograd::NoGradGuard no_grad;
+  TITAN_CHECK(x.size(dim) % group.size() == 0, "reduce_scatter: dim ", dim, " of ", x.desc(),
+              " does not split into ", group.size(), " equal chunks over group ", group.name(),
+              "; the plan must only split sizes divisible by the group size");
+  Tensor front = to_front(x.detach(), dim);
+  Shape out_shape = front.sizes();
+  out_shape[0] /= group.size();
+  Tensor out = Tensor::empty(out_shape, front.options());
+  group.reduce_scatter(out, front, dist::ReduceOp::sum).wait();
+  return from_front(out, dim);
+}
+
+Tensor chunk_of(const Tensor& x, int64_t dim, int rank, int size) {
+  TITAN_CHECK(x.size(dim) % size == 0, "split: dim ", dim, " of ", x.desc(), " does not split into ", size,
+              " equal chunks");
+  const int64_t n = x.size(dim) / size;
+  autograd::NoGradGuard no_grad;
+  return x.detach().narrow(dim, rank * n, n).contiguous();
+}
+
+Tensor copy_to_group(const Tensor& x, dist::ProcessGroup group) {
+  check_input("copy_to_group", x, 0);
+  if (group.size() == 1) return x;
+  Tensor out = x.detach();
+  autograd::record("copy_to_group", {x}, {out}, [group](const autograd::GradContext& g) mutable {
+    Tensor grad = g[0].contiguous().clone();
+    group.all_reduce(grad, dist::ReduceOp::sum).wait();
+    return std::vector<Tensor>{grad};
+  });
+  return out;
+}
+
+Tensor reduce_from_group(const Tensor& x, dist::ProcessGroup group) {
+  check_input("reduce_from_group", x, 0);
+  if (group.size() == 1) return x;
+  Tensor out = x.detach().contiguous().clone();
+  group.all_reduce(out, dist::ReduceOp::sum).wait();
+  autograd::record("reduce_from_group", {x}, {out},
+                   [](const autograd::GradContext& g) { return std::vector<Tensor>{g[0]}; });
+  return out;
+}
+
+Tensor gather_along(const Tensor& x, int64_t dim, dist::ProcessGroup group) {
+  check_input("gather_along", x, dim);
+  if (group.size() == 1) return x;
+  Tensor out = all_gather_dim(x, dim, group);
+  autograd::record("gather_along", {x}, {out}, [group, dim](const autograd::GradContext& g) mutable {
+    return std::vector<Tensor>{reduce_scatter_dim(g[0], dim, group)};
+  });
+  return out;
+}
+
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, dist::ProcessGroup group) {
+  check_input("reduce_scatter_along", x, dim);
+  if (group.size() == 1) return x;
+  Tensor out = reduce_scatter_dim(x, dim, group);
+  autograd::record("reduce_scatter_along", {x}, {out}, [group, dim](const autograd::GradContext& g) mutable {
+    return std::vector<Tensor>{all_gather_dim(g[0], dim, group)};
+  });
+  return out;
+}
+
+Tensor gather_along_replicated(const Tensor& x, int64_t dim, dist::ProcessGroup group) {
+  check_input("gather_along_replicated", x, dim);
+  if (group.size() == 1) return x;
+  Tensor out = all_gather_dim(x, dim, group);
+  autograd::record("gather_along_replicated", {x}, {out}, [group, dim](const autograd::GradContext& g) {
+    return std::vector<Tensor>{chunk_of(g[0], dim, group.rank(), group.size())};
+  });
+  return out;
+}
+
+Tensor split_along(const Tensor& x, int64_t dim, dist::ProcessGroup group) {
+  check_input("split_along", x, dim);
+  if (group.size() == 1) return x;
+  Tensor out = chunk_of(x, dim, group.rank(), group.size());
+  autograd::record("split_along", {x}, {out}, [group, dim](const autograd::GradContext& g) mutable {
+    return std::vector<Tensor>{all_gather_dim(g[0], dim, group)};
+  });
+  return out;
+}
+
+}  // namespace titan::parallel

@@ -1,0 +1,287 @@
+// Tensor parallelism (with and without sequence parallelism and the vocabulary-parallel loss),
+// alone and with FSDP, on however many ranks the test runs: the same losses as one rank on the
+// same global batch; checkpoints saved under one layout resume under another; bad layouts refused
+// before anything is built.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/dist/process_group.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/loss.h"
+#include "titan/parallel/comm_ops.h"
+#include "titan/parallel/loss_parallel.h"
+#include "titan/train/trainer.h"
+#include "trainer_fixture.h"
+
+namespace titan::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace testing;
+
+struct TpLayout {
+  std::string what;
+  int64_t tp = 2;
+  int64_t replicate = 1;  // dp_shard takes the rest
+  std::vector<std::string> overrides;
+  std::string config = "configs/llama3/debug.toml";
+};
+
+std::vector<std::string> layout_overrides(const TpLayout& l, int n) {
+  const int64_t dp = n / l.tp;
+  std::vector<std::string> o = {local_batch(dp), "--parallelism.tensor_parallel_degree=" + std::to_string(l.tp),
+                                "--parallelism.data_parallel_replicate_degree=" + std::to_string(l.replicate),
+                                "--parallelism.data_parallel_shard_degree=" + std::to_string(dp / l.replicate)};
+  o.insert(o.end(), l.overrides.begin(), l.overrides.end());
+  return o;
+}
+
+TEST(TensorParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
+  // MoE without its balancing terms, as in the FSDP test: with data parallelism over several
+  // ranks the aux loss is each rank's own batch's.
+  const std::vector<std::string> moe = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
+  std::vector<TpLayout> layouts = {
+      {"TP 2, sequence parallel, loss parallel", 2, 1, {}},
+      {"TP 2 without sequence parallelism", 2, 1, {"--parallelism.enable_sequence_parallel=false"}},
+      {"TP 2, logits gathered for the loss", 2, 1, {"--parallelism.disable_loss_parallel=true"}},
+      {"TP 2, full activation checkpointing, 2 micro-batches",
+       2,
+       1,
+       {"--activation_checkpoint.mode=full", "--training.local_batch_size=" + std::to_string(kGlobalBatch / (n / 2) / 2)}},
+      // At the fixture's lr of 3e-3 the tied model's gradient norm climbs to 14 by step 10 and
+      // rounding differences of 1e-9 at step 1 grow to 1e-3 by step 6 (measured); at 1e-3 it
+      // trains smoothly and one rank's rounding is all that separates the runs.
+      {"TP 2, Qwen 3 dense (QK-norm, tied embeddings)",
+       2,
+       1,
+       {"--model.weight_tying=true", "--optimizer.lr=1e-3"},
+       "configs/qwen3/debug.toml"},
+      {"TP 2, Qwen 3 dense without sequence parallelism",
+       2,
+       1,
+       {"--parallelism.enable_sequence_parallel=false"},
+       "configs/qwen3/debug.toml"},
+      {"TP 2, Qwen 3 MoE (experts replicated)", 2, 1, moe, "configs/qwen3/debug_moe.toml"},
+  };
+  if (n == 4) {
+    layouts.push_back({"TP 2 x FSDP 2", 2, 1, {}});
+    layouts.push_back({"TP 2 x DDP 2", 2, 2, {}});
+    layouts.push_back({"TP 2 x FSDP 2, Qwen 3 MoE", 2, 1, moe, "configs/qwen3/debug_moe.toml"});
+    layouts.push_back({"TP 4", 4, 1, {}});
+  }
+  for (const TpLayout& layout : layouts) {
+    std::vector<std::string> reference_overrides;
+    for (const std::string& o : layout.overrides)
+      if (!o.starts_with("--training.local_batch_size") && !o.starts_with("--parallelism."))
+        reference_overrides.push_back(o);
+    const OneRankReference want = one_rank_reference(reference_overrides, layout.config);
+    ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
+    std::ostringstream log;
+    TrainResult all = Trainer(small_config(layout_overrides(layout, n), layout.config), log, world).train();
+    ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
+    double worst = 0;
+    for (int64_t i = 0; i < kSteps; ++i) {
+      worst = std::max(worst, std::abs(all.losses[i] - want.losses[i]) / want.losses[i]);
+      EXPECT_NEAR(all.losses[i], want.losses[i], 1e-5 * want.losses[i]) << layout.what << ", step " << i + 1;
+      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i])
+          << layout.what << ", step " << i + 1;
+    }
+    if (world.rank() == 0) {
+      std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
+                << " steps " << worst << "\n";
+      EXPECT_NE(log.str().find("tensor parallel over " + std::to_string(layout.tp) + " ranks"), std::string::npos)
+          << log.str();
+    }
+  }
+}
+
+// The vocabulary-parallel loss and its gradient against ops::cross_entropy on the whole logits,
+// with ignored rows and targets on every rank.
+TEST(TensorParallel, VocabParallelCrossEntropyMatchesTheWholeVocabulary) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  const int64_t rows = 12, local = 5, vocab = local * n;
+  Generator gen(3);
+  Tensor logits = Tensor::randn({3, 4, vocab}, gen, {.dtype = kF64});
+  Tensor targets = Tensor::rand({3, 4}, gen, {}, 0, static_cast<double>(vocab)).to(kI64);
+  targets.data<int64_t>()[5] = -100;
+  Tensor whole = logits.clone().requires_grad_();
+  Tensor want = ops::cross_entropy(whole, targets);
+  want.backward();
+  Tensor mine = logits.narrow(2, world.rank() * local, local).contiguous().requires_grad_();
+  Tensor got = parallel::vocab_parallel_cross_entropy(mine, targets, world.rank() * local, vocab, world);
+  got.backward();
+  EXPECT_NEAR(got.item(), want.item(), 1e-12);
+  Tensor want_grad = whole.grad().narrow(2, world.rank() * local, local).contiguous();
+  const double* a = mine.grad().data<double>();
+  const double* b = want_grad.data<double>();
+  for (int64_t i = 0; i < rows * local; ++i) EXPECT_NEAR(a[i], b[i], 1e-14) << i;
+}
+
+// Every pair of differentiable collectives against its definition: forward values, and a
+// backward whose gradient is what the pair promises (summed, sliced or gathered).
+TEST(TensorParallel, DifferentiableCollectivesPairTheirGradients) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size(), r = world.rank();
+  Generator gen(7);
+  // The same [2, 2n, 3] on every rank, and a distinct gradient per rank.
+  Tensor all = Tensor::randn({2, 2 * n, 3}, gen, {.dtype = kF64});
+  Tensor mine = all.narrow(1, 2 * r, 2).contiguous();
+  auto grad_of = [&](const Shape& shape, int rank) {
+    Generator g(100 + rank);
+    return Tensor::randn(shape, g, {.dtype = kF64});
+  };
+  auto sum_over_ranks = [&](const Shape& shape) {
+    Tensor s = Tensor::zeros(shape, {.dtype = kF64});
+    for (int k = 0; k < n; ++k) s = ops::add(s, grad_of(shape, k));
+    return s;
+  };
+  auto expect_equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.sizes(), b.sizes()) << what;
+    Tensor ac = a.contiguous(), bc = b.contiguous();
+    for (int64_t i = 0; i < ac.numel(); ++i) EXPECT_NEAR(ac.data<double>()[i], bc.data<double>()[i], 1e-12) << what;
+  };
+  {
+    Tensor x = mine.clone().requires_grad_();
+    Tensor y = parallel::gather_along(x, 1, world);
+    expect_equal(y, all, "gather_along forward");
+    y.backward(grad_of(all.sizes(), r));
+    expect_equal(x.grad(), sum_over_ranks(all.sizes()).narrow(1, 2 * r, 2), "gather_along backward");
+  }
+  {
+    Tensor x = all.clone().requires_grad_();
+    Tensor y = parallel::reduce_scatter_along(x, 1, world);
+    expect_equal(y, ops::scale(mine, n), "reduce_scatter_along forward");
+    Tensor g = grad_of(mine.sizes(), r);
+    y.backward(g);
+    expect_equal(x.grad(), parallel::all_gather_dim(g, 1, world), "reduce_scatter_along backward");
+  }
+  {
+    Tensor x = all.clone().requires_grad_();
+    Tensor y = parallel::copy_to_group(x, world);
+    y.backward(grad_of(all.sizes(), r));
+    expect_equal(x.grad(), sum_over_ranks(all.sizes()), "copy_to_group backward");
+  }
+  {
+    Tensor x = all.clone().requires_grad_();
+    Tensor y = parallel::reduce_from_group(x, world);
+    expect_equal(y, ops::scale(all, n), "reduce_from_group forward");
+    Tensor g = grad_of(all.sizes(), 0);
+    y.backward(g);
+    expect_equal(x.grad(), g, "reduce_from_group backward");
+  }
+  {
+    Tensor x = mine.clone().requires_grad_();
+    Tensor y = parallel::gather_along_replicated(x, 1, world);
+    Tensor g = grad_of(all.sizes(), 0);
+    y.backward(g);
+    expect_equal(x.grad(), g.narrow(1, 2 * r, 2), "gather_along_replicated backward");
+  }
+  {
+    Tensor x = all.clone().requires_grad_();
+    Tensor y = parallel::split_along(x, 1, world);
+    expect_equal(y, mine, "split_along forward");
+    y.backward(grad_of(mine.sizes(), r));
+    Tensor want = Tensor::zeros(all.sizes(), {.dtype = kF64});
+    for (int k = 0; k < n; ++k) want.narrow(1, 2 * k, 2).copy_(grad_of(mine.sizes(), k));
+    expect_equal(x.grad(), want, "split_along backward");
+  }
+}
+
+// A checkpoint saved under TP resumes on one rank (and the other way round) with the losses an
+// uninterrupted one-rank run has.
+TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
+  const fs::path dir = job_dir(0) / "tp_checkpoints";
+  const std::string folder = "--checkpoint.folder=" + dir.string();
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5", folder,
+                                         "--checkpoint.keep_latest_k=0"};
+  const std::vector<std::string> half = {"--training.steps=5"};
+  const OneRankReference want = one_rank_reference({}, "configs/llama3/debug.toml");
+  auto one_rank_run = [&](std::vector<std::string> o) {
+    TrainResult r;
+    if (world.rank() == 0) {
+      std::ostringstream log;
+      o.insert(o.begin(), local_batch(1));
+      r = Trainer(small_config(o), log, dist::ProcessGroup::single()).train();
+    }
+    world.barrier().wait();
+    return r;
+  };
+  const TpLayout tp = {"TP", 2, 1, {}};
+  const std::vector<std::string> tp_o = layout_overrides(tp, n);
+  // TP saves at step 5; one rank resumes to 10.
+  {
+    if (world.rank() == 0) fs::remove_all(dir);
+    world.barrier().wait();
+    std::vector<std::string> o = tp_o;
+    o.insert(o.end(), ckpt.begin(), ckpt.end());
+    o.insert(o.end(), half.begin(), half.end());
+    std::ostringstream log;
+    Trainer(small_config(o), log, world).train();
+    std::vector<std::string> resume = ckpt;
+    TrainResult r = one_rank_run(resume);
+    if (world.rank() == 0) {
+      ASSERT_EQ(r.resumed_from, 5);
+      ASSERT_EQ(r.losses.size(), 5u);
+      for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << i;
+    }
+  }
+  // One rank saves at step 5; TP (with FSDP on 4 ranks) resumes to 10.
+  {
+    if (world.rank() == 0) fs::remove_all(dir);
+    world.barrier().wait();
+    std::vector<std::string> o = ckpt;
+    o.insert(o.end(), half.begin(), half.end());
+    one_rank_run(o);
+    std::vector<std::string> resume = tp_o;
+    resume.insert(resume.end(), ckpt.begin(), ckpt.end());
+    std::ostringstream log;
+    TrainResult r = Trainer(small_config(resume), log, world).train();
+    ASSERT_EQ(r.resumed_from, 5);
+    ASSERT_EQ(r.losses.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << i;
+  }
+  world.barrier().wait();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST(TensorParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n != 4) GTEST_SKIP() << "tp 4 needs 4 ranks";
+  auto message = [&](const std::vector<std::string>& o, const std::string& config) {
+    try {
+      std::ostringstream log;
+      Trainer(small_config(o, config), log, world);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Qwen 3's debug model has 4 key/value heads and 8 query heads: tp 4 splits them, so a vocabulary
+  // that does not divide is the refusal here.
+  const std::string vocab = message({local_batch(1), "--parallelism.tensor_parallel_degree=4",
+                                     "--parallelism.data_parallel_shard_degree=1", "--model.vocab_size=2050"},
+                                    "configs/qwen3/debug.toml");
+  EXPECT_NE(vocab.find("parallelism.tensor_parallel_degree = 4"), std::string::npos) << vocab;
+  EXPECT_NE(vocab.find("vocabulary of 2050"), std::string::npos) << vocab;
+  const std::string seq = message({local_batch(1), "--parallelism.tensor_parallel_degree=4",
+                                   "--parallelism.data_parallel_shard_degree=1", "--training.seq_len=30"},
+                                  "configs/llama3/debug.toml");
+  EXPECT_NE(seq.find("training.seq_len = 30"), std::string::npos) << seq;
+}
+
+}  // namespace
+}  // namespace titan::train
