@@ -49,7 +49,10 @@ TEST(TensorParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   // MoE without its balancing terms, as in the FSDP test: with data parallelism over several
   // ranks the aux loss is each rank's own batch's.
   const std::vector<std::string> moe = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
-  std::vector<TpLayout> layouts = {
+  // Two ranks try each style; four, the compositions with data parallelism and a degree of 4.
+  std::vector<TpLayout> layouts;
+  if (n == 2)
+    layouts = {
       {"TP 2, sequence parallel, loss parallel", 2, 1, {}},
       {"TP 2 without sequence parallelism", 2, 1, {"--parallelism.enable_sequence_parallel=false"}},
       {"TP 2, logits gathered for the loss", 2, 1, {"--parallelism.disable_loss_parallel=true"}},
@@ -72,12 +75,11 @@ TEST(TensorParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
        "configs/qwen3/debug.toml"},
       {"TP 2, Qwen 3 MoE (experts replicated)", 2, 1, moe, "configs/qwen3/debug_moe.toml"},
   };
-  if (n == 4) {
-    layouts.push_back({"TP 2 x FSDP 2", 2, 1, {}});
-    layouts.push_back({"TP 2 x DDP 2", 2, 2, {}});
-    layouts.push_back({"TP 2 x FSDP 2, Qwen 3 MoE", 2, 1, moe, "configs/qwen3/debug_moe.toml"});
-    layouts.push_back({"TP 4", 4, 1, {}});
-  }
+  if (n == 4)
+    layouts = {{"TP 2 x FSDP 2", 2, 1, {}},
+               {"TP 2 x DDP 2", 2, 2, {}},
+               {"TP 2 x FSDP 2, Qwen 3 MoE", 2, 1, moe, "configs/qwen3/debug_moe.toml"},
+               {"TP 4", 4, 1, {}}};
   for (const TpLayout& layout : layouts) {
     std::vector<std::string> reference_overrides;
     for (const std::string& o : layout.overrides)
@@ -204,57 +206,48 @@ TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
   const fs::path dir = job_dir(0) / "tp_checkpoints";
-  const std::string folder = "--checkpoint.folder=" + dir.string();
-  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5", folder,
-                                         "--checkpoint.keep_latest_k=0"};
-  const std::vector<std::string> half = {"--training.steps=5"};
+  // Saves at steps 5 and 10; a resume loads step 5 and trains 6 to 10 again.
+  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5",
+                                         "--checkpoint.folder=" + dir.string(), "--checkpoint.keep_latest_k=0",
+                                         "--checkpoint.last_save_model_only=false"};
+  const std::vector<std::string> resume = {"--checkpoint.load_step=5"};
   const OneRankReference want = one_rank_reference({}, "configs/llama3/debug.toml");
-  auto one_rank_run = [&](std::vector<std::string> o) {
+  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto one_rank_run = [&](const std::vector<std::string>& o) {
     TrainResult r;
     if (world.rank() == 0) {
       std::ostringstream log;
-      o.insert(o.begin(), local_batch(1));
-      r = Trainer(small_config(o), log, dist::ProcessGroup::single()).train();
+      r = Trainer(small_config(join({local_batch(1)}, o)), log, dist::ProcessGroup::single()).train();
     }
     world.barrier().wait();
     return r;
   };
-  const TpLayout tp = {"TP", 2, 1, {}};
-  const std::vector<std::string> tp_o = layout_overrides(tp, n);
-  // TP saves at step 5; one rank resumes to 10.
-  {
+  auto tp_run = [&](const std::vector<std::string>& o) {
+    std::ostringstream log;
+    return Trainer(small_config(join(layout_overrides({"TP", 2, 1, {}}, n), o)), log, world).train();
+  };
+  auto expect_second_half = [&](const TrainResult& r, const char* what) {
+    ASSERT_EQ(r.resumed_from, 5) << what;
+    ASSERT_EQ(r.losses.size(), 5u) << what;
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << what << ", step " << 6 + i;
+  };
+  auto fresh = [&] {
+    world.barrier().wait();
     if (world.rank() == 0) fs::remove_all(dir);
     world.barrier().wait();
-    std::vector<std::string> o = tp_o;
-    o.insert(o.end(), ckpt.begin(), ckpt.end());
-    o.insert(o.end(), half.begin(), half.end());
-    std::ostringstream log;
-    Trainer(small_config(o), log, world).train();
-    std::vector<std::string> resume = ckpt;
-    TrainResult r = one_rank_run(resume);
-    if (world.rank() == 0) {
-      ASSERT_EQ(r.resumed_from, 5);
-      ASSERT_EQ(r.losses.size(), 5u);
-      for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << i;
-    }
-  }
-  // One rank saves at step 5; TP (with FSDP on 4 ranks) resumes to 10.
-  {
-    if (world.rank() == 0) fs::remove_all(dir);
-    world.barrier().wait();
-    std::vector<std::string> o = ckpt;
-    o.insert(o.end(), half.begin(), half.end());
-    one_rank_run(o);
-    std::vector<std::string> resume = tp_o;
-    resume.insert(resume.end(), ckpt.begin(), ckpt.end());
-    std::ostringstream log;
-    TrainResult r = Trainer(small_config(resume), log, world).train();
-    ASSERT_EQ(r.resumed_from, 5);
-    ASSERT_EQ(r.losses.size(), 5u);
-    for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << i;
-  }
-  world.barrier().wait();
-  if (world.rank() == 0) fs::remove_all(dir);
+  };
+  fresh();
+  tp_run(ckpt);
+  const TrainResult on_one = one_rank_run(join(ckpt, resume));
+  if (world.rank() == 0) expect_second_half(on_one, "saved under TP, resumed on one rank");
+  fresh();
+  one_rank_run(ckpt);
+  expect_second_half(tp_run(join(ckpt, resume)), "saved on one rank, resumed under TP");
+  fresh();
 }
 
 TEST(TensorParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {

@@ -56,10 +56,11 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
-  config::require(refused.empty(),
-                  "[parallelism] asks for what titan cannot do yet: only data and tensor parallelism are "
-                  "implemented (data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree)",
-                  refused);
+  config::require(
+      refused.empty(),
+      "[parallelism] asks for what titan cannot do yet: only data and tensor parallelism are "
+      "implemented (data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree)",
+      refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,
                             .dp_shard = p.data_parallel_shard_degree,
@@ -72,8 +73,7 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     throw Error(
         "parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
         ", data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
-        ", tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) + ": " +
-        e.message());
+        ", tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) + ": " + e.message());
   }
   world.set_timeout_seconds(comm.timeout_seconds);
   return std::make_unique<DeviceMesh>(std::move(world), degrees);

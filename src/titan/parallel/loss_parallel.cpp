@@ -24,8 +24,10 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   TITAN_CHECK(logits.dtype() == kF32 || logits.dtype() == kF64,
               "vocab_parallel_cross_entropy: logits must be f32 or f64, got ", logits.desc());
   TITAN_CHECK(targets.dtype() == kI32 || targets.dtype() == kI64,
-              "vocab_parallel_cross_entropy: targets must be class indices (i32 or i64), got ", targets.desc());
-  TITAN_CHECK(logits.dim() >= 1, "vocab_parallel_cross_entropy: logits need a class dim, got ", logits.desc());
+              "vocab_parallel_cross_entropy: targets must be class indices (i32 or i64), got ",
+              targets.desc());
+  TITAN_CHECK(logits.dim() >= 1, "vocab_parallel_cross_entropy: logits need a class dim, got ",
+              logits.desc());
   const Shape row_shape(logits.sizes().begin(), logits.sizes().end() - 1);
   TITAN_CHECK(targets.sizes() == row_shape, "vocab_parallel_cross_entropy: logits ", logits.desc(),
               " need targets of shape ", shape_str(row_shape), ", got ", targets.desc());
@@ -58,8 +60,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   kernels::cpu::dispatch_float(lc.dtype(), [&](auto tag) {
     using T = decltype(tag);
     Tensor none = Tensor::full({rows}, static_cast<double>(kNoTarget), {.dtype = kI64});
-    kernels::cpu::cross_entropy_forward<T, int64_t>(lc.data<T>(), none.data<int64_t>(), rows, local, kNoTarget,
-                                                    lse.data<T>());
+    kernels::cpu::cross_entropy_forward<T, int64_t>(lc.data<T>(), none.data<int64_t>(), rows, local,
+                                                    kNoTarget, lse.data<T>());
     Tensor top = lse.clone();
     group.all_reduce(top, dist::ReduceOp::max).wait();
     T* l = lse.data<T>();
@@ -79,7 +81,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
     }
   });
   // As ops::cross_entropy: a mean over no counted rows is NaN, with zero gradients.
-  const double scale = count > 0 ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+  const double scale =
+      count > 0 ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
   Tensor out = Tensor::full({}, loss * scale, logits.options());
   autograd::record("vocab_parallel_cross_entropy", {logits}, {out},
                    [lc, shifted, lse, scale](const autograd::GradContext& g) {

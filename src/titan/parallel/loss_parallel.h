@@ -16,6 +16,7 @@ namespace titan::parallel {
 // gives on the gathered logits. logits [..., V_local] (f32 or f64), targets [...] (i32 or i64,
 // global ids). Backward gives each rank the gradient of its own logits; every rank must run it.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_offset,
-                                    int64_t vocab_size, dist::ProcessGroup group, int64_t ignore_index = -100);
+                                    int64_t vocab_size, dist::ProcessGroup group,
+                                    int64_t ignore_index = -100);
 
 }  // namespace titan::parallel

@@ -57,8 +57,8 @@ uint64_t TensorParallel::hook(nn::Module& m, nn::Module::ForwardHook h) {
 void TensorParallel::split_parameter(nn::Module& m, const std::string& local, const Tensor& p, int64_t dim) {
   const std::string name = param_name(m, local);
   const int n = group_.size(), rank = group_.rank();
-  TITAN_CHECK(p.size(dim) % n == 0, "tensor parallelism: parameter ", name, " ", p.desc(), " has ", p.size(dim),
-              " along dim ", dim, ", which does not split into ", n,
+  TITAN_CHECK(p.size(dim) % n == 0, "tensor parallelism: parameter ", name, " ", p.desc(), " has ",
+              p.size(dim), " along dim ", dim, ", which does not split into ", n,
               " equal parts; choose a parallelism.tensor_parallel_degree that divides it");
   TITAN_CHECK(!placements_.count(name), "tensor parallelism: parameter ", name, " is given two styles");
   const int64_t part = p.size(dim) / n;
@@ -106,9 +106,9 @@ void TensorParallel::vocab_embedding(nn::Embedding& embedding) {
   const DType dtype = embedding.weight.dtype();
   embedding.set_forward_wrapper([g = group_, sp, lo, rows, dtype](const nn::Module::ForwardBody& body,
                                                                   const Tensor& ids) {
-    TITAN_CHECK(!sp || (ids.dim() == 2 && ids.size(kSeqDim) % g.size() == 0),
-                "sequence parallelism: tokens ", ids.desc(), " must be [batch, seq] with seq divisible by ",
-                g.size(), " (parallelism.tensor_parallel_degree); set training.seq_len to a multiple of it");
+    TITAN_CHECK(!sp || (ids.dim() == 2 && ids.size(kSeqDim) % g.size() == 0), "sequence parallelism: tokens ",
+                ids.desc(), " must be [batch, seq] with seq divisible by ", g.size(),
+                " (parallelism.tensor_parallel_degree); set training.seq_len to a multiple of it");
     auto [shifted, mask] = local_ids(ids, lo, rows, dtype);
     Tensor partial = body(shifted) * mask;
     return sp ? reduce_scatter_along(partial, kSeqDim, g) : reduce_from_group(partial, g);
@@ -187,7 +187,8 @@ void TensorParallel::reduce_partial_gradients(const std::vector<std::pair<std::s
   for (dist::Work& w : works) w.wait();
 }
 
-std::vector<Tensor> TensorParallel::norm_params(const std::vector<std::pair<std::string, Tensor>>& named) const {
+std::vector<Tensor> TensorParallel::norm_params(
+    const std::vector<std::pair<std::string, Tensor>>& named) const {
   std::vector<Tensor> out;
   for (const auto& [name, t] : named) {
     auto it = placements_.find(name);

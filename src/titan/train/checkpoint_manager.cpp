@@ -8,9 +8,9 @@
 #include <set>
 
 #include "titan/checkpoint/checkpoint.h"
-#include "titan/parallel/comm_ops.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/core/trace.h"
+#include "titan/parallel/comm_ops.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan::train {
@@ -93,8 +93,7 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
   }
   if (!cfg.checkpoint.enable) return;
   // Found now rather than at the first save, checkpoint.interval steps in.
-  if (writer_ || sharded())
-    check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
+  if (writer_ || sharded()) check_writable(folder_, "checkpoint folder (job.dump_folder/checkpoint.folder)");
   if (!writer_) return;
   std::string holder;
   lock_ = FolderLock::try_lock(folder_, kRunLockFile, &holder);
@@ -125,15 +124,18 @@ std::map<int64_t, fs::path> CheckpointManager::list(const fs::path& folder) {
 
 void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model) {
   checkpoint::Pieces targets;
-  for (const auto& [name, t] : zeros_like(model.state_dict())) targets.emplace(kModel + name, checkpoint::whole(t));
+  for (const auto& [name, t] : zeros_like(model.state_dict()))
+    targets.emplace(kModel + name, checkpoint::whole(t));
   reader.load(targets, {.scope = kModel, .allow_cast = true});
   model.load_state_dict(strip(targets, kModel));
 }
 
-std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::string& param, const Tensor& t) const {
+std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::string& param,
+                                                                const Tensor& t) const {
   parallel::FullyShard* fsdp = parts_.fsdp;
   std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
-  std::optional<parallel::TpPlacement> split = parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
+  std::optional<parallel::TpPlacement> split =
+      parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
   if (split && split->dim < 0) split.reset();
   if (!rows && !split) return std::nullopt;
   Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
@@ -146,7 +148,8 @@ std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::strin
 }
 
 void CheckpointManager::add_pieces(checkpoint::Pieces& out, const std::string& prefix,
-                                   const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const {
+                                   const std::map<std::string, Tensor>& state, bool optimizer,
+                                   bool saving) const {
   for (const auto& [name, t] : state) {
     const std::string param = optimizer ? name.substr(0, name.rfind('.')) : name;
     std::optional<Box> box = box_of(param, t);
@@ -170,8 +173,9 @@ void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
     auto it = state.find(name);
     TITAN_CHECK(it != state.end(), "checkpoint: the weights loaded have no tensor ", name);
     std::optional<Box> box = box_of(name, t);
-    TITAN_CHECK(it->second.sizes() == (box ? box->global_shape : t.sizes()), "checkpoint: tensor ", name, " is ",
-                it->second.desc(), ", the model's is ", shape_str(box ? box->global_shape : t.sizes()));
+    TITAN_CHECK(it->second.sizes() == (box ? box->global_shape : t.sizes()), "checkpoint: tensor ", name,
+                " is ", it->second.desc(), ", the model's is ",
+                shape_str(box ? box->global_shape : t.sizes()));
     if (!box) {
       t.copy_(it->second);
       continue;
@@ -280,8 +284,8 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
               " or start a new run in another checkpoint.folder");
   // This rank's tensors, whole or its rows of them under FSDP, filled from the pieces of
   // whatever layout saved them.
-  const std::map<std::string, Tensor> model_state = zeros_like(parts_.fsdp ? parts_.fsdp->state_dict()
-                                                                            : parts_.model.state_dict());
+  const std::map<std::string, Tensor> model_state =
+      zeros_like(parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict());
   const std::map<std::string, Tensor> optimizer_state =
       model_only ? std::map<std::string, Tensor>{} : zeros_like(parts_.optimizer.state_dict());
   checkpoint::Pieces targets;
@@ -339,11 +343,12 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
               " --model.vocab_size=", theirs.vocab_size,
               " (and check the rest of the job config suits that size)");
   // A family that ties (qwen3) says so in from_hf_config; llama3 unties on import and says nothing.
-  TITAN_CHECK(theirs.weight_tying.value_or(false) == ours.weight_tying.value_or(false), "Hugging Face checkpoint ",
-              dir.string(), (theirs.weight_tying.value_or(false) ? " ties" : " does not tie"),
+  TITAN_CHECK(theirs.weight_tying.value_or(false) == ours.weight_tying.value_or(false),
+              "Hugging Face checkpoint ", dir.string(),
+              (theirs.weight_tying.value_or(false) ? " ties" : " does not tie"),
               " its output projection to the embedding (tie_word_embeddings), this run ",
-              (ours.weight_tying.value_or(false) ? "does" : "does not"), "; set --model.weight_tying=",
-              theirs.weight_tying.value_or(false) ? "true" : "false");
+              (ours.weight_tying.value_or(false) ? "does" : "does not"),
+              "; set --model.weight_tying=", theirs.weight_tying.value_or(false) ? "true" : "false");
   nn::StateDict state = load_hf_state(reader, std::nullopt);
   // Stored in bf16 or f32; the model's parameters have their own dtype.
   for (const auto& [name, t] : parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict()) {
@@ -396,8 +401,9 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       const Tensor whole =
           split && split->dim >= 0 ? parallel::all_gather_dim(t, split->dim, parts_.tp->group()) : t;
       if (writer_)
-        pieces.emplace(kModel + name,
-                       checkpoint::whole(Tensor::empty(whole.sizes(), {.dtype = export_dtype_}).copy_(whole)));
+        pieces.emplace(
+            kModel + name,
+            checkpoint::whole(Tensor::empty(whole.sizes(), {.dtype = export_dtype_}).copy_(whole)));
     }
     if (parts_.fsdp) parts_.fsdp->reshard_all();
     if (!writer_) {
@@ -405,7 +411,8 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       return;
     }
   } else {
-    add_pieces(pieces, kModel, parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict(), false, true);
+    add_pieces(pieces, kModel, parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict(), false,
+               true);
     if (!model_only) add_pieces(pieces, kOptimizer, parts_.optimizer.state_dict(), true, true);
     // In the background the tensors must not change under the writer: the next step updates
     // weights and moments in place, so they are copied here. So is a cast to the export dtype.
@@ -436,7 +443,8 @@ void CheckpointManager::save(int64_t step, bool model_only) {
     trace::Span write_span("checkpoint write", "checkpoint");
     write_span.arg("step", step).arg("bytes", bytes).arg("folder", dir.string());
     if (hf) {
-      save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_, parts_.tokenizer_dir);
+      save_hf_model(dir, *hf_adapter_, hf_config_, strip(pieces, kModel), export_dtype_,
+                    parts_.tokenizer_dir);
     } else if (collective)
       checkpoint::save_collective(dir, pieces, state, world_);
     else
@@ -447,7 +455,8 @@ void CheckpointManager::save(int64_t step, bool model_only) {
        << (hf           ? " (Hugging Face, "
            : model_only ? " (model only, "
                         : " (")
-       << bytes / (1 << 20) << " MiB" << (collective ? ", sharded over " + std::to_string(world_.size()) + " ranks)" : ")");
+       << bytes / (1 << 20) << " MiB"
+       << (collective ? ", sharded over " + std::to_string(world_.size()) + " ranks)" : ")");
   if (async) {
     pending_ = std::async(std::launch::async, [write = std::move(write)] {
       trace::set_thread_name("checkpoint writer");

@@ -64,8 +64,8 @@ class CheckpointManager {
   // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
   // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
   // DDP every rank holds the same state, so rank 0 alone saves it; under FSDP or tensor parallelism
-  // every rank of the first replica saves its shards, together (checkpoint::save_collective), in the foreground. Rank 0 alone tidies
-  // the folder.
+  // every rank of the first replica saves its shards, together (checkpoint::save_collective), in the
+  // foreground. Rank 0 alone tidies the folder.
   CheckpointManager(const JobConfig& cfg, Checkpointed parts, std::ostream& log,
                     dist::ProcessGroup world = dist::ProcessGroup::single());
   // Waits for a save in the background; a failure of it is logged, since it cannot be thrown.
@@ -115,8 +115,8 @@ class CheckpointManager {
   };
   std::optional<Box> box_of(const std::string& param, const Tensor& t) const;
   bool sharded() const { return parts_.fsdp != nullptr || parts_.tp != nullptr; }
-  void add_pieces(checkpoint::Pieces& out, const std::string& prefix, const std::map<std::string, Tensor>& state,
-                  bool optimizer, bool saving) const;
+  void add_pieces(checkpoint::Pieces& out, const std::string& prefix,
+                  const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const;
   // Copies a whole state dict (an HF import) into the model, or into its shards under FSDP.
   void load_whole_model_state(const nn::StateDict& state);
   // Loads checkpoint `dir` into the parts; returns its step, or 0 when only the model is loaded.

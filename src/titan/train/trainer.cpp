@@ -262,8 +262,9 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                   "moe.load_balance_bias = true with data parallelism over ", dp_size,
                   " ranks is not supported yet: each rank would update the expert bias from its own token "
                   "counts and the replicas would drift apart; set it to false, or train on one rank");
-  config::require(spec.parallelize || mesh->degree("tp") == 1, "parallelism.tensor_parallel_degree = ",
-                  mesh->degree("tp"), ": model ", c.model.name, " has no tensor-parallel plan; set it to 1");
+  config::require(spec.parallelize || mesh->degree("tp") == 1,
+                  "parallelism.tensor_parallel_degree = ", mesh->degree("tp"), ": model ", c.model.name,
+                  " has no tensor-parallel plan; set it to 1");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     models::Parallelized parts = spec.parallelize(
@@ -370,9 +371,10 @@ void Trainer::State::log_setup(const Data& d) {
   if (tp)
     log << "titan: tensor parallel over " << mesh->degree("tp") << " ranks (Megatron plan"
         << (tp->options().sequence_parallel ? ", sequence parallel" : "")
-        << (tp->options().loss_parallel ? ", loss over the split vocabulary" : ", logits gathered for the loss")
-        << "); mesh dp_replicate " << mesh->degree("dp_replicate") << " x dp_shard " << mesh->degree("dp_shard")
-        << " x tp " << mesh->degree("tp") << "\n";
+        << (tp->options().loss_parallel ? ", loss over the split vocabulary"
+                                        : ", logits gathered for the loss")
+        << "); mesh dp_replicate " << mesh->degree("dp_replicate") << " x dp_shard "
+        << mesh->degree("dp_shard") << " x tp " << mesh->degree("tp") << "\n";
   if (!d.dataset.stats.skipped.empty())
     log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
 }

@@ -47,8 +47,8 @@ struct GradientSync {
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
 // cross-entropy plus the model's auxiliary loss -> backward (of the loss over `micro_batches`);
 // the gradient reduction of `sync`; clipping to max_norm over the global norm, inside the AdamW
-// step (the gradients are left unclipped); the model's end of step. The loss is this rank's. The learning-rate schedule is the caller's.
-// Public so that benchmarks time this very step.
+// step (the gradients are left unclipped); the model's end of step. The loss is this rank's. The
+// learning-rate schedule is the caller's. Public so that benchmarks time this very step.
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
                      const GradientSync& sync = {});

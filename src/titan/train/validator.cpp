@@ -69,7 +69,7 @@ bool Validator::should_validate(int64_t step, int64_t last_step) const {
 }
 
 ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, parallel::FullyShard* fsdp,
-                                     const parallel::TensorParallel* tp) {
+                                      const parallel::TensorParallel* tp) {
   const auto t0 = std::chrono::steady_clock::now();
   loader_.set_state({});
   // Each batch's mean as training computes its loss (the kernel sums in double, the mean is f32),

@@ -24,7 +24,7 @@
 namespace titan::parallel {
 class FullyShard;
 class TensorParallel;
-}
+}  // namespace titan::parallel
 
 namespace titan::train {
 

@@ -1,6 +1,6 @@
 #include "titan/models/llama3/parallelize.h"
 
-#include "titan/models/common/tensor_parallel_plan.h"
+#include "titan/models/common/parallelize.h"
 #include "titan/models/llama3/model.h"
 #include "titan/parallel/activation_checkpoint.h"
 
@@ -25,7 +25,8 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   parallel::apply_activation_checkpointing(
       *llama->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
-  if (options.mesh != nullptr) out.fsdp = parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp);
+  if (options.mesh != nullptr)
+    out.fsdp = parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp);
   return out;
 }
 

@@ -4,7 +4,7 @@
 namespace titan::models::llama3 {
 
 // Applies the job's parallel plans to a built Llama 3 in TorchTitan's order: tensor parallelism
-// (common/tensor_parallel_plan.h, the embedding and output split over the vocabulary) when the
+// (common/parallelize.h, the embedding and output split over the vocabulary) when the
 // mesh has tp ranks, activation checkpointing of the blocks, then FSDP when the mesh shards.
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options);
 

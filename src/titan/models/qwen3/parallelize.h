@@ -4,7 +4,7 @@
 namespace titan::models::qwen3 {
 
 // Applies the job's parallel plans to a built Qwen 3 (dense or MoE) in TorchTitan's order: tensor
-// parallelism (common/tensor_parallel_plan.h; MoE experts replicated across tp; a tied output
+// parallelism (common/parallelize.h; MoE experts replicated across tp; a tied output
 // shares the embedding's vocabulary split), activation checkpointing of the blocks, then FSDP
 // when the mesh shards.
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options);

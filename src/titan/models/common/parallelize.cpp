@@ -1,4 +1,4 @@
-#include "titan/models/common/tensor_parallel_plan.h"
+#include "titan/models/common/parallelize.h"
 
 namespace titan::models::common {
 
