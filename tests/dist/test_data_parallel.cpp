@@ -101,10 +101,10 @@ TEST(DataParallel, TrainerRejectsLayoutsItCannotRun) {
                 .find("needs " + std::to_string(2 * n) + " ranks"),
             std::string::npos);
   // Parallelisms titan does not have are refused by their keys, before the layout is resolved.
-  const std::string refused = trainer_error({"--parallelism.tensor_parallel_degree=" + std::to_string(n + 1),
+  const std::string refused = trainer_error({"--parallelism.pipeline_parallel_degree=" + std::to_string(n + 1),
                                              "--parallelism.data_parallel_shard_degree=1", local_batch(1)});
   EXPECT_NE(refused.find("[parallelism] asks for what titan cannot do yet"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("parallelism.tensor_parallel_degree = " + std::to_string(n + 1) + ": set it to 1"),
+  EXPECT_NE(refused.find("parallelism.pipeline_parallel_degree = " + std::to_string(n + 1) + ": set it to 1"),
             std::string::npos)
       << refused;
   if (n == 1) return;

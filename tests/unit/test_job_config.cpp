@@ -467,6 +467,8 @@ JobConfig unusual_config() {
                "--parallelism.data_parallel_shard_degree=1",
                "--parallelism.fsdp_reshard_after_forward=never",
                "--parallelism.tensor_parallel_degree=4",
+               "--parallelism.enable_sequence_parallel=false",
+               "--parallelism.disable_loss_parallel=true",
                "--parallelism.pipeline_parallel_degree=3",
                "--parallelism.pipeline_parallel_schedule=GPipe",
                "--parallelism.pipeline_parallel_microbatch_size=3",

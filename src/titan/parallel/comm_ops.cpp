@@ -1,5 +1,6 @@
 #include "titan/parallel/comm_ops.h"
 
+#include <chrono>
 #include <string>
 
 #include "titan/autograd/grad_mode.h"
@@ -24,7 +25,32 @@ Tensor from_front(const Tensor& x, int64_t dim) {
   return dim == 0 ? x : x.transpose(0, dim).contiguous();
 }
 
+CommStats g_stats;
+
+// Waits for `w` and counts it.
+void wait_counted(dist::Work w, const dist::ProcessGroup& group, double bytes, bool all_reduce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  w.wait();
+  count_collective(group, bytes, all_reduce,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 }  // namespace
+
+const CommStats& comm_stats() {
+  return g_stats;
+}
+
+void reset_comm_stats() {
+  g_stats = {};
+}
+
+void count_collective(const dist::ProcessGroup& group, double bytes, bool all_reduce, double seconds) {
+  const double n = group.size();
+  g_stats.calls += 1;
+  g_stats.bytes_sent += (all_reduce ? 2.0 : 1.0) * bytes * (n - 1) / n;
+  g_stats.wait_seconds += seconds;
+}
 
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
   autograd::NoGradGuard no_grad;
@@ -32,7 +58,7 @@ Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
   Shape out_shape = front.sizes();
   out_shape[0] *= group.size();
   Tensor out = Tensor::empty(out_shape, front.options());
-  group.all_gather(out, front).wait();
+  wait_counted(group.all_gather(out, front), group, static_cast<double>(out.nbytes()), false);
   return from_front(out, dim);
 }
 
@@ -45,7 +71,8 @@ Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& grou
   Shape out_shape = front.sizes();
   out_shape[0] /= group.size();
   Tensor out = Tensor::empty(out_shape, front.options());
-  group.reduce_scatter(out, front, dist::ReduceOp::sum).wait();
+  wait_counted(group.reduce_scatter(out, front, dist::ReduceOp::sum), group, static_cast<double>(front.nbytes()),
+               false);
   return from_front(out, dim);
 }
 
@@ -63,7 +90,7 @@ Tensor copy_to_group(const Tensor& x, dist::ProcessGroup group) {
   Tensor out = x.detach();
   autograd::record("copy_to_group", {x}, {out}, [group](const autograd::GradContext& g) mutable {
     Tensor grad = g[0].contiguous().clone();
-    group.all_reduce(grad, dist::ReduceOp::sum).wait();
+    wait_counted(group.all_reduce(grad, dist::ReduceOp::sum), group, static_cast<double>(grad.nbytes()), true);
     return std::vector<Tensor>{grad};
   });
   return out;
@@ -73,7 +100,7 @@ Tensor reduce_from_group(const Tensor& x, dist::ProcessGroup group) {
   check_input("reduce_from_group", x, 0);
   if (group.size() == 1) return x;
   Tensor out = x.detach().contiguous().clone();
-  group.all_reduce(out, dist::ReduceOp::sum).wait();
+  wait_counted(group.all_reduce(out, dist::ReduceOp::sum), group, static_cast<double>(out.nbytes()), true);
   autograd::record("reduce_from_group", {x}, {out},
                    [](const autograd::GradContext& g) { return std::vector<Tensor>{g[0]}; });
   return out;

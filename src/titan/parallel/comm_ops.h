@@ -34,6 +34,21 @@ Tensor gather_along_replicated(const Tensor& x, int64_t dim, dist::ProcessGroup 
 // Forward: this rank's chunk of x along `dim` (x the same on every rank). Backward: all-gather.
 Tensor split_along(const Tensor& x, int64_t dim, dist::ProcessGroup group);
 
+// What this process's collectives for split activations cost, for benchmarks: bytes each rank
+// sends as a ring algorithm moves them ((n - 1) / n of the gathered or scattered tensor per
+// all-gather or reduce-scatter, twice that per all-reduce), and seconds blocked waiting. The ops
+// wait at once, so none of that time is hidden under computation.
+struct CommStats {
+  int64_t calls = 0;
+  double bytes_sent = 0;
+  double wait_seconds = 0;
+};
+const CommStats& comm_stats();
+void reset_comm_stats();
+// Counts a collective run outside these ops (the loss's, tensor parallelism's gradient sums):
+// `bytes` of the payload, `all_reduce` for the doubled ring traffic, `seconds` waited.
+void count_collective(const dist::ProcessGroup& group, double bytes, bool all_reduce, double seconds);
+
 // The plain collectives underneath, without autograd (exposed for the ops above and tests).
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);
 Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);

@@ -7,6 +7,7 @@
 #include "titan/kernels/cpu/cross_entropy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/index_check.h"
+#include "titan/parallel/comm_ops.h"
 
 namespace titan::parallel {
 
@@ -64,6 +65,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                                     kNoTarget, lse.data<T>());
     Tensor top = lse.clone();
     group.all_reduce(top, dist::ReduceOp::max).wait();
+    count_collective(group, static_cast<double>(top.nbytes()), true, 0);
     T* l = lse.data<T>();
     const T* m = top.data<T>();
     T* s = sums.data<T>();
@@ -75,6 +77,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
       s[rows + r] = sh[r] >= 0 && sh[r] < local ? x[r * local + sh[r]] : T(0);
     }
     group.all_reduce(sums, dist::ReduceOp::sum).wait();
+    count_collective(group, static_cast<double>(sums.nbytes()), true, 0);
     for (int64_t r = 0; r < rows; ++r) {
       l[r] = m[r] + std::log(s[r]);
       if (sh[r] != kNoTarget) loss += static_cast<double>(l[r]) - static_cast<double>(s[rows + r]);

@@ -182,7 +182,9 @@ void TensorParallel::reduce_partial_gradients(const std::vector<std::pair<std::s
     auto it = placements_.find(name);
     if (it == placements_.end() || !it->second.partial_grad) continue;
     Tensor grad = t.grad();
-    if (grad.defined()) works.push_back(group_.all_reduce(grad, dist::ReduceOp::sum));
+    if (!grad.defined()) continue;
+    works.push_back(group_.all_reduce(grad, dist::ReduceOp::sum));
+    count_collective(group_, static_cast<double>(grad.nbytes()), true, 0);
   }
   for (dist::Work& w : works) w.wait();
 }
