@@ -71,8 +71,8 @@ Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& grou
   Shape out_shape = front.sizes();
   out_shape[0] /= group.size();
   Tensor out = Tensor::empty(out_shape, front.options());
-  wait_counted(group.reduce_scatter(out, front, dist::ReduceOp::sum), group, static_cast<double>(front.nbytes()),
-               false);
+  wait_counted(group.reduce_scatter(out, front, dist::ReduceOp::sum), group,
+               static_cast<double>(front.nbytes()), false);
   return from_front(out, dim);
 }
 
@@ -90,7 +90,8 @@ Tensor copy_to_group(const Tensor& x, dist::ProcessGroup group) {
   Tensor out = x.detach();
   autograd::record("copy_to_group", {x}, {out}, [group](const autograd::GradContext& g) mutable {
     Tensor grad = g[0].contiguous().clone();
-    wait_counted(group.all_reduce(grad, dist::ReduceOp::sum), group, static_cast<double>(grad.nbytes()), true);
+    wait_counted(group.all_reduce(grad, dist::ReduceOp::sum), group, static_cast<double>(grad.nbytes()),
+                 true);
     return std::vector<Tensor>{grad};
   });
   return out;

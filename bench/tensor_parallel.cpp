@@ -1,0 +1,160 @@
+// Tensor parallelism's training step against one rank training the same batch: the llama3
+// debug model (6 blocks, dim 256, vocab 2048), seq 256, 2 sequences, one OpenMP thread per rank.
+// Run without mpirun it starts itself under mpirun with 2 and then 4 ranks (tp = the ranks); under
+// mpirun it measures, with and without sequence parallelism:
+//   bytes     sent per rank per step by the split-activation collectives, counted per call as a
+//             ring algorithm moves them (parallel/comm_ops.h), beside the count Megatron's plan
+//             should need: per block 4 collectives of the [batch, seq, dim] activations forward
+//             and 4 backward (all-gather / reduce-scatter with sequence parallelism, all-reduce
+//             without, which moves twice the bytes of each but half as many run), 4 more for the
+//             embedding and the final norm, and a few floats per token for the loss. A wrong plan
+//             shows up as a ratio away from 1.
+//   hidden    the ops wait for their collectives at once, so none of it is hidden: the figure
+//             printed is the share of the step spent waiting.
+//   peak      the allocator's high-water mark per rank against one rank's.
+// The reference is the analytical count and one rank; PyTorch's DTensor tensor parallelism needs
+// NCCL for its collectives' async paths and is not timed here. With more ranks than cores, step
+// times measure overlap and memory, not speed-up.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "support/torch_reference.h"
+#include "titan/core/allocator.h"
+#include "titan/core/parallel.h"
+#include "titan/data/loader.h"
+#include "titan/dist/device_mesh.h"
+#include "titan/models/registry.h"
+#include "titan/optim/adamw.h"
+#include "titan/parallel/comm_ops.h"
+#include "titan/train/trainer.h"
+
+namespace {
+
+using namespace titan;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kSeq = 256, kBatch = 2, kSteps = 3, kDim = 256, kLayers = 6;
+
+struct Figures {
+  double step_seconds = 0;
+  double bytes_per_step = 0;
+  double wait_seconds = 0;  // per step
+  double peak_bytes = 0;
+};
+
+// kSteps timed steps after one warm-up: one rank alone, or tensor parallel over all of `world`.
+Figures measure(dist::ProcessGroup world, bool sequence_parallel) {
+  CpuAllocator::instance().empty_cache();
+  const models::TrainSpec& spec = models::get_train_spec("llama3");
+  models::ModelConfig cfg;
+  cfg.flavor = "debugmodel";
+  Generator gen(1);
+  std::shared_ptr<models::CausalLM> model = spec.build(cfg, kSeq, gen);
+  dist::DeviceMesh mesh(world, {.dp_shard = 1, .tp = world.size()});
+  models::Parallelized parts =
+      spec.parallelize(*model, {.mesh = &mesh, .tp = {.sequence_parallel = sequence_parallel}});
+  auto named = model->named_parameters();
+  std::vector<Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  optim::AdamW optimizer(named);
+  Generator data(2);  // the same batch on every tp rank
+  auto next = [&] {
+    Tensor tokens = Tensor::rand({kBatch, kSeq + 1}, data, {}, 0, model->vocab_size()).to(kI64);
+    return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
+  };
+  train::GradientSync sync;
+  if (parts.tp) {
+    parallel::TensorParallel& tp = *parts.tp;
+    sync = {.reduce = [&] { tp.reduce_partial_gradients(named); },
+            .sum_norm_partials =
+                [&](double partial) { return tp.group().all_reduce(partial, dist::ReduceOp::sum); },
+            .norm_params = tp.norm_params(named),
+            .loss = [&](const Tensor& logits, const Tensor& labels) { return tp.loss(logits, labels); }};
+  }
+  train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
+  CpuAllocator::instance().reset_peak();
+  parallel::reset_comm_stats();
+  world.barrier().wait();
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < kSteps; ++i) train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
+  world.barrier().wait();
+  Figures f;
+  f.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count() / kSteps;
+  f.bytes_per_step = parallel::comm_stats().bytes_sent / kSteps;
+  f.wait_seconds = parallel::comm_stats().wait_seconds / kSteps;
+  f.peak_bytes = static_cast<double>(CpuAllocator::instance().stats().peak_allocated_bytes);
+  return f;
+}
+
+// Bytes per rank per step that Megatron's plan needs (see the top of this file).
+double analytical_bytes(int n, bool sequence_parallel) {
+  const double activation = 4.0 * kBatch * kSeq * kDim, ring = (n - 1.0) / n;
+  const double blocks = (8.0 * kLayers + 4) * ring * activation;
+  const double rows = kBatch * kSeq;
+  const double loss = 2 * ring * 4.0 * 3 * rows;  // max, then sums and target logits, all-reduced
+  // Sequence parallelism's norms see a part of the tokens each: their weights' gradients are summed.
+  const double norms = sequence_parallel ? 2 * ring * 4.0 * kDim * (2 * kLayers + 1) : 0;
+  return blocks + loss + norms;
+}
+
+int run_ranks(dist::ProcessGroup& world) {
+  const int n = world.size();
+  Figures one;
+  if (world.rank() == 0) one = measure(dist::ProcessGroup::single(), true);
+  world.barrier().wait();
+  const double mib = 1.0 / (1 << 20);
+  for (bool sp : {true, false}) {
+    const Figures f = measure(world, sp);
+    auto worst = [&](double v) { return world.all_reduce(v, dist::ReduceOp::max); };
+    const double step = worst(f.step_seconds), peak = worst(f.peak_bytes), wait = worst(f.wait_seconds),
+                 bytes = worst(f.bytes_per_step);
+    if (world.rank() != 0) continue;
+    const double want = analytical_bytes(n, sp);
+    std::printf(
+        "tensor parallel over %d ranks%s (llama3 debugmodel, seq %lld, batch %lld, %d thread per rank)\n", n,
+        sp ? ", sequence parallel" : "", static_cast<long long>(kSeq), static_cast<long long>(kBatch),
+        num_threads());
+    std::printf("  %-38s %12s %12s %8s\n", "", "titan TP", "reference", "ratio");
+    std::printf("  %-38s %12.2f %12.2f %8.3f\n", "bytes sent per rank per step (MiB)", bytes * mib,
+                want * mib, bytes / want);
+    std::printf("  %-38s %12.1f %12.1f %8.2f\n", "peak memory per rank (MiB), vs 1 rank", peak * mib,
+                one.peak_bytes * mib, peak / one.peak_bytes);
+    std::printf("  %-38s %12.3f %12.3f %8.2f\n", "step time (s), vs 1 rank", step, one.step_seconds,
+                step / one.step_seconds);
+    std::printf(
+        "  waiting in collectives: %.3f s per step, %.0f%% of the step; hidden under compute: 0%% "
+        "(each op waits at once)\n",
+        wait, 100 * wait / step);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (dist::launched_by_mpi()) {
+    try {
+      return run_ranks(dist::world());
+    } catch (const std::exception& e) {
+      std::cerr << "bench_tensor_parallel: rank " << dist::launch_rank() << ": " << e.what() << "\n";
+      dist::abort_job(1);
+      return 1;
+    }
+  }
+  bench::use_this_cpus_blas_kernels(argv);
+  std::cout << bench::machine_summary() << "\n";
+  const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
+  int status = 0;
+  for (int ranks : {2, 4}) {
+    const std::string cmd =
+        "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + argv[0];
+    std::cout << "$ " << cmd << std::endl;
+    if (std::system(cmd.c_str()) != 0) status = 1;
+  }
+  return status;
+}
