@@ -41,7 +41,6 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
 std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const ParallelismConfig& p,
                                                     const CommConfig& comm) {
   const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", p.pipeline_parallel_degree},
-                                                     {"context_parallel_degree", p.context_parallel_degree},
                                                      {"expert_parallel_degree", p.expert_parallel_degree}};
   std::string refused;
   for (const auto& [key, degree] : missing)
@@ -65,8 +64,9 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
                ": there are no pipeline stages to feed; drop the key";
   config::require(
       refused.empty(),
-      "[parallelism] asks for what titan cannot do yet: only data and tensor parallelism are "
-      "implemented (data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree)",
+      "[parallelism] asks for what titan cannot do yet: only data, tensor and context "
+      "parallelism are implemented (data_parallel_replicate_degree, data_parallel_shard_degree, "
+      "tensor_parallel_degree, context_parallel_degree)",
       refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,
@@ -79,7 +79,8 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
   } catch (const Error& e) {
     throw Error("parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
                 ", parallelism.data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
-                ", parallelism.tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) + ": " +
+                ", parallelism.tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) +
+                ", parallelism.context_parallel_degree = " + std::to_string(p.context_parallel_degree) + ": " +
                 e.message());
   }
   world.set_timeout_seconds(comm.timeout_seconds);

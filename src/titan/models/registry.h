@@ -15,6 +15,7 @@
 #include "titan/models/common/hf_config.h"
 #include "titan/models/model_config.h"
 #include "titan/models/model_summary.h"
+#include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/tensor_parallel.h"
 
@@ -30,13 +31,21 @@ struct ParallelizeOptions {
   parallel::FullyShardOptions fsdp{};
   // Tensor parallelism over mesh["tp"] when its degree exceeds 1.
   parallel::TensorParallelOptions tp{};
+  // Context parallelism over mesh["cp"] when its degree exceeds 1: the training sequences' length
+  // and the attention tiles ([attention] block_q, block_kv).
+  int64_t seq_len = 0;
+  int64_t block_q = attention::kDefaultBlockQ;
+  int64_t block_kv = attention::kDefaultBlockKv;
 };
 
-// What parallelize() leaves the trainer: the tensor-parallel state when the mesh splits tensors
+// What parallelize() leaves the trainer: the context-parallel state when the mesh splits
+// sequences, the tensor-parallel state when it splits tensors
 // (its loss, placements and gradient reductions), and the FSDP state when it shards them (its
 // shards are what the optimizer steps). Either may be null. FSDP is declared last so that it is
 // destroyed first: it shards what tensor parallelism has already split.
 struct Parallelized {
+  // Its batches are sharded by the trainer, which hands it each micro-batch's document ids.
+  std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
   std::unique_ptr<parallel::FullyShard> fsdp;
 };

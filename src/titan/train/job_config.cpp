@@ -60,6 +60,28 @@ config::Schema<JobConfig> make_schema() {
                        std::to_string(par.tensor_parallel_degree) +
                        ", as sequence parallelism splits the sequence; pick a multiple of it, or set "
                        "parallelism.enable_sequence_parallel = false");
+    if (const int64_t cp = par.context_parallel_degree; cp > 1) {
+      if (c.training.seq_len % (2 * cp) != 0)
+        problems.add("training.seq_len = " + std::to_string(c.training.seq_len) +
+                     " is not a multiple of 2 x parallelism.context_parallel_degree = " + std::to_string(2 * cp) +
+                     ": each cp rank holds two equal chunks of every sequence; pick a multiple of it");
+      if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel &&
+          (c.training.seq_len / cp) % par.tensor_parallel_degree != 0)
+        problems.add("training.seq_len = " + std::to_string(c.training.seq_len) +
+                     ": the " + std::to_string(c.training.seq_len / cp) +
+                     " tokens a cp rank holds do not divide by parallelism.tensor_parallel_degree = " +
+                     std::to_string(par.tensor_parallel_degree) + " for sequence parallelism; pick a multiple of " +
+                     std::to_string(cp * par.tensor_parallel_degree));
+      if (c.model.attention != "splash")
+        problems.add("model.attention = \"" + c.model.attention +
+                     "\" with parallelism.context_parallel_degree = " + std::to_string(cp) +
+                     ": context parallelism runs ring attention over splash attention's tiles; set it to "
+                     "\"splash\"");
+      if (c.validation.enable)
+        problems.add("validation.enable = true with parallelism.context_parallel_degree = " + std::to_string(cp) +
+                     ": validation does not split its sequences over cp ranks yet; set it to false, or validate "
+                     "in a run without context parallelism");
+    }
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) + " exceeds training.seq_len = " +
                    std::to_string(c.training.seq_len) +

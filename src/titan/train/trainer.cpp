@@ -29,6 +29,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/optim/clip.h"
 #include "titan/optim/lr_scheduler.h"
+#include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/data_parallel.h"
 #include "titan/parallel/data_parallel_style.h"
 #include "titan/parallel/fully_shard.h"
@@ -174,6 +175,7 @@ struct Trainer::State {
   std::shared_ptr<models::CausalLM> model;
   // After the model, whose modules hold their hooks: destroyed first, FSDP (which shards what
   // tensor parallelism split) before tensor parallelism.
+  std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
   std::unique_ptr<parallel::FullyShard> fsdp;
   models::ModelSummary summary;
@@ -200,6 +202,8 @@ struct Trainer::State {
   void build_optimizer();
   void build_metrics();
   void log_setup(const Data& data);
+  // The loader's next micro-batch; under context parallelism, this rank's tokens of it.
+  data::Batch next_batch();
 };
 
 // The training data of [training], and what the log and the validator need of it.
@@ -273,7 +277,11 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                  .mesh = mesh.get(),
                  .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"},
                  .tp = {.sequence_parallel = c.parallelism.enable_sequence_parallel,
-                        .loss_parallel = !c.parallelism.disable_loss_parallel}});
+                        .loss_parallel = !c.parallelism.disable_loss_parallel},
+                 .seq_len = c.training.seq_len,
+                 .block_q = c.model.attn.block_q,
+                 .block_kv = c.model.attn.block_kv});
+    cp = std::move(parts.cp);
     tp = std::move(parts.tp);
     fsdp = std::move(parts.fsdp);
   }
@@ -281,6 +289,16 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
       " has no FSDP plan; set it to 1");
+}
+
+data::Batch Trainer::State::next_batch() {
+  data::Batch b = loader->next();
+  if (!cp) return b;
+  cp->begin_batch(b.inputs.size(0), b.document_ids);
+  b.inputs = cp->shard(b.inputs);
+  b.labels = cp->shard(b.labels);
+  if (b.document_ids.defined()) b.document_ids = cp->shard(b.document_ids);
+  return b;
 }
 
 void Trainer::State::build_optimizer() {
@@ -368,6 +386,10 @@ void Trainer::State::log_setup(const Data& d) {
         << ", parameters, gradients and optimizer "
         << "states sharded over " << mesh->degree("dp_shard") << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
+  if (cp)
+    log << "titan: context parallel over " << mesh->degree("cp") << " ranks (ring attention; each holds "
+        << c.training.seq_len / mesh->degree("cp")
+        << " tokens of every sequence, in two chunks that balance the causal mask)\n";
   if (tp)
     log << "titan: tensor parallel over " << mesh->degree("tp") << " ranks (Megatron plan"
         << (tp->options().sequence_parallel ? ", sequence parallel" : "")
@@ -404,7 +426,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .rng = s.rng,
                    .fsdp = s.fsdp.get(),
                    .tp = s.tp.get(),
-                   .replica_writer = s.mesh->coordinate("dp_replicate") == 0,
+                   .replica_writer = s.mesh->coordinate("dp_replicate") == 0 && s.mesh->coordinate("cp") == 0,
                    .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
       s.log, s.world);
   s.start_step = s.checkpointer->load();
@@ -437,6 +459,13 @@ TrainResult Trainer::train() {
       sync = {.before_backward = [&](bool last) { s.fsdp->set_gradient_sync(last); },
               .reduce = [&] { s.fsdp->reduce_gradients(); },
               .sum_norm_partials = [&](double partial) { return s.fsdp->sum_over_shards(partial); }};
+    if (s.cp) {
+      // Each cp rank's gradients come from its own tokens: averaged over cp after dp's reduction.
+      sync.reduce = [&, dp_reduce = sync.reduce] {
+        if (dp_reduce) dp_reduce();
+        s.cp->average_gradients(s.params);
+      };
+    }
     if (s.tp) {
       // Data parallelism first (its reductions average over dp), then the tp sums.
       sync.reduce = [&, dp_reduce = sync.reduce] {
@@ -451,23 +480,24 @@ TrainResult Trainer::train() {
     }
     StepStats stats = s.memory_snapshots->run_step(step, [&] {
       return train_step(
-          *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.loader->next(); },
-          sync);
+          *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.next_batch(); }, sync);
     });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
     // share of it. Extremes ("..._min", "..._max") combine as such, the rest as means.
-    dist::ProcessGroup& dp = (*s.mesh)["dp"];
-    if (dp.size() > 1) {
-      loss_mean = dp.all_reduce(loss_mean, dist::ReduceOp::avg);
+    // So did every cp rank of its tokens.
+    for (const char* dim : {"dp", "cp"}) {
+      dist::ProcessGroup& group = (*s.mesh)[dim];
+      if (group.size() == 1) continue;
+      loss_mean = group.all_reduce(loss_mean, dist::ReduceOp::avg);
       for (auto& [name, value] : stats.extra) {
         if (name.ends_with("_max"))
-          value = dp.all_reduce(value, dist::ReduceOp::max);
+          value = group.all_reduce(value, dist::ReduceOp::max);
         else if (name.ends_with("_min"))
-          value = -dp.all_reduce(-value, dist::ReduceOp::max);
+          value = -group.all_reduce(-value, dist::ReduceOp::max);
         else
-          value = dp.all_reduce(value, dist::ReduceOp::avg);
+          value = group.all_reduce(value, dist::ReduceOp::avg);
       }
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

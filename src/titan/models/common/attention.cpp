@@ -53,7 +53,9 @@ Tensor Attention::attend(const Qkv& qkv, const attention::BlockMask& mask) const
 
 Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
   const int64_t B = x.size(0), S = x.size(1);
-  return (*wo)(attend(project(x, rope, 0), mask).view({B, S, -1}));
+  const Qkv qkv = project(x, rope, 0);
+  const Tensor out = attend_override_ ? attend_override_(qkv.q, qkv.k, qkv.v) : attend(qkv, mask);
+  return (*wo)(out.view({B, S, -1}));
 }
 
 Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,

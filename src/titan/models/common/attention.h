@@ -2,6 +2,7 @@
 // Grouped-query self-attention with rotary positions, as the Llama-family decoders share it;
 // Qwen 3 adds an RMSNorm over each head of q and k (QK-norm) and a head size of its own.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -68,6 +69,13 @@ class Attention : public nn::Module {
   // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std; QK-norms at 1.
   void reset_parameters(Generator& gen) override;
 
+  // q, k, v [B, S, heads, head_dim], rotated -> [B, S, q heads, head_dim].
+  using AttendFn = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+  // Replaces the configured kernel in training forwards (not forward_cached): how a plan puts
+  // attention across ranks (context parallelism's ring attention) without this code knowing.
+  // An empty function restores the kernel.
+  void set_attend(AttendFn fn) { attend_override_ = std::move(fn); }
+
   std::shared_ptr<nn::Linear> wq, wk, wv, wo;
   std::shared_ptr<nn::RMSNorm> q_norm, k_norm;  // null without QK-norm
 
@@ -85,6 +93,7 @@ class Attention : public nn::Module {
   ops::RopeLayout rope_layout_;
   double init_std_;
   AttentionKernel kernel_;
+  AttendFn attend_override_;
 };
 
 }  // namespace titan::models::common

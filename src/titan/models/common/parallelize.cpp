@@ -32,4 +32,24 @@ void apply_replicated_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm&
   tp.replicated_region(ffn_norm, ffn);
 }
 
+std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& root,
+                                                                  const std::vector<Attention*>& attentions,
+                                                                  dist::DeviceMesh& mesh, int64_t seq_len,
+                                                                  int64_t block_q, int64_t block_kv) {
+  if (mesh.degree("cp") == 1) return nullptr;
+  auto cp = std::make_unique<parallel::ContextParallel>(mesh["cp"], seq_len, block_q, block_kv);
+  parallel::ContextParallel* plan = cp.get();
+  for (Attention* a : attentions)
+    a->set_attend([plan](const Tensor& q, const Tensor& k, const Tensor& v) { return plan->attend(q, k, v); });
+  int tables = 0;
+  for (const auto& [name, buffer] : root.named_buffers())
+    if (name == "rope_cos" || name == "rope_sin") {
+      cp->shard_position_table(buffer);
+      ++tables;
+    }
+  TITAN_CHECK(tables == 2, "context parallelism: the model has no RoPE tables named rope_cos and rope_sin at its "
+              "root to map to this rank's positions");
+  return cp;
+}
+
 }  // namespace titan::models::common

@@ -11,7 +11,9 @@
 // whole sequence (parallel::TensorParallel::replicated_region).
 #include "titan/models/common/attention.h"
 #include "titan/models/common/feed_forward.h"
+#include "titan/dist/device_mesh.h"
 #include "titan/nn/norm.h"
+#include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/tensor_parallel.h"
 
 namespace titan::models::common {
@@ -19,5 +21,13 @@ namespace titan::models::common {
 void apply_attention_tp(parallel::TensorParallel& tp, nn::RMSNorm& attention_norm, Attention& attention);
 void apply_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward);
 void apply_replicated_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn);
+
+// Context parallelism over mesh["cp"] (null when its degree is 1): every attention's kernel
+// becomes ring attention, and the root's RoPE tables ("rope_cos", "rope_sin") keep the rows of
+// this rank's positions.
+std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& root,
+                                                                  const std::vector<Attention*>& attentions,
+                                                                  dist::DeviceMesh& mesh, int64_t seq_len,
+                                                                  int64_t block_q, int64_t block_kv);
 
 }  // namespace titan::models::common

@@ -22,6 +22,12 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
     tp.enter_split_region(*llama->norm);
     tp.vocab_output(*llama->output);
   }
+  if (options.mesh != nullptr) {
+    std::vector<common::Attention*> attentions;
+    for (const auto& block : *llama->layers) attentions.push_back(block->attention.get());
+    out.cp = common::apply_context_parallel(*llama, attentions, *options.mesh, options.seq_len, options.block_q,
+                                            options.block_kv);
+  }
   parallel::apply_activation_checkpointing(
       *llama->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);

@@ -1,0 +1,64 @@
+#include "titan/parallel/context_parallel_plan.h"
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/parallel/comm_ops.h"
+
+namespace titan::parallel {
+
+ContextParallel::ContextParallel(dist::ProcessGroup group, int64_t seq_len, int64_t block_q, int64_t block_kv)
+    : group_(std::move(group)), seq_len_(seq_len) {
+  TITAN_CHECK(seq_len % (2 * group_.size()) == 0, "context parallelism: training.seq_len = ", seq_len,
+              " must be a multiple of 2 x parallelism.context_parallel_degree = ", 2 * group_.size(),
+              " (each rank holds two equal chunks of every sequence)");
+  options_.block_q = block_q;
+  options_.block_kv = block_kv;
+}
+
+void ContextParallel::shard_position_table(const Tensor& table) const {
+  TITAN_CHECK(table.dim() >= 1 && table.size(0) >= seq_len_, "context parallelism: a position table of ",
+              table.desc(), " does not cover training.seq_len = ", seq_len_);
+  const std::vector<int64_t> positions = cp_positions(seq_len_, group_.rank(), group_.size());
+  Shape shape = table.sizes();
+  shape[0] = static_cast<int64_t>(positions.size());
+  Tensor rows = Tensor::empty(shape, table.options());
+  {
+    autograd::NoGradGuard no_grad;
+    for (size_t i = 0; i < positions.size(); ++i)
+      rows.narrow(0, static_cast<int64_t>(i), 1).copy_(table.detach().narrow(0, positions[i], 1));
+  }
+  TensorImpl& impl = *table.impl();
+  impl.storage = rows.storage();
+  impl.sizes = rows.sizes();
+  impl.strides = rows.strides();
+  impl.offset = rows.storage_offset();
+}
+
+Tensor ContextParallel::shard(const Tensor& t) const {
+  TITAN_CHECK(t.dim() == 2 && t.size(1) == seq_len_, "context parallelism: expected a [batch, ", seq_len_,
+              "] tensor of the batch, got ", t.desc(), "; every sequence must be training.seq_len long");
+  return cp_shard(t, 1, group_.rank(), group_.size());
+}
+
+void ContextParallel::begin_batch(int64_t batch, const Tensor& document_ids) {
+  options_.document_ids = document_ids;
+  masks_.emplace(RingMasks::build(batch, seq_len_ / group_.size(), options_, group_.rank(), group_.size()));
+}
+
+Tensor ContextParallel::attend(const Tensor& q, const Tensor& k, const Tensor& v) {
+  TITAN_CHECK(masks_ && masks_->batch() == q.size(0), "context parallelism: attention ran before its batch's "
+              "begin_batch (or with another batch size); the trainer calls begin_batch before each forward");
+  return ring_attention(q, k, v, *masks_, group_);
+}
+
+void ContextParallel::average_gradients(const std::vector<Tensor>& params) {
+  std::vector<dist::Work> works;
+  for (const Tensor& p : params) {
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    works.push_back(group_.all_reduce(grad, dist::ReduceOp::avg));
+    count_collective(group_, static_cast<double>(grad.nbytes()), true, 0);
+  }
+  for (dist::Work& w : works) w.wait();
+}
+
+}  // namespace titan::parallel
