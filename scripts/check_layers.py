@@ -30,7 +30,8 @@ MAY_USE = {
     "nn": ["ops"],
     "attention": ["ops"],
     "dist": ["core"],
-    "parallel": ["nn", "dist", "ops"],
+    # Context parallelism's ring attention runs attention's tile kernels between sends and receives.
+    "parallel": ["nn", "attention", "dist", "ops"],
     "models": ["nn", "attention", "parallel"],
     "data": ["core"],
     "optim": ["ops", "dist"],

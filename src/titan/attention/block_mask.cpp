@@ -115,6 +115,9 @@ int64_t BlockMask::num_q_blocks() const {
 int64_t BlockMask::num_kv_blocks() const {
   return d_->nk;
 }
+int64_t BlockMask::visible_tiles() const {
+  return static_cast<int64_t>(d_->full_kv.blocks.size() + d_->partial_kv.blocks.size());
+}
 
 std::span<const int32_t> BlockMask::full_kv(int64_t b, int64_t qb) const {
   return d_->full_kv.row(d_->row(b) * d_->nq + qb);

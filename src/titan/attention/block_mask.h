@@ -42,6 +42,9 @@ class BlockMask {
   int64_t block_kv() const;
   int64_t num_q_blocks() const;
   int64_t num_kv_blocks() const;
+  // Tiles that are fully or partly visible, over all kept rows: 0 when the mask hides everything
+  // (a caller may skip the attention call).
+  int64_t visible_tiles() const;
 
   // Key blocks that query block qb of batch row b sees fully / in part, ascending. Any b serves a
   // mask kept for one row.

@@ -134,6 +134,71 @@ class Document final : public Node {
   Causal causal_;
 };
 
+// A rule over positions, read through a map from rows to positions (Mask::at_positions).
+class Positioned final : public Node {
+ public:
+  Positioned(std::shared_ptr<const Node> rule, std::vector<int64_t> qpos, std::vector<int64_t> kpos)
+      : Node(rule->batch, static_cast<int64_t>(qpos.size())),
+        rule_(std::move(rule)),
+        qpos_(std::move(qpos)),
+        kpos_(std::move(kpos)),
+        qrun_(run_ends(qpos_)),
+        krun_(run_ends(kpos_)) {}
+
+  Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const override {
+    bool any = false, all = true;
+    for_each_piece(q0, q1, k0, k1, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+      const Visibility v =
+          rule_->classify(b, qpos_[i0], qpos_[i0] + (i1 - i0), kpos_[j0], kpos_[j0] + (j1 - j0));
+      any = any || v != Visibility::none;
+      all = all && v == Visibility::full;
+    });
+    return all ? Visibility::full : any ? Visibility::partial : Visibility::none;
+  }
+
+  void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const override {
+    const int64_t n = k1 - k0;
+    std::vector<uint8_t> piece;
+    for_each_piece(q0, q1, k0, k1, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+      piece.resize(static_cast<size_t>((i1 - i0) * (j1 - j0)));
+      rule_->fill(b, qpos_[i0], qpos_[i0] + (i1 - i0), kpos_[j0], kpos_[j0] + (j1 - j0), piece.data());
+      for (int64_t i = i0; i < i1; ++i)
+        std::copy_n(piece.data() + (i - i0) * (j1 - j0), j1 - j0, out + (i - q0) * n + (j0 - k0));
+    });
+  }
+
+  std::string describe() const override {
+    return rule_->describe() + " at positions of " + std::to_string(seq) + " rows";
+  }
+
+ private:
+  // ends[i]: the end of the run of consecutive positions that holds row i.
+  static std::vector<int64_t> run_ends(const std::vector<int64_t>& pos) {
+    std::vector<int64_t> ends(pos.size());
+    for (auto i = static_cast<int64_t>(pos.size()) - 1; i >= 0; --i)
+      ends[i] = i + 1 < static_cast<int64_t>(pos.size()) && pos[i + 1] == pos[i] + 1 ? ends[i + 1] : i + 1;
+    return ends;
+  }
+
+  // Calls f(i0, i1, j0, j1) for each rectangle of rows [i0, i1) x [j0, j1) of the tile whose
+  // positions are consecutive both ways.
+  template <typename F>
+  void for_each_piece(int64_t q0, int64_t q1, int64_t k0, int64_t k1, const F& f) const {
+    for (int64_t i0 = q0; i0 < q1;) {
+      const int64_t i1 = std::min(q1, qrun_[i0]);
+      for (int64_t j0 = k0; j0 < k1;) {
+        const int64_t j1 = std::min(k1, krun_[j0]);
+        f(i0, i1, j0, j1);
+        j0 = j1;
+      }
+      i0 = i1;
+    }
+  }
+
+  std::shared_ptr<const Node> rule_;
+  std::vector<int64_t> qpos_, kpos_, qrun_, krun_;
+};
+
 // A size two rules must agree on; 0 means "any".
 int64_t agree(const char* what, int64_t a, int64_t b, const Node& x, const Node& y) {
   TITAN_CHECK(a == 0 || b == 0 || a == b, "Mask: cannot combine ", x.describe(), " and ", y.describe(),
@@ -238,6 +303,21 @@ Mask Mask::prefix_lm(std::vector<int64_t> prefix_lengths) {
 Mask Mask::chunked_causal(int64_t chunk) {
   TITAN_CHECK(chunk >= 1, "Mask::chunked_causal: chunk must be >= 1 token, got ", chunk);
   return Mask(std::make_shared<ChunkedCausal>(chunk));
+}
+
+Mask Mask::at_positions(const Mask& rule, std::vector<int64_t> q_positions,
+                        std::vector<int64_t> k_positions) {
+  TITAN_CHECK(
+      !q_positions.empty() && q_positions.size() == k_positions.size(),
+      "Mask::at_positions: expected one position per query row and per key row, as many of each, got ",
+      q_positions.size(), " query and ", k_positions.size(), " key positions");
+  const int64_t seq = rule.seq();
+  for (const auto* list : {&q_positions, &k_positions})
+    for (int64_t p : *list)
+      TITAN_CHECK(p >= 0 && (seq == 0 || p < seq), "Mask::at_positions: position ", p, " is outside ",
+                  seq == 0 ? std::string("[0, inf)") : "[0, " + std::to_string(seq) + ")", " of ",
+                  rule.describe(), "; positions index the sequence the rule is written for");
+  return Mask(std::make_shared<Positioned>(rule.node_, std::move(q_positions), std::move(k_positions)));
 }
 
 Mask operator&(const Mask& a, const Mask& b) {

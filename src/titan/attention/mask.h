@@ -34,6 +34,13 @@ class Mask {
   static Mask prefix_lm(std::vector<int64_t> prefix_lengths);
   // k <= q and k / chunk == q / chunk: causal within consecutive chunks of `chunk` tokens.
   static Mask chunked_causal(int64_t chunk);
+  // `rule` seen from rows that hold tokens out of order: query row i is the token at position
+  // q_positions[i] of the sequence the rule is written for, key row j the one at k_positions[j]
+  // (context parallelism: a rank holds two chunks of the sequence and visits other ranks' keys).
+  // Both lists have one entry per row, the same number, which is the new rule's seq; a tile is
+  // classified by cutting it into runs of consecutive positions and asking `rule` of each.
+  static Mask at_positions(const Mask& rule, std::vector<int64_t> q_positions,
+                           std::vector<int64_t> k_positions);
 
   // Visible where both rules show a pair / where either does.
   friend Mask operator&(const Mask& a, const Mask& b);
