@@ -189,6 +189,28 @@ TEST(ContextParallel, StatsCountTheBytesOnTheRing) {
   EXPECT_GE(ring_attention_stats().compute_seconds, 0.0);
 }
 
+// Masks built once per batch serve every layer, and give what the options build each call.
+TEST(ContextParallel, PrebuiltMasksServeEveryLayer) {
+  dist::ProcessGroup& group = dist::world();
+  const int r = group.rank(), n = group.size();
+  Generator gen(5);
+  const Tensor ids = document_ids(1, 256, gen);
+  const RingAttentionOptions opts{.document_ids = ids, .block_q = 32, .block_kv = 32};
+  const RingMasks masks = RingMasks::build(1, 256 / n, opts, r, n);
+  for (int layer = 0; layer < 2; ++layer) {
+    const Tensor q = cp_shard(Tensor::randn({1, 256, 2, 8}, gen, {.dtype = kF64}), 1, r, n);
+    const Tensor k = cp_shard(Tensor::randn({1, 256, 2, 8}, gen, {.dtype = kF64}), 1, r, n);
+    EXPECT_EQ(ring_attention(q, k, k, masks, group).to_vector<double>(),
+              ring_attention(q, k, k, opts, group).to_vector<double>());
+  }
+  const RingMasks other = RingMasks::build(1, 256 / n, opts, (r + 1) % n, n);
+  const Tensor q = Tensor::zeros({1, 256 / n, 2, 8}, {.dtype = kF64});
+  if (n > 1) {
+    EXPECT_NE(error_of([&] { ring_attention(q, q, q, other, group); }).find("masks were built for cp rank"),
+              std::string::npos);
+  }
+}
+
 TEST(ContextParallel, UnshardInvertsShard) {
   dist::ProcessGroup& group = dist::world();
   const int64_t n = group.size();
