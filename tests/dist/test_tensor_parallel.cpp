@@ -31,15 +31,49 @@ struct TpLayout {
   int64_t replicate = 1;  // dp_shard takes the rest
   std::vector<std::string> overrides;
   std::string config = "configs/llama3/debug.toml";
+  int64_t cp = 1;
 };
 
 std::vector<std::string> layout_overrides(const TpLayout& l, int n) {
-  const int64_t dp = n / l.tp;
+  const int64_t dp = n / l.tp / l.cp;
   std::vector<std::string> o = {local_batch(dp), "--parallelism.tensor_parallel_degree=" + std::to_string(l.tp),
+                                "--parallelism.context_parallel_degree=" + std::to_string(l.cp),
                                 "--parallelism.data_parallel_replicate_degree=" + std::to_string(l.replicate),
                                 "--parallelism.data_parallel_shard_degree=" + std::to_string(dp / l.replicate)};
   o.insert(o.end(), l.overrides.begin(), l.overrides.end());
   return o;
+}
+
+// Trains each layout on all ranks and compares its losses and gradient norms with one rank
+// training the same global batch.
+void expect_one_rank_losses(const std::vector<TpLayout>& layouts) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  for (const TpLayout& layout : layouts) {
+    std::vector<std::string> reference_overrides;
+    for (const std::string& o : layout.overrides)
+      if (!o.starts_with("--training.local_batch_size") && !o.starts_with("--parallelism."))
+        reference_overrides.push_back(o);
+    const OneRankReference want = one_rank_reference(reference_overrides, layout.config);
+    ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
+    std::ostringstream log;
+    TrainResult all = Trainer(small_config(layout_overrides(layout, n), layout.config), log, world).train();
+    ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
+    double worst = 0;
+    for (int64_t i = 0; i < kSteps; ++i) {
+      worst = std::max(worst, std::abs(all.losses[i] - want.losses[i]) / want.losses[i]);
+      EXPECT_NEAR(all.losses[i], want.losses[i], 1e-5 * want.losses[i]) << layout.what << ", step " << i + 1;
+      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i])
+          << layout.what << ", step " << i + 1;
+    }
+    if (world.rank() == 0) {
+      std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
+                << " steps " << worst << "\n";
+      EXPECT_NE(log.str().find(layout.tp > 1 ? "tensor parallel over " + std::to_string(layout.tp) + " ranks"
+                                           : "context parallel over " + std::to_string(layout.cp) + " ranks"), std::string::npos)
+          << log.str();
+    }
+  }
 }
 
 TEST(TensorParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
@@ -80,30 +114,32 @@ TEST(TensorParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
                {"TP 2 x DDP 2", 2, 2, {}},
                {"TP 2 x FSDP 2, Qwen 3 MoE", 2, 1, moe, "configs/qwen3/debug_moe.toml"},
                {"TP 4", 4, 1, {}}};
-  for (const TpLayout& layout : layouts) {
-    std::vector<std::string> reference_overrides;
-    for (const std::string& o : layout.overrides)
-      if (!o.starts_with("--training.local_batch_size") && !o.starts_with("--parallelism."))
-        reference_overrides.push_back(o);
-    const OneRankReference want = one_rank_reference(reference_overrides, layout.config);
-    ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
-    std::ostringstream log;
-    TrainResult all = Trainer(small_config(layout_overrides(layout, n), layout.config), log, world).train();
-    ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
-    double worst = 0;
-    for (int64_t i = 0; i < kSteps; ++i) {
-      worst = std::max(worst, std::abs(all.losses[i] - want.losses[i]) / want.losses[i]);
-      EXPECT_NEAR(all.losses[i], want.losses[i], 1e-5 * want.losses[i]) << layout.what << ", step " << i + 1;
-      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i])
-          << layout.what << ", step " << i + 1;
-    }
-    if (world.rank() == 0) {
-      std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
-                << " steps " << worst << "\n";
-      EXPECT_NE(log.str().find("tensor parallel over " + std::to_string(layout.tp) + " ranks"), std::string::npos)
-          << log.str();
-    }
-  }
+  expect_one_rank_losses(layouts);
+}
+
+// Context parallelism: each rank trains on two chunks of every sequence, attention runs round the
+// ring, and the losses are one rank's on the same global batch.
+TEST(ContextParallelTraining, LossesMatchOneRankOnTheSameGlobalBatch) {
+  const int n = dist::world().size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
+  const std::vector<std::string> moe = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
+  // The corpus's documents are a line each; with the KJV tokenizer's end-of-text id the loader
+  // marks them, and ring attention must keep them apart across the ranks' chunks.
+  const std::vector<std::string> documents = {"--attention.document_masking=true",
+                                              "--model.tokenizer_path=data/kjv_tokenizer", "--attention.block_q=4",
+                                              "--attention.block_kv=4"};
+  std::vector<TpLayout> layouts;
+  if (n == 2)
+    layouts = {{"CP 2", 1, 1, {}, "configs/llama3/debug.toml", 2},
+               {"CP 2, documents masked", 1, 1, documents, "configs/llama3/debug.toml", 2},
+               {"CP 2, full activation checkpointing", 1, 1, {"--activation_checkpoint.mode=full"},
+                "configs/llama3/debug.toml", 2},
+               {"CP 2, Qwen 3 MoE", 1, 1, moe, "configs/qwen3/debug_moe.toml", 2}};
+  if (n == 4)
+    layouts = {{"CP 2 x FSDP 2", 1, 1, {}, "configs/llama3/debug.toml", 2},
+               {"CP 4, documents masked", 1, 1, documents, "configs/llama3/debug.toml", 4},
+               {"CP 2 x TP 2, Qwen 3 dense", 2, 1, {}, "configs/qwen3/debug.toml", 2}};
+  expect_one_rank_losses(layouts);
 }
 
 // The vocabulary-parallel loss and its gradient against ops::cross_entropy on the whole logits,
