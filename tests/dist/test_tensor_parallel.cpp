@@ -235,8 +235,8 @@ TEST(TensorParallel, DifferentiableCollectivesPairTheirGradients) {
   }
 }
 
-// A checkpoint saved under TP resumes on one rank (and the other way round) with the losses an
-// uninterrupted one-rank run has.
+// A checkpoint saved under TP resumes on one rank, one saved on one rank under TP, one saved under
+// CP under TP (with FSDP too on 4 ranks), each with the losses an uninterrupted one-rank run has.
 TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
@@ -261,10 +261,12 @@ TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
     world.barrier().wait();
     return r;
   };
-  auto tp_run = [&](const std::vector<std::string>& o) {
+  auto layout_run = [&](const TpLayout& layout, const std::vector<std::string>& o) {
     std::ostringstream log;
-    return Trainer(small_config(join(layout_overrides({"TP", 2, 1, {}}, n), o)), log, world).train();
+    return Trainer(small_config(join(layout_overrides(layout, n), o)), log, world).train();
   };
+  const TpLayout tp = {"TP 2", 2, 1, {}}, cp = {"CP 2", 1, 1, {}, "configs/llama3/debug.toml", 2};
+  auto tp_run = [&](const std::vector<std::string>& o) { return layout_run(tp, o); };
   auto expect_second_half = [&](const TrainResult& r, const char* what) {
     ASSERT_EQ(r.resumed_from, 5) << what;
     ASSERT_EQ(r.losses.size(), 5u) << what;
@@ -283,6 +285,9 @@ TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
   fresh();
   one_rank_run(ckpt);
   expect_second_half(tp_run(join(ckpt, resume)), "saved on one rank, resumed under TP");
+  fresh();
+  layout_run(cp, ckpt);
+  expect_second_half(tp_run(join(ckpt, resume)), "saved under CP, resumed under TP");
   fresh();
 }
 
