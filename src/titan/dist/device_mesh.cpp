@@ -53,21 +53,22 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
                "\": there are no pipeline stages to schedule; drop the key";
   // So are tensor parallelism's without tp ranks.
   if (p.tensor_parallel_degree == 1 && p.enable_sequence_parallel != defaults.enable_sequence_parallel)
-    refused += "\n  parallelism.enable_sequence_parallel = false: there is no tensor parallelism to run without "
-               "sequence parallelism; drop the key";
+    refused +=
+        "\n  parallelism.enable_sequence_parallel = false: there is no tensor parallelism to run without "
+        "sequence parallelism; drop the key";
   if (p.tensor_parallel_degree == 1 && p.disable_loss_parallel != defaults.disable_loss_parallel)
-    refused += "\n  parallelism.disable_loss_parallel = true: there is no tensor parallelism whose loss could be "
-               "parallel; drop the key";
+    refused +=
+        "\n  parallelism.disable_loss_parallel = true: there is no tensor parallelism whose loss could be "
+        "parallel; drop the key";
   if (p.pipeline_parallel_microbatch_size != defaults.pipeline_parallel_microbatch_size)
     refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
-  config::require(
-      refused.empty(),
-      "[parallelism] asks for what titan cannot do yet: only data, tensor and context "
-      "parallelism are implemented (data_parallel_replicate_degree, data_parallel_shard_degree, "
-      "tensor_parallel_degree, context_parallel_degree)",
-      refused);
+  config::require(refused.empty(),
+                  "[parallelism] asks for what titan cannot do yet: only data, tensor and context "
+                  "parallelism are implemented (data_parallel_replicate_degree, data_parallel_shard_degree, "
+                  "tensor_parallel_degree, context_parallel_degree)",
+                  refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,
                             .dp_shard = p.data_parallel_shard_degree,
@@ -77,11 +78,12 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
   try {
     resolve(degrees, world.size());
   } catch (const Error& e) {
-    throw Error("parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
-                ", parallelism.data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
-                ", parallelism.tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) +
-                ", parallelism.context_parallel_degree = " + std::to_string(p.context_parallel_degree) + ": " +
-                e.message());
+    throw Error(
+        "parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
+        ", parallelism.data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
+        ", parallelism.tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) +
+        ", parallelism.context_parallel_degree = " + std::to_string(p.context_parallel_degree) + ": " +
+        e.message());
   }
   world.set_timeout_seconds(comm.timeout_seconds);
   return std::make_unique<DeviceMesh>(std::move(world), degrees);

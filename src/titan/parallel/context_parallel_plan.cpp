@@ -1,5 +1,7 @@
 #include "titan/parallel/context_parallel_plan.h"
 
+#include <chrono>
+
 #include "titan/autograd/grad_mode.h"
 #include "titan/parallel/comm_ops.h"
 
@@ -45,7 +47,8 @@ void ContextParallel::begin_batch(int64_t batch, const Tensor& document_ids) {
 }
 
 Tensor ContextParallel::attend(const Tensor& q, const Tensor& k, const Tensor& v) {
-  TITAN_CHECK(masks_ && masks_->batch() == q.size(0), "context parallelism: attention ran before its batch's "
+  TITAN_CHECK(masks_ && masks_->batch() == q.size(0),
+              "context parallelism: attention ran before its batch's "
               "begin_batch (or with another batch size); the trainer calls begin_batch before each forward");
   return ring_attention(q, k, v, *masks_, group_);
 }
@@ -58,7 +61,10 @@ void ContextParallel::average_gradients(const std::vector<Tensor>& params) {
     works.push_back(group_.all_reduce(grad, dist::ReduceOp::avg));
     count_collective(group_, static_cast<double>(grad.nbytes()), true, 0);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   for (dist::Work& w : works) w.wait();
+  count_collective(group_, 0, false,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace titan::parallel

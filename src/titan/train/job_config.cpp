@@ -10,7 +10,8 @@ namespace titan::train {
 void declare_keys(config::Keys<JobSection>& keys) {
   keys.add("dump_folder", &JobSection::dump_folder, config::non_empty(),
            "folder for everything the run writes: checkpoints, traces, logs")
-      .add("description", &JobSection::description, {}, "free text, printed at start and stored with the config");
+      .add("description", &JobSection::description, {},
+           "free text, printed at start and stored with the config");
 }
 
 namespace {
@@ -21,10 +22,12 @@ config::Schema<JobConfig> make_schema() {
   config::Schema<JobConfig> s("job config");
   s.section("job", "what this run is and where its files go").part(&C::job);
   s.section("model", "which model to train").part(&C::model);
-  s.section("attention", "splash attention's tiles (model.attention = \"splash\")")
-      .part([](C& c) -> auto& { return c.model.attn; });
-  s.section("moe", "load balancing of mixture-of-experts models (e.g. qwen3_moe)")
-      .part([](C& c) -> auto& { return c.model.moe; });
+  s.section("attention", "splash attention's tiles (model.attention = \"splash\")").part([](C & c) -> auto& {
+    return c.model.attn;
+  });
+  s.section("moe", "load balancing of mixture-of-experts models (e.g. qwen3_moe)").part([](C & c) -> auto& {
+    return c.model.moe;
+  });
   s.section("optimizer", "AdamW with decoupled weight decay").part(&C::optimizer);
   s.section("lr_scheduler", "linear warmup to optimizer.lr, then decay").part(&C::lr_scheduler);
   s.section("training", "data, batch and length of the run").part(&C::data).part(&C::training);
@@ -46,11 +49,12 @@ config::Schema<JobConfig> make_schema() {
     problems.capture("", [&] { plan_batches(c.training, known_dp); });
     problems.capture("[lr_scheduler] with training.steps = " + std::to_string(c.training.steps) + ": ",
                      [&] { c.lr_scheduler.schedule(c.training.steps).validate(); });
-    if (par.pipeline_parallel_degree > 1 && c.training.local_batch_size % par.pipeline_parallel_microbatch_size)
+    if (par.pipeline_parallel_degree > 1 &&
+        c.training.local_batch_size % par.pipeline_parallel_microbatch_size)
       problems.add("parallelism.pipeline_parallel_microbatch_size = " +
                    std::to_string(par.pipeline_parallel_microbatch_size) +
-                   " does not divide training.local_batch_size = " + std::to_string(c.training.local_batch_size) +
-                   "; pick a divisor of it");
+                   " does not divide training.local_batch_size = " +
+                   std::to_string(c.training.local_batch_size) + "; pick a divisor of it");
     if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel)
       for (const auto& [key, seq] : {std::pair<const char*, int64_t>{"training.seq_len", c.training.seq_len},
                                      {"validation.seq_len", c.validation.enable ? c.validation.seq_len : 0}})
@@ -62,15 +66,17 @@ config::Schema<JobConfig> make_schema() {
                        "parallelism.enable_sequence_parallel = false");
     if (const int64_t cp = par.context_parallel_degree; cp > 1) {
       if (c.training.seq_len % (2 * cp) != 0)
-        problems.add("training.seq_len = " + std::to_string(c.training.seq_len) +
-                     " is not a multiple of 2 x parallelism.context_parallel_degree = " + std::to_string(2 * cp) +
-                     ": each cp rank holds two equal chunks of every sequence; pick a multiple of it");
+        problems.add(
+            "training.seq_len = " + std::to_string(c.training.seq_len) +
+            " is not a multiple of 2 x parallelism.context_parallel_degree = " + std::to_string(2 * cp) +
+            ": each cp rank holds two equal chunks of every sequence; pick a multiple of it");
       if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel &&
           (c.training.seq_len / cp) % par.tensor_parallel_degree != 0)
-        problems.add("training.seq_len = " + std::to_string(c.training.seq_len) +
-                     ": the " + std::to_string(c.training.seq_len / cp) +
+        problems.add("training.seq_len = " + std::to_string(c.training.seq_len) + ": the " +
+                     std::to_string(c.training.seq_len / cp) +
                      " tokens a cp rank holds do not divide by parallelism.tensor_parallel_degree = " +
-                     std::to_string(par.tensor_parallel_degree) + " for sequence parallelism; pick a multiple of " +
+                     std::to_string(par.tensor_parallel_degree) +
+                     " for sequence parallelism; pick a multiple of " +
                      std::to_string(cp * par.tensor_parallel_degree));
       if (c.model.attention != "splash")
         problems.add("model.attention = \"" + c.model.attention +
@@ -78,13 +84,14 @@ config::Schema<JobConfig> make_schema() {
                      ": context parallelism runs ring attention over splash attention's tiles; set it to "
                      "\"splash\"");
       if (c.validation.enable)
-        problems.add("validation.enable = true with parallelism.context_parallel_degree = " + std::to_string(cp) +
-                     ": validation does not split its sequences over cp ranks yet; set it to false, or validate "
-                     "in a run without context parallelism");
+        problems.add(
+            "validation.enable = true with parallelism.context_parallel_degree = " + std::to_string(cp) +
+            ": validation does not split its sequences over cp ranks yet; set it to false, or validate "
+            "in a run without context parallelism");
     }
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
-      problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) + " exceeds training.seq_len = " +
-                   std::to_string(c.training.seq_len) +
+      problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) +
+                   " exceeds training.seq_len = " + std::to_string(c.training.seq_len) +
                    ", the positions the model is built for; lower validation.seq_len to at most " +
                    std::to_string(c.training.seq_len));
   });
@@ -118,9 +125,10 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
   // Every other key has a default worth running with; the model has none: a file that names
   // none is a mistake (an empty or wrong file), not a request for the default model.
   if (!origins.contains("model.name"))
-    throw Error("job config " + toml_path + (origins.empty() ? " is empty: it" : "") +
-                " names no model: the key model.name is missing; add a [model] section with name = \"llama3\" "
-                "(or another registered family) and its flavor, as configs/llama3/debug.toml does");
+    throw Error(
+        "job config " + toml_path + (origins.empty() ? " is empty: it" : "") +
+        " names no model: the key model.name is missing; add a [model] section with name = \"llama3\" "
+        "(or another registered family) and its flavor, as configs/llama3/debug.toml does");
   return cfg;
 }
 

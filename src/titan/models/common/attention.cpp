@@ -7,10 +7,12 @@
 
 namespace titan::models::common {
 
-attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids, const AttentionKernel& kernel) {
+attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids,
+                                const AttentionKernel& kernel) {
   attention::Mask rule = attention::Mask::causal();
   if (document_ids.defined()) {
-    TITAN_CHECK(kernel.splash, "document masking needs splash attention (model.attention = \"splash\"); the "
+    TITAN_CHECK(kernel.splash,
+                "document masking needs splash attention (model.attention = \"splash\"); the "
                 "reference path is causal only");
     rule = rule & attention::Mask::document(document_ids);
   }
@@ -58,8 +60,8 @@ Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const att
   return (*wo)(out.view({B, S, -1}));
 }
 
-Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
-                                 KVCache& cache, int64_t layer) {
+Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope,
+                                 const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
   const int64_t B = x.size(0), S = x.size(1), start = cache.length();
   Qkv qkv = project(x, rope, start);
   auto [keys, values] = cache.append(layer, qkv.k, qkv.v);

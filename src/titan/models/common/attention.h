@@ -35,7 +35,8 @@ struct AttentionArgs {
 
 // The mask every layer of a forward shares: causal, and within documents when `document_ids`
 // [batch, seq] is defined (splash only: the reference path is causal by construction).
-attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids, const AttentionKernel& kernel);
+attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids,
+                                const AttentionKernel& kernel);
 
 class Attention : public nn::Module {
  public:

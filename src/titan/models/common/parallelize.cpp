@@ -40,14 +40,16 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
   auto cp = std::make_unique<parallel::ContextParallel>(mesh["cp"], seq_len, block_q, block_kv);
   parallel::ContextParallel* plan = cp.get();
   for (Attention* a : attentions)
-    a->set_attend([plan](const Tensor& q, const Tensor& k, const Tensor& v) { return plan->attend(q, k, v); });
+    a->set_attend(
+        [plan](const Tensor& q, const Tensor& k, const Tensor& v) { return plan->attend(q, k, v); });
   int tables = 0;
   for (const auto& [name, buffer] : root.named_buffers())
     if (name == "rope_cos" || name == "rope_sin") {
       cp->shard_position_table(buffer);
       ++tables;
     }
-  TITAN_CHECK(tables == 2, "context parallelism: the model has no RoPE tables named rope_cos and rope_sin at its "
+  TITAN_CHECK(tables == 2,
+              "context parallelism: the model has no RoPE tables named rope_cos and rope_sin at its "
               "root to map to this rank's positions");
   return cp;
 }

@@ -9,9 +9,9 @@
 //   w1, w3 / w2     column-wise / row-wise
 // A MoE feed-forward is not split: its experts are replicated on every tp rank and run on the
 // whole sequence (parallel::TensorParallel::replicated_region).
+#include "titan/dist/device_mesh.h"
 #include "titan/models/common/attention.h"
 #include "titan/models/common/feed_forward.h"
-#include "titan/dist/device_mesh.h"
 #include "titan/nn/norm.h"
 #include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/tensor_parallel.h"
