@@ -113,6 +113,7 @@ struct ProcessGroup::Impl {
   bool owns_comm = false;
   double timeout_seconds = 300;
   uint64_t started = 0;  // operations started, numbering them in messages
+  bool simulated = false;  // ProcessGroup::simulated: no other rank exists
 
   ~Impl() {
     if (owns_comm && !mpi_finalized()) MPI_Comm_free(&comm);
@@ -273,6 +274,23 @@ ProcessGroup ProcessGroup::single(const std::string& name) {
   return ProcessGroup(impl);
 }
 
+ProcessGroup ProcessGroup::simulated(int rank, int size, const std::string& name) {
+  TITAN_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup::simulated: rank ", rank,
+              " is not one of ", size, " ranks");
+  auto impl = std::make_shared<Impl>();
+  impl->name = name;
+  impl->rank = rank;
+  impl->size = size;
+  impl->world_ranks.clear();
+  for (int r = 0; r < size; ++r) impl->world_ranks.push_back(r);
+  impl->simulated = size > 1;
+  return ProcessGroup(impl);
+}
+
+bool ProcessGroup::is_simulated() const {
+  return impl_->simulated;
+}
+
 int ProcessGroup::rank() const {
   return impl_->rank;
 }
@@ -304,6 +322,9 @@ Work start(const std::shared_ptr<ProcessGroup::Impl>& g, const std::string& op, 
   const int64_t bytes = tensors.empty() ? 0 : static_cast<int64_t>(tensors.back().nbytes());
   trace::Span span(op, "collective");
   span.arg("bytes", bytes).arg("group", g->name).arg("ranks", g->size).arg("seq", g->started);
+  TITAN_CHECK(!g->simulated, op, " on group '", g->name, "' of ", g->size,
+              " simulated ranks: a dry run builds every rank's layout without the other ranks, so nothing may "
+              "communicate; this step needs a real launch (mpirun)");
   if (g->comm == MPI_COMM_NULL) {
     if (local) local();
     if (on_complete) on_complete();
@@ -447,6 +468,9 @@ double ProcessGroup::all_reduce(double value, ReduceOp op) {
 }
 
 ProcessGroup ProcessGroup::split(int color, int key, const std::string& name) const {
+  TITAN_CHECK(!impl_->simulated, "split of group '", impl_->name, "' of ", impl_->size,
+              " simulated ranks: which ranks share a color needs them all; build the sub-groups with "
+              "ProcessGroup::simulated");
   if (impl_->comm == MPI_COMM_NULL) {
     ProcessGroup g = single(name);
     g.set_timeout_seconds(impl_->timeout_seconds);

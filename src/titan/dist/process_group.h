@@ -45,6 +45,11 @@ class ProcessGroup {
 
   // A group of this process alone, named `name`; needs no MPI.
   static ProcessGroup single(const std::string& name = "single");
+  // Rank `rank` of a group of `size` ranks that do not exist: what a dry run builds a layout with
+  // (every rank's shapes and shards, without launching them). Any collective on it, or on a group
+  // split from it, is an error naming the group.
+  static ProcessGroup simulated(int rank, int size, const std::string& name = "world");
+  bool is_simulated() const;
 
   int rank() const;  // this process's rank within the group
   int size() const;
