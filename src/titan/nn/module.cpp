@@ -57,8 +57,9 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
   TITAN_CHECK(!t.requires_grad(), "Module::register_buffer: '", name, "' ", t.desc(),
               " requires grad; a trained tensor is a parameter (register_parameter)");
   // Buffers are made while the model is built, inside the trainer's parameters scope; they are
-  // not parameters.
-  CpuAllocator::instance().set_owner(t.storage()->data(), {MemoryCategory::other, buffers_name()});
+  // not parameters. A meta buffer (core/meta.h) has no block yet.
+  if (!t.is_meta())
+    CpuAllocator::instance().set_owner(t.storage()->data(), {MemoryCategory::other, buffers_name()});
   buffers_.push_back({name, t, persistent});
   return t;
 }
