@@ -96,10 +96,11 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool persistent_only) const {
   std::vector<std::pair<std::string, Tensor>> out;
   walk(*this, "", [&](const std::string& prefix, const Module& m) {
-    for (const Slot& s : m.buffers_) out.emplace_back(join(prefix, s.name), s.tensor);
+    for (const Slot& s : m.buffers_)
+      if (s.persistent || !persistent_only) out.emplace_back(join(prefix, s.name), s.tensor);
   });
   return out;
 }
