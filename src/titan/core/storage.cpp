@@ -1,5 +1,7 @@
 #include "titan/core/storage.h"
 
+#include <cstring>
+
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 
@@ -9,11 +11,26 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   TITAN_CHECK(device.is_cpu(), "Storage::allocate: device ", device,
               " has no allocator in this build (CPU only); build with CUDA to use it");
   void* p = CpuAllocator::instance().allocate(nbytes);
-  return std::shared_ptr<Storage>(new Storage(p, nbytes, device));
+  return std::shared_ptr<Storage>(new Storage(p, nbytes, device, false));
+}
+
+std::shared_ptr<Storage> Storage::meta(size_t nbytes, Device device) {
+  return std::shared_ptr<Storage>(new Storage(nullptr, nbytes, device, true));
+}
+
+void Storage::materialize() {
+  TITAN_CHECK(meta_, "Storage::materialize: the storage of ", nbytes_,
+              " bytes already holds memory; only a meta storage (made under MetaScope) is materialised");
+  TITAN_CHECK(device_.is_cpu(), "Storage::materialize: device ", device_,
+              " has no allocator in this build (CPU only); build with CUDA to use it");
+  data_ = CpuAllocator::instance().allocate(nbytes_);
+  // The allocator hands back cached blocks as they were left.
+  std::memset(data_, 0, nbytes_);
+  meta_ = false;
 }
 
 Storage::~Storage() {
-  if (device_.is_cpu()) CpuAllocator::instance().deallocate(data_, nbytes_);
+  if (device_.is_cpu() && !meta_) CpuAllocator::instance().deallocate(data_, nbytes_);
 }
 
 }  // namespace titan

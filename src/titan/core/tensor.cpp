@@ -38,8 +38,9 @@ Tensor Tensor::empty(const Shape& sizes, TensorOptions opts) {
   for (int64_t d : sizes)
     TITAN_CHECK(d >= 0, "Tensor::empty: negative size in shape ", shape_str(sizes));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(static_cast<size_t>(numel_of(sizes)) * dtype_size(opts.dtype),
-                                    opts.device);
+  const size_t nbytes = static_cast<size_t>(numel_of(sizes)) * dtype_size(opts.dtype);
+  impl->storage =
+      MetaScope::active() ? Storage::meta(nbytes, opts.device) : Storage::allocate(nbytes, opts.device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = opts.dtype;
@@ -51,7 +52,7 @@ Tensor Tensor::ones(const Shape& sizes, TensorOptions opts) { return full(sizes,
 
 Tensor Tensor::full(const Shape& sizes, double value, TensorOptions opts) {
   Tensor t = empty(sizes, opts);
-  fill_contiguous_any(t, value);
+  if (!t.is_meta()) fill_contiguous_any(t, value);
   return t;
 }
 
@@ -61,6 +62,7 @@ Tensor Tensor::arange(int64_t end, TensorOptions opts) {
 
 Tensor Tensor::arange(double start, double end, double step, TensorOptions opts) {
   TITAN_CHECK(step != 0.0, "Tensor::arange: step must be non-zero");
+  const MetaScope real(false);  // the values are computed here: nothing to defer
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
   Tensor t = empty({n}, opts);
   for (int64_t i = 0; i < n; ++i) {
@@ -81,6 +83,10 @@ template <typename FillF, typename FillD>
 Tensor random_tensor(const char* op, const Shape& sizes, Generator& gen, TensorOptions opts,
                      FillF fill_f, FillD fill_d) {
   TITAN_CHECK(is_floating(opts.dtype), op, ": dtype must be floating, got ", dtype_name(opts.dtype));
+  TITAN_CHECK(!MetaScope::active(), op, ": asked for random ", dtype_name(opts.dtype), shape_str(sizes),
+              " under a MetaScope, where tensors get no values; make it with zeros/empty and draw its "
+              "values in the module's reset_parameters (nn::init), which deferred initialisation "
+              "replays shard by shard");
   int64_t n = numel_of(sizes);
   uint64_t first = gen.reserve(static_cast<uint64_t>(n));
   if (opts.dtype == kF64) {
@@ -137,6 +143,10 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
   return impl_->storage;
 }
 
+bool Tensor::is_meta() const {
+  return impl_ && impl_->storage && impl_->storage->is_meta();
+}
+
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
   for (size_t i = sizes().size(); i-- > 0;) {
@@ -156,6 +166,10 @@ std::string Tensor::desc() const {
 
 void* Tensor::data_ptr() const {
   TITAN_CHECK(impl_, "Tensor::data_ptr: undefined tensor");
+  TITAN_CHECK(!impl_->storage->is_meta(), "Tensor::data_ptr: ", desc(),
+              " is a meta tensor (made under a MetaScope): it has a shape but no memory, its values "
+              "are not materialised; initialise the model through parallel::deferred_init (or "
+              "materialise the storage) before reading or computing with it");
   TITAN_CHECK(impl_->storage->nbytes() > 0 || numel() == 0, "Tensor::data_ptr: ", desc(),
               " holds no memory: it is a parameter sharded by FSDP, whole only during the forward and "
               "backward of its unit; read its shard, or gather the model (FullyShard::unshard_all)");

@@ -15,6 +15,7 @@
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
+#include "titan/core/meta.h"
 #include "titan/core/rng.h"
 #include "titan/core/shape.h"
 #include "titan/core/storage.h"
@@ -39,6 +40,9 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- factories -----------------------------------------------------------------------------
+  // empty, zeros, ones and full make meta tensors under a MetaScope (core/meta.h); the others
+  // make tensors with values, and so are real (arange, from_vector, scalar) or refused (rand,
+  // randn) there.
   static Tensor empty(const Shape& sizes, TensorOptions opts = {});
   static Tensor zeros(const Shape& sizes, TensorOptions opts = {});
   static Tensor ones(const Shape& sizes, TensorOptions opts = {});
@@ -70,6 +74,8 @@ class Tensor {
   size_t element_size() const { return dtype_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
+  // Made under a MetaScope and not materialised since: a shape without memory (core/meta.h).
+  bool is_meta() const;
   TensorOptions options() const { return {dtype(), device()}; }
   // "f32[2, 3]": used in error messages.
   std::string desc() const;
@@ -164,6 +170,7 @@ template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& sizes) {
   TITAN_CHECK(static_cast<int64_t>(values.size()) == numel_of(sizes), "Tensor::from_vector: ",
               values.size(), " values given for shape ", shape_str(sizes));
+  const MetaScope real(false);  // the values are here now: nothing to defer
   Tensor t = empty(sizes, {.dtype = dtype_of<T>::value});
   std::copy(values.begin(), values.end(), t.data<T>());
   return t;

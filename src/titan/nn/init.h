@@ -4,6 +4,11 @@
 // row-major order and advances the generator past them: a seed gives the same values whatever
 // the thread count, and successive calls draw fresh numbers. f32, f64 and bf16 tensors, any
 // strides; values are written without recording autograd history.
+//
+// Inside an nn::init::ShardedInitScope (sharded_init.h), a call on a handle registered there
+// fills only the box of the logical tensor this rank owns, into the target's dest, with the
+// values a one-rank call puts there, and moves the generator past the whole logical tensor. A meta
+// handle (core/meta.h) with no target is refused.
 #include "titan/core/tensor.h"
 
 namespace titan::nn::init {

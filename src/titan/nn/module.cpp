@@ -57,8 +57,9 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
   TITAN_CHECK(!t.requires_grad(), "Module::register_buffer: '", name, "' ", t.desc(),
               " requires grad; a trained tensor is a parameter (register_parameter)");
   // Buffers are made while the model is built, inside the trainer's parameters scope; they are
-  // not parameters.
-  CpuAllocator::instance().set_owner(t.storage()->data(), {MemoryCategory::other, buffers_name()});
+  // not parameters. A meta buffer (core/meta.h) has no block yet.
+  if (!t.is_meta())
+    CpuAllocator::instance().set_owner(t.storage()->data(), {MemoryCategory::other, buffers_name()});
   buffers_.push_back({name, t, persistent});
   return t;
 }
@@ -95,10 +96,11 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool persistent_only) const {
   std::vector<std::pair<std::string, Tensor>> out;
   walk(*this, "", [&](const std::string& prefix, const Module& m) {
-    for (const Slot& s : m.buffers_) out.emplace_back(join(prefix, s.name), s.tensor);
+    for (const Slot& s : m.buffers_)
+      if (s.persistent || !persistent_only) out.emplace_back(join(prefix, s.name), s.tensor);
   });
   return out;
 }

@@ -75,7 +75,8 @@ class Module {
   // name, so an optimizer never updates it twice.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
-  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // `persistent_only`: just the buffers a state dict holds.
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool persistent_only = false) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }

@@ -65,6 +65,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 double Tensor::item() const {
   TITAN_CHECK(numel() == 1, "item: tensor ", desc(), " has ", numel(), " elements, expected 1");
+  const MetaScope real(false);  // a scratch copy that holds values, whatever scope we are in
   Tensor d = Tensor::empty(sizes(), {.dtype = kF64});
   kernels::cpu::copy(*this, d);
   return *d.data<double>();
@@ -73,6 +74,7 @@ double Tensor::item() const {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_cpu("to_vector", *this);
+  const MetaScope real(false);
   Tensor c = Tensor::empty(sizes(), {.dtype = dtype_of<T>::value});
   kernels::cpu::copy(*this, c);
   const T* p = c.data<T>();

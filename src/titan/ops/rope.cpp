@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "titan/autograd/node.h"
+#include "titan/core/meta.h"
 #include "titan/core/parallel.h"
 #include "titan/kernels/cpu/rope.h"
 #include "titan/ops/checks.h"
@@ -56,6 +57,9 @@ RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
                 ", low_freq_factor ", scaling->low_freq_factor, ", high_freq_factor ",
                 scaling->high_freq_factor);
   }
+  // Computed here, whole on every rank, from nothing a rank's shard decides: real even while a
+  // model is built under a MetaScope.
+  const MetaScope real(false);
   const int64_t half = head_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {

@@ -52,9 +52,13 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
     TITAN_CHECK(p.is_contiguous() && (p.dtype() == kF32 || p.dtype() == kF64) && p.dim() >= 1,
                 "fully_shard: parameter ", name, " is ", p.desc(),
                 "; FSDP shards contiguous f32 or f64 parameters of at least one dimension on dim 0");
-    // Every rank keeps rows of rank 0's values, whatever each initialised.
-    replicate_group_.broadcast(p, 0).wait();
-    shard_group_.broadcast(p, 0).wait();
+    // Every rank keeps rows of rank 0's values, whatever each initialised. A meta parameter has
+    // none yet: its zero shard is filled later (param_shards), so the model is never whole.
+    const bool meta = p.is_meta();
+    if (!meta) {
+      replicate_group_.broadcast(p, 0).wait();
+      shard_group_.broadcast(p, 0).wait();
+    }
     const int64_t shard_rows = (p.size(0) + n - 1) / n;
     Param param{.name = name,
                 .full = p,
@@ -62,7 +66,8 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
                 .rows = p.size(0),
                 .shard_rows = shard_rows};
     const int64_t valid = valid_rows(param);
-    if (valid > 0) param.shard.narrow(0, 0, valid).copy_(p.narrow(0, rank * param.shard_rows, valid));
+    if (valid > 0 && !meta)
+      param.shard.narrow(0, 0, valid).copy_(p.narrow(0, rank * param.shard_rows, valid));
     param.shard.requires_grad_(true);
     size_t unit = root_unit;
     for (size_t u = 0; u < root_unit; ++u)
@@ -228,10 +233,25 @@ std::vector<Tensor> FullyShard::shards() const {
   return out;
 }
 
+std::vector<FullyShard::ParamShard> FullyShard::param_shards() const {
+  std::vector<ParamShard> out;
+  for (const Param& p : params_) {
+    const RowShard where = row_shard(p);
+    out.push_back({.name = p.name,
+                   .param = p.full,
+                   .valid = p.shard.detach().narrow(0, 0, where.rows),
+                   .where = where});
+  }
+  return out;
+}
+
 std::optional<RowShard> FullyShard::row_shard(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;
-  const Param& p = params_[it->second];
+  return row_shard(params_[it->second]);
+}
+
+RowShard FullyShard::row_shard(const Param& p) const {
   return RowShard{.row_offset = shard_group_.rank() * p.shard_rows, .rows = valid_rows(p), .global_shape = p.full.sizes()};
 }
 

@@ -72,6 +72,9 @@ class FullyShard {
   // Shards every parameter of `root` across `shard_group` (each rank keeps its rows of the
   // values rank 0 holds, so all start from rank 0's initialisation) and installs the hooks.
   // `blocks` are modules inside `root`, run in this order in forward. Collective over both groups.
+  // A meta parameter (the model built under a MetaScope, core/meta.h) gets a zero shard and no
+  // collective: its values are written into the shards afterwards, from param_shards() (see
+  // parallel/deferred_init.h).
   FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,
              dist::ProcessGroup replicate_group, FullyShardOptions options = {});
   ~FullyShard();
@@ -82,6 +85,16 @@ class FullyShard {
   // optimizer updates. Leaves that require grad, shaped [ceil(rows / N), ...].
   std::vector<std::pair<std::string, Tensor>> named_shards() const;
   std::vector<Tensor> shards() const;
+
+  // Where each parameter's values live on this rank, in named_shards' order: for writing them in
+  // place (deferred initialisation) without gathering.
+  struct ParamShard {
+    std::string name = {};
+    Tensor param = {};  // the module's handle, of the shape FSDP sharded (where.global_shape)
+    Tensor valid = {};  // the shard's first where.rows rows: no padding; may have no rows
+    RowShard where = {};
+  };
+  std::vector<ParamShard> param_shards() const;
 
   // Whether the coming backward is the step's last (the default): only then do complete
   // gradients start their reduce-scatter; otherwise they accumulate in the full gradients.
@@ -145,6 +158,7 @@ class FullyShard {
   void before_block_backward(size_t unit);
   void start_reduce(Unit& u);
   int64_t valid_rows(const Param& p) const;
+  RowShard row_shard(const Param& p) const;
 
   dist::ProcessGroup shard_group_;
   dist::ProcessGroup replicate_group_;
