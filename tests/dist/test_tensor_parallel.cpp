@@ -12,9 +12,12 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/dist/process_group.h"
+#include "titan/dist/device_mesh.h"
+#include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/comm_ops.h"
+#include "titan/parallel/deferred_init.h"
 #include "titan/parallel/loss_parallel.h"
 #include "titan/train/trainer.h"
 #include "trainer_fixture.h"
@@ -140,6 +143,54 @@ TEST(ContextParallelTraining, LossesMatchOneRankOnTheSameGlobalBatch) {
                {"CP 4, documents masked", 1, 1, documents, "configs/llama3/debug.toml", 4},
                {"CP 2 x TP 2, Qwen 3 dense", 2, 1, {}, "configs/qwen3/debug.toml", 2}};
   expect_one_rank_losses(layouts);
+}
+
+// Deferred initialisation under the real plans: a model built on meta, split by tensor
+// parallelism (and sharded by FSDP on 4 ranks), then initialised rank by rank, holds bit for bit
+// the slices of the same model built and initialised whole on one rank.
+TEST(TensorParallel, ShardedInitialisationEqualsTheSlicesOfOneRanks) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
+  for (const char* name : {"llama3", "qwen3"}) {
+    const models::TrainSpec& spec = models::get_train_spec(name);
+    models::ModelConfig cfg;
+    cfg.name = name;
+    cfg.flavor = "debugmodel";
+    Generator whole_gen(11);
+    const nn::StateDict want = spec.build(cfg, 64, whole_gen)->state_dict();
+    std::shared_ptr<models::CausalLM> model;
+    Generator gen(11);
+    {
+      const MetaScope meta;
+      model = spec.build(cfg, 64, gen);
+    }
+    dist::DeviceMesh mesh(world, {.dp_shard = n / 2, .tp = 2});
+    models::Parallelized parts = spec.parallelize(*model, {.mesh = &mesh});
+    ASSERT_TRUE(parts.tp) << name;
+    parallel::deferred_init(*model, gen, parts.fsdp.get(), [&](const std::string& p, const Tensor&) {
+      return parts.tp->slice_of(p);
+    });
+    EXPECT_EQ(gen.offset(), whole_gen.offset()) << name;
+    // Each parameter's local values (FSDP's valid rows, else the TP slice) against that box of the
+    // whole one.
+    std::map<std::string, std::pair<Tensor, int64_t>> local;  // name -> values, FSDP row offset
+    if (parts.fsdp)
+      for (const auto& ps : parts.fsdp->param_shards()) local[ps.name] = {ps.valid, ps.where.row_offset};
+    else
+      for (const auto& [p, t] : model->named_parameters()) local[p] = {t, 0};
+    ASSERT_FALSE(local.empty());
+    for (const auto& [p, values] : local) {
+      Tensor box = want.at(p);
+      const std::optional<parallel::GlobalSlice> slice = parts.tp->slice_of(p);
+      for (int64_t d = 0; d < box.dim(); ++d) {
+        const int64_t offset = (slice ? slice->offsets[d] : 0) + (d == 0 ? values.second : 0);
+        box = box.narrow(d, offset, values.first.size(d));
+      }
+      EXPECT_EQ(box.contiguous().to_vector<float>(), values.first.contiguous().to_vector<float>())
+          << name << " " << p;
+    }
+  }
 }
 
 // The vocabulary-parallel loss and its gradient against ops::cross_entropy on the whole logits,

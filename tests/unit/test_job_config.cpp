@@ -458,7 +458,7 @@ JobConfig unusual_config() {
                "--training.local_batch_size=3",
                "--training.global_batch_size=12",
                "--training.gradient_accumulation_steps=2",
-               "--training.seq_len=129",
+               "--training.seq_len=132",
                "--training.steps=77",
                "--training.max_norm=0.5",
                "--training.mixed_precision_param=bfloat16",

@@ -81,7 +81,8 @@ struct TrainSpec {
   std::string name;
   std::vector<std::string> flavors;
   // Builds the model on the CPU with weights initialised from `gen` (deterministic per seed);
-  // `max_seq_len` sizes position tables.
+  // `max_seq_len` sizes position tables. Under a MetaScope (core/meta.h) the parameters are meta
+  // and left for parallel::deferred_init, which draws the same values from `gen`.
   std::function<std::shared_ptr<CausalLM>(const ModelConfig&, int64_t max_seq_len, Generator& gen)> build;
   std::function<ModelSummary(const ModelConfig&, int64_t seq_len)> summarize;
   // Applies the parallel plans to a built model, in TorchTitan's order (TP, EP, activation

@@ -64,10 +64,13 @@ void TensorParallel::split_parameter(nn::Module& m, const std::string& local, co
   const int64_t part = p.size(dim) / n;
   placements_[name] = {.dim = dim, .offset = rank * part, .global_shape = p.sizes(), .partial_grad = false};
   TensorImpl& impl = *p.impl();
-  if (!impl.storage) {
-    // Not allocated yet (deferred initialisation): only the shape changes.
+  if (p.is_meta()) {
+    // Not allocated yet (deferred initialisation): a meta tensor of the local shape, which
+    // parallel::deferred_init fills with this rank's slice of the values.
     impl.sizes[dim] = part;
     impl.strides = contiguous_strides(impl.sizes);
+    impl.offset = 0;
+    impl.storage = Storage::meta(static_cast<size_t>(numel_of(impl.sizes)) * p.element_size(), p.device());
     return;
   }
   Tensor slice;
@@ -204,6 +207,14 @@ std::optional<TpPlacement> TensorParallel::placement(const std::string& name) co
   auto it = placements_.find(name);
   if (it == placements_.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<GlobalSlice> TensorParallel::slice_of(const std::string& name) const {
+  auto it = placements_.find(name);
+  if (it == placements_.end() || it->second.dim < 0) return std::nullopt;
+  GlobalSlice slice{.global_shape = it->second.global_shape, .offsets = Shape(it->second.global_shape.size(), 0)};
+  slice.offsets[static_cast<size_t>(it->second.dim)] = it->second.offset;
+  return slice;
 }
 
 }  // namespace titan::parallel

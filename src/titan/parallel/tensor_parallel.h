@@ -39,6 +39,7 @@
 #include "titan/dist/process_group.h"
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
+#include "titan/parallel/deferred_init.h"
 
 namespace titan::parallel {
 
@@ -90,6 +91,9 @@ class TensorParallel {
   // The placement of the parameter named `name`, nullopt for one that no style touched
   // (replicated with whole gradients).
   std::optional<TpPlacement> placement(const std::string& name) const;
+  // The same as deferred initialisation reads it (parallel/deferred_init.h): the box of the whole
+  // tensor that this rank's slice is, nullopt for a replicated parameter.
+  std::optional<GlobalSlice> slice_of(const std::string& name) const;
   dist::ProcessGroup& group() { return group_; }
   const TensorParallelOptions& options() const { return options_; }
   int64_t vocab_size() const { return vocab_size_; }

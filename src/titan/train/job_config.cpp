@@ -78,16 +78,6 @@ config::Schema<JobConfig> make_schema() {
                      std::to_string(par.tensor_parallel_degree) +
                      " for sequence parallelism; pick a multiple of " +
                      std::to_string(cp * par.tensor_parallel_degree));
-      if (c.model.attention != "splash")
-        problems.add("model.attention = \"" + c.model.attention +
-                     "\" with parallelism.context_parallel_degree = " + std::to_string(cp) +
-                     ": context parallelism runs ring attention over splash attention's tiles; set it to "
-                     "\"splash\"");
-      if (c.validation.enable)
-        problems.add(
-            "validation.enable = true with parallelism.context_parallel_degree = " + std::to_string(cp) +
-            ": validation does not split its sequences over cp ranks yet; set it to false, or validate "
-            "in a run without context parallelism");
     }
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) +

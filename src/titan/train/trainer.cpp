@@ -32,6 +32,7 @@
 #include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/data_parallel.h"
 #include "titan/parallel/data_parallel_style.h"
+#include "titan/parallel/deferred_init.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/checkpoint_manager.h"
@@ -237,6 +238,14 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   const models::TrainSpec& spec = models::get_train_spec(c.model.name);
   summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
+  if (const int64_t cp = mesh->degree("cp"); cp > 1) {
+    config::require(c.model.attention == "splash", "model.attention = \"", c.model.attention,
+                    "\" with parallelism.context_parallel_degree = ", cp,
+                    ": context parallelism runs ring attention over splash attention's tiles; set it to \"splash\"");
+    config::require(!c.validation.enable, "validation.enable = true with parallelism.context_parallel_degree = ", cp,
+                    ": validation does not split its sequences over cp ranks yet; set it to false, or validate in a "
+                    "run without context parallelism");
+  }
   if (const int64_t tp_degree = mesh->degree("tp"); tp_degree > 1) {
     // Checked before anything is built, naming what does not split.
     const std::pair<std::string, int64_t> splits[] = {
@@ -255,7 +264,10 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   }
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
+    // Shapes only: each rank allocates and initialises what it holds once the plans have split and
+    // sharded them (deferred initialisation, below), so no rank ever holds the whole model.
     MemoryOwnerScope owner(MemoryCategory::parameters);
+    const MetaScope meta;
     model = spec.build(c.model, c.training.seq_len, rng);
   }
   const int64_t dp_size = (*mesh)["dp"].size();
@@ -284,6 +296,12 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
     cp = std::move(parts.cp);
     tp = std::move(parts.tp);
     fsdp = std::move(parts.fsdp);
+  }
+  {
+    MemoryOwnerScope owner(MemoryCategory::parameters);
+    parallel::SliceOf slice_of;
+    if (tp) slice_of = [this](const std::string& name, const Tensor&) { return tp->slice_of(name); };
+    parallel::deferred_init(*model, rng, fsdp.get(), slice_of);
   }
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,

@@ -36,7 +36,9 @@ TrainSpec train_spec() {
     auto model = std::make_shared<Transformer>(
         args, TensorOptions{},
         AttentionKernel{cfg.attention == "splash", cfg.attn.block_q, cfg.attn.block_kv});
-    model->init_weights(gen);
+    // Under a MetaScope the parameters have no memory yet: parallel::deferred_init fills each
+    // rank's shards after the plans have split them.
+    if (!MetaScope::active()) model->init_weights(gen);
     return model;
   };
   spec.summarize = [](const ModelConfig& cfg, int64_t seq_len) {

@@ -40,7 +40,9 @@ TrainSpec train_spec(Family family) {
     auto model = std::make_shared<Transformer>(
         args, TensorOptions{},
         common::AttentionKernel{cfg.attention == "splash", cfg.attn.block_q, cfg.attn.block_kv});
-    model->init_weights(gen);
+    // Under a MetaScope the parameters have no memory yet: parallel::deferred_init fills each
+    // rank's shards after the plans have split them.
+    if (!MetaScope::active()) model->init_weights(gen);
     return model;
   };
   spec.summarize = [family, name = spec.name](const ModelConfig& cfg, int64_t seq_len) {
