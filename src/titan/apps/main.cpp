@@ -22,10 +22,13 @@ namespace {
 constexpr int kInterruptedExit = 75;
 
 constexpr const char* kUsage =
-    "usage: titan train --config FILE [--section.key=value ...] [--print-config]\n"
+    "usage: titan train --config FILE [--section.key=value ...] [--print-config] [--dry-run=RANKS[:RANK]]\n"
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
+    "  --dry-run=N[:R]    builds rank R (default 0) of a job of N ranks as [parallelism] lays it out\n"
+    "                     (mesh, model on meta, plans, its shards, optimizer state), without launching\n"
+    "                     the others or reading data; prints the start-up memory of that rank and exits\n"
     "  exit status: 0 when training.steps are done; 75 when SIGINT/SIGTERM stopped the run after\n"
     "  a step and saved a checkpoint there (run the same command again to resume); 1 on an error;\n"
     "  128+N when a second signal N ended it at once, without a checkpoint\n"
@@ -37,6 +40,7 @@ constexpr const char* kUsage =
 int train(const std::vector<std::string>& args) {
   std::string config;
   bool print = false;
+  int dry_ranks = 0, dry_rank = 0;  // 0 ranks: no dry run
   std::vector<std::string> overrides;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -47,6 +51,21 @@ int train(const std::vector<std::string>& args) {
       config = a.substr(9);
     } else if (a == "--print-config") {
       print = true;
+    } else if (a.starts_with("--dry-run=")) {
+      const std::string v = a.substr(10);
+      const size_t colon = v.find(':');
+      try {
+        size_t used = 0;
+        dry_ranks = std::stoi(v.substr(0, colon), &used);
+        TITAN_CHECK(used == (colon == std::string::npos ? v.size() : colon), "trailing characters");
+        if (colon != std::string::npos) dry_rank = std::stoi(v.substr(colon + 1), &used);
+        TITAN_CHECK(colon == std::string::npos || used == v.size() - colon - 1, "trailing characters");
+      } catch (const std::exception&) {
+        TITAN_CHECK(false, "titan train: ", a,
+                    ": expected --dry-run=RANKS or --dry-run=RANKS:RANK, whole numbers");
+      }
+      TITAN_CHECK(dry_ranks >= 1 && dry_rank >= 0 && dry_rank < dry_ranks, "titan train: ", a, ": rank ",
+                  dry_rank, " is not one of ", dry_ranks, " ranks");
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -58,6 +77,10 @@ int train(const std::vector<std::string>& args) {
   titan::train::JobConfig cfg = titan::train::load_job_config(config, overrides);
   if (print) {
     std::cout << titan::train::to_toml(cfg);
+    return 0;
+  }
+  if (dry_ranks > 0) {
+    titan::train::dry_run(cfg, dry_ranks, dry_rank, std::cout);
     return 0;
   }
   titan::train::StopOnSignal stop_on_signal;

@@ -112,7 +112,7 @@ struct ProcessGroup::Impl {
   MPI_Comm comm = MPI_COMM_NULL;  // null: a group of this process alone, no MPI
   bool owns_comm = false;
   double timeout_seconds = 300;
-  uint64_t started = 0;  // operations started, numbering them in messages
+  uint64_t started = 0;    // operations started, numbering them in messages
   bool simulated = false;  // ProcessGroup::simulated: no other rank exists
 
   ~Impl() {
@@ -177,7 +177,8 @@ std::string member_list(const ProcessGroup::Impl& g) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::ostringstream os;
-  os << "dist: " << s.what << " did not complete within " << g.timeout_seconds << " s on rank " << rt.world_rank;
+  os << "dist: " << s.what << " did not complete within " << g.timeout_seconds << " s on rank "
+     << rt.world_rank;
   for (Ask& a : asks) {
     if (!a.answered) {
       MPI_Cancel(&a.req);
@@ -322,9 +323,10 @@ Work start(const std::shared_ptr<ProcessGroup::Impl>& g, const std::string& op, 
   const int64_t bytes = tensors.empty() ? 0 : static_cast<int64_t>(tensors.back().nbytes());
   trace::Span span(op, "collective");
   span.arg("bytes", bytes).arg("group", g->name).arg("ranks", g->size).arg("seq", g->started);
-  TITAN_CHECK(!g->simulated, op, " on group '", g->name, "' of ", g->size,
-              " simulated ranks: a dry run builds every rank's layout without the other ranks, so nothing may "
-              "communicate; this step needs a real launch (mpirun)");
+  TITAN_CHECK(
+      !g->simulated, op, " on group '", g->name, "' of ", g->size,
+      " simulated ranks: a dry run builds every rank's layout without the other ranks, so nothing may "
+      "communicate; this step needs a real launch (mpirun)");
   if (g->comm == MPI_COMM_NULL) {
     if (local) local();
     if (on_complete) on_complete();
@@ -350,41 +352,44 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   MPI_Datatype type = mpi_type(t, "all_reduce");
   int n = mpi_count(t.numel(), "all_reduce");
-  return start(impl_, std::string("all_reduce(") + op_name(op) + ")", {t}, nullptr,
-               [&](MPI_Comm c, MPI_Request* r) {
-                 return MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, type, mpi_op(op), c, r);
-               },
-               average(t, op, impl_->size, "all_reduce"));
+  return start(
+      impl_, std::string("all_reduce(") + op_name(op) + ")", {t}, nullptr,
+      [&](MPI_Comm c, MPI_Request* r) {
+        return MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, type, mpi_op(op), c, r);
+      },
+      average(t, op, impl_->size, "all_reduce"));
 }
 
 Work ProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   check_tensor(out, "all_gather");
   check_tensor(in, "all_gather");
-  TITAN_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * impl_->size, "dist::all_gather on group '",
-              impl_->name, "' of ", impl_->size, " ranks: output ", out.desc(), " must hold ", impl_->size,
-              " times the input ", in.desc(), ", same dtype");
+  TITAN_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * impl_->size,
+              "dist::all_gather on group '", impl_->name, "' of ", impl_->size, " ranks: output ", out.desc(),
+              " must hold ", impl_->size, " times the input ", in.desc(), ", same dtype");
   MPI_Datatype type = mpi_type(in, "all_gather");
   int n = mpi_count(in.numel(), "all_gather");
-  return start(impl_, "all_gather", {out, in}, [&] { Tensor(out).copy_(in.view(out.sizes())); },
-               [&](MPI_Comm c, MPI_Request* r) {
-                 return MPI_Iallgather(in.data_ptr(), n, type, out.data_ptr(), n, type, c, r);
-               });
+  return start(
+      impl_, "all_gather", {out, in}, [&] { Tensor(out).copy_(in.view(out.sizes())); },
+      [&](MPI_Comm c, MPI_Request* r) {
+        return MPI_Iallgather(in.data_ptr(), n, type, out.data_ptr(), n, type, c, r);
+      });
 }
 
 Work ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
   check_tensor(out, "reduce_scatter");
   check_tensor(in, "reduce_scatter");
   TITAN_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * impl_->size,
-              "dist::reduce_scatter on group '", impl_->name, "' of ", impl_->size, " ranks: input ", in.desc(),
-              " must hold ", impl_->size, " chunks of the output ", out.desc(), ", same dtype");
+              "dist::reduce_scatter on group '", impl_->name, "' of ", impl_->size, " ranks: input ",
+              in.desc(), " must hold ", impl_->size, " chunks of the output ", out.desc(), ", same dtype");
   MPI_Datatype type = mpi_type(in, "reduce_scatter");
   int n = mpi_count(out.numel(), "reduce_scatter");
-  return start(impl_, std::string("reduce_scatter(") + op_name(op) + ")", {out, in},
-               [&] { Tensor(out).copy_(in.view(out.sizes())); },
-               [&](MPI_Comm c, MPI_Request* r) {
-                 return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, mpi_op(op), c, r);
-               },
-               average(out, op, impl_->size, "reduce_scatter"));
+  return start(
+      impl_, std::string("reduce_scatter(") + op_name(op) + ")", {out, in},
+      [&] { Tensor(out).copy_(in.view(out.sizes())); },
+      [&](MPI_Comm c, MPI_Request* r) {
+        return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, mpi_op(op), c, r);
+      },
+      average(out, op, impl_->size, "reduce_scatter"));
 }
 
 Work ProcessGroup::broadcast(const Tensor& t, int root) {
@@ -427,13 +432,17 @@ Work ProcessGroup::all_to_all_v(const Tensor& out, const std::vector<int64_t>& r
   }
   MPI_Datatype type = mpi_type(in, "all_to_all_v");
   // MPI reads the count arrays until the operation completes, so completion releases them.
-  return start(impl_, "all_to_all_v", {out, in}, [&] { if (sent) Tensor(out).copy_(in.view(out.sizes())); },
-               [&](MPI_Comm c, MPI_Request* r) {
-                 const int* k = counts->data();
-                 return MPI_Ialltoallv(in.data_ptr(), k, k + size, type, out.data_ptr(), k + 2 * size,
-                                       k + 3 * size, type, c, r);
-               },
-               [counts] {});
+  return start(
+      impl_, "all_to_all_v", {out, in},
+      [&] {
+        if (sent) Tensor(out).copy_(in.view(out.sizes()));
+      },
+      [&](MPI_Comm c, MPI_Request* r) {
+        const int* k = counts->data();
+        return MPI_Ialltoallv(in.data_ptr(), k, k + size, type, out.data_ptr(), k + 2 * size, k + 3 * size,
+                              type, c, r);
+      },
+      [counts] {});
 }
 
 Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
@@ -452,9 +461,8 @@ Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
               "' of ", impl_->size, " ranks: source ", src, " must be another rank of the group");
   MPI_Datatype type = mpi_type(t, "recv");
   int n = mpi_count(t.numel(), "recv");
-  return start(impl_, "recv from " + std::to_string(src), {t}, nullptr, [&](MPI_Comm c, MPI_Request* r) {
-    return MPI_Irecv(t.data_ptr(), n, type, src, tag, c, r);
-  });
+  return start(impl_, "recv from " + std::to_string(src), {t}, nullptr,
+               [&](MPI_Comm c, MPI_Request* r) { return MPI_Irecv(t.data_ptr(), n, type, src, tag, c, r); });
 }
 
 Work ProcessGroup::barrier() {

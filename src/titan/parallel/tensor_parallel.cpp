@@ -212,7 +212,8 @@ std::optional<TpPlacement> TensorParallel::placement(const std::string& name) co
 std::optional<GlobalSlice> TensorParallel::slice_of(const std::string& name) const {
   auto it = placements_.find(name);
   if (it == placements_.end() || it->second.dim < 0) return std::nullopt;
-  GlobalSlice slice{.global_shape = it->second.global_shape, .offsets = Shape(it->second.global_shape.size(), 0)};
+  GlobalSlice slice{.global_shape = it->second.global_shape,
+                    .offsets = Shape(it->second.global_shape.size(), 0)};
   slice.offsets[static_cast<size_t>(it->second.dim)] = it->second.offset;
   return slice;
 }

@@ -239,12 +239,14 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   summary = spec.summarize(c.model, c.training.seq_len);
   TITAN_CHECK(summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
   if (const int64_t cp = mesh->degree("cp"); cp > 1) {
-    config::require(c.model.attention == "splash", "model.attention = \"", c.model.attention,
-                    "\" with parallelism.context_parallel_degree = ", cp,
-                    ": context parallelism runs ring attention over splash attention's tiles; set it to \"splash\"");
-    config::require(!c.validation.enable, "validation.enable = true with parallelism.context_parallel_degree = ", cp,
-                    ": validation does not split its sequences over cp ranks yet; set it to false, or validate in a "
-                    "run without context parallelism");
+    config::require(
+        c.model.attention == "splash", "model.attention = \"", c.model.attention,
+        "\" with parallelism.context_parallel_degree = ", cp,
+        ": context parallelism runs ring attention over splash attention's tiles; set it to \"splash\"");
+    config::require(
+        !c.validation.enable, "validation.enable = true with parallelism.context_parallel_degree = ", cp,
+        ": validation does not split its sequences over cp ranks yet; set it to false, or validate in a "
+        "run without context parallelism");
   }
   if (const int64_t tp_degree = mesh->degree("tp"); tp_degree > 1) {
     // Checked before anything is built, naming what does not split.
@@ -560,6 +562,36 @@ TrainResult Trainer::train() {
   // started next (a resume) finds them on every rank.
   if (s.world.size() > 1) s.world.barrier().wait();
   return result;
+}
+
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log) {
+  validate(cfg);
+  CpuAllocator::instance().reset_peak();
+  const int64_t before = CpuAllocator::instance().stats().allocated_bytes;
+  Trainer::State s(cfg, log, dist::ProcessGroup::simulated(rank, world_size));
+  const JobConfig& c = s.cfg;
+  s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
+  s.dp_style = parallel::data_parallel_style(*s.mesh);
+  s.plan = plan_batches(c.training, (*s.mesh)["dp"].size());
+  // The byte tokenizer: the model's vocabulary is the config's, and no data is read.
+  s.build_model(*data::load_tokenizer(""));
+  s.build_optimizer();
+  DryRunReport r{.world_size = world_size, .rank = rank};
+  r.peak_bytes = CpuAllocator::instance().stats().peak_allocated_bytes - before;
+  for (const Tensor& p : s.params) r.param_bytes += static_cast<int64_t>(p.nbytes());
+  r.training_bytes = 4 * r.param_bytes;  // parameters, gradients and two moments of the same size
+  const double gb = 1.0 / (1 << 30);
+  std::string layout;
+  for (const char* dim : dist::DeviceMesh::kDims)
+    layout += (layout.empty() ? "" : " x ") + std::string(dim) + " " + std::to_string(s.mesh->degree(dim));
+  log << "titan: dry run of rank " << rank << " of " << world_size << " (" << layout << "), model "
+      << c.model.name << "/" << c.model.flavor << ": " << s.summary.num_params / 1e9 << " B parameters\n"
+      << "titan: this rank holds " << r.param_bytes * gb << " GiB of parameters; training keeps "
+      << r.training_bytes * gb << " GiB (parameters, gradients, AdamW moments)\n"
+      << "titan: start-up peak " << r.peak_bytes * gb
+      << " GiB = " << static_cast<double>(r.peak_bytes) / static_cast<double>(r.training_bytes)
+      << " of what training keeps (the whole model would be " << 4.0 * s.summary.num_params * gb << " GiB)\n";
+  return r;
 }
 
 StopOnSignal::StopOnSignal() {

@@ -66,6 +66,23 @@ struct TrainResult {
   bool interrupted = false;  // stopped by a signal before training.steps
 };
 
+// What a dry run measured: one rank of a job laid out as its config says, built without the
+// other ranks.
+struct DryRunReport {
+  int world_size = 1;
+  int rank = 0;
+  int64_t peak_bytes = 0;      // the allocator's high-water mark while building and initialising
+  int64_t param_bytes = 0;     // this rank's parameters (its shards and slices)
+  int64_t training_bytes = 0;  // what training keeps per rank: parameters, gradients, AdamW's moments
+};
+
+// Builds rank `rank` of a job of `world_size` ranks as `cfg` lays it out: the device mesh, the
+// model on meta, its parallel plans, this rank's initialised shards and its optimizer state,
+// without launching the other ranks (their process groups are simulated) and without data. Nothing
+// larger than this rank's part is allocated, so it shows what start-up costs a rank of a layout
+// this machine could never launch (405B over thousands of ranks). Logs the figures to `log`.
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log);
+
 class Trainer {
  public:
   // Builds the device mesh over `world`, then data, model, optimizer and logger from `cfg` and,
