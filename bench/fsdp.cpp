@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/mpi_launch.h"
 #include "support/torch_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
@@ -217,25 +218,14 @@ void print_comparison(int ranks, const nlohmann::json& titan,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (dist::launched_by_mpi()) {
-    try {
-      return run_ranks(dist::world());
-    } catch (const std::exception& e) {
-      std::cerr << "bench_fsdp: rank " << dist::launch_rank() << ": " << e.what() << "\n";
-      dist::abort_job(1);
-      return 1;
-    }
-  }
+  if (std::optional<int> status = bench::run_if_launched("bench_fsdp", run_ranks)) return *status;
   // Not under mpirun: run this binary under it, with one thread per rank; the ranks inherit the
   // BLAS kernels chosen here.
   bench::use_this_cpus_blas_kernels(argv);
   std::cout << bench::machine_summary() << "\n";
-  const std::string self = argv[0];
-  const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
   int status = 0;
   for (int ranks : {2, 4}) {
-    const std::string cmd =
-        "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + self;
+    const std::string cmd = bench::mpirun_self(argv[0], ranks);
     std::cout << "$ " << cmd << std::endl;
     const nlohmann::json titan = run_echoing(cmd);
     std::vector<std::pair<std::string, nlohmann::json>> torch;

@@ -21,14 +21,14 @@
 // The reference is the analytical count and one rank; PyTorch's DTensor tensor parallelism needs
 // NCCL for its collectives' async paths and is not timed here. With more ranks than cores, step
 // times measure overlap and memory, not speed-up.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "support/mpi_launch.h"
 #include "support/torch_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
@@ -178,22 +178,12 @@ int run_ranks(dist::ProcessGroup& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (dist::launched_by_mpi()) {
-    try {
-      return run_ranks(dist::world());
-    } catch (const std::exception& e) {
-      std::cerr << "bench_tensor_parallel: rank " << dist::launch_rank() << ": " << e.what() << "\n";
-      dist::abort_job(1);
-      return 1;
-    }
-  }
+  if (std::optional<int> status = bench::run_if_launched("bench_tensor_parallel", run_ranks)) return *status;
   bench::use_this_cpus_blas_kernels(argv);
   std::cout << bench::machine_summary() << "\n";
-  const std::string root = getuid() == 0 ? " --allow-run-as-root" : "";
   int status = 0;
   for (int ranks : {2, 4}) {
-    const std::string cmd =
-        "OMP_NUM_THREADS=1 mpirun --oversubscribe" + root + " -np " + std::to_string(ranks) + " " + argv[0];
+    const std::string cmd = bench::mpirun_self(argv[0], ranks);
     std::cout << "$ " << cmd << std::endl;
     if (std::system(cmd.c_str()) != 0) status = 1;
   }

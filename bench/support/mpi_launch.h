@@ -1,0 +1,20 @@
+#pragma once
+// The distributed benchmarks start themselves under mpirun: run without it, a binary prints the
+// machine and runs itself under mpirun with each rank count; under it, every rank measures.
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "titan/dist/process_group.h"
+
+namespace titan::bench {
+
+// Under mpirun: `body` on the world, its status returned; an error on any rank is printed with
+// the rank and `name` and ends every rank. Not under mpirun: nullopt.
+std::optional<int> run_if_launched(const char* name, const std::function<int(dist::ProcessGroup&)>& body);
+
+// The command that runs this binary (argv0) under mpirun with `ranks` ranks of one OpenMP thread
+// each (root's flag added when needed).
+std::string mpirun_self(const std::string& argv0, int ranks);
+
+}  // namespace titan::bench
