@@ -12,6 +12,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/dist/process_group.h"
+#include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
@@ -340,6 +341,63 @@ TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
   layout_run(cp, ckpt);
   expect_second_half(tp_run(join(ckpt, resume)), "saved under CP, resumed under TP");
   fresh();
+}
+
+// The final Hugging Face export of a TP run (slices gathered over tp, FSDP shards over dp_shard)
+// holds the weights one rank trains; a TP run starting from a Hugging Face folder slices it and
+// trains as one rank does from it.
+TEST(TensorParallel, HuggingFaceExportAndImport) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
+  const fs::path root = job_dir(0) / "tp_hf";
+  auto run = [&](bool tp, const fs::path& folder, std::vector<std::string> extra) {
+    std::vector<std::string> o = {"--checkpoint.enable=true", "--checkpoint.folder=" + folder.string(),
+                                  "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0",
+                                  "--checkpoint.last_save_in_hf=true"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    TrainResult r;
+    if (tp) {
+      std::vector<std::string> layout = layout_overrides({"TP", 2, 1, {}}, n);
+      o.insert(o.begin(), layout.begin(), layout.end());
+      std::ostringstream log;
+      r = Trainer(small_config(o), log, world).train();
+    } else if (world.rank() == 0) {
+      o.insert(o.begin(), local_batch(1));
+      std::ostringstream log;
+      r = Trainer(small_config(o), log, dist::ProcessGroup::single()).train();
+    }
+    world.barrier().wait();
+    return r;
+  };
+  if (world.rank() == 0) fs::remove_all(root);
+  world.barrier().wait();
+  run(false, root / "one", {});
+  run(true, root / "tp", {});
+  if (world.rank() == 0) {
+    checkpoint::HfReader one(root / "one" / "step-10"), tp(root / "tp" / "step-10");
+    const auto shapes = models::get_train_spec("llama3").state_dict_adapter->hf_shapes(one.config());
+    const auto a = one.load(shapes, kF32), b = tp.load(shapes, kF32);
+    for (const auto& [name, t] : a) {
+      const std::vector<float> x = t.to_vector<float>(), y = b.at(name).to_vector<float>();
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+        scale = std::max(scale, static_cast<double>(std::abs(x[i])));
+      }
+      EXPECT_LE(worst, 1e-4 * scale) << name;
+    }
+  }
+  const std::vector<std::string> from_hf = {"--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
+                                            "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
+  const TrainResult one = run(false, root / "one_from_hf", from_hf), tp = run(true, root / "tp_from_hf", from_hf);
+  if (world.rank() == 0) {
+    ASSERT_EQ(one.losses.size(), 2u);
+    ASSERT_EQ(tp.losses.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(tp.losses[i], one.losses[i], 1e-5 * one.losses[i]) << i;
+  }
+  world.barrier().wait();
+  if (world.rank() == 0) fs::remove_all(root);
 }
 
 TEST(TensorParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {

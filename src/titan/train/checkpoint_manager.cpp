@@ -357,11 +357,10 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
   }
   // Buffers that HF holds no tensor for keep this run's initial values; a missing parameter is
   // still an error of the load.
-  std::set<std::string> parameters;
-  for (const auto& [name, p] : parts_.model.named_parameters()) parameters.insert(name);
+  // (The buffers alone: under FSDP the parameters' handles hold no memory to look at.)
   std::vector<std::string> kept;
-  for (const auto& [name, t] : parts_.model.state_dict()) {
-    if (state.count(name) || parameters.count(name)) continue;
+  for (const auto& [name, t] : parts_.model.named_buffers(/*persistent_only=*/true)) {
+    if (state.count(name)) continue;
     state[name] = t.detach().clone();
     kept.push_back(name);
   }
@@ -390,7 +389,8 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   const bool hf = model_only && hf_adapter_;
   // A collective save writes in the foreground: a background thread's collectives would race
   // the training loop's.
-  const bool collective = sharded() && world_.size() > 1;
+  // A Hugging Face export is gathered first and written by rank 0 alone.
+  const bool collective = sharded() && world_.size() > 1 && !hf;
   const bool async = cfg_.checkpoint.async_mode != "disabled" && !collective;
   checkpoint::Pieces pieces;
   if (hf && sharded()) {
