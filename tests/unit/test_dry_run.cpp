@@ -65,6 +65,17 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
     EXPECT_NE(std::string(e.what()).find("parallelism.tensor_parallel_degree = 3"), std::string::npos)
         << e.what();
   }
+  // cp ranks count the tokens of their own chunks: an expert bias updated from them would drift.
+  try {
+    dry("qwen3/debug_moe.toml", 2,
+        {"--parallelism.context_parallel_degree=2", "--moe.load_balance_bias=true"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "moe.load_balance_bias = true with parallelism.context_parallel_degree = 2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -280,9 +280,15 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                   "moe.load_balance_bias = true with data parallelism over ", dp_size,
                   " ranks is not supported yet: each rank would update the expert bias from its own token "
                   "counts and the replicas would drift apart; set it to false, or train on one rank");
-  config::require(spec.parallelize || mesh->degree("tp") == 1,
-                  "parallelism.tensor_parallel_degree = ", mesh->degree("tp"), ": model ", c.model.name,
-                  " has no tensor-parallel plan; set it to 1");
+  config::require(
+      mesh->degree("cp") == 1 || !c.model.moe.load_balance_bias,
+      "moe.load_balance_bias = true with parallelism.context_parallel_degree = ", mesh->degree("cp"),
+      " is not supported yet: each cp rank would update the expert bias from the counts of its own "
+      "tokens and the replicas would drift apart; set it to false");
+  for (const auto& [dim, key] : {std::pair<const char*, const char*>{"tp", "tensor_parallel_degree"},
+                                 {"cp", "context_parallel_degree"}})
+    config::require(spec.parallelize || mesh->degree(dim) == 1, "parallelism.", key, " = ", mesh->degree(dim),
+                    ": model ", c.model.name, " has no plan for it; set it to 1");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
     models::Parallelized parts = spec.parallelize(
