@@ -16,9 +16,12 @@
 #include "titan/core/rng.h"
 #include "titan/dist/process_group.h"
 #include "titan/parallel/context_parallel.h"
+#include "trainer_fixture.h"
 
 namespace titan::parallel {
 namespace {
+
+using train::testing::error_of;
 
 using attention::BlockMask;
 using attention::Mask;
@@ -100,15 +103,6 @@ void expect_matches(const Case& c, dist::ProcessGroup& group) {
   EXPECT_LE(rel_error(got.dq, cp_shard(want.dq, 1, r, n)), tol) << "dq, " << where;
   EXPECT_LE(rel_error(got.dk, cp_shard(want.dk, 1, r, n)), tol) << "dk, " << where;
   EXPECT_LE(rel_error(got.dv, cp_shard(want.dv, 1, r, n)), tol) << "dv, " << where;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(ContextParallel, CausalF64MatchesSplash) {

@@ -3,18 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "titan/dist/device_mesh.h"
+#include "trainer_fixture.h"
 
 namespace titan::dist {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using train::testing::error_of;
 
 TEST(DeviceMesh, ReplicateTimesShardGroups) {
   const int n = world().size();

@@ -70,6 +70,15 @@ models::llama3::ModelArgs tiny_llama3_args() {
   return args;
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 std::string local_batch(int64_t ranks) {
   return "--training.local_batch_size=" + std::to_string(kGlobalBatch / ranks);
 }

@@ -3,6 +3,7 @@
 // job's own, so that two runs of the suite at once (or a leftover of an earlier one) never meet.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ JobConfig small_config(const std::vector<std::string>& overrides,
 
 // A two-layer Llama 3 of width 64 over 96 ids and 16 positions: FSDP's units in a second.
 models::llama3::ModelArgs tiny_llama3_args();
+
+// The message of the titan::Error that `f` throws, or "(no error)".
+std::string error_of(const std::function<void()>& f);
 
 // "--training.local_batch_size=" for kGlobalBatch over `ranks` data-parallel ranks.
 std::string local_batch(int64_t ranks);
