@@ -52,6 +52,22 @@ void count_collective(const dist::ProcessGroup& group, double bytes, bool all_re
   g_stats.wait_seconds += seconds;
 }
 
+void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, dist::ProcessGroup& group) {
+  std::vector<dist::Work> works;
+  double bytes = 0;
+  for (const Tensor& p : params) {
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    works.push_back(group.all_reduce(grad, op));
+    bytes += static_cast<double>(grad.nbytes());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (dist::Work& w : works) w.wait();
+  if (!works.empty())
+    count_collective(group, bytes, true,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
   autograd::NoGradGuard no_grad;
   Tensor front = to_front(x.detach(), dim);

@@ -9,6 +9,7 @@
 // the same order with the same shapes. Backward calls the collective of its gradient, so every
 // rank must also run backward.
 #include <cstdint>
+#include <vector>
 
 #include "titan/core/tensor.h"
 #include "titan/dist/process_group.h"
@@ -48,6 +49,10 @@ void reset_comm_stats();
 // Counts a collective run outside these ops (the loss's, tensor parallelism's gradient sums):
 // `bytes` of the payload, `all_reduce` for the doubled ring traffic, `seconds` waited.
 void count_collective(const dist::ProcessGroup& group, double bytes, bool all_reduce, double seconds);
+
+// Reduces over `group`, in place, the gradients of `params` that have one: all started at once,
+// then waited for, counted in comm_stats(). What tensor and context parallelism do after backward.
+void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, dist::ProcessGroup& group);
 
 // The plain collectives underneath, without autograd (exposed for the ops above and tests).
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);

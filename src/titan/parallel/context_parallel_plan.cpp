@@ -1,7 +1,5 @@
 #include "titan/parallel/context_parallel_plan.h"
 
-#include <chrono>
-
 #include "titan/autograd/grad_mode.h"
 #include "titan/parallel/comm_ops.h"
 
@@ -54,17 +52,7 @@ Tensor ContextParallel::attend(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 void ContextParallel::average_gradients(const std::vector<Tensor>& params) {
-  std::vector<dist::Work> works;
-  for (const Tensor& p : params) {
-    Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    works.push_back(group_.all_reduce(grad, dist::ReduceOp::avg));
-    count_collective(group_, static_cast<double>(grad.nbytes()), true, 0);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (dist::Work& w : works) w.wait();
-  count_collective(group_, 0, false,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  all_reduce_gradients(params, dist::ReduceOp::avg, group_);
 }
 
 }  // namespace titan::parallel

@@ -126,6 +126,10 @@ void TensorParallel::vocab_output(nn::Linear& output) {
   vocab_size_ = vocab;
   colwise(output);
   vocab_offset_ = group_.rank() * output.out_features();
+  gather_logits_unless_loss_parallel();
+}
+
+void TensorParallel::gather_logits_unless_loss_parallel() {
   gather_logits_ = !options_.loss_parallel;
   if (gather_logits_)
     hook(root_, [g = group_](nn::Module&, Tensor& logits) {
@@ -137,11 +141,7 @@ void TensorParallel::tied_vocab_output(nn::Embedding& embedding) {
   TITAN_CHECK(placements_.count(param_name(embedding, "weight")),
               "tensor parallelism: the tied output reuses ", embedding.path(),
               ".weight, which must be split by vocab_embedding first");
-  gather_logits_ = !options_.loss_parallel;
-  if (gather_logits_)
-    hook(root_, [g = group_](nn::Module&, Tensor& logits) {
-      logits = gather_along_replicated(logits, logits.dim() - 1, g);
-    });
+  gather_logits_unless_loss_parallel();
 }
 
 void TensorParallel::enter_split_region(nn::Module& m) {
@@ -180,16 +180,12 @@ Tensor TensorParallel::loss(const Tensor& logits, const Tensor& labels) const {
 }
 
 void TensorParallel::reduce_partial_gradients(const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::vector<dist::Work> works;
+  std::vector<Tensor> partial;
   for (const auto& [name, t] : named) {
     auto it = placements_.find(name);
-    if (it == placements_.end() || !it->second.partial_grad) continue;
-    Tensor grad = t.grad();
-    if (!grad.defined()) continue;
-    works.push_back(group_.all_reduce(grad, dist::ReduceOp::sum));
-    count_collective(group_, static_cast<double>(grad.nbytes()), true, 0);
+    if (it != placements_.end() && it->second.partial_grad) partial.push_back(t);
   }
-  for (dist::Work& w : works) w.wait();
+  all_reduce_gradients(partial, dist::ReduceOp::sum, group_);
 }
 
 std::vector<Tensor> TensorParallel::norm_params(

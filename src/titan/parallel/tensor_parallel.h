@@ -101,6 +101,8 @@ class TensorParallel {
  private:
   void split_parameter(nn::Module& m, const std::string& name, const Tensor& p, int64_t dim);
   void mark_partial(nn::Module& m);
+  // Without the parallel loss, the model's output (the logits) is gathered over the vocabulary.
+  void gather_logits_unless_loss_parallel();
   uint64_t hook(nn::Module& m, nn::Module::ForwardHook h);
 
   nn::Module& root_;
