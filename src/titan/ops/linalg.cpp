@@ -99,8 +99,16 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The data of a gradient's buffer, or null for one not asked for.
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 // The gradients of y = x2 w^T given y's gradient g2 [rows, out]: dx = g2 w and dw = g2^T x2,
-// each only when asked for. Independent GEMMs of equal work, which may run side by side.
+// each only when asked for. Independent GEMMs of equal work, which may run side by side; one asked
+// for alone runs as it would beside the other, so a split backward's input gradients (asked for
+// first) and weight gradients (later) have the bits of one backward's.
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const Tensor& x2, bool want_dx,
                                        bool want_dw) {
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
@@ -113,14 +121,12 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
     using T = decltype(z);
     using Acc = kernels::cpu::gemm_acc_t<T>;
     const T* g = G.t.template data<T>();
-    std::vector<kernels::cpu::GemmCall<T>> calls;
-    if (want_dx)
-      calls.push_back({G.trans, W.trans, rows, in, out, Acc(1), g, G.ld, W.t.template data<T>(), W.ld, Acc(0),
-                       dx.data<Acc>(), in});
-    if (want_dw)
-      calls.push_back({!G.trans, X.trans, out, in, rows, Acc(1), g, G.ld, X.t.template data<T>(), X.ld,
-                       Acc(0), dw.data<Acc>(), in});
-    kernels::cpu::gemm_concurrent<T>(calls);
+    const std::vector<kernels::cpu::GemmCall<T>> calls{
+        {G.trans, W.trans, rows, in, out, Acc(1), g, G.ld, data_or_null<T>(W.t), W.ld, Acc(0),
+         data_or_null<Acc>(dx), in},
+        {!G.trans, X.trans, out, in, rows, Acc(1), g, G.ld, data_or_null<T>(X.t), X.ld, Acc(0),
+         data_or_null<Acc>(dw), in}};
+    kernels::cpu::gemm_concurrent<T>(calls, {want_dx, want_dw});
   });
   return {dx, dw};
 }

@@ -84,27 +84,41 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, gemm_acc_t<T> alpha
 }
 
 template <typename T>
-void gemm_concurrent(std::span<const GemmCall<T>> calls) {
+void gemm_concurrent(std::span<const GemmCall<T>> calls, const std::vector<bool>& wanted) {
   const auto n = static_cast<int64_t>(calls.size());
   auto run = [&](int64_t i) {
     const GemmCall<T>& c = calls[i];
     gemm<T>(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, c.a, c.lda, c.b, c.ldb, c.beta, c.c, c.ldc,
             c.varying);
   };
-  int64_t multiply_adds = 0;
-  for (const GemmCall<T>& c : calls) multiply_adds += c.m * c.n * c.k;
+  std::vector<int64_t> picked;
+  int64_t multiply_adds = 0, picked_adds = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const GemmCall<T>& c = calls[i];
+    multiply_adds += c.m * c.n * c.k;
+    if (!wanted[i]) continue;
+    picked.push_back(i);
+    picked_adds += c.m * c.n * c.k;
+  }
   const bool small = n > 0 && multiply_adds / n < 64 * 64 * 64;
   const int threads = omp_get_max_threads();
   if (n < 2 || threads < 2 || omp_in_parallel() || (threads > n && !small)) {
-    for (int64_t i = 0; i < n; ++i) run(i);
+    for (int64_t i : picked) run(i);
     return;
   }
   trace::Span span("gemms side by side", "gemm");
-  span.arg("calls", n).arg("flops", 2 * multiply_adds);
-  // OpenBLAS's OpenMP build, and oneDNN's, run single-threaded inside a parallel region. Dynamic: the calls
-  // may differ in size (experts get different numbers of tokens).
+  span.arg("calls", static_cast<int64_t>(picked.size())).arg("flops", 2 * picked_adds);
+  // OpenBLAS's OpenMP build, and oneDNN's, run single-threaded inside a parallel region (even a lone
+  // call, its team's other threads idle). Dynamic: the calls may differ in size (experts get
+  // different numbers of tokens).
+  const auto count = static_cast<int64_t>(picked.size());
 #pragma omp parallel for num_threads(static_cast <int>(std::min <int64_t>(threads, n))) schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) run(i);
+  for (int64_t j = 0; j < count; ++j) run(picked[j]);
+}
+
+template <typename T>
+void gemm_concurrent(std::span<const GemmCall<T>> calls) {
+  gemm_concurrent(calls, std::vector<bool>(calls.size(), true));
 }
 
 template <typename T>
@@ -120,6 +134,7 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, gem
 
 #define TITAN_GEMM_INSTANTIATE(T)                                                                          \
   template void gemm_concurrent<T>(std::span<const GemmCall<T>>);                                          \
+  template void gemm_concurrent<T>(std::span<const GemmCall<T>>, const std::vector<bool>&);                \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*, int64_t, const T*, \
                         int64_t, gemm_acc_t<T>, gemm_acc_t<T>*, int64_t, Varying);                         \
   template void gemm_strided_batched<T>(bool, bool, int64_t, int64_t, int64_t, gemm_acc_t<T>, const T*,    \

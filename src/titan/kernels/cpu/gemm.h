@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "titan/core/dtype.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
@@ -57,5 +58,12 @@ struct GemmCall {
 // differently with and without threads, so the low bits differ from calls made in turn.
 template <typename T>
 void gemm_concurrent(std::span<const GemmCall<T>> calls);
+
+// Only the calls marked in `wanted`, each run exactly as gemm_concurrent(calls) would run it (side
+// by side or BLAS-threaded, chosen from all of them), so with the same bits: a layer's input and
+// weight gradients asked for apart (a split backward, autograd/engine.h) come out as when asked for
+// together. The pointers of the calls left out are not read.
+template <typename T>
+void gemm_concurrent(std::span<const GemmCall<T>> calls, const std::vector<bool>& wanted);
 
 }  // namespace titan::kernels::cpu
