@@ -22,10 +22,13 @@ namespace {
 constexpr int kInterruptedExit = 75;
 
 constexpr const char* kUsage =
-    "usage: titan train --config FILE [--section.key=value ...] [--print-config] [--dry-run=RANKS[:RANK]]\n"
+    "usage: titan train --config FILE [--section.key=value ...] [--print-config] [--print-schedule]\n"
+    "                   [--dry-run=RANKS[:RANK]]\n"
     "  --config FILE      a TOML job config (see configs/)\n"
     "  --section.key=V    overrides one key of the config, e.g. --training.steps=100\n"
     "  --print-config     prints the resolved config as TOML and exits\n"
+    "  --print-schedule   prints the pipeline schedule's table (a row per pp rank, a column per time\n"
+    "                     slot: F forward, B backward, I input and W weight gradients), its bubble, and exits\n"
     "  --dry-run=N[:R]    builds rank R (default 0) of a job of N ranks as [parallelism] lays it out\n"
     "                     (mesh, model on meta, plans, its shards, optimizer state), without launching\n"
     "                     the others or reading data; prints the start-up memory of that rank and exits\n"
@@ -39,7 +42,7 @@ constexpr const char* kUsage =
 
 int train(const std::vector<std::string>& args) {
   std::string config;
-  bool print = false;
+  bool print = false, print_schedule = false;
   int dry_ranks = 0, dry_rank = 0;  // 0 ranks: no dry run
   std::vector<std::string> overrides;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -51,6 +54,8 @@ int train(const std::vector<std::string>& args) {
       config = a.substr(9);
     } else if (a == "--print-config") {
       print = true;
+    } else if (a == "--print-schedule") {
+      print_schedule = true;
     } else if (a.starts_with("--dry-run=")) {
       const std::string v = a.substr(10);
       const size_t colon = v.find(':');
@@ -77,6 +82,10 @@ int train(const std::vector<std::string>& args) {
   titan::train::JobConfig cfg = titan::train::load_job_config(config, overrides);
   if (print) {
     std::cout << titan::train::to_toml(cfg);
+    return 0;
+  }
+  if (print_schedule) {
+    titan::train::print_pipeline_schedule(cfg, std::cout);
     return 0;
   }
   if (dry_ranks > 0) {

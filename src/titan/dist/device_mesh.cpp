@@ -40,15 +40,14 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
 
 std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const ParallelismConfig& p,
                                                     const CommConfig& comm) {
-  const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", p.pipeline_parallel_degree},
-                                                     {"expert_parallel_degree", p.expert_parallel_degree}};
+  const std::pair<const char*, int64_t> missing[] = {{"expert_parallel_degree", p.expert_parallel_degree}};
   std::string refused;
   for (const auto& [key, degree] : missing)
     if (degree != 1)
       refused += "\n  parallelism." + std::string(key) + " = " + std::to_string(degree) + ": set it to 1";
   // The pipeline's own keys mean nothing without pipeline stages.
   const ParallelismConfig defaults;
-  if (p.pipeline_parallel_schedule != defaults.pipeline_parallel_schedule)
+  if (p.pipeline_parallel_degree == 1 && p.pipeline_parallel_schedule != defaults.pipeline_parallel_schedule)
     refused += "\n  parallelism.pipeline_parallel_schedule = \"" + p.pipeline_parallel_schedule +
                "\": there are no pipeline stages to schedule; drop the key";
   // So are tensor parallelism's without tp ranks.
@@ -60,14 +59,18 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     refused +=
         "\n  parallelism.disable_loss_parallel = true: there is no tensor parallelism whose loss could be "
         "parallel; drop the key";
-  if (p.pipeline_parallel_microbatch_size != defaults.pipeline_parallel_microbatch_size)
+  if (p.pipeline_parallel_degree == 1 && !p.pipeline_parallel_split_points.empty())
+    refused += "\n  parallelism.pipeline_parallel_split_points = \"" + p.pipeline_parallel_split_points +
+               "\": there are no pipeline stages to split; drop the key";
+  if (p.pipeline_parallel_degree == 1 &&
+      p.pipeline_parallel_microbatch_size != defaults.pipeline_parallel_microbatch_size)
     refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
   config::require(refused.empty(),
-                  "[parallelism] asks for what titan cannot do yet: only data, tensor and context "
+                  "[parallelism] asks for what titan cannot do yet: only data, tensor, context and pipeline "
                   "parallelism are implemented (data_parallel_replicate_degree, data_parallel_shard_degree, "
-                  "tensor_parallel_degree, context_parallel_degree)",
+                  "tensor_parallel_degree, context_parallel_degree, pipeline_parallel_degree)",
                   refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,

@@ -23,9 +23,14 @@ void declare_keys(config::Keys<ParallelismConfig>& keys) {
       .add("pipeline_parallel_degree", &C::pipeline_parallel_degree, config::at_least_one(),
            "pipeline stages (ranks)")
       .add("pipeline_parallel_schedule", &C::pipeline_parallel_schedule,
-           config::one_of({"GPipe", "1F1B", "Interleaved1F1B"}), "pipeline schedule")
+           config::one_of({"GPipe", "1F1B", "Interleaved1F1B", "ZBH1", "ZBVZeroBubble"}),
+           "pipeline schedule: GPipe, 1F1B, Interleaved1F1B (several stages per rank), ZBH1 and ZBVZeroBubble "
+           "(zero-bubble: weight gradients deferred into the bubbles)")
       .add("pipeline_parallel_microbatch_size", &C::pipeline_parallel_microbatch_size, config::positive(),
            "sequences per pipeline micro-batch; divides local_batch_size")
+      .add("pipeline_parallel_split_points", &C::pipeline_parallel_split_points, {},
+           "comma-separated first layers of the stages after the first (\"layers.4,layers.8\"); empty: an even "
+           "split")
       .add("context_parallel_degree", &C::context_parallel_degree, config::at_least_one(),
            "ranks each sequence is split over (ring attention)")
       .add("expert_parallel_degree", &C::expert_parallel_degree, config::at_least_one(),

@@ -23,6 +23,9 @@ struct ParallelismConfig {
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";
   int64_t pipeline_parallel_microbatch_size = 1;
+  // Where each stage after the first begins, comma-separated ("layers.4,layers.8"); empty: the
+  // layers split evenly.
+  std::string pipeline_parallel_split_points = "";
   int64_t context_parallel_degree = 1;
   int64_t expert_parallel_degree = 1;
 };

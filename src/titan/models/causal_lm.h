@@ -22,6 +22,24 @@ class CausalLM : public nn::Module {
   Tensor operator()(const Tensor& tokens) { return (*this)(tokens, Tensor()); }
   virtual int64_t vocab_size() const = 0;
 
+  // Pipeline parallelism runs the model as stages of consecutive layers. forward_layers runs
+  // layers [first, last) on `input`: token ids [batch, seq] when first == 0 (the embedding runs
+  // before them), else the hidden states [batch, seq, dim] the stage before returned; when last ==
+  // num_layers() the final norm and output run after them and it returns logits, else hidden
+  // states. forward_layers(tokens, ids, 0, num_layers()) is operator(). A stage touches only the
+  // modules of its span, so the others may hold no values on its rank.
+  virtual int64_t num_layers() const = 0;
+  // The width of the hidden states between layers.
+  virtual int64_t hidden_size() const = 0;
+  virtual Tensor forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) = 0;
+  // forward_layers through this module's forward hooks (what a data-parallel plan installs on the
+  // root runs around every stage's forward).
+  Tensor run_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) {
+    return run_forward(input, [this, document_ids, first, last](const Tensor& in) {
+      return forward_layers(in, document_ids, first, last);
+    });
+  }
+
   // The auxiliary loss of the last forward (MoE load balancing), already weighted by its
   // coefficient: a 0-d tensor to add to the training loss, whose gradient reaches the parameters
   // that made it. Undefined for a model without one.

@@ -12,6 +12,8 @@ void declare_keys(config::Keys<ModelConfig>& keys) {
            "attention kernel: block-sparse splash, or the reference that materialises the scores")
       .add("vocab_size", &C::vocab_size, config::non_negative(),
            "0: the flavor's; else overrides it (e.g. the tokenizer's size)")
+      .add("n_layers", &C::n_layers, config::non_negative(),
+           "0: the flavor's; else overrides its number of blocks (a deeper or shallower model of its width)")
       .add("weight_tying", &C::weight_tying, {},
            "share the embedding with the output projection; unset: as the flavor does")
       .add("tokenizer_path", &C::tokenizer_path, {},

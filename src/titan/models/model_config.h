@@ -15,6 +15,7 @@ struct ModelConfig {
   std::string flavor = "debugmodel";  // its size preset
   std::string attention = "splash";  // "splash" | "reference"
   int64_t vocab_size = 0;            // 0: the flavor's own; else overrides it (e.g. a tokenizer's size)
+  int64_t n_layers = 0;              // 0: the flavor's own; else overrides its depth
   std::optional<bool> weight_tying = std::nullopt;  // unset: the flavor's own; only families that can tie
   std::string tokenizer_path = {};   // empty: the byte tokenizer
   // Their own sections, kept here because a family is built from them with the rest.

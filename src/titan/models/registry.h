@@ -17,12 +17,21 @@
 #include "titan/models/model_summary.h"
 #include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
 
 namespace titan::models {
 
 // How parallelize() spreads and wraps a built model ([activation_checkpoint] and the
 // [parallelism] plans).
+// How a pipeline splits the model ([parallelism]'s pipeline keys).
+struct PipelineOptions {
+  std::string schedule = "1F1B";
+  int64_t micro_batches = 1;  // per pipeline run: local_batch_size / pipeline_parallel_microbatch_size
+  // "layers.<i>" where each stage after the first begins; empty: an even split.
+  std::vector<std::string> split_points = {};
+};
+
 struct ParallelizeOptions {
   std::string activation_checkpoint_mode = "none";  // "none" | "full" | "selective"
   int64_t activation_checkpoint_every_k = 1;        // selective: every k-th block
@@ -36,6 +45,8 @@ struct ParallelizeOptions {
   int64_t seq_len = 0;
   int64_t block_q = attention::kDefaultBlockQ;
   int64_t block_kv = attention::kDefaultBlockKv;
+  // Pipeline parallelism over mesh["pp"] when its degree exceeds 1.
+  PipelineOptions pipeline{};
 };
 
 // What parallelize() leaves the trainer: the context-parallel state when the mesh splits
@@ -47,6 +58,8 @@ struct Parallelized {
   // Its batches are sharded by the trainer, which hands it each micro-batch's document ids.
   std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
+  // Which stages this rank runs, and the schedule's table.
+  std::unique_ptr<parallel::PipelineParallel> pp;
   std::unique_ptr<parallel::FullyShard> fsdp;
 };
 

@@ -1,6 +1,7 @@
 #include "titan/parallel/context_parallel_plan.h"
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/in_place.h"
 #include "titan/parallel/comm_ops.h"
 
 namespace titan::parallel {
@@ -26,11 +27,7 @@ void ContextParallel::shard_position_table(const Tensor& table) const {
     for (size_t i = 0; i < positions.size(); ++i)
       rows.narrow(0, static_cast<int64_t>(i), 1).copy_(table.detach().narrow(0, positions[i], 1));
   }
-  TensorImpl& impl = *table.impl();
-  impl.storage = rows.storage();
-  impl.sizes = rows.sizes();
-  impl.strides = rows.strides();
-  impl.offset = rows.storage_offset();
+  rebind_in_place(table, rows);
 }
 
 Tensor ContextParallel::shard(const Tensor& t) const {

@@ -294,11 +294,13 @@ int64_t FullyShard::shard_bytes() const {
 }
 
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
-                                       FullyShardOptions options) {
+                                       FullyShardOptions options,
+                                       const std::function<bool(const nn::Module& block)>& runs_here) {
   const DataParallelStyle style = data_parallel_style(mesh);
   if (style != DataParallelStyle::fsdp && style != DataParallelStyle::hsdp) return nullptr;
   std::vector<nn::Module*> blocks;
-  for (const auto& [name, block] : layers.named_children()) blocks.push_back(block.get());
+  for (const auto& [name, block] : layers.named_children())
+    if (!runs_here || runs_here(*block)) blocks.push_back(block.get());
   return std::make_unique<FullyShard>(root, blocks, mesh["dp_shard"], mesh["dp_replicate"], options);
 }
 

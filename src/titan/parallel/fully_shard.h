@@ -29,6 +29,7 @@
 // Collectives overlap computation only as far as MPI progresses them: the nonblocking
 // collectives of dist/ advance when this rank calls into MPI, which FSDP does at every hook.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -176,7 +177,10 @@ class FullyShard {
 // TorchTitan's apply_fsdp: every child of `layers` (the model's blocks) a unit of its own, the
 // rest of `root` the root unit, sharded over mesh["dp_shard"] and replicated over
 // mesh["dp_replicate"] (HSDP when both exceed 1). Null when dp_shard is 1: nothing to shard.
+// `runs_here`, when set, picks the blocks this rank runs (a pipeline stage's); the others' (empty)
+// parameters join the root unit.
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
-                                       FullyShardOptions options = {});
+                                       FullyShardOptions options = {},
+                                       const std::function<bool(const nn::Module& block)>& runs_here = nullptr);
 
 }  // namespace titan::parallel

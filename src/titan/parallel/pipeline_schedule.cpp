@@ -429,4 +429,17 @@ std::vector<int64_t> peak_in_flight(const PipelineSchedule& s) {
   return peak;
 }
 
+std::string describe_schedule(const PipelineSchedule& s) {
+  std::ostringstream out;
+  const AnalyticalBubble published = analytical_bubble(s);
+  out << s.name << " over " << s.ranks << " ranks, " << s.num_stages() << " stages (" << s.stages_per_rank
+      << " per rank), " << s.micro_batches << " micro-batches; bubble " << simulate_schedule(s).bubble_fraction
+      << " simulated with equal forward, input- and weight-gradient times, " << published.fraction
+      << " published (" << published.formula << "); activations held per rank at most [";
+  const std::vector<int64_t> peak = peak_in_flight(s);
+  for (size_t r = 0; r < peak.size(); ++r) out << (r ? ", " : "") << peak[r];
+  out << "]";
+  return out.str();
+}
+
 }  // namespace titan::parallel

@@ -83,4 +83,8 @@ AnalyticalBubble analytical_bubble(const PipelineSchedule& s);
 // this is micro-batches in flight; with two, a unit is half a rank's layers.
 std::vector<int64_t> peak_in_flight(const PipelineSchedule& s);
 
+// One line for a log: the schedule, its layout, the simulated and published bubble fractions and
+// the activations each rank holds at most.
+std::string describe_schedule(const PipelineSchedule& s);
+
 }  // namespace titan::parallel

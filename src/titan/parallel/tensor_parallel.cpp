@@ -1,6 +1,7 @@
 #include "titan/parallel/tensor_parallel.h"
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/in_place.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/comm_ops.h"
@@ -63,25 +64,7 @@ void TensorParallel::split_parameter(nn::Module& m, const std::string& local, co
   TITAN_CHECK(!placements_.count(name), "tensor parallelism: parameter ", name, " is given two styles");
   const int64_t part = p.size(dim) / n;
   placements_[name] = {.dim = dim, .offset = rank * part, .global_shape = p.sizes(), .partial_grad = false};
-  TensorImpl& impl = *p.impl();
-  if (p.is_meta()) {
-    // Not allocated yet (deferred initialisation): a meta tensor of the local shape, which
-    // parallel::deferred_init fills with this rank's slice of the values.
-    impl.sizes[dim] = part;
-    impl.strides = contiguous_strides(impl.sizes);
-    impl.offset = 0;
-    impl.storage = Storage::meta(static_cast<size_t>(numel_of(impl.sizes)) * p.element_size(), p.device());
-    return;
-  }
-  Tensor slice;
-  {
-    autograd::NoGradGuard no_grad;
-    slice = p.detach().narrow(dim, rank * part, part).contiguous().clone();
-  }
-  impl.storage = slice.storage();
-  impl.sizes = slice.sizes();
-  impl.strides = slice.strides();
-  impl.offset = slice.storage_offset();
+  narrow_in_place(p, dim, rank * part, part);
 }
 
 void TensorParallel::colwise(nn::Linear& linear) {

@@ -137,11 +137,20 @@ std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::strin
   std::optional<parallel::TpPlacement> split =
       parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
   if (split && split->dim < 0) split.reset();
-  if (!rows && !split) return std::nullopt;
+  // Under pipeline parallelism only the rank of the tensor's stage holds it (the others' are
+  // empty, or stale buffers), so that rank saves it and only it loads it.
+  const bool held = !parts_.pp || parts_.pp->holds(param);
+  if (!rows && !split && held && !parts_.pp) return std::nullopt;
+  if (!held && t.dim() > 0) {
+    const std::optional<parallel::GlobalSlice> before = parts_.pp->slice_of(param);
+    return Box{.data = t.narrow(0, 0, 0),
+               .offsets = Shape(t.sizes().size(), 0),
+               .global_shape = split ? split->global_shape : before ? before->global_shape : t.sizes()};
+  }
   Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
         .offsets = Shape(t.sizes().size(), 0),
-        .global_shape = split ? split->global_shape : rows->global_shape,
-        .saves = parts_.replica_writer && (split || !parts_.tp || parts_.tp->group().rank() == 0)};
+        .global_shape = split ? split->global_shape : rows ? rows->global_shape : t.sizes(),
+        .saves = held && parts_.replica_writer && (split || !parts_.tp || parts_.tp->group().rank() == 0)};
   if (rows) b.offsets[0] += rows->row_offset;
   if (split) b.offsets[static_cast<size_t>(split->dim)] += split->offset;
   return b;
@@ -157,14 +166,16 @@ void CheckpointManager::add_pieces(checkpoint::Pieces& out, const std::string& p
       if (!saving || writer_) out.emplace(prefix + name, checkpoint::whole(t));
       continue;
     }
-    if (box->data.numel() == 0 || (saving && !box->saves)) continue;
+    // An empty box (rows FSDP left this rank none of, a parameter of another pipeline stage) is
+    // still asked for on load, so that the checkpoint is checked whole against the model.
+    if (saving && (box->data.numel() == 0 || !box->saves)) continue;
     out.emplace(prefix + name, checkpoint::Piece{box->data, box->offsets, box->global_shape});
   }
 }
 
 void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
   parallel::FullyShard* fsdp = parts_.fsdp;
-  if (!fsdp && !parts_.tp) {
+  if (!sharded()) {
     parts_.model.load_state_dict(state);
     return;
   }
@@ -397,9 +408,20 @@ void CheckpointManager::save(int64_t step, bool model_only) {
     // HF's files hold whole tensors: gather them, and rank 0 writes them alone.
     if (parts_.fsdp) parts_.fsdp->unshard_all();
     for (const auto& [name, t] : parts_.model.state_dict()) {
-      std::optional<parallel::TpPlacement> split = parts_.tp ? parts_.tp->placement(name) : std::nullopt;
-      const Tensor whole =
-          split && split->dim >= 0 ? parallel::all_gather_dim(t, split->dim, parts_.tp->group()) : t;
+      const std::optional<parallel::TpPlacement> split = parts_.tp ? parts_.tp->placement(name) : std::nullopt;
+      const int64_t split_dim = split ? split->dim : -1;
+      const bool held = !parts_.pp || parts_.pp->holds(name);
+      Tensor whole = split_dim >= 0 && held ? parallel::all_gather_dim(t, split_dim, parts_.tp->group()) : t;
+      if (parts_.pp) {
+        // From the rank of its stage to the others of the pp group, rank 0 among them.
+        if (!held) {
+          const std::optional<parallel::GlobalSlice> before = parts_.pp->slice_of(name);
+          whole = Tensor::empty(split_dim >= 0 ? split->global_shape : before ? before->global_shape : t.sizes(),
+                                t.options());
+        }
+        const int owner = static_cast<int>(parts_.pp->schedule().rank_of_stage(parts_.pp->stage_of(name)));
+        parts_.pp->group().broadcast(whole, owner).wait();
+      }
       if (writer_)
         pieces.emplace(
             kModel + name,

@@ -29,6 +29,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/job_config.h"
 
@@ -46,6 +47,8 @@ struct Checkpointed {
   // Under tensor parallelism each rank holds its slice of the split parameters (and FSDP, when
   // on too, shards that slice).
   parallel::TensorParallel* tp = nullptr;
+  // Under pipeline parallelism each rank holds its stages' tensors only.
+  parallel::PipelineParallel* pp = nullptr;
   // Whether this rank's split or sharded tensors are the ones saved: true on the first
   // data-parallel replica, whose copies the others hold too.
   bool replica_writer = true;
@@ -114,7 +117,7 @@ class CheckpointManager {
     bool saves = false;  // whether this rank writes it (one copy of each piece is saved)
   };
   std::optional<Box> box_of(const std::string& param, const Tensor& t) const;
-  bool sharded() const { return parts_.fsdp != nullptr || parts_.tp != nullptr; }
+  bool sharded() const { return parts_.fsdp != nullptr || parts_.tp != nullptr || parts_.pp != nullptr; }
   void add_pieces(checkpoint::Pieces& out, const std::string& prefix,
                   const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const;
   // Copies a whole state dict (an HF import) into the model, or into its shards under FSDP.

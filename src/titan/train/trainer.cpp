@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <streambuf>
 
 #include "titan/core/allocator.h"
@@ -34,11 +35,14 @@
 #include "titan/parallel/data_parallel_style.h"
 #include "titan/parallel/deferred_init.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/pipeline_executor.h"
+#include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
+#include "titan/train/pipeline_step.h"
 #include "titan/train/step_profiler.h"
 #include "titan/train/validator.h"
 
@@ -84,6 +88,18 @@ DType matmul_dtype(const TrainingConfig& t) {
   return t.mixed_precision_param == "bfloat16" ? kBF16 : kF32;
 }
 
+// "a,b" -> {"a", "b"}, spaces around the items dropped; "" -> {}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, ',')) {
+    const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+    items.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
+  }
+  return items;
+}
+
 // Keys whose feature titan does not have yet, or this machine cannot run, are refused here, all
 // at once and before anything is allocated: a run must never seem to do what it does not.
 void refuse_missing_features(const JobConfig& c) {
@@ -105,12 +121,12 @@ void refuse_missing_features(const JobConfig& c) {
 
 }  // namespace
 
-StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
-                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
-                     const GradientSync& sync) {
-  optimizer.zero_grad();
-  double loss_sum = 0, aux_sum = 0;
-  bool has_aux = false;
+namespace {
+
+// The forwards and backwards of a step's micro-batches, one after the other.
+MicroBatchSums run_micro_batches(models::CausalLM& model, int64_t micro_batches,
+                                 const std::function<data::Batch()>& next_batch, const GradientSync& sync) {
+  MicroBatchSums sums;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     data::Batch batch = next_batch();
     Tensor logits, loss;
@@ -120,15 +136,31 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
       logits = model(batch.inputs, batch.document_ids);
       loss = sync.loss ? sync.loss(logits, batch.labels) : ops::cross_entropy(logits, batch.labels);
       if (Tensor aux = model.auxiliary_loss(); aux.defined()) {
-        has_aux = true;
-        aux_sum += aux.item();
+        sums.has_aux = true;
+        sums.aux += aux.item();
         loss = loss + aux;
       }
-      loss_sum += loss.item();
+      sums.loss += loss.item();
     }
     if (sync.before_backward) sync.before_backward(micro == micro_batches - 1);
     trace::Span span("backward", "phase");
     (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
+  }
+  return sums;
+}
+
+}  // namespace
+
+StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
+                     double max_norm, int64_t micro_batches, const std::function<data::Batch()>& next_batch,
+                     const GradientSync& sync) {
+  optimizer.zero_grad();
+  MicroBatchSums sums;
+  if (sync.forward_backward) {
+    if (sync.before_backward) sync.before_backward(false);
+    sums = sync.forward_backward(micro_batches, next_batch);
+  } else {
+    sums = run_micro_batches(model, micro_batches, next_batch, sync);
   }
   {
     trace::Span span("gradient reduce", "phase");
@@ -143,8 +175,9 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
   // Clipped inside the update: the gradients stay as backward left them.
   optimizer.step(optim::clip_coefficient(max_norm, stats.grad_norm));
-  stats.loss = loss_sum / static_cast<double>(micro_batches);
-  if (has_aux) stats.extra.emplace_back("aux_loss", aux_sum / static_cast<double>(micro_batches));
+  stats.loss = sums.loss / static_cast<double>(micro_batches);
+  if (sums.has_aux) stats.extra.emplace_back("aux_loss", sums.aux / static_cast<double>(micro_batches));
+  for (auto& scalar : sums.extra) stats.extra.push_back(std::move(scalar));
   for (auto& scalar : model.end_step()) stats.extra.push_back(std::move(scalar));
   return stats;
 }
@@ -178,7 +211,9 @@ struct Trainer::State {
   // tensor parallelism split) before tensor parallelism.
   std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
+  std::unique_ptr<parallel::PipelineParallel> pp;
   std::unique_ptr<parallel::FullyShard> fsdp;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline;  // with pp
   models::ModelSummary summary;
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<optim::AdamW> optimizer;
@@ -205,6 +240,9 @@ struct Trainer::State {
   void log_setup(const Data& data);
   // The loader's next micro-batch; under context parallelism, this rank's tokens of it.
   data::Batch next_batch();
+  // Pipeline parallelism's forwards and backwards of one step (GradientSync::forward_backward).
+  MicroBatchSums run_pipeline(int64_t batches, const std::function<data::Batch()>& next,
+                              const GradientSync& sync);
 };
 
 // The training data of [training], and what the log and the validator need of it.
@@ -285,8 +323,22 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
       "moe.load_balance_bias = true with parallelism.context_parallel_degree = ", mesh->degree("cp"),
       " is not supported yet: each cp rank would update the expert bias from the counts of its own "
       "tokens and the replicas would drift apart; set it to false");
+  if (const int64_t pp_degree = mesh->degree("pp"); pp_degree > 1) {
+    const std::string key = "parallelism.pipeline_parallel_degree = " + std::to_string(pp_degree);
+    config::require(mesh->degree("cp") == 1, key, " with parallelism.context_parallel_degree = ",
+                    mesh->degree("cp"), " is not supported yet; use one of them");
+    config::require(!c.validation.enable, key, " with validation.enable = true is not supported yet: ",
+                    "validation runs the whole model on every rank; set it to false");
+    const bool zero_bubble = c.parallelism.pipeline_parallel_schedule.starts_with("ZB");
+    config::require(!zero_bubble || mesh->degree("dp_shard") == 1, key, " with schedule \"",
+                    c.parallelism.pipeline_parallel_schedule, "\" and parallelism.data_parallel_shard_degree = ",
+                    mesh->degree("dp_shard"),
+                    ": FSDP frees a block's gathered weights after its backward, before the weight gradients a "
+                    "zero-bubble schedule defers; use 1F1B or Interleaved1F1B with FSDP, or data_parallel_replicate_degree");
+  }
   for (const auto& [dim, key] : {std::pair<const char*, const char*>{"tp", "tensor_parallel_degree"},
-                                 {"cp", "context_parallel_degree"}})
+                                 {"cp", "context_parallel_degree"},
+                                 {"pp", "pipeline_parallel_degree"}})
     config::require(spec.parallelize || mesh->degree(dim) == 1, "parallelism.", key, " = ", mesh->degree(dim),
                     ": model ", c.model.name, " has no plan for it; set it to 1");
   if (spec.parallelize) {
@@ -300,21 +352,61 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                         .loss_parallel = !c.parallelism.disable_loss_parallel},
                  .seq_len = c.training.seq_len,
                  .block_q = c.model.attn.block_q,
-                 .block_kv = c.model.attn.block_kv});
+                 .block_kv = c.model.attn.block_kv,
+                 .pipeline = {.schedule = c.parallelism.pipeline_parallel_schedule,
+                              .micro_batches = c.training.local_batch_size / c.parallelism.pipeline_parallel_microbatch_size,
+                              .split_points = split_list(c.parallelism.pipeline_parallel_split_points)}});
     cp = std::move(parts.cp);
     tp = std::move(parts.tp);
+    pp = std::move(parts.pp);
     fsdp = std::move(parts.fsdp);
+  }
+  if (pp) {
+    // Between stages: [micro-batch, seq, dim], the sequence split over tp under sequence parallelism.
+    const int64_t tp_split = tp && tp->options().sequence_parallel ? mesh->degree("tp") : 1;
+    pipeline = std::make_unique<parallel::PipelineExecutor>(
+        pp->schedule(), pp->group(),
+        Shape{c.parallelism.pipeline_parallel_microbatch_size, c.training.seq_len / tp_split, model->hidden_size()});
   }
   {
     MemoryOwnerScope owner(MemoryCategory::parameters);
     parallel::SliceOf slice_of;
-    if (tp) slice_of = [this](const std::string& name, const Tensor&) { return tp->slice_of(name); };
+    // Tensor parallelism's slice first: a parameter outside this rank's stages is the empty box of it.
+    if (tp || pp)
+      slice_of = [this](const std::string& name, const Tensor&) {
+        std::optional<parallel::GlobalSlice> slice = tp ? tp->slice_of(name) : std::nullopt;
+        return slice || !pp ? slice : pp->slice_of(name);
+      };
     parallel::deferred_init(*model, rng, fsdp.get(), slice_of);
   }
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
       " has no FSDP plan; set it to 1");
+}
+
+MicroBatchSums Trainer::State::run_pipeline(int64_t batches, const std::function<data::Batch()>& next,
+                                            const GradientSync& sync) {
+  const auto n = static_cast<double>(pipeline->schedule().micro_batches);
+  MicroBatchSums sums;
+  double compute = 0, wall = 0;
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    const parallel::PipelineStepStats run = run_pipeline_batch(*model, *pp, *pipeline, next(), sync.loss,
+                                                               1.0 / (static_cast<double>(batches) * n));
+    sums.loss += run.loss_sum / n;
+    sums.aux += run.aux_sum / n;
+    sums.has_aux = sums.has_aux || run.has_aux;
+    compute += run.compute_seconds;
+    wall += run.wall_seconds;
+  }
+  // This rank's share of the schedule spent waiting; the metrics average it over the ranks.
+  sums.extra.emplace_back("pp/bubble", wall > 0 ? 1 - compute / wall : 0.0);
+  // The last stage's rank holds the losses, each stage's the auxiliary terms of its layers.
+  dist::ProcessGroup& group = pp->group();
+  sums.loss = group.all_reduce(sums.loss, dist::ReduceOp::sum);
+  sums.aux = group.all_reduce(sums.aux, dist::ReduceOp::sum);
+  sums.has_aux = group.all_reduce(sums.has_aux ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
+  return sums;
 }
 
 data::Batch Trainer::State::next_batch() {
@@ -423,6 +515,13 @@ void Trainer::State::log_setup(const Data& d) {
                                         : ", logits gathered for the loss")
         << "); mesh dp_replicate " << mesh->degree("dp_replicate") << " x dp_shard "
         << mesh->degree("dp_shard") << " x tp " << mesh->degree("tp") << "\n";
+  if (pp) {
+    std::string spans;
+    for (const parallel::StageSpan& span : pp->spans())
+      spans += (spans.empty() ? "" : ", ") + std::to_string(span.first) + "-" + std::to_string(span.last - 1);
+    log << "titan: pipeline parallel over " << mesh->degree("pp") << " ranks, layers " << spans
+        << " by stage; " << parallel::describe_schedule(pp->schedule()) << "\n";
+  }
   if (!d.dataset.stats.skipped.empty())
     log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
 }
@@ -452,6 +551,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .rng = s.rng,
                    .fsdp = s.fsdp.get(),
                    .tp = s.tp.get(),
+                   .pp = s.pp.get(),
                    .replica_writer = s.mesh->coordinate("dp_replicate") == 0 && s.mesh->coordinate("cp") == 0,
                    .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
       s.log, s.world);
@@ -470,7 +570,10 @@ TrainResult Trainer::train() {
   result.steps_run = result.resumed_from = s.start_step;
   CpuAllocator::instance().reset_peak();
   const int64_t accum = s.plan.gradient_accumulation_steps;
-  const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum;
+  // Per device, as TorchTitan counts them: the ranks that split one model (its pipeline stages,
+  // tensor slices and sequence chunks) share its tokens, so that tps and MFU stay per device.
+  const int64_t model_parallel = s.mesh->degree("pp") * s.mesh->degree("tp") * s.mesh->degree("cp");
+  const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum / model_parallel;
   // Steps and validation multiply in the configured precision (core/autocast.h).
   const AutocastGuard precision(matmul_dtype(c.training));
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
@@ -504,6 +607,15 @@ TrainResult Trainer::train() {
       sync.norm_params = s.tp->norm_params(s.named_params);
       sync.loss = [&](const Tensor& logits, const Tensor& labels) { return s.tp->loss(logits, labels); };
     }
+    if (s.pp) {
+      // Each rank holds its stages' parameters: their norms add up over pp.
+      sync.sum_norm_partials = [&, inner = sync.sum_norm_partials](double partial) {
+        return s.pp->group().all_reduce(inner ? inner(partial) : partial, dist::ReduceOp::sum);
+      };
+      sync.forward_backward = [&](int64_t batches, const std::function<data::Batch()>& next) {
+        return s.run_pipeline(batches, next, sync);
+      };
+    }
     StepStats stats = s.memory_snapshots->run_step(step, [&] {
       return train_step(
           *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.next_batch(); }, sync);
@@ -512,11 +624,12 @@ TrainResult Trainer::train() {
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
     // share of it. Extremes ("..._min", "..._max") combine as such, the rest as means.
-    // So did every cp rank of its tokens.
-    for (const char* dim : {"dp", "cp"}) {
+    // So did every cp rank of its tokens. Pipeline stages hold the figures of their own layers (the
+    // loss is already the step's on every stage).
+    for (const std::string dim : {"dp", "cp", "pp"}) {
       dist::ProcessGroup& group = (*s.mesh)[dim];
       if (group.size() == 1) continue;
-      loss_mean = group.all_reduce(loss_mean, dist::ReduceOp::avg);
+      if (dim != "pp") loss_mean = group.all_reduce(loss_mean, dist::ReduceOp::avg);
       for (auto& [name, value] : stats.extra) {
         if (name.ends_with("_max"))
           value = group.all_reduce(value, dist::ReduceOp::max);
@@ -598,6 +711,17 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
       << " GiB = " << static_cast<double>(r.peak_bytes) / static_cast<double>(r.training_bytes)
       << " of what training keeps (the whole model would be " << 4.0 * s.summary.num_params * gb << " GiB)\n";
   return r;
+}
+
+void print_pipeline_schedule(const JobConfig& cfg, std::ostream& out) {
+  validate(cfg);
+  const dist::ParallelismConfig& p = cfg.parallelism;
+  const parallel::PipelineSchedule schedule = parallel::make_schedule(
+      p.pipeline_parallel_schedule, p.pipeline_parallel_degree,
+      cfg.training.local_batch_size / p.pipeline_parallel_microbatch_size,
+      parallel::stages_per_rank(p.pipeline_parallel_schedule, p.pipeline_parallel_degree,
+                                split_list(p.pipeline_parallel_split_points).size()));
+  out << "titan: " << parallel::describe_schedule(schedule) << "\n" << parallel::format_schedule(schedule);
 }
 
 StopOnSignal::StopOnSignal() {

@@ -26,6 +26,14 @@ struct StepStats {
   Scalars extra;
 };
 
+// What a step's forwards added up, over its micro-batches.
+struct MicroBatchSums {
+  double loss = 0;  // the losses, auxiliary losses included
+  double aux = 0;   // the auxiliary losses alone
+  bool has_aux = false;
+  Scalars extra = {};  // figures of how they ran (a pipeline's bubble), for the metrics
+};
+
 // How parallelism joins a step; what is left empty is skipped (one process).
 struct GradientSync {
   // Before each micro-batch's backward, whether it is the step's last: only that one reduces
@@ -42,6 +50,11 @@ struct GradientSync {
   // The loss of the model's logits (tensor parallelism's cross-entropy over a split
   // vocabulary); unset: ops::cross_entropy.
   std::function<Tensor(const Tensor& logits, const Tensor& labels)> loss = nullptr;
+  // Runs the step's forwards and backwards in place of the loop over `micro_batches` batches from
+  // `next_batch` (a pipeline's schedule), each backward of the loss over micro_batches; returns the
+  // step's sums, the same on every rank. Its backwards only accumulate: `reduce` reduces them all.
+  std::function<MicroBatchSums(int64_t micro_batches, const std::function<data::Batch()>& next_batch)>
+      forward_backward = nullptr;
 };
 
 // One optimizer step as train() takes each: gradients dropped; per micro-batch forward ->
@@ -82,6 +95,11 @@ struct DryRunReport {
 // larger than this rank's part is allocated, so it shows what start-up costs a rank of a layout
 // this machine could never launch (405B over thousands of ranks). Logs the figures to `log`.
 DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log);
+
+// Prints the table of the pipeline schedule [parallelism] asks for (one row per pp rank, one
+// column per time slot; F forward, B backward, I input gradients, W weight gradients), with its
+// bubble and the activations each rank holds. Needs no ranks and no model.
+void print_pipeline_schedule(const JobConfig& cfg, std::ostream& out);
 
 class Trainer {
  public:

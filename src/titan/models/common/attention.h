@@ -38,6 +38,12 @@ struct AttentionArgs {
 attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids,
                                 const AttentionKernel& kernel);
 
+// Checks a CausalLM::forward_layers call of model `family`: 0 <= first <= last <= n_layers, and
+// `input` token ids [batch, seq] for a span that starts at the embedding (first == 0), hidden
+// states [batch, seq, dim] otherwise, with seq <= max_seq_len.
+void check_layer_span(const Tensor& input, int64_t first, int64_t last, int64_t n_layers, int64_t max_seq_len,
+                      const char* family);
+
 class Attention : public nn::Module {
  public:
   // `init_std`: the std of wo at initialisation (depth-scaled per block).

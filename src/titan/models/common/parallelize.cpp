@@ -54,4 +54,30 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
   return cp;
 }
 
+std::unique_ptr<parallel::PipelineParallel> apply_pipeline(CausalLM& model, dist::DeviceMesh& mesh,
+                                                           const PipelineOptions& options,
+                                                           const std::vector<std::string>& first,
+                                                           const std::vector<std::string>& last) {
+  const int64_t pp = mesh.degree("pp");
+  if (pp == 1) return nullptr;
+  const int64_t per_rank = parallel::stages_per_rank(options.schedule, pp, options.split_points.size());
+  parallel::PipelineSchedule schedule =
+      parallel::make_schedule(options.schedule, pp, options.micro_batches, per_rank);
+  auto plan = std::make_unique<parallel::PipelineParallel>(
+      model, std::move(schedule), parallel::split_layers(model.num_layers(), pp * per_rank, options.split_points),
+      mesh["pp"]);
+  for (const std::string& name : first) plan->place(name, 0);
+  for (const std::string& name : last) plan->place(name, pp * per_rank - 1);
+  plan->apply();
+  return plan;
+}
+
+std::function<bool(const nn::Module& block)> blocks_run_here(const parallel::PipelineParallel* pp) {
+  if (pp == nullptr) return nullptr;
+  return [pp](const nn::Module& block) {
+    for (const auto& [name, p] : block.named_parameters()) return pp->holds(block.path() + "." + name);
+    return true;
+  };
+}
+
 }  // namespace titan::models::common

@@ -13,6 +13,7 @@
 #include "titan/models/common/attention.h"
 #include "titan/models/common/feed_forward.h"
 #include "titan/nn/norm.h"
+#include "titan/models/registry.h"
 #include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/tensor_parallel.h"
 
@@ -29,5 +30,17 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
                                                                   const std::vector<Attention*>& attentions,
                                                                   dist::DeviceMesh& mesh, int64_t seq_len,
                                                                   int64_t block_q, int64_t block_kv);
+
+// Pipeline parallelism over mesh["pp"] (null when its degree is 1): the layers of `model` split
+// into the stages of options.schedule, the modules named in `first` (the embedding) with the first
+// stage and those in `last` (final norm, output) with the last, and every parameter outside this
+// rank's stages emptied (parallel/pipeline_parallel.h). Call after tensor parallelism has split
+// the parameters and before FSDP shards them.
+std::unique_ptr<parallel::PipelineParallel> apply_pipeline(CausalLM& model, dist::DeviceMesh& mesh,
+                                                           const PipelineOptions& options,
+                                                           const std::vector<std::string>& first,
+                                                           const std::vector<std::string>& last);
+// For apply_fsdp: the blocks this rank runs (all of them without a pipeline).
+std::function<bool(const nn::Module& block)> blocks_run_here(const parallel::PipelineParallel* pp);
 
 }  // namespace titan::models::common

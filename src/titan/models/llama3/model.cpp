@@ -64,10 +64,15 @@ Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "llama3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
-  Tensor h = (*tok_embeddings)(tokens);
-  for (const auto& layer : *layers) h = (*layer)(h, rope_, mask);
-  return (*output)((*norm)(h));
+  return forward_layers(tokens, document_ids, 0, args_.n_layers);
+}
+
+Tensor Transformer::forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) {
+  common::check_layer_span(input, first, last, args_.n_layers, args_.max_seq_len, "llama3");
+  const auto mask = common::layer_mask(input, document_ids, kernel_);
+  Tensor h = first == 0 ? (*tok_embeddings)(input) : input;
+  for (int64_t i = first; i < last; ++i) h = (*layers)[static_cast<size_t>(i)](h, rope_, mask);
+  return last == args_.n_layers ? (*output)((*norm)(h)) : h;
 }
 
 Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {

@@ -28,11 +28,14 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
     out.cp = common::apply_context_parallel(*llama, attentions, *options.mesh, options.seq_len,
                                             options.block_q, options.block_kv);
   }
+  if (options.mesh != nullptr)
+    out.pp = common::apply_pipeline(*llama, *options.mesh, options.pipeline, {"tok_embeddings"}, {"norm", "output"});
   parallel::apply_activation_checkpointing(
       *llama->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
   if (options.mesh != nullptr)
-    out.fsdp = parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp);
+    out.fsdp = parallel::apply_fsdp(*llama, *llama->layers, *options.mesh, options.fsdp,
+                                    common::blocks_run_here(out.pp.get()));
   return out;
 }
 

@@ -21,6 +21,7 @@ ModelArgs args_from(const ModelConfig& cfg) {
   check_no_moe_keys(cfg, "llama3/" + cfg.flavor);
   ModelArgs args = flavor(cfg.flavor);
   if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
+  if (cfg.n_layers > 0) args.n_layers = cfg.n_layers;
   return args;
 }
 

@@ -74,12 +74,17 @@ Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "qwen3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
+  return forward_layers(tokens, document_ids, 0, args_.n_layers);
+}
+
+Tensor Transformer::forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) {
+  common::check_layer_span(input, first, last, args_.n_layers, args_.max_seq_len, "qwen3");
+  const auto mask = common::layer_mask(input, document_ids, kernel_);
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  Tensor h = (*tok_embeddings)(tokens);
-  for (const auto& layer : *layers) h = (*layer)(h, rope_, mask, pass);
+  Tensor h = first == 0 ? (*tok_embeddings)(input) : input;
+  for (int64_t i = first; i < last; ++i) h = (*layers)[static_cast<size_t>(i)](h, rope_, mask, pass);
   last_pass_ = pass;
-  return logits(h);
+  return last == args_.n_layers ? logits(h) : h;
 }
 
 std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
@@ -125,8 +130,13 @@ NamedScalars Transformer::end_step() {
   std::vector<std::vector<int64_t>> counts;
   int64_t routed = 0;
   for (const auto& layer : *layers) {
-    counts.push_back(layer->moe->end_step());
-    for (int64_t c : counts.back()) routed += c;
+    std::vector<int64_t> layer_counts = layer->moe->end_step();
+    int64_t layer_routed = 0;
+    for (int64_t c : layer_counts) layer_routed += c;
+    // A layer of another pipeline stage runs on another rank.
+    if (layer_routed == 0) continue;
+    routed += layer_routed;
+    counts.push_back(std::move(layer_counts));
   }
   if (routed == 0) return {};  // no training forward since the last step
   const nn::moe::ExpertLoad load = nn::moe::expert_load(counts);

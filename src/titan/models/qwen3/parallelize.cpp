@@ -34,11 +34,19 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
     out.cp = common::apply_context_parallel(*qwen, attentions, *options.mesh, options.seq_len,
                                             options.block_q, options.block_kv);
   }
+  if (options.mesh != nullptr)
+    out.pp = common::apply_pipeline(*qwen, *options.mesh, options.pipeline, {"tok_embeddings"}, {"norm", "output"});
+  TITAN_CHECK(!out.pp || qwen->output ||
+                  out.pp->schedule().rank_of_stage(0) == out.pp->schedule().rank_of_stage(out.pp->spans().size() - 1),
+              "pipeline parallelism: this qwen3 flavor ties its output projection to the token embedding "
+              "(tie_embeddings), and its first and last stages run on different ranks; train a flavor without "
+              "tied embeddings, or use the ZBVZeroBubble schedule, which puts both stages on rank 0");
   parallel::apply_activation_checkpointing(
       *qwen->layers, parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
   if (options.mesh != nullptr)
-    out.fsdp = parallel::apply_fsdp(*qwen, *qwen->layers, *options.mesh, options.fsdp);
+    out.fsdp = parallel::apply_fsdp(*qwen, *qwen->layers, *options.mesh, options.fsdp,
+                                    common::blocks_run_here(out.pp.get()));
   return out;
 }
 

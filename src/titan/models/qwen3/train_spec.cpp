@@ -18,6 +18,7 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
               cfg.vocab_size);
   ModelArgs args = flavor(family, cfg.flavor);
   if (cfg.vocab_size > 0) args.vocab_size = cfg.vocab_size;
+  if (cfg.n_layers > 0) args.n_layers = cfg.n_layers;
   if (cfg.weight_tying) args.tie_embeddings = *cfg.weight_tying;
   if (!args.moe) check_no_moe_keys(cfg, std::string(name) + "/" + cfg.flavor);
   if (args.moe) {
