@@ -1,6 +1,5 @@
 #include "titan/parallel/tensor_parallel.h"
 
-#include "titan/autograd/grad_mode.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/comm_ops.h"
@@ -56,32 +55,11 @@ uint64_t TensorParallel::hook(nn::Module& m, nn::Module::ForwardHook h) {
 
 void TensorParallel::split_parameter(nn::Module& m, const std::string& local, const Tensor& p, int64_t dim) {
   const std::string name = param_name(m, local);
-  const int n = group_.size(), rank = group_.rank();
-  TITAN_CHECK(p.size(dim) % n == 0, "tensor parallelism: parameter ", name, " ", p.desc(), " has ",
-              p.size(dim), " along dim ", dim, ", which does not split into ", n,
-              " equal parts; choose a parallelism.tensor_parallel_degree that divides it");
   TITAN_CHECK(!placements_.count(name), "tensor parallelism: parameter ", name, " is given two styles");
-  const int64_t part = p.size(dim) / n;
-  placements_[name] = {.dim = dim, .offset = rank * part, .global_shape = p.sizes(), .partial_grad = false};
-  TensorImpl& impl = *p.impl();
-  if (p.is_meta()) {
-    // Not allocated yet (deferred initialisation): a meta tensor of the local shape, which
-    // parallel::deferred_init fills with this rank's slice of the values.
-    impl.sizes[dim] = part;
-    impl.strides = contiguous_strides(impl.sizes);
-    impl.offset = 0;
-    impl.storage = Storage::meta(static_cast<size_t>(numel_of(impl.sizes)) * p.element_size(), p.device());
-    return;
-  }
-  Tensor slice;
-  {
-    autograd::NoGradGuard no_grad;
-    slice = p.detach().narrow(dim, rank * part, part).contiguous().clone();
-  }
-  impl.storage = slice.storage();
-  impl.sizes = slice.sizes();
-  impl.strides = slice.strides();
-  impl.offset = slice.storage_offset();
+  const int n = group_.size(), rank = group_.rank();
+  const Shape global_shape = p.sizes();
+  narrow_in_place(p, name, dim, rank, n, "parallelism.tensor_parallel_degree");
+  placements_[name] = {.dim = dim, .offset = rank * p.size(dim), .global_shape = global_shape, .partial_grad = false};
 }
 
 void TensorParallel::colwise(nn::Linear& linear) {

@@ -134,16 +134,23 @@ std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::strin
                                                                 const Tensor& t) const {
   parallel::FullyShard* fsdp = parts_.fsdp;
   std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
-  std::optional<parallel::TpPlacement> split =
-      parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
-  if (split && split->dim < 0) split.reset();
-  if (!rows && !split) return std::nullopt;
+  std::optional<parallel::GlobalSlice> slice;
+  // A plan's slices are saved by every rank of its group, what it leaves whole by its rank 0.
+  bool saves = parts_.replica_writer;
+  for (const parallel::ParameterSlices* plan : parts_.slices) {
+    std::optional<parallel::GlobalSlice> mine = t.dim() > 0 ? plan->slice_of(param) : std::nullopt;
+    TITAN_CHECK(!(mine && slice), "checkpoint: parameter ", param, " is sliced by two parallel plans");
+    if (mine)
+      slice = std::move(mine);
+    else
+      saves = saves && plan->slice_group().rank() == 0;
+  }
+  if (!rows && !slice) return std::nullopt;
   Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
-        .offsets = Shape(t.sizes().size(), 0),
-        .global_shape = split ? split->global_shape : rows->global_shape,
-        .saves = parts_.replica_writer && (split || !parts_.tp || parts_.tp->group().rank() == 0)};
+        .offsets = slice ? slice->offsets : Shape(t.sizes().size(), 0),
+        .global_shape = slice ? slice->global_shape : rows->global_shape,
+        .saves = saves};
   if (rows) b.offsets[0] += rows->row_offset;
-  if (split) b.offsets[static_cast<size_t>(split->dim)] += split->offset;
   return b;
 }
 
@@ -164,7 +171,7 @@ void CheckpointManager::add_pieces(checkpoint::Pieces& out, const std::string& p
 
 void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
   parallel::FullyShard* fsdp = parts_.fsdp;
-  if (!fsdp && !parts_.tp) {
+  if (!sharded()) {
     parts_.model.load_state_dict(state);
     return;
   }
@@ -397,9 +404,12 @@ void CheckpointManager::save(int64_t step, bool model_only) {
     // HF's files hold whole tensors: gather them, and rank 0 writes them alone.
     if (parts_.fsdp) parts_.fsdp->unshard_all();
     for (const auto& [name, t] : parts_.model.state_dict()) {
-      std::optional<parallel::TpPlacement> split = parts_.tp ? parts_.tp->placement(name) : std::nullopt;
-      const Tensor whole =
-          split && split->dim >= 0 ? parallel::all_gather_dim(t, split->dim, parts_.tp->group()) : t;
+      Tensor whole = t;
+      for (const parallel::ParameterSlices* plan : parts_.slices)
+        if (std::optional<parallel::GlobalSlice> slice = plan->slice_of(name)) {
+          dist::ProcessGroup group = plan->slice_group();
+          whole = parallel::all_gather_dim(t, parallel::sliced_dim(t, slice->global_shape), group);
+        }
       if (writer_)
         pieces.emplace(
             kModel + name,

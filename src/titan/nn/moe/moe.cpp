@@ -45,6 +45,7 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
 
 std::vector<int64_t> MoE::end_step() {
   std::vector<int64_t> counts = tokens_per_expert_;
+  if (count_reducer) count_reducer(counts);
   if (args_.load_balance_bias) router->update_expert_bias(counts, args_.bias_update_rate);
   tokens_per_expert_.assign(counts.size(), 0);
   return counts;
