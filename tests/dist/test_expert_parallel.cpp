@@ -50,23 +50,26 @@ Tensor random_tensor(const Shape& shape, uint64_t seed) {
   return Tensor::randn(shape, gen);
 }
 
-// Each rank routes its own tokens to two of 8 experts, unevenly, and never to expert 5.
-Tensor routing_ids(int64_t tokens, int rank) {
-  const int64_t allowed[] = {0, 1, 2, 3, 4, 6, 7};
+// Each rank routes its own tokens to two of the `allowed` experts, unevenly.
+Tensor routing_ids(int64_t tokens, int rank, const std::vector<int64_t>& allowed) {
+  const int64_t n = static_cast<int64_t>(allowed.size());
   std::vector<int64_t> ids;
   for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t a = (t * t + 3 * rank) % 7, b = (a + 1 + t % 3) % 7;
-    ids.push_back(allowed[a]);
-    ids.push_back(allowed[b]);
+    const int64_t a = (t * t + 3 * rank) % n, b = (a + 1 + t % 3) % n;
+    ids.push_back(allowed[static_cast<size_t>(a)]);
+    ids.push_back(allowed[static_cast<size_t>(b)]);
   }
   return Tensor::from_vector(ids, {tokens, 2});
 }
 
-TEST(ExpertParallel, AllToAllDispatchMatchesOneRankHoldingEveryExpert) {
+constexpr int64_t kExperts = 8;
+
+// The forward outputs and the gradients of the tokens, the routing weights and the experts, routed
+// to the `allowed` experts, against LocalTokenDispatcher with every expert on each rank.
+void expect_dispatch_matches_local(const std::vector<int64_t>& allowed, int64_t empty_expert) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size(), rank = world.rank();
-  constexpr int64_t kExperts = 8, kDim = 16, kHidden = 8, kTokens = 12;
-  if (n == 1 || kExperts % n != 0) GTEST_SKIP() << "needs 2 or 4 ranks";
+  constexpr int64_t kDim = 16, kHidden = 8, kTokens = 12;
   const int64_t local = kExperts / n;
   Generator init(7);
   nn::moe::GroupedExperts all(kExperts, kDim, kHidden, 0.05);
@@ -81,7 +84,7 @@ TEST(ExpertParallel, AllToAllDispatchMatchesOneRankHoldingEveryExpert) {
   const Tensor x0 = random_tensor({kTokens, kDim}, 100 + rank);
   const Tensor w0 = random_tensor({kTokens, 2}, 200 + rank);
   const Tensor out_grad = random_tensor({kTokens, kDim}, 300 + rank);
-  const Tensor ids = routing_ids(kTokens, rank);
+  const Tensor ids = routing_ids(kTokens, rank, allowed);
 
   auto run = [&](nn::moe::TokenDispatcher& dispatcher, nn::moe::GroupedExperts& experts) {
     Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
@@ -95,6 +98,9 @@ TEST(ExpertParallel, AllToAllDispatchMatchesOneRankHoldingEveryExpert) {
   parallel::AllToAllTokenDispatcher ep_dispatcher(world, local);
   const auto [out, dx, dw, counts] = run(ep_dispatcher, mine);
 
+  // Not a comparison of zeros.
+  ASSERT_GT(relative_error(want_out, Tensor::zeros(want_out.sizes())), 0.0);
+  ASSERT_GT(relative_error(all.w1.grad(), Tensor::zeros(all.w1.sizes())), 0.0);
   EXPECT_LE(relative_error(out, want_out), 1e-6);
   EXPECT_LE(relative_error(dx, want_dx), 1e-6);
   EXPECT_LE(relative_error(dw, want_dw), 1e-6);
@@ -103,17 +109,29 @@ TEST(ExpertParallel, AllToAllDispatchMatchesOneRankHoldingEveryExpert) {
   world.all_reduce(global_counts, dist::ReduceOp::sum).wait();
   for (int64_t e = 0; e < local; ++e)
     EXPECT_EQ(counts[static_cast<size_t>(e)], global_counts.to_vector<int64_t>()[rank * local + e]) << e;
-  if (rank * local <= 5 && 5 < (rank + 1) * local) {
-    EXPECT_EQ(counts[static_cast<size_t>(5 - rank * local)], 0) << "no rank routes to expert 5";
+  if (rank * local <= empty_expert && empty_expert < (rank + 1) * local) {
+    EXPECT_EQ(counts[static_cast<size_t>(empty_expert - rank * local)], 0) << "no rank routes there";
   }
   for (auto [whole, slice, name] : {std::tuple{all.w1, mine.w1, "w1"}, {all.w2, mine.w2, "w2"}, {all.w3, mine.w3, "w3"}}) {
     Tensor summed = whole.grad().contiguous().clone();
     world.all_reduce(summed, dist::ReduceOp::sum).wait();
     EXPECT_LE(relative_error(slice.grad(), summed.narrow(0, rank * local, local)), 1e-6) << name;
   }
+}
+
+TEST(ExpertParallel, AllToAllDispatchMatchesOneRankHoldingEveryExpert) {
+  const int n = dist::world().size();
+  if (n == 1 || kExperts % n != 0) GTEST_SKIP() << "needs 2 or 4 ranks";
+  parallel::reset_comm_stats();
+  // Uneven, expert 5 gets no token.
+  expect_dispatch_matches_local({0, 1, 2, 3, 4, 6, 7}, 5);
   const parallel::CommStats& stats = parallel::comm_stats();
   EXPECT_GT(stats.all_to_all_calls, 0);
   EXPECT_GT(stats.all_to_all_bytes, 0);
+  // The last rank's experts get no token at all: it receives no rows and sends none back.
+  std::vector<int64_t> allowed;
+  for (int64_t e = 0; e < kExperts - kExperts / n; ++e) allowed.push_back(e);
+  expect_dispatch_matches_local(allowed, kExperts - 1);
 }
 
 struct EpLayout {
