@@ -322,7 +322,10 @@ TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
     checkpoint::HfReader one(root / "one" / "step-10"), ep(root / "ep" / "step-10");
     const auto shapes = models::get_train_spec("qwen3_moe").state_dict_adapter->hf_shapes(one.config());
     const auto a = one.load(shapes, kF32), b = ep.load(shapes, kF32);
-    for (const auto& [name, t] : a) EXPECT_LE(relative_error(b.at(name), t), 1e-4) << name;
+    // Ten AdamW steps turn float32's other order of the gradient sums into about 1e-4 of a
+    // weight's scale (the losses agree to 1e-7); an expert gathered into the wrong place would be
+    // off by its whole scale.
+    for (const auto& [name, t] : a) EXPECT_LE(relative_error(b.at(name), t), 1e-3) << name;
   }
   world.barrier().wait();
   if (world.rank() == 0) fs::remove_all(root);
