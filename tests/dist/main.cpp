@@ -1,7 +1,7 @@
 // The distributed tests' entry point: every rank runs the same tests, which call collectives in
 // the same order. Rank 0 prints GoogleTest's report; the other ranks print only their failures,
-// prefixed with the rank. `--scenario=rank_exits_early` runs a whole job that must fail (see
-// tests/CMakeLists.txt) instead of the tests.
+// prefixed with the rank. `--scenario=rank_exits_early` and `--scenario=rank_dies_in_all_to_all`
+// run a whole job that must fail (see tests/CMakeLists.txt) instead of the tests.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,6 +12,7 @@
 
 #include "titan/core/tensor.h"
 #include "titan/dist/process_group.h"
+#include "titan/parallel/expert_parallel.h"
 #include "trainer_fixture.h"
 
 namespace titan::train::testing {
@@ -59,13 +60,38 @@ int rank_exits_early(titan::dist::ProcessGroup& world) {
   return 1;
 }
 
+// Rank 1 leaves the job between expert parallelism's dispatch and combine, while rank 0 sends it
+// the experts' outputs back in an all-to-all: rank 0 must fail within the timeout with an error
+// naming rank 1, and end the job.
+int rank_dies_in_all_to_all(titan::dist::ProcessGroup& world) {
+  world.set_timeout_seconds(2);
+  titan::parallel::AllToAllTokenDispatcher dispatcher(world, 1);
+  const int64_t experts = world.size();
+  titan::Tensor x = titan::Tensor::ones({4, 8});
+  titan::Tensor ids = titan::Tensor::zeros({4, 1}, {.dtype = titan::kI64});
+  for (int64_t t = 0; t < 4; ++t) ids.data<int64_t>()[t] = t % experts;
+  const titan::nn::moe::TokenDispatcher::Dispatched d = dispatcher.dispatch(x, ids, experts);
+  if (world.rank() == 1) return 0;
+  try {
+    dispatcher.combine(d.rows, titan::Tensor::ones({4, 1}), d);
+  } catch (const titan::Error& e) {
+    std::cerr << "rank " << world.rank() << ": error: " << e.what() << std::endl;
+    titan::dist::abort_job(1);
+  }
+  std::cerr << "rank " << world.rank() << ": the all-to-all completed without rank 1" << std::endl;
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   titan::dist::ProcessGroup& world = titan::dist::world();
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--scenario=rank_exits_early") return rank_exits_early(world);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--scenario=rank_exits_early") return rank_exits_early(world);
+    if (arg == "--scenario=rank_dies_in_all_to_all") return rank_dies_in_all_to_all(world);
+  }
   // A test that fails on one rank before a collective must not leave the others waiting long.
   world.set_timeout_seconds(60);
   // Rank 0's process id names this job's temporary folders (trainer_fixture.h).

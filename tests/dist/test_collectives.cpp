@@ -88,6 +88,23 @@ TEST(Collectives, AllToAllVSendsEachRankItsRows) {
   EXPECT_EQ(out.to_vector<double>(), want);
 }
 
+// Rank 0 sends no rows (an empty input) and still receives one row from each rank.
+TEST(Collectives, AllToAllVReachesARankThatSendsNothing) {
+  const int n = w().size();
+  const int r = w().rank();
+  const std::vector<int64_t> send_rows(static_cast<size_t>(n), r == 0 ? 0 : 1);
+  std::vector<int64_t> recv_rows(static_cast<size_t>(n), 1);
+  recv_rows[0] = 0;
+  std::vector<double> want;
+  for (int s = 1; s < n; ++s) want.insert(want.end(), {1.0 * s, -1.0 * s});
+  Tensor in = r == 0 ? Tensor::zeros({0, 2}, {.dtype = kF64})
+                     : Tensor::from_vector<double>(std::vector<double>(2 * n, 0.0), {n, 2});
+  for (int d = 0; d < n && r != 0; ++d) in.narrow(0, d, 1).copy_(Tensor::from_vector<double>({1.0 * r, -1.0 * r}, {1, 2}));
+  Tensor out = Tensor::zeros({n - 1, 2}, {.dtype = kF64});
+  w().all_to_all_v(out, recv_rows, in, send_rows).wait();
+  EXPECT_EQ(out.to_vector<double>(), want);
+}
+
 TEST(Collectives, SendRecvAroundARing) {
   const int n = w().size();
   if (n == 1) GTEST_SKIP() << "a world of one has no other rank to send to";

@@ -100,17 +100,11 @@ TEST(DataParallel, TrainerRejectsLayoutsItCannotRun) {
                            "--parallelism.data_parallel_shard_degree=2", local_batch(2 * n)})
                 .find("needs " + std::to_string(2 * n) + " ranks"),
             std::string::npos);
-  // Parallelisms titan does not have are refused by their keys, before the layout is resolved.
+  // A pipeline degree the ranks cannot hold is refused by its key, before anything is built.
   const std::string refused = trainer_error({"--parallelism.pipeline_parallel_degree=" + std::to_string(n + 1),
                                              "--parallelism.data_parallel_shard_degree=1", local_batch(1)});
-  EXPECT_NE(refused.find("[parallelism] asks for what titan cannot do yet"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("parallelism.pipeline_parallel_degree = " + std::to_string(n + 1) + ": set it to 1"),
-            std::string::npos)
+  EXPECT_NE(refused.find("parallelism.pipeline_parallel_degree = " + std::to_string(n + 1)), std::string::npos)
       << refused;
-  if (n == 1) return;
-  EXPECT_NE(trainer_error({"--moe.load_balance_bias=true", local_batch(n)}, "configs/qwen3/debug_moe.toml")
-                .find("load_balance_bias = true with data parallelism over " + std::to_string(n) + " ranks"),
-            std::string::npos);
 }
 
 }  // namespace

@@ -40,11 +40,7 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
 
 std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const ParallelismConfig& p,
                                                     const CommConfig& comm) {
-  const std::pair<const char*, int64_t> missing[] = {{"expert_parallel_degree", p.expert_parallel_degree}};
   std::string refused;
-  for (const auto& [key, degree] : missing)
-    if (degree != 1)
-      refused += "\n  parallelism." + std::string(key) + " = " + std::to_string(degree) + ": set it to 1";
   // The pipeline's own keys mean nothing without pipeline stages.
   const ParallelismConfig defaults;
   if (p.pipeline_parallel_degree == 1 && p.pipeline_parallel_schedule != defaults.pipeline_parallel_schedule)
@@ -67,11 +63,7 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     refused += "\n  parallelism.pipeline_parallel_microbatch_size = " +
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
-  config::require(refused.empty(),
-                  "[parallelism] asks for what titan cannot do yet: only data, tensor, context and pipeline "
-                  "parallelism are implemented (data_parallel_replicate_degree, data_parallel_shard_degree, "
-                  "tensor_parallel_degree, context_parallel_degree, pipeline_parallel_degree)",
-                  refused);
+  config::require(refused.empty(), "[parallelism] sets keys that do nothing in this layout:", refused);
   const MeshDegrees degrees{.pp = p.pipeline_parallel_degree,
                             .dp_replicate = p.data_parallel_replicate_degree,
                             .dp_shard = p.data_parallel_shard_degree,
@@ -82,10 +74,12 @@ std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const Pa
     resolve(degrees, world.size());
   } catch (const Error& e) {
     throw Error(
-        "parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
+        "parallelism.pipeline_parallel_degree = " + std::to_string(p.pipeline_parallel_degree) +
+        ", parallelism.data_parallel_replicate_degree = " + std::to_string(p.data_parallel_replicate_degree) +
         ", parallelism.data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
         ", parallelism.tensor_parallel_degree = " + std::to_string(p.tensor_parallel_degree) +
-        ", parallelism.context_parallel_degree = " + std::to_string(p.context_parallel_degree) + ": " +
+        ", parallelism.context_parallel_degree = " + std::to_string(p.context_parallel_degree) +
+        ", parallelism.expert_parallel_degree = " + std::to_string(p.expert_parallel_degree) + ": " +
         e.message());
   }
   world.set_timeout_seconds(comm.timeout_seconds);
@@ -120,14 +114,19 @@ DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)
   // dp_replicate and dp_shard are neighbours, so "dp" is one block of coordinates.
   const int64_t dp_coord = coord[1] * degrees_[2] + coord[2];
   groups_.push_back(group_of(degrees_[1] * degrees_[2], rank - dp_coord * stride[2], dp_coord, "dp"));
+  // The ranks that read different data: dp's and, within each, the ep ranks.
+  const int64_t batch_coord = dp_coord * degrees_[5] + coord[5];
+  groups_.push_back(group_of(degrees_[1] * degrees_[2] * degrees_[5],
+                             rank - dp_coord * stride[2] - coord[5] * stride[5], batch_coord, "batch"));
 }
 
 size_t DeviceMesh::index_of(const std::string& dim) const {
   for (size_t i = 0; i < kDims.size(); ++i)
     if (dim == kDims[i]) return i;
-  TITAN_CHECK(
-      dim == "dp", "device mesh: no dimension '", dim,
-      "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, and dp (dp_replicate x dp_shard)");
+  if (dim == "batch") return kDims.size() + 1;
+  TITAN_CHECK(dim == "dp", "device mesh: no dimension '", dim,
+              "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, dp (dp_replicate x dp_shard) and "
+              "batch (dp_replicate x dp_shard x ep)");
   return kDims.size();
 }
 
@@ -136,8 +135,9 @@ ProcessGroup& DeviceMesh::operator[](const std::string& dim) {
 }
 
 int64_t DeviceMesh::degree(const std::string& dim) const {
-  size_t i = index_of(dim);
-  return i < kDims.size() ? degrees_[i] : degrees_[1] * degrees_[2];
+  const size_t i = index_of(dim);
+  if (i < kDims.size()) return degrees_[i];
+  return degrees_[1] * degrees_[2] * (i == kDims.size() ? 1 : degrees_[5]);
 }
 
 int64_t DeviceMesh::coordinate(const std::string& dim) const {

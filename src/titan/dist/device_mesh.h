@@ -3,7 +3,10 @@
 //   pp, dp_replicate, dp_shard, cp, tp, ep
 // (row-major: ep varies fastest), and one process group per dimension: mesh["dp_shard"] holds
 // the ranks that differ only in their dp_shard coordinate. mesh["dp"] is dp_replicate x dp_shard
-// flattened, the group data-parallel ranks average gradients over.
+// flattened, the group data-parallel ranks average gradients over; mesh["batch"] is
+// dp_replicate x dp_shard x ep flattened, the ranks that read different micro-batches (expert
+// parallel ranks are data-parallel ranks for the parameters outside the experts); it is "dp"
+// when ep is 1.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -45,7 +48,7 @@ class DeviceMesh {
   // world's timeout.
   DeviceMesh(ProcessGroup world, const MeshDegrees& degrees);
 
-  // The group of dimension `dim` (one of kDims, or "dp"); throws on another name.
+  // The group of dimension `dim` (one of kDims, "dp" or "batch"); throws on another name.
   ProcessGroup& operator[](const std::string& dim);
   int64_t degree(const std::string& dim) const;
   // This rank's coordinate along `dim`: its rank in that group.
@@ -57,7 +60,7 @@ class DeviceMesh {
 
   ProcessGroup world_;
   std::array<int64_t, 6> degrees_{};
-  std::vector<ProcessGroup> groups_;  // kDims order, then "dp"
+  std::vector<ProcessGroup> groups_;  // kDims order, then "dp", then "batch"
 };
 
 }  // namespace titan::dist

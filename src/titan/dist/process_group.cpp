@@ -412,11 +412,17 @@ Work ProcessGroup::all_to_all_v(const Tensor& out, const std::vector<int64_t>& r
               "dist::all_to_all_v on group '", impl_->name, "': needs one row count per rank (", size,
               ") for sending and receiving, and input ", in.desc(), " and output ", out.desc(),
               " of one dtype with a dim 0 of rows");
-  int64_t row = in.size(0) ? in.numel() / in.size(0) : 0;
-  int64_t out_row = out.size(0) ? out.numel() / out.size(0) : 0;
+  // Elements per row from the trailing dims, not numel / rows: a rank with no rows to send still
+  // receives whole rows (expert parallelism's rank whose experts got no tokens sends none back).
+  auto row_elements = [](const Tensor& t) {
+    int64_t n = 1;
+    for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+    return n;
+  };
+  const int64_t row = row_elements(in), out_row = row_elements(out);
   int64_t sent = 0, received = 0;
   for (size_t i = 0; i < size; ++i) sent += send_rows[i], received += recv_rows[i];
-  TITAN_CHECK(sent == in.size(0) && received == out.size(0) && (row == out_row || !sent || !received),
+  TITAN_CHECK(sent == in.size(0) && received == out.size(0) && row == out_row,
               "dist::all_to_all_v on group '", impl_->name, "': send rows sum to ", sent, " for input ",
               in.desc(), ", receive rows to ", received, " for output ", out.desc(),
               "; they must equal dim 0, with the same row shape");

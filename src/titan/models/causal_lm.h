@@ -23,20 +23,24 @@ class CausalLM : public nn::Module {
   virtual int64_t vocab_size() const = 0;
 
   // Pipeline parallelism runs the model as stages of consecutive layers. forward_layers runs
-  // layers [first, last) on `input`: token ids [batch, seq] when first == 0 (the embedding runs
-  // before them), else the hidden states [batch, seq, dim] the stage before returned; when last ==
+  // layers [first, last) of the forward on token ids [batch, seq] (which fix the mask and
+  // positions): from the embedding when first == 0, else from `hidden`, the hidden states the stage
+  // before returned (under sequence parallelism, this rank's part of the sequence); when last ==
   // num_layers() the final norm and output run after them and it returns logits, else hidden
-  // states. forward_layers(tokens, ids, 0, num_layers()) is operator(). A stage touches only the
-  // modules of its span, so the others may hold no values on its rank.
+  // states. forward_layers(tokens, ids, {}, 0, num_layers()) is operator(). A stage touches only
+  // the modules of its span, so the others may hold no values on its rank.
   virtual int64_t num_layers() const = 0;
   // The width of the hidden states between layers.
   virtual int64_t hidden_size() const = 0;
-  virtual Tensor forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) = 0;
+  virtual Tensor forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden,
+                                int64_t first, int64_t last) = 0;
   // forward_layers through this module's forward hooks (what a data-parallel plan installs on the
-  // root runs around every stage's forward).
-  Tensor run_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) {
-    return run_forward(input, [this, document_ids, first, last](const Tensor& in) {
-      return forward_layers(in, document_ids, first, last);
+  // root runs around every stage's forward), which see the stage's input: the tokens or `hidden`.
+  Tensor run_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden, int64_t first,
+                    int64_t last) {
+    return run_forward(first == 0 ? tokens : hidden, [this, tokens, document_ids, first, last](const Tensor& in) {
+      return first == 0 ? forward_layers(in, document_ids, Tensor(), first, last)
+                        : forward_layers(tokens, document_ids, in, first, last);
     });
   }
 

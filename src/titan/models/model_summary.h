@@ -24,6 +24,8 @@ struct ModelSummary {
   int64_t n_kv_heads = 0;
   int64_t ffn_hidden_dim = 0;
   int64_t vocab_size = 0;
+  // What an expert-parallel plan splits: the experts of each MoE layer; 0 without MoE layers.
+  int64_t num_experts = 0;
 };
 
 }  // namespace titan::models

@@ -16,6 +16,7 @@
 #include "titan/models/model_config.h"
 #include "titan/models/model_summary.h"
 #include "titan/parallel/context_parallel_plan.h"
+#include "titan/parallel/expert_parallel.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
@@ -38,7 +39,8 @@ struct ParallelizeOptions {
   // The job's mesh; FSDP shards over its dp_shard dimension. Null: one process, nothing to shard.
   dist::DeviceMesh* mesh = nullptr;
   parallel::FullyShardOptions fsdp{};
-  // Tensor parallelism over mesh["tp"] when its degree exceeds 1.
+  // Tensor parallelism over mesh["tp"] when its degree exceeds 1; expert parallelism over
+  // mesh["ep"] likewise.
   parallel::TensorParallelOptions tp{};
   // Context parallelism over mesh["cp"] when its degree exceeds 1: the training sequences' length
   // and the attention tiles ([attention] block_q, block_kv).
@@ -58,6 +60,8 @@ struct Parallelized {
   // Its batches are sharded by the trainer, which hands it each micro-batch's document ids.
   std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
+  // Its experts' slices and gradient reductions; the trainer feeds its ranks different batches.
+  std::unique_ptr<parallel::ExpertParallel> ep;
   // Which stages this rank runs, and the schedule's table.
   std::unique_ptr<parallel::PipelineParallel> pp;
   std::unique_ptr<parallel::FullyShard> fsdp;

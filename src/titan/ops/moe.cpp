@@ -147,6 +147,34 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPe
   return out;
 }
 
+Tensor permute_rows(const Tensor& x, const Tensor& order) {
+  const OpSpan span("permute_rows", x);
+  check_float("permute_rows", "x", x);
+  TITAN_CHECK(x.dim() == 2 && order.dim() == 1 && order.dtype() == kI64 && order.size(0) == x.size(0),
+              "permute_rows: expected x [n, d] and order [n] i64, got ", x.desc(), " and ", order.desc());
+  const int64_t n = x.size(0), d = x.size(1);
+  Tensor oc = order.contiguous();
+  kernels::cpu::check_index_range("permute_rows", "row", oc, n);
+  Tensor inverse = Tensor::empty({n}, {.dtype = kI64});
+  const int64_t* to = oc.data<int64_t>();
+  int64_t* from = inverse.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) from[to[i]] = i;
+  auto gather = [n, d](const Tensor& src, const Tensor& index) {
+    Tensor sc = dense(src);
+    Tensor out = Tensor::empty({n, d}, sc.options());
+    kernels::cpu::dispatch_float(sc.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::cpu::gather_rows<T>(sc.data<T>(), index.data<int64_t>(), n, d, out.data<T>());
+    });
+    return out;
+  };
+  Tensor out = gather(x, oc);
+  autograd::record("permute_rows", {x}, {out}, [gather, inverse](const autograd::GradContext& g) {
+    return std::vector<Tensor>{gather(g[0], inverse)};
+  });
+  return out;
+}
+
 namespace {
 // x [rows, in], weight [groups, out, in] of one float dtype, group sizes summing to the rows.
 void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const char* weight_name,

@@ -37,6 +37,11 @@ Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm);
 // sum_j weights[t, j] * rows[row_of(t, j)]. Differentiable w.r.t. both.
 Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm);
 
+// x [n, d] and order [n] i64, a permutation of [0, n) -> [n, d]: row i is x[order[i]]. The
+// backward sends each row's gradient back to the row it came from. Expert parallelism regroups
+// the rows it receives with it.
+Tensor permute_rows(const Tensor& x, const Tensor& order);
+
 // x [rows, in] with consecutive groups of group_rows[g] rows, weight [groups, out, in] ->
 // [rows, out]: each group's rows @ weight[g]^T (nn.Linear's layout per group). One GEMM per
 // group, forward and backward.

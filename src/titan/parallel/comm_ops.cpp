@@ -68,6 +68,49 @@ void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, 
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                     dist::ProcessGroup& group) {
+  autograd::NoGradGuard no_grad;
+  Tensor in = x.detach().contiguous();
+  int64_t received = 0, sent_away = 0;
+  for (size_t r = 0; r < recv_rows.size(); ++r) received += recv_rows[r];
+  for (size_t r = 0; r < send_rows.size(); ++r)
+    if (static_cast<int>(r) != group.rank()) sent_away += send_rows[r];
+  Shape out_shape = in.sizes();
+  out_shape[0] = received;
+  Tensor out = Tensor::empty(out_shape, in.options());
+  const auto t0 = std::chrono::steady_clock::now();
+  group.all_to_all_v(out, recv_rows, in, send_rows).wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t row_elements = 1;
+  for (int64_t d = 1; d < in.dim(); ++d) row_elements *= in.size(d);
+  const double bytes = static_cast<double>(sent_away * row_elements * static_cast<int64_t>(in.element_size()));
+  g_stats.calls += 1;
+  g_stats.bytes_sent += bytes;
+  g_stats.wait_seconds += seconds;
+  g_stats.all_to_all_calls += 1;
+  g_stats.all_to_all_bytes += bytes;
+  g_stats.all_to_all_seconds += seconds;
+  return out;
+}
+
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                       dist::ProcessGroup group) {
+  check_input("all_to_all_rows", x, 0);
+  const size_t n = static_cast<size_t>(group.size());
+  TITAN_CHECK(send_rows.size() == n && recv_rows.size() == n, "all_to_all_rows: ", send_rows.size(),
+              " send and ", recv_rows.size(), " receive counts for the ", n, " ranks of group ", group.name());
+  int64_t sent = 0;
+  for (int64_t r : send_rows) sent += r;
+  TITAN_CHECK(sent == x.size(0), "all_to_all_rows: send counts sum to ", sent, " rows, x is ", x.desc());
+  Tensor out = exchange_rows(x, send_rows, recv_rows, group);
+  autograd::record("all_to_all_rows", {x}, {out},
+                   [group, send_rows, recv_rows](const autograd::GradContext& g) mutable {
+                     return std::vector<Tensor>{exchange_rows(g[0], recv_rows, send_rows, group)};
+                   });
+  return out;
+}
+
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group) {
   autograd::NoGradGuard no_grad;
   Tensor front = to_front(x.detach(), dim);

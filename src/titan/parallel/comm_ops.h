@@ -35,14 +35,26 @@ Tensor gather_along_replicated(const Tensor& x, int64_t dim, dist::ProcessGroup 
 // Forward: this rank's chunk of x along `dim` (x the same on every rank). Backward: all-gather.
 Tensor split_along(const Tensor& x, int64_t dim, dist::ProcessGroup group);
 
+// Forward: rank r sends rows [sum(send_rows[0..d)), +send_rows[d]) of x to rank d and receives
+// recv_rows[s] rows from each rank s, in rank order (dist::ProcessGroup::all_to_all_v); every
+// rank's send_rows[d] must be rank d's recv_rows[r]. Backward: the reverse exchange of the
+// gradient rows. Expert parallelism's token dispatch and combine.
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, dist::ProcessGroup group);
+
 // What this process's collectives for split activations cost, for benchmarks: bytes each rank
 // sends as a ring algorithm moves them ((n - 1) / n of the gathered or scattered tensor per
 // all-gather or reduce-scatter, twice that per all-reduce), and seconds blocked waiting. The ops
 // wait at once, so none of that time is hidden under computation.
+// All-to-alls count in the totals and, apart, in the all_to_all_ figures: the bytes of the rows
+// this rank sends to the other ranks (its own stay), and the seconds from start to completion.
 struct CommStats {
   int64_t calls = 0;
   double bytes_sent = 0;
   double wait_seconds = 0;
+  int64_t all_to_all_calls = 0;
+  double all_to_all_bytes = 0;
+  double all_to_all_seconds = 0;
 };
 const CommStats& comm_stats();
 void reset_comm_stats();
@@ -57,6 +69,9 @@ void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, 
 // The plain collectives underneath, without autograd (exposed for the ops above and tests).
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);
 Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);
+// all_to_all_rows' exchange, of any dtype dist/ carries (expert parallelism's token counts too).
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
+                     dist::ProcessGroup& group);
 Tensor chunk_of(const Tensor& x, int64_t dim, int rank, int size);
 
 }  // namespace titan::parallel

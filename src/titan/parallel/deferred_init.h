@@ -29,15 +29,10 @@
 #include "titan/nn/module.h"
 #include "titan/nn/sharded_init.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/parameter_slices.h"
 
 namespace titan::parallel {
 
-// A parameter whose handle is the box [offsets, offsets + handle.sizes()) of a logical tensor of
-// `global_shape` (what the model's init fills on one rank).
-struct GlobalSlice {
-  Shape global_shape = {};
-  Shape offsets = {};
-};
 // The slice a parameter (named as in Module::named_parameters) holds; nullopt when its handle is
 // the whole logical tensor.
 using SliceOf = std::function<std::optional<GlobalSlice>(const std::string& name, const Tensor& param)>;

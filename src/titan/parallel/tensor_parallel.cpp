@@ -1,7 +1,5 @@
 #include "titan/parallel/tensor_parallel.h"
 
-#include "titan/autograd/grad_mode.h"
-#include "titan/core/in_place.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/comm_ops.h"
@@ -57,14 +55,11 @@ uint64_t TensorParallel::hook(nn::Module& m, nn::Module::ForwardHook h) {
 
 void TensorParallel::split_parameter(nn::Module& m, const std::string& local, const Tensor& p, int64_t dim) {
   const std::string name = param_name(m, local);
-  const int n = group_.size(), rank = group_.rank();
-  TITAN_CHECK(p.size(dim) % n == 0, "tensor parallelism: parameter ", name, " ", p.desc(), " has ",
-              p.size(dim), " along dim ", dim, ", which does not split into ", n,
-              " equal parts; choose a parallelism.tensor_parallel_degree that divides it");
   TITAN_CHECK(!placements_.count(name), "tensor parallelism: parameter ", name, " is given two styles");
-  const int64_t part = p.size(dim) / n;
-  placements_[name] = {.dim = dim, .offset = rank * part, .global_shape = p.sizes(), .partial_grad = false};
-  narrow_in_place(p, dim, rank * part, part);
+  const int n = group_.size(), rank = group_.rank();
+  const Shape global_shape = p.sizes();
+  narrow_in_place(p, name, dim, rank, n, "parallelism.tensor_parallel_degree");
+  placements_[name] = {.dim = dim, .offset = rank * p.size(dim), .global_shape = global_shape, .partial_grad = false};
 }
 
 void TensorParallel::colwise(nn::Linear& linear) {

@@ -39,7 +39,7 @@
 #include "titan/dist/process_group.h"
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
-#include "titan/parallel/deferred_init.h"
+#include "titan/parallel/parameter_slices.h"
 
 namespace titan::parallel {
 
@@ -57,11 +57,11 @@ struct TpPlacement {
   bool partial_grad = false;
 };
 
-class TensorParallel {
+class TensorParallel final : public ParameterSlices {
  public:
   // `root` is the model: its output (the logits) is gathered when the loss is not parallel.
   TensorParallel(nn::Module& root, dist::ProcessGroup group, TensorParallelOptions options = {});
-  ~TensorParallel();
+  ~TensorParallel() override;
   TensorParallel(const TensorParallel&) = delete;
   TensorParallel& operator=(const TensorParallel&) = delete;
 
@@ -93,7 +93,8 @@ class TensorParallel {
   std::optional<TpPlacement> placement(const std::string& name) const;
   // The same as deferred initialisation reads it (parallel/deferred_init.h): the box of the whole
   // tensor that this rank's slice is, nullopt for a replicated parameter.
-  std::optional<GlobalSlice> slice_of(const std::string& name) const;
+  std::optional<GlobalSlice> slice_of(const std::string& name) const override;
+  const dist::ProcessGroup& slice_group() const override { return group_; }
   dist::ProcessGroup& group() { return group_; }
   const TensorParallelOptions& options() const { return options_; }
   int64_t vocab_size() const { return vocab_size_; }

@@ -134,25 +134,32 @@ std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::strin
                                                                 const Tensor& t) const {
   parallel::FullyShard* fsdp = parts_.fsdp;
   std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
-  std::optional<parallel::TpPlacement> split =
-      parts_.tp && t.dim() > 0 ? parts_.tp->placement(param) : std::nullopt;
-  if (split && split->dim < 0) split.reset();
+  std::optional<parallel::GlobalSlice> slice;
+  // A plan's slices are saved by every rank of its group, what it leaves whole by its rank 0.
+  bool saves = parts_.replica_writer;
+  for (const parallel::ParameterSlices* plan : parts_.slices) {
+    std::optional<parallel::GlobalSlice> mine = t.dim() > 0 ? plan->slice_of(param) : std::nullopt;
+    TITAN_CHECK(!(mine && slice), "checkpoint: parameter ", param, " is sliced by two parallel plans");
+    if (mine)
+      slice = std::move(mine);
+    else
+      saves = saves && plan->slice_group().rank() == 0;
+  }
   // Under pipeline parallelism only the rank of the tensor's stage holds it (the others' are
   // empty, or stale buffers), so that rank saves it and only it loads it.
   const bool held = !parts_.pp || parts_.pp->holds(param);
-  if (!rows && !split && held && !parts_.pp) return std::nullopt;
+  if (!rows && !slice && !parts_.pp) return std::nullopt;
   if (!held && t.dim() > 0) {
     const std::optional<parallel::GlobalSlice> before = parts_.pp->slice_of(param);
     return Box{.data = t.narrow(0, 0, 0),
                .offsets = Shape(t.sizes().size(), 0),
-               .global_shape = split ? split->global_shape : before ? before->global_shape : t.sizes()};
+               .global_shape = slice ? slice->global_shape : before ? before->global_shape : t.sizes()};
   }
   Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
-        .offsets = Shape(t.sizes().size(), 0),
-        .global_shape = split ? split->global_shape : rows ? rows->global_shape : t.sizes(),
-        .saves = held && parts_.replica_writer && (split || !parts_.tp || parts_.tp->group().rank() == 0)};
+        .offsets = slice ? slice->offsets : Shape(t.sizes().size(), 0),
+        .global_shape = slice ? slice->global_shape : rows ? rows->global_shape : t.sizes(),
+        .saves = held && saves};
   if (rows) b.offsets[0] += rows->row_offset;
-  if (split) b.offsets[static_cast<size_t>(split->dim)] += split->offset;
   return b;
 }
 
@@ -408,15 +415,20 @@ void CheckpointManager::save(int64_t step, bool model_only) {
     // HF's files hold whole tensors: gather them, and rank 0 writes them alone.
     if (parts_.fsdp) parts_.fsdp->unshard_all();
     for (const auto& [name, t] : parts_.model.state_dict()) {
-      const std::optional<parallel::TpPlacement> split = parts_.tp ? parts_.tp->placement(name) : std::nullopt;
-      const int64_t split_dim = split ? split->dim : -1;
       const bool held = !parts_.pp || parts_.pp->holds(name);
-      Tensor whole = split_dim >= 0 && held ? parallel::all_gather_dim(t, split_dim, parts_.tp->group()) : t;
+      Tensor whole = t;
+      std::optional<parallel::GlobalSlice> sliced;
+      for (const parallel::ParameterSlices* plan : parts_.slices)
+        if (std::optional<parallel::GlobalSlice> slice = plan->slice_of(name)) {
+          sliced = slice;
+          dist::ProcessGroup group = plan->slice_group();
+          if (held) whole = parallel::all_gather_dim(t, parallel::sliced_dim(t, slice->global_shape), group);
+        }
       if (parts_.pp) {
         // From the rank of its stage to the others of the pp group, rank 0 among them.
         if (!held) {
           const std::optional<parallel::GlobalSlice> before = parts_.pp->slice_of(name);
-          whole = Tensor::empty(split_dim >= 0 ? split->global_shape : before ? before->global_shape : t.sizes(),
+          whole = Tensor::empty(sliced ? sliced->global_shape : before ? before->global_shape : t.sizes(),
                                 t.options());
         }
         const int owner = static_cast<int>(parts_.pp->schedule().rank_of_stage(parts_.pp->stage_of(name)));

@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/core/file_lock.h"
@@ -29,8 +30,8 @@
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/fully_shard.h"
+#include "titan/parallel/parameter_slices.h"
 #include "titan/parallel/pipeline_parallel.h"
-#include "titan/parallel/tensor_parallel.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
@@ -44,9 +45,10 @@ struct Checkpointed {
   Generator& rng;
   // Under FSDP the model's parameters live in its shards, and so do the optimizer's moments.
   parallel::FullyShard* fsdp = nullptr;
-  // Under tensor parallelism each rank holds its slice of the split parameters (and FSDP, when
-  // on too, shards that slice).
-  parallel::TensorParallel* tp = nullptr;
+  // The plans that split parameters over a group (tensor, expert parallelism): each rank holds its
+  // slice of those (and FSDP, when on too, shards that slice); the ones a plan leaves whole are
+  // saved by its group's rank 0.
+  std::vector<const parallel::ParameterSlices*> slices = {};
   // Under pipeline parallelism each rank holds its stages' tensors only.
   parallel::PipelineParallel* pp = nullptr;
   // Whether this rank's split or sharded tensors are the ones saved: true on the first
@@ -108,8 +110,8 @@ class CheckpointManager {
   // For a save, only those this rank writes: rank 0 the whole ones, the first replica's ranks
   // their rows.
   // Where this rank's tensor `t` of parameter `param` (or optimizer state shaped like it) sits in
-  // the whole one, composing tensor parallelism's slice with FSDP's rows; nullopt for a tensor
-  // every rank holds whole.
+  // the whole one, composing a plan's slice with FSDP's rows; nullopt for a tensor every rank
+  // holds whole.
   struct Box {
     Tensor data;  // the rows of t that hold values (FSDP pads the last shards)
     Shape offsets;
@@ -117,7 +119,7 @@ class CheckpointManager {
     bool saves = false;  // whether this rank writes it (one copy of each piece is saved)
   };
   std::optional<Box> box_of(const std::string& param, const Tensor& t) const;
-  bool sharded() const { return parts_.fsdp != nullptr || parts_.tp != nullptr || parts_.pp != nullptr; }
+  bool sharded() const { return parts_.fsdp != nullptr || !parts_.slices.empty() || parts_.pp != nullptr; }
   void add_pieces(checkpoint::Pieces& out, const std::string& prefix,
                   const std::map<std::string, Tensor>& state, bool optimizer, bool saving) const;
   // Copies a whole state dict (an HF import) into the model, or into its shards under FSDP.

@@ -17,7 +17,9 @@ parallel::PipelineStepStats run_pipeline_batch(models::CausalLM& model, const pa
       [&](int64_t stage, int64_t m, const Tensor& input) {
         const parallel::StageSpan span = pp.spans()[static_cast<size_t>(stage)];
         parallel::StageResult r;
-        r.output = model.run_layers(input, micro(batch.document_ids, m), span.first, span.last);
+        const Tensor tokens = micro(batch.inputs, m);
+        r.output = model.run_layers(tokens, micro(batch.document_ids, m), stage == 0 ? Tensor() : input, span.first,
+                                    span.last);
         r.aux = model.auxiliary_loss();
         if (span.last == model.num_layers()) {
           const Tensor labels = micro(batch.labels, m);

@@ -25,6 +25,7 @@
 #include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/registry.h"
+#include "titan/nn/moe/moe.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
@@ -211,6 +212,7 @@ struct Trainer::State {
   // tensor parallelism split) before tensor parallelism.
   std::unique_ptr<parallel::ContextParallel> cp;
   std::unique_ptr<parallel::TensorParallel> tp;
+  std::unique_ptr<parallel::ExpertParallel> ep;
   std::unique_ptr<parallel::PipelineParallel> pp;
   std::unique_ptr<parallel::FullyShard> fsdp;
   std::unique_ptr<parallel::PipelineExecutor> pipeline;  // with pp
@@ -235,11 +237,16 @@ struct Trainer::State {
   struct Data;
   Data build_data();
   void build_model(const data::Tokenizer& tokenizer);
+  // Under parallelism, makes every MoE layer's step counts the global ones (nn::moe::MoE::count_reducer).
+  void install_global_expert_counts();
   void build_optimizer();
   void build_metrics();
   void log_setup(const Data& data);
   // The loader's next micro-batch; under context parallelism, this rank's tokens of it.
   data::Batch next_batch();
+  // The plans that split parameters (tensor, expert parallelism), for initialisation and
+  // checkpoints.
+  std::vector<const parallel::ParameterSlices*> slice_plans() const;
   // Pipeline parallelism's forwards and backwards of one step (GradientSync::forward_backward).
   MicroBatchSums run_pipeline(int64_t batches, const std::function<data::Batch()>& next,
                               const GradientSync& sync);
@@ -260,13 +267,14 @@ Trainer::State::Data Trainer::State::build_data() {
   d.options = c.data.options("training");
   d.dataset = data::load_dataset(d.options, *d.tokenizer);
   d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
-  dist::ProcessGroup& dp = (*mesh)["dp"];
+  // Expert-parallel ranks read batches of their own, as data-parallel ones do.
+  dist::ProcessGroup& batch = (*mesh)["batch"];
   loader = std::make_unique<data::DataLoader>(
       d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
                                             .local_batch_size = c.training.local_batch_size,
                                             .seed = static_cast<uint64_t>(c.training.seed),
-                                            .dp_rank = dp.rank(),
-                                            .dp_world = dp.size(),
+                                            .dp_rank = batch.rank(),
+                                            .dp_world = batch.size(),
                                             .eos_id = d.eos_id});
   return d;
 }
@@ -302,6 +310,18 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                       c.model.name, "/", c.model.flavor, " cannot split ", what, " into ", tp_degree,
                       " equal parts; choose a degree that divides it");
   }
+  if (const int64_t ep_degree = mesh->degree("ep"); ep_degree > 1) {
+    config::require(summary.num_experts > 0, "parallelism.expert_parallel_degree = ", ep_degree, ": model ",
+                    c.model.name, "/", c.model.flavor, " has no MoE layers whose experts could be split; set it to 1");
+    config::require(summary.num_experts % ep_degree == 0, "parallelism.expert_parallel_degree = ", ep_degree,
+                    ": model ", c.model.name, "/", c.model.flavor, " has ", summary.num_experts,
+                    " experts per MoE layer (moe.num_experts), which do not split into ", ep_degree,
+                    " equal parts; choose a degree that divides it");
+    for (const auto& [dim, key] : {std::pair<const char*, const char*>{"tp", "tensor_parallel_degree"},
+                                   {"cp", "context_parallel_degree"}})
+      config::require(mesh->degree(dim) == 1, "parallelism.expert_parallel_degree = ", ep_degree, " with parallelism.",
+                      key, " = ", mesh->degree(dim), " is not supported yet; set one of them to 1");
+  }
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
     // Shapes only: each rank allocates and initialises what it holds once the plans have split and
@@ -310,19 +330,9 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
     const MetaScope meta;
     model = spec.build(c.model, c.training.seq_len, rng);
   }
-  const int64_t dp_size = (*mesh)["dp"].size();
   config::require(model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", model->vocab_size(),
                   " is smaller than the ", tokenizer.vocab_size(), " ids of the ", tokenizer.description(),
                   "; raise model.vocab_size");
-  config::require(dp_size == 1 || !c.model.moe.load_balance_bias,
-                  "moe.load_balance_bias = true with data parallelism over ", dp_size,
-                  " ranks is not supported yet: each rank would update the expert bias from its own token "
-                  "counts and the replicas would drift apart; set it to false, or train on one rank");
-  config::require(
-      mesh->degree("cp") == 1 || !c.model.moe.load_balance_bias,
-      "moe.load_balance_bias = true with parallelism.context_parallel_degree = ", mesh->degree("cp"),
-      " is not supported yet: each cp rank would update the expert bias from the counts of its own "
-      "tokens and the replicas would drift apart; set it to false");
   if (const int64_t pp_degree = mesh->degree("pp"); pp_degree > 1) {
     const std::string key = "parallelism.pipeline_parallel_degree = " + std::to_string(pp_degree);
     config::require(mesh->degree("cp") == 1, key, " with parallelism.context_parallel_degree = ",
@@ -358,6 +368,7 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                               .split_points = split_list(c.parallelism.pipeline_parallel_split_points)}});
     cp = std::move(parts.cp);
     tp = std::move(parts.tp);
+    ep = std::move(parts.ep);
     pp = std::move(parts.pp);
     fsdp = std::move(parts.fsdp);
   }
@@ -370,15 +381,16 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   }
   {
     MemoryOwnerScope owner(MemoryCategory::parameters);
-    parallel::SliceOf slice_of;
-    // Tensor parallelism's slice first: a parameter outside this rank's stages is the empty box of it.
-    if (tp || pp)
-      slice_of = [this](const std::string& name, const Tensor&) {
-        std::optional<parallel::GlobalSlice> slice = tp ? tp->slice_of(name) : std::nullopt;
-        return slice || !pp ? slice : pp->slice_of(name);
-      };
+    // A plan's slice first; a parameter outside this rank's pipeline stages is the empty box of it.
+    parallel::SliceOf slice_of = [this, plans = slice_plans()](const std::string& name,
+                                                               const Tensor&) -> std::optional<parallel::GlobalSlice> {
+      for (const parallel::ParameterSlices* plan : plans)
+        if (std::optional<parallel::GlobalSlice> slice = plan->slice_of(name)) return slice;
+      return pp ? pp->slice_of(name) : std::nullopt;
+    };
     parallel::deferred_init(*model, rng, fsdp.get(), slice_of);
   }
+  install_global_expert_counts();
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
@@ -407,6 +419,30 @@ MicroBatchSums Trainer::State::run_pipeline(int64_t batches, const std::function
   sums.aux = group.all_reduce(sums.aux, dist::ReduceOp::sum);
   sums.has_aux = group.all_reduce(sums.has_aux ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
   return sums;
+}
+
+std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() const {
+  std::vector<const parallel::ParameterSlices*> plans;
+  if (tp) plans.push_back(tp.get());
+  if (ep) plans.push_back(ep.get());
+  return plans;
+}
+
+void Trainer::State::install_global_expert_counts() {
+  // Every rank that routes tokens of its own (data, expert and context parallel ranks) counts
+  // them; the expert bias and the expert-load figures need the step's global counts, the same on
+  // every rank. Tensor-parallel ranks route the same tokens.
+  std::vector<dist::ProcessGroup> groups;
+  for (const char* dim : {"batch", "cp"})
+    if ((*mesh)[dim].size() > 1) groups.push_back((*mesh)[dim]);
+  if (groups.empty()) return;
+  for (const auto& [name, m] : model->named_modules())
+    if (auto* moe = dynamic_cast<nn::moe::MoE*>(m))
+      moe->count_reducer = [groups](std::vector<int64_t>& counts) mutable {
+        Tensor t = Tensor::from_vector(counts, {static_cast<int64_t>(counts.size())});
+        for (dist::ProcessGroup& g : groups) g.all_reduce(t, dist::ReduceOp::sum).wait();
+        counts = t.to_vector<int64_t>();
+      };
 }
 
 data::Batch Trainer::State::next_batch() {
@@ -504,6 +540,10 @@ void Trainer::State::log_setup(const Data& d) {
         << ", parameters, gradients and optimizer "
         << "states sharded over " << mesh->degree("dp_shard") << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
+  if (ep)
+    log << "titan: expert parallel over " << mesh->degree("ep") << " ranks (" << summary.num_experts / mesh->degree("ep")
+        << " of the " << summary.num_experts
+        << " experts of every MoE layer on each; tokens dispatched by all-to-all, batches of their own)\n";
   if (cp)
     log << "titan: context parallel over " << mesh->degree("cp") << " ranks (ring attention; each holds "
         << c.training.seq_len / mesh->degree("cp")
@@ -534,7 +574,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   refuse_missing_features(c);
   s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
   s.dp_style = parallel::data_parallel_style(*s.mesh);
-  s.plan = plan_batches(c.training, (*s.mesh)["dp"].size());
+  s.plan = plan_batches(c.training, (*s.mesh)["batch"].size());
   const State::Data data = s.build_data();
   s.build_model(*data.tokenizer);
   s.build_optimizer();
@@ -550,7 +590,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .loader = *s.loader,
                    .rng = s.rng,
                    .fsdp = s.fsdp.get(),
-                   .tp = s.tp.get(),
+                   .slices = s.slice_plans(),
                    .pp = s.pp.get(),
                    .replica_writer = s.mesh->coordinate("dp_replicate") == 0 && s.mesh->coordinate("cp") == 0,
                    .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
@@ -607,6 +647,17 @@ TrainResult Trainer::train() {
       sync.norm_params = s.tp->norm_params(s.named_params);
       sync.loss = [&](const Tensor& logits, const Tensor& labels) { return s.tp->loss(logits, labels); };
     }
+    if (s.ep) {
+      // After data parallelism's reduction: the experts' gradients scaled, the others averaged over ep.
+      sync.reduce = [&, dp_reduce = sync.reduce] {
+        if (dp_reduce) dp_reduce();
+        s.ep->reduce_gradients(s.named_params);
+      };
+      sync.sum_norm_partials = [&, dp_sum = sync.sum_norm_partials](double partial) {
+        return s.ep->sum_norm_partials(dp_sum ? dp_sum(partial) : partial);
+      };
+      sync.norm_params = s.ep->norm_params(s.named_params);
+    }
     if (s.pp) {
       // Each rank holds its stages' parameters: their norms add up over pp.
       sync.sum_norm_partials = [&, inner = sync.sum_norm_partials](double partial) {
@@ -622,11 +673,11 @@ TrainResult Trainer::train() {
     });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
-    // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
-    // share of it. Extremes ("..._min", "..._max") combine as such, the rest as means.
-    // So did every cp rank of its tokens. Pipeline stages hold the figures of their own layers (the
-    // loss is already the step's on every stage).
-    for (const std::string dim : {"dp", "cp", "pp"}) {
+    // The loss and the model's figures of the global batch: every data-parallel and
+    // expert-parallel rank saw an equal share of it. Extremes ("..._min", "..._max") combine as
+    // such, the rest as means. So did every cp rank of its tokens. Pipeline stages hold the figures
+    // of their own layers (the loss is already the step's on every stage).
+    for (const std::string dim : {"batch", "cp", "pp"}) {
       dist::ProcessGroup& group = (*s.mesh)[dim];
       if (group.size() == 1) continue;
       if (dim != "pp") loss_mean = group.all_reduce(loss_mean, dist::ReduceOp::avg);
@@ -691,7 +742,7 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
   const JobConfig& c = s.cfg;
   s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
   s.dp_style = parallel::data_parallel_style(*s.mesh);
-  s.plan = plan_batches(c.training, (*s.mesh)["dp"].size());
+  s.plan = plan_batches(c.training, (*s.mesh)["batch"].size());
   // The byte tokenizer: the model's vocabulary is the config's, and no data is read.
   s.build_model(*data::load_tokenizer(""));
   s.build_optimizer();

@@ -20,15 +20,19 @@ attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids
   return attention::BlockMask::build(rule, tokens.size(0), tokens.size(1), kernel.block_q, kernel.block_kv);
 }
 
-void check_layer_span(const Tensor& input, int64_t first, int64_t last, int64_t n_layers, int64_t max_seq_len,
-                      const char* family) {
+void check_layer_span(const Tensor& tokens, const Tensor& hidden, int64_t first, int64_t last, int64_t n_layers,
+                      int64_t max_seq_len, const char* family) {
   TITAN_CHECK(0 <= first && first <= last && last <= n_layers, family, " Transformer: layers [", first, ", ",
               last, ") are not a span of its ", n_layers, " layers");
-  const int64_t dims = first == 0 ? 2 : 3;
-  TITAN_CHECK(input.dim() == dims && input.size(1) <= max_seq_len, family, " Transformer: expected ",
-              first == 0 ? "tokens [batch, seq]" : "hidden states [batch, seq, dim]", " with seq <= max_seq_len (",
-              max_seq_len, ") for layers [", first, ", ", last, "), got ", input.desc(),
-              "; build the model with a larger max_seq_len");
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= max_seq_len, family,
+              " Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", max_seq_len, "), got ",
+              tokens.desc(), "; build the model with a larger max_seq_len");
+  TITAN_CHECK(hidden.defined() == (first > 0) &&
+                  (!hidden.defined() || (hidden.dim() == 3 && hidden.size(0) == tokens.size(0))),
+              family, " Transformer: layers [", first, ", ", last, ") take ",
+              first > 0 ? "the hidden states [batch, seq, dim] of the layers before them"
+                        : "no hidden states (they start at the embedding)",
+              ", got ", hidden.defined() ? hidden.desc() : std::string("none"), " for tokens ", tokens.desc());
 }
 
 Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)

@@ -38,11 +38,11 @@ struct AttentionArgs {
 attention::BlockMask layer_mask(const Tensor& tokens, const Tensor& document_ids,
                                 const AttentionKernel& kernel);
 
-// Checks a CausalLM::forward_layers call of model `family`: 0 <= first <= last <= n_layers, and
-// `input` token ids [batch, seq] for a span that starts at the embedding (first == 0), hidden
-// states [batch, seq, dim] otherwise, with seq <= max_seq_len.
-void check_layer_span(const Tensor& input, int64_t first, int64_t last, int64_t n_layers, int64_t max_seq_len,
-                      const char* family);
+// Checks a CausalLM::forward_layers call of model `family`: 0 <= first <= last <= n_layers, token
+// ids [batch, seq] with seq <= max_seq_len, and hidden states [batch, part of seq, dim] exactly
+// when the span does not start at the embedding (first > 0).
+void check_layer_span(const Tensor& tokens, const Tensor& hidden, int64_t first, int64_t last, int64_t n_layers,
+                      int64_t max_seq_len, const char* family);
 
 class Attention : public nn::Module {
  public:

@@ -74,14 +74,15 @@ Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
   TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
               "qwen3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
               "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  return forward_layers(tokens, document_ids, 0, args_.n_layers);
+  return forward_layers(tokens, document_ids, Tensor(), 0, args_.n_layers);
 }
 
-Tensor Transformer::forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) {
-  common::check_layer_span(input, first, last, args_.n_layers, args_.max_seq_len, "qwen3");
-  const auto mask = common::layer_mask(input, document_ids, kernel_);
+Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden,
+                                   int64_t first, int64_t last) {
+  common::check_layer_span(tokens, hidden, first, last, args_.n_layers, args_.max_seq_len, "qwen3");
+  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  Tensor h = first == 0 ? (*tok_embeddings)(input) : input;
+  Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
   for (int64_t i = first; i < last; ++i) h = (*layers)[static_cast<size_t>(i)](h, rope_, mask, pass);
   last_pass_ = pass;
   return last == args_.n_layers ? logits(h) : h;

@@ -65,7 +65,8 @@ class Transformer : public CausalLM {
   using CausalLM::operator();
   int64_t num_layers() const override { return args_.n_layers; }
   int64_t hidden_size() const override { return args_.dim; }
-  Tensor forward_layers(const Tensor& input, const Tensor& document_ids, int64_t first, int64_t last) override;
+  Tensor forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden, int64_t first,
+                        int64_t last) override;
   // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
   Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }

@@ -152,6 +152,7 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   s.n_heads = a.n_heads;
   s.n_kv_heads = a.n_kv_heads;
   s.ffn_hidden_dim = a.moe ? 0 : a.ffn_dim;
+  s.num_experts = a.moe ? a.moe->num_experts : 0;
   s.vocab_size = a.vocab_size;
   s.num_embedding_params = embedding;
   s.num_params = embedding + a.n_layers * (attention + ffn + norms) + a.dim + output;

@@ -28,6 +28,11 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
     else
       tp.tied_vocab_output(*qwen->tok_embeddings);
   }
+  if (options.mesh != nullptr && options.mesh->degree("ep") > 1) {
+    out.ep = std::make_unique<parallel::ExpertParallel>((*options.mesh)["ep"]);
+    for (const auto& block : *qwen->layers)
+      if (block->moe) out.ep->apply(*block->moe);
+  }
   if (options.mesh != nullptr) {
     std::vector<common::Attention*> attentions;
     for (const auto& block : *qwen->layers) attentions.push_back(block->attention.get());

@@ -45,6 +45,7 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
 
 std::vector<int64_t> MoE::end_step() {
   std::vector<int64_t> counts = tokens_per_expert_;
+  if (count_reducer) count_reducer(counts);
   // A layer that routed nothing (one of another pipeline stage) has nothing to balance.
   const bool routed = std::any_of(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
   if (args_.load_balance_bias && routed) router->update_expert_bias(counts, args_.bias_update_rate);

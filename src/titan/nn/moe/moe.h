@@ -4,6 +4,7 @@
 // expert projection -> combine (unpermute, weighted by the routing scores). Load balancing by an
 // auxiliary loss, by a per-expert bias on the choice (auxiliary-loss-free), or both.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -62,9 +63,13 @@ class MoE : public Module {
     return run_forward(x, [this, pass](const Tensor& in) { return forward(in, *pass); });
   }
 
-  // The tokens each expert got since the last call, in training-mode forwards; applies the
-  // expert-bias update from them when the bias is on, and starts counting afresh.
+  // The tokens each expert got since the last call, in training-mode forwards, passed through
+  // count_reducer first; applies the expert-bias update from them when the bias is on, and
+  // starts counting afresh.
   std::vector<int64_t> end_step();
+  // Replaceable: makes this process's counts the step's global ones in place (a sum over the
+  // ranks that routed other tokens), so that every rank updates the bias alike. Unset: local.
+  std::function<void(std::vector<int64_t>&)> count_reducer = nullptr;
 
   std::shared_ptr<TopKRouter> router;
   std::shared_ptr<GroupedExperts> experts;

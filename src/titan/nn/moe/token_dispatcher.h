@@ -15,6 +15,12 @@ class TokenDispatcher {
     Tensor rows;                           // the tokens of this process's experts, grouped by expert
     std::vector<int64_t> rows_per_expert;  // the group sizes of `rows`, one per local expert
     ops::TokenPermutation permutation;     // how the local rows map back to (token, choice) pairs
+    // Where the rows went, for a dispatcher that moves them between processes (empty for the
+    // local one): the rows sent to and received from each rank, and the order that regrouped the
+    // received rows from (source rank, expert) to (expert, source rank).
+    std::vector<int64_t> send_rows = {};
+    std::vector<int64_t> recv_rows = {};
+    Tensor regroup = {};
   };
 
   virtual ~TokenDispatcher() = default;
