@@ -98,8 +98,10 @@ void expect_split_is_backward(nn::Module& m, const std::function<std::vector<Ten
 
 // ---- an MLP --------------------------------------------------------------------------------------
 
+// `layers` Linear layers with GELU between them, the whole stack applied `repeats` times (shared
+// weights: each gets a gradient per use, summed in an order W must keep).
 struct Mlp : nn::Module {
-  Mlp(int64_t width, int layers, bool bias) {
+  Mlp(int64_t width, int layers, bool bias, int repeats = 1) : repeats(repeats) {
     Generator gen(3);
     for (int i = 0; i < layers; ++i) {
       auto l = register_module(std::to_string(i), std::make_shared<nn::Linear>(width, width, bias));
@@ -109,11 +111,12 @@ struct Mlp : nn::Module {
   }
   Tensor forward(const Tensor& x) {
     Tensor h = x;
-    for (size_t i = 0; i < linears.size(); ++i)
-      h = i + 1 < linears.size() ? ops::gelu((*linears[i])(h)) : (*linears[i])(h);
+    for (int r = 0; r < repeats; ++r)
+      for (const auto& l : linears) h = ops::gelu((*l)(h));
     return h;
   }
   std::vector<std::shared_ptr<nn::Linear>> linears;
+  int repeats;
 };
 
 Tensor mlp_loss(Mlp& m, const Tensor& x) {
@@ -122,7 +125,7 @@ Tensor mlp_loss(Mlp& m, const Tensor& x) {
 }
 
 TEST(SplitBackward, MlpMiddleStageMatchesBackward) {
-  Mlp m(24, 3, true);
+  Mlp m(24, 3, true, /*repeats=*/3);
   expect_split_is_backward(
       m,
       [] {
