@@ -118,7 +118,8 @@ bool runs_after(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) 
 
 // One backward pass. A pass started by backward_rebuilt() owns only the nodes recorded after the
 // node that started it (those the rebuilt forward made); a gradient leaving them goes to the
-// enclosing pass, which owns the rest of the graph.
+// enclosing pass, which owns the rest of the graph. In a split backward's B, what would flow
+// along weight edges is left for W, and the nodes W needs are held in the order they run.
 class GraphTask {
  public:
   GraphTask(bool retain_graph, std::unordered_map<Node*, Tensor>* capture, GraphTask* parent,
