@@ -134,6 +134,18 @@ TEST(SplitBackward, MlpMiddleStageMatchesBackward) {
       [&](const std::vector<Tensor>& in) { return mlp_loss(m, in[0]); });
 }
 
+TEST(SplitBackward, LargeLayersKeepTheirBits) {
+  // Large enough for BLAS to thread a GEMM run alone: B's and W's must still run as one backward
+  // runs them (side by side, or not), or the low bits differ.
+  Mlp m(320, 2, true);
+  expect_split_is_backward(
+      m,
+      [] {
+        return std::vector<Tensor>{test::rand_f32({288, 320}, 1).requires_grad_()};
+      },
+      [&](const std::vector<Tensor>& in) { return mlp_loss(m, in[0]); });
+}
+
 TEST(SplitBackward, MlpFirstStageMatchesBackward) {
   // No input requires grad: B computes the activation gradients, W every weight's.
   Mlp m(24, 3, false);
