@@ -301,6 +301,27 @@ TEST(SplitBackward, BAndWTogetherIssueTheGemmsOfOneBackward) {
   EXPECT_EQ(b.flops + w.flops, plain.flops);
 }
 
+TEST(SplitBackward, WRebuildsNoCheckpointedBlock) {
+  // B re-runs the body to go back through it; W asks the rebuilt nodes B kept.
+  Mlp m(16, 2, false);
+  int runs = 0;
+  auto body = [&](const Tensor& h) {
+    ++runs;
+    return m.forward(h);
+  };
+  DeferredWeightGrads deferred;
+  Tensor x = test::rand_f32({4, 16}, 5).requires_grad_();
+  Tensor y = autograd::checkpoint(body, x);
+  Tensor loss = ops::sum(y * y);
+  EXPECT_EQ(runs, 1);
+  autograd::backward_split({loss}, {Tensor::ones({})}, {x}, deferred);
+  EXPECT_EQ(runs, 2);
+  EXPECT_FALSE(m.linears[0]->weight.grad().defined());
+  deferred.run();
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(m.linears[0]->weight.grad().defined());
+}
+
 // ---- what is refused ------------------------------------------------------------------------------
 
 TEST(SplitBackward, RefusesAFullDeferredAndAParameterAsRoot) {
