@@ -34,9 +34,6 @@ using autograd::DeferredWeightGrads;
 using test::same_bits;
 using test::tokens_of;
 
-// A stage's forward on one micro-batch, to the scalar it backpropagates.
-using StageLoss = std::function<Tensor()>;
-
 std::map<std::string, Tensor> grads_of(nn::Module& m) {
   std::map<std::string, Tensor> g;
   for (auto& [name, p] : m.named_parameters()) g[name] = p.grad().defined() ? p.grad().clone() : Tensor();
