@@ -77,9 +77,10 @@ struct Split {
   const std::unordered_map<Node*, Tensor>* inputs = nullptr;
   std::vector<DeferredWeightGrads::Held>* held = nullptr;
 
-  // See engine.h. A chain of one-edge nodes ends at a leaf or at a node that is none.
+  // See engine.h. A chain of one-edge nodes ends at a leaf or at a node that is none. (A node
+  // with no inputs, as AuxiliaryLosses's total, is no leaf: its backward must run in B.)
   bool is_weight(Node* n) const {
-    while (!n->next_edges.empty()) {
+    while (!is_leaf(n)) {
       if (n->rebuilds_graph) return false;
       Node* only = nullptr;
       for (const Edge& e : n->next_edges) {
@@ -92,7 +93,8 @@ struct Split {
     }
     return !inputs->contains(n);
   }
-  bool is_weight_leaf(Node* n) const { return n->next_edges.empty() && is_weight(n); }
+  static bool is_leaf(const Node* n) { return dynamic_cast<const AccumulateGrad*>(n) != nullptr; }
+  bool is_weight_leaf(Node* n) const { return is_leaf(n) && is_weight(n); }
   std::vector<bool> weight_edges(const Node& node) const {
     std::vector<bool> w(node.next_edges.size());
     for (size_t i = 0; i < w.size(); ++i)
@@ -116,7 +118,8 @@ bool runs_after(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) 
 
 // One backward pass. A pass started by backward_rebuilt() owns only the nodes recorded after the
 // node that started it (those the rebuilt forward made); a gradient leaving them goes to the
-// enclosing pass, which owns the rest of the graph.
+// enclosing pass, which owns the rest of the graph. In a split backward's B, what would flow
+// along weight edges is left for W, and the nodes W needs are held in the order they run.
 class GraphTask {
  public:
   GraphTask(bool retain_graph, std::unordered_map<Node*, Tensor>* capture, GraphTask* parent,
@@ -233,7 +236,7 @@ void GraphTask::execute(const std::shared_ptr<Node>& node) {
               " was scheduled before all its consumers ran");
   std::vector<Tensor> in = std::move(it->second.buffer);
   pending_.erase(it);
-  if (split_ && !node->next_edges.empty() && split_->is_weight(node.get())) {
+  if (split_ && split_->is_weight(node.get())) {
     // Its gradients come in W; here it only takes its place in the order.
     split_->held->push_back({node, std::move(in), split_->weight_edges(*node), /*weight_node=*/true});
     for (const Edge& e : node->next_edges)
@@ -294,7 +297,7 @@ void GraphTask::finished_consumer(const Edge& e) {
 // A weight edge: its gradient waits for W, but a node at its end still takes its place in the
 // order of this backward, for W to follow. Weight leaves wait only for W.
 void GraphTask::pass_over(const Edge& e) {
-  if (e.node->next_edges.empty()) return;
+  if (Split::is_leaf(e.node.get())) return;
   if (owns(e.node.get()))
     finished_consumer(e);
   else
@@ -405,7 +408,7 @@ void DeferredWeightGrads::run() {
   for (Held& h : held_) {
     if (h.weight_node) buffers[h.node.get()] = std::move(h.grads);
     for (size_t i = 0; i < h.weight_edges.size(); ++i)
-      if (h.weight_edges[i] && h.node->next_edges[i].node->next_edges.empty())
+      if (h.weight_edges[i] && Split::is_leaf(h.node->next_edges[i].node.get()))
         ++leaf_waits[h.node->next_edges[i].node.get()];
   }
   auto take = [&](Node* n) {
@@ -425,7 +428,7 @@ void DeferredWeightGrads::run() {
       const Edge& e = node.next_edges[i];
       std::vector<Tensor>& buffer = buffers[e.node.get()];
       if (out[i].defined()) add_gradient(buffer, e, out[i], node.name());
-      if (e.node->next_edges.empty() && --leaf_waits[e.node.get()] == 0)
+      if (Split::is_leaf(e.node.get()) && --leaf_waits[e.node.get()] == 0)
         apply_node(*e.node, take(e.node.get()), {});
     }
   }

@@ -55,7 +55,7 @@ class DeferredWeightGrads {
   // A node with weight edges as B left it: the gradients that flowed into it and which of its
   // edges W serves. A weight node's gradients flow in W (B holds only what a root seeded).
   struct Held {
-    std::shared_ptr<Node> node;
+    std::shared_ptr<Node> node = {};
     std::vector<Tensor> grads = {};
     std::vector<bool> weight_edges = {};
     bool weight_node = false;

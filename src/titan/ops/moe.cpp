@@ -252,6 +252,9 @@ Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
                                   up.data<Acc>());
     kernels::cpu::swiglu_fwd<Acc>(gate.data<Acc>(), up.data<Acc>(), h.data<Acc>(), h.numel());
   });
+  // A split backward (autograd/engine.h) asks for dx, then for dw1 and dw3: each call redoes the
+  // elementwise SwiGLU derivative (rows x hidden, against the GEMMs' rows x hidden x in) rather
+  // than keep two more [rows, hidden] buffers from B to W.
   autograd::record("grouped_swiglu", {x, w1, w3}, {h},
                    [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
                      const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
