@@ -223,6 +223,12 @@ TEST(PipelineSchedule, ZeroBubbleSchedulesLeaveOnlyTheStartUpBubble) {
       const double one_f_one_b = simulate_schedule(make_schedule("1F1B", p, m)).bubble_fraction;
       EXPECT_LT(t1.bubble_fraction, one_f_one_b);
       EXPECT_LT(tv.bubble_fraction, t1.bubble_fraction);
+      // The table is built at unit cost; the paper's ZB-H1 bubble (p-1)(f + b - w) holds for the
+      // costs it assumes (w no larger than f) as well.
+      for (auto [f, b, w] : {std::tuple{1.0, 1.0, 0.5}, std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 2.0, 1.0}})
+        EXPECT_DOUBLE_EQ(simulate_schedule(h1, f, b, w).makespan,
+                         static_cast<double>(m) * (f + b + w) + static_cast<double>(p - 1) * (f + b - w))
+            << "f,b,w=" << f << "," << b << "," << w;
     }
 }
 
