@@ -36,7 +36,9 @@ std::string describe(const Layout& l) {
          " v=" + std::to_string(l.stages_per_rank);
 }
 
-PipelineSchedule make(const Layout& l) { return make_schedule(l.name, l.ranks, l.micro, l.stages_per_rank); }
+PipelineSchedule make(const Layout& l) {
+  return make_schedule(l.name, l.ranks, l.micro, l.stages_per_rank);
+}
 
 // The message of the titan::Error that `fn` throws; fails the test when it throws none.
 template <typename Fn>
@@ -63,8 +65,11 @@ TEST(PipelineSchedule, EveryLayoutValidatesWithOneForwardAndOneBackwardPerStageA
     ASSERT_EQ(static_cast<int64_t>(s.steps.size()), l.ranks);
     for (int64_t r = 0; r < l.ranks; ++r) {
       const auto& steps = s.steps[static_cast<size_t>(r)];
-      EXPECT_EQ(static_cast<int64_t>(steps.size()), (split ? 3 : 2) * l.micro * l.stages_per_rank) << "rank " << r;
-      auto count = [&](PipelineOp op) { return std::count_if(steps.begin(), steps.end(), [&](const PipelineStep& st) { return st.op == op; }); };
+      EXPECT_EQ(static_cast<int64_t>(steps.size()), (split ? 3 : 2) * l.micro * l.stages_per_rank)
+          << "rank " << r;
+      auto count = [&](PipelineOp op) {
+        return std::count_if(steps.begin(), steps.end(), [&](const PipelineStep& st) { return st.op == op; });
+      };
       EXPECT_EQ(count(PipelineOp::forward), l.micro * l.stages_per_rank);
       EXPECT_EQ(count(PipelineOp::backward), split ? 0 : l.micro * l.stages_per_rank);
       EXPECT_EQ(count(PipelineOp::backward_input), split ? l.micro * l.stages_per_rank : 0);
@@ -126,7 +131,8 @@ TEST(PipelineSchedule, ValidatorNamesTheStepsOfADeadlock) {
 TEST(PipelineSchedule, ValidatorCatchesAMissingBackward) {
   PipelineSchedule s = make_schedule("1F1B", 2, 4);
   auto& rank1 = s.steps[1];
-  rank1.erase(std::find_if(rank1.begin(), rank1.end(), [](const PipelineStep& st) { return st.op == B && st.micro == 3; }));
+  rank1.erase(std::find_if(rank1.begin(), rank1.end(),
+                           [](const PipelineStep& st) { return st.op == B && st.micro == 3; }));
   EXPECT_HAS(error_of([&] { validate_schedule(s); }), "micro-batch 3 of stage 1 has no backward");
 }
 
@@ -134,27 +140,38 @@ TEST(PipelineSchedule, ValidatorCatchesAWeightGradientBeforeItsInputGradient) {
   PipelineSchedule s = make_schedule("ZBH1", 2, 4);
   auto& rank0 = s.steps[0];
   auto find = [&](PipelineOp op) {
-    return std::find_if(rank0.begin(), rank0.end(), [&](const PipelineStep& st) { return st.op == op && st.micro == 2; });
+    return std::find_if(rank0.begin(), rank0.end(),
+                        [&](const PipelineStep& st) { return st.op == op && st.micro == 2; });
   };
   const auto w = find(W), i = find(I);
   const auto w_index = w - rank0.begin(), i_index = i - rank0.begin();
   std::iter_swap(w, i);
   EXPECT_HAS(error_of([&] { validate_schedule(s); }),
-             "rank 0 step " + std::to_string(i_index) + " (W2.0) runs before its backward_input rank 0 step " +
-                 std::to_string(w_index) + " (I2.0)");
+             "rank 0 step " + std::to_string(i_index) +
+                 " (W2.0) runs before its backward_input rank 0 step " + std::to_string(w_index) + " (I2.0)");
   // A W alone (no I) and a W next to a whole backward are refused as well.
-  EXPECT_HAS(error_of([] { validate_schedule(two_rank_table({{F, 0, 0}, {B, 0, 0}, {W, 0, 0}}, {{F, 0, 1}, {B, 0, 1}})); }),
+  EXPECT_HAS(error_of([] {
+               validate_schedule(two_rank_table({{F, 0, 0}, {B, 0, 0}, {W, 0, 0}}, {{F, 0, 1}, {B, 0, 1}}));
+             }),
              "rank 0 step 2 (W0.0) follows a whole backward rank 0 step 1 (B0.0)");
-  EXPECT_HAS(error_of([] { validate_schedule(two_rank_table({{F, 0, 0}, {I, 0, 0}}, {{F, 0, 1}, {B, 0, 1}})); }),
+  EXPECT_HAS(error_of([] {
+               validate_schedule(two_rank_table({{F, 0, 0}, {I, 0, 0}}, {{F, 0, 1}, {B, 0, 1}}));
+             }),
              "micro-batch 0 of stage 0 has its input gradient rank 0 step 1 (I0.0) but no backward_weight");
 }
 
 TEST(PipelineSchedule, ValidatorCatchesAStepOnTheWrongRankOrRepeated) {
-  EXPECT_HAS(error_of([] { validate_schedule(two_rank_table({{F, 0, 0}, {F, 0, 1}, {B, 0, 0}}, {{B, 0, 1}})); }),
+  EXPECT_HAS(error_of([] {
+               validate_schedule(two_rank_table({{F, 0, 0}, {F, 0, 1}, {B, 0, 0}}, {{B, 0, 1}}));
+             }),
              "rank 0 step 1 (F0.1) runs stage 1, which rank 1 holds");
-  EXPECT_HAS(error_of([] { validate_schedule(two_rank_table({{F, 0, 0}, {F, 0, 0}, {B, 0, 0}}, {{F, 0, 1}, {B, 0, 1}})); }),
+  EXPECT_HAS(error_of([] {
+               validate_schedule(two_rank_table({{F, 0, 0}, {F, 0, 0}, {B, 0, 0}}, {{F, 0, 1}, {B, 0, 1}}));
+             }),
              "rank 0 step 1 (F0.0) repeats rank 0 step 0 (F0.0)");
-  EXPECT_HAS(error_of([] { validate_schedule(two_rank_table({{F, 0, 0}, {B, 1, 0}}, {{F, 0, 1}, {B, 0, 1}})); }),
+  EXPECT_HAS(error_of([] {
+               validate_schedule(two_rank_table({{F, 0, 0}, {B, 1, 0}}, {{F, 0, 1}, {B, 0, 1}}));
+             }),
              "rank 0 step 1 (B1.0) is outside 1 micro-batches and 2 stages");
 }
 
@@ -167,9 +184,11 @@ TEST(PipelineSchedule, GPipeAnd1F1BBubbleIsTheTextbookFraction) {
         const double want = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
         EXPECT_NEAR(analytical_bubble(s).fraction, want, 1e-15);
         EXPECT_EQ(analytical_bubble(s).formula, "(p-1)/(m+p-1)");
-        for (auto [f, b, w] : {std::tuple{1.0, 1.0, 0.0}, std::tuple{1.0, 1.0, 1.0}, std::tuple{2.0, 1.0, 3.0}}) {
+        for (auto [f, b, w] :
+             {std::tuple{1.0, 1.0, 0.0}, std::tuple{1.0, 1.0, 1.0}, std::tuple{2.0, 1.0, 3.0}}) {
           const ScheduleTiming t = simulate_schedule(s, f, b, w);
-          EXPECT_NEAR(t.bubble_fraction, want, 1e-12) << name << " p=" << p << " m=" << m << " f,b,w=" << f << b << w;
+          EXPECT_NEAR(t.bubble_fraction, want, 1e-12)
+              << name << " p=" << p << " m=" << m << " f,b,w=" << f << b << w;
           EXPECT_DOUBLE_EQ(t.makespan, static_cast<double>(m + p - 1) * (f + b + w));
           for (double busy : t.busy) EXPECT_DOUBLE_EQ(busy, static_cast<double>(m) * (f + b + w));
         }
@@ -204,6 +223,12 @@ TEST(PipelineSchedule, ZeroBubbleSchedulesLeaveOnlyTheStartUpBubble) {
       const double one_f_one_b = simulate_schedule(make_schedule("1F1B", p, m)).bubble_fraction;
       EXPECT_LT(t1.bubble_fraction, one_f_one_b);
       EXPECT_LT(tv.bubble_fraction, t1.bubble_fraction);
+      // The table is built at unit cost; the paper's ZB-H1 bubble (p-1)(f + b - w) holds for the
+      // costs it assumes (w no larger than f) as well.
+      for (auto [f, b, w] : {std::tuple{1.0, 1.0, 0.5}, std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 2.0, 1.0}})
+        EXPECT_DOUBLE_EQ(simulate_schedule(h1, f, b, w).makespan,
+                         static_cast<double>(m) * (f + b + w) + static_cast<double>(p - 1) * (f + b - w))
+            << "f,b,w=" << f << "," << b << "," << w;
     }
 }
 
@@ -222,7 +247,9 @@ TEST(PipelineSchedule, PeakInFlightIsEachSchedulesMemory) {
       // ZB-V's 2p half stages per rank are 1F1B's first rank's peak, on every rank once m >= 2p.
       for (int64_t held : peak_in_flight(make_schedule("ZBVZeroBubble", p, m, 2))) {
         EXPECT_LE(held, 2 * p);
-        if (m >= 2 * p) EXPECT_EQ(held, 2 * p);
+        if (m >= 2 * p) {
+          EXPECT_EQ(held, 2 * p);
+        }
       }
     }
 }

@@ -9,7 +9,9 @@
 
 namespace titan::parallel {
 
-int64_t PipelineSchedule::num_stages() const { return ranks * stages_per_rank; }
+int64_t PipelineSchedule::num_stages() const {
+  return ranks * stages_per_rank;
+}
 
 int64_t PipelineSchedule::rank_of_stage(int64_t stage) const {
   if (placement == StagePlacement::v) return stage < ranks ? stage : 2 * ranks - 1 - stage;
@@ -40,7 +42,9 @@ std::string label(const PipelineStep& st) {
   return kLetters[static_cast<int>(st.op)] + std::to_string(st.micro) + "." + std::to_string(st.stage);
 }
 
-bool is_backward(PipelineOp op) { return op == PipelineOp::backward || op == PipelineOp::backward_input; }
+bool is_backward(PipelineOp op) {
+  return op == PipelineOp::backward || op == PipelineOp::backward_input;
+}
 
 PipelineSchedule empty_schedule(const std::string& name, int64_t ranks, int64_t micro_batches,
                                 int64_t stages_per_rank, StagePlacement placement) {
@@ -55,8 +59,8 @@ PipelineSchedule empty_schedule(const std::string& name, int64_t ranks, int64_t 
 }
 
 void require_stages_per_rank(const std::string& name, int64_t stages_per_rank, int64_t want) {
-  TITAN_CHECK(stages_per_rank == want, kScheduleKey, " = \"", name, "\" runs ", want, " stage(s) per rank, and ",
-              stages_per_rank, " virtual stages per rank were asked; use ", want,
+  TITAN_CHECK(stages_per_rank == want, kScheduleKey, " = \"", name, "\" runs ", want,
+              " stage(s) per rank, and ", stages_per_rank, " virtual stages per rank were asked; use ", want,
               want == 1 ? ", or Interleaved1F1B / ZBVZeroBubble for more" : ", or 1F1B / ZBH1 for one");
 }
 
@@ -90,11 +94,12 @@ PipelineSchedule one_f_one_b(int64_t p, int64_t m) {
 // p micro-batches (forwards stage by stage, backwards from its last stage back), and runs enough
 // forwards ahead for the first backward of its last stage to come back.
 PipelineSchedule interleaved_1f1b(int64_t p, int64_t m, int64_t v) {
-  TITAN_CHECK(v >= 2, kScheduleKey, " = \"Interleaved1F1B\" needs at least 2 virtual stages per rank, and ", v,
-              " was asked; use 2 or more, or \"1F1B\" for one stage per rank");
-  TITAN_CHECK(m % p == 0, kScheduleKey, " = \"Interleaved1F1B\" walks micro-batches in groups of the pp degree: ",
-              kMicroKey, " = ", m, " is not a multiple of ", p, "; use ",
-              m > p ? std::to_string(m / p * p) + " or " : "", (m / p + 1) * p);
+  TITAN_CHECK(v >= 2, kScheduleKey, " = \"Interleaved1F1B\" needs at least 2 virtual stages per rank, and ",
+              v, " was asked; use 2 or more, or \"1F1B\" for one stage per rank");
+  TITAN_CHECK(m % p == 0, kScheduleKey,
+              " = \"Interleaved1F1B\" walks micro-batches in groups of the pp degree: ", kMicroKey, " = ", m,
+              " is not a multiple of ", p, "; use ", m > p ? std::to_string(m / p * p) + " or " : "",
+              (m / p + 1) * p);
   PipelineSchedule s = empty_schedule("Interleaved1F1B", p, m, v, StagePlacement::loop);
   const int64_t total = v * m;
   auto micro = [&](int64_t k) { return k / (p * v) * p + k % p; };
@@ -103,7 +108,9 @@ PipelineSchedule interleaved_1f1b(int64_t p, int64_t m, int64_t v) {
     const int64_t warmup = m == p ? total : std::min(total, (p - r - 1) * 2 + (v - 1) * p);
     auto& out = s.steps[r];
     auto forward = [&](int64_t k) { out.push_back({PipelineOp::forward, micro(k), chunk(k) * p + r}); };
-    auto backward = [&](int64_t k) { out.push_back({PipelineOp::backward, micro(k), (v - 1 - chunk(k)) * p + r}); };
+    auto backward = [&](int64_t k) {
+      out.push_back({PipelineOp::backward, micro(k), (v - 1 - chunk(k)) * p + r});
+    };
     for (int64_t k = 0; k < warmup; ++k) forward(k);
     for (int64_t k = 0; k < total - warmup; ++k) {
       forward(warmup + k);
@@ -133,10 +140,10 @@ void list_schedule(PipelineSchedule& s, const std::vector<int64_t>& cap, const s
   std::vector<int64_t> held(p, 0), owed(p, 0);
   auto at = [&](int64_t micro, int64_t stage) { return micro * n + stage; };
   auto done_by = [&](int64_t end, int64_t t) { return end != kNotRun && end <= t; };
-  const int64_t remaining_total = 3 * m * n;
+  const int64_t total_steps = 3 * m * n;
   int64_t scheduled = 0;
-  for (int64_t t = 0; scheduled < remaining_total; ++t) {
-    TITAN_CHECK(t <= 4 * remaining_total, "building ", s.name, " for ", p, " ranks and ", m,
+  for (int64_t t = 0; scheduled < total_steps; ++t) {
+    TITAN_CHECK(t <= 4 * total_steps, "building ", s.name, " for ", p, " ranks and ", m,
                 " micro-batches stalled at slot ", t, "; this is a bug in the schedule builder");
     for (int64_t r = 0; r < p; ++r) {
       std::optional<Candidate> pick;
@@ -146,7 +153,8 @@ void list_schedule(PipelineSchedule& s, const std::vector<int64_t>& cap, const s
         for (auto it = stages.rbegin(); it != stages.rend() && !pick; ++it) {
           const int64_t st = *it;
           const int64_t dep = st == n - 1 ? end_f[at(i, st)] : end_i[at(i, st + 1)];
-          if (end_i[at(i, st)] == kNotRun && done_by(dep, t)) pick = Candidate{PipelineOp::backward_input, i, st};
+          if (end_i[at(i, st)] == kNotRun && done_by(dep, t))
+            pick = Candidate{PipelineOp::backward_input, i, st};
         }
       // Forwards: the later stage first, so a micro-batch reaches the loss and turns back sooner.
       for (int64_t i = 0; i < m && !pick && held[r] < cap[r] && owed[r] < lag[r]; ++i)
@@ -187,7 +195,8 @@ PipelineSchedule zb_h1(int64_t p, int64_t m) {
 
 // Every rank may hold 2p half-size stage activations, 1F1B's first rank's peak, so memory is
 // balanced across ranks; the V turns at rank p-1 and the loss is computed on rank 0. As many
-// weight gradients may be owed, which reaches the start-up-only bubble for micro_batches >= p.
+// weight gradients may be owed. The greedy order reaches the start-up-only bubble for most
+// micro_batches >= p, not all: p = 4 with 5 micro-batches idles 1 slot more, p = 8 with 9 idles 5.
 PipelineSchedule zbv(int64_t p, int64_t m) {
   PipelineSchedule s = empty_schedule("ZBVZeroBubble", p, m, 2, StagePlacement::v);
   list_schedule(s, std::vector<int64_t>(p, 2 * p), std::vector<int64_t>(p, 2 * p));
@@ -210,7 +219,9 @@ struct TableIndex {
     bwd.assign(cells, {});
     wgt.assign(cells, {});
   }
-  size_t at(int64_t micro, int64_t stage) const { return static_cast<size_t>(micro * s.num_stages() + stage); }
+  size_t at(int64_t micro, int64_t stage) const {
+    return static_cast<size_t>(micro * s.num_stages() + stage);
+  }
   std::vector<Position>& slot(PipelineOp op) {
     return op == PipelineOp::forward ? fwd : op == PipelineOp::backward_weight ? wgt : bwd;
   }
@@ -253,7 +264,8 @@ Run run_table(const PipelineSchedule& s, const TableIndex& index, const double (
         const PipelineStep& st = s.steps[r][run.next[r]];
         double ready = free_at[r];
         if (std::optional<Position> dep = index.dependency(st)) {
-          if (dep->index < 0 || static_cast<size_t>(dep->index) >= run.next[static_cast<size_t>(dep->rank)]) break;
+          if (dep->index < 0 || static_cast<size_t>(dep->index) >= run.next[static_cast<size_t>(dep->rank)])
+            break;
           ready = std::max(ready, run.end[static_cast<size_t>(dep->rank)][static_cast<size_t>(dep->index)]);
         }
         run.start[r][run.next[r]] = ready;
@@ -275,8 +287,8 @@ TableIndex index_table(const PipelineSchedule& s) {
               s.micro_batches, ", ", s.stages_per_rank);
   TITAN_CHECK(s.placement == StagePlacement::loop || s.stages_per_rank == 2, "schedule \"", s.name,
               "\": the V placement holds 2 stages per rank, found ", s.stages_per_rank);
-  TITAN_CHECK(static_cast<int64_t>(s.steps.size()) == s.ranks, "schedule \"", s.name, "\" has step lists for ",
-              s.steps.size(), " ranks, and its pp degree is ", s.ranks);
+  TITAN_CHECK(static_cast<int64_t>(s.steps.size()) == s.ranks, "schedule \"", s.name,
+              "\" has step lists for ", s.steps.size(), " ranks, and its pp degree is ", s.ranks);
   TableIndex index(s);
   for (int64_t r = 0; r < s.ranks; ++r) {
     const auto& list = s.steps[static_cast<size_t>(r)];
@@ -285,11 +297,12 @@ TableIndex index_table(const PipelineSchedule& s) {
       TITAN_CHECK(st.micro >= 0 && st.micro < s.micro_batches && st.stage >= 0 && st.stage < s.num_stages(),
                   "schedule \"", s.name, "\": ", where(s, r, i), " is outside ", s.micro_batches,
                   " micro-batches and ", s.num_stages(), " stages");
-      TITAN_CHECK(s.rank_of_stage(st.stage) == r, "schedule \"", s.name, "\": ", where(s, r, i), " runs stage ",
-                  st.stage, ", which rank ", s.rank_of_stage(st.stage), " holds");
+      TITAN_CHECK(s.rank_of_stage(st.stage) == r, "schedule \"", s.name, "\": ", where(s, r, i),
+                  " runs stage ", st.stage, ", which rank ", s.rank_of_stage(st.stage), " holds");
       Position& pos = index.slot(st.op)[index.at(st.micro, st.stage)];
       TITAN_CHECK(pos.rank < 0, "schedule \"", s.name, "\": ", where(s, r, i), " repeats ",
-                  where(s, pos.rank, pos.index), is_backward(st.op) ? " (one backward per micro-batch and stage)" : "");
+                  where(s, pos.rank, pos.index),
+                  is_backward(st.op) ? " (one backward per micro-batch and stage)" : "");
       pos = {r, i};
     }
   }
@@ -303,8 +316,9 @@ TableIndex index_table(const PipelineSchedule& s) {
       const Position b = index.bwd[at], w = index.wgt[at];
       const PipelineOp bop = s.steps[static_cast<size_t>(b.rank)][static_cast<size_t>(b.index)].op;
       if (bop == PipelineOp::backward) {
-        TITAN_CHECK(w.rank < 0, "schedule \"", s.name, "\": ", where(s, w.rank, w.index), " follows a whole backward ",
-                    where(s, b.rank, b.index), ", which computed the weight gradients already");
+        TITAN_CHECK(w.rank < 0, "schedule \"", s.name, "\": ", where(s, w.rank, w.index),
+                    " follows a whole backward ", where(s, b.rank, b.index),
+                    ", which computed the weight gradients already");
       } else {
         TITAN_CHECK(w.rank >= 0, "schedule \"", s.name, "\": ", cell, " has its input gradient ",
                     where(s, b.rank, b.index), " but no backward_weight (W)");
@@ -410,10 +424,12 @@ AnalyticalBubble analytical_bubble(const PipelineSchedule& s) {
   if (s.name == "Interleaved1F1B") return {(p - 1) / (v * m + p - 1), "(p-1)/(v*m+p-1)"};
   // Each stage step costs one slot, three per micro-batch; only 1F1B's start-up (p-1)(f+b-w)
   // remains, the rest of 1F1B's bubble being filled by W.
-  if (s.name == "ZBH1") return {(p - 1) / (3 * m + p - 1), "(p-1)/(3m+p-1), bubble (p-1)(f+b-w) over 3m work"};
+  if (s.name == "ZBH1")
+    return {(p - 1) / (3 * m + p - 1), "(p-1)/(3m+p-1), bubble (p-1)(f+b-w) over 3m work"};
   // Two stages per rank, 6m slots of work each; the last rank cannot start before p-1 forwards
   // have reached it, and ZB-V leaves no other bubble at f = b = w.
-  if (s.name == "ZBVZeroBubble") return {(p - 1) / (6 * m + p - 1), "(p-1)/(6m+p-1), bubble (p-1)f over 6m work"};
+  if (s.name == "ZBVZeroBubble")
+    return {(p - 1) / (6 * m + p - 1), "(p-1)/(6m+p-1), bubble (p-1)f over 6m work"};
   return {(p - 1) / (m + p - 1), "(p-1)/(m+p-1)"};
 }
 

@@ -72,6 +72,7 @@ struct ScheduleTiming {
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, double f = 1, double b = 1, double w = 1);
 
 // The published bubble fraction of this schedule and layout at f = b = w = 1, and its formula.
+// The zero-bubble ones assume micro_batches >= ranks; with fewer, the tables idle more.
 struct AnalyticalBubble {
   double fraction = 0;
   std::string formula = {};
