@@ -179,18 +179,38 @@ void expect_losses(const TrainResult& got, const std::vector<double>& want_losse
               << want_losses.size() << " steps " << worst << "\n";
 }
 
-// Without the balancing terms, whose aux loss is a function of each rank's own batch.
+// Two validation batches of kGlobalBatch windows over `ranks` ranks, after steps 5 and 10.
+std::vector<std::string> validation(int64_t ranks) {
+  return {"--validation.enable",
+          "--validation.freq=5",
+          "--validation.steps=2",
+          "--validation.seq_len=32",
+          "--validation.local_batch_size=" + std::to_string(kGlobalBatch / ranks),
+          "--validation.dataset_path=" + (job_dir(dist::world().rank()) / "corpus.txt").string()};
+}
+
+// Without the balancing terms, whose aux loss is a function of each rank's own batch; validation
+// splits its batches over the ep ranks too.
 TEST(ExpertParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   const std::vector<EpLayout> layouts = layouts_for(n);
   if (layouts.empty()) GTEST_SKIP() << "EP layouts need 2 or 4 ranks";
   const std::vector<std::string> plain = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
-  const OneRankReference want = one_rank_reference(plain, kMoeConfig);
+  const OneRankReference want = one_rank_reference(join(plain, validation(1)), kMoeConfig);
+  ASSERT_EQ(want.validation_losses.size(), 2u);
   for (const EpLayout& layout : layouts) {
     std::ostringstream log;
-    const TrainResult all = Trainer(small_config(join(ep_overrides(layout, n), plain), kMoeConfig), log, world).train();
+    const TrainResult all =
+        Trainer(small_config(join(join(ep_overrides(layout, n), plain), validation(n)), kMoeConfig), log, world)
+            .train();
     expect_losses(all, want.losses, want.grad_norms, layout.what);
+    ASSERT_EQ(all.validations.size(), 2u) << layout.what;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(all.validations[i].tokens, 2 * kGlobalBatch * 32) << layout.what;
+      EXPECT_NEAR(all.validations[i].loss, want.validation_losses[i], 1e-5 * want.validation_losses[i])
+          << layout.what << ", validation " << i;
+    }
     if (world.rank() == 0) {
       EXPECT_NE(log.str().find("expert parallel over " + std::to_string(layout.ep) + " ranks"), std::string::npos)
           << log.str();

@@ -485,8 +485,9 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.build_optimizer();
   s.build_metrics();
   s.log_setup(data);
+  // Expert-parallel ranks validate batches of their own too.
   s.validator =
-      make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id, (*s.mesh)["dp"], s.log);
+      make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id, (*s.mesh)["batch"], s.log);
   s.checkpointer = std::make_unique<CheckpointManager>(
       c,
       Checkpointed{.model = *s.model,
