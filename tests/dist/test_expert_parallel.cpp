@@ -1,8 +1,8 @@
 // Expert parallelism on however many ranks the test runs: the all-to-all dispatcher computes what
 // one rank holding every expert computes, forward and backward; training under EP (alone, with
 // FSDP, with DDP) has one rank's losses on the same global batch; the expert bias follows the
-// global token counts; the Hugging Face export gathers the experts; checkpoints saved under one EP layout resume under another; layouts that
-// cannot split are refused before anything is built.
+// global token counts; the Hugging Face export gathers the experts; checkpoints saved under one
+// EP layout resume under another; layouts that cannot split are refused before anything is built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,7 +112,8 @@ void expect_dispatch_matches_local(const std::vector<int64_t>& allowed, int64_t 
   if (rank * local <= empty_expert && empty_expert < (rank + 1) * local) {
     EXPECT_EQ(counts[static_cast<size_t>(empty_expert - rank * local)], 0) << "no rank routes there";
   }
-  for (auto [whole, slice, name] : {std::tuple{all.w1, mine.w1, "w1"}, {all.w2, mine.w2, "w2"}, {all.w3, mine.w3, "w3"}}) {
+  for (auto [whole, slice, name] :
+       {std::tuple{all.w1, mine.w1, "w1"}, {all.w2, mine.w2, "w2"}, {all.w3, mine.w3, "w3"}}) {
     Tensor summed = whole.grad().contiguous().clone();
     world.all_reduce(summed, dist::ReduceOp::sum).wait();
     EXPECT_LE(relative_error(slice.grad(), summed.narrow(0, rank * local, local)), 1e-6) << name;
@@ -159,7 +160,8 @@ std::vector<EpLayout> layouts_for(int n) {
     out.push_back({"EP 2, full activation checkpointing, 2 micro-batches",
                    2,
                    1,
-                   {"--activation_checkpoint.mode=full", "--training.local_batch_size=" + std::to_string(kGlobalBatch / 4)}});
+                   {"--activation_checkpoint.mode=full",
+                    "--training.local_batch_size=" + std::to_string(kGlobalBatch / 4)}});
   }
   if (n == 4) {
     out.push_back({"EP 4", 4, 1});
@@ -317,7 +319,8 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
   ep_run(saver, ckpt);
   const TrainResult on_one = one_rank_run(join(ckpt, resume));
   if (world.rank() == 0) expect_second_half(on_one, "saved under " + saver.what + ", resumed on one rank");
-  expect_second_half(ep_run(layouts[0], join(ckpt, resume)), "saved under " + saver.what + ", resumed under " + layouts[0].what);
+  expect_second_half(ep_run(layouts[0], join(ckpt, resume)),
+                     "saved under " + saver.what + ", resumed under " + layouts[0].what);
   fresh();
   one_rank_run(ckpt);
   expect_second_half(ep_run(saver, join(ckpt, resume)), "saved on one rank, resumed under " + saver.what);
@@ -385,7 +388,7 @@ TEST(ExpertParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {
   if (n == 4) {
     const std::string with_tp = error_of([&] {
       std::ostringstream log;
-      Trainer(small_config({local_batch(1), "--parallelism.data_parallel_shard_degree=1",
+      Trainer(small_config({local_batch(2), "--parallelism.data_parallel_shard_degree=1",
                             "--parallelism.expert_parallel_degree=2", "--parallelism.tensor_parallel_degree=2"},
                            kMoeConfig),
               log, world);

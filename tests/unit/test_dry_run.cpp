@@ -73,7 +73,8 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
         {"--parallelism.expert_parallel_degree=3", "--parallelism.data_parallel_shard_degree=1"});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parallelism.expert_parallel_degree = 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parallelism.expert_parallel_degree = 3"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("moe.num_experts"), std::string::npos) << e.what();
   }
 }

@@ -199,9 +199,11 @@ TEST(MoEGradcheck, PermuteRows) {
   const Tensor order = Tensor::from_vector<int64_t>({3, 0, 4, 1, 2}, {5});
   Tensor y = ops::permute_rows(x.detach(), order);
   for (int64_t i = 0; i < 5; ++i)
-    EXPECT_EQ(y.narrow(0, i, 1).to_vector<double>(), x.narrow(0, order.to_vector<int64_t>()[i], 1).to_vector<double>());
+    EXPECT_EQ(y.narrow(0, i, 1).to_vector<double>(),
+              x.narrow(0, order.to_vector<int64_t>()[i], 1).to_vector<double>());
   auto res = autograd::gradcheck(
-      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::permute_rows(in[0], order)}; }, {x});
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::permute_rows(in[0], order)}; },
+      {x});
   EXPECT_TRUE(res.ok) << res.message;
 }
 

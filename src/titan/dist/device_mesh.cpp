@@ -40,7 +40,8 @@ std::array<int64_t, 6> DeviceMesh::resolve(const MeshDegrees& m, int world_size)
 
 std::unique_ptr<DeviceMesh> DeviceMesh::from_config(ProcessGroup world, const ParallelismConfig& p,
                                                     const CommConfig& comm) {
-  const std::pair<const char*, int64_t> missing[] = {{"pipeline_parallel_degree", p.pipeline_parallel_degree}};
+  const std::pair<const char*, int64_t> missing[] = {
+      {"pipeline_parallel_degree", p.pipeline_parallel_degree}};
   std::string refused;
   for (const auto& [key, degree] : missing)
     if (degree != 1)
@@ -127,9 +128,10 @@ size_t DeviceMesh::index_of(const std::string& dim) const {
   for (size_t i = 0; i < kDims.size(); ++i)
     if (dim == kDims[i]) return i;
   if (dim == "batch") return kDims.size() + 1;
-  TITAN_CHECK(dim == "dp", "device mesh: no dimension '", dim,
-              "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, dp (dp_replicate x dp_shard) and "
-              "batch (dp_replicate x dp_shard x ep)");
+  TITAN_CHECK(
+      dim == "dp", "device mesh: no dimension '", dim,
+      "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, dp (dp_replicate x dp_shard) and "
+      "batch (dp_replicate x dp_shard x ep)");
   return kDims.size();
 }
 
