@@ -122,15 +122,17 @@ int run_ranks(dist::ProcessGroup& world) {
                a2a_bytes = mean(f.a2a_bytes), other_bytes = worst(f.other_bytes),
                other_seconds = worst(f.other_seconds);
   if (world.rank() != 0) return 0;
-  std::printf("expert parallel over %d ranks (qwen3_moe debugmodel, seq %lld, batch %lld per rank, %d thread per rank)\n",
-              n, static_cast<long long>(kSeq), static_cast<long long>(kBatch), num_threads());
+  std::printf(
+      "expert parallel over %d ranks (qwen3_moe debugmodel, seq %lld, batch %lld per rank, %d thread per "
+      "rank)\n",
+      n, static_cast<long long>(kSeq), static_cast<long long>(kBatch), num_threads());
   std::printf("  %-46s %12s %12s %8s\n", "", "titan", "reference", "ratio");
-  std::printf("  %-46s %12.2f %12.2f %8.3f\n", "all-to-all bytes per rank per step (MiB), uniform", a2a_bytes * mib,
-              f.analytical_a2a_bytes * mib, a2a_bytes / f.analytical_a2a_bytes);
+  std::printf("  %-46s %12.2f %12.2f %8.3f\n", "all-to-all bytes per rank per step (MiB), uniform",
+              a2a_bytes * mib, f.analytical_a2a_bytes * mib, a2a_bytes / f.analytical_a2a_bytes);
   std::printf("  %-46s %12.1f %12.1f %8.2f\n", "peak memory per rank (MiB), vs 1 rank", peak * mib,
               one.peak_bytes * mib, peak / one.peak_bytes);
-  std::printf("  %-46s %12.3f %12.3f %8.2f\n", "step time (s), vs 1 rank on its batch", step, one.step_seconds,
-              step / one.step_seconds);
+  std::printf("  %-46s %12.3f %12.3f %8.2f\n", "step time (s), vs 1 rank on its batch", step,
+              one.step_seconds, step / one.step_seconds);
   std::printf(
       "  all-to-all: %.3f s per step, %.0f%% of the step; hidden under compute: 0%% (each dispatch waits at "
       "once)\n  gradient all-reduce over ep: %.2f MiB, %.3f s per step, not hidden\n",

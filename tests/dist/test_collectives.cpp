@@ -99,7 +99,8 @@ TEST(Collectives, AllToAllVReachesARankThatSendsNothing) {
   for (int s = 1; s < n; ++s) want.insert(want.end(), {1.0 * s, -1.0 * s});
   Tensor in = r == 0 ? Tensor::zeros({0, 2}, {.dtype = kF64})
                      : Tensor::from_vector<double>(std::vector<double>(2 * n, 0.0), {n, 2});
-  for (int d = 0; d < n && r != 0; ++d) in.narrow(0, d, 1).copy_(Tensor::from_vector<double>({1.0 * r, -1.0 * r}, {1, 2}));
+  for (int d = 0; d < n && r != 0; ++d)
+    in.narrow(0, d, 1).copy_(Tensor::from_vector<double>({1.0 * r, -1.0 * r}, {1, 2}));
   Tensor out = Tensor::zeros({n - 1, 2}, {.dtype = kF64});
   w().all_to_all_v(out, recv_rows, in, send_rows).wait();
   EXPECT_EQ(out.to_vector<double>(), want);

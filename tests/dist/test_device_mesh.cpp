@@ -33,6 +33,27 @@ TEST(DeviceMesh, ReplicateTimesShardGroups) {
   EXPECT_DOUBLE_EQ(mesh["dp"].all_reduce(1.0, ReduceOp::sum), n);
 }
 
+// ep varies fastest; "batch" (dp x ep) holds every rank that reads data of its own, in the order
+// dp coordinate, then ep coordinate.
+TEST(DeviceMesh, ExpertParallelAndBatchGroups) {
+  const int n = world().size();
+  const int r = world().rank();
+  if (n % 2 != 0) GTEST_SKIP() << "ep 2 needs an even world";
+  DeviceMesh mesh(world(), {.ep = 2});
+  const int64_t shard = n / 2;
+  EXPECT_EQ(mesh.degree("dp"), shard);
+  EXPECT_EQ(mesh.degree("batch"), n);
+  EXPECT_EQ(mesh["ep"].world_ranks(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  EXPECT_EQ(mesh.coordinate("ep"), r % 2);
+  std::vector<int> dp_ranks, batch_ranks;
+  for (int64_t k = 0; k < shard; ++k) dp_ranks.push_back(static_cast<int>(2 * k + r % 2));
+  for (int k = 0; k < n; ++k) batch_ranks.push_back(k);
+  EXPECT_EQ(mesh["dp"].world_ranks(), dp_ranks);
+  EXPECT_EQ(mesh["batch"].world_ranks(), batch_ranks);
+  EXPECT_EQ(mesh.coordinate("batch"), r);
+  EXPECT_DOUBLE_EQ(mesh["batch"].all_reduce(1.0, ReduceOp::sum), n);
+}
+
 TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {
   const int n = world().size();
   EXPECT_NE(error_of([&] { DeviceMesh(world(), {.dp_replicate = n + 1}); }).find("does not divide the world"),

@@ -1,8 +1,8 @@
 // Expert parallelism on however many ranks the test runs: the all-to-all dispatcher computes what
 // one rank holding every expert computes, forward and backward; training under EP (alone, with
 // FSDP, with DDP) has one rank's losses on the same global batch; the expert bias follows the
-// global token counts; the Hugging Face export gathers the experts; checkpoints saved under one EP layout resume under another; layouts that
-// cannot split are refused before anything is built.
+// global token counts; the Hugging Face export gathers the experts; checkpoints saved under one
+// EP layout resume under another; layouts that cannot split are refused before anything is built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,7 +112,8 @@ void expect_dispatch_matches_local(const std::vector<int64_t>& allowed, int64_t 
   if (rank * local <= empty_expert && empty_expert < (rank + 1) * local) {
     EXPECT_EQ(counts[static_cast<size_t>(empty_expert - rank * local)], 0) << "no rank routes there";
   }
-  for (auto [whole, slice, name] : {std::tuple{all.w1, mine.w1, "w1"}, {all.w2, mine.w2, "w2"}, {all.w3, mine.w3, "w3"}}) {
+  for (auto [whole, slice, name] :
+       {std::tuple{all.w1, mine.w1, "w1"}, {all.w2, mine.w2, "w2"}, {all.w3, mine.w3, "w3"}}) {
     Tensor summed = whole.grad().contiguous().clone();
     world.all_reduce(summed, dist::ReduceOp::sum).wait();
     EXPECT_LE(relative_error(slice.grad(), summed.narrow(0, rank * local, local)), 1e-6) << name;
@@ -138,18 +139,30 @@ struct EpLayout {
   std::string what;
   int64_t ep = 2;
   int64_t replicate = 1;  // dp_shard takes the rest
+  std::vector<std::string> overrides = {};
 };
 
 std::vector<std::string> ep_overrides(const EpLayout& l, int n) {
   const int64_t dp = n / l.ep;
-  return {local_batch(n), "--parallelism.expert_parallel_degree=" + std::to_string(l.ep),
-          "--parallelism.data_parallel_replicate_degree=" + std::to_string(l.replicate),
-          "--parallelism.data_parallel_shard_degree=" + std::to_string(dp / l.replicate)};
+  std::vector<std::string> o = {local_batch(n), "--parallelism.expert_parallel_degree=" + std::to_string(l.ep),
+                                "--parallelism.data_parallel_replicate_degree=" + std::to_string(l.replicate),
+                                "--parallelism.data_parallel_shard_degree=" + std::to_string(dp / l.replicate)};
+  o.insert(o.end(), l.overrides.begin(), l.overrides.end());
+  return o;
 }
 
 std::vector<EpLayout> layouts_for(int n) {
   std::vector<EpLayout> out;
-  if (n == 2) out.push_back({"EP 2", 2, 1});
+  if (n == 2) {
+    out.push_back({"EP 2", 2, 1});
+    // Recomputation re-runs the all-to-alls inside backward; the experts' gradients accumulate
+    // over micro-batches and are scaled once.
+    out.push_back({"EP 2, full activation checkpointing, 2 micro-batches",
+                   2,
+                   1,
+                   {"--activation_checkpoint.mode=full",
+                    "--training.local_batch_size=" + std::to_string(kGlobalBatch / 4)}});
+  }
   if (n == 4) {
     out.push_back({"EP 4", 4, 1});
     out.push_back({"EP 2 x FSDP 2", 2, 1});
@@ -179,18 +192,38 @@ void expect_losses(const TrainResult& got, const std::vector<double>& want_losse
               << want_losses.size() << " steps " << worst << "\n";
 }
 
-// Without the balancing terms, whose aux loss is a function of each rank's own batch.
+// Two validation batches of kGlobalBatch windows over `ranks` ranks, after steps 5 and 10.
+std::vector<std::string> validation(int64_t ranks) {
+  return {"--validation.enable",
+          "--validation.freq=5",
+          "--validation.steps=2",
+          "--validation.seq_len=32",
+          "--validation.local_batch_size=" + std::to_string(kGlobalBatch / ranks),
+          "--validation.dataset_path=" + (job_dir(dist::world().rank()) / "corpus.txt").string()};
+}
+
+// Without the balancing terms, whose aux loss is a function of each rank's own batch; validation
+// splits its batches over the ep ranks too.
 TEST(ExpertParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   const std::vector<EpLayout> layouts = layouts_for(n);
   if (layouts.empty()) GTEST_SKIP() << "EP layouts need 2 or 4 ranks";
   const std::vector<std::string> plain = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
-  const OneRankReference want = one_rank_reference(plain, kMoeConfig);
+  const OneRankReference want = one_rank_reference(join(plain, validation(1)), kMoeConfig);
+  ASSERT_EQ(want.validation_losses.size(), 2u);
   for (const EpLayout& layout : layouts) {
     std::ostringstream log;
-    const TrainResult all = Trainer(small_config(join(ep_overrides(layout, n), plain), kMoeConfig), log, world).train();
+    const TrainResult all =
+        Trainer(small_config(join(join(ep_overrides(layout, n), plain), validation(n)), kMoeConfig), log, world)
+            .train();
     expect_losses(all, want.losses, want.grad_norms, layout.what);
+    ASSERT_EQ(all.validations.size(), 2u) << layout.what;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(all.validations[i].tokens, 2 * kGlobalBatch * 32) << layout.what;
+      EXPECT_NEAR(all.validations[i].loss, want.validation_losses[i], 1e-5 * want.validation_losses[i])
+          << layout.what << ", validation " << i;
+    }
     if (world.rank() == 0) {
       EXPECT_NE(log.str().find("expert parallel over " + std::to_string(layout.ep) + " ranks"), std::string::npos)
           << log.str();
@@ -212,6 +245,8 @@ TEST(ExpertParallel, WithBalancingMatchesOneRankAccumulatingTheSameMicroBatches)
     one = Trainer(small_config({local_batch(n)}, kMoeConfig), log, dist::ProcessGroup::single()).train();
   }
   for (const EpLayout& layout : layouts) {
+    // Smaller micro-batches would be other micro-batches than the reference's.
+    if (!layout.overrides.empty()) continue;
     std::ostringstream log;
     const TrainResult all = Trainer(small_config(ep_overrides(layout, n), kMoeConfig), log, world).train();
     if (world.rank() == 0) expect_losses(all, one.losses, {}, layout.what + ", aux loss and expert bias");
@@ -279,12 +314,13 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
     if (world.rank() == 0) fs::remove_all(dir);
     world.barrier().wait();
   };
-  const EpLayout saver = layouts.size() > 1 ? layouts[1] : layouts[0];  // EP 2 (x FSDP 2 on 4 ranks)
+  const EpLayout saver = layouts[1];  // EP 2 x FSDP 2 on 4 ranks, EP 2 with recomputation on 2
   fresh();
   ep_run(saver, ckpt);
   const TrainResult on_one = one_rank_run(join(ckpt, resume));
   if (world.rank() == 0) expect_second_half(on_one, "saved under " + saver.what + ", resumed on one rank");
-  expect_second_half(ep_run(layouts[0], join(ckpt, resume)), "saved under " + saver.what + ", resumed under " + layouts[0].what);
+  expect_second_half(ep_run(layouts[0], join(ckpt, resume)),
+                     "saved under " + saver.what + ", resumed under " + layouts[0].what);
   fresh();
   one_rank_run(ckpt);
   expect_second_half(ep_run(saver, join(ckpt, resume)), "saved on one rank, resumed under " + saver.what);
@@ -301,6 +337,7 @@ TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
   const std::vector<std::string> o = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0",
                                       "--checkpoint.enable=true", "--checkpoint.interval=100",
                                       "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_in_hf=true"};
+  world.barrier().wait();
   if (world.rank() == 0) fs::remove_all(root);
   world.barrier().wait();
   if (world.rank() == 0) {
@@ -348,6 +385,17 @@ TEST(ExpertParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {
     Trainer(small_config(ep_all), log, world);
   });
   EXPECT_NE(llama.find("no MoE layers"), std::string::npos) << llama;
+  if (n == 4) {
+    const std::string with_tp = error_of([&] {
+      std::ostringstream log;
+      Trainer(small_config({local_batch(2), "--parallelism.data_parallel_shard_degree=1",
+                            "--parallelism.expert_parallel_degree=2", "--parallelism.tensor_parallel_degree=2"},
+                           kMoeConfig),
+              log, world);
+    });
+    EXPECT_NE(with_tp.find("parallelism.tensor_parallel_degree = 2 is not supported yet"), std::string::npos)
+        << with_tp;
+  }
   // No flavor has experts that 2 or 4 ranks cannot split: the plan's own check.
   nn::moe::MoE odd(0, 16, {.num_experts = 2 * n + 1, .top_k = 2, .hidden_dim = 8}, 0.02);
   parallel::ExpertParallel ep(world);

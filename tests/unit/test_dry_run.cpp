@@ -38,6 +38,8 @@ TEST(DryRun, StartUpHoldsThisRanksShareOnly) {
        4,
        {"--parallelism.tensor_parallel_degree=2", "--moe.load_balance_bias=false"},
        2},
+      // ep and FSDP cut the experts 4 ways, FSDP alone the rest.
+      {"qwen3/debug_moe.toml", 4, {"--parallelism.expert_parallel_degree=2"}, 2},
       // cp ranks hold the same parameters.
       {"llama3/debug.toml",
        8,
@@ -65,16 +67,15 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
     EXPECT_NE(std::string(e.what()).find("parallelism.tensor_parallel_degree = 3"), std::string::npos)
         << e.what();
   }
-  // cp ranks count the tokens of their own chunks: an expert bias updated from them would drift.
+  // 8 experts do not split over 3 ep ranks.
   try {
-    dry("qwen3/debug_moe.toml", 2,
-        {"--parallelism.context_parallel_degree=2", "--moe.load_balance_bias=true"});
+    dry("qwen3/debug_moe.toml", 3,
+        {"--parallelism.expert_parallel_degree=3", "--parallelism.data_parallel_shard_degree=1"});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "moe.load_balance_bias = true with parallelism.context_parallel_degree = 2"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("parallelism.expert_parallel_degree = 3"), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("moe.num_experts"), std::string::npos) << e.what();
   }
 }
 

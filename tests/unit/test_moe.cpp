@@ -194,6 +194,19 @@ TEST(MoEGradcheck, GroupedSwiGLU) {
   EXPECT_TRUE(res.ok) << res.message;
 }
 
+TEST(MoEGradcheck, PermuteRows) {
+  Tensor x = rand_f64({5, 3}, 30);
+  const Tensor order = Tensor::from_vector<int64_t>({3, 0, 4, 1, 2}, {5});
+  Tensor y = ops::permute_rows(x.detach(), order);
+  for (int64_t i = 0; i < 5; ++i)
+    EXPECT_EQ(y.narrow(0, i, 1).to_vector<double>(),
+              x.narrow(0, order.to_vector<int64_t>()[i], 1).to_vector<double>());
+  auto res = autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::permute_rows(in[0], order)}; },
+      {x});
+  EXPECT_TRUE(res.ok) << res.message;
+}
+
 TEST(MoEGradcheck, PermuteUnpermuteAndTopKWeights) {
   const int64_t tokens = 6, experts = 4, k = 2, d = 3;
   ops::TokenPermutation p = ops::sort_by_expert(random_routes(tokens, experts, k, 12), experts);

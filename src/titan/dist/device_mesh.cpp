@@ -124,9 +124,10 @@ size_t DeviceMesh::index_of(const std::string& dim) const {
   for (size_t i = 0; i < kDims.size(); ++i)
     if (dim == kDims[i]) return i;
   if (dim == "batch") return kDims.size() + 1;
-  TITAN_CHECK(dim == "dp", "device mesh: no dimension '", dim,
-              "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, dp (dp_replicate x dp_shard) and "
-              "batch (dp_replicate x dp_shard x ep)");
+  TITAN_CHECK(
+      dim == "dp", "device mesh: no dimension '", dim,
+      "'; the dimensions are pp, dp_replicate, dp_shard, cp, tp, ep, dp (dp_replicate x dp_shard) and "
+      "batch (dp_replicate x dp_shard x ep)");
   return kDims.size();
 }
 

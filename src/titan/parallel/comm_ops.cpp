@@ -68,8 +68,8 @@ void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, 
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
-                     dist::ProcessGroup& group) {
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows, dist::ProcessGroup& group) {
   autograd::NoGradGuard no_grad;
   Tensor in = x.detach().contiguous();
   int64_t received = 0, sent_away = 0;
@@ -84,7 +84,8 @@ Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, con
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t row_elements = 1;
   for (int64_t d = 1; d < in.dim(); ++d) row_elements *= in.size(d);
-  const double bytes = static_cast<double>(sent_away * row_elements * static_cast<int64_t>(in.element_size()));
+  const double bytes =
+      static_cast<double>(sent_away * row_elements * static_cast<int64_t>(in.element_size()));
   g_stats.calls += 1;
   g_stats.bytes_sent += bytes;
   g_stats.wait_seconds += seconds;
@@ -94,12 +95,13 @@ Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, con
   return out;
 }
 
-Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
-                       dist::ProcessGroup group) {
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, dist::ProcessGroup group) {
   check_input("all_to_all_rows", x, 0);
   const size_t n = static_cast<size_t>(group.size());
   TITAN_CHECK(send_rows.size() == n && recv_rows.size() == n, "all_to_all_rows: ", send_rows.size(),
-              " send and ", recv_rows.size(), " receive counts for the ", n, " ranks of group ", group.name());
+              " send and ", recv_rows.size(), " receive counts for the ", n, " ranks of group ",
+              group.name());
   int64_t sent = 0;
   for (int64_t r : send_rows) sent += r;
   TITAN_CHECK(sent == x.size(0), "all_to_all_rows: send counts sum to ", sent, " rows, x is ", x.desc());

@@ -70,8 +70,8 @@ void all_reduce_gradients(const std::vector<Tensor>& params, dist::ReduceOp op, 
 Tensor all_gather_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);
 Tensor reduce_scatter_dim(const Tensor& x, int64_t dim, dist::ProcessGroup& group);
 // all_to_all_rows' exchange, of any dtype dist/ carries (expert parallelism's token counts too).
-Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows,
-                     dist::ProcessGroup& group);
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows, dist::ProcessGroup& group);
 Tensor chunk_of(const Tensor& x, int64_t dim, int rank, int size);
 
 }  // namespace titan::parallel

@@ -29,7 +29,7 @@ AllToAllTokenDispatcher::AllToAllTokenDispatcher(dist::ProcessGroup group, int64
 }
 
 nn::moe::TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const Tensor& x, const Tensor& ids,
-                                                                      int64_t num_experts) {
+                                                                       int64_t num_experts) {
   const int64_t n = group_.size(), local = local_experts_;
   TITAN_CHECK(num_experts == n * local, "expert parallelism: a layer of ", num_experts, " experts over ", n,
               " ranks holding ", local, " each");
@@ -50,7 +50,8 @@ nn::moe::TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const Ten
       d.recv_rows[static_cast<size_t>(s)] += recv[s * local + e];
       d.rows_per_expert[static_cast<size_t>(e)] += recv[s * local + e];
     }
-  const Tensor received = all_to_all_rows(ops::permute_tokens(x, d.permutation), d.send_rows, d.recv_rows, group_);
+  const Tensor received =
+      all_to_all_rows(ops::permute_tokens(x, d.permutation), d.send_rows, d.recv_rows, group_);
   // (source, expert) blocks -> (expert, source) order.
   std::vector<int64_t> start(recv.size());
   int64_t at = 0;
@@ -113,7 +114,8 @@ void ExpertParallel::reduce_gradients(const std::vector<std::pair<std::string, T
   all_reduce_gradients(shared, dist::ReduceOp::avg, group_);
 }
 
-std::vector<Tensor> ExpertParallel::norm_params(const std::vector<std::pair<std::string, Tensor>>& named) const {
+std::vector<Tensor> ExpertParallel::norm_params(
+    const std::vector<std::pair<std::string, Tensor>>& named) const {
   std::vector<Tensor> out;
   for (const auto& [name, t] : named)
     if (is_expert(name) || group_.rank() == 0) out.push_back(t);

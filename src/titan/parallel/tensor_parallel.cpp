@@ -59,7 +59,8 @@ void TensorParallel::split_parameter(nn::Module& m, const std::string& local, co
   const int n = group_.size(), rank = group_.rank();
   const Shape global_shape = p.sizes();
   narrow_in_place(p, name, dim, rank, n, "parallelism.tensor_parallel_degree");
-  placements_[name] = {.dim = dim, .offset = rank * p.size(dim), .global_shape = global_shape, .partial_grad = false};
+  placements_[name] = {
+      .dim = dim, .offset = rank * p.size(dim), .global_shape = global_shape, .partial_grad = false};
 }
 
 void TensorParallel::colwise(nn::Linear& linear) {

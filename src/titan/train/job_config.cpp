@@ -42,10 +42,10 @@ config::Schema<JobConfig> make_schema() {
 
   s.check([](const C& c, const config::Origins&, config::Problems& problems) {
     const auto& par = c.parallelism;
-    // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas and the
-    // expert-parallel ranks (which read batches of their own) already have to divide the batch.
-    const int64_t known_dp = par.data_parallel_replicate_degree *
-                             std::max<int64_t>(1, par.data_parallel_shard_degree) * par.expert_parallel_degree;
+    // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas alone
+    // already have to divide the batch.
+    const int64_t known_dp =
+        par.data_parallel_replicate_degree * std::max<int64_t>(1, par.data_parallel_shard_degree);
     problems.capture("", [&] { plan_batches(c.training, known_dp); });
     problems.capture("[lr_scheduler] with training.steps = " + std::to_string(c.training.steps) + ": ",
                      [&] { c.lr_scheduler.schedule(c.training.steps).validate(); });

@@ -312,15 +312,17 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   }
   if (const int64_t ep_degree = mesh->degree("ep"); ep_degree > 1) {
     config::require(summary.num_experts > 0, "parallelism.expert_parallel_degree = ", ep_degree, ": model ",
-                    c.model.name, "/", c.model.flavor, " has no MoE layers whose experts could be split; set it to 1");
+                    c.model.name, "/", c.model.flavor,
+                    " has no MoE layers whose experts could be split; set it to 1");
     config::require(summary.num_experts % ep_degree == 0, "parallelism.expert_parallel_degree = ", ep_degree,
                     ": model ", c.model.name, "/", c.model.flavor, " has ", summary.num_experts,
                     " experts per MoE layer (moe.num_experts), which do not split into ", ep_degree,
                     " equal parts; choose a degree that divides it");
     for (const auto& [dim, key] : {std::pair<const char*, const char*>{"tp", "tensor_parallel_degree"},
                                    {"cp", "context_parallel_degree"}})
-      config::require(mesh->degree(dim) == 1, "parallelism.expert_parallel_degree = ", ep_degree, " with parallelism.",
-                      key, " = ", mesh->degree(dim), " is not supported yet; set one of them to 1");
+      config::require(mesh->degree(dim) == 1, "parallelism.expert_parallel_degree = ", ep_degree,
+                      " with parallelism.", key, " = ", mesh->degree(dim),
+                      " is not supported yet; set one of them to 1");
   }
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
@@ -541,8 +543,8 @@ void Trainer::State::log_setup(const Data& d) {
         << "states sharded over " << mesh->degree("dp_shard") << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
   if (ep)
-    log << "titan: expert parallel over " << mesh->degree("ep") << " ranks (" << summary.num_experts / mesh->degree("ep")
-        << " of the " << summary.num_experts
+    log << "titan: expert parallel over " << mesh->degree("ep") << " ranks ("
+        << summary.num_experts / mesh->degree("ep") << " of the " << summary.num_experts
         << " experts of every MoE layer on each; tokens dispatched by all-to-all, batches of their own)\n";
   if (cp)
     log << "titan: context parallel over " << mesh->degree("cp") << " ranks (ring attention; each holds "
@@ -580,8 +582,9 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.build_optimizer();
   s.build_metrics();
   s.log_setup(data);
+  // Expert-parallel ranks validate batches of their own too.
   s.validator =
-      make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id, (*s.mesh)["dp"], s.log);
+      make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id, (*s.mesh)["batch"], s.log);
   s.checkpointer = std::make_unique<CheckpointManager>(
       c,
       Checkpointed{.model = *s.model,
