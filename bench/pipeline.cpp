@@ -142,15 +142,4 @@ int run_ranks(dist::ProcessGroup& world) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (std::optional<int> status = bench::run_if_launched("bench_pipeline", run_ranks)) return *status;
-  bench::use_this_cpus_blas_kernels(argv);
-  std::cout << bench::machine_summary() << "\n";
-  int status = 0;
-  for (int ranks : {2, 4}) {
-    const std::string cmd = bench::mpirun_self(argv[0], ranks);
-    std::cout << "$ " << cmd << std::endl;
-    if (std::system(cmd.c_str()) != 0) status = 1;
-  }
-  return status;
-}
+int main(int, char** argv) { return titan::bench::distributed_main("bench_pipeline", argv, run_ranks); }

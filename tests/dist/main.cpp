@@ -1,7 +1,8 @@
 // The distributed tests' entry point: every rank runs the same tests, which call collectives in
 // the same order. Rank 0 prints GoogleTest's report; the other ranks print only their failures,
-// prefixed with the rank. `--scenario=rank_exits_early` and `--scenario=rank_dies_in_all_to_all`
-// run a whole job that must fail (see tests/CMakeLists.txt) instead of the tests.
+// prefixed with the rank. `--scenario=rank_exits_early`, `--scenario=rank_dies_in_all_to_all` and
+// `--scenario=rank_dies_in_pipeline` run a whole job that must fail (see tests/CMakeLists.txt)
+// instead of the tests.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,7 +13,9 @@
 
 #include "titan/core/tensor.h"
 #include "titan/dist/process_group.h"
+#include "titan/ops/linalg.h"
 #include "titan/parallel/expert_parallel.h"
+#include "titan/parallel/pipeline_executor.h"
 #include "trainer_fixture.h"
 
 namespace titan::train::testing {
@@ -82,6 +85,28 @@ int rank_dies_in_all_to_all(titan::dist::ProcessGroup& world) {
   return 1;
 }
 
+// Rank 1, the second stage of a two-stage 1F1B pipeline, leaves before running its stage: rank 0
+// sends it the first micro-batch's activations and then waits for their gradient, and must fail
+// within the timeout with an error naming rank 1, and end the job.
+int rank_dies_in_pipeline(titan::dist::ProcessGroup& world) {
+  world.set_timeout_seconds(2);
+  if (world.rank() == 1) return 0;
+  titan::parallel::PipelineExecutor executor(titan::parallel::make_schedule("1F1B", 2, 2), world, {2, 4});
+  titan::Tensor w = titan::Tensor::ones({4, 4}).requires_grad_(true);
+  try {
+    executor.run([](int64_t) { return titan::Tensor::ones({2, 4}); },
+                 [&](int64_t, int64_t, const titan::Tensor& in) {
+                   return titan::parallel::StageResult{.output = titan::ops::matmul(in, w)};
+                 },
+                 0.5);
+  } catch (const titan::Error& e) {
+    std::cerr << "rank " << world.rank() << ": error: " << e.what() << std::endl;
+    titan::dist::abort_job(1);
+  }
+  std::cerr << "rank " << world.rank() << ": the pipeline completed without rank 1" << std::endl;
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +116,7 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--scenario=rank_exits_early") return rank_exits_early(world);
     if (arg == "--scenario=rank_dies_in_all_to_all") return rank_dies_in_all_to_all(world);
+    if (arg == "--scenario=rank_dies_in_pipeline") return rank_dies_in_pipeline(world);
   }
   // A test that fails on one rank before a collective must not leave the others waiting long.
   world.set_timeout_seconds(60);

@@ -62,14 +62,7 @@ void expect_one_rank_losses(const std::vector<TpLayout>& layouts) {
     ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
     std::ostringstream log;
     TrainResult all = Trainer(small_config(layout_overrides(layout, n), layout.config), log, world).train();
-    ASSERT_EQ(all.losses.size(), static_cast<size_t>(kSteps)) << layout.what;
-    double worst = 0;
-    for (int64_t i = 0; i < kSteps; ++i) {
-      worst = std::max(worst, std::abs(all.losses[i] - want.losses[i]) / want.losses[i]);
-      EXPECT_NEAR(all.losses[i], want.losses[i], 1e-5 * want.losses[i]) << layout.what << ", step " << i + 1;
-      EXPECT_NEAR(all.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i])
-          << layout.what << ", step " << i + 1;
-    }
+    const double worst = expect_one_rank_figures(all, want, layout.what);
     if (world.rank() == 0) {
       std::cout << layout.what << " on " << n << " ranks vs 1: largest relative loss difference over " << kSteps
                 << " steps " << worst << "\n";

@@ -1,5 +1,9 @@
 #include "trainer_fixture.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -96,6 +100,28 @@ OneRankReference one_rank_reference(const std::vector<std::string>& overrides, c
   return {.losses = from_rank_0(one.losses),
           .grad_norms = from_rank_0(one.grad_norms),
           .validation_losses = from_rank_0(validation_losses)};
+}
+
+double expect_one_rank_figures(const TrainResult& got, const OneRankReference& want, const std::string& what) {
+  EXPECT_EQ(got.losses.size(), want.losses.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
+    worst = std::max(worst, std::abs(got.losses[i] - want.losses[i]) / want.losses[i]);
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << ", step " << i + 1;
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i]) << what << ", step " << i + 1;
+  }
+  return worst;
+}
+
+double relative_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to(kF32).to_vector<float>(), y = b.to(kF32).to_vector<float>();
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(x[i])));
+  }
+  return worst / scale;
 }
 
 }  // namespace titan::train::testing

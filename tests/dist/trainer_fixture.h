@@ -9,6 +9,7 @@
 
 #include "titan/models/llama3/model_args.h"
 #include "titan/train/job_config.h"
+#include "titan/train/trainer.h"
 
 namespace titan::train::testing {
 
@@ -41,5 +42,12 @@ struct OneRankReference {
   std::vector<double> validation_losses;
 };
 OneRankReference one_rank_reference(const std::vector<std::string>& overrides, const std::string& config);
+
+// Expects `got`'s losses within 1e-5 and gradient norms within 1e-4 (relative) of `want`'s at
+// every step, naming `what`; returns the largest relative loss difference.
+double expect_one_rank_figures(const TrainResult& got, const OneRankReference& want, const std::string& what);
+
+// The largest elementwise difference of a and b over a's largest magnitude.
+double relative_difference(const Tensor& a, const Tensor& b);
 
 }  // namespace titan::train::testing

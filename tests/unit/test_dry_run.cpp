@@ -40,6 +40,8 @@ TEST(DryRun, StartUpHoldsThisRanksShareOnly) {
        2},
       // ep and FSDP cut the experts 4 ways, FSDP alone the rest.
       {"qwen3/debug_moe.toml", 4, {"--parallelism.expert_parallel_degree=2"}, 2},
+      // pp 2 keeps half the layers (rank 0: the embedding too) and FSDP shards them 4 ways.
+      {"llama3/debug.toml", 8, {"--parallelism.pipeline_parallel_degree=2"}, 8},
       // cp ranks hold the same parameters.
       {"llama3/debug.toml",
        8,

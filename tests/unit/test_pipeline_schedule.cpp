@@ -90,7 +90,7 @@ TEST(PipelineSchedule, StagePlacementLoopsOrFoldsIntoAV) {
 
 TEST(PipelineSchedule, LayoutsAScheduleCannotRunAreRefusedNamingTheKey) {
   std::string msg = error_of([] { make_schedule("Interleaved1F1B", 4, 6, 2); });
-  EXPECT_HAS(msg, "parallelism.pipeline_parallel_microbatches = 6 is not a multiple of 4; use 4 or 8");
+  EXPECT_HAS(msg, "parallelism.pipeline_parallel_microbatch_size) = 6 is not a multiple of 4; use 4 or 8");
   msg = error_of([] { make_schedule("Interleaved1F1B", 4, 2, 2); });
   EXPECT_HAS(msg, "use 4");
   msg = error_of([] { make_schedule("Interleaved1F1B", 2, 4, 1); });
@@ -103,7 +103,7 @@ TEST(PipelineSchedule, LayoutsAScheduleCannotRunAreRefusedNamingTheKey) {
   msg = error_of([] { make_schedule("Looped", 2, 4); });
   EXPECT_HAS(msg, "parallelism.pipeline_parallel_schedule = \"Looped\" is not a schedule");
   msg = error_of([] { make_schedule("1F1B", 2, 0); });
-  EXPECT_HAS(msg, "parallelism.pipeline_parallel_microbatches = 0");
+  EXPECT_HAS(msg, "parallelism.pipeline_parallel_microbatch_size) = 0");
 }
 
 PipelineSchedule two_rank_table(std::vector<PipelineStep> rank0, std::vector<PipelineStep> rank1) {

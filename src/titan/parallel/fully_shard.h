@@ -125,6 +125,8 @@ class FullyShard {
   // Whether this rank is in the first replica (HSDP): the replicas hold identical shards, so a
   // checkpoint takes the first's.
   bool first_replica() const { return replicate_group_.rank() == 0; }
+  // This rank's place in the shard group: rank 0 of it saves what every shard holds whole.
+  int shard_rank() const { return shard_group_.rank(); }
   // Bytes of the shards this rank holds (parameters only).
   int64_t shard_bytes() const;
   const FullyShardStats& stats() const { return stats_; }

@@ -35,7 +35,8 @@ bool PipelineSchedule::splits_backward() const {
 namespace {
 
 constexpr const char* kScheduleKey = "parallelism.pipeline_parallel_schedule";
-constexpr const char* kMicroKey = "parallelism.pipeline_parallel_microbatches";
+// The micro-batches of one pipeline run are training.local_batch_size over this key's size.
+constexpr const char* kMicroKey = "the micro-batches (training.local_batch_size / parallelism.pipeline_parallel_microbatch_size)";
 
 std::string label(const PipelineStep& st) {
   static constexpr char kLetters[] = {'F', 'B', 'I', 'W'};

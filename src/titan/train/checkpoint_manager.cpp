@@ -158,7 +158,8 @@ std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::strin
   Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
         .offsets = slice ? slice->offsets : Shape(t.sizes().size(), 0),
         .global_shape = slice ? slice->global_shape : rows ? rows->global_shape : t.sizes(),
-        .saves = held && saves};
+        // A tensor FSDP did not shard is the same on every rank of its shard group.
+        .saves = held && saves && (rows || !fsdp || fsdp->shard_rank() == 0)};
   if (rows) b.offsets[0] += rows->row_offset;
   return b;
 }
