@@ -327,8 +327,10 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
   fresh();
 }
 
-// The final Hugging Face export of an EP run gathers the experts: the weights one rank trains.
-TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
+// The final Hugging Face export of an EP run gathers the experts: the weights one rank trains; an EP
+// run starting from a Hugging Face folder takes its slice of the experts and trains as one rank
+// does from it.
+TEST(ExpertParallel, HuggingFaceExportAndImport) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   const std::vector<EpLayout> layouts = layouts_for(n);
@@ -364,6 +366,28 @@ TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
     // off by its whole scale.
     for (const auto& [name, t] : a) EXPECT_LE(relative_error(b.at(name), t), 1e-3) << name;
   }
+  world.barrier().wait();
+  const std::vector<std::string> from_hf = {
+      "--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0", "--checkpoint.enable=true",
+      "--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
+      "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
+  TrainResult one;
+  if (world.rank() == 0) {
+    std::ostringstream log;
+    one = Trainer(small_config(join({local_batch(1), "--checkpoint.folder=" + (root / "one_from_hf").string()},
+                                    from_hf),
+                               kMoeConfig),
+                  log, dist::ProcessGroup::single())
+              .train();
+  }
+  world.barrier().wait();
+  std::ostringstream log;
+  const TrainResult ep = Trainer(small_config(join(join(ep_overrides(layouts[1], n), from_hf),
+                                                   {"--checkpoint.folder=" + (root / "ep_from_hf").string()}),
+                                              kMoeConfig),
+                                 log, world)
+                             .train();
+  if (world.rank() == 0) expect_losses(ep, one.losses, {}, "from Hugging Face under " + layouts[1].what);
   world.barrier().wait();
   if (world.rank() == 0) fs::remove_all(root);
 }
