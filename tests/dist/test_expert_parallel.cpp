@@ -253,9 +253,9 @@ TEST(ExpertParallel, WithBalancingMatchesOneRankAccumulatingTheSameMicroBatches)
   }
 }
 
-// The expert bias under data parallelism (FSDP) follows the global batch's counts: one rank's
-// losses on the whole batch, which the bias changes within these steps.
-TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataParallelism) {
+// The expert bias under data and context parallelism follows the global batch's counts: one
+// rank's losses on the whole batch, which the bias changes within these steps.
+TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataAndContextParallelism) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank counts alone";
@@ -266,13 +266,19 @@ TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataParallelism) {
   for (size_t i = 0; i < want.losses.size(); ++i)
     moved = std::max(moved, std::abs(want.losses[i] - unbiased.losses[i]) / want.losses[i]);
   EXPECT_GT(moved, 1e-4) << "the bias does not change these steps' losses, so this test could not fail";
-  std::ostringstream log;
-  const TrainResult all = Trainer(small_config({local_batch(n), "--moe.aux_loss_coeff=0",
-                                                "--parallelism.data_parallel_shard_degree=" + std::to_string(n)},
-                                               kMoeConfig),
-                                  log, world)
-                              .train();
-  expect_losses(all, want.losses, want.grad_norms, "FSDP with the expert bias");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"FSDP with the expert bias",
+       {local_batch(n), "--parallelism.data_parallel_shard_degree=" + std::to_string(n)}},
+      // Each cp rank counts the tokens of its chunks.
+      {"CP 2 with the expert bias",
+       {local_batch(n / 2), "--parallelism.context_parallel_degree=2",
+        "--parallelism.data_parallel_shard_degree=" + std::to_string(n / 2)}}};
+  for (const auto& [what, o] : layouts) {
+    std::ostringstream log;
+    const TrainResult all =
+        Trainer(small_config(join(o, {"--moe.aux_loss_coeff=0"}), kMoeConfig), log, world).train();
+    expect_losses(all, want.losses, want.grad_norms, what);
+  }
 }
 
 // A checkpoint saved under EP 2 resumes on one rank and under EP 4 (on 4 ranks), one saved on one
