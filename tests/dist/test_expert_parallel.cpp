@@ -253,9 +253,9 @@ TEST(ExpertParallel, WithBalancingMatchesOneRankAccumulatingTheSameMicroBatches)
   }
 }
 
-// The expert bias under data parallelism (FSDP) follows the global batch's counts: one rank's
-// losses on the whole batch, which the bias changes within these steps.
-TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataParallelism) {
+// The expert bias under data and context parallelism follows the global batch's counts: one
+// rank's losses on the whole batch, which the bias changes within these steps.
+TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataAndContextParallelism) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank counts alone";
@@ -266,13 +266,19 @@ TEST(ExpertParallel, ExpertBiasFollowsGlobalCountsUnderDataParallelism) {
   for (size_t i = 0; i < want.losses.size(); ++i)
     moved = std::max(moved, std::abs(want.losses[i] - unbiased.losses[i]) / want.losses[i]);
   EXPECT_GT(moved, 1e-4) << "the bias does not change these steps' losses, so this test could not fail";
-  std::ostringstream log;
-  const TrainResult all = Trainer(small_config({local_batch(n), "--moe.aux_loss_coeff=0",
-                                                "--parallelism.data_parallel_shard_degree=" + std::to_string(n)},
-                                               kMoeConfig),
-                                  log, world)
-                              .train();
-  expect_losses(all, want.losses, want.grad_norms, "FSDP with the expert bias");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"FSDP with the expert bias",
+       {local_batch(n), "--parallelism.data_parallel_shard_degree=" + std::to_string(n)}},
+      // Each cp rank counts the tokens of its chunks.
+      {"CP 2 with the expert bias",
+       {local_batch(n / 2), "--parallelism.context_parallel_degree=2",
+        "--parallelism.data_parallel_shard_degree=" + std::to_string(n / 2)}}};
+  for (const auto& [what, o] : layouts) {
+    std::ostringstream log;
+    const TrainResult all =
+        Trainer(small_config(join(o, {"--moe.aux_loss_coeff=0"}), kMoeConfig), log, world).train();
+    expect_losses(all, want.losses, want.grad_norms, what);
+  }
 }
 
 // A checkpoint saved under EP 2 resumes on one rank and under EP 4 (on 4 ranks), one saved on one
@@ -327,8 +333,10 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
   fresh();
 }
 
-// The final Hugging Face export of an EP run gathers the experts: the weights one rank trains.
-TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
+// The final Hugging Face export of an EP run gathers the experts: the weights one rank trains; an EP
+// run starting from a Hugging Face folder takes its slice of the experts and trains as one rank
+// does from it.
+TEST(ExpertParallel, HuggingFaceExportAndImport) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   const std::vector<EpLayout> layouts = layouts_for(n);
@@ -364,6 +372,28 @@ TEST(ExpertParallel, HuggingFaceExportGathersTheExperts) {
     // off by its whole scale.
     for (const auto& [name, t] : a) EXPECT_LE(relative_error(b.at(name), t), 1e-3) << name;
   }
+  world.barrier().wait();
+  const std::vector<std::string> from_hf = {
+      "--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0", "--checkpoint.enable=true",
+      "--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
+      "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
+  TrainResult one;
+  if (world.rank() == 0) {
+    std::ostringstream log;
+    one = Trainer(small_config(join({local_batch(1), "--checkpoint.folder=" + (root / "one_from_hf").string()},
+                                    from_hf),
+                               kMoeConfig),
+                  log, dist::ProcessGroup::single())
+              .train();
+  }
+  world.barrier().wait();
+  std::ostringstream log;
+  const TrainResult ep = Trainer(small_config(join(join(ep_overrides(layouts[1], n), from_hf),
+                                                   {"--checkpoint.folder=" + (root / "ep_from_hf").string()}),
+                                              kMoeConfig),
+                                 log, world)
+                             .train();
+  if (world.rank() == 0) expect_losses(ep, one.losses, {}, "from Hugging Face under " + layouts[1].what);
   world.barrier().wait();
   if (world.rank() == 0) fs::remove_all(root);
 }

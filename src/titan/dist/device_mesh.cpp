@@ -114,10 +114,13 @@ DeviceMesh::DeviceMesh(ProcessGroup world, const MeshDegrees& degrees)
   // dp_replicate and dp_shard are neighbours, so "dp" is one block of coordinates.
   const int64_t dp_coord = coord[1] * degrees_[2] + coord[2];
   groups_.push_back(group_of(degrees_[1] * degrees_[2], rank - dp_coord * stride[2], dp_coord, "dp"));
-  // The ranks that read different data: dp's and, within each, the ep ranks.
+  // The ranks that read different data: dp's and, within each, the ep ranks; dp's own group
+  // without ep.
   const int64_t batch_coord = dp_coord * degrees_[5] + coord[5];
-  groups_.push_back(group_of(degrees_[1] * degrees_[2] * degrees_[5],
-                             rank - dp_coord * stride[2] - coord[5] * stride[5], batch_coord, "batch"));
+  groups_.push_back(degrees_[5] == 1
+                        ? groups_.back()
+                        : group_of(degrees_[1] * degrees_[2] * degrees_[5],
+                                   rank - dp_coord * stride[2] - coord[5] * stride[5], batch_coord, "batch"));
 }
 
 size_t DeviceMesh::index_of(const std::string& dim) const {

@@ -147,6 +147,19 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPe
   return out;
 }
 
+Tensor inverse_permutation(const Tensor& order) {
+  TITAN_CHECK(order.dim() == 1 && order.dtype() == kI64, "inverse_permutation: expected [n] i64, got ",
+              order.desc());
+  const int64_t n = order.numel();
+  Tensor oc = order.contiguous();
+  kernels::cpu::check_index_range("inverse_permutation", "row", oc, n);
+  Tensor inverse = Tensor::empty({n}, {.dtype = kI64});
+  const int64_t* to = oc.data<int64_t>();
+  int64_t* from = inverse.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) from[to[i]] = i;
+  return inverse;
+}
+
 Tensor permute_rows(const Tensor& x, const Tensor& order) {
   const OpSpan span("permute_rows", x);
   check_float("permute_rows", "x", x);
@@ -155,10 +168,7 @@ Tensor permute_rows(const Tensor& x, const Tensor& order) {
   const int64_t n = x.size(0), d = x.size(1);
   Tensor oc = order.contiguous();
   kernels::cpu::check_index_range("permute_rows", "row", oc, n);
-  Tensor inverse = Tensor::empty({n}, {.dtype = kI64});
-  const int64_t* to = oc.data<int64_t>();
-  int64_t* from = inverse.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) from[to[i]] = i;
+  const Tensor inverse = inverse_permutation(oc);
   auto gather = [n, d](const Tensor& src, const Tensor& index) {
     Tensor sc = dense(src);
     Tensor out = Tensor::empty({n, d}, sc.options());

@@ -41,6 +41,9 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPe
 // backward sends each row's gradient back to the row it came from. Expert parallelism regroups
 // the rows it receives with it.
 Tensor permute_rows(const Tensor& x, const Tensor& order);
+// The permutation that undoes `order` ([n] i64, a permutation of [0, n)): permute_rows by it
+// puts permute_rows(x, order)'s rows back where they were.
+Tensor inverse_permutation(const Tensor& order);
 
 // x [rows, in] with consecutive groups of group_rows[g] rows, weight [groups, out, in] ->
 // [rows, out]: each group's rows @ weight[g]^T (nn.Linear's layout per group). One GEMM per

@@ -11,16 +11,6 @@ namespace {
 
 const char* const kDegreeKey = "parallelism.expert_parallel_degree";
 
-// The inverse of the permutation `order`.
-Tensor inverse_of(const Tensor& order) {
-  const int64_t n = order.numel();
-  Tensor inverse = Tensor::empty({n}, {.dtype = kI64});
-  const int64_t* to = order.data<int64_t>();
-  int64_t* from = inverse.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) from[to[i]] = i;
-  return inverse;
-}
-
 }  // namespace
 
 AllToAllTokenDispatcher::AllToAllTokenDispatcher(dist::ProcessGroup group, int64_t local_experts)
@@ -70,7 +60,7 @@ nn::moe::TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const Ten
 
 Tensor AllToAllTokenDispatcher::combine(const Tensor& expert_out, const Tensor& weights,
                                         const Dispatched& dispatched) {
-  const Tensor by_source = ops::permute_rows(expert_out, inverse_of(dispatched.regroup));
+  const Tensor by_source = ops::permute_rows(expert_out, ops::inverse_permutation(dispatched.regroup));
   const Tensor rows = all_to_all_rows(by_source, dispatched.recv_rows, dispatched.send_rows, group_);
   return ops::unpermute_tokens(rows, weights, dispatched.permutation);
 }
