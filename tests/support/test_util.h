@@ -9,6 +9,7 @@
 
 #include "support/paths.h"
 #include "titan/core/tensor.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/nn/module.h"
 
 namespace titan::test {
@@ -64,6 +65,15 @@ bool in_ci();
   do {                                                                                     \
     if (::titan::test::in_ci()) GTEST_FAIL() << "missing reference (CI=true): " << reason; \
     GTEST_SKIP() << reason;                                                                \
+  } while (0)
+
+// bf16 products run on AMX-BF16 or AVX512-BF16; on a CPU with neither titan refuses them
+// (CliGuards.Bf16TrainingIsRefusedWithoutBf16Instructions tests that), so a test of their numbers
+// has nothing to run there.
+#define TITAN_SKIP_WITHOUT_BF16()                                                                  \
+  do {                                                                                             \
+    if (::titan::kernels::cpu::onednn_bf16_isa().empty())                                          \
+      GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16: titan refuses bf16 products"; \
   } while (0)
 
 // Runs `stmt`, expects a titan::Error whose message contains every string in the list.

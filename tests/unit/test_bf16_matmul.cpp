@@ -63,6 +63,7 @@ class Bf16GemmTranspose : public ::testing::TestWithParam<std::tuple<bool, bool>
 // Padded leading dimensions, alpha 0.5, beta 2 and beta 0 over NaN (overwritten, not scaled), odd k,
 // and a single row or column.
 TEST_P(Bf16GemmTranspose, MatchesFloat32OnRoundedOperands) {
+  TITAN_SKIP_WITHOUT_BF16();
   auto [ta, tb] = GetParam();
   const int64_t k = 129;
   for (auto [m, n] : {std::pair<int64_t, int64_t>{37, 19}, {1, 19}, {37, 1}, {64, 96}}) {
@@ -97,6 +98,7 @@ INSTANTIATE_TEST_SUITE_P(All, Bf16GemmTranspose, ::testing::Combine(::testing::B
 // One primitive serves every row (or summed) count of the expert groups: each count must still
 // give its own product, the empty one included.
 TEST(Bf16Gemm, VaryingCountsShareAPrimitiveAndStayExact) {
+  TITAN_SKIP_WITHOUT_BF16();
   const int64_t n = 24, k = 40;
   for (auto varying : {kernels::cpu::Varying::m, kernels::cpu::Varying::k}) {
     for (int64_t count : {5, 0, 17, 1, 64}) {
@@ -150,6 +152,7 @@ LinearRun linear_run(const Tensor& x, const Tensor& w, const Tensor& gy) {
 }
 
 TEST(Autocast, LinearMultipliesBf16OperandsIntoFloat32) {
+  TITAN_SKIP_WITHOUT_BF16();
   const Tensor x = test::rand_f32({3, 33, 64}, 21), w = test::rand_f32({48, 64}, 22),
                gy = test::rand_f32({3, 33, 48}, 23);
   LinearRun mixed;
@@ -178,6 +181,7 @@ TEST(Autocast, LinearMultipliesBf16OperandsIntoFloat32) {
 
 // Backward multiplies in the precision forward did, whatever autocast says when it runs.
 TEST(Autocast, BackwardFollowsTheForwardsPrecision) {
+  TITAN_SKIP_WITHOUT_BF16();
   const Tensor x = test::rand_f32({16, 32}, 31), w = test::rand_f32({8, 32}, 32),
                gy = test::rand_f32({16, 8}, 33);
   const LinearRun inside = [&] {
@@ -203,6 +207,7 @@ TEST(Autocast, BackwardFollowsTheForwardsPrecision) {
 }
 
 TEST(Autocast, MatmulAndDoublesAndOffState) {
+  TITAN_SKIP_WITHOUT_BF16();
   const Tensor a = test::rand_f32({2, 9, 20}, 41), b = test::rand_f32({20, 7}, 42);
   Tensor mixed;
   {
@@ -222,6 +227,7 @@ TEST(Autocast, MatmulAndDoublesAndOffState) {
 }
 
 TEST(Autocast, GroupedExpertProductsMultiplyBf16) {
+  TITAN_SKIP_WITHOUT_BF16();
   const std::vector<int64_t> groups{5, 0, 11, 4};
   const Tensor x = test::rand_f32({20, 24}, 51), w = test::rand_f32({4, 16, 24}, 52),
                w3 = test::rand_f32({4, 16, 24}, 53), gy = test::rand_f32({20, 16}, 54);
@@ -259,6 +265,7 @@ TEST(Autocast, GroupedExpertProductsMultiplyBf16) {
 // Activation checkpointing re-runs the forward in backward: in the forward's precision, so that the
 // rebuilt graph is the one forward would have made.
 TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
+  TITAN_SKIP_WITHOUT_BF16();
   const Tensor x = test::rand_f32({12, 32}, 61), w = test::rand_f32({32, 32}, 62);
   auto body = [&](const Tensor& in) { return ops::linear(ops::linear(in, w), w); };
   auto grad_of = [&](bool checkpointed) {

@@ -467,6 +467,7 @@ TEST(PeakFlops, KeyNamesCpuThreadsAndBlasKernels) {
 // A bf16 run's MFU divides by the bf16 products' peak: a figure of its own, keyed by the library
 // and instructions that run them, never the f32 one.
 TEST(PeakFlops, Bf16HasItsOwnKeyAndFigure) {
+  TITAN_SKIP_WITHOUT_BF16();
   const std::string key = train::peak_flops_cache_key(kBF16);
   EXPECT_NE(key, train::peak_flops_cache_key(kF32));
   EXPECT_NE(key.find("oneDNN " + kernels::cpu::onednn_version()), std::string::npos) << key;

@@ -162,6 +162,7 @@ TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
 // sends a token to another expert now and then; on real text the curves stay within 0.1-1%.
 // Against PyTorch's autocast: ParityHfTraining.TenBf16StepsMatchTorchAutocast.
 TEST(Trainer, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
+  TITAN_SKIP_WITHOUT_BF16();
 #if defined(__SANITIZE_ADDRESS__)
   // 400 training steps check numbers, not memory (344 s under the sanitizers); the bf16 kernels'
   // memory is checked there by their own tests. The release run covers this one.

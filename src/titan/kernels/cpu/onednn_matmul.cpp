@@ -94,6 +94,12 @@ std::shared_ptr<const Entry> cached(const Key& key) {
 void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
                       int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc,
                       Varying varying) {
+  // oneDNN has no bf16 primitive to give without the instructions: say so rather than pass on its
+  // "could not create a primitive descriptor iterator".
+  static const bool supported = !onednn_bf16_isa().empty();
+  TITAN_CHECK(supported,
+              "bf16 matrix products need AMX-BF16 or AVX512-BF16, and this CPU has neither (or "
+              "ONEDNN_MAX_CPU_ISA keeps oneDNN from them); multiply in float32 on it");
   trace::Span span("bf16 gemm", "gemm");
   span.arg("M", m).arg("N", n).arg("K", k).arg("flops", 2 * m * n * k);
   if (m == 0 || n == 0) return;

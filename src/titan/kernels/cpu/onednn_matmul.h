@@ -24,7 +24,8 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 // The bf16 instructions oneDNN uses on this CPU ("AMX-BF16", "AVX512-BF16"), or "" when the CPU
 // (or ONEDNN_MAX_CPU_ISA, oneDNN's own limit, read from the environment when it starts) allows
-// neither: bf16 products would then run on a slow emulation, and titan refuses bf16 training.
+// neither: oneDNN then has no bf16 primitive (onednn_gemm_bf16 refuses, naming why), and titan
+// refuses bf16 training.
 std::string onednn_bf16_isa();
 
 // oneDNN's version, "2.6.3".
