@@ -171,11 +171,6 @@ std::vector<EpLayout> layouts_for(int n) {
   return out;
 }
 
-std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 void expect_losses(const TrainResult& got, const std::vector<double>& want_losses,
                    const std::vector<double>& want_norms, const std::string& what) {
   ASSERT_EQ(got.losses.size(), want_losses.size()) << what;
@@ -288,49 +283,24 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
   const int n = world.size();
   const std::vector<EpLayout> layouts = layouts_for(n);
   if (layouts.empty()) GTEST_SKIP() << "EP layouts need 2 or 4 ranks";
-  const fs::path dir = job_dir(0) / "ep_checkpoints";
+  const ResumeAcrossLayouts c("ep_checkpoints");
   const std::vector<std::string> plain = {"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0"};
-  const std::vector<std::string> ckpt = join(plain, {"--checkpoint.enable=true", "--checkpoint.interval=5",
-                                                     "--checkpoint.folder=" + dir.string(),
-                                                     "--checkpoint.keep_latest_k=0",
-                                                     "--checkpoint.last_save_model_only=false"});
-  const std::vector<std::string> resume = {"--checkpoint.load_step=5"};
   const OneRankReference want = one_rank_reference(plain, kMoeConfig);
-  auto one_rank_run = [&](const std::vector<std::string>& o) {
-    TrainResult r;
-    if (world.rank() == 0) {
-      std::ostringstream log;
-      r = Trainer(small_config(join({local_batch(1)}, o), kMoeConfig), log, dist::ProcessGroup::single()).train();
-    }
-    world.barrier().wait();
-    return r;
-  };
   auto ep_run = [&](const EpLayout& layout, const std::vector<std::string>& o) {
     std::ostringstream log;
-    return Trainer(small_config(join(ep_overrides(layout, n), o), kMoeConfig), log, world).train();
-  };
-  auto expect_second_half = [&](const TrainResult& r, const std::string& what) {
-    ASSERT_EQ(r.resumed_from, 5) << what;
-    ASSERT_EQ(r.losses.size(), 5u) << what;
-    for (size_t i = 0; i < 5; ++i)
-      EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << what << ", step " << 6 + i;
-  };
-  auto fresh = [&] {
-    world.barrier().wait();
-    if (world.rank() == 0) fs::remove_all(dir);
-    world.barrier().wait();
+    return Trainer(small_config(join(join(ep_overrides(layout, n), plain), o), kMoeConfig), log, world).train();
   };
   const EpLayout saver = layouts[1];  // EP 2 x FSDP 2 on 4 ranks, EP 2 with recomputation on 2
-  fresh();
-  ep_run(saver, ckpt);
-  const TrainResult on_one = one_rank_run(join(ckpt, resume));
-  if (world.rank() == 0) expect_second_half(on_one, "saved under " + saver.what + ", resumed on one rank");
-  expect_second_half(ep_run(layouts[0], join(ckpt, resume)),
-                     "saved under " + saver.what + ", resumed under " + layouts[0].what);
-  fresh();
-  one_rank_run(ckpt);
-  expect_second_half(ep_run(saver, join(ckpt, resume)), "saved on one rank, resumed under " + saver.what);
-  fresh();
+  c.fresh();
+  ep_run(saver, c.save);
+  const TrainResult on_one = c.one_rank(join(plain, c.resume), kMoeConfig);
+  if (world.rank() == 0) c.expect_second_half(on_one, want, "saved under " + saver.what + ", resumed on one rank");
+  c.expect_second_half(ep_run(layouts[0], c.resume), want,
+                       "saved under " + saver.what + ", resumed under " + layouts[0].what);
+  c.fresh();
+  c.one_rank(join(plain, c.save), kMoeConfig);
+  c.expect_second_half(ep_run(saver, c.resume), want, "saved on one rank, resumed under " + saver.what);
+  c.fresh();
 }
 
 // The final Hugging Face export of an EP run gathers the experts: the weights one rank trains; an EP

@@ -34,11 +34,6 @@ struct PpLayout {
   int64_t ep = 1;
 };
 
-std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::vector<std::string> layout_overrides(const PpLayout& l, int n) {
   // Data- and expert-parallel ranks read batches of their own.
   const int64_t batch_ranks = n / l.pp / l.tp;
@@ -170,49 +165,26 @@ TEST(PipelineParallel, CheckpointsResumeAcrossLayouts) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
-  const fs::path dir = job_dir(0) / "pp_checkpoints";
-  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5",
-                                         "--checkpoint.folder=" + dir.string(), "--checkpoint.keep_latest_k=0",
-                                         "--checkpoint.last_save_model_only=false"};
-  const std::vector<std::string> resume = {"--checkpoint.load_step=5"};
-  const OneRankReference want = one_rank_reference({}, "configs/llama3/debug.toml");
-  auto one_rank_run = [&](const std::vector<std::string>& o) {
-    TrainResult r;
-    if (world.rank() == 0) {
-      std::ostringstream log;
-      r = Trainer(small_config(join({local_batch(1)}, o)), log, dist::ProcessGroup::single()).train();
-    }
-    world.barrier().wait();
-    return r;
-  };
+  const ResumeAcrossLayouts c("pp_checkpoints");
+  const std::string config = "configs/llama3/debug.toml";
+  const OneRankReference want = one_rank_reference({}, config);
   auto layout_run = [&](const PpLayout& layout, const std::vector<std::string>& o) {
     std::ostringstream log;
     return Trainer(small_config(join(layout_overrides(layout, n), o)), log, world).train();
   };
   const PpLayout one_f_one_b{"PP 2, 1F1B", 2, "1F1B"}, interleaved{"PP 2, Interleaved1F1B", 2, "Interleaved1F1B"};
-  auto expect_second_half = [&](const TrainResult& r, const char* what) {
-    ASSERT_EQ(r.resumed_from, 5) << what;
-    ASSERT_EQ(r.losses.size(), 5u) << what;
-    for (size_t i = 0; i < 5; ++i)
-      EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << what << ", step " << 6 + i;
-  };
-  auto fresh = [&] {
-    world.barrier().wait();
-    if (world.rank() == 0) fs::remove_all(dir);
-    world.barrier().wait();
-  };
-  fresh();
-  layout_run(one_f_one_b, ckpt);
-  const TrainResult on_one = one_rank_run(join(ckpt, resume));
-  if (world.rank() == 0) expect_second_half(on_one, "saved under PP 2 (1F1B), resumed on one rank");
-  fresh();
-  one_rank_run(ckpt);
-  expect_second_half(layout_run(one_f_one_b, join(ckpt, resume)), "saved on one rank, resumed under PP 2");
-  fresh();
-  layout_run(one_f_one_b, ckpt);
-  expect_second_half(layout_run(interleaved, join(ckpt, resume)),
-                     "saved under PP 2 (1F1B, 2 stages), resumed under Interleaved1F1B (4 stages)");
-  fresh();
+  c.fresh();
+  layout_run(one_f_one_b, c.save);
+  const TrainResult on_one = c.one_rank(c.resume, config);
+  if (world.rank() == 0) c.expect_second_half(on_one, want, "saved under PP 2 (1F1B), resumed on one rank");
+  c.fresh();
+  c.one_rank(c.save, config);
+  c.expect_second_half(layout_run(one_f_one_b, c.resume), want, "saved on one rank, resumed under PP 2");
+  c.fresh();
+  layout_run(one_f_one_b, c.save);
+  c.expect_second_half(layout_run(interleaved, c.resume), want,
+                       "saved under PP 2 (1F1B, 2 stages), resumed under Interleaved1F1B (4 stages)");
+  c.fresh();
 }
 
 // The final Hugging Face export of a pipeline run holds every stage's weights, as one rank trains

@@ -286,54 +286,25 @@ TEST(TensorParallel, CheckpointsResumeAcrossLayouts) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
-  const fs::path dir = job_dir(0) / "tp_checkpoints";
-  // Saves at steps 5 and 10; a resume loads step 5 and trains 6 to 10 again.
-  const std::vector<std::string> ckpt = {"--checkpoint.enable=true", "--checkpoint.interval=5",
-                                         "--checkpoint.folder=" + dir.string(), "--checkpoint.keep_latest_k=0",
-                                         "--checkpoint.last_save_model_only=false"};
-  const std::vector<std::string> resume = {"--checkpoint.load_step=5"};
-  const OneRankReference want = one_rank_reference({}, "configs/llama3/debug.toml");
-  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
-  auto one_rank_run = [&](const std::vector<std::string>& o) {
-    TrainResult r;
-    if (world.rank() == 0) {
-      std::ostringstream log;
-      r = Trainer(small_config(join({local_batch(1)}, o)), log, dist::ProcessGroup::single()).train();
-    }
-    world.barrier().wait();
-    return r;
-  };
+  const ResumeAcrossLayouts c("tp_checkpoints");
+  const std::string config = "configs/llama3/debug.toml";
+  const OneRankReference want = one_rank_reference({}, config);
   auto layout_run = [&](const TpLayout& layout, const std::vector<std::string>& o) {
     std::ostringstream log;
     return Trainer(small_config(join(layout_overrides(layout, n), o)), log, world).train();
   };
-  const TpLayout tp = {"TP 2", 2, 1, {}}, cp = {"CP 2", 1, 1, {}, "configs/llama3/debug.toml", 2};
-  auto tp_run = [&](const std::vector<std::string>& o) { return layout_run(tp, o); };
-  auto expect_second_half = [&](const TrainResult& r, const char* what) {
-    ASSERT_EQ(r.resumed_from, 5) << what;
-    ASSERT_EQ(r.losses.size(), 5u) << what;
-    for (size_t i = 0; i < 5; ++i)
-      EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << what << ", step " << 6 + i;
-  };
-  auto fresh = [&] {
-    world.barrier().wait();
-    if (world.rank() == 0) fs::remove_all(dir);
-    world.barrier().wait();
-  };
-  fresh();
-  tp_run(ckpt);
-  const TrainResult on_one = one_rank_run(join(ckpt, resume));
-  if (world.rank() == 0) expect_second_half(on_one, "saved under TP, resumed on one rank");
-  fresh();
-  one_rank_run(ckpt);
-  expect_second_half(tp_run(join(ckpt, resume)), "saved on one rank, resumed under TP");
-  fresh();
-  layout_run(cp, ckpt);
-  expect_second_half(tp_run(join(ckpt, resume)), "saved under CP, resumed under TP");
-  fresh();
+  const TpLayout tp = {"TP 2", 2, 1, {}}, cp = {"CP 2", 1, 1, {}, config, 2};
+  c.fresh();
+  layout_run(tp, c.save);
+  const TrainResult on_one = c.one_rank(c.resume, config);
+  if (world.rank() == 0) c.expect_second_half(on_one, want, "saved under TP, resumed on one rank");
+  c.fresh();
+  c.one_rank(c.save, config);
+  c.expect_second_half(layout_run(tp, c.resume), want, "saved on one rank, resumed under TP");
+  c.fresh();
+  layout_run(cp, c.save);
+  c.expect_second_half(layout_run(tp, c.resume), want, "saved under CP, resumed under TP");
+  c.fresh();
 }
 
 // The final Hugging Face export of a TP run (slices gathered over tp, FSDP shards over dp_shard)

@@ -124,4 +124,41 @@ double relative_difference(const Tensor& a, const Tensor& b) {
   return worst / scale;
 }
 
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ResumeAcrossLayouts::ResumeAcrossLayouts(const std::string& name)
+    : dir(job_dir(0) / name),
+      save({"--checkpoint.enable=true", "--checkpoint.interval=5", "--checkpoint.folder=" + dir.string(),
+            "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false"}),
+      resume(join(save, {"--checkpoint.load_step=5"})) {}
+
+void ResumeAcrossLayouts::fresh() const {
+  dist::ProcessGroup& world = dist::world();
+  world.barrier().wait();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  world.barrier().wait();
+}
+
+TrainResult ResumeAcrossLayouts::one_rank(const std::vector<std::string>& overrides, const std::string& config) const {
+  dist::ProcessGroup& world = dist::world();
+  TrainResult r;
+  if (world.rank() == 0) {
+    std::ostringstream log;
+    r = Trainer(small_config(join({local_batch(1)}, overrides), config), log, dist::ProcessGroup::single()).train();
+  }
+  world.barrier().wait();
+  return r;
+}
+
+void ResumeAcrossLayouts::expect_second_half(const TrainResult& r, const OneRankReference& want,
+                                             const std::string& what) {
+  ASSERT_EQ(r.resumed_from, 5) << what;
+  ASSERT_EQ(r.losses.size(), 5u) << what;
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_NEAR(r.losses[i], want.losses[5 + i], 1e-5 * want.losses[5 + i]) << what << ", step " << 6 + i;
+}
+
 }  // namespace titan::train::testing

@@ -43,6 +43,24 @@ struct OneRankReference {
 };
 OneRankReference one_rank_reference(const std::vector<std::string>& overrides, const std::string& config);
 
+// a followed by b.
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b);
+
+// A run saved under one layout and resumed under another: checkpoints at steps 5 and 10 into a
+// folder of this job named `name`; a resumed run loads step 5 and trains 6 to 10 again.
+struct ResumeAcrossLayouts {
+  explicit ResumeAcrossLayouts(const std::string& name);
+  std::filesystem::path dir;
+  std::vector<std::string> save;    // the checkpoint keys
+  std::vector<std::string> resume;  // save's, loading step 5
+  // Empties the folder, between barriers of the world.
+  void fresh() const;
+  // Rank 0 alone trains `overrides` on the global batch; every rank returns after it.
+  TrainResult one_rank(const std::vector<std::string>& overrides, const std::string& config) const;
+  // Expects `r` resumed after step 5 with want's losses of steps 6 to 10, naming `what`.
+  static void expect_second_half(const TrainResult& r, const OneRankReference& want, const std::string& what);
+};
+
 // Expects `got`'s losses within 1e-5 and gradient norms within 1e-4 (relative) of `want`'s at
 // every step, naming `what`; returns the largest relative loss difference.
 double expect_one_rank_figures(const TrainResult& got, const OneRankReference& want, const std::string& what);
