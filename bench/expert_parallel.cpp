@@ -17,8 +17,6 @@
 // With more ranks than cores, step times measure communication and memory, not speed-up.
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 

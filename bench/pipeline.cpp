@@ -14,8 +14,6 @@
 // measure the schedules' order and overlap, not the speed-up a rank per core would give.
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>

@@ -23,8 +23,6 @@
 // times measure overlap and memory, not speed-up.
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
