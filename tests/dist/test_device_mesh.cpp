@@ -65,5 +65,20 @@ TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {
   EXPECT_NE(error_of([&] { DeviceMesh(world(), {})["dq"]; }).find("no dimension 'dq'"), std::string::npos);
 }
 
+// The pipeline's own keys mean nothing without pipeline stages: set with pipeline_parallel_degree
+// = 1, each is refused by name rather than accepted and ignored.
+TEST(DeviceMesh, PipelineKeysWithoutAPipelineAreRefused) {
+  auto refusal = [](ParallelismConfig p) {
+    return error_of([&] { DeviceMesh::from_config(ProcessGroup::single(), p, {}); });
+  };
+  ParallelismConfig schedule, split, micro;
+  schedule.pipeline_parallel_schedule = "GPipe";
+  split.pipeline_parallel_split_points = "layers.2";
+  micro.pipeline_parallel_microbatch_size = 2;
+  EXPECT_NE(refusal(schedule).find("parallelism.pipeline_parallel_schedule = \"GPipe\""), std::string::npos);
+  EXPECT_NE(refusal(split).find("parallelism.pipeline_parallel_split_points = \"layers.2\""), std::string::npos);
+  EXPECT_NE(refusal(micro).find("parallelism.pipeline_parallel_microbatch_size = 2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace titan::dist
