@@ -1,4 +1,5 @@
 #include "titan/autograd/engine.h"
+#include "titan/graph/lazy.h"
 
 #include <algorithm>
 #include <queue>
@@ -32,6 +33,10 @@ void add_into(Tensor& slot, const Tensor& g) {
     slot = g;
     return;
   }
+  if (slot.is_lazy() || g.is_lazy()) {
+    slot = graph::add(slot, g);
+    return;
+  }
   Tensor sum = Tensor::empty(slot.sizes(), slot.options());
   kernels::cpu::binary(kernels::cpu::BinaryOp::add, slot, g, sum);
   slot = sum;
@@ -50,7 +55,9 @@ void add_gradient(std::vector<Tensor>& buffer, const Edge& e, const Tensor& g, c
 void complete(Node& node, std::vector<Tensor>& in) {
   in.resize(node.output_shapes.size());
   for (size_t i = 0; i < in.size(); ++i)
-    if (!in[i].defined()) in[i] = Tensor::zeros(node.output_shapes[i], {.dtype = node.output_dtypes[i]});
+    if (!in[i].defined())
+      in[i] = graph::current_program_or_null() ? graph::full(node.output_shapes[i], 0.0, node.output_dtypes[i])
+                                               : Tensor::zeros(node.output_shapes[i], {.dtype = node.output_dtypes[i]});
   for (auto& [idx, hook] : node.output_hooks) {
     Tensor r = hook(in[idx]);
     if (r.defined()) in[idx] = r;

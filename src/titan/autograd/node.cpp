@@ -1,4 +1,5 @@
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 
 #include <atomic>
 
@@ -27,7 +28,10 @@ std::vector<Tensor> AccumulateGrad::apply(const GradContext& ctx) {
     Tensor r = hook(g);
     if (r.defined()) g = r;
   }
-  if (!meta.grad.defined()) {
+  if (g.is_lazy() || (meta.grad.defined() && meta.grad.is_lazy())) {
+    // A value of the captured step: a new value, not a buffer to own or add into.
+    meta.grad = meta.grad.defined() ? graph::add(meta.grad, g) : g.detach();
+  } else if (!meta.grad.defined()) {
     // Steal the incoming buffer when nothing else references it; otherwise copy so that two
     // leaves never share one .grad.
     bool sole_owner = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 &&

@@ -1,6 +1,7 @@
 // Tensor's autograd methods (declared in core/tensor.h).
 #include "titan/autograd/engine.h"
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 
 namespace titan {
 
@@ -41,7 +42,7 @@ void Tensor::backward(const Tensor& grad) const {
   if (!g.defined()) {
     TITAN_CHECK(numel() == 1, "backward: gradient can be implied only for a one-element tensor, got ",
                 desc(), "; pass the gradient explicitly");
-    g = Tensor::ones(sizes(), options());
+    g = is_lazy() ? graph::full(sizes(), 1.0, dtype()) : Tensor::ones(sizes(), options());
   }
   autograd::backward({*this}, {g});
 }

@@ -30,6 +30,10 @@ void fill_contiguous_any(const Tensor& t, double v) {
 
 void check_cpu(const char* op, const Tensor& t) {
   TITAN_CHECK(t.defined(), op, ": got an undefined tensor");
+  TITAN_CHECK(!t.is_lazy(), op, ": tensor ", t.desc(), " is on ", t.device(),
+              " (graph mode), and `", op,
+              "` has no lowering to StableHLO: graph mode cannot capture this step; run it eagerly "
+              "(compile.enable = false) or give the op a lowering beside its kernel");
   TITAN_CHECK(t.device().is_cpu(), op, ": tensor ", t.desc(), " is on ", t.device(),
               ", but this build only has CPU kernels for it");
 }
@@ -144,7 +148,7 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
 }
 
 bool Tensor::is_meta() const {
-  return impl_ && impl_->storage && impl_->storage->is_meta();
+  return impl_ && impl_->storage && impl_->storage->is_meta() && !impl_->lazy.defined();
 }
 
 bool Tensor::is_contiguous() const {
@@ -166,6 +170,9 @@ std::string Tensor::desc() const {
 
 void* Tensor::data_ptr() const {
   TITAN_CHECK(impl_, "Tensor::data_ptr: undefined tensor");
+  TITAN_CHECK(!impl_->lazy.defined(), "Tensor::data_ptr: ", desc(), " is on ", device(),
+              ": a value of the step being captured for graph mode, with no memory on the host; its "
+              "values exist once the compiled step runs (read them from the step's results)");
   TITAN_CHECK(!impl_->storage->is_meta(), "Tensor::data_ptr: ", desc(),
               " is a meta tensor (made under a MetaScope): it has a shape but no memory, its values "
               "are not materialised; initialise the model through parallel::deferred_init (or "
@@ -192,8 +199,14 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offs
   TITAN_CHECK(lo >= 0 && (numel_of(sizes) == 0 || hi < capacity), "Tensor::as_strided: view ",
               shape_str(sizes), " strides ", shape_str(strides), " offset ", offset,
               " reaches outside a storage of ", capacity, " elements");
+  // A captured value has no strides to view through: only the same geometry (detach) is kept.
+  TITAN_CHECK(!impl_->lazy.defined() || (sizes == impl_->sizes && strides == impl_->strides &&
+                                         offset == impl_->offset),
+              "Tensor::as_strided: ", desc(), " is on ", device(),
+              " (graph mode) and has no strided views; use view, reshape, narrow or transpose");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
+  impl->lazy = impl_->lazy;
   impl->sizes = sizes;
   impl->strides = strides;
   impl->offset = offset;

@@ -76,6 +76,8 @@ class Tensor {
   bool is_contiguous() const;
   // Made under a MetaScope and not materialised since: a shape without memory (core/meta.h).
   bool is_meta() const;
+  // A value of the program being captured (graph/lazy.h): on a PJRT device, without memory.
+  bool is_lazy() const;
   TensorOptions options() const { return {dtype(), device()}; }
   // "f32[2, 3]": used in error messages.
   std::string desc() const;
@@ -157,14 +159,25 @@ struct AutogradMeta {
   std::vector<std::function<void(Tensor&)>> post_accumulate_hooks;
 };
 
+// A tensor on a PJRT device names a value of the program being captured (graph/lazy.h) instead
+// of holding memory: `program` is that program's serial number (0: none), `value` its SSA id.
+struct LazyValue {
+  uint64_t program = 0;
+  int64_t value = -1;
+  bool defined() const { return program != 0; }
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
+  LazyValue lazy;
   Shape sizes;
   Shape strides;
   int64_t offset = 0;  // in elements
   DType dtype = kF32;
   std::unique_ptr<AutogradMeta> autograd;
 };
+
+inline bool Tensor::is_lazy() const { return impl_ && impl_->lazy.defined(); }
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& sizes) {

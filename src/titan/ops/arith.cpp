@@ -1,6 +1,7 @@
 #include "titan/ops/arith.h"
 
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
@@ -12,7 +13,38 @@ namespace {
 using kernels::cpu::BinaryOp;
 using kernels::cpu::UnaryOp;
 
+// The lowering of binary() and unary(): operands broadcast as the kernels broadcast them.
+graph::Value lowered_binary(BinaryOp k, const graph::Value& a, const graph::Value& b) {
+  switch (k) {
+    case BinaryOp::add: return graph::hlo::add(a, b);
+    case BinaryOp::sub: return graph::hlo::sub(a, b);
+    case BinaryOp::mul: return graph::hlo::mul(a, b);
+    case BinaryOp::div: return graph::hlo::div(a, b);
+  }
+  throw Error("graph: unknown binary op");
+}
+
+graph::Value lowered_unary(UnaryOp k, const graph::Value& x) {
+  switch (k) {
+    case UnaryOp::neg: return graph::hlo::neg(x);
+    case UnaryOp::exp: return graph::hlo::exp(x);
+    case UnaryOp::log: return graph::hlo::log(x);
+    case UnaryOp::sqrt: return graph::hlo::sqrt(x);
+    case UnaryOp::rsqrt: return graph::hlo::rsqrt(x);
+    case UnaryOp::abs: return graph::hlo::abs(x);
+    case UnaryOp::square: return graph::hlo::mul(x, x);
+  }
+  throw Error("graph: unknown unary op");
+}
+
 Tensor binary(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
+  if (graph::any_lazy({&a, &b})) {
+    TITAN_CHECK(a.dtype() == b.dtype() && is_floating(a.dtype()), op, ": dtypes differ or are not floating: ",
+                a.desc(), " and ", b.desc(), "; cast one with .to()");
+    const Shape out = broadcast_shapes(a.sizes(), b.sizes(), op);
+    return graph::tensor_of(lowered_binary(k, graph::hlo::broadcast_to(graph::value_of(a, op), out),
+                                           graph::hlo::broadcast_to(graph::value_of(b, op), out)));
+  }
   check_float(op, "a", a);
   check_float(op, "b", b);
   TITAN_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.desc(), " and ", b.desc(),
@@ -23,6 +55,7 @@ Tensor binary(const char* op, BinaryOp k, const Tensor& a, const Tensor& b) {
 }
 
 Tensor unary(const char* op, UnaryOp k, const Tensor& x) {
+  if (x.is_lazy()) return graph::tensor_of(lowered_unary(k, graph::value_of(x, op)));
   check_float(op, "input", x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   kernels::cpu::unary(k, x, out);
@@ -87,9 +120,14 @@ Tensor neg(const Tensor& x) {
 
 Tensor scale(const Tensor& x, double s) {
   const OpSpan span("scale", x);
-  check_float("scale", "input", x);
-  Tensor out = Tensor::empty(x.sizes(), x.options());
-  kernels::cpu::affine(x, s, 0.0, out);
+  Tensor out;
+  if (x.is_lazy()) {
+    out = graph::tensor_of(graph::hlo::mul(graph::value_of(x, "scale"), s));
+  } else {
+    check_float("scale", "input", x);
+    out = Tensor::empty(x.sizes(), x.options());
+    kernels::cpu::affine(x, s, 0.0, out);
+  }
   autograd::record("scale", {x}, {out}, [s](const autograd::GradContext& g) {
     return std::vector<Tensor>{scale(g[0], s)};
   });
@@ -98,9 +136,14 @@ Tensor scale(const Tensor& x, double s) {
 
 Tensor add_scalar(const Tensor& x, double c) {
   const OpSpan span("add_scalar", x);
-  check_float("add_scalar", "input", x);
-  Tensor out = Tensor::empty(x.sizes(), x.options());
-  kernels::cpu::affine(x, 1.0, c, out);
+  Tensor out;
+  if (x.is_lazy()) {
+    out = graph::tensor_of(graph::hlo::add(graph::value_of(x, "add_scalar"), c));
+  } else {
+    check_float("add_scalar", "input", x);
+    out = Tensor::empty(x.sizes(), x.options());
+    kernels::cpu::affine(x, 1.0, c, out);
+  }
   autograd::record("add_scalar", {x}, {out}, [](const autograd::GradContext& g) {
     return std::vector<Tensor>{g[0]};
   });

@@ -1,6 +1,7 @@
 // Copies and casts (Tensor methods declared in core/tensor.h).
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/ops/op_span.h"
 
@@ -21,9 +22,14 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   const ops::OpSpan span("clone", *this);
-  check_cpu("clone", *this);
-  Tensor out = Tensor::empty(sizes(), options());
-  kernels::cpu::copy(*this, out);
+  Tensor out;
+  if (is_lazy()) {
+    out = graph::tensor_of(graph::value_of(*this, "clone"));  // values are immutable: a new name suffices
+  } else {
+    check_cpu("clone", *this);
+    out = Tensor::empty(sizes(), options());
+    kernels::cpu::copy(*this, out);
+  }
   autograd::record("clone", {*this}, {out}, [](const autograd::GradContext& g) {
     return std::vector<Tensor>{g[0]};
   });
@@ -32,10 +38,15 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType t) const {
   const ops::OpSpan span("to", *this);
-  check_cpu("to", *this);
   if (t == dtype()) return *this;
-  Tensor out = Tensor::empty(sizes(), {.dtype = t, .device = device()});
-  kernels::cpu::copy(*this, out);
+  Tensor out;
+  if (is_lazy()) {
+    out = graph::tensor_of(graph::hlo::convert(graph::value_of(*this, "to"), t));
+  } else {
+    check_cpu("to", *this);
+    out = Tensor::empty(sizes(), {.dtype = t, .device = device()});
+    kernels::cpu::copy(*this, out);
+  }
   if (is_floating(t)) {
     DType from = dtype();
     autograd::record("to", {*this}, {out}, [from](const autograd::GradContext& g) {
@@ -46,6 +57,10 @@ Tensor Tensor::to(DType t) const {
 }
 
 Tensor& Tensor::fill_(double value) {
+  if (is_lazy()) {
+    graph::rebind(*this, graph::hlo::constant(value, sizes(), dtype()));
+    return *this;
+  }
   check_writable("fill_", *this);
   Tensor v = Tensor::full({}, value, options());
   kernels::cpu::copy(v, *this);
@@ -54,6 +69,14 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   const ops::OpSpan span("copy_", *this, src);
+  if (is_lazy() || src.is_lazy()) {
+    // In a captured step an in-place write is a new value under the old name.
+    TITAN_CHECK(is_lazy(), "copy_: destination ", desc(), " is on ", device(), " but the source ", src.desc(),
+                " is a value of the step being captured; copy it out after the step runs");
+    const graph::Value v = graph::hlo::convert(graph::value_of(src, "copy_"), dtype());
+    graph::rebind(*this, graph::hlo::broadcast_to(v, sizes()));
+    return *this;
+  }
   check_writable("copy_", *this);
   check_cpu("copy_", src);
   broadcast_shapes(src.sizes(), sizes(), "copy_");

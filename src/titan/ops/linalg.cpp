@@ -1,6 +1,7 @@
 #include "titan/ops/linalg.h"
 
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 #include "titan/core/autocast.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/elementwise.h"
@@ -70,9 +71,22 @@ Tensor as_operand(const Tensor& x, DType dtype) {
   return x.detach().to(dtype);
 }
 
+// The lowering: both operands broadcast to the batch, one dot_general over it.
+Tensor matmul_lowered(const Tensor& a, const Tensor& b, const Shape& batch, const Shape& ea, const Shape& eb) {
+  const graph::Value av = graph::hlo::broadcast_to(graph::value_of(a, "matmul"), ea);
+  const graph::Value bv = graph::hlo::broadcast_to(graph::value_of(b, "matmul"), eb);
+  Shape batch_dims;
+  for (size_t i = 0; i < batch.size(); ++i) batch_dims.push_back(static_cast<int64_t>(i));
+  const auto nb = static_cast<int64_t>(batch.size());
+  return graph::tensor_of(
+      graph::hlo::dot_general(av, bv, batch_dims, batch_dims, {nb + 1}, {nb}, product_dtype(a.dtype())));
+}
+
 Tensor matmul_raw(const Tensor& a, const Tensor& b) {
-  check_cpu("matmul", a);
-  check_cpu("matmul", b);
+  if (!graph::any_lazy({&a, &b})) {
+    check_cpu("matmul", a);
+    check_cpu("matmul", b);
+  }
   TITAN_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected tensors with >= 2 dims, got ", a.desc(),
               " and ", b.desc());
   TITAN_CHECK(a.dtype() == b.dtype() && (a.dtype() == kF32 || a.dtype() == kF64 || a.dtype() == kBF16),
@@ -85,6 +99,7 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {m, k});
   eb.insert(eb.end(), {k, n});
   eo.insert(eo.end(), {m, n});
+  if (graph::any_lazy({&a, &b})) return matmul_lowered(a, b, batch, ea, eb);
   Tensor out = Tensor::empty(eo, {.dtype = product_dtype(a.dtype())});
   if (out.numel() == 0) return out;
   MatBatch A = as_blas(a.detach().expand(ea)), B = as_blas(b.detach().expand(eb));
@@ -111,6 +126,8 @@ T* data_or_null(const Tensor& t) {
 // first) and weight gradients (later) have the bits of one backward's.
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const Tensor& x2, bool want_dx,
                                        bool want_dw) {
+  if (graph::any_lazy({&g2, &w, &x2}))
+    return {want_dx ? matmul_raw(g2, w) : Tensor(), want_dw ? matmul_raw(g2.transpose(0, 1), x2) : Tensor()};
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
   const MatBatch G = as_blas(g2), W = want_dx ? as_blas(w) : MatBatch{},
                  X = want_dw ? as_blas(x2) : MatBatch{};
@@ -162,7 +179,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const DType operand = x.dtype() == weight.dtype() ? matmul_operand_dtype(x.dtype()) : x.dtype();
   Tensor xd = as_operand(x, operand), wd = as_operand(weight, operand);
   Tensor y = matmul_raw(xd.reshape({-1, x.size(-1)}), wd.transpose(0, 1));
-  if (bias.defined()) {
+  if (bias.defined() && y.is_lazy()) {
+    TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
+                weight.desc());
+    y = graph::tensor_of(graph::hlo::add(graph::value_of(y, "linear"),
+                                         graph::hlo::broadcast_to(graph::value_of(bias, "linear"), y.sizes())));
+  } else if (bias.defined()) {
     check_cpu("linear", bias);
     TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
                 weight.desc());

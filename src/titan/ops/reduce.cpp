@@ -1,6 +1,7 @@
 #include "titan/ops/reduce.h"
 
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/reduce.h"
 #include "titan/ops/arith.h"
@@ -31,9 +32,15 @@ DimSplit split(const Tensor& x, int64_t dim) {
 }
 
 Tensor reduce(ReduceOp op, const char* name, const Tensor& x, int64_t dim, bool keepdim) {
-  check_float(name, "input", x);
   int64_t d = wrap_dim(dim, x.dim(), name);
   DimSplit s = split(x, d);
+  if (x.is_lazy()) {
+    const graph::Value v = graph::value_of(x, name);
+    graph::Value r = op == ReduceOp::max ? graph::hlo::reduce_max(v, {d}) : graph::hlo::reduce_sum(v, {d});
+    if (op == ReduceOp::mean) r = graph::hlo::mul(r, 1.0 / static_cast<double>(s.n));
+    return graph::tensor_of(graph::hlo::reshape(r, keepdim ? s.out_keep : s.out));
+  }
+  check_float(name, "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(keepdim ? s.out_keep : s.out, x.options());
   kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
@@ -68,13 +75,21 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor sum(const Tensor& x) {
   const OpSpan span("sum", x);
-  check_float("sum", "input", x);
-  Tensor xc = dense(x);
-  Tensor out = Tensor::empty({}, x.options());
-  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    *out.data<T>() = static_cast<T>(kernels::cpu::sum_all<T>(xc.data<T>(), x.numel()));
-  });
+  Tensor out;
+  if (x.is_lazy()) {
+    const graph::Value v = graph::value_of(x, "sum");
+    Shape all(v.shape.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    out = graph::tensor_of(graph::hlo::reduce_sum(v, all));
+  } else {
+    check_float("sum", "input", x);
+    Tensor xc = dense(x);
+    out = Tensor::empty({}, x.options());
+    kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      *out.data<T>() = static_cast<T>(kernels::cpu::sum_all<T>(xc.data<T>(), x.numel()));
+    });
+  }
   Shape in = x.sizes();
   autograd::record("sum", {x}, {out}, [in](const autograd::GradContext& g) {
     return std::vector<Tensor>{g[0].expand(in).contiguous()};

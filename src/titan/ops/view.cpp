@@ -1,10 +1,12 @@
 // Differentiable views (Tensor methods declared in core/tensor.h). A view shares storage; its
 // backward maps the gradient back to the base's geometry.
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <optional>
 
 #include "titan/autograd/node.h"
+#include "titan/graph/lazy.h"
 #include "titan/ops/reduce.h"
 
 namespace titan {
@@ -62,6 +64,14 @@ Shape infer_sizes(const Shape& sizes, int64_t numel, const char* op, const Tenso
   return out;
 }
 
+// The view of `self` with this geometry; for a value of a captured step (which has no strides),
+// `lowered` of its value instead.
+Tensor viewed(const Tensor& self, const Shape& sizes, const Shape& strides, int64_t offset,
+              const std::function<graph::Value(const graph::Value&)>& lowered) {
+  if (!self.is_lazy()) return self.as_strided(sizes, strides, offset);
+  return graph::tensor_of(lowered(graph::value_of(self, "view")));
+}
+
 Tensor record_reshape_like(const char* name, const Tensor& self, Tensor out) {
   Shape in_sizes = self.sizes();
   autograd::record(name, {self}, {out}, [in_sizes](const autograd::GradContext& g) {
@@ -76,13 +86,17 @@ Tensor Tensor::view(const Shape& sizes) const {
   auto st = view_strides(*this, s);
   TITAN_CHECK(st.has_value(), "view: cannot view ", desc(), " with strides ", shape_str(strides()),
               " as ", shape_str(s), " without a copy; call reshape() or contiguous() first");
-  return record_reshape_like("view", *this, as_strided(s, *st, storage_offset()));
+  return record_reshape_like("view", *this, viewed(*this, s, *st, storage_offset(), [&](const graph::Value& v) {
+                               return graph::hlo::reshape(v, s);
+                             }));
 }
 
 Tensor Tensor::reshape(const Shape& sizes) const {
   Shape s = infer_sizes(sizes, numel(), "reshape", *this);
   if (auto st = view_strides(*this, s))
-    return record_reshape_like("reshape", *this, as_strided(s, *st, storage_offset()));
+    return record_reshape_like("reshape", *this,
+                               viewed(*this, s, *st, storage_offset(),
+                                      [&](const graph::Value& v) { return graph::hlo::reshape(v, s); }));
   return contiguous().view(s);
 }
 
@@ -99,7 +113,10 @@ Tensor Tensor::permute(const Shape& dims) const {
     st[i] = strides()[d];
     inverse[d] = static_cast<int64_t>(i);
   }
-  Tensor out = as_strided(sz, st, storage_offset());
+  Shape wrapped(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) wrapped[i] = wrap_dim(dims[i], dim(), "permute");
+  Tensor out = viewed(*this, sz, st, storage_offset(),
+                      [&](const graph::Value& v) { return graph::hlo::transpose(v, wrapped); });
   autograd::record("permute", {*this}, {out}, [inverse](const autograd::GradContext& g) {
     return std::vector<Tensor>{g[0].permute(inverse)};
   });
@@ -121,9 +138,22 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
               start + length, ") is outside dim ", dd, " of size ", n, " of ", desc());
   Shape sz = sizes();
   sz[dd] = length;
-  Tensor out = as_strided(sz, strides(), storage_offset() + start * strides()[dd]);
+  Tensor out = viewed(*this, sz, strides(), storage_offset() + start * strides()[dd],
+                      [&](const graph::Value& v) { return graph::hlo::narrow(v, dd, start, length); });
   Shape in_sizes = sizes();
   autograd::record("narrow", {*this}, {out}, [in_sizes, dd, start, length](const autograd::GradContext& g) {
+    if (g[0].is_lazy()) {
+      // Zeros around the gradient, as one value.
+      const graph::Value gv = graph::value_of(g[0], "narrow backward");
+      Shape before = in_sizes, after = in_sizes;
+      before[dd] = start;
+      after[dd] = in_sizes[dd] - start - length;
+      std::vector<graph::Value> parts;
+      if (start > 0) parts.push_back(graph::hlo::constant(0.0, before, gv.dtype));
+      parts.push_back(gv);
+      if (after[dd] > 0) parts.push_back(graph::hlo::constant(0.0, after, gv.dtype));
+      return std::vector<Tensor>{graph::tensor_of(graph::hlo::concatenate(parts, dd))};
+    }
     Tensor full = Tensor::zeros(in_sizes, g[0].options());
     full.narrow(dd, start, length).copy_(g[0]);
     return std::vector<Tensor>{full};
@@ -150,7 +180,8 @@ Tensor Tensor::expand(const Shape& sizes) const {
     sz[i] = want;
     st[i] = have == want ? strides()[i - lead] : 0;
   }
-  Tensor out = as_strided(sz, st, storage_offset());
+  Tensor out = viewed(*this, sz, st, storage_offset(),
+                      [&](const graph::Value& v) { return graph::hlo::broadcast_to(v, sz); });
   Shape in_sizes = this->sizes();
   autograd::record("expand", {*this}, {out}, [in_sizes](const autograd::GradContext& g) {
     return std::vector<Tensor>{ops::sum_to(g[0], in_sizes)};

@@ -1,0 +1,314 @@
+#include "titan/graph/ir/hlo.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace titan::graph::hlo {
+
+namespace {
+
+Program& prog() { return current_program(); }
+
+std::string ints(const Shape& xs) {
+  std::string out;
+  for (size_t i = 0; i < xs.size(); ++i) out += (i ? ", " : "") + std::to_string(xs[i]);
+  return out;
+}
+std::string array(const Shape& xs) { return "array<i64" + (xs.empty() ? std::string() : ": " + ints(xs)) + ">"; }
+std::string list(const Shape& xs) { return "[" + ints(xs) + "]"; }
+
+ResultType type_of(const Value& v) { return {v.shape, v.dtype, v.pred}; }
+
+void check_same(const char* op, const Value& a, const Value& b) {
+  TITAN_CHECK(a.shape == b.shape && a.dtype == b.dtype && a.pred == b.pred, "graph lowering: ", op,
+              " needs operands of one type, got ", mlir_type(a), " and ", mlir_type(b));
+}
+
+Value binary(const char* op, const Value& a, const Value& b) {
+  check_same(op, a, b);
+  return prog().emit1(std::string("stablehlo.") + op, {a, b}, type_of(a));
+}
+
+Value unary(const char* op, const Value& x) {
+  return prog().emit1(std::string("stablehlo.") + op, {x}, type_of(x));
+}
+
+// A literal MLIR reads as `dtype`: integers plainly, floats always with a point and exponent,
+// and the non-finite ones by their bits.
+std::string literal(double value, DType dtype) {
+  if (dtype == kI32 || dtype == kI64) return std::to_string(static_cast<int64_t>(value));
+  if (std::isnan(value)) return dtype == kBF16 ? "0x7FC0" : dtype == kF32 ? "0x7FC00000" : "0x7FF8000000000000";
+  if (std::isinf(value)) {
+    const bool neg = value < 0;
+    if (dtype == kBF16) return neg ? "0xFF80" : "0x7F80";
+    if (dtype == kF32) return neg ? "0xFF800000" : "0x7F800000";
+    return neg ? "0xFFF0000000000000" : "0x7FF0000000000000";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17e", value);
+  return buf;
+}
+
+Value reduce(const char* body_op, double init, const Value& x, const Shape& dims) {
+  Shape out;
+  for (int64_t i = 0; i < static_cast<int64_t>(x.shape.size()); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) out.push_back(x.shape[static_cast<size_t>(i)]);
+  }
+  for (int64_t d : dims)
+    TITAN_CHECK(d >= 0 && d < static_cast<int64_t>(x.shape.size()), "graph lowering: reduce over dim ", d,
+                " of ", mlir_type(x));
+  Value start = scalar(init, x.dtype);
+  const ResultType elem{{}, x.dtype, false};
+  std::string body = prog().region({elem, elem}, [&](const std::vector<Value>& a) {
+    return std::vector<Value>{prog().emit1(body_op, {a[0], a[1]}, elem)};
+  });
+  return prog().emit1("stablehlo.reduce", {x, start}, {out, x.dtype, false}, "dimensions = " + array(dims), {body});
+}
+
+Value keep_dim(const Value& reduced, const Shape& like, int64_t dim) {
+  Shape s = like;
+  s[static_cast<size_t>(dim)] = 1;
+  return reshape(reduced, s);
+}
+
+}  // namespace
+
+Value constant(double value, const Shape& shape, DType dtype) {
+  const std::string type = mlir_type(shape, dtype);
+  return prog().emit1("stablehlo.constant", {}, {shape, dtype, false},
+                      "value = dense<" + literal(value, dtype) + "> : " + type);
+}
+
+Value iota(const Shape& shape, int64_t dim, DType dtype) {
+  return prog().emit1("stablehlo.iota", {}, {shape, dtype, false}, "iota_dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value add(const Value& a, const Value& b) { return binary("add", a, b); }
+Value sub(const Value& a, const Value& b) { return binary("subtract", a, b); }
+Value mul(const Value& a, const Value& b) { return binary("multiply", a, b); }
+Value div(const Value& a, const Value& b) { return binary("divide", a, b); }
+Value max(const Value& a, const Value& b) { return binary("maximum", a, b); }
+Value min(const Value& a, const Value& b) { return binary("minimum", a, b); }
+Value pow(const Value& a, const Value& b) { return binary("power", a, b); }
+Value logical_and(const Value& a, const Value& b) { return binary("and", a, b); }
+Value logical_or(const Value& a, const Value& b) { return binary("or", a, b); }
+Value neg(const Value& x) { return unary("negate", x); }
+Value exp(const Value& x) { return unary("exponential", x); }
+Value log(const Value& x) { return unary("log", x); }
+Value log1p(const Value& x) { return unary("log_plus_one", x); }
+Value sqrt(const Value& x) { return unary("sqrt", x); }
+Value rsqrt(const Value& x) { return unary("rsqrt", x); }
+Value tanh(const Value& x) { return unary("tanh", x); }
+Value logistic(const Value& x) { return unary("logistic", x); }
+Value abs(const Value& x) { return unary("abs", x); }
+Value erf(const Value& x) {
+  return prog().emit1("chlo.erf", {x}, type_of(x));
+}
+
+Value convert(const Value& x, DType dtype) {
+  if (x.dtype == dtype && !x.pred) return x;
+  return prog().emit1("stablehlo.convert", {x}, {x.shape, dtype, false});
+}
+
+Value compare(const Value& a, const Value& b, const std::string& direction) {
+  check_same("compare", a, b);
+  return prog().emit1("stablehlo.compare", {a, b}, {a.shape, a.dtype, true},
+                      "comparison_direction = #stablehlo<comparison_direction " + direction + ">");
+}
+
+Value select(const Value& pred, const Value& on_true, const Value& on_false) {
+  check_same("select", on_true, on_false);
+  TITAN_CHECK(pred.pred && (pred.shape == on_true.shape || pred.shape.empty()),
+              "graph lowering: select needs a predicate of the operands' shape, got ", mlir_type(pred), " for ",
+              mlir_type(on_true));
+  return prog().emit1("stablehlo.select", {pred, on_true, on_false}, type_of(on_true));
+}
+
+Value mul(const Value& x, double s) { return mul(x, constant(s, x.shape, x.dtype)); }
+Value add(const Value& x, double c) { return add(x, constant(c, x.shape, x.dtype)); }
+
+Value reshape(const Value& x, const Shape& shape) {
+  TITAN_CHECK(numel_of(shape) == numel_of(x.shape), "graph lowering: reshape of ", mlir_type(x), " to ",
+              shape_str(shape));
+  if (shape == x.shape) return x;
+  return prog().emit1("stablehlo.reshape", {x}, {shape, x.dtype, x.pred});
+}
+
+Value transpose(const Value& x, const Shape& permutation) {
+  TITAN_CHECK(permutation.size() == x.shape.size(), "graph lowering: transpose of ", mlir_type(x), " by ",
+              shape_str(permutation));
+  Shape out;
+  bool identity = true;
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    out.push_back(x.shape[static_cast<size_t>(permutation[i])]);
+    identity &= permutation[i] == static_cast<int64_t>(i);
+  }
+  if (identity) return x;
+  return prog().emit1("stablehlo.transpose", {x}, {out, x.dtype, x.pred}, "permutation = " + array(permutation));
+}
+
+Value broadcast_in_dim(const Value& x, const Shape& shape, const Shape& dims) {
+  TITAN_CHECK(dims.size() == x.shape.size(), "graph lowering: broadcast_in_dim of ", mlir_type(x), " with dims ",
+              shape_str(dims));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t to = shape.at(static_cast<size_t>(dims[i]));
+    TITAN_CHECK(x.shape[i] == 1 || x.shape[i] == to, "graph lowering: cannot broadcast ", mlir_type(x), " to ",
+                shape_str(shape));
+  }
+  if (shape == x.shape) return x;
+  return prog().emit1("stablehlo.broadcast_in_dim", {x}, {shape, x.dtype, x.pred},
+                      "broadcast_dimensions = " + array(dims));
+}
+
+Value broadcast_to(const Value& x, const Shape& shape) {
+  TITAN_CHECK(x.shape.size() <= shape.size(), "graph lowering: cannot broadcast ", mlir_type(x), " to ",
+              shape_str(shape));
+  Shape dims;
+  const size_t lead = shape.size() - x.shape.size();
+  for (size_t i = 0; i < x.shape.size(); ++i) dims.push_back(static_cast<int64_t>(lead + i));
+  return broadcast_in_dim(x, shape, dims);
+}
+
+Value slice(const Value& x, const Shape& start, const Shape& limit) {
+  Shape out, strides;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    TITAN_CHECK(0 <= start[i] && start[i] <= limit[i] && limit[i] <= x.shape[i], "graph lowering: slice [",
+                shape_str(start), ", ", shape_str(limit), ") of ", mlir_type(x));
+    out.push_back(limit[i] - start[i]);
+    strides.push_back(1);
+  }
+  if (out == x.shape) return x;
+  return prog().emit1("stablehlo.slice", {x}, {out, x.dtype, x.pred},
+                      "start_indices = " + array(start) + ", limit_indices = " + array(limit) +
+                          ", strides = " + array(strides));
+}
+
+Value narrow(const Value& x, int64_t dim, int64_t start, int64_t length) {
+  Shape lo(x.shape.size(), 0), hi = x.shape;
+  lo[static_cast<size_t>(dim)] = start;
+  hi[static_cast<size_t>(dim)] = start + length;
+  return slice(x, lo, hi);
+}
+
+Value concatenate(const std::vector<Value>& xs, int64_t dim) {
+  TITAN_CHECK(!xs.empty(), "graph lowering: concatenate of nothing");
+  if (xs.size() == 1) return xs[0];
+  Shape out = xs[0].shape;
+  out[static_cast<size_t>(dim)] = 0;
+  for (const Value& x : xs) out[static_cast<size_t>(dim)] += x.shape[static_cast<size_t>(dim)];
+  return prog().emit1("stablehlo.concatenate", xs, {out, xs[0].dtype, xs[0].pred},
+                      "dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value dynamic_slice(const Value& x, const std::vector<Value>& starts, const Shape& sizes) {
+  TITAN_CHECK(starts.size() == x.shape.size() && sizes.size() == x.shape.size(),
+              "graph lowering: dynamic_slice of ", mlir_type(x), " needs one start and size per dim");
+  std::vector<Value> operands{x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return prog().emit1("stablehlo.dynamic_slice", operands, {sizes, x.dtype, x.pred}, "slice_sizes = " + array(sizes));
+}
+
+Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& starts) {
+  TITAN_CHECK(starts.size() == x.shape.size(), "graph lowering: dynamic_update_slice of ", mlir_type(x),
+              " needs one start per dim");
+  std::vector<Value> operands{x, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return prog().emit1("stablehlo.dynamic_update_slice", operands, type_of(x));
+}
+
+Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Shape& b_batch,
+                  const Shape& a_contract, const Shape& b_contract, DType result_dtype) {
+  TITAN_CHECK(a_batch.size() == b_batch.size() && a_contract.size() == b_contract.size(),
+              "graph lowering: dot_general of ", mlir_type(a), " and ", mlir_type(b), " pairs its dims unevenly");
+  auto listed = [](const Shape& dims, int64_t d) {
+    for (int64_t x : dims)
+      if (x == d) return true;
+    return false;
+  };
+  Shape out;
+  for (size_t i = 0; i < a_batch.size(); ++i) {
+    TITAN_CHECK(a.shape[static_cast<size_t>(a_batch[i])] == b.shape[static_cast<size_t>(b_batch[i])],
+                "graph lowering: dot_general batch dims differ: ", mlir_type(a), " and ", mlir_type(b));
+    out.push_back(a.shape[static_cast<size_t>(a_batch[i])]);
+  }
+  for (size_t i = 0; i < a_contract.size(); ++i)
+    TITAN_CHECK(a.shape[static_cast<size_t>(a_contract[i])] == b.shape[static_cast<size_t>(b_contract[i])],
+                "graph lowering: dot_general contracts unequal dims: ", mlir_type(a), " and ", mlir_type(b));
+  for (int64_t d = 0; d < static_cast<int64_t>(a.shape.size()); ++d)
+    if (!listed(a_batch, d) && !listed(a_contract, d)) out.push_back(a.shape[static_cast<size_t>(d)]);
+  for (int64_t d = 0; d < static_cast<int64_t>(b.shape.size()); ++d)
+    if (!listed(b_batch, d) && !listed(b_contract, d)) out.push_back(b.shape[static_cast<size_t>(d)]);
+  std::string numbers;
+  auto field = [&](const char* key, const Shape& dims) {
+    if (dims.empty()) return;
+    numbers += (numbers.empty() ? "" : ", ") + std::string(key) + " = " + list(dims);
+  };
+  field("lhs_batching_dimensions", a_batch);
+  field("rhs_batching_dimensions", b_batch);
+  field("lhs_contracting_dimensions", a_contract);
+  field("rhs_contracting_dimensions", b_contract);
+  return prog().emit1("stablehlo.dot_general", {a, b}, {out, result_dtype, false},
+                      "dot_dimension_numbers = #stablehlo.dot<" + numbers + ">");
+}
+
+Value reduce_sum(const Value& x, const Shape& dims) { return reduce("stablehlo.add", 0.0, x, dims); }
+Value reduce_max(const Value& x, const Shape& dims) {
+  return reduce("stablehlo.maximum", -INFINITY, x, dims);
+}
+Value sum_keep(const Value& x, int64_t dim) { return keep_dim(reduce_sum(x, {dim}), x.shape, dim); }
+Value max_keep(const Value& x, int64_t dim) { return keep_dim(reduce_max(x, {dim}), x.shape, dim); }
+
+Value take_rows(const Value& table, const Value& ids) {
+  TITAN_CHECK(table.shape.size() == 2, "graph lowering: take_rows needs a [rows, d] table, got ", mlir_type(table));
+  const int64_t n = numel_of(ids.shape), d = table.shape[1];
+  Value flat = reshape(ids, {n, 1});
+  Value rows = prog().emit1(
+      "stablehlo.gather", {table, flat}, {{n, d}, table.dtype, false},
+      "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = "
+      "[0], index_vector_dim = 1>, slice_sizes = array<i64: 1, " + std::to_string(d) + ">, indices_are_sorted = false");
+  Shape out = ids.shape;
+  out.push_back(d);
+  return reshape(rows, out);
+}
+
+Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows) {
+  const int64_t n = numel_of(ids.shape), d = updates.shape.back();
+  TITAN_CHECK(numel_of(updates.shape) == n * d, "graph lowering: scatter_add_rows of ", mlir_type(updates),
+              " at ids ", mlir_type(ids));
+  Value zero = constant(0.0, {rows, d}, updates.dtype);
+  const ResultType elem{{}, updates.dtype, false};
+  std::string body = prog().region({elem, elem}, [&](const std::vector<Value>& a) {
+    return std::vector<Value>{prog().emit1("stablehlo.add", {a[0], a[1]}, elem)};
+  });
+  return prog().emit1("stablehlo.scatter", {zero, reshape(ids, {n, 1}), reshape(updates, {n, d})},
+                      {{rows, d}, updates.dtype, false},
+                      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = "
+                      "[0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, indices_are_sorted = false, "
+                      "unique_indices = false",
+                      {body});
+}
+
+std::vector<Value> while_loop(const std::vector<Value>& state,
+                              const std::function<Value(const std::vector<Value>&)>& cond,
+                              const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
+  std::vector<ResultType> types;
+  for (const Value& v : state) types.push_back(type_of(v));
+  std::string cond_region = prog().region(types, [&](const std::vector<Value>& s) {
+    Value p = cond(s);
+    TITAN_CHECK(p.pred && p.shape.empty(), "graph lowering: a while condition must be a scalar predicate, got ",
+                mlir_type(p));
+    return std::vector<Value>{p};
+  });
+  std::string body_region = prog().region(types, [&](const std::vector<Value>& s) {
+    std::vector<Value> next = body(s);
+    TITAN_CHECK(next.size() == s.size(), "graph lowering: a while body returned ", next.size(), " values for ",
+                s.size());
+    for (size_t i = 0; i < next.size(); ++i) check_same("while body", next[i], s[i]);
+    return next;
+  });
+  return prog().emit("stablehlo.while", state, types, {}, {cond_region, body_region});
+}
+
+}  // namespace titan::graph::hlo

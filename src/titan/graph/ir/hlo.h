@@ -1,0 +1,82 @@
+#pragma once
+// StableHLO ops on the values of the current program (graph/ir/program.h): what the lowerings
+// beside each op's kernels are written in. Shapes are checked here, so that a lowering's mistake
+// is an error naming the op rather than a compiler message about the printed module.
+#include <string>
+#include <vector>
+
+#include "titan/graph/ir/program.h"
+
+namespace titan::graph::hlo {
+
+// A splat constant of `shape`.
+Value constant(double value, const Shape& shape, DType dtype);
+inline Value scalar(double value, DType dtype) { return constant(value, {}, dtype); }
+// 0, 1, ... along `dim`.
+Value iota(const Shape& shape, int64_t dim, DType dtype);
+
+// Elementwise, on operands of one shape and dtype.
+Value add(const Value& a, const Value& b);
+Value sub(const Value& a, const Value& b);
+Value mul(const Value& a, const Value& b);
+Value div(const Value& a, const Value& b);
+Value max(const Value& a, const Value& b);
+Value min(const Value& a, const Value& b);
+Value pow(const Value& a, const Value& b);
+Value neg(const Value& x);
+Value exp(const Value& x);
+Value log(const Value& x);
+Value log1p(const Value& x);
+Value sqrt(const Value& x);
+Value rsqrt(const Value& x);
+Value tanh(const Value& x);
+Value logistic(const Value& x);  // sigmoid
+Value abs(const Value& x);
+Value erf(const Value& x);
+Value convert(const Value& x, DType dtype);
+// `direction`: EQ, NE, LT, LE, GT, GE. Gives a predicate.
+Value compare(const Value& a, const Value& b, const std::string& direction);
+Value select(const Value& pred, const Value& on_true, const Value& on_false);
+Value logical_and(const Value& a, const Value& b);
+Value logical_or(const Value& a, const Value& b);
+
+// `x` times / plus a scalar, in x's dtype.
+Value mul(const Value& x, double s);
+Value add(const Value& x, double c);
+
+// Shapes.
+Value reshape(const Value& x, const Shape& shape);
+Value transpose(const Value& x, const Shape& permutation);
+// Result dim dims[i] takes x's dim i; the others are broadcast.
+Value broadcast_in_dim(const Value& x, const Shape& shape, const Shape& dims);
+// x broadcast to `shape` numpy-style (trailing dims aligned; size-1 dims stretched).
+Value broadcast_to(const Value& x, const Shape& shape);
+Value slice(const Value& x, const Shape& start, const Shape& limit);
+Value narrow(const Value& x, int64_t dim, int64_t start, int64_t length);
+Value concatenate(const std::vector<Value>& xs, int64_t dim);
+// x's rows at dynamic offsets (scalar i64 values), each of `sizes`.
+Value dynamic_slice(const Value& x, const std::vector<Value>& starts, const Shape& sizes);
+Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& starts);
+
+// General matrix product: batch dims first in the result, then a's free dims, then b's.
+Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Shape& b_batch,
+                  const Shape& a_contract, const Shape& b_contract, DType result_dtype);
+
+// Reductions over `dims` (removed from the shape).
+Value reduce_sum(const Value& x, const Shape& dims);
+Value reduce_max(const Value& x, const Shape& dims);
+// The same, keeping the reduced dims with size 1 (for broadcasting back).
+Value sum_keep(const Value& x, int64_t dim);
+Value max_keep(const Value& x, int64_t dim);
+
+// Rows of table [n, d] at integer ids [...] -> [..., d].
+Value take_rows(const Value& table, const Value& ids);
+// A zero table [rows, d] with updates [..., d] added at rows `ids` [...].
+Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows);
+
+// A while loop over `state`: `cond` returns a scalar predicate, `body` the next state.
+std::vector<Value> while_loop(const std::vector<Value>& state,
+                              const std::function<Value(const std::vector<Value>&)>& cond,
+                              const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+
+}  // namespace titan::graph::hlo

@@ -1,0 +1,152 @@
+#include "titan/graph/ir/program.h"
+
+#include <atomic>
+#include <sstream>
+
+namespace titan::graph {
+
+namespace {
+
+thread_local Program* g_current = nullptr;
+std::atomic<uint64_t> g_next_serial{1};
+
+std::string element_type(DType dtype, bool pred) {
+  if (pred) return "i1";
+  switch (dtype) {
+    case kF32: return "f32";
+    case kF64: return "f64";
+    case kBF16: return "bf16";
+    case kI32: return "i32";
+    case kI64: return "i64";
+  }
+  throw Error("graph: no MLIR element type for dtype " + std::string(dtype_name(dtype)));
+}
+
+std::string types_of(const std::vector<Value>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + mlir_type(values[i]);
+  return out;
+}
+
+}  // namespace
+
+std::string mlir_type(const Shape& shape, DType dtype, bool pred) {
+  std::string out = "tensor<";
+  for (int64_t d : shape) out += std::to_string(d) + "x";
+  return out + element_type(dtype, pred) + ">";
+}
+
+Program::Program() : serial_(g_next_serial++) { blocks_.emplace_back(); }
+
+Value Program::add_value(std::string name, const ResultType& type) {
+  names_.push_back(std::move(name));
+  return {.id = static_cast<int64_t>(names_.size()) - 1, .shape = type.shape, .dtype = type.dtype, .pred = type.pred};
+}
+
+std::string Program::name(const Value& v) const {
+  TITAN_CHECK(v.id >= 0 && v.id < static_cast<int64_t>(names_.size()), "graph: value ", v.id,
+              " does not belong to this program (", names_.size(), " values)");
+  return names_[static_cast<size_t>(v.id)];
+}
+
+Value Program::parameter(const Shape& shape, DType dtype, std::string name, InputKind kind, Tensor host) {
+  TITAN_CHECK(blocks_.size() == 1, "graph: parameter '", name, "' declared inside a region");
+  Value v = add_value("%arg" + std::to_string(params_.size()), {shape, dtype, false});
+  if (kind == InputKind::host) host_params_.emplace_back(host.impl(), v);
+  params_.push_back({.value = v, .name = std::move(name), .kind = kind, .host = std::move(host)});
+  return v;
+}
+
+const Value* Program::host_parameter(const TensorImpl* host) const {
+  for (const auto& [impl, v] : host_params_)
+    if (impl == host) return &v;
+  return nullptr;
+}
+
+std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& operands,
+                                 const std::vector<ResultType>& results, std::string_view attrs,
+                                 const std::vector<std::string>& regions) {
+  ++num_ops_;
+  const std::string base = "%" + std::to_string(names_.size());
+  std::vector<Value> out;
+  for (size_t i = 0; i < results.size(); ++i)
+    out.push_back(add_value(results.size() == 1 ? base : base + "#" + std::to_string(i), results[i]));
+  std::ostringstream line;
+  line << "    ";
+  if (results.size() == 1) line << base << " = ";
+  if (results.size() > 1) line << base << ":" << results.size() << " = ";
+  line << '"' << op << "\"(";
+  for (size_t i = 0; i < operands.size(); ++i) line << (i ? ", " : "") << name(operands[i]);
+  line << ")";
+  if (!regions.empty()) {
+    line << " (";
+    for (size_t i = 0; i < regions.size(); ++i) line << (i ? ", " : "") << regions[i];
+    line << ")";
+  }
+  if (!attrs.empty()) line << " {" << attrs << "}";
+  line << " : (" << types_of(operands) << ") -> ";
+  if (results.size() == 1) line << types_of(out);
+  else line << "(" << types_of(out) << ")";
+  blocks_.back() += line.str() + "\n";
+  return out;
+}
+
+Value Program::emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,
+                     std::string_view attrs, const std::vector<std::string>& regions) {
+  return emit(op, operands, {result}, attrs, regions)[0];
+}
+
+std::string Program::region(const std::vector<ResultType>& args,
+                            const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
+  std::vector<Value> block_args;
+  std::string header = "{\n  ^bb0(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    block_args.push_back(add_value("%" + std::to_string(names_.size()), args[i]));
+    header += (i ? ", " : "") + name(block_args.back()) + ": " + mlir_type(block_args.back());
+  }
+  header += "):\n";
+  blocks_.emplace_back();
+  std::vector<Value> yielded;
+  try {
+    yielded = body(block_args);
+  } catch (...) {
+    blocks_.pop_back();
+    throw;
+  }
+  std::string text = header + blocks_.back();
+  blocks_.pop_back();
+  text += "    \"stablehlo.return\"(";
+  for (size_t i = 0; i < yielded.size(); ++i) text += (i ? ", " : "") + name(yielded[i]);
+  return text + ") : (" + types_of(yielded) + ") -> ()\n  }";
+}
+
+std::string Program::module_text(const std::vector<Value>& results,
+                                 const std::vector<std::pair<int, int>>& aliases) const {
+  TITAN_CHECK(blocks_.size() == 1, "graph: the module was asked for inside a region");
+  std::ostringstream os;
+  os << "module @titan_step {\n  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) {
+    os << (i ? ", " : "") << name(params_[i].value) << ": " << mlir_type(params_[i].value);
+    for (const auto& [param, result] : aliases)
+      if (param == static_cast<int>(i)) os << " {tf.aliasing_output = " << result << " : i32}";
+  }
+  os << ") -> (" << types_of(results) << ") {\n" << blocks_.front();
+  os << "    \"func.return\"(";
+  for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << name(results[i]);
+  os << ") : (" << types_of(results) << ") -> ()\n  }\n}\n";
+  return os.str();
+}
+
+Program& current_program() {
+  TITAN_CHECK(g_current != nullptr,
+              "graph: a tensor on a PJRT device met an op outside a capture (no graph::CaptureScope is "
+              "active); such tensors exist only while a step is being captured");
+  return *g_current;
+}
+
+Program* current_program_or_null() { return g_current; }
+
+CaptureScope::CaptureScope(Program& program) : previous_(g_current) { g_current = &program; }
+CaptureScope::~CaptureScope() { g_current = previous_; }
+
+}  // namespace titan::graph

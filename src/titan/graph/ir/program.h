@@ -1,0 +1,110 @@
+#pragma once
+// The program being captured in graph mode: StableHLO in MLIR's generic form, built op by op as
+// tensors on a PJRT device meet ops that have a lowering (graph/lazy.h), then printed as one
+// module whose @main takes the parameters and returns the chosen values.
+//
+// The generic form ("stablehlo.add"(%a, %b) : (...) -> ...) is written instead of the pretty one
+// because every StableHLO version's parser reads it, so one printer serves every plugin.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::graph {
+
+// One SSA value of a program. `pred` marks i1 (comparisons), which titan's dtypes lack.
+struct Value {
+  int64_t id = -1;
+  Shape shape = {};
+  DType dtype = kF32;
+  bool pred = false;
+};
+
+// tensor<2x3xf32>; tensor<f32> for a scalar; tensor<...xi1> for a predicate.
+std::string mlir_type(const Shape& shape, DType dtype, bool pred = false);
+inline std::string mlir_type(const Value& v) { return mlir_type(v.shape, v.dtype, v.pred); }
+
+// Where a parameter's data comes from each time the program runs.
+enum class InputKind : uint8_t {
+  state,  // lives on the device between runs (parameters, optimizer moments); donated when aliased
+  batch,  // uploaded for each run (tokens, labels, the learning rate)
+  host,   // a host tensor that does not change between runs (RoPE tables): uploaded once
+};
+
+struct Parameter {
+  Value value = {};
+  std::string name = {};
+  InputKind kind = InputKind::batch;
+  Tensor host = {};  // for InputKind::host
+};
+
+struct ResultType {
+  Shape shape = {};
+  DType dtype = kF32;
+  bool pred = false;
+};
+
+class Program {
+ public:
+  Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  // A number no other program in this process has: lazy tensors name their program by it.
+  uint64_t serial() const { return serial_; }
+
+  Value parameter(const Shape& shape, DType dtype, std::string name, InputKind kind, Tensor host = {});
+  const std::vector<Parameter>& parameters() const { return params_; }
+  // The parameter made for `host` by an earlier call of this, if any (a host tensor used twice is
+  // one input).
+  const Value* host_parameter(const TensorImpl* host) const;
+
+  // Appends one op; returns its results. `attrs` is the text inside {...}; `regions` each a
+  // region's text from region().
+  std::vector<Value> emit(std::string_view op, const std::vector<Value>& operands,
+                          const std::vector<ResultType>& results, std::string_view attrs = {},
+                          const std::vector<std::string>& regions = {});
+  Value emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,
+              std::string_view attrs = {}, const std::vector<std::string>& regions = {});
+  // A region with one block: `body` gets the block's arguments and returns what it yields
+  // (through stablehlo.return).
+  std::string region(const std::vector<ResultType>& args,
+                     const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+
+  // The module: @main(parameters) -> results. `aliases` pairs (parameter index, result index): the
+  // parameter's buffer is donated and the result written into it.
+  std::string module_text(const std::vector<Value>& results,
+                          const std::vector<std::pair<int, int>>& aliases = {}) const;
+  std::string name(const Value& v) const;
+  int64_t num_ops() const { return num_ops_; }
+
+ private:
+  uint64_t serial_;
+  int64_t num_ops_ = 0;
+  std::vector<std::string> names_;  // by value id
+  std::vector<Parameter> params_;
+  std::vector<std::pair<const TensorImpl*, Value>> host_params_;
+  std::vector<std::string> blocks_;  // the innermost block being written is last
+  Value add_value(std::string name, const ResultType& type);
+};
+
+// The program that tensors on a PJRT device record into: the one of the innermost CaptureScope.
+Program& current_program();
+Program* current_program_or_null();
+
+class CaptureScope {
+ public:
+  explicit CaptureScope(Program& program);
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  Program* previous_;
+};
+
+}  // namespace titan::graph

@@ -1,0 +1,58 @@
+#include "titan/graph/lazy.h"
+
+namespace titan::graph {
+
+Value value_of(const Tensor& t, const char* op) {
+  TITAN_CHECK(t.defined(), op, ": got an undefined tensor");
+  TITAN_CHECK(t.is_lazy(), op, ": tensor ", t.desc(), " is on ", t.device(),
+              " while other operands are values of the step being captured (graph mode); move it into "
+              "the step as an input (graph::host_input, or a parameter of the captured step)");
+  const Program& program = current_program();
+  const LazyValue& lazy = t.impl()->lazy;
+  TITAN_CHECK(lazy.program == program.serial(), op, ": tensor ", t.desc(),
+              " belongs to another captured program than the one being recorded; a tensor of one "
+              "capture cannot be used in the next");
+  return {.id = lazy.value, .shape = t.sizes(), .dtype = t.dtype(), .pred = false};
+}
+
+Tensor tensor_of(const Value& v) {
+  TITAN_CHECK(!v.pred, "graph: a predicate (", mlir_type(v), ") cannot be a tensor; convert it first");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::meta(static_cast<size_t>(numel_of(v.shape)) * dtype_size(v.dtype), Device::pjrt());
+  impl->lazy = {.program = current_program().serial(), .value = v.id};
+  impl->sizes = v.shape;
+  impl->strides = contiguous_strides(v.shape);
+  impl->dtype = v.dtype;
+  return Tensor(std::move(impl));
+}
+
+Value host_input(const Tensor& host, const std::string& name) {
+  TITAN_CHECK(host.defined() && !host.is_lazy() && host.device().is_cpu(), "graph: host input '", name,
+              "' must be a CPU tensor, got ", host.defined() ? host.desc() : std::string("undefined"));
+  Program& program = current_program();
+  if (const Value* v = program.host_parameter(host.impl())) return *v;
+  return program.parameter(host.sizes(), host.dtype(), name, InputKind::host, host);
+}
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  return tensor_of(hlo::constant(value, shape, dtype));
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return tensor_of(hlo::add(value_of(a, "add"), value_of(b, "add")));
+}
+
+void rebind(const Tensor& handle, const Value& v) {
+  TITAN_CHECK(handle.defined() && handle.sizes() == v.shape && handle.dtype() == v.dtype,
+              "graph: cannot rebind ", handle.defined() ? handle.desc() : std::string("undefined"), " to ",
+              mlir_type(v));
+  TensorImpl& impl = *handle.impl();
+  if (!impl.lazy.defined()) {
+    impl.storage = Storage::meta(handle.nbytes(), Device::pjrt());
+    impl.strides = contiguous_strides(impl.sizes);
+    impl.offset = 0;
+  }
+  impl.lazy = {.program = current_program().serial(), .value = v.id};
+}
+
+}  // namespace titan::graph

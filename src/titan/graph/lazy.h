@@ -1,0 +1,34 @@
+#pragma once
+// Tensors on a PJRT device during a capture: each names a value of the current program
+// (graph/ir/program.h) and has no memory. An op with a lowering checks `any_lazy` on its inputs
+// and, when one is, records its StableHLO (and an autograd node whose backward records the
+// backward's) instead of running its kernel; an op without one refuses them (core's check_cpu).
+#include <initializer_list>
+#include <string>
+
+#include "titan/graph/ir/hlo.h"
+
+namespace titan::graph {
+
+inline bool any_lazy(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->is_lazy()) return true;
+  return false;
+}
+
+// The value a lazy tensor names. A host tensor meeting lazy ones in `op` is refused: its data
+// would be baked into the program as it is now (a bug once it changes) — declare it an input.
+Value value_of(const Tensor& t, const char* op);
+// A tensor on the PJRT device naming `v` of the current program.
+Tensor tensor_of(const Value& v);
+// A host tensor that stays fixed across runs (a RoPE table) as an input of the current program:
+// one parameter however often it is asked for.
+Value host_input(const Tensor& host, const std::string& name);
+// A constant of the current program, as a tensor on the PJRT device.
+Tensor full(const Shape& shape, double value, DType dtype);
+// The sum of two tensors of one shape and dtype, recorded (gradient accumulation).
+Tensor add(const Tensor& a, const Tensor& b);
+// Makes `handle` (and every copy of it) name `v`: what an in-place update is in a program.
+void rebind(const Tensor& handle, const Value& v);
+
+}  // namespace titan::graph
