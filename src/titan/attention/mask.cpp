@@ -34,7 +34,7 @@ namespace hlo = graph::hlo;
 
 // Query and key positions [nq], [nk] as two [1, nq, nk] grids, for rules written pair by pair.
 struct Grid {
-  Value q, k;
+  Value q = {}, k = {};
 };
 Grid grid(const Value& q_pos, const Value& k_pos) {
   const Shape pairs{1, q_pos.shape.at(0), k_pos.shape.at(0)};

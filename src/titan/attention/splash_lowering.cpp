@@ -22,10 +22,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // [B, Hkv, S, D] and per-row statistics [B, Hkv, G, S], so that one product with batch dims
 // (B, Hkv) serves a whole group without repeating k or v.
 struct Setup {
-  int64_t B, S, Hq, Hkv, D;
-  double scale;
-  DType dtype;    // of the inputs, outputs, gradients and softmax statistics
-  DType operand;  // of the products' operands
+  int64_t B = {}, S = {}, Hq = {}, Hkv = {}, D = {};
+  double scale = {};
+  DType dtype = {};    // of the inputs, outputs, gradients and softmax statistics
+  DType operand = {};  // of the products' operands
   BlockMask mask;
   bool blocked = false;      // the tiled form (else one dense tile)
   bool keys_padded = false;  // the tiled form's keys run past S to whole tiles
@@ -98,7 +98,7 @@ Value masked_scores(const Setup& s, const Value& q, const Value& k, const Value&
 
 // Online softmax over key tiles: each row's running max, sum of exps and exps times v so far.
 struct Running {
-  Value max, sum, acc;
+  Value max = {}, sum = {}, acc = {};
 };
 
 Running start(const Setup& s, int64_t n) {
@@ -130,7 +130,7 @@ std::pair<Value, Value> finish(const Running& r) {
 // The gradients of one tile. lse has +inf for rows that saw no key, so their P is 0; delta is
 // rowsum(dO * O). dq [B, Hkv, G, n, D]; dk and dv [B, Hkv, m, D], summed over the group's heads.
 struct Grads {
-  Value dq, dk, dv;
+  Value dq = {}, dk = {}, dv = {};
 };
 
 Grads tile_grads(const Setup& s, const Value& q, const Value& k, const Value& v, const Value& dout,
@@ -160,7 +160,7 @@ Value entry(const Value& table, const Value& i) {
 // The key blocks [first, last) that query block qb may see in any batch row: the loop over a
 // query block's keys runs over these only (the causal upper triangle is never visited).
 struct KeyRange {
-  Value first, last;
+  Value first = {}, last = {};
 };
 KeyRange key_ranges(const BlockMask& bm) {
   std::vector<int64_t> first, last;
@@ -198,7 +198,7 @@ std::vector<Value> loop(
 // What backward needs of forward: the operands, the output and each row's logsumexp, all with
 // `rows` query rows (S, or S padded to whole tiles) and keys padded to whole tiles.
 struct Saved {
-  Value q, k, v, out, lse;
+  Value q = {}, k = {}, v = {}, out = {}, lse = {};
 };
 
 Saved dense_forward(const Setup& s, const Value& q, const Value& k, const Value& v) {
