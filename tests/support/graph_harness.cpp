@@ -17,7 +17,7 @@ Tensor weighted_sum(const std::vector<Tensor>& outs, const std::vector<Tensor>& 
   Tensor loss;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!is_floating(outs[i].dtype())) continue;
-    Tensor term = ops::sum(ops::mul(outs[i], weights[i]));
+    Tensor term = ops::sum(ops::mul(outs[i], weights[i])).to(kF32);
     loss = loss.defined() ? ops::add(loss, term) : term;
   }
   return loss;
