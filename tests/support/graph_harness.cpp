@@ -53,7 +53,7 @@ double max_relative_error(const Tensor& a, const Tensor& b) {
 }
 
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, bool with_grads) {
+                               const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers) {
   GraphEager result;
   // Eager.
   std::vector<Tensor> leaves;
@@ -74,6 +74,7 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
   // Captured: the inputs and weights are parameters of the program; tables an op reads from the
   // host come after them.
   graph::Program program;
+  program.set_scan_layers(scan_layers);
   std::vector<graph::Value> results;
   std::vector<Tensor> fed;
   {
