@@ -93,11 +93,17 @@ Tensor rms_norm_lowered(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor layer_norm_lowered(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const graph::Value xv = graph::value_of(x, "layer_norm");
-  const graph::Value mean = last_mean(xv);
-  // Centred first, as the kernel: E[x^2] - mean^2 would cancel when |mean| >> std.
-  const graph::Value xc = hlo::sub(xv, wide(mean, xv.shape));
-  const graph::Value rstd = hlo::rsqrt(hlo::add(last_mean(hlo::mul(xc, xc)), eps));
-  graph::Value y = hlo::mul(xc, wide(rstd, xv.shape));
+  // As the kernel: the variance from the centred row (E[x^2] - mean^2 would cancel when
+  // |mean| >> std), and the centred row's mean, zero but for the first mean's rounding error (of
+  // the order of |mean| * eps), added back to mean and variance both (Chan, Golub & LeVeque).
+  const graph::Value first = last_mean(xv);
+  const graph::Value xc = hlo::sub(xv, wide(first, xv.shape));
+  const graph::Value shift = last_mean(xc);
+  const graph::Value var = hlo::max(hlo::sub(last_mean(hlo::mul(xc, xc)), hlo::mul(shift, shift)),
+                                    hlo::constant(0.0, shift.shape, shift.dtype));
+  const graph::Value mean = hlo::add(first, shift);
+  const graph::Value rstd = hlo::rsqrt(hlo::add(var, eps));
+  graph::Value y = hlo::mul(hlo::sub(xv, wide(mean, xv.shape)), wide(rstd, xv.shape));
   if (weight.defined()) y = hlo::mul(y, lazy_param(weight, xv.shape, "layer_norm"));
   if (bias.defined()) y = hlo::add(y, lazy_param(bias, xv.shape, "layer_norm"));
   Tensor out = graph::tensor_of(y);
