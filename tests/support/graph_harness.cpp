@@ -81,8 +81,8 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
     graph::CaptureScope scope(program);
     std::vector<Tensor> lazy;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const graph::Value v =
-          program.parameter(inputs[i].sizes(), inputs[i].dtype(), "input" + std::to_string(i), graph::InputKind::batch);
+      const graph::Value v = program.parameter(inputs[i].sizes(), inputs[i].dtype(),
+                                               "input" + std::to_string(i), graph::InputKind::batch);
       feeds.emplace_back(v.id, inputs[i]);
       Tensor t = graph::tensor_of(v);
       if (with_grads && is_floating(inputs[i].dtype())) t.requires_grad_();
@@ -97,8 +97,8 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
           lweights.emplace_back();
           continue;
         }
-        const graph::Value v = program.parameter(weights[i].sizes(), weights[i].dtype(), "weight" + std::to_string(i),
-                                                 graph::InputKind::batch);
+        const graph::Value v = program.parameter(weights[i].sizes(), weights[i].dtype(),
+                                                 "weight" + std::to_string(i), graph::InputKind::batch);
         feeds.emplace_back(v.id, weights[i]);
         lweights.push_back(graph::tensor_of(v));
       }

@@ -46,16 +46,19 @@ TEST(GraphOps, RmsNormAndLayerNorm) {
     const std::string at = " at " + shape_str(s);
     expect_matches([](const auto& v) { return std::vector<Tensor>{ops::rms_norm(v[0], v[1], 1e-6)}; }, {x, w},
                    kF32Tol, "rms_norm" + at);
-    expect_matches([](const auto& v) { return std::vector<Tensor>{ops::rms_norm(v[0], Tensor(), 1e-5)}; }, {x},
-                   kF32Tol, "rms_norm without weight" + at);
+    expect_matches([](const auto& v) { return std::vector<Tensor>{ops::rms_norm(v[0], Tensor(), 1e-5)}; },
+                   {x}, kF32Tol, "rms_norm without weight" + at);
     expect_matches([](const auto& v) { return std::vector<Tensor>{ops::layer_norm(v[0], v[1], v[2], 1e-5)}; },
                    {x, w, b}, kF32Tol, "layer_norm" + at);
-    expect_matches([](const auto& v) { return std::vector<Tensor>{ops::layer_norm(v[0], Tensor(), Tensor(), 1e-5)}; },
-                   {x}, kF32Tol, "layer_norm without parameters" + at);
+    expect_matches(
+        [](const auto& v) { return std::vector<Tensor>{ops::layer_norm(v[0], Tensor(), Tensor(), 1e-5)}; },
+        {x}, kF32Tol, "layer_norm without parameters" + at);
   }
   // Far from zero: the centred variance must not cancel. Both sides store the mean in f32, whose
   // rounding (|mean| * 6e-8 = 6e-5 against a std of 0.6) bounds the agreement; in f64 it is exact.
-  const Fn centred = [](const auto& v) { return std::vector<Tensor>{ops::layer_norm(v[0], Tensor(), Tensor(), 1e-5)}; };
+  const Fn centred = [](const auto& v) {
+    return std::vector<Tensor>{ops::layer_norm(v[0], Tensor(), Tensor(), 1e-5)};
+  };
   const Tensor shifted = ops::add_scalar(test::rand_f32({4, 9}, 4), 1000.0);
   expect_matches(centred, {shifted}, 2e-4, "layer_norm of x near 1000");
   expect_matches(centred, {shifted.to(kF64)}, 1e-12, "layer_norm of x near 1000 in f64");
@@ -63,12 +66,15 @@ TEST(GraphOps, RmsNormAndLayerNorm) {
 
 TEST(GraphOps, Activations) {
   const Tensor x = test::rand_f32({5, 37}, 5, -6, 6);
-  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::sigmoid(v[0])}; }, {x}, kF32Tol, "sigmoid");
+  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::sigmoid(v[0])}; }, {x}, kF32Tol,
+                 "sigmoid");
   expect_matches([](const auto& v) { return std::vector<Tensor>{ops::silu(v[0])}; }, {x}, kF32Tol, "silu");
-  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::none)}; },
-                 {x}, kF32Tol, "gelu");
-  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::tanh)}; },
-                 {x}, kF32Tol, "gelu(tanh)");
+  expect_matches(
+      [](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::none)}; }, {x},
+      kF32Tol, "gelu");
+  expect_matches(
+      [](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::tanh)}; }, {x},
+      kF32Tol, "gelu(tanh)");
   const Tensor up = test::rand_f32({5, 37}, 6, -2, 2);
   expect_matches([](const auto& v) { return std::vector<Tensor>{ops::swiglu(v[0], v[1])}; }, {x, up}, kF32Tol,
                  "swiglu");
@@ -77,8 +83,9 @@ TEST(GraphOps, Activations) {
 TEST(GraphOps, GeluKeepsRelativeAccuracyInTheNegativeTail) {
   // 1 + erf(x / sqrt 2) would cancel here; erfc does not.
   const Tensor x = Tensor::from_vector(std::vector<float>{-9, -7.5, -6, -4}, {4});
-  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::none)}; },
-                 {x}, 1e-4, "gelu tail");
+  expect_matches(
+      [](const auto& v) { return std::vector<Tensor>{ops::gelu(v[0], ops::GeluApproximation::none)}; }, {x},
+      1e-4, "gelu tail");
 }
 
 TEST(GraphOps, SoftmaxAndLogSoftmaxOnEveryDim) {
@@ -87,8 +94,8 @@ TEST(GraphOps, SoftmaxAndLogSoftmaxOnEveryDim) {
     const std::string at = " dim " + std::to_string(d);
     expect_matches([d](const auto& v) { return std::vector<Tensor>{ops::softmax(v[0], d)}; }, {x}, kF32Tol,
                    "softmax" + at);
-    expect_matches([d](const auto& v) { return std::vector<Tensor>{ops::log_softmax(v[0], d)}; }, {x}, kF32Tol,
-                   "log_softmax" + at);
+    expect_matches([d](const auto& v) { return std::vector<Tensor>{ops::log_softmax(v[0], d)}; }, {x},
+                   kF32Tol, "log_softmax" + at);
   }
 }
 
@@ -97,10 +104,12 @@ TEST(GraphOps, RopeBothLayoutsAndAnOffset) {
   const Tensor x = test::rand_f32({2, 7, 3, 10}, 8);
   for (ops::RopeLayout layout : {ops::RopeLayout::rotate_half, ops::RopeLayout::interleaved}) {
     for (int64_t start : {0, 13}) {
-      const std::string what = std::string(layout == ops::RopeLayout::interleaved ? "interleaved" : "rotate_half") +
-                               " from " + std::to_string(start);
-      expect_matches([&](const auto& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, start)}; },
-                     {x}, kF32Tol, "rope " + what);
+      const std::string what =
+          std::string(layout == ops::RopeLayout::interleaved ? "interleaved" : "rotate_half") + " from " +
+          std::to_string(start);
+      expect_matches(
+          [&](const auto& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, start)}; }, {x},
+          kF32Tol, "rope " + what);
     }
   }
 }
@@ -110,8 +119,8 @@ TEST(GraphOps, EmbeddingWithRepeatedIds) {
   for (DType dt : {kI64, kI32}) {
     // Id 3 three times: its row's gradient is the sum.
     const Tensor ids = ints({3, 0, 10, 3, 7, 3}, {2, 3}, dt);
-    expect_matches([](const auto& v) { return std::vector<Tensor>{ops::embedding(v[1], v[0])}; }, {w, ids}, kF32Tol,
-                   "embedding ids " + std::string(dtype_name(dt)));
+    expect_matches([](const auto& v) { return std::vector<Tensor>{ops::embedding(v[1], v[0])}; }, {w, ids},
+                   kF32Tol, "embedding ids " + std::string(dtype_name(dt)));
   }
 }
 
@@ -122,8 +131,9 @@ TEST(GraphOps, CrossEntropyReductionsAndIgnoredRows) {
     for (ops::Reduction red : {ops::Reduction::mean, ops::Reduction::sum}) {
       const std::string what = std::string("cross_entropy ") + (red == ops::Reduction::sum ? "sum" : "mean") +
                                " targets " + std::string(dtype_name(dt));
-      expect_matches([red](const auto& v) { return std::vector<Tensor>{ops::cross_entropy(v[0], v[1], -100, red)}; },
-                     {logits, t}, kF32Tol, what);
+      expect_matches(
+          [red](const auto& v) { return std::vector<Tensor>{ops::cross_entropy(v[0], v[1], -100, red)}; },
+          {logits, t}, kF32Tol, what);
     }
   }
 }

@@ -24,11 +24,15 @@ constexpr double kGeluTanhCubic = 0.044715;
 struct Sigmoid {
   Value s, c;
 };
-Sigmoid sigmoid_pair(const Value& x) { return {hlo::logistic(x), hlo::logistic(hlo::neg(x))}; }
+Sigmoid sigmoid_pair(const Value& x) {
+  return {hlo::logistic(x), hlo::logistic(hlo::neg(x))};
+}
 
 // Phi(x) = erfc(-x / sqrt 2) / 2: erfc keeps its relative accuracy for negative x, where
 // 1 + erf(x / sqrt 2) would cancel.
-Value normal_cdf(const Value& x) { return hlo::mul(hlo::erfc(hlo::mul(x, -kSqrtHalf)), 0.5); }
+Value normal_cdf(const Value& x) {
+  return hlo::mul(hlo::erfc(hlo::mul(x, -kSqrtHalf)), 0.5);
+}
 
 // 2u for gelu(tanh): 0.5 (1 + tanh(u)) is sigmoid(2u).
 Value gelu_tanh_u2(const Value& x) {
@@ -63,7 +67,8 @@ Value activation_bwd(Activation act, const Value& x, const Value& dy) {
     case Activation::gelu_tanh: {
       const auto [s, c] = sigmoid_pair(gelu_tanh_u2(x));
       // d(2u)/dx = 2 sqrt(2/pi) (1 + 3 k x^2), k the cubic coefficient
-      const Value du2 = hlo::mul(hlo::add(hlo::mul(hlo::mul(x, x), 3 * kGeluTanhCubic), 1.0), 2 * kSqrt2OverPi);
+      const Value du2 =
+          hlo::mul(hlo::add(hlo::mul(hlo::mul(x, x), 3 * kGeluTanhCubic), 1.0), 2 * kSqrt2OverPi);
       return hlo::mul(dy, hlo::mul(s, hlo::add(hlo::mul(hlo::mul(x, c), du2), 1.0)));
     }
   }
@@ -79,7 +84,8 @@ Tensor pointwise_lowered(const char* op, Activation act, const Tensor& x) {
   Tensor out = graph::tensor_of(activation_fwd(act, graph::value_of(x, op)));
   Tensor xd = x.detach();
   autograd::record(op, {x}, {out}, [op, act, xd](const autograd::GradContext& g) {
-    return std::vector<Tensor>{graph::tensor_of(activation_bwd(act, graph::value_of(xd, op), graph::value_of(g[0], op)))};
+    return std::vector<Tensor>{
+        graph::tensor_of(activation_bwd(act, graph::value_of(xd, op), graph::value_of(g[0], op)))};
   });
   return out;
 }

@@ -28,11 +28,14 @@ struct Rows {
 Rows rows_of(const Value& targets, int64_t vocab, int64_t ignore_index) {
   const int64_t rows = targets.shape[0];
   const Value classes = hlo::iota({rows, vocab}, 1, targets.dtype);
-  return {hlo::compare(targets, hlo::constant(static_cast<double>(ignore_index), {rows}, targets.dtype), "NE"),
-          hlo::compare(classes, hlo::broadcast_in_dim(targets, {rows, vocab}, {0}), "EQ")};
+  return {
+      hlo::compare(targets, hlo::constant(static_cast<double>(ignore_index), {rows}, targets.dtype), "NE"),
+      hlo::compare(classes, hlo::broadcast_in_dim(targets, {rows, vocab}, {0}), "EQ")};
 }
 
-Value wide(const Value& row, int64_t vocab) { return hlo::broadcast_in_dim(row, {row.shape[0], vocab}, {0}); }
+Value wide(const Value& row, int64_t vocab) {
+  return hlo::broadcast_in_dim(row, {row.shape[0], vocab}, {0});
+}
 
 // As the kernel: logsumexp shifted by the row max, or by 0 where the max is -inf (a row of -inf
 // then gives -inf rather than NaN).
@@ -57,19 +60,23 @@ Tensor cross_entropy_lowered(const Tensor& logits, const Tensor& targets, int64_
   // As the eager op: a mean over zero counted rows is 0/0 = NaN, and the gradient stays zero
   // (every row is ignored, and ignored rows get zeros whatever the scale).
   const Value count = hlo::reduce_sum(hlo::convert(r.counted, l.dtype), {0});
-  const Value scale = reduction == Reduction::sum ? hlo::scalar(1.0, l.dtype) : hlo::div(hlo::scalar(1.0, l.dtype), count);
+  const Value scale =
+      reduction == Reduction::sum ? hlo::scalar(1.0, l.dtype) : hlo::div(hlo::scalar(1.0, l.dtype), count);
   Tensor out = graph::tensor_of(hlo::mul(total, scale));
 
-  Tensor ld = logits.detach(), td = targets.detach(), lsed = graph::tensor_of(lse), sd = graph::tensor_of(scale);
+  Tensor ld = logits.detach(), td = targets.detach(), lsed = graph::tensor_of(lse),
+         sd = graph::tensor_of(scale);
   auto backward = [ld, td, lsed, sd, ignore_index](const autograd::GradContext& g) {
     const int64_t vocab = ld.size(-1), rows = td.numel();
     const Value l = hlo::reshape(graph::value_of(ld, "cross_entropy"), {rows, vocab});
     const Rows r = rows_of(hlo::reshape(graph::value_of(td, "cross_entropy"), {rows}), vocab, ignore_index);
     const Value s = hlo::broadcast_to(
-        hlo::mul(graph::value_of(g[0], "cross_entropy backward"), graph::value_of(sd, "cross_entropy")), l.shape);
+        hlo::mul(graph::value_of(g[0], "cross_entropy backward"), graph::value_of(sd, "cross_entropy")),
+        l.shape);
     const Value zero = hlo::constant(0.0, l.shape, l.dtype);
     // (softmax - onehot) * s, as the kernel: exp(x - lse) * s, then s taken off at the target.
-    const Value soft = hlo::mul(hlo::exp(hlo::sub(l, wide(graph::value_of(lsed, "cross_entropy"), vocab))), s);
+    const Value soft =
+        hlo::mul(hlo::exp(hlo::sub(l, wide(graph::value_of(lsed, "cross_entropy"), vocab))), s);
     const Value dl = hlo::sub(soft, hlo::select(r.target, s, zero));
     const Value counted = hlo::broadcast_in_dim(r.counted, l.shape, {0});
     return std::vector<Tensor>{graph::tensor_of(hlo::reshape(hlo::select(counted, dl, zero), ld.sizes()))};

@@ -60,7 +60,9 @@ graph::Value last_mean(const graph::Value& v) {
   const auto last = static_cast<int64_t>(v.shape.size()) - 1;
   return hlo::mul(hlo::sum_keep(v, last), 1.0 / static_cast<double>(v.shape.back()));
 }
-graph::Value wide(const graph::Value& v, const Shape& shape) { return hlo::broadcast_to(v, shape); }
+graph::Value wide(const graph::Value& v, const Shape& shape) {
+  return hlo::broadcast_to(v, shape);
+}
 // [..., d] summed over everything but d: the per-feature parameters' gradients.
 graph::Value sum_rows(const graph::Value& v) {
   const int64_t d = v.shape.back();
@@ -84,7 +86,8 @@ Tensor rms_norm_lowered(const Tensor& x, const Tensor& weight, double eps) {
     const graph::Value r = wide(graph::value_of(rd, "rms_norm"), xv.shape), xhat = hlo::mul(xv, r);
     const graph::Value gw = wd.defined() ? hlo::mul(gy, lazy_param(wd, xv.shape, "rms_norm")) : gy;
     // d/dx of x * r: r * (gw - xhat * mean(gw * xhat)), the second term through r's dependence on x.
-    const graph::Value dx = hlo::mul(r, hlo::sub(gw, hlo::mul(xhat, wide(last_mean(hlo::mul(gw, xhat)), xv.shape))));
+    const graph::Value dx =
+        hlo::mul(r, hlo::sub(gw, hlo::mul(xhat, wide(last_mean(hlo::mul(gw, xhat)), xv.shape))));
     return std::vector<Tensor>{g.needs(0) ? graph::tensor_of(dx) : Tensor(),
                                g.needs(1) ? graph::tensor_of(sum_rows(hlo::mul(gy, xhat))) : Tensor()};
   });
@@ -110,7 +113,8 @@ Tensor layer_norm_lowered(const Tensor& x, const Tensor& weight, const Tensor& b
   Tensor xd = x.detach(), wd = weight.defined() ? weight.detach() : Tensor();
   Tensor md = graph::tensor_of(mean), rd = graph::tensor_of(rstd);
   autograd::record("layer_norm", {x, weight, bias}, {out}, [xd, wd, md, rd](const autograd::GradContext& g) {
-    const graph::Value gy = graph::value_of(g[0], "layer_norm backward"), xv = graph::value_of(xd, "layer_norm");
+    const graph::Value gy = graph::value_of(g[0], "layer_norm backward"),
+                       xv = graph::value_of(xd, "layer_norm");
     const graph::Value r = wide(graph::value_of(rd, "layer_norm"), xv.shape);
     const graph::Value xhat = hlo::mul(hlo::sub(xv, wide(graph::value_of(md, "layer_norm"), xv.shape)), r);
     const graph::Value gw = wd.defined() ? hlo::mul(gy, lazy_param(wd, xv.shape, "layer_norm")) : gy;

@@ -83,8 +83,8 @@ Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, 
   Tensor cd = graph::tensor_of(c), sd = graph::tensor_of(s);
   autograd::record("rope", {x}, {out}, [cd, sd, layout](const autograd::GradContext& g) {
     const Value minus_sin = hlo::neg(graph::value_of(sd, "rope"));
-    return std::vector<Tensor>{
-        graph::tensor_of(rotated(graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout))};
+    return std::vector<Tensor>{graph::tensor_of(
+        rotated(graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout))};
   });
   return out;
 }

@@ -28,8 +28,12 @@ struct LastDim {
 namespace hlo = graph::hlo;
 using graph::Value;
 
-Value wide_max(const Value& x, int64_t d) { return hlo::broadcast_to(hlo::max_keep(x, d), x.shape); }
-Value wide_sum(const Value& x, int64_t d) { return hlo::broadcast_to(hlo::sum_keep(x, d), x.shape); }
+Value wide_max(const Value& x, int64_t d) {
+  return hlo::broadcast_to(hlo::max_keep(x, d), x.shape);
+}
+Value wide_sum(const Value& x, int64_t d) {
+  return hlo::broadcast_to(hlo::sum_keep(x, d), x.shape);
+}
 
 // The kernels' forward along dim d of x (at least 1-d): the max subtracted first, so -inf entries
 // give exact zeros and a row of -inf gives NaN, as the kernels.
@@ -48,7 +52,9 @@ Value softmax_bwd(SoftmaxKind kind, const Value& y, const Value& dy, int64_t d) 
 }
 
 // A 0-d value as the one row of one element the eager op takes it for.
-Value at_least_1d(const Value& v) { return v.shape.empty() ? hlo::reshape(v, {1}) : v; }
+Value at_least_1d(const Value& v) {
+  return v.shape.empty() ? hlo::reshape(v, {1}) : v;
+}
 
 Tensor softmax_lowered(const char* op, SoftmaxKind kind, const Tensor& x, int64_t d) {
   const Value xv = graph::value_of(x, op);
