@@ -106,6 +106,9 @@ Value abs(const Value& x) { return unary("abs", x); }
 Value erf(const Value& x) {
   return prog().emit1("chlo.erf", {x}, type_of(x));
 }
+Value erfc(const Value& x) {
+  return prog().emit1("chlo.erfc", {x}, type_of(x));
+}
 
 Value convert(const Value& x, DType dtype) {
   if (x.dtype == dtype && !x.pred) return x;

@@ -33,6 +33,8 @@ Value tanh(const Value& x);
 Value logistic(const Value& x);  // sigmoid
 Value abs(const Value& x);
 Value erf(const Value& x);
+// 1 - erf(x) without the cancellation of that difference where erf(x) nears 1.
+Value erfc(const Value& x);
 Value convert(const Value& x, DType dtype);
 // `direction`: EQ, NE, LT, LE, GT, GE. Gives a predicate.
 Value compare(const Value& a, const Value& b, const std::string& direction);
