@@ -3,14 +3,19 @@
 // when a target is not registered, an attribute is missing or the handler refuses its input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "titan/core/error.h"
+#include "titan/core/rng.h"
+#include "titan/core/tensor.h"
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/client.h"
 #include "titan/graph/pjrt/ffi.h"
+#include "titan/ops/custom_calls.h"
+#include "titan/ops/norm.h"
 
 namespace titan {
 namespace {
@@ -124,6 +129,54 @@ TEST(PjrtFfi, SecondHandlerForATargetIsRefused) {
   const std::string message =
       error_of([&] { ffi::register_handler(plugin, "titan_scale", ffi::handler<other_kernel>); });
   EXPECT_NE(message.find("already has another handler"), std::string::npos) << message;
+}
+
+// titan's RMSNorm kernel inside a program gives what the eager op gives: the same kernel on the
+// same numbers, so the same bits. rstd is checked against its definition.
+TEST(PjrtFfi, RmsNormKernelMatchesTheEagerOp) {
+  for (const std::string& plugin : {std::string("cpu"), second_cpu_plugin()}) {
+    Client& client = client_of(plugin);
+    ops::register_custom_calls(client.plugin());
+    const Shape shape = {3, 5, 64};
+    const double eps = 1e-5;
+    Generator gen(7);
+    const Tensor x = Tensor::randn(shape, gen), weight = Tensor::randn({64}, gen);
+
+    graph::Program program;
+    graph::CaptureScope scope(program);
+    const graph::Value px = program.parameter(shape, kF32, "x", graph::InputKind::batch);
+    const graph::Value pw = program.parameter({64}, kF32, "weight", graph::InputKind::batch);
+    Executable exe = client.compile(program.module_text(ops::rms_norm_fwd_call(px, pw, eps)));
+    const std::vector<float> xs = x.to_vector<float>(), ws = weight.to_vector<float>();
+    Buffer bx = client.to_device(xs.data(), kF32, shape), bw = client.to_device(ws.data(), kF32, {64});
+    std::vector<Buffer> out = exe.execute({&bx, &bw});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[1].dims(), Shape{15});
+    std::vector<float> y(static_cast<size_t>(x.numel())), rstd(15);
+    out[0].to_host(y.data());
+    out[1].to_host(rstd.data());
+
+    EXPECT_EQ(y, ops::rms_norm(x, weight, eps).to_vector<float>()) << plugin;
+    for (size_t r = 0; r < rstd.size(); ++r) {
+      double sum = 0;
+      for (size_t i = 0; i < 64; ++i) sum += static_cast<double>(xs[r * 64 + i]) * xs[r * 64 + i];
+      EXPECT_NEAR(rstd[r], 1.0 / std::sqrt(sum / 64 + eps), 1e-5) << plugin << " row " << r;
+    }
+  }
+}
+
+TEST(PjrtFfi, RmsNormKernelRefusesAnotherDtype) {
+  Client& client = client_of("cpu");
+  ops::register_custom_calls(client.plugin());
+  graph::Program program;
+  graph::CaptureScope scope(program);
+  const graph::Value px = program.parameter({2, 4}, kI32, "x", graph::InputKind::batch);
+  const graph::Value pw = program.parameter({4}, kI32, "weight", graph::InputKind::batch);
+  Executable exe = client.compile(program.module_text(ops::rms_norm_fwd_call(px, pw, 1e-6)));
+  const std::vector<int32_t> xs(8, 1), ws(4, 1);
+  Buffer bx = client.to_device(xs.data(), kI32, {2, 4}), bw = client.to_device(ws.data(), kI32, {4});
+  const std::string message = error_of([&] { exe.execute({&bx, &bw}); });
+  EXPECT_NE(message.find("titan_rms_norm_fwd: x is i32; the kernel takes f32 or f64"), std::string::npos) << message;
 }
 
 }  // namespace
