@@ -46,6 +46,7 @@ build-asan: deps
 
 test-asan: build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
 
 # Every parser of outside input under libFuzzer (clang, ASan + UBSan, in build-fuzz): the inputs
