@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "support/tiny_qwen3.h"
 #include "titan/autograd/checkpoint.h"
 #include "titan/autograd/engine.h"
@@ -155,17 +156,7 @@ TEST(SplitBackward, MlpFirstStageMatchesBackward) {
 
 // ---- Llama 3 and Qwen 3 stages ----------------------------------------------------------------
 
-models::llama3::ModelArgs llama_args() {
-  models::llama3::ModelArgs a;
-  a.dim = 16;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 11;
-  a.multiple_of = 16;
-  a.max_seq_len = 8;
-  return a;
-}
+models::llama3::ModelArgs llama_args() { return test::tiny_llama3_args(); }
 
 void checkpoint_blocks(nn::Module& layers) {
   parallel::apply_activation_checkpointing(layers, parallel::ActivationCheckpointMode::full);

@@ -10,6 +10,7 @@
 
 #include "support/small_run.h"
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "titan/models/llama3/model.h"
 #include "titan/train/graph_step.h"
 
@@ -57,21 +58,7 @@ TEST(GraphTrain, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "loss curves, run in the release build";
 #endif
-  const std::vector<std::string> o =
-      with(kGraph, {"--training.steps=100", "--training.local_batch_size=2",
-                    "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"});
-  const TrainResult f32 = run(small_config(o)),
-                    mixed = run(small_config(with(o, {"--training.mixed_precision_param=bfloat16"})));
-  ASSERT_EQ(mixed.losses.size(), 100u);
-  std::vector<double> windows;
-  for (size_t w = 0; w < 100; w += 10) {
-    double a = 0, b = 0;
-    for (size_t i = w; i < w + 10; ++i) a += f32.losses[i], b += mixed.losses[i];
-    EXPECT_NEAR(b, a, 0.02 * a) << "mean loss of steps " << w + 1 << "-" << w + 10;
-    windows.push_back(a);
-  }
-  EXPECT_NE(mixed.losses, f32.losses) << "the bf16 run repeated float32's losses exactly";
-  EXPECT_LT(windows.back(), 0.85 * windows.front());
+  expect_bf16_curve_near_float32("llama3/debug.toml", kGraph);
 }
 
 // Resume: a checkpoint saved at step 2 by one mode continues in the other, and graph -> graph
@@ -148,15 +135,7 @@ namespace {
 // One GraphStep over batches of two shapes: the first of each is captured and compiled, the rest
 // replay; going back to the first shape takes its program from the cache.
 TEST(GraphStep, CompilesOncePerBatchShape) {
-  models::llama3::ModelArgs a;
-  a.dim = 16;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 11;
-  a.multiple_of = 16;
-  a.max_seq_len = 16;
-  models::llama3::Transformer model(a);
+  models::llama3::Transformer model(test::tiny_llama3_args(16));
   Generator gen(5);
   model.init_weights(gen);
   optim::AdamW optimizer(model.named_parameters());

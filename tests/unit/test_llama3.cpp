@@ -8,6 +8,7 @@
 #include <map>
 
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "titan/attention/reference.h"
 #include "titan/autograd/checkpoint.h"
 #include "titan/autograd/grad_mode.h"
@@ -30,19 +31,7 @@ using models::llama3::Transformer;
 using test::rand_f64;
 using test::tensors_close;
 
-// A model small enough to gradcheck: 2 layers, grouped-query attention (4 query heads over 2 kv
-// heads of size 4), an FFN of 48.
-ModelArgs tiny_args() {
-  ModelArgs a;
-  a.dim = 16;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 11;
-  a.multiple_of = 16;
-  a.max_seq_len = 8;
-  return a;
-}
+ModelArgs tiny_args() { return test::tiny_llama3_args(); }
 
 Tensor tokens_of(const std::vector<int64_t>& ids, int64_t batch) {
   return Tensor::from_vector(ids, {batch, static_cast<int64_t>(ids.size()) / batch});

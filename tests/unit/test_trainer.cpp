@@ -147,24 +147,7 @@ TEST(Trainer, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
 #endif
   for (const char* base : {"llama3/debug.toml", "qwen3/debug_moe.toml"}) {
     SCOPED_TRACE(base);
-    const std::vector<std::string> o = {
-        "--training.steps=100", "--training.local_batch_size=2",
-        "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
-    std::vector<std::string> bf16 = o;
-    bf16.push_back("--training.mixed_precision_param=bfloat16");
-    const TrainResult f32 = run(small_config(o, base)), mixed = run(small_config(bf16, base));
-    ASSERT_EQ(mixed.losses.size(), 100u);
-    ASSERT_EQ(f32.losses.size(), 100u);
-    std::vector<double> windows;
-    for (size_t w = 0; w < 100; w += 10) {
-      double a = 0, b = 0;
-      for (size_t i = w; i < w + 10; ++i) a += f32.losses[i], b += mixed.losses[i];
-      EXPECT_NEAR(b, a, 0.02 * a) << "mean loss of steps " << w + 1 << "-" << w + 10;
-      windows.push_back(a);
-    }
-    EXPECT_NE(mixed.losses, f32.losses) << "the bf16 run repeated float32's losses exactly";
-    EXPECT_LT(windows.back(), 0.85 * windows.front())
-        << "the run must learn for the curves to mean something";
+    expect_bf16_curve_near_float32(base, {});
   }
 }
 

@@ -1,0 +1,17 @@
+#include "support/tiny_llama3.h"
+
+namespace titan::test {
+
+models::llama3::ModelArgs tiny_llama3_args(int64_t max_seq_len) {
+  models::llama3::ModelArgs a;
+  a.dim = 16;
+  a.n_layers = 2;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 11;
+  a.multiple_of = 16;
+  a.max_seq_len = max_seq_len;
+  return a;
+}
+
+}  // namespace titan::test
