@@ -59,3 +59,65 @@ if [[ "$(readlink .venv 2>/dev/null)" != "$shared" ]]; then
 fi
 .venv/bin/python -c "import torch, transformers" ||
   { echo "setup: torch or transformers is not importable from .venv ($shared); remove it and rerun" >&2; exit 1; }
+
+# Graph mode's PJRT plugins and the PJRT C API header, from PyPI wheels (titan dlopens the plugin;
+# no Python at run time). Like the venv, unpacked once per pinned list in ~/.cache/titan and
+# linked as .pjrt. Layout (src/titan/graph/pjrt/plugin.cpp resolves the names):
+#   include/pjrt_c_api.h            the header titan compiles against (API 0.81)
+#   cpu/pjrt_c_api_cpu_plugin.so     the default CPU plugin (API 0.115)
+#   cpu-xla-cpu-pjrt/xla_cpu_pjrt.so a second CPU plugin (API 0.81): the loader is tested on both
+# Neither wheel is an official Google release (README.md, Graph mode).
+PJRT_WHEELS=(xla-cpu-pjrt==0.0.1 lammps-jax-pjrt-cpu==0.11.2)
+want=$(printf '%s\n' "${PJRT_WHEELS[@]}" | sha256sum | cut -c1-16)
+pjrt=${TITAN_VENV_CACHE:-$HOME/.cache/titan}/pjrt-$want
+(
+  flock 9
+  if [[ ! -f $pjrt/.complete ]]; then
+    rm -rf "$pjrt"
+    echo "setup: fetching the PJRT CPU plugins into $pjrt (${PJRT_WHEELS[*]}: about 125 MB)"
+    mkdir -p "$pjrt/wheels"
+    if ! .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps -d "$pjrt/wheels" \
+           "${PJRT_WHEELS[@]}"; then
+      echo "setup: pip download of ${PJRT_WHEELS[*]} failed; run it by hand:" >&2
+      echo "  .venv/bin/python -m pip download --no-deps -d $pjrt/wheels ${PJRT_WHEELS[*]}" >&2
+      exit 1
+    fi
+    # Only the plugins, the header and the licences: the wheels' Python wrappers are not used.
+    python3 - "$pjrt" <<'PY'
+import pathlib, sys, zipfile
+root = pathlib.Path(sys.argv[1])
+wanted = {
+    "xla_cpu_pjrt-": {"xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h": "include/pjrt_c_api.h",
+                      "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so": "cpu-xla-cpu-pjrt/xla_cpu_pjrt.so"},
+    "lammps_jax_pjrt_cpu-": {"lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so": "cpu/pjrt_c_api_cpu_plugin.so",
+                             ".dist-info/licenses/LICENSE": "cpu/LICENSE",
+                             ".dist-info/licenses/THIRD_PARTY_NOTICES": "cpu/THIRD_PARTY_NOTICES"},
+}
+installed = []
+for prefix, members in wanted.items():
+    wheels = sorted((root / "wheels").glob(prefix + "*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"setup: expected one {prefix}*.whl in {root / 'wheels'}, found {len(wheels)}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        for suffix, target in members.items():
+            # By suffix: the dist-info folder's name carries the version.
+            found = [name for name in wheel.namelist() if name.endswith(suffix)]
+            if len(found) != 1:
+                sys.exit(f"setup: expected one member ending in {suffix} in {wheels[0]}, found {found}")
+            out = root / target
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(wheel.read(found[0]))
+            if out.suffix == ".so":
+                out.chmod(0o755)
+    installed.append(wheels[0].name)
+(root / "WHEELS").write_text("".join(name + "\n" for name in installed))
+PY
+    rm -rf "$pjrt/wheels"
+    touch "$pjrt/.complete"
+  fi
+) 9>"$pjrt.lock"
+if [[ "$(readlink .pjrt 2>/dev/null)" != "$pjrt" ]]; then
+  rm -rf .pjrt
+  ln -s "$pjrt" .pjrt
+fi
+echo "setup: PJRT plugins in .pjrt from $(paste -sd' ' .pjrt/WHEELS)"

@@ -1,14 +1,17 @@
 #pragma once
-// Where the tests find the source tree, the `titan` command, the reference Python and the
-// parity references. The values are compiled into one generated file per test binary
-// (tests/CMakeLists.txt), not passed as compile definitions to every test: the other test
-// objects then have the same compile line in any clone, so ccache shares them between clones.
+// Where the tests find the source tree, the `titan` command, the reference Python, the parity
+// references and the stand-in PJRT plugins. The values are compiled into one generated file per
+// test binary (tests/CMakeLists.txt), not passed as compile definitions to every test: the other
+// test objects then have the same compile line in any clone, so ccache shares them between clones.
 namespace titan::test::paths {
 
 const char* source_dir();
 const char* titan_cli();
 const char* python();
 const char* parity_dir();
+// Stand-in PJRT plugins (support/fake_pjrt_plugin.cpp) reporting C API 1.81 and 0.50.
+const char* fake_pjrt_plugin_major_1();
+const char* fake_pjrt_plugin_minor_50();
 
 }  // namespace titan::test::paths
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "support/small_run.h"
 #include "support/test_util.h"
 #include "titan/data/dataset.h"
 #include "titan/train/trainer.h"
@@ -17,33 +18,6 @@ namespace titan::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A small debugmodel run on a small text, fast enough for a unit test; `base` is a shipped config.
-JobConfig small_config(const std::vector<std::string>& overrides = {},
-                       const std::string& base = "llama3/debug.toml") {
-  fs::path dir = test::temp_dir("trainer_test");
-  fs::path text = dir / "corpus.txt";
-  if (!fs::exists(text)) {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i)
-      f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
-  }
-  std::vector<std::string> o = {"--training.dataset_path=" + text.string(), "--training.seq_len=32",
-                                "--training.local_batch_size=4", "--training.steps=4",
-                                "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=100",
-                                "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (dir / "out").string(),
-                                // Every run starts afresh: none resumes from the one before.
-                                "--checkpoint.enable=false"};
-  o.insert(o.end(), overrides.begin(), overrides.end());
-  return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/" + base, o);
-}
-
-TrainResult run(const JobConfig& cfg) {
-  std::ostringstream log;
-  Trainer t(cfg, log);
-  return t.train();
-}
 
 TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
   TrainResult a = run(small_config()), b = run(small_config());
@@ -150,8 +124,11 @@ TEST(Trainer, MissingDatasetIsAClearError) {
 
 // Keys whose feature is missing are refused, all in one message, and what is not missing runs.
 TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
-  EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true"})), "asks for what titan cannot do yet",
-                     "compile.enable = true (compile.mode = \"graph\")");
+  EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true", "--parallelism.tensor_parallel_degree=2",
+                                       "--parallelism.context_parallel_degree=2"})),
+                     "asks for what titan cannot do yet",
+                     "parallelism.tensor_parallel_degree = 2 with compile.mode = \"graph\"",
+                     "parallelism.context_parallel_degree = 2 with compile.mode = \"graph\"");
 }
 
 // training.mixed_precision_param = "bfloat16" over 100 steps of the debug models (dense and MoE):

@@ -55,4 +55,22 @@ void rebind(const Tensor& handle, const Value& v) {
   impl.lazy = {.program = current_program().serial(), .value = v.id};
 }
 
+void BoundTensors::bind(const Tensor& t, const Value& v) {
+  TITAN_CHECK(!t.is_lazy(), "graph: ", t.desc(), " is bound to the program already");
+  TensorImpl& impl = *t.impl();
+  saved_.push_back({.handle = t, .storage = impl.storage, .strides = impl.strides, .offset = impl.offset});
+  rebind(t, v);
+}
+
+BoundTensors::~BoundTensors() {
+  for (Saved& s : saved_) {
+    TensorImpl& impl = *s.handle.impl();
+    impl.storage = std::move(s.storage);
+    impl.strides = std::move(s.strides);
+    impl.offset = s.offset;
+    impl.lazy = {};
+    if (impl.autograd && impl.autograd->grad.defined() && impl.autograd->grad.is_lazy()) impl.autograd->grad = Tensor();
+  }
+}
+
 }  // namespace titan::graph

@@ -4,7 +4,9 @@
 // and, when one is, records its StableHLO (and an autograd node whose backward records the
 // backward's) instead of running its kernel; an op without one refuses them (core's check_cpu).
 #include <initializer_list>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "titan/graph/ir/hlo.h"
 
@@ -30,5 +32,26 @@ Tensor full(const Shape& shape, double value, DType dtype);
 Tensor add(const Tensor& a, const Tensor& b);
 // Makes `handle` (and every copy of it) name `v`: what an in-place update is in a program.
 void rebind(const Tensor& handle, const Value& v);
+
+// For the length of a capture, tensors that hold memory (a model's parameters) name parameters
+// of the program instead; they get their memory back, and lose any gradient recorded for them,
+// when this goes.
+class BoundTensors {
+ public:
+  BoundTensors() = default;
+  ~BoundTensors();
+  BoundTensors(const BoundTensors&) = delete;
+  BoundTensors& operator=(const BoundTensors&) = delete;
+  void bind(const Tensor& t, const Value& v);
+
+ private:
+  struct Saved {
+    Tensor handle = {};
+    std::shared_ptr<Storage> storage = {};
+    Shape strides = {};
+    int64_t offset = 0;
+  };
+  std::vector<Saved> saved_;
+};
 
 }  // namespace titan::graph

@@ -6,6 +6,7 @@
 
 #include "titan/core/memory_owner.h"
 #include "titan/core/trace.h"
+#include "titan/graph/ir/hlo.h"
 #include "titan/kernels/cpu/adamw.h"
 
 namespace titan::optim {
@@ -70,6 +71,35 @@ void AdamW::step(double grad_scale) {
                                        h);
     }
   }
+}
+
+kernels::cpu::AdamWScalars AdamW::step_scalars(const std::string& name, int64_t step) const {
+  const Entry& e = entry(name);
+  return kernels::cpu::adamw_scalars({.lr = opts_.lr,
+                                      .beta1 = opts_.beta1,
+                                      .beta2 = opts_.beta2,
+                                      .eps = opts_.eps,
+                                      .weight_decay = e.decay ? opts_.weight_decay : 0.0,
+                                      .step = step});
+}
+
+LoweredAdamW adamw_update_lowered(const graph::Value& param, const graph::Value& grad, const graph::Value& exp_avg,
+                                  const graph::Value& exp_avg_sq, const graph::Value& decay,
+                                  const graph::Value& neg_step_size, const graph::Value& bc2_sqrt,
+                                  const graph::Value& grad_scale, const AdamWOptions& opts) {
+  namespace hlo = graph::hlo;
+  const Shape& shape = param.shape;
+  const DType dt = param.dtype;
+  auto splat = [&](const graph::Value& s) { return hlo::broadcast_to(hlo::convert(s, dt), shape); };
+  auto constant = [&](double c) { return hlo::constant(c, shape, dt); };
+  const graph::Value g = hlo::mul(grad, splat(grad_scale));
+  const graph::Value m = hlo::add(hlo::mul(exp_avg, constant(opts.beta1)), hlo::mul(constant(1.0 - opts.beta1), g));
+  const graph::Value v =
+      hlo::add(hlo::mul(exp_avg_sq, constant(opts.beta2)), hlo::mul(hlo::mul(constant(1.0 - opts.beta2), g), g));
+  const graph::Value denom = hlo::add(hlo::div(hlo::sqrt(v), splat(bc2_sqrt)), constant(opts.eps));
+  const graph::Value p =
+      hlo::add(hlo::mul(param, splat(decay)), hlo::mul(splat(neg_step_size), hlo::div(m, denom)));
+  return {.param = p, .exp_avg = m, .exp_avg_sq = v};
 }
 
 void AdamW::zero_grad() {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/graph/ir/program.h"
+#include "titan/kernels/cpu/adamw.h"
 
 namespace titan::optim {
 
@@ -53,6 +55,10 @@ class AdamW {
   const AdamWOptions& options() const { return opts_; }
 
   const ParamState& state(const std::string& name) const;
+  // Whether `name` takes weight decay (AdamWOptions::no_decay).
+  bool decays(const std::string& name) const { return entry(name).decay; }
+  // The scalars of `name`'s update at 1-based step `step`, as the fused kernel computes them.
+  kernels::cpu::AdamWScalars step_scalars(const std::string& name, int64_t step) const;
   // For checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" (the moments, aliased) and
   // "<param>.step" (an i64 scalar) for every parameter.
   std::map<std::string, Tensor> state_dict() const;
@@ -73,5 +79,17 @@ class AdamW {
   std::unordered_map<std::string, size_t> index_;
   AdamWOptions opts_;
 };
+
+// Graph mode: one parameter's update, recorded into the step being captured, in the fused
+// kernel's order of operations. `decay`, `neg_step_size` and `bc2_sqrt` are scalar inputs of the
+// program (AdamW::next_scalars each step), so that one compiled step serves every step;
+// `grad_scale` is the clipping coefficient computed in the program.
+struct LoweredAdamW {
+  graph::Value param = {}, exp_avg = {}, exp_avg_sq = {};
+};
+LoweredAdamW adamw_update_lowered(const graph::Value& param, const graph::Value& grad, const graph::Value& exp_avg,
+                                  const graph::Value& exp_avg_sq, const graph::Value& decay,
+                                  const graph::Value& neg_step_size, const graph::Value& bc2_sqrt,
+                                  const graph::Value& grad_scale, const AdamWOptions& opts);
 
 }  // namespace titan::optim

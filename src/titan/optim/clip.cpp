@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "titan/graph/ir/hlo.h"
 #include "titan/kernels/cpu/elementwise.h"
 #include "titan/kernels/cpu/reduce.h"
 
@@ -63,6 +64,28 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   double total = grad_norm_from_partial(grad_norm_partial(params, norm_type), norm_type);
   clip_grads_with_norm_(params, max_norm, total);
   return total;
+}
+
+graph::Value grad_norm_lowered(const std::vector<graph::Value>& grads) {
+  namespace hlo = graph::hlo;
+  graph::Value total = hlo::scalar(0.0, kF64);
+  for (const graph::Value& g : grads) {
+    const graph::Value g64 = hlo::convert(g, kF64);
+    Shape all(g.shape.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    total = hlo::add(total, hlo::reduce_sum(hlo::mul(g64, g64), all));
+  }
+  return hlo::sqrt(total);
+}
+
+graph::Value clip_coefficient_lowered(const graph::Value& total_norm, double max_norm) {
+  namespace hlo = graph::hlo;
+  TITAN_CHECK(max_norm > 0, "clip_grad_norm_: max_norm must be positive, got ", max_norm);
+  const DType dt = total_norm.dtype;
+  const graph::Value coef = hlo::div(hlo::scalar(max_norm, dt), hlo::add(total_norm, 1e-6));
+  const graph::Value one = hlo::scalar(1.0, dt);
+  // coef < 1 ? coef : 1, so that a NaN norm gives 1 as clip_coefficient does.
+  return hlo::select(hlo::compare(coef, one, "LT"), coef, one);
 }
 
 }  // namespace titan::optim

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/graph/ir/program.h"
 
 namespace titan::optim {
 
@@ -28,5 +29,10 @@ void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, d
 double clip_coefficient(double max_norm, double total_norm);
 // Returns the total norm before clipping. norm_type is 2 or INFINITY.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+// Graph mode: the 2-norm of `grads` (values of the step being captured), summed in f64 as
+// grad_norm_partial sums, and the clipping coefficient clip_coefficient gives for it.
+graph::Value grad_norm_lowered(const std::vector<graph::Value>& grads);
+graph::Value clip_coefficient_lowered(const graph::Value& total_norm, double max_norm);
 
 }  // namespace titan::optim

@@ -391,12 +391,15 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
        << " " << theirs.flavor << ") in " << seconds_since(t0) << " s\n";
 }
 
-void CheckpointManager::after_step(int64_t step, bool stopping) {
+bool CheckpointManager::saves_after(int64_t step, bool stopping) const {
   const auto& c = cfg_.checkpoint;
   // Under FSDP every rank writes its shards.
-  if (!c.enable || (!writer_ && !sharded()) || step == last_saved_) return;
-  const bool last = step == cfg_.training.steps;
-  if (last || stopping || step % c.interval == 0) save(step, last && c.last_save_model_only);
+  if (!c.enable || (!writer_ && !sharded()) || step == last_saved_) return false;
+  return step == cfg_.training.steps || stopping || step % c.interval == 0;
+}
+
+void CheckpointManager::after_step(int64_t step, bool stopping) {
+  if (saves_after(step, stopping)) save(step, step == cfg_.training.steps && cfg_.checkpoint.last_save_model_only);
 }
 
 void CheckpointManager::save(int64_t step, bool model_only) {

@@ -90,6 +90,8 @@ class CheckpointManager {
   // stopped run resumes where it stopped. In async mode the state is copied before this
   // returns and written in the background; a save still running is waited for first.
   void after_step(int64_t step, bool stopping = false);
+  // Whether after_step(step, stopping) saves.
+  bool saves_after(int64_t step, bool stopping) const;
 
   // Waits for a background save, throwing its error.
   void wait();

@@ -5,7 +5,25 @@ namespace titan::train {
 void declare_keys(config::Keys<CompileConfig>& keys) {
   keys.add("enable", &CompileConfig::enable, {}, "run the step in `mode`; false: eager, op by op with fused kernels")
       .add("mode", &CompileConfig::mode, config::one_of({"graph"}),
-           "graph: the whole step captured once, compiled and replayed");
+           "graph: the whole step captured once as StableHLO, compiled by a PJRT plugin and replayed")
+      .add("plugin", &CompileConfig::plugin, {},
+           "graph mode's PJRT plugin: cpu, cuda, tpu, or the path of a plugin .so")
+      .add("plugin_options", &CompileConfig::plugin_options, {},
+           "the plugin's client options as name=value pairs separated by commas, e.g. cpu_device_count=1")
+      .add("scan_layers", &CompileConfig::scan_layers, {},
+           "graph mode: identical blocks lowered once as a loop (compile time independent of depth; each block "
+           "recomputed in backward); false: every block recorded")
+      .check([](const CompileConfig& c, config::Problems& problems) {
+        if (c.graph()) return;
+        if (!c.scan_layers)
+          problems.add("compile.scan_layers = false is read only in graph mode; set compile.enable = true or leave "
+                       "it out");
+        if (c.plugin != "cpu")
+          problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; set compile.enable = true "
+                       "(compile.mode = \"graph\") or leave it out");
+        if (!c.plugin_options.empty())
+          problems.add("compile.plugin_options is read only in graph mode; set compile.enable = true or leave it out");
+      });
 }
 
 }  // namespace titan::train

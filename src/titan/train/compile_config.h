@@ -9,8 +9,17 @@ namespace titan::train {
 struct CompileConfig {
   bool enable = false;
   std::string mode = "graph";
+  // Graph mode's PJRT plugin: "cpu", "cuda", "tpu", or the path of a plugin's .so.
+  std::string plugin = "cpu";
+  // The plugin's client options, "name=value" pairs separated by commas (e.g.
+  // "cpu_device_count=1"): integers, true/false, decimals, or else strings.
+  std::string plugin_options = "";
+  // Identical transformer blocks lowered once, as a loop over their stacked weights
+  // (autograd/scan.h): compile time independent of depth, each block recomputed in backward.
+  bool scan_layers = true;
   // What the step runs as: `mode` when enabled, else eager (op by op, with titan's fused kernels).
   std::string execution_mode() const { return enable ? mode : "eager"; }
+  bool graph() const { return execution_mode() == "graph"; }
 };
 
 void declare_keys(config::Keys<CompileConfig>& keys);

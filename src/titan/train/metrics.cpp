@@ -209,6 +209,7 @@ std::optional<LoggedMetrics> MetricsLogger::record(const StepMetrics& m) {
   out.eta_seconds = out.mean_step_seconds * static_cast<double>(options_.total_steps - m.step);
   out.extra = m.extra;
   std::string line = format_metrics_line(out, options_.total_steps, options_.color);
+  if (!options_.mode.empty()) line += "  " + options_.mode;
   std::string json = format_metrics_json(out, unix_seconds());
   Scalars scalars = tensorboard_scalars(out);
   window_ = Window{};

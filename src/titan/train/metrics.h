@@ -27,6 +27,7 @@ struct MetricsOptions {
   std::string save_tb_folder = "tb";  // metrics.save_tb_folder, relative to dump_folder
   std::string jsonl_name = "metrics.jsonl";  // under dump_folder
   bool color = false;                        // ANSI colours on the console line (use_color)
+  std::string mode = {};  // how the step ran ("graph on cpu"), ending the console line; empty: eager
 };
 
 // What the trainer measured in one step. tokens and flops_per_token are this rank's, and

@@ -40,6 +40,7 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/checkpoint_manager.h"
+#include "titan/train/graph_step.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
 #include "titan/train/peak_flops.h"
@@ -105,16 +106,26 @@ std::vector<std::string> split_list(const std::string& text) {
 // at once and before anything is allocated: a run must never seem to do what it does not.
 void refuse_missing_features(const JobConfig& c) {
   std::vector<std::string> refused;
-  if (matmul_dtype(c.training) == kBF16 && kernels::cpu::onednn_bf16_isa().empty())
+  // Graph mode's bf16 products are XLA's, which it runs on any CPU.
+  if (matmul_dtype(c.training) == kBF16 && !c.compile.graph() && kernels::cpu::onednn_bf16_isa().empty())
     refused.push_back("training.mixed_precision_param = \"bfloat16\": this CPU (" + cpu_model_name() +
                       ") has neither AMX-BF16 nor AVX512-BF16, or ONEDNN_MAX_CPU_ISA keeps oneDNN from them, "
                       "and titan does not emulate bf16 products on float32 instructions (slower than float32 "
                       "itself); set it to \"float32\", or run on a CPU with them (Intel Sapphire Rapids or "
                       "later, AMD Zen 4 or later)");
-  if (c.compile.enable)
-    refused.push_back("compile.enable = true (compile.mode = \"" + c.compile.mode +
-                      "\"): titan cannot capture and compile the step yet; set it to false, which runs the "
-                      "step eagerly with titan's fused kernels");
+  if (c.compile.graph()) {
+    const auto& p = c.parallelism;
+    for (const auto& [key, degree] :
+         std::vector<std::pair<std::string, int64_t>>{{"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+                                                      {"tensor_parallel_degree", p.tensor_parallel_degree},
+                                                      {"context_parallel_degree", p.context_parallel_degree},
+                                                      {"pipeline_parallel_degree", p.pipeline_parallel_degree},
+                                                      {"expert_parallel_degree", p.expert_parallel_degree}})
+      if (degree > 1)
+        refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
+                          " with compile.mode = \"graph\": graph mode runs the captured step on one device; set "
+                          "the degree to 1 or compile.enable = false");
+  }
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
   if (!refused.empty()) throw Error(message);
@@ -230,6 +241,7 @@ struct Trainer::State {
   // Holds references to the members above, so it is declared, and destroyed, after them.
   std::unique_ptr<CheckpointManager> checkpointer;
   std::unique_ptr<StepProfiler> profiler;
+  std::unique_ptr<GraphStep> graph;  // compile.mode = "graph"; null when eager
   int64_t start_step = 0;
   parallel::DataParallelStyle dp_style = parallel::DataParallelStyle::none;
 
@@ -492,7 +504,8 @@ void Trainer::State::build_metrics() {
           .save_tb_folder = rank == 0 ? c.metrics.save_tb_folder
                                       : c.metrics.save_tb_folder + "/rank_" + std::to_string(rank),
           .jsonl_name = rank == 0 ? "metrics.jsonl" : "metrics_rank" + std::to_string(rank) + ".jsonl",
-          .color = use_color(c.metrics.disable_color_printing, console_is_terminal(log))},
+          .color = use_color(c.metrics.disable_color_printing, console_is_terminal(log)),
+          .mode = c.compile.graph() ? "graph on " + c.compile.plugin : ""},
       log);
 }
 
@@ -574,6 +587,9 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const JobConfig& c = s.cfg;
   validate(c);
   refuse_missing_features(c);
+  TITAN_CHECK(!c.compile.graph() || s.world.size() == 1, "compile.mode = \"graph\" runs the captured step on one ",
+              "device in one process, but this run has ", s.world.size(),
+              " ranks; launch one process, or set compile.enable = false");
   s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
   s.dp_style = parallel::data_parallel_style(*s.mesh);
   s.plan = plan_batches(c.training, (*s.mesh)["batch"].size());
@@ -599,6 +615,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                    .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
       s.log, s.world);
   s.start_step = s.checkpointer->load();
+  if (c.compile.graph())
+    s.graph = std::make_unique<GraphStep>(
+        *s.model, *s.optimizer, s.named_params,
+        GraphStepOptions{.runtime = graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options,
+                                                                 "compile.plugin_options"),
+                         .max_norm = c.training.max_norm,
+                         .scan_layers = c.compile.scan_layers},
+        s.log);
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();
@@ -671,6 +695,12 @@ TrainResult Trainer::train() {
       };
     }
     StepStats stats = s.memory_snapshots->run_step(step, [&] {
+      if (s.graph) {
+        std::vector<data::Batch> batches;
+        for (int64_t i = 0; i < accum; ++i) batches.push_back(s.next_batch());
+        const GraphStep::Result r = s.graph->run(batches);
+        return StepStats{.loss = r.loss, .grad_norm = r.grad_norm, .extra = {}};
+      }
       return train_step(
           *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.next_batch(); }, sync);
     });
@@ -714,7 +744,11 @@ TrainResult Trainer::train() {
              "metrics.peak_flops");
       s.warned_peak = true;
     }
-    if (s.validator && s.validator->should_validate(step, c.training.steps)) {
+    // Graph mode keeps the weights on the device: the host's copies are brought up to date for
+    // what reads them.
+    const bool validates = s.validator && s.validator->should_validate(step, c.training.steps);
+    if (s.graph && validates) s.graph->to_host();
+    if (validates) {
       result.validations.push_back(s.validator->validate(step, *s.model, s.fsdp.get(), s.tp.get()));
       s.metrics->record_validation(result.validations.back());
     }
@@ -722,6 +756,7 @@ TrainResult Trainer::train() {
     bool stop = StopOnSignal::requested();
     if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
     s.memory_snapshots->after_step(step);
+    if (s.graph && !validates && s.checkpointer->saves_after(step, stop)) s.graph->to_host();
     s.checkpointer->after_step(step, stop);
     s.profiler->end_step([&] { s.checkpointer->wait(); });
     if (stop && step < c.training.steps) {
@@ -730,6 +765,7 @@ TrainResult Trainer::train() {
       break;
     }
   }
+  if (s.graph) s.graph->to_host();
   s.checkpointer->wait();
   // Rank 0 alone writes checkpoints: no rank returns before they are on disk, so that a run
   // started next (a resume) finds them on every rank.

@@ -28,6 +28,13 @@ std::string types_of(const std::vector<Value>& values) {
   return out;
 }
 
+// "%12": built by appending, which GCC 12's -Wrestrict does not misread as operator+ is.
+std::string ssa_name(const char* prefix, size_t n) {
+  std::string out(prefix);
+  out += std::to_string(n);
+  return out;
+}
+
 }  // namespace
 
 std::string mlir_type(const Shape& shape, DType dtype, bool pred) {
@@ -50,8 +57,8 @@ std::string Program::name(const Value& v) const {
 }
 
 Value Program::parameter(const Shape& shape, DType dtype, std::string name, InputKind kind, Tensor host) {
-  TITAN_CHECK(blocks_.size() == 1, "graph: parameter '", name, "' declared inside a region");
-  Value v = add_value("%arg" + std::to_string(params_.size()), {shape, dtype, false});
+  // Parameters are @main's arguments, visible inside every region: one may be added from within one.
+  Value v = add_value(ssa_name("%arg", params_.size()), {shape, dtype, false});
   if (kind == InputKind::host) host_params_.emplace_back(host.impl(), v);
   params_.push_back({.value = v, .name = std::move(name), .kind = kind, .host = std::move(host)});
   return v;
@@ -67,7 +74,7 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
                                  const std::vector<ResultType>& results, std::string_view attrs,
                                  const std::vector<std::string>& regions) {
   ++num_ops_;
-  const std::string base = "%" + std::to_string(names_.size());
+  const std::string base = ssa_name("%", names_.size());
   std::vector<Value> out;
   for (size_t i = 0; i < results.size(); ++i)
     out.push_back(add_value(results.size() == 1 ? base : base + "#" + std::to_string(i), results[i]));
@@ -101,7 +108,7 @@ std::string Program::region(const std::vector<ResultType>& args,
   std::vector<Value> block_args;
   std::string header = "{\n  ^bb0(";
   for (size_t i = 0; i < args.size(); ++i) {
-    block_args.push_back(add_value("%" + std::to_string(names_.size()), args[i]));
+    block_args.push_back(add_value(ssa_name("%", names_.size()), args[i]));
     header += (i ? ", " : "") + name(block_args.back()) + ": " + mlir_type(block_args.back());
   }
   header += "):\n";

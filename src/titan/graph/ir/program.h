@@ -81,10 +81,14 @@ class Program {
                           const std::vector<std::pair<int, int>>& aliases = {}) const;
   std::string name(const Value& v) const;
   int64_t num_ops() const { return num_ops_; }
+  // Whether identical blocks are recorded once, as a loop (autograd/scan.h), rather than each.
+  bool scan_layers() const { return scan_layers_; }
+  void set_scan_layers(bool on) { scan_layers_ = on; }
 
  private:
   uint64_t serial_;
   int64_t num_ops_ = 0;
+  bool scan_layers_ = false;
   std::vector<std::string> names_;  // by value id
   std::vector<Parameter> params_;
   std::vector<std::pair<const TensorImpl*, Value>> host_params_;

@@ -6,17 +6,24 @@
 
 namespace titan::kernels::cpu {
 
+AdamWScalars adamw_scalars(const AdamWHyper& h) {
+  const double t = static_cast<double>(h.step);
+  return {.decay = 1.0 - h.lr * h.weight_decay,
+          .neg_step_size = -h.lr / (1.0 - std::pow(h.beta1, t)),
+          .bc2_sqrt = std::sqrt(1.0 - std::pow(h.beta2, t))};
+}
+
 template <typename T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h) {
   // Scalars in double, then rounded to T once, as torch.optim.AdamW's Python floats are when
   // they meet a tensor of dtype T. The arithmetic below follows its order of operations, so an
   // f64 run agrees with it to rounding and an f32 run to a few ulp per step.
-  const double t = static_cast<double>(h.step);
-  const T decay = static_cast<T>(1.0 - h.lr * h.weight_decay);
+  const AdamWScalars s = adamw_scalars(h);
+  const T decay = static_cast<T>(s.decay);
   const T b1 = static_cast<T>(h.beta1), one_minus_b1 = static_cast<T>(1.0 - h.beta1);
   const T b2 = static_cast<T>(h.beta2), one_minus_b2 = static_cast<T>(1.0 - h.beta2);
-  const T neg_step_size = static_cast<T>(-h.lr / (1.0 - std::pow(h.beta1, t)));
-  const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(h.beta2, t)));
+  const T neg_step_size = static_cast<T>(s.neg_step_size);
+  const T bc2_sqrt = static_cast<T>(s.bc2_sqrt);
   const T eps = static_cast<T>(h.eps);
   const T grad_scale = static_cast<T>(h.grad_scale);
   // Eight bytes of traffic per element and ~15 flops: memory bound, so chunks are large enough

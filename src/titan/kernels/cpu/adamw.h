@@ -16,6 +16,15 @@ struct AdamWHyper {
   double grad_scale = 1.0;
 };
 
+// The update's per-step scalars, in double; the kernel rounds them to T once. Graph mode feeds the
+// same numbers to its compiled update, so that both follow one formula.
+struct AdamWScalars {
+  double decay = 1.0;          // 1 - lr * weight_decay
+  double neg_step_size = 0.0;  // -lr / (1 - beta1^t)
+  double bc2_sqrt = 1.0;       // sqrt(1 - beta2^t)
+};
+AdamWScalars adamw_scalars(const AdamWHyper& h);
+
 // Decoupled weight decay (Loshchilov & Hutter), matching torch.optim.AdamW:
 //   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)

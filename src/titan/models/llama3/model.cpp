@@ -4,6 +4,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
+#include "titan/models/common/run_blocks.h"
 #include "titan/nn/init.h"
 #include "titan/ops/arith.h"
 
@@ -72,7 +73,8 @@ Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_
   common::check_layer_span(tokens, hidden, first, last, args_.n_layers, args_.max_seq_len, "llama3");
   const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
-  for (int64_t i = first; i < last; ++i) h = (*layers)[static_cast<size_t>(i)](h, rope_, mask);
+  h = common::run_blocks(*layers, first, last, h,
+                         [&](TransformerBlock& block, const Tensor& x) { return block(x, rope_, mask); });
   return last == args_.n_layers ? (*output)((*norm)(h)) : h;
 }
 

@@ -4,6 +4,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
+#include "titan/models/common/run_blocks.h"
 #include "titan/nn/init.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
@@ -83,7 +84,9 @@ Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_
   const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
   Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
-  for (int64_t i = first; i < last; ++i) h = (*layers)[static_cast<size_t>(i)](h, rope_, mask, pass);
+  h = common::run_blocks(*layers, first, last, h, [&](TransformerBlock& block, const Tensor& x) {
+    return block(x, rope_, mask, pass);
+  });
   last_pass_ = pass;
   return last == args_.n_layers ? logits(h) : h;
 }

@@ -1,0 +1,25 @@
+#pragma once
+// Identical blocks as one loop in a captured step (graph mode). Instead of recording every
+// layer's ops, the program records the first block once, inside a stablehlo.while over the
+// layers' stacked weights, so that the program, and the time XLA takes to compile it, do not grow
+// with depth. Its backward is a second loop that recomputes each block from the block's saved
+// input and differentiates it, as activation checkpointing does in eager mode: one block's
+// activations are alive at a time, for a third more compute.
+#include <functional>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::autograd {
+
+// blocks[i]: block i's parameters, in one order for every block. run(i, x) applies block i to x;
+// it must compute the same function of (x, blocks[i]) for every i, reading block i's parameters
+// through the tensors in blocks[i].
+//
+// Loops when x is a value of a captured program that asks for it (graph::Program::scan_layers)
+// and every block's parameters match the first's in shape and dtype; otherwise applies the blocks
+// one after the other, as eager mode does.
+Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
+                   const std::function<Tensor(size_t, const Tensor&)>& run);
+
+}  // namespace titan::autograd

@@ -1,0 +1,109 @@
+#include "titan/graph/pjrt/client.h"
+
+#include <chrono>
+
+#include "titan/core/error.h"
+#include "titan/graph/pjrt/client_state.h"
+
+namespace titan::graph::pjrt {
+namespace {
+
+PJRT_NamedValue named_value(const ClientOption& option) {
+  PJRT_NamedValue v{};
+  v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  v.name = option.name.c_str();
+  v.name_size = option.name.size();
+  v.value_size = 1;
+  if (const auto* i = std::get_if<int64_t>(&option.value)) {
+    v.type = PJRT_NamedValue_kInt64;
+    v.int64_value = *i;
+  } else if (const auto* s = std::get_if<std::string>(&option.value)) {
+    v.type = PJRT_NamedValue_kString;
+    v.string_value = s->c_str();
+    v.value_size = s->size();
+  } else if (const auto* b = std::get_if<bool>(&option.value)) {
+    v.type = PJRT_NamedValue_kBool;
+    v.bool_value = *b;
+  } else {
+    v.type = PJRT_NamedValue_kFloat;
+    v.float_value = std::get<float>(option.value);
+  }
+  return v;
+}
+
+}  // namespace
+
+Client Client::create(const Plugin& plugin, const std::vector<ClientOption>& options) {
+  std::vector<PJRT_NamedValue> values;
+  for (const ClientOption& option : options) values.push_back(named_value(option));
+  PJRT_Client_Create_Args args{};
+  args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  args.create_options = values.data();
+  args.num_options = values.size();
+  plugin.check(plugin.api()->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  return Client(std::make_shared<const detail::ClientState>(plugin, args.client));
+}
+
+const Plugin& Client::plugin() const { return *state_->plugin; }
+const std::string& Client::platform_name() const { return state_->platform_name; }
+int Client::device_count() const { return static_cast<int>(state_->devices.size()); }
+
+std::string Client::device_description(int i) const {
+  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(), " client has ",
+              device_count(), " addressable devices");
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = state_->devices[i];
+  state_->check(state_->api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription_DebugString_Args text{};
+  text.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE;
+  text.device_description = get.device_description;
+  state_->check(state_->api()->PJRT_DeviceDescription_DebugString(&text), "PJRT_DeviceDescription_DebugString");
+  return std::string(text.debug_string, text.debug_string_size);
+}
+
+Buffer Client::to_device(const void* host, DType dtype, const Shape& dims, int device) const {
+  TITAN_CHECK(device >= 0 && device < device_count(), "to_device: device ", device, " does not exist: the ",
+              platform_name(), " client has ", device_count(), " addressable devices");
+  for (int64_t d : dims) TITAN_CHECK(d >= 0, "to_device: negative dimension in ", dims);
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = state_->client;
+  args.data = host;
+  args.type = detail::to_pjrt(dtype);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  args.device = state_->devices[device];
+  state_->check(state_->api()->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
+  Buffer buffer(state_, args.buffer, dtype, dims);
+  state_->await(args.done_with_host_buffer, "PJRT_Client_BufferFromHostBuffer (awaiting the copy)");
+  return buffer;
+}
+
+Executable Client::compile(const std::string& stablehlo_text, const CompileSpec& spec) const {
+  const std::string options = compile_options_proto(spec);
+  static constexpr char kFormat[] = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  // The C API's field is not const, but compiling only reads it.
+  program.code = const_cast<char*>(stablehlo_text.data());
+  program.code_size = stablehlo_text.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  PJRT_Client_Compile_Args args{};
+  args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  args.client = state_->client;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  const auto start = std::chrono::steady_clock::now();
+  state_->check(state_->api()->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+  // Own the executable before parsing, so that a parse failure frees it.
+  Executable executable(state_, args.executable, seconds.count());
+  executable.parameters_ = main_parameters(stablehlo_text);
+  return executable;
+}
+
+}  // namespace titan::graph::pjrt

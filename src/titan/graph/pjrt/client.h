@@ -1,0 +1,50 @@
+#pragma once
+// A PJRT client: one plugin's devices, where titan puts arrays (to_device) and compiles
+// StableHLO programs (compile). Copies share the client; it lives until the last Client, Buffer
+// and Executable made from it are gone.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "titan/core/dtype.h"
+#include "titan/core/shape.h"
+#include "titan/graph/pjrt/buffer.h"
+#include "titan/graph/pjrt/compile_options.h"
+#include "titan/graph/pjrt/executable.h"
+#include "titan/graph/pjrt/plugin.h"
+
+namespace titan::graph::pjrt {
+
+// A plugin-specific client setting (PJRT_NamedValue), e.g. the CPU plugin's
+// {"cpu_device_count", int64_t{1}}.
+struct ClientOption {
+  std::string name = {};
+  std::variant<int64_t, std::string, bool, float> value = {};
+};
+
+class Client {
+ public:
+  static Client create(const Plugin& plugin, const std::vector<ClientOption>& options = {});
+
+  const Plugin& plugin() const;
+  // "cpu", "cuda", "tpu", as the plugin names its platform.
+  const std::string& platform_name() const;
+  // Addressable devices: the ones this process can put arrays on and run programs on.
+  int device_count() const;
+  // The plugin's own description of device `i`, for logs.
+  std::string device_description(int i) const;
+
+  // Copies `host` (numel(dims) elements of `dtype`, row-major) to device `device`; the host
+  // memory may be reused once this returns.
+  Buffer to_device(const void* host, DType dtype, const Shape& dims, int device = 0) const;
+  // Compiles StableHLO (MLIR text) whose entry is `main`; the plugin's compiler message on failure.
+  Executable compile(const std::string& stablehlo_text, const CompileSpec& spec = {}) const;
+
+ private:
+  explicit Client(std::shared_ptr<const detail::ClientState> state) : state_(std::move(state)) {}
+  std::shared_ptr<const detail::ClientState> state_ = {};
+};
+
+}  // namespace titan::graph::pjrt

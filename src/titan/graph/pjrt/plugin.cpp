@@ -1,0 +1,158 @@
+#include "titan/graph/pjrt/plugin.h"
+
+#include <dlfcn.h>
+#include <pjrt_c_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "titan/core/error.h"
+
+namespace titan::graph::pjrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every PJRT_Api function titan calls. A plugin's table must reach the last of them: an older
+// plugin's shorter table would otherwise be read past its end.
+#define TITAN_PJRT_CALLS(X)                                                                        \
+  X(PJRT_Error_Destroy) X(PJRT_Error_Message) X(PJRT_Plugin_Initialize) X(PJRT_Event_Destroy)      \
+  X(PJRT_Event_Await) X(PJRT_Client_Create) X(PJRT_Client_Destroy) X(PJRT_Client_PlatformName)     \
+  X(PJRT_Client_AddressableDevices) X(PJRT_Client_Compile) X(PJRT_Client_BufferFromHostBuffer)     \
+  X(PJRT_DeviceDescription_DebugString) X(PJRT_Device_GetDescription) X(PJRT_Executable_Destroy)   \
+  X(PJRT_Executable_Name) X(PJRT_Executable_NumOutputs) X(PJRT_LoadedExecutable_Destroy)           \
+  X(PJRT_LoadedExecutable_GetExecutable) X(PJRT_LoadedExecutable_Execute) X(PJRT_Buffer_Destroy)   \
+  X(PJRT_Buffer_ElementType) X(PJRT_Buffer_Dimensions) X(PJRT_Buffer_ToHostBuffer)
+#define TITAN_PJRT_END_OF(fn) offsetof(PJRT_Api, fn) + sizeof(PJRT_Api::fn),
+constexpr size_t kApiSizeNeeded = std::max({TITAN_PJRT_CALLS(TITAN_PJRT_END_OF)});
+#undef TITAN_PJRT_END_OF
+#undef TITAN_PJRT_CALLS
+
+// Where each platform's plugin sits under plugin_dir(), and what puts it there.
+struct Known {
+  const char* name;
+  const char* relative_path;
+  const char* install;
+};
+constexpr Known kKnown[] = {
+    {"cpu", "cpu/pjrt_c_api_cpu_plugin.so", "run scripts/setup.sh (it installs the CPU plugins into .pjrt)"},
+    {"cuda", "cuda/jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+     "unpack the wheels jax-cuda13-pjrt and jax-cuda13-plugin[with-cuda] into <plugin dir>/cuda "
+     "(scripts/gpu_check.sh does it)"},
+    {"tpu", "tpu/libtpu/libtpu.so", "unpack the libtpu wheel into <plugin dir>/tpu"},
+};
+
+bool is_path(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 3 && s.ends_with(".so"));
+}
+
+// The plugin's file for `name_or_path`, and what to do when it is missing.
+std::pair<std::string, std::string> resolve(const std::string& name_or_path) {
+  if (is_path(name_or_path)) {
+    return {name_or_path, "pass the path of a PJRT plugin (a shared library exporting GetPjrtApi)"};
+  }
+  std::string names;
+  for (const Known& known : kKnown) {
+    if (name_or_path == known.name) {
+      return {Plugin::plugin_dir() + "/" + known.relative_path,
+              std::string(known.install) + ", set TITAN_PJRT_DIR to a folder laid out like .pjrt, or pass "
+                                           "the plugin's path"};
+    }
+    names += names.empty() ? "" : ", ";
+    names += known.name;
+  }
+  TITAN_CHECK(false, "unknown PJRT plugin '", name_or_path, "': give one of ", names,
+              ", or a plugin's path (containing '/' or ending in .so)");
+}
+
+std::string version_of(const PJRT_Api* api) {
+  return std::to_string(api->pjrt_api_version.major_version) + "." +
+         std::to_string(api->pjrt_api_version.minor_version);
+}
+
+}  // namespace
+
+std::string Plugin::plugin_dir() {
+  const char* env = std::getenv("TITAN_PJRT_DIR");
+  return env && *env ? env : TITAN_PJRT_DEFAULT_DIR;
+}
+
+Plugin& Plugin::load(const std::string& name_or_path) {
+  auto [path, install] = resolve(name_or_path);
+  std::error_code ec;
+  TITAN_CHECK(fs::is_regular_file(path, ec), "PJRT plugin '", name_or_path, "' not found: no file ", path,
+              "; ", install);
+  const std::string key = fs::canonical(path).string();
+
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Plugin>> loaded;
+  std::lock_guard lock(mutex);
+  if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
+
+  // RTLD_LOCAL: each plugin carries its own LLVM and protobuf, which must not resolve against
+  // another plugin's (two CPU plugins are loaded side by side in the tests).
+  void* handle = dlopen(key.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TITAN_CHECK(handle, "cannot load PJRT plugin ", key, ": ", dlerror(),
+              "; it must be a PJRT plugin shared library built for this machine (", install, ")");
+  using GetPjrtApi = const PJRT_Api* (*)();
+  auto get_api = reinterpret_cast<GetPjrtApi>(dlsym(handle, "GetPjrtApi"));
+  TITAN_CHECK(get_api, "PJRT plugin ", key, " exports no GetPjrtApi: it is a shared library but not a ",
+              "PJRT plugin (", install, ")");
+  const PJRT_Api* api = get_api();
+  TITAN_CHECK(api && api->struct_size >= offsetof(PJRT_Api, pjrt_api_version) + sizeof(PJRT_Api_Version),
+              "PJRT plugin ", key, "'s GetPjrtApi returned ", api ? "a table too short to hold its version" : "null",
+              ": the plugin is broken; ", install);
+  const PJRT_Api_Version& version = api->pjrt_api_version;
+  TITAN_CHECK(version.major_version == PJRT_API_MAJOR, "PJRT plugin ", key, " implements PJRT C API ",
+              version_of(api), "; titan is built for major version ", PJRT_API_MAJOR,
+              " (.pjrt/include/pjrt_c_api.h, API ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
+              "): install a plugin of major version ", PJRT_API_MAJOR, " (", install, ")");
+  TITAN_CHECK(version.minor_version >= PJRT_API_MINOR, "PJRT plugin ", key, " implements PJRT C API ",
+              version_of(api), ", older than the ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
+              " titan is built against: install a newer plugin (", install, ")");
+  TITAN_CHECK(api->struct_size >= kApiSizeNeeded, "PJRT plugin ", key, " (C API ", version_of(api),
+              ") has a function table of ", api->struct_size, " bytes; titan calls functions up to byte ",
+              kApiSizeNeeded, ": the plugin is broken or not what its version says; ", install);
+
+  auto plugin = std::unique_ptr<Plugin>(new Plugin(key, api));
+  PJRT_Plugin_Initialize_Args args{};
+  args.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE;
+  plugin->check(api->PJRT_Plugin_Initialize(&args), "PJRT_Plugin_Initialize");
+  return *loaded.emplace(key, std::move(plugin)).first->second;
+}
+
+Plugin::Plugin(std::string path, const PJRT_Api* api) : path_(std::move(path)), api_(api) {
+  // A bound on the walk: a corrupt chain must not hang start-up.
+  int left = 64;
+  for (const PJRT_Extension_Base* ext = api->extension_start; ext && left-- > 0; ext = ext->next) {
+    extension_types_.push_back(static_cast<int>(ext->type));
+  }
+}
+
+std::string Plugin::api_version() const { return version_of(api_); }
+
+bool Plugin::has_ffi_extension() const {
+  return std::find(extension_types_.begin(), extension_types_.end(), PJRT_Extension_Type_FFI) !=
+         extension_types_.end();
+}
+
+void Plugin::check(PJRT_Error* error, const char* call) const {
+  if (!error) return;
+  PJRT_Error_Message_Args message{};
+  message.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
+  message.error = error;
+  api_->PJRT_Error_Message(&message);
+  const std::string text(message.message, message.message_size);
+  PJRT_Error_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  destroy.error = error;
+  api_->PJRT_Error_Destroy(&destroy);
+  TITAN_CHECK(false, call, " failed in PJRT plugin ", path_, ": ", text);
+}
+
+}  // namespace titan::graph::pjrt

@@ -1,0 +1,78 @@
+#include "titan/graph/runner.h"
+
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+namespace titan::graph {
+
+RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key) {
+  RuntimeOptions out{.plugin = plugin};
+  std::istringstream in(options);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+    if (b == std::string::npos) continue;
+    item = item.substr(b, e - b + 1);
+    const size_t eq = item.find('=');
+    TITAN_CHECK(eq != std::string::npos && eq > 0, key, ": item '", item,
+                "' is not name=value; write e.g. \"cpu_device_count=1\"");
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    TITAN_CHECK(!value.empty(), key, ": option '", name, "' has no value");
+    char* end = nullptr;
+    const long long i = std::strtoll(value.c_str(), &end, 10);
+    if (*end == '\0') {
+      out.client_options.push_back({name, static_cast<int64_t>(i)});
+    } else if (value == "true" || value == "false") {
+      out.client_options.push_back({name, value == "true"});
+    } else if (const float f = std::strtof(value.c_str(), &end); *end == '\0') {
+      out.client_options.push_back({name, f});
+    } else {
+      out.client_options.push_back({name, value});
+    }
+  }
+  return out;
+}
+
+Runner::Runner(const RuntimeOptions& options)
+    : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options)) {}
+
+Runner::Compiled Runner::compile(const std::string& module_text) {
+  const size_t key = std::hash<std::string>{}(module_text);
+  auto [first, last] = cache_.equal_range(key);
+  for (auto it = first; it != last; ++it)
+    if (it->second.text == module_text)
+      return {.executable = it->second.executable.get(), .fresh = false, .seconds = 0.0};
+  auto executable = std::make_unique<pjrt::Executable>(client_.compile(module_text));
+  ++compiles_;
+  pjrt::Executable* raw = executable.get();
+  cache_.emplace(key, Entry{.text = module_text, .executable = std::move(executable)});
+  return {.executable = raw, .fresh = true, .seconds = raw->compile_seconds()};
+}
+
+pjrt::Buffer Runner::upload(const Tensor& host) const {
+  TITAN_CHECK(host.defined() && !host.is_lazy() && host.device().is_cpu(), "graph: upload needs a CPU tensor, got ",
+              host.defined() ? host.desc() : std::string("undefined"));
+  const Tensor c = host.contiguous();
+  return client_.to_device(c.data_ptr(), c.dtype(), c.sizes());
+}
+
+Tensor Runner::download(const pjrt::Buffer& buffer) const {
+  Tensor out = Tensor::empty(buffer.dims(), {.dtype = buffer.dtype()});
+  download_into(buffer, out);
+  return out;
+}
+
+void Runner::download_into(const pjrt::Buffer& buffer, const Tensor& host) const {
+  TITAN_CHECK(host.is_contiguous() && host.sizes() == buffer.dims() && host.dtype() == buffer.dtype(),
+              "graph: a device array of ", dtype_name(buffer.dtype()), shape_str(buffer.dims()),
+              " cannot be copied into ", host.desc());
+  buffer.to_host(host.data_ptr());
+}
+
+std::string Runner::describe() const {
+  return client_.platform_name() + " (PJRT plugin " + client_.plugin().api_version() + ", " +
+         client_.plugin().path() + ")";
+}
+
+}  // namespace titan::graph

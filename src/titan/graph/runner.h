@@ -1,0 +1,59 @@
+#pragma once
+// Compiles captured programs on one PJRT client and moves tensors to and from its device: what
+// graph mode's trainer and tests share. A program whose text was compiled before is not compiled
+// again (the cache is keyed by the text's hash and checked against the text itself).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "titan/core/tensor.h"
+#include "titan/graph/pjrt/client.h"
+
+namespace titan::graph {
+
+// Which plugin and how to create its client (the [compile] keys `plugin` and `plugin_options`).
+struct RuntimeOptions {
+  std::string plugin = "cpu";
+  std::vector<pjrt::ClientOption> client_options = {};
+};
+
+// `plugin` and the client options written as "a=1,b=true,c=0.5,d=text" (integers, booleans,
+// decimals, else strings), as the [compile] keys hold them; a malformed item is an error naming
+// `key`.
+RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key);
+
+class Runner {
+ public:
+  explicit Runner(const RuntimeOptions& options);
+
+  struct Compiled {
+    pjrt::Executable* executable = nullptr;
+    bool fresh = false;     // compiled by this call (not found in the cache)
+    double seconds = 0.0;   // its compile time
+  };
+  Compiled compile(const std::string& module_text);
+  int64_t compiles() const { return compiles_; }
+
+  pjrt::Buffer upload(const Tensor& host) const;
+  // A new host tensor holding `buffer`.
+  Tensor download(const pjrt::Buffer& buffer) const;
+  // Into an existing contiguous host tensor of the buffer's shape and dtype.
+  void download_into(const pjrt::Buffer& buffer, const Tensor& host) const;
+
+  const pjrt::Client& client() const { return client_; }
+  // "cpu (plugin 0.115, …/pjrt_c_api_cpu_plugin.so)", for logs.
+  std::string describe() const;
+
+ private:
+  pjrt::Client client_;
+  int64_t compiles_ = 0;
+  struct Entry {
+    std::string text = {};
+    std::unique_ptr<pjrt::Executable> executable = {};
+  };
+  std::unordered_multimap<size_t, Entry> cache_;
+};
+
+}  // namespace titan::graph

@@ -1,0 +1,228 @@
+#include "titan/train/graph_step.h"
+
+#include <chrono>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "titan/core/autocast.h"
+#include "titan/graph/lazy.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/loss.h"
+#include "titan/optim/clip.h"
+
+namespace titan::train {
+
+namespace {
+
+// The tensors of a step's micro-batches, in the order the program takes them.
+std::vector<Tensor> batch_tensors(const std::vector<data::Batch>& batches) {
+  std::vector<Tensor> out;
+  for (const data::Batch& b : batches) {
+    out.push_back(b.inputs);
+    out.push_back(b.labels);
+    if (b.document_ids.defined()) out.push_back(b.document_ids);
+  }
+  return out;
+}
+
+// "0.123": seconds for the log.
+std::string seconds_text(double s) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << s;
+  return out.str();
+}
+
+}  // namespace
+
+CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& optimizer,
+                                const std::vector<std::pair<std::string, Tensor>>& params,
+                                const std::vector<data::Batch>& batches, const GraphStepOptions& options) {
+  namespace hlo = graph::hlo;
+  using Source = StepInput::Source;
+  TITAN_CHECK(!batches.empty(), "graph mode: a step needs at least one micro-batch");
+  const auto t0 = std::chrono::steady_clock::now();
+  CapturedStep out;
+  graph::Program program;
+  program.set_scan_layers(options.scan_layers);
+  graph::CaptureScope scope(program);
+  const size_t n = params.size();
+
+  // The state: parameters, then the moments, each donated to the result that replaces it.
+  graph::BoundTensors bound;
+  std::vector<graph::Value> moments;
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i].second;
+    const graph::Value v = program.parameter(p.sizes(), p.dtype(), params[i].first, graph::InputKind::state);
+    bound.bind(p, v);
+    p.set_grad(Tensor());
+  }
+  for (size_t i = 0; i < 2 * n; ++i) {
+    const Tensor& p = params[i % n].second;
+    moments.push_back(program.parameter(p.sizes(), p.dtype(), params[i % n].first + (i < n ? ".exp_avg" : ".exp_avg_sq"),
+                                        graph::InputKind::state));
+  }
+  for (size_t i = 0; i < 3 * n; ++i) {
+    out.inputs.push_back({.source = Source::state, .index = i});
+    out.donated.push_back(static_cast<int>(i));
+  }
+  // The update's per-step scalars (AdamW::step_scalars), so that one program serves every step.
+  std::vector<graph::Value> scalars;
+  for (const char* name : {"adamw.decay", "adamw.neg_step_size", "adamw.bc2_sqrt"}) {
+    out.inputs.push_back({.source = Source::scalar, .index = scalars.size()});
+    scalars.push_back(program.parameter({}, kF64, name, graph::InputKind::batch));
+  }
+  std::vector<Tensor> batch;
+  size_t k = 0;
+  for (const Tensor& t : batch_tensors(batches)) {
+    out.inputs.push_back({.source = Source::batch, .index = k});
+    batch.push_back(graph::tensor_of(program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
+                                                       graph::InputKind::batch)));
+  }
+
+  // Forward and backward of each micro-batch, as eager's train_step runs them.
+  const double micro = static_cast<double>(batches.size());
+  Tensor loss_sum;
+  for (size_t b = 0, at = 0; b < batches.size(); ++b) {
+    const Tensor& inputs = batch[at++];
+    const Tensor& labels = batch[at++];
+    const Tensor doc = batches[b].document_ids.defined() ? batch[at++] : Tensor();
+    Tensor loss = ops::cross_entropy(model(inputs, doc), labels);
+    TITAN_CHECK(!model.auxiliary_loss().defined(),
+                "graph mode: this model adds an auxiliary loss (a mixture of experts), which graph mode does "
+                "not capture yet; train it with compile.enable = false");
+    loss_sum = loss_sum.defined() ? ops::add(loss_sum, loss.detach()) : loss.detach();
+    (batches.size() == 1 ? loss : ops::scale(loss, 1.0 / micro)).backward();
+  }
+
+  // Clipping and AdamW, on every parameter (each has a gradient: the model uses all of them).
+  std::vector<graph::Value> grads;
+  for (const auto& [name, p] : params) {
+    const Tensor g = p.grad();
+    TITAN_CHECK(g.defined() && g.is_lazy(), "graph mode: parameter '", name,
+                "' got no gradient in the captured step; graph mode needs every parameter used");
+    grads.push_back(graph::value_of(g, "AdamW"));
+  }
+  const graph::Value norm = optim::grad_norm_lowered(grads);
+  const graph::Value coef = optim::clip_coefficient_lowered(norm, options.max_norm);
+  std::vector<graph::Value> results(3 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& name = params[i].first;
+    const graph::Value decay = optimizer.decays(name) ? scalars[0] : hlo::scalar(1.0, kF64);
+    const optim::LoweredAdamW u = optim::adamw_update_lowered(
+        graph::value_of(params[i].second, "AdamW"), grads[i], moments[i], moments[n + i], decay, scalars[1],
+        scalars[2], coef, optimizer.options());
+    results[i] = u.param;
+    results[n + i] = u.exp_avg;
+    results[2 * n + i] = u.exp_avg_sq;
+  }
+  results.push_back(hlo::mul(graph::value_of(loss_sum, "loss"), 1.0 / micro));
+  results.push_back(norm);
+  std::vector<std::pair<int, int>> aliases;
+  for (size_t i = 0; i < 3 * n; ++i) aliases.emplace_back(static_cast<int>(i), static_cast<int>(i));
+
+  // Tables the model read from the host (RoPE's).
+  for (size_t i = out.inputs.size(); i < program.parameters().size(); ++i) {
+    const graph::Parameter& p = program.parameters()[i];
+    TITAN_CHECK(p.kind == graph::InputKind::host, "graph mode: unexpected input '", p.name, "' in the captured step");
+    out.inputs.push_back({.source = Source::host, .index = out.host.size()});
+    out.host.push_back(p.host);
+  }
+  out.text = program.module_text(results, aliases);
+  out.ops = program.num_ops();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
+                     std::vector<std::pair<std::string, Tensor>> named_params, GraphStepOptions options,
+                     std::ostream& log)
+    : model_(model),
+      optimizer_(optimizer),
+      params_(std::move(named_params)),
+      options_(std::move(options)),
+      log_(log),
+      runner_(options_.runtime) {
+  TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
+  steps_taken_ = optimizer_.state(params_.front().first).step;
+  for (const auto& [name, p] : params_) {
+    TITAN_CHECK(optimizer_.state(name).step == steps_taken_, "graph mode: parameter '", name, "' has taken ",
+                optimizer_.state(name).step, " optimizer steps and '", params_.front().first, "' ", steps_taken_,
+                "; the compiled update takes one step count for all parameters");
+    TITAN_CHECK(p.dtype() == kF32, "graph mode: parameter '", name, "' is ", p.desc(),
+                "; graph mode trains float32 master weights (training.mixed_precision_param sets the "
+                "precision of the products)");
+  }
+  for (const auto& [name, p] : params_) state_.push_back(runner_.upload(p));
+  for (const char* which : {"exp_avg", "exp_avg_sq"})
+    for (const auto& [name, p] : params_) {
+      const optim::AdamW::ParamState& st = optimizer_.state(name);
+      state_.push_back(runner_.upload(std::string(which) == "exp_avg" ? st.exp_avg : st.exp_avg_sq));
+    }
+  log_ << "titan: graph mode on " << runner_.describe() << "\n";
+}
+
+std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
+  std::string key = std::string(dtype_name(autocast_dtype()));
+  for (const Tensor& t : batch_tensors(batches)) key += " " + t.desc();
+  return key;
+}
+
+GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
+  const std::string key = key_of(batches);
+  if (key != key_ || executable_ == nullptr) {
+    captured_ = capture_train_step(model_, optimizer_, params_, batches, options_);
+    host_buffers_.clear();
+    for (const Tensor& t : captured_.host) host_buffers_.push_back(runner_.upload(t));
+    const graph::Runner::Compiled compiled = runner_.compile(captured_.text);
+    executable_ = compiled.executable;
+    if (compiled.fresh) last_compile_seconds_ = compiled.seconds;
+    log_ << "titan: graph mode: captured the step (" << captured_.ops << " ops, " << captured_.text.size() / 1024
+         << " KiB of StableHLO) in " << seconds_text(captured_.seconds) << " s; "
+         << (compiled.fresh ? "compiled in " + seconds_text(compiled.seconds) + " s" : std::string("compiled before"))
+         << " (" << key << ")\n";
+    key_ = key;
+  }
+  const int64_t step = steps_taken_ + 1;
+  const std::string& first = params_.front().first;
+  const kernels::cpu::AdamWScalars s = optimizer_.step_scalars(first, step);
+  std::vector<graph::pjrt::Buffer> uploaded;
+  const std::vector<Tensor> batch = batch_tensors(batches);
+  const std::vector<double> scalars{s.decay, s.neg_step_size, s.bc2_sqrt};
+  uploaded.reserve(captured_.inputs.size());
+  std::vector<graph::pjrt::Buffer*> args;
+  using Source = StepInput::Source;
+  for (const StepInput& in : captured_.inputs) {
+    switch (in.source) {
+      case Source::state: args.push_back(&state_[in.index]); break;
+      case Source::host: args.push_back(&host_buffers_[in.index]); break;
+      case Source::batch:
+        uploaded.push_back(runner_.upload(batch[in.index]));
+        args.push_back(&uploaded.back());
+        break;
+      case Source::scalar:
+        uploaded.push_back(runner_.upload(Tensor::scalar<double>(scalars[in.index])));
+        args.push_back(&uploaded.back());
+        break;
+    }
+  }
+  std::vector<graph::pjrt::Buffer> out = executable_->execute(args, captured_.donated);
+  for (size_t i = 0; i < state_.size(); ++i) state_[i] = std::move(out[i]);
+  ++steps_taken_;
+  return {.loss = runner_.download(out[state_.size()]).item(), .grad_norm = runner_.download(out[state_.size() + 1]).item()};
+}
+
+void GraphStep::to_host() {
+  const size_t n = params_.size();
+  std::map<std::string, Tensor> optimizer_state;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [name, p] = params_[i];
+    runner_.download_into(state_[i], p);
+    optimizer_state[name + ".exp_avg"] = runner_.download(state_[n + i]);
+    optimizer_state[name + ".exp_avg_sq"] = runner_.download(state_[2 * n + i]);
+    optimizer_state[name + ".step"] = Tensor::scalar<int64_t>(steps_taken_);
+  }
+  optimizer_.load_state_dict(optimizer_state);
+}
+
+}  // namespace titan::train

@@ -1,0 +1,92 @@
+#pragma once
+// Graph mode's training step ([compile] enable = true, mode = "graph"): forward, backward,
+// gradient clipping and AdamW captured once as one StableHLO program (graph/), compiled by a PJRT
+// plugin and replayed every step. The parameters and AdamW's moments live on the device between
+// steps, donated to each run and replaced by its results (input/output aliasing); the host copies
+// (the model's tensors, the optimizer's state) are brought up to date only when something reads
+// them: a checkpoint save, validation, the end of the run.
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "titan/data/loader.h"
+#include "titan/graph/runner.h"
+#include "titan/models/causal_lm.h"
+#include "titan/optim/adamw.h"
+
+namespace titan::train {
+
+struct GraphStepOptions {
+  graph::RuntimeOptions runtime = {};
+  double max_norm = 1.0;
+  bool scan_layers = true;  // compile.scan_layers
+};
+
+// What feeds one parameter of the captured step.
+struct StepInput {
+  enum class Source : uint8_t { state, batch, scalar, host };
+  Source source = Source::state;
+  size_t index = 0;  // into the state (parameters, then moments), the batch tensors, the scalars, or `host`
+};
+
+// The training step recorded as one program, before anything runs: what GraphStep compiles, and
+// what bench_graph_compile compiles for models too large to hold.
+struct CapturedStep {
+  std::string text;           // the StableHLO module
+  int64_t ops = 0;            // ops recorded (a loop's body counted once)
+  double seconds = 0;         // capture time
+  std::vector<StepInput> inputs;
+  std::vector<int> donated;   // the state's parameters, replaced by the results of the same index
+  std::vector<Tensor> host;   // tables read from the host (RoPE's), for StepInput::Source::host
+};
+// Captures forward, backward, clipping and AdamW over micro-batches shaped as `batches` (their
+// values are not read). The parameters may be meta tensors.
+CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& optimizer,
+                                const std::vector<std::pair<std::string, Tensor>>& params,
+                                const std::vector<data::Batch>& batches, const GraphStepOptions& options);
+
+class GraphStep {
+ public:
+  // Uploads the parameters and the optimizer's state as they are now (after any checkpoint load).
+  GraphStep(models::CausalLM& model, optim::AdamW& optimizer, std::vector<std::pair<std::string, Tensor>> named_params,
+            GraphStepOptions options, std::ostream& log);
+
+  struct Result {
+    double loss = 0;       // mean over the micro-batches
+    double grad_norm = 0;  // before clipping
+  };
+  // One optimizer step over `batches` (the micro-batches of gradient accumulation). Captured and
+  // compiled on the first step and again whenever the batches' shapes or the precision change;
+  // a program compiled before is taken from the cache.
+  Result run(const std::vector<data::Batch>& batches);
+
+  // Copies the device's parameters and optimizer state into the model and the optimizer.
+  void to_host();
+
+  int64_t compiles() const { return runner_.compiles(); }
+  double last_compile_seconds() const { return last_compile_seconds_; }
+  const graph::Runner& runner() const { return runner_; }
+
+ private:
+  // The program's key: the batches' shapes and the precision; equal keys replay one program.
+  std::string key_of(const std::vector<data::Batch>& batches) const;
+
+  models::CausalLM& model_;
+  optim::AdamW& optimizer_;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  GraphStepOptions options_;
+  std::ostream& log_;
+  graph::Runner runner_;
+  int64_t steps_taken_ = 0;  // AdamW's step count, the same for every parameter
+  // Parameters, then first moments, then second moments, on the device.
+  std::vector<graph::pjrt::Buffer> state_;
+  std::string key_;
+  double last_compile_seconds_ = 0.0;
+  graph::pjrt::Executable* executable_ = nullptr;
+  CapturedStep captured_;
+  std::vector<graph::pjrt::Buffer> host_buffers_;  // captured_.host, uploaded at capture
+};
+
+}  // namespace titan::train

@@ -1,0 +1,121 @@
+#include "support/graph_harness.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/graph/lazy.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/reduce.h"
+
+namespace titan::test {
+
+namespace {
+
+// The loss both runs differentiate: sum_i sum(out_i * r_i).
+Tensor weighted_sum(const std::vector<Tensor>& outs, const std::vector<Tensor>& weights) {
+  Tensor loss;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!is_floating(outs[i].dtype())) continue;
+    Tensor term = ops::sum(ops::mul(outs[i], weights[i]));
+    loss = loss.defined() ? ops::add(loss, term) : term;
+  }
+  return loss;
+}
+
+std::vector<Tensor> weights_for(const std::vector<Tensor>& outs) {
+  Generator gen(1234);
+  std::vector<Tensor> weights;
+  for (const Tensor& o : outs)
+    weights.push_back(is_floating(o.dtype()) ? Tensor::randn(o.sizes(), gen, {.dtype = o.dtype()}) : Tensor());
+  return weights;
+}
+
+}  // namespace
+
+graph::Runner& test_runner() {
+  static graph::Runner runner([] {
+    const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN");
+    return graph::RuntimeOptions{.plugin = plugin && *plugin ? plugin : "cpu"};
+  }());
+  return runner;
+}
+
+double max_relative_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to(kF64).to_vector<double>(), y = b.to(kF64).to_vector<double>();
+  TITAN_CHECK(x.size() == y.size(), "max_relative_error: ", a.desc(), " vs ", b.desc());
+  double diff = 0, scale = 1e-12;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return diff / scale;
+}
+
+GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                               const std::vector<Tensor>& inputs, bool with_grads) {
+  GraphEager result;
+  // Eager.
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) {
+    Tensor leaf = t.clone().detach();
+    if (with_grads && is_floating(t.dtype())) leaf.requires_grad_();
+    leaves.push_back(leaf);
+  }
+  std::vector<Tensor> outs = fn(leaves);
+  std::vector<Tensor> weights = weights_for(outs);
+  for (const Tensor& o : outs) result.eager.push_back(o.detach());
+  if (with_grads) {
+    weighted_sum(outs, weights).backward();
+    for (const Tensor& l : leaves)
+      if (l.requires_grad()) result.eager.push_back(l.grad());
+  }
+
+  // Captured: the inputs and weights are parameters of the program; tables an op reads from the
+  // host come after them.
+  graph::Program program;
+  std::vector<graph::Value> results;
+  std::vector<Tensor> fed;
+  {
+    graph::CaptureScope scope(program);
+    std::vector<Tensor> lazy;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      fed.push_back(inputs[i]);
+      Tensor t = graph::tensor_of(
+          program.parameter(inputs[i].sizes(), inputs[i].dtype(), "input" + std::to_string(i), graph::InputKind::batch));
+      if (with_grads && is_floating(inputs[i].dtype())) t.requires_grad_();
+      lazy.push_back(t);
+    }
+    std::vector<Tensor> louts = fn(lazy);
+    for (const Tensor& o : louts) results.push_back(graph::value_of(o, "output"));
+    if (with_grads) {
+      std::vector<Tensor> lweights;
+      for (size_t i = 0; i < weights.size(); ++i) {
+        if (!weights[i].defined()) {
+          lweights.emplace_back();
+          continue;
+        }
+        fed.push_back(weights[i]);
+        lweights.push_back(graph::tensor_of(program.parameter(weights[i].sizes(), weights[i].dtype(),
+                                                              "weight" + std::to_string(i), graph::InputKind::batch)));
+      }
+      weighted_sum(louts, lweights).backward();
+      for (const Tensor& l : lazy)
+        if (l.requires_grad()) results.push_back(graph::value_of(l.grad(), "gradient"));
+    }
+  }
+  for (size_t i = fed.size(); i < program.parameters().size(); ++i) fed.push_back(program.parameters()[i].host);
+  graph::Runner& runner = test_runner();
+  graph::pjrt::Executable* exe = runner.compile(program.module_text(results)).executable;
+  std::vector<graph::pjrt::Buffer> buffers;
+  buffers.reserve(fed.size());
+  std::vector<graph::pjrt::Buffer*> args;
+  for (const Tensor& t : fed) {
+    buffers.push_back(runner.upload(t));
+    args.push_back(&buffers.back());
+  }
+  for (const graph::pjrt::Buffer& b : exe->execute(args)) result.graph.push_back(runner.download(b));
+  return result;
+}
+
+}  // namespace titan::test

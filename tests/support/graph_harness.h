@@ -1,0 +1,28 @@
+#pragma once
+// Runs one function both ways — eagerly, and captured as a StableHLO program run through the PJRT
+// plugin of graph mode — so that a test compares each lowering with its eager kernel, forward and
+// backward.
+#include <functional>
+#include <vector>
+
+#include "titan/core/tensor.h"
+#include "titan/graph/runner.h"
+
+namespace titan::test {
+
+struct GraphEager {
+  std::vector<Tensor> eager, graph;  // fn's outputs, then (with grads) the inputs' gradients
+};
+
+// With grads, every floating input requires grad, the loss is sum_i sum(out_i * r_i) with fixed
+// random r_i, and the floating inputs' gradients follow the outputs in both vectors.
+GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                               const std::vector<Tensor>& inputs, bool with_grads = true);
+
+// The runner the graph tests share: the plugin named by $TITAN_GRAPH_PLUGIN, else "cpu".
+graph::Runner& test_runner();
+
+// max |a - b| / max(max |b|, 1e-12) over the elements of two host tensors of one shape.
+double max_relative_error(const Tensor& a, const Tensor& b);
+
+}  // namespace titan::test

@@ -1,0 +1,190 @@
+// Graph mode's trainer ([compile] enable = true, mode = "graph"): the Llama 3 debug model trains
+// as eager does, resumes across modes, compiles once per batch shape, and refuses what it cannot
+// run with the key and what to do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "support/small_run.h"
+#include "support/test_util.h"
+#include "titan/models/llama3/model.h"
+#include "titan/train/graph_step.h"
+
+namespace titan::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kGraph = {"--compile.enable=true", "--compile.mode=graph"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+
+// 20 steps with the learning rate high enough that the weights move: the graph run's losses stay
+// within 1e-4 of eager's. They differ by float32 rounding only (XLA sums and fuses in another
+// order, and its exp, log and rsqrt are not libm's), which the updates carry from step to step.
+TEST(GraphTrain, MatchesEagerOverTwentySteps) {
+  const std::vector<std::string> o = {"--training.steps=20", "--optimizer.lr=3e-3"};
+  const TrainResult eager = run(small_config(o)), graph = run(small_config(with(o, kGraph)));
+  ASSERT_EQ(graph.losses.size(), 20u);
+  double worst = 0;
+  for (size_t i = 0; i < 20; ++i) {
+    worst = std::max(worst, relative(graph.losses[i], eager.losses[i]));
+    EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << "step " << i + 1;
+    EXPECT_LE(relative(graph.grad_norms[i], eager.grad_norms[i]), 1e-3) << "step " << i + 1;
+  }
+  EXPECT_LT(graph.losses.back(), 0.8 * graph.losses.front());
+  std::cout << "graph vs eager, 20 steps: largest relative loss difference " << worst << "\n";
+}
+
+// Gradient accumulation captures every micro-batch into the one program.
+TEST(GraphTrain, GradientAccumulationMatchesEager) {
+  const std::vector<std::string> o = {"--training.local_batch_size=2", "--training.gradient_accumulation_steps=2"};
+  const TrainResult eager = run(small_config(o)), graph = run(small_config(with(o, kGraph)));
+  for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-5) << i;
+}
+
+// bf16 products (XLA's, on any CPU) against float32, both in graph mode: 10-step means within 2%,
+// and the run learns.
+TEST(GraphTrain, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "loss curves, run in the release build";
+#endif
+  const std::vector<std::string> o =
+      with(kGraph, {"--training.steps=100", "--training.local_batch_size=2",
+                    "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"});
+  const TrainResult f32 = run(small_config(o)),
+                    mixed = run(small_config(with(o, {"--training.mixed_precision_param=bfloat16"})));
+  ASSERT_EQ(mixed.losses.size(), 100u);
+  std::vector<double> windows;
+  for (size_t w = 0; w < 100; w += 10) {
+    double a = 0, b = 0;
+    for (size_t i = w; i < w + 10; ++i) a += f32.losses[i], b += mixed.losses[i];
+    EXPECT_NEAR(b, a, 0.02 * a) << "mean loss of steps " << w + 1 << "-" << w + 10;
+    windows.push_back(a);
+  }
+  EXPECT_NE(mixed.losses, f32.losses) << "the bf16 run repeated float32's losses exactly";
+  EXPECT_LT(windows.back(), 0.85 * windows.front());
+}
+
+// Resume: a checkpoint saved at step 2 by one mode continues in the other, and graph -> graph
+// continues bit for bit (the same compiled program on the same restored state).
+TEST(GraphTrain, ResumesAcrossModes) {
+  auto config = [](const std::string& name, const std::vector<std::string>& mode, int steps) {
+    const fs::path dir = test::temp_dir("graph_resume") / name;
+    return small_config(with(mode, {"--training.steps=" + std::to_string(steps), "--checkpoint.enable=true",
+                                     "--checkpoint.interval=2", "--checkpoint.last_save_model_only=false",
+                                     "--checkpoint.folder=" + (dir / "ckpt").string()}));
+  };
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"eager", "graph"}, {"graph", "eager"}, {"graph", "graph"}}) {
+    SCOPED_TRACE(from + " -> " + to);
+    fs::remove_all(test::temp_dir("graph_resume") / (from + to));
+    const std::vector<std::string> a = from == "graph" ? kGraph : std::vector<std::string>{};
+    const std::vector<std::string> b = to == "graph" ? kGraph : std::vector<std::string>{};
+    const TrainResult first = run(config(from + to, a, 2));
+    ASSERT_EQ(first.steps_run, 2);
+    const TrainResult resumed = run(config(from + to, b, 4));
+    ASSERT_EQ(resumed.resumed_from, 2);
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    fs::remove_all(test::temp_dir("graph_resume") / ("whole" + to));
+    const TrainResult whole = run(config("whole" + to, b, 4));
+    for (size_t i = 0; i < 2; ++i) {
+      if (from == "graph" && to == "graph")
+        EXPECT_EQ(resumed.losses[i], whole.losses[i + 2]) << "step " << i + 3;
+      else
+        EXPECT_LE(relative(resumed.losses[i], whole.losses[i + 2]), 1e-4) << "step " << i + 3;
+    }
+  }
+}
+
+// The step is compiled once; later steps replay it. The log says so, with the plugin.
+TEST(GraphTrain, CompilesOnceAndSaysWhereItRan) {
+  std::ostringstream log;
+  Trainer t(small_config(with(kGraph, {"--metrics.log_freq=1"})), log);
+  EXPECT_EQ(t.train().steps_run, 4);
+  const std::string text = log.str();
+  size_t compiles = 0;
+  for (size_t at = text.find("compiled in"); at != std::string::npos; at = text.find("compiled in", at + 1)) ++compiles;
+  EXPECT_EQ(compiles, 1u) << text;
+  EXPECT_NE(text.find("graph mode on cpu (PJRT plugin 0."), std::string::npos) << text;
+  EXPECT_NE(text.find("graph on cpu"), std::string::npos) << text;
+}
+
+TEST(GraphTrain, MissingPluginIsAClearError) {
+  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--compile.plugin=/nonexistent/libpjrt.so"}))),
+                     "/nonexistent/libpjrt.so");
+}
+
+TEST(GraphTrain, MalformedPluginOptionsAreRefusedByKey) {
+  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--compile.plugin_options=cpu_device_count"}))),
+                     "compile.plugin_options", "cpu_device_count", "name=value");
+}
+
+TEST(GraphTrain, PluginKeysOutsideGraphModeAreRefused) {
+  EXPECT_TITAN_ERROR(small_config({"--compile.plugin=cuda"}), "compile.plugin", "read only in graph mode");
+  EXPECT_TITAN_ERROR(small_config({"--compile.plugin_options=cpu_device_count=1"}), "compile.plugin_options",
+                     "read only in graph mode");
+}
+
+TEST(GraphTrain, MoreThanOneProcessIsRefused) {
+  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--parallelism.data_parallel_replicate_degree=2"}))),
+                     "data_parallel_replicate_degree = 2 with compile.mode = \"graph\"");
+}
+
+}  // namespace
+}  // namespace titan::train
+
+namespace titan::train {
+namespace {
+
+// One GraphStep over batches of two shapes: the first of each is captured and compiled, the rest
+// replay; going back to the first shape takes its program from the cache.
+TEST(GraphStep, CompilesOncePerBatchShape) {
+  models::llama3::ModelArgs a;
+  a.dim = 16;
+  a.n_layers = 2;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 11;
+  a.multiple_of = 16;
+  a.max_seq_len = 16;
+  models::llama3::Transformer model(a);
+  Generator gen(5);
+  model.init_weights(gen);
+  optim::AdamW optimizer(model.named_parameters());
+  std::ostringstream log;
+  GraphStep step(model, optimizer, model.named_parameters(), {}, log);
+  auto batch = [](int64_t b, int64_t s) {
+    std::vector<int64_t> ids(static_cast<size_t>(b * s));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 11);
+    data::Batch out;
+    out.inputs = Tensor::from_vector(ids, {b, s});
+    std::rotate(ids.begin(), ids.begin() + 1, ids.end());
+    out.labels = Tensor::from_vector(ids, {b, s});
+    return std::vector<data::Batch>{out};
+  };
+  step.run(batch(2, 8));
+  step.run(batch(2, 8));
+  EXPECT_EQ(step.compiles(), 1);
+  step.run(batch(2, 16));
+  step.run(batch(2, 16));
+  EXPECT_EQ(step.compiles(), 2);
+  step.run(batch(2, 8));
+  EXPECT_EQ(step.compiles(), 2) << log.str();
+  // The host copies were not touched until asked for.
+  const Tensor before = model.named_parameters().front().second.clone();
+  step.to_host();
+  EXPECT_NE(before.to_vector<float>(), model.named_parameters().front().second.to_vector<float>());
+  EXPECT_EQ(optimizer.state(model.named_parameters().front().first).step, 5);
+}
+
+}  // namespace
+}  // namespace titan::train
