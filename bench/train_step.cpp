@@ -10,6 +10,11 @@
 // another's and the sides are measured alike; titan and PyTorch rounds alternate, so load from
 // other processes falls on all, and the figures are medians.
 //
+// Graph mode: each round also runs titan's train::GraphStep (the same step as one XLA program,
+// compiled through a PJRT plugin) and JAX's (bench/train_step_jax.py, the same step in plain JAX,
+// jitted whole): XLA driven from Python is what graph mode must match, titan eager what it must not
+// fall far behind. They get a table of their own, with their compile times.
+//
 // Memory: "RSS growth" is the resident set's high-water mark over the timed steps (reset after
 // the warm-up steps) minus the resident set before the model was built: parameters, gradients,
 // optimizer moments and activations, with whatever the allocators keep on top, without the
@@ -44,6 +49,7 @@
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
 #include "titan/ops/linalg.h"
+#include "titan/train/graph_step.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/trainer.h"
 
@@ -156,6 +162,13 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   for (auto& [n, p] : named) params.push_back(p);
   titan::optim::AdamW optimizer(
       named, {.lr = kLr, .beta1 = kBeta1, .beta2 = kBeta2, .eps = kEps, .weight_decay = kWeightDecay});
+  // Before init's temporaries are handed back: the device copies of the parameters and moments are
+  // the step's memory, as the host ones are in eager mode.
+  std::optional<titan::train::GraphStep> graph_step;
+  if (graph)
+    graph_step.emplace(
+        *model, optimizer, named,
+        titan::train::GraphStepOptions{.runtime = {}, .max_norm = kMaxNorm, .scan_layers = true}, std::cerr);
   titan::CpuAllocator::instance().empty_cache();
   malloc_trim(0);
 
@@ -167,14 +180,16 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
       titan::CpuAllocator::instance().reset_peak();
     }
     auto t0 = std::chrono::steady_clock::now();
-    titan::train::StepStats s =
-        titan::train::train_step(*model, optimizer, params, kMaxNorm, 1, [&] { return batch; });
+    const double loss =
+        graph_step
+            ? graph_step->run({batch}).loss
+            : titan::train::train_step(*model, optimizer, params, kMaxNorm, 1, [&] { return batch; }).loss;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) seconds.push_back(dt);
     if (i == 0) first_step_seconds = dt;
-    losses.push_back(s.loss);
-    std::cerr << "titan  step " << i + 1 << ": " << bench::fixed(dt * 1e3, 0) << " ms, loss "
-              << bench::fixed(s.loss, 4) << "\n";
+    losses.push_back(loss);
+    std::cerr << (graph ? "titan graph  step " : "titan  step ") << i + 1 << ": " << bench::fixed(dt * 1e3, 0)
+              << " ms, loss " << bench::fixed(loss, 4) << "\n";
   }
   titan::MemoryStats mem = titan::CpuAllocator::instance().stats();
   json reply = {{"step_seconds", seconds},
@@ -184,6 +199,10 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
                 {"rss_peak", bench::status_bytes("VmHWM")},
                 {"alloc_peak", mem.peak_allocated_bytes},
                 {"alloc_reserved", mem.reserved_bytes}};
+  if (graph_step) {
+    reply["compile_seconds"] = graph_step->last_compile_seconds();
+    reply["device"] = graph_step->runner().describe();
+  }
   // After the memory figures: its buffers are not the step's.
   if (ac_mode == "none" && !graph) reply["linear_gemm_seconds"] = linear_gemm_seconds(c);
   return reply;
