@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/graph/lazy.h"
@@ -17,7 +18,7 @@ Tensor weighted_sum(const std::vector<Tensor>& outs, const std::vector<Tensor>& 
   Tensor loss;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!is_floating(outs[i].dtype())) continue;
-    Tensor term = ops::sum(ops::mul(outs[i], weights[i]));
+    Tensor term = ops::sum(ops::mul(outs[i], weights[i])).to(kF32);
     loss = loss.defined() ? ops::add(loss, term) : term;
   }
   return loss;
@@ -53,7 +54,7 @@ double max_relative_error(const Tensor& a, const Tensor& b) {
 }
 
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, bool with_grads) {
+                               const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers) {
   GraphEager result;
   // Eager.
   std::vector<Tensor> leaves;
@@ -71,18 +72,20 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
       if (l.requires_grad()) result.eager.push_back(l.grad());
   }
 
-  // Captured: the inputs and weights are parameters of the program; tables an op reads from the
-  // host come after them.
+  // Captured: the inputs and weights are parameters of the program, and so are tables an op reads
+  // from the host (RoPE's), declared when the op runs: between the inputs and the weights.
   graph::Program program;
+  program.set_scan_layers(scan_layers);
   std::vector<graph::Value> results;
-  std::vector<Tensor> fed;
+  std::vector<std::pair<int64_t, Tensor>> feeds;  // (parameter's value id, its data) of inputs and weights
   {
     graph::CaptureScope scope(program);
     std::vector<Tensor> lazy;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      fed.push_back(inputs[i]);
-      Tensor t = graph::tensor_of(
-          program.parameter(inputs[i].sizes(), inputs[i].dtype(), "input" + std::to_string(i), graph::InputKind::batch));
+      const graph::Value v = program.parameter(inputs[i].sizes(), inputs[i].dtype(),
+                                               "input" + std::to_string(i), graph::InputKind::batch);
+      feeds.emplace_back(v.id, inputs[i]);
+      Tensor t = graph::tensor_of(v);
       if (with_grads && is_floating(inputs[i].dtype())) t.requires_grad_();
       lazy.push_back(t);
     }
@@ -95,16 +98,22 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
           lweights.emplace_back();
           continue;
         }
-        fed.push_back(weights[i]);
-        lweights.push_back(graph::tensor_of(program.parameter(weights[i].sizes(), weights[i].dtype(),
-                                                              "weight" + std::to_string(i), graph::InputKind::batch)));
+        const graph::Value v = program.parameter(weights[i].sizes(), weights[i].dtype(),
+                                                 "weight" + std::to_string(i), graph::InputKind::batch);
+        feeds.emplace_back(v.id, weights[i]);
+        lweights.push_back(graph::tensor_of(v));
       }
       weighted_sum(louts, lweights).backward();
       for (const Tensor& l : lazy)
         if (l.requires_grad()) results.push_back(graph::value_of(l.grad(), "gradient"));
     }
   }
-  for (size_t i = fed.size(); i < program.parameters().size(); ++i) fed.push_back(program.parameters()[i].host);
+  std::vector<Tensor> fed;
+  for (const graph::Parameter& p : program.parameters()) {
+    if (p.kind == graph::InputKind::host) fed.push_back(p.host);
+    for (const auto& [id, t] : feeds)
+      if (id == p.value.id) fed.push_back(t);
+  }
   graph::Runner& runner = test_runner();
   graph::pjrt::Executable* exe = runner.compile(program.module_text(results)).executable;
   std::vector<graph::pjrt::Buffer> buffers;

@@ -15,9 +15,10 @@ struct GraphEager {
 };
 
 // With grads, every floating input requires grad, the loss is sum_i sum(out_i * r_i) with fixed
-// random r_i, and the floating inputs' gradients follow the outputs in both vectors.
+// random r_i, and the floating inputs' gradients follow the outputs in both vectors. scan_layers:
+// the captured program lowers autograd::scan_blocks as a loop.
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, bool with_grads = true);
+                               const std::vector<Tensor>& inputs, bool with_grads = true, bool scan_layers = false);
 
 // The runner the graph tests share: the plugin named by $TITAN_GRAPH_PLUGIN, else "cpu".
 graph::Runner& test_runner();

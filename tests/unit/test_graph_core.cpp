@@ -6,6 +6,7 @@
 
 #include "support/graph_harness.h"
 #include "support/test_util.h"
+#include "titan/autograd/scan.h"
 #include "titan/core/autocast.h"
 #include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
@@ -76,6 +77,7 @@ TEST(GraphCore, MatrixProductsForwardAndBackward) {
 // Under autocast the products take bf16 operands with float32 results, as eager's do; both round
 // the same operands, so they agree to float32 accumulation order.
 TEST(GraphCore, Bf16ProductsUnderAutocast) {
+  TITAN_SKIP_WITHOUT_BF16();  // the eager side's kernels
   const AutocastGuard bf16(kBF16);
   const test::GraphEager r = test::run_eager_and_graph(
       [](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::linear(x[0], x[1], Tensor())}; },
@@ -130,6 +132,55 @@ TEST(GraphCore, ModuleTextNamesParametersAndAliases) {
   const std::string text = program.module_text({graph::hlo::sub(p, g)}, {{0, 0}});
   EXPECT_NE(text.find("%arg0: tensor<3xf32> {tf.aliasing_output = 0 : i32}"), std::string::npos) << text;
   EXPECT_NE(text.find("\"stablehlo.subtract\"(%arg0, %arg1)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace titan
+
+namespace titan {
+namespace {
+
+// Blocks x -> x + tanh-free MLP of their own weights: the loop (scan_blocks in a program that asks
+// for it) gives what the blocks one by one give, eagerly and unrolled, forward and backward, and
+// its module holds one copy of the block's ops however many blocks there are.
+TEST(GraphScan, LoopOverIdenticalBlocksMatchesEagerAndUnrolled) {
+  const int64_t d = 6, n = 4;
+  std::vector<Tensor> inputs{random({3, d}, 20)};
+  for (int64_t i = 0; i < n; ++i) {
+    inputs.push_back(random({d, d}, 21 + static_cast<uint64_t>(i)));
+    inputs.push_back(random({d}, 31 + static_cast<uint64_t>(i)));
+  }
+  const Fn blocks = [n](const std::vector<Tensor>& x) {
+    std::vector<std::vector<Tensor>> params;
+    for (int64_t i = 0; i < n; ++i) params.push_back({x[static_cast<size_t>(1 + 2 * i)], x[static_cast<size_t>(2 + 2 * i)]});
+    Tensor h = autograd::scan_blocks(x[0], params, [params](size_t i, const Tensor& v) {
+      return ops::add(v, ops::mul(ops::linear(v, params[i][0], params[i][1]), ops::scale(v, 0.5)));
+    });
+    return std::vector<Tensor>{h};
+  };
+  for (bool scan : {false, true}) {
+    SCOPED_TRACE(scan ? "loop" : "unrolled");
+    const test::GraphEager r = test::run_eager_and_graph(blocks, inputs, true, scan);
+    ASSERT_EQ(r.graph.size(), r.eager.size());
+    for (size_t i = 0; i < r.eager.size(); ++i)
+      EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;
+  }
+  // The loop's program does not grow with the number of blocks.
+  auto ops_for = [&](int64_t blocks_n) {
+    graph::Program program;
+    program.set_scan_layers(true);
+    graph::CaptureScope scope(program);
+    Tensor x = graph::tensor_of(program.parameter({3, d}, kF32, "x", graph::InputKind::batch));
+    std::vector<std::vector<Tensor>> params;
+    for (int64_t i = 0; i < blocks_n; ++i)
+      params.push_back({graph::tensor_of(program.parameter({d, d}, kF32, "w", graph::InputKind::batch)).requires_grad_()});
+    Tensor h = autograd::scan_blocks(x, params, [params](size_t i, const Tensor& v) {
+      return ops::linear(v, params[i][0], Tensor());
+    });
+    ops::sum(h).backward();
+    return program.num_ops();
+  };
+  EXPECT_LT(ops_for(16) - ops_for(4), 40) << "the loop's body is recorded once";
 }
 
 }  // namespace

@@ -56,9 +56,10 @@ BlockMask BlockMask::build(const Mask& mask, int64_t batch, int64_t seq, int64_t
       for (int64_t kb = 0; kb < nk; ++kb) {
         const int64_t k0 = kb * block_kv, k1 = std::min(seq, k0 + block_kv);
         Visibility v = mask.classify(b, q0, q1, k0, k1);
-        if (v == Visibility::partial) {
+        if (v == Visibility::partial && !mask.lazy()) {
           // Compositions classify conservatively; the pairs themselves settle it, so a tile is
-          // never evaluated in the kernel for nothing.
+          // never evaluated in the kernel for nothing. A rule holding values of a captured step
+          // cannot be evaluated here: its tiles stay partial, and the program decides the pairs.
           const auto n = static_cast<size_t>((q1 - q0) * (k1 - k0));
           mask.fill(b, q0, q1, k0, k1, tile.data());
           const auto seen = static_cast<size_t>(std::count(tile.begin(), tile.begin() + n, uint8_t{1}));

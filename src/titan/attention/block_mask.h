@@ -27,7 +27,8 @@ inline constexpr int64_t kDefaultBlockKv = 128;
 
 class BlockMask {
  public:
-  // Classifies every tile of `mask` for `batch` rows of `seq` tokens. Rules that hold per-row
+  // Classifies every tile of `mask` for `batch` rows of `seq` tokens (a rule holding values of the
+  // step being captured, Mask::lazy, by what it knows without them: other tiles stay partial). Rules that hold per-row
   // data (document ids, per-row prefix lengths) must be for exactly `batch` rows and, for
   // document ids, `seq` tokens.
   static BlockMask build(const Mask& mask, int64_t batch, int64_t seq, int64_t block_q = kDefaultBlockQ,

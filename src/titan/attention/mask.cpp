@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "titan/core/error.h"
+#include "titan/graph/lazy.h"
 
 namespace titan::attention {
 
@@ -14,6 +15,13 @@ class Mask::Node {
   virtual Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const = 0;
   virtual void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const = 0;
   virtual std::string describe() const = 0;
+  virtual graph::Value visible(const graph::Value&, const graph::Value&) const {
+    TITAN_CHECK(false, "graph mode: the mask rule ", describe(),
+                " has no lowering to StableHLO (causal, sliding_window, chunked_causal, document and their & "
+                "and | have); run this step eagerly (compile.enable = false) or lower the rule in mask.cpp");
+    return {};
+  }
+  virtual bool lazy() const { return false; }
 
   const int64_t batch, seq;
 };
@@ -21,6 +29,24 @@ class Mask::Node {
 namespace {
 
 using Node = Mask::Node;
+using graph::Value;
+namespace hlo = graph::hlo;
+
+// Query and key positions [nq], [nk] as two [1, nq, nk] grids, for rules written pair by pair.
+struct Grid {
+  Value q = {}, k = {};
+};
+Grid grid(const Value& q_pos, const Value& k_pos) {
+  const Shape pairs{1, q_pos.shape.at(0), k_pos.shape.at(0)};
+  return {hlo::broadcast_in_dim(q_pos, pairs, {1}), hlo::broadcast_in_dim(k_pos, pairs, {2})};
+}
+Value causal_pairs(const Grid& g) {
+  return hlo::compare(g.k, g.q, "LE");
+}
+// lo <= k <= hi.
+Value within(const Value& k, const Value& lo, const Value& hi) {
+  return hlo::logical_and(hlo::compare(k, lo, "GE"), hlo::compare(k, hi, "LE"));
+}
 
 // Rules under which query q sees one run of keys [lo(q), hi(q)] that contains q, with lo and hi
 // non-decreasing in q. Then a tile is full when its last query's run starts at or before the
@@ -57,12 +83,20 @@ class Causal final : public Interval {
   Causal() : Interval(0, 0) {}
   Run keys(int64_t, int64_t q) const override { return {0, q}; }
   std::string describe() const override { return "causal"; }
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    return causal_pairs(grid(q_pos, k_pos));
+  }
 };
 
 class SlidingWindow final : public Interval {
  public:
   SlidingWindow(int64_t left, int64_t right) : Interval(0, 0), left_(left), right_(right) {}
   Run keys(int64_t, int64_t q) const override { return {q - left_, q + right_}; }
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    const Grid g = grid(q_pos, k_pos);
+    return within(g.k, hlo::add(g.q, static_cast<double>(-left_)),
+                  hlo::add(g.q, static_cast<double>(right_)));
+  }
   std::string describe() const override {
     return "sliding_window(" + std::to_string(left_) + ", " + std::to_string(right_) + ")";
   }
@@ -75,6 +109,12 @@ class ChunkedCausal final : public Interval {
  public:
   explicit ChunkedCausal(int64_t chunk) : Interval(0, 0), chunk_(chunk) {}
   Run keys(int64_t, int64_t q) const override { return {q - q % chunk_, q}; }
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    const Grid g = grid(q_pos, k_pos);
+    // Positions are >= 0, so integer division truncates to the chunk's start.
+    const Value chunk = hlo::constant(static_cast<double>(chunk_), g.q.shape, g.q.dtype);
+    return within(g.k, hlo::mul(hlo::div(g.q, chunk), chunk), g.q);
+  }
   std::string describe() const override { return "chunked_causal(" + std::to_string(chunk_) + ")"; }
 
  private:
@@ -104,10 +144,14 @@ class PrefixLm final : public Interval {
 class Document final : public Node {
  public:
   Document(std::vector<int64_t> ids, int64_t batch, int64_t seq) : Node(batch, seq), ids_(std::move(ids)) {}
+  // Ids that are a value of the step being captured (graph mode).
+  explicit Document(Tensor lazy_ids)
+      : Node(lazy_ids.size(0), lazy_ids.size(1)), lazy_ids_(std::move(lazy_ids)) {}
 
   Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const override {
     const Visibility order = causal_.classify(b, q0, q1, k0, k1);
     if (order == Visibility::none) return order;
+    if (lazy()) return Visibility::partial;  // the ids exist only once the captured step runs
     const int64_t* row = ids_.data() + b * seq;
     const auto [qmin, qmax] = std::minmax_element(row + q0, row + q1);
     const auto [kmin, kmax] = std::minmax_element(row + k0, row + k1);
@@ -117,6 +161,9 @@ class Document final : public Node {
   }
 
   void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const override {
+    TITAN_CHECK(!lazy(), "Mask::fill: ", describe(),
+                " holds document ids of the step being captured (graph mode), whose values exist only "
+                "inside the compiled step; attention in graph mode evaluates the rule there");
     const int64_t n = k1 - k0;
     const int64_t* keys = ids_.data() + b * seq + k0;
     for (int64_t q = q0; q < q1; ++q, out += n) {
@@ -129,8 +176,25 @@ class Document final : public Node {
     return "document(ids [" + std::to_string(batch) + ", " + std::to_string(seq) + "])";
   }
 
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    TITAN_CHECK(lazy(), "graph mode: ", describe(),
+                " was built from host ids, which would be fixed into the compiled step; build the mask "
+                "from the step's document ids (an input of the captured step)");
+    const Value ids =
+        hlo::transpose(hlo::convert(graph::value_of(lazy_ids_, "Mask::document"), kI64), {1, 0});
+    const Shape pairs{batch, q_pos.shape.at(0), k_pos.shape.at(0)};
+    // take_rows gives [n, batch]: each position's id in every row.
+    auto ids_at = [&](const Value& pos, int64_t dim) {
+      return hlo::broadcast_in_dim(hlo::take_rows(ids, pos), pairs, {dim, 0});
+    };
+    const Value same = hlo::compare(ids_at(q_pos, 1), ids_at(k_pos, 2), "EQ");
+    return hlo::logical_and(same, hlo::broadcast_in_dim(causal_.visible(q_pos, k_pos), pairs, {0, 1, 2}));
+  }
+  bool lazy() const override { return lazy_ids_.defined(); }
+
  private:
-  std::vector<int64_t> ids_;  // [batch, seq]
+  std::vector<int64_t> ids_;  // [batch, seq]; empty when the ids are lazy
+  Tensor lazy_ids_ = {};
   Causal causal_;
 };
 
@@ -170,6 +234,7 @@ class Positioned final : public Node {
   std::string describe() const override {
     return rule_->describe() + " at positions of " + std::to_string(seq) + " rows";
   }
+  bool lazy() const override { return rule_->lazy(); }
 
  private:
   // ends[i]: the end of the run of consecutive positions that holds row i.
@@ -253,6 +318,25 @@ class Compose final : public Node {
     }
   }
 
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    std::vector<Value> seen;
+    int64_t rows = 1;
+    for (const auto& p : parts_) {
+      seen.push_back(p->visible(q_pos, k_pos));
+      rows = std::max(rows, seen.back().shape[0]);
+    }
+    const Shape pairs{rows, q_pos.shape.at(0), k_pos.shape.at(0)};
+    Value out = hlo::broadcast_in_dim(seen[0], pairs, {0, 1, 2});
+    for (size_t i = 1; i < seen.size(); ++i) {
+      const Value part = hlo::broadcast_in_dim(seen[i], pairs, {0, 1, 2});
+      out = all_ ? hlo::logical_and(out, part) : hlo::logical_or(out, part);
+    }
+    return out;
+  }
+  bool lazy() const override {
+    return std::any_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->lazy(); });
+  }
+
   std::string describe() const override {
     std::ostringstream os;
     for (size_t i = 0; i < parts_.size(); ++i) {
@@ -284,9 +368,11 @@ Mask Mask::sliding_window(int64_t left, int64_t right) {
 }
 
 Mask Mask::document(const Tensor& doc_ids) {
+  TITAN_CHECK(doc_ids.defined() && doc_ids.dim() == 2 && (doc_ids.dtype() == kI32 || doc_ids.dtype() == kI64),
+              "Mask::document: expected document ids [batch, seq] of i32 or i64, got ",
+              doc_ids.defined() ? doc_ids.desc() : std::string("an undefined tensor"));
+  if (doc_ids.is_lazy()) return Mask(std::make_shared<Document>(doc_ids));
   check_cpu("Mask::document", doc_ids);
-  TITAN_CHECK(doc_ids.dim() == 2 && (doc_ids.dtype() == kI32 || doc_ids.dtype() == kI64),
-              "Mask::document: expected document ids [batch, seq] of i32 or i64, got ", doc_ids.desc());
   const Tensor ids = doc_ids.contiguous().to(kI64);
   const int64_t* p = ids.data<int64_t>();
   return Mask(std::make_shared<Document>(std::vector<int64_t>(p, p + ids.numel()), ids.size(0), ids.size(1)));
@@ -343,6 +429,12 @@ int64_t Mask::seq() const {
 }
 std::string Mask::describe() const {
   return node_->describe();
+}
+graph::Value Mask::visible(const graph::Value& q_pos, const graph::Value& k_pos) const {
+  return node_->visible(q_pos, k_pos);
+}
+bool Mask::lazy() const {
+  return node_->lazy();
 }
 
 }  // namespace titan::attention

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/graph/ir/program.h"
 
 namespace titan::attention {
 
@@ -27,7 +28,9 @@ class Mask {
   // `right` keys after it (right = 0: causal within the window).
   static Mask sliding_window(int64_t left, int64_t right = 0);
   // k <= q and doc_ids[b, k] == doc_ids[b, q]: packed sequences attend causally within their own
-  // document. doc_ids [B, S], i32 or i64, one id per token.
+  // document. doc_ids [B, S], i32 or i64, one id per token. In graph mode the ids are a value of the
+  // step being captured: the rule cannot read them, so it classifies tiles by causality alone
+  // (partial where causal shows any pair) and is evaluated inside the program (visible()).
   static Mask document(const Tensor& doc_ids);
   // k <= q or k < prefix_lengths[b]: the first p tokens of row b see one another both ways (a
   // bidirectional prefix), the rest is causal. One length per batch row, or one for all rows.
@@ -52,6 +55,14 @@ class Mask {
   Visibility classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const;
   // out[(q - q0) * (k1 - k0) + (k - k0)] = 1 where query q sees key k, else 0.
   void fill(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1, uint8_t* out) const;
+
+  // Graph mode: which pairs of queries at positions q_pos [nq] and keys at k_pos [nk] (i64 values
+  // of the program being captured) the rule shows, as a predicate [rows, nq, nk], rows being
+  // batch() or 1 for a rule the same for every row. Rules without a lowering are refused by name.
+  graph::Value visible(const graph::Value& q_pos, const graph::Value& k_pos) const;
+  // Whether the rule holds values of the step being captured (document ids in graph mode): then
+  // fill() cannot run, and only the program knows which pairs a partial tile shows.
+  bool lazy() const;
 
   // Batch rows the rule holds data for (document ids, per-row prefix lengths); 0 when it is the
   // same for every row.

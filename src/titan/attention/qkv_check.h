@@ -3,6 +3,7 @@
 // multiple of Hkv, one floating dtype, a finite scale. Errors name `op` and the three shapes.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "titan/ops/checks.h"
 
@@ -10,9 +11,15 @@ namespace titan::attention {
 
 inline void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                       const std::optional<double>& scale) {
-  ops::check_float(op, "q", q);
-  ops::check_float(op, "k", k);
-  ops::check_float(op, "v", v);
+  for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}}) {
+    // A lazy tensor (graph mode) has no CPU data to check; the ops lower it instead.
+    if (!t->defined() || !t->is_lazy()) {
+      ops::check_float(op, name, *t);
+      continue;
+    }
+    TITAN_CHECK(t->dtype() == kF32 || t->dtype() == kF64, op, ": ", name, " must be f32 or f64, got ",
+                t->desc());
+  }
   TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
                   q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(3) > 0,
               op, ": expected q [B, S, Hq, D] and k, v [B, S, Hkv, D] with the same B, S and D > 0, got q ",

@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "titan/attention/qkv_check.h"
+#include "titan/attention/splash_lowering.h"
 #include "titan/autograd/node.h"
 #include "titan/core/parallel.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/kernels/cpu/softmax.h"
@@ -115,6 +117,12 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
 
   const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), opts.causal};
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));
+  if (graph::any_lazy({&q, &k, &v})) {
+    // A window as wide as the sequence shows every key: the unmasked reference. Its products stay
+    // in q's dtype, as the reference's GEMMs do whatever autocast says.
+    const Mask rule = g.causal ? Mask::causal() : Mask::sliding_window(g.S, g.S);
+    return lowered_attention(op, q, k, v, BlockMask::build(rule, 1, g.S), scale, /*bf16_products=*/false);
+  }
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
   const bool train = autograd::needs_grad({&q, &k, &v});

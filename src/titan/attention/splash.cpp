@@ -5,8 +5,10 @@
 
 #include "titan/attention/qkv_check.h"
 #include "titan/attention/splash_kernel.h"
+#include "titan/attention/splash_lowering.h"
 #include "titan/autograd/node.h"
 #include "titan/core/autocast.h"
+#include "titan/graph/lazy.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
 
@@ -26,6 +28,7 @@ Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   // Decided here, once: backward multiplies as forward did, whatever autocast says when it runs.
   const bool bf16_products = matmul_operand_dtype(q.dtype()) == kBF16;
+  if (graph::any_lazy({&q, &k, &v})) return lowered_attention(op, q, k, v, mask, scale, bf16_products);
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
   Tensor lse = Tensor::empty({B, Hq, S}, q.options());

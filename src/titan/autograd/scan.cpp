@@ -103,9 +103,10 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   }
   const graph::Value h0 = graph::value_of(x, "scan_blocks");
   // The loop's output is the blocks' output only if a block keeps x's shape and dtype.
-  const auto check_out = [&](const Tensor& out) {
-    TITAN_CHECK(out.defined() && out.sizes() == x.sizes() && out.dtype() == x.dtype(),
-                "scan_blocks: a block maps ", x.desc(), " to ", out.defined() ? out.desc() : std::string("nothing"),
+  // Kept for backward too: it holds x's description, not x.
+  const auto check_out = [want = x.desc()](const Tensor& out) {
+    TITAN_CHECK(out.defined() && out.desc() == want, "scan_blocks: a block maps ", want, " to ",
+                out.defined() ? out.desc() : std::string("nothing"),
                 "; only blocks that keep their input's shape and dtype can run as one loop");
     return graph::value_of(out, "scan_blocks");
   };

@@ -14,7 +14,8 @@ namespace titan::autograd {
 
 // blocks[i]: block i's parameters, in one order for every block. run(i, x) applies block i to x;
 // it must compute the same function of (x, blocks[i]) for every i, reading block i's parameters
-// through the tensors in blocks[i].
+// through the tensors in blocks[i]. `run` is kept for backward, which re-runs it: what it refers to
+// must outlive the backward (capture by value).
 //
 // Loops when x is a value of a captured program that asks for it (graph::Program::scan_layers)
 // and every block's parameters match the first's in shape and dtype; otherwise applies the blocks

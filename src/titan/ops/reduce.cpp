@@ -77,10 +77,11 @@ Tensor sum(const Tensor& x) {
   const OpSpan span("sum", x);
   Tensor out;
   if (x.is_lazy()) {
-    const graph::Value v = graph::value_of(x, "sum");
+    // Accumulated in double, as sum_all accumulates.
+    const graph::Value v = graph::hlo::convert(graph::value_of(x, "sum"), kF64);
     Shape all(v.shape.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    out = graph::tensor_of(graph::hlo::reduce_sum(v, all));
+    out = graph::tensor_of(graph::hlo::convert(graph::hlo::reduce_sum(v, all), x.dtype()));
   } else {
     check_float("sum", "input", x);
     Tensor xc = dense(x);

@@ -8,6 +8,7 @@
 #include "titan/autograd/node.h"
 #include "titan/core/meta.h"
 #include "titan/core/parallel.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/rope.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
@@ -38,6 +39,54 @@ void rotate(const Tensor& x, const Tensor& out, const RopeTable& table, RopeLayo
     kernels::cpu::rope<float>(x.data<float>(), out.data<float>(), c, s, geo, interleaved, inverse);
   else
     kernels::cpu::rope<double>(x.data<double>(), out.data<double>(), c, s, geo, interleaved, inverse);
+}
+
+namespace hlo = graph::hlo;
+using graph::Value;
+
+// The kernel's rotation of x [batch, seq, heads, head_dim] by cos/sin [seq, half] (sin negated for
+// the inverse): pair (a, b) -> (a c - b s, b c + a s).
+Value rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout layout) {
+  const int64_t b = x.shape[0], seq = x.shape[1], heads = x.shape[2], half = x.shape[3] / 2;
+  const Shape halves{b, seq, heads, half};
+  const Value c = hlo::broadcast_in_dim(cos, halves, {1, 3}), s = hlo::broadcast_in_dim(sin, halves, {1, 3});
+  // The pairs' members as two [b, seq, heads, half] values: the halves, or the even and odd dims.
+  Value first, second;
+  if (layout == RopeLayout::rotate_half) {
+    first = hlo::narrow(x, 3, 0, half);
+    second = hlo::narrow(x, 3, half, half);
+  } else {
+    const Value pairs = hlo::reshape(x, {b, seq, heads, half, 2});
+    first = hlo::reshape(hlo::narrow(pairs, 4, 0, 1), halves);
+    second = hlo::reshape(hlo::narrow(pairs, 4, 1, 1), halves);
+  }
+  const Value y0 = hlo::sub(hlo::mul(first, c), hlo::mul(second, s));
+  const Value y1 = hlo::add(hlo::mul(second, c), hlo::mul(first, s));
+  if (layout == RopeLayout::rotate_half) return hlo::concatenate({y0, y1}, 3);
+  const Shape one{b, seq, heads, half, 1};
+  return hlo::reshape(hlo::concatenate({hlo::reshape(y0, one), hlo::reshape(y1, one)}, 4), x.shape);
+}
+
+// The table enters the program once, whole (one input however many layers use it); the rows of
+// this call's positions are sliced in the program. f64 inputs widen the f32 table, as the kernel.
+Value table_rows(const Tensor& t, const char* name, int64_t start_pos, int64_t seq, DType dtype) {
+  const Value whole = graph::host_input(t, name);
+  return hlo::convert(hlo::narrow(whole, 0, start_pos, seq), dtype);
+}
+
+Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
+  const int64_t seq = x.size(1);
+  const Value xv = graph::value_of(x, "rope");
+  const Value c = table_rows(table.cos, "rope_cos", start_pos, seq, xv.dtype);
+  const Value s = table_rows(table.sin, "rope_sin", start_pos, seq, xv.dtype);
+  Tensor out = graph::tensor_of(rotated(xv, c, s, layout));
+  Tensor cd = graph::tensor_of(c), sd = graph::tensor_of(s);
+  autograd::record("rope", {x}, {out}, [cd, sd, layout](const autograd::GradContext& g) {
+    const Value minus_sin = hlo::neg(graph::value_of(sd, "rope"));
+    return std::vector<Tensor>{graph::tensor_of(
+        rotated(graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout))};
+  });
+  return out;
 }
 
 }  // namespace
@@ -84,7 +133,10 @@ RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
 
 Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
   const OpSpan span("rope", x);
-  check_float("rope", "x", x);
+  if (x.is_lazy())
+    TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, "rope: x must be f32 or f64, got ", x.desc());
+  else
+    check_float("rope", "x", x);
   TITAN_CHECK(table.cos.defined() && table.sin.defined(),
               "rope: the RopeTable is empty; make it with RopeTable::build");
   const int64_t half = table.head_dim / 2;
@@ -103,6 +155,7 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
   TITAN_CHECK(start_pos >= 0 && start_pos + x.size(1) <= max_seq, "rope: positions ", start_pos, " to ",
               start_pos + x.size(1) - 1, " of x ", x.desc(), " are outside the table's max_seq ", max_seq,
               " (cos ", table.cos.desc(), ")");
+  if (x.is_lazy()) return rope_lowered(x, table, layout, start_pos);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   rotate(xc, out, table, layout, start_pos, false);

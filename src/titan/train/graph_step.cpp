@@ -164,7 +164,10 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
 
 std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
   std::string key = std::string(dtype_name(autocast_dtype()));
-  for (const Tensor& t : batch_tensors(batches)) key += " " + t.desc();
+  for (const Tensor& t : batch_tensors(batches)) {
+    key += ' ';
+    key += t.desc();
+  }
   return key;
 }
 

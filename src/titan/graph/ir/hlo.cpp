@@ -1,5 +1,7 @@
 #include "titan/graph/ir/hlo.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -105,6 +107,9 @@ Value logistic(const Value& x) { return unary("logistic", x); }
 Value abs(const Value& x) { return unary("abs", x); }
 Value erf(const Value& x) {
   return prog().emit1("chlo.erf", {x}, type_of(x));
+}
+Value erfc(const Value& x) {
+  return prog().emit1("chlo.erfc", {x}, type_of(x));
 }
 
 Value convert(const Value& x, DType dtype) {
@@ -288,6 +293,28 @@ Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows) {
                       "[0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, indices_are_sorted = false, "
                       "unique_indices = false",
                       {body});
+}
+
+std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
+                               const std::vector<ResultType>& results,
+                               const std::vector<std::pair<std::string, double>>& attrs) {
+  // Names go into the module unquoted (attributes) or quoted (the target): identifiers only.
+  auto is_identifier = [](const std::string& s) {
+    auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+    return !s.empty() && std::all_of(s.begin(), s.end(), allowed);
+  };
+  TITAN_CHECK(is_identifier(target), "graph lowering: custom-call target '", target,
+              "' must be letters, digits, '_' and '.' only");
+  TITAN_CHECK(!results.empty(), "graph lowering: custom call '", target, "' needs at least one result");
+  std::string config;
+  for (const auto& [name, value] : attrs) {
+    TITAN_CHECK(is_identifier(name), "graph lowering: attribute '", name, "' of custom call '", target,
+                "' must be letters, digits, '_' and '.' only");
+    config += (config.empty() ? "" : ", ") + name + " = " + literal(value, kF64) + " : f64";
+  }
+  const std::string attributes =
+      "api_version = 4 : i32, backend_config = {" + config + "}, call_target_name = \"" + target + "\"";
+  return prog().emit("stablehlo.custom_call", operands, results, attributes);
 }
 
 std::vector<Value> while_loop(const std::vector<Value>& state,

@@ -3,6 +3,7 @@
 // beside each op's kernels are written in. Shapes are checked here, so that a lowering's mistake
 // is an error naming the op rather than a compiler message about the printed module.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/graph/ir/program.h"
@@ -33,6 +34,8 @@ Value tanh(const Value& x);
 Value logistic(const Value& x);  // sigmoid
 Value abs(const Value& x);
 Value erf(const Value& x);
+// 1 - erf(x) without the cancellation of that difference where erf(x) nears 1.
+Value erfc(const Value& x);
 Value convert(const Value& x, DType dtype);
 // `direction`: EQ, NE, LT, LE, GT, GE. Gives a predicate.
 Value compare(const Value& a, const Value& b, const std::string& direction);
@@ -73,6 +76,13 @@ Value max_keep(const Value& x, int64_t dim);
 Value take_rows(const Value& table, const Value& ids);
 // A zero table [rows, d] with updates [..., d] added at rows `ids` [...].
 Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows);
+
+// A call of titan's kernel registered as `target` (graph/pjrt/ffi.h), through XLA's typed FFI
+// (api_version = 4). `attrs` reach the handler as scalars (ffi::Call::scalar_attr), written as f64
+// so that no value is rounded on the way.
+std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
+                               const std::vector<ResultType>& results,
+                               const std::vector<std::pair<std::string, double>>& attrs = {});
 
 // A while loop over `state`: `cond` returns a scalar predicate, `body` the next state.
 std::vector<Value> while_loop(const std::vector<Value>& state,

@@ -74,7 +74,7 @@ Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_
   const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
   h = common::run_blocks(*layers, first, last, h,
-                         [&](TransformerBlock& block, const Tensor& x) { return block(x, rope_, mask); });
+                         [this, mask](TransformerBlock& block, const Tensor& x) { return block(x, rope_, mask); });
   return last == args_.n_layers ? (*output)((*norm)(h)) : h;
 }
 

@@ -84,7 +84,7 @@ Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_
   const auto mask = common::layer_mask(tokens, document_ids, kernel_);
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
   Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
-  h = common::run_blocks(*layers, first, last, h, [&](TransformerBlock& block, const Tensor& x) {
+  h = common::run_blocks(*layers, first, last, h, [this, mask, pass](TransformerBlock& block, const Tensor& x) {
     return block(x, rope_, mask, pass);
   });
   last_pass_ = pass;

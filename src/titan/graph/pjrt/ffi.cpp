@@ -1,0 +1,188 @@
+#include "titan/graph/pjrt/ffi.h"
+
+#include <cstddef>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "titan/core/error.h"
+#include "titan/graph/pjrt/ffi_abi.h"
+
+namespace titan::graph::pjrt::ffi {
+namespace {
+
+// What titan reads of each struct must lie within the size the plugin says it filled in: a plugin
+// built from an older XLA hands shorter structs.
+constexpr size_t kFrameSizeNeeded = offsetof(abi::FfiCallFrame, attrs) + sizeof(abi::FfiAttrs);
+constexpr size_t kApiSizeNeeded = offsetof(abi::FfiApi, error_create) + sizeof(abi::FfiApi::error_create);
+constexpr size_t kBufferSizeNeeded = offsetof(abi::FfiBuffer, dims) + sizeof(abi::FfiBuffer::dims);
+constexpr size_t kMetadataSizeNeeded = offsetof(abi::FfiMetadata, traits) + sizeof(abi::FfiMetadata::traits);
+constexpr size_t kExtensionSizeNeeded =
+    offsetof(abi::PjrtFfiExtension, register_handler) + sizeof(abi::PjrtFfiExtension::register_handler);
+constexpr int kBufferKind = 1;  // XLA_FFI_ArgType_BUFFER and XLA_FFI_RetType_BUFFER
+
+DType dtype_from_ffi(int dtype, std::string_view what) {
+  switch (dtype) {
+    case abi::kF32: return kF32;
+    case abi::kF64: return kF64;
+    case abi::kBF16: return kBF16;
+    case abi::kS32: return kI32;
+    case abi::kS64: return kI64;
+    default: break;
+  }
+  TITAN_CHECK(false, "custom call: ", what, " has XLA element type ", dtype,
+              ", which titan has no dtype for: pass f32, f64, bf16, i32 or i64 arrays");
+}
+
+Array array_of(const abi::FfiList& list, int64_t i, const char* kind) {
+  TITAN_CHECK(i >= 0 && i < list.size, "custom call: asked for ", kind, " ", i, " of a call with ", list.size,
+              " ", kind, "s: the program's custom_call and its handler disagree on the signature");
+  const std::string what = std::string(kind) + " " + std::to_string(i);
+  TITAN_CHECK(list.types[i] == kBufferKind, "custom call: ", what, " is of FFI kind ", list.types[i],
+              ", not an array (1): titan's handlers take and give arrays only");
+  const auto* buffer = static_cast<const abi::FfiBuffer*>(list.items[i]);
+  TITAN_CHECK(buffer->struct_size >= kBufferSizeNeeded, "custom call: ", what, " is described in ",
+              buffer->struct_size, " bytes, fewer than the ", kBufferSizeNeeded,
+              " of XLA FFI's buffer: the plugin is broken or older than FFI API 0.1");
+  Array a;
+  a.dtype = dtype_from_ffi(buffer->dtype, what);
+  a.dims.assign(buffer->dims, buffer->dims + buffer->rank);
+  a.data = buffer->data;
+  return a;
+}
+
+abi::FfiError* make_error(const abi::FfiCallFrame* frame, int code, const std::string& message) {
+  abi::FfiErrorCreateArgs args{};
+  args.struct_size = sizeof args;
+  args.message = message.c_str();  // copied by the plugin
+  args.code = code;
+  return frame->api->error_create(&args);
+}
+
+// Registration calls each handler once with a metadata request instead of arguments: the FFI
+// version the handler was written against, which the plugin checks it can serve.
+abi::FfiError* answer_metadata(abi::FfiCallFrame* frame) {
+  auto* extension = reinterpret_cast<abi::FfiMetadataExtension*>(frame->extension_start);
+  if (extension->base.struct_size < sizeof(abi::FfiMetadataExtension) || !extension->metadata ||
+      extension->metadata->struct_size < kMetadataSizeNeeded) {
+    return make_error(frame, abi::kErrorInvalidArgument,
+                      "titan's FFI handler cannot answer the plugin's metadata request: its struct is smaller "
+                      "than XLA FFI API 0.1's");
+  }
+  extension->metadata->api_version = {sizeof(abi::FfiVersion), nullptr, abi::kFfiMajor, abi::kFfiMinor};
+  extension->metadata->traits = 0;
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t Array::numel() const { return numel_of(dims); }
+
+void Array::check_dtype(DType wanted, std::string_view what) const {
+  TITAN_CHECK(dtype == wanted, "custom call: ", what, " is ", dtype_name(dtype), " ", shape_str(dims),
+              "; the handler reads it as ", dtype_name(wanted), ": convert it in the program before the call");
+}
+
+int64_t Call::num_args() const { return frame_->args.size; }
+int64_t Call::num_results() const { return frame_->rets.size; }
+Array Call::arg(int64_t i) const { return array_of(frame_->args, i, "argument"); }
+Array Call::result(int64_t i) const { return array_of(frame_->rets, i, "result"); }
+
+double Call::scalar_attr(std::string_view name) const {
+  const abi::FfiAttrs& attrs = frame_->attrs;
+  std::string present;
+  for (int64_t i = 0; i < attrs.size; ++i) {
+    const std::string_view attr_name(attrs.names[i]->ptr, attrs.names[i]->len);
+    if (attr_name != name) {
+      present += (present.empty() ? "" : ", ") + std::string(attr_name);
+      continue;
+    }
+    TITAN_CHECK(attrs.types[i] == abi::kAttrScalar, "custom call: attribute '", name, "' is of FFI kind ",
+                attrs.types[i], ", not a scalar (3): write it as `", name, " = 2.0 : f32` in backend_config");
+    const auto* scalar = static_cast<const abi::FfiScalar*>(attrs.attrs[i]);
+    switch (scalar->dtype) {
+      case abi::kF32: return *static_cast<const float*>(scalar->value);
+      case abi::kF64: return *static_cast<const double*>(scalar->value);
+      case abi::kS32: return *static_cast<const int32_t*>(scalar->value);
+      case abi::kS64: return static_cast<double>(*static_cast<const int64_t*>(scalar->value));
+      default: break;
+    }
+    TITAN_CHECK(false, "custom call: attribute '", name, "' has XLA element type ", scalar->dtype,
+                ": give it as f32, f64, i32 or i64");
+  }
+  TITAN_CHECK(false, "custom call: no attribute '", name, "' in backend_config (it has: ",
+              present.empty() ? "none" : present, "): the program's custom_call must pass it");
+}
+
+namespace detail {
+
+abi::FfiError* invoke(abi::FfiCallFrame* frame, Kernel kernel) {
+  // Without the API table no error can be reported at all; a plugin that omits it is not XLA.
+  if (!frame || frame->struct_size < offsetof(abi::FfiCallFrame, api) + sizeof(frame->api) || !frame->api ||
+      frame->api->struct_size < kApiSizeNeeded) {
+    std::terminate();
+  }
+  if (frame->extension_start && frame->extension_start->type == abi::kFfiExtensionMetadata) {
+    return answer_metadata(frame);
+  }
+  try {
+    TITAN_CHECK(frame->struct_size >= kFrameSizeNeeded, "custom call: the plugin's call frame has ",
+                frame->struct_size, " bytes, fewer than XLA FFI API 0.1's ", kFrameSizeNeeded,
+                ": the plugin is broken");
+    TITAN_CHECK(frame->stage == abi::kStageExecute, "custom call: titan's handlers run only at execution (stage ",
+                abi::kStageExecute, "), called at stage ", frame->stage);
+    kernel(Call(frame));
+    return nullptr;
+  } catch (const Error& e) {
+    return make_error(frame, abi::kErrorInvalidArgument, e.message());
+  } catch (const std::exception& e) {
+    return make_error(frame, abi::kErrorInternal, std::string("custom call: ") + e.what());
+  }
+}
+
+}  // namespace detail
+
+void register_handler(const Plugin& plugin, const std::string& target, Handler handler,
+                      const std::string& platform) {
+  TITAN_CHECK(!target.empty() && handler, "register_handler needs a target name and a handler, got '", target,
+              "' and ", handler ? "a handler" : "none");
+  static std::mutex mutex;
+  static std::map<std::tuple<const Plugin*, std::string, std::string>, Handler> registered;
+  std::lock_guard lock(mutex);
+  const auto key = std::make_tuple(&plugin, platform, target);
+  if (auto it = registered.find(key); it != registered.end()) {
+    TITAN_CHECK(it->second == handler, "custom-call target '", target, "' already has another handler on ",
+                platform, " in PJRT plugin ", plugin.path(), ": XLA keeps one per target; give this one another name");
+    return;
+  }
+
+  const PJRT_Extension_Base* found = nullptr;
+  int left = 64;  // as Plugin's own walk: a corrupt chain must not hang
+  for (const PJRT_Extension_Base* ext = plugin.api()->extension_start; ext && left-- > 0; ext = ext->next) {
+    if (ext->type == PJRT_Extension_Type_FFI) found = ext;
+  }
+  TITAN_CHECK(found, "PJRT plugin ", plugin.path(), " (C API ", plugin.api_version(),
+              ") has no FFI extension, so titan's kernels cannot run inside its programs (custom call '", target,
+              "'): use a plugin that offers it (the CPU plugins scripts/setup.sh installs do)");
+  TITAN_CHECK(found->struct_size >= kExtensionSizeNeeded, "PJRT plugin ", plugin.path(), " (C API ",
+              plugin.api_version(), ")'s FFI extension has ", found->struct_size, " bytes, without the ",
+              "register_handler call (", kExtensionSizeNeeded, " bytes, FFI extension version 2) that custom call '",
+              target, "' needs: install a newer plugin (scripts/setup.sh)");
+  const auto* extension = reinterpret_cast<const abi::PjrtFfiExtension*>(found);
+  TITAN_CHECK(extension->register_handler, "PJRT plugin ", plugin.path(),
+              "'s FFI extension leaves register_handler empty: custom call '", target,
+              "' cannot be registered; install a plugin that implements it");
+
+  abi::PjrtFfiRegisterHandlerArgs args{};
+  args.struct_size = sizeof args;
+  args.target_name = target.data();
+  args.target_name_size = target.size();
+  args.handler = reinterpret_cast<void*>(handler);
+  args.platform_name = platform.data();
+  args.platform_name_size = platform.size();
+  plugin.check(extension->register_handler(&args), "PJRT_FFI_Register_Handler");
+  registered.emplace(key, handler);
+}
+
+}  // namespace titan::graph::pjrt::ffi
