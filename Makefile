@@ -56,9 +56,12 @@ fuzz: deps
 	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # titan finds OpenBLAS's OpenMP build through its RUNPATH; PyTorch 2, the reference, brings its
-# own MKL and oneDNN, so the benchmarks set no library path.
+# own MKL and oneDNN, so the benchmarks set no library path. JAX, bench_train_step's other
+# reference, gets a venv of its own (.venv-jax) here, so that `make test` never downloads it.
 bench: build
-	TITAN_PYTHON=$(CURDIR)/.venv/bin/python scripts/run_benchmarks.sh $(BUILD)
+	scripts/setup_jax.sh
+	TITAN_PYTHON=$(CURDIR)/.venv/bin/python TITAN_JAX_PYTHON=$(CURDIR)/.venv-jax/bin/python \
+	  scripts/run_benchmarks.sh $(BUILD)
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cpp' | xargs clang-format -i

@@ -10,6 +10,11 @@
 // another's and the sides are measured alike; titan and PyTorch rounds alternate, so load from
 // other processes falls on all, and the figures are medians.
 //
+// Graph mode: each round also runs titan's train::GraphStep (the same step as one XLA program,
+// compiled through a PJRT plugin) and JAX's (bench/train_step_jax.py, the same step in plain JAX,
+// jitted whole): XLA driven from Python is what graph mode must match, titan eager what it must not
+// fall far behind. They get a table of their own, with their compile times.
+//
 // Memory: "RSS growth" is the resident set's high-water mark over the timed steps (reset after
 // the warm-up steps) minus the resident set before the model was built: parameters, gradients,
 // optimizer moments and activations, with whatever the allocators keep on top, without the
@@ -44,6 +49,7 @@
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
 #include "titan/ops/linalg.h"
+#include "titan/train/graph_step.h"
 #include "titan/train/peak_flops.h"
 #include "titan/train/trainer.h"
 
@@ -125,8 +131,9 @@ double linear_gemm_seconds(const Config& c) {
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
+// graph: the step is train::GraphStep's (compiled in the first step) instead of train::train_step.
 json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
-                 int warmup, int steps) {
+                 bool graph, int warmup, int steps) {
   const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
@@ -155,33 +162,49 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   for (auto& [n, p] : named) params.push_back(p);
   titan::optim::AdamW optimizer(
       named, {.lr = kLr, .beta1 = kBeta1, .beta2 = kBeta2, .eps = kEps, .weight_decay = kWeightDecay});
+  // Before init's temporaries are handed back: the device copies of the parameters and moments are
+  // the step's memory, as the host ones are in eager mode.
+  std::optional<titan::train::GraphStep> graph_step;
+  if (graph)
+    graph_step.emplace(
+        *model, optimizer, named,
+        titan::train::GraphStepOptions{.runtime = {}, .max_norm = kMaxNorm, .scan_layers = true}, std::cerr);
   titan::CpuAllocator::instance().empty_cache();
   malloc_trim(0);
 
   std::vector<double> seconds, losses;
+  double first_step_seconds = 0;
   for (int i = 0; i < warmup + steps; ++i) {
     if (i == warmup) {
       bench::reset_peak_rss();
       titan::CpuAllocator::instance().reset_peak();
     }
     auto t0 = std::chrono::steady_clock::now();
-    titan::train::StepStats s =
-        titan::train::train_step(*model, optimizer, params, kMaxNorm, 1, [&] { return batch; });
+    const double loss =
+        graph_step
+            ? graph_step->run({batch}).loss
+            : titan::train::train_step(*model, optimizer, params, kMaxNorm, 1, [&] { return batch; }).loss;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) seconds.push_back(dt);
-    losses.push_back(s.loss);
-    std::cerr << "titan  step " << i + 1 << ": " << bench::fixed(dt * 1e3, 0) << " ms, loss "
-              << bench::fixed(s.loss, 4) << "\n";
+    if (i == 0) first_step_seconds = dt;
+    losses.push_back(loss);
+    std::cerr << (graph ? "titan graph  step " : "titan  step ") << i + 1 << ": " << bench::fixed(dt * 1e3, 0)
+              << " ms, loss " << bench::fixed(loss, 4) << "\n";
   }
   titan::MemoryStats mem = titan::CpuAllocator::instance().stats();
   json reply = {{"step_seconds", seconds},
+                {"first_step_seconds", first_step_seconds},
                 {"losses", losses},
                 {"rss_baseline", rss_baseline},
                 {"rss_peak", bench::status_bytes("VmHWM")},
                 {"alloc_peak", mem.peak_allocated_bytes},
                 {"alloc_reserved", mem.reserved_bytes}};
+  if (graph_step) {
+    reply["compile_seconds"] = graph_step->last_compile_seconds();
+    reply["device"] = graph_step->runner().describe();
+  }
   // After the memory figures: its buffers are not the step's.
-  if (ac_mode == "none") reply["linear_gemm_seconds"] = linear_gemm_seconds(c);
+  if (ac_mode == "none" && !graph) reply["linear_gemm_seconds"] = linear_gemm_seconds(c);
   return reply;
 }
 
@@ -192,31 +215,48 @@ std::string self_path() {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-json run_titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
-                     int threads, int warmup, int steps) {
+// mode: "eager" (train::train_step) or "graph" (train::GraphStep).
+json run_titan_round(const Config& c, const std::string& mode, const std::string& attention,
+                     const std::string& ac_mode, bool bf16, int threads, int warmup, int steps) {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
-                        " --worker --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
-                        " --precision=" + (bf16 ? "bf16" : "f32") + " --warmup=" + std::to_string(warmup) +
-                        " --steps=" + std::to_string(steps);
+                        " --worker --mode=" + mode + " --config=" + c.name + " --attention=" + attention +
+                        " --ac=" + ac_mode + " --precision=" + (bf16 ? "bf16" : "f32") +
+                        " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
 }
 
+// What bench/train_step_torch.py and bench/train_step_jax.py read.
+json script_request(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
+  return {{"threads", threads},
+          {"warmup", warmup},
+          {"steps", steps},
+          {"seed", kSeed},
+          {"variant", variant},
+          {"config",
+           {{"dim", c.dim},
+            {"n_layers", c.n_layers},
+            {"n_heads", c.n_heads},
+            {"n_kv_heads", c.n_kv_heads},
+            {"ffn_dim", c.ffn_dim},
+            {"vocab_size", c.vocab_size},
+            {"seq", c.seq},
+            {"batch", c.batch}}}};
+}
+
 json run_torch_round(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
-  const json request = {{"threads", threads},
-                        {"warmup", warmup},
-                        {"steps", steps},
-                        {"seed", kSeed},
-                        {"variant", variant},
-                        {"config",
-                         {{"dim", c.dim},
-                          {"n_layers", c.n_layers},
-                          {"n_heads", c.n_heads},
-                          {"n_kv_heads", c.n_kv_heads},
-                          {"ffn_dim", c.ffn_dim},
-                          {"vocab_size", c.vocab_size},
-                          {"seq", c.seq},
-                          {"batch", c.batch}}}};
-  return bench::run_torch_script("train_step_torch.py", request);
+  return bench::run_torch_script("train_step_torch.py", script_request(c, variant, threads, warmup, steps));
+}
+
+// The JAX reference's interpreter: $TITAN_JAX_PYTHON, else the venv scripts/setup_jax.sh links.
+std::string jax_python_path() {
+  if (const char* p = std::getenv("TITAN_JAX_PYTHON"); p && *p) return p;
+  return std::string(TITAN_SOURCE_DIR) + "/.venv-jax/bin/python";
+}
+
+// variant: "f32" or "bf16".
+json run_jax_round(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
+  return bench::run_python_script(jax_python_path(), "train_step_jax.py",
+                                  script_request(c, variant, threads, warmup, steps));
 }
 
 // A compiled round whose first step (compilation included) takes longer than this makes the
@@ -268,14 +308,148 @@ struct Side {
     return median_of([](const json& r) { return r["linear_gemm_seconds"].get<double>(); });
   }
   double first_loss() const { return rounds.front()["losses"][0].get<double>(); }
+  // The first step's time over a timed step's (median over rounds): what compiling the step cost
+  // a side that compiles in its first step, measured the same way on each.
+  double compile_overhead() const {
+    return median_of([](const json& r) {
+      return r["first_step_seconds"].get<double>() -
+             bench::median(r["step_seconds"].get<std::vector<double>>());
+    });
+  }
 };
 
 struct Result {
   const Config* config;
   titan::models::ModelSummary summary;
-  Side titan, titan_ac_full;
+  Side titan, titan_ac_full, titan_graph;
   std::map<std::string, Side> torch;  // by variant
+  std::map<std::string, Side> jax;    // by variant: f32, bf16
 };
+
+std::vector<std::string> comma_list(const std::string& v) {
+  std::vector<std::string> out;
+  std::istringstream list(v);
+  for (std::string name; std::getline(list, name, ',');) out.push_back(name);
+  return out;
+}
+
+std::optional<double> ratio(const std::optional<double>& num, const std::optional<double>& den) {
+  return num && den ? std::optional(*num / *den) : std::nullopt;
+}
+
+std::string ratio_cell(const std::optional<double>& num, const std::optional<double>& den) {
+  const auto r = ratio(num, den);
+  return r ? bench::fixed(*r, 2) + "x" : std::string("n/a");
+}
+
+// A target's verdict line; "NOT MEASURED" where a side did not run.
+std::string target_line(const std::string& what, const std::optional<double>& ratio, double at_least) {
+  if (!ratio) return "target " + what + ": NOT MEASURED";
+  return "target " + what + ": " + bench::fixed(*ratio, 2) + "x " + (*ratio >= at_least ? "MET" : "MISSED");
+}
+
+// titan's graph mode (the whole step one XLA program, run through a PJRT plugin) against titan
+// eager, JAX (XLA too, driven from Python: what graph mode has to match) and the best torch
+// variant. Adds graph mode's targets to `verdicts`.
+bench::Table graph_table(const std::vector<Result>& results, bool bf16, int rounds,
+                         const std::string& jax_skipped, std::vector<std::string>& verdicts,
+                         std::string& xla_versions) {
+  const std::string headline = bf16 ? "bf16" : "f32";
+  bench::Table t{
+      .title = "Llama 3 training step, titan graph mode " + headline +
+               " (train::GraphStep: the step as one XLA program through PJRT), tokens/s (median step "
+               "over " +
+               std::to_string(rounds) + " interleaved rounds per side, each in a fresh process)",
+      .unit = "tokens/s",
+      .titan_label = "titan graph",
+      .reference_label = "",
+      .variants = {},
+      .higher_is_better = true,
+      .titan_bf16 = bf16,
+      .extra_headers = {"titan eager", "JAX f32", "JAX bf16", "best torch", "graph/eager",
+                        "graph/JAX " + headline, "graph compile s", "JAX compile s"},
+      .rows = {},
+      .notes = {}};
+  std::string titan_xla = "titan graph: no round ran",
+              jax_xla = "JAX: " + (jax_skipped.empty() ? "no round ran" : jax_skipped);
+  for (const Result& r : results) {
+    const Config& c = *r.config;
+    const double tokens = static_cast<double>(c.batch * c.seq);
+    auto tps = [&](const Side* side) {
+      return side && side->ok() ? std::optional(tokens / side->step_seconds()) : std::nullopt;
+    };
+    auto jax_side = [&](const std::string& v) { return r.jax.count(v) ? &r.jax.at(v) : nullptr; };
+    auto figure = [](const std::optional<double>& v) { return v ? bench::fixed(*v, 1) : std::string("n/a"); };
+    bench::Row torch_row{.name = c.name, .titan = {}, .torch = {}, .extra = {}};
+    for (const auto& [variant, side] : r.torch)
+      if (side.ok()) torch_row.torch[variant] = tokens / side.step_seconds();
+    const auto best = bf16 ? bench::best_any(torch_row) : bench::best_f32(torch_row);
+    const std::optional<double> graph = tps(&r.titan_graph), eager = tps(&r.titan),
+                                jax = tps(jax_side(headline));
+    auto compile = [](const Side* side) {
+      return side && side->ok() ? bench::fixed(side->compile_overhead(), 1) : std::string("n/a");
+    };
+    t.rows.push_back({.name = c.name,
+                      .titan = graph,
+                      .torch = {},
+                      .extra = {figure(eager), figure(tps(jax_side("f32"))), figure(tps(jax_side("bf16"))),
+                                best ? bench::fixed(best->second, 1) + " (" + best->first + ")" : "n/a",
+                                ratio_cell(graph, eager), ratio_cell(graph, jax), compile(&r.titan_graph),
+                                compile(jax_side(headline))}});
+
+    std::string losses = c.name + ": first-step loss";
+    if (r.titan_graph.ok()) losses += " titan graph " + bench::fixed(r.titan_graph.first_loss(), 3) + ",";
+    for (const auto& [variant, side] : r.jax)
+      if (side.ok()) losses += " JAX " + variant + " " + bench::fixed(side.first_loss(), 3) + ",";
+    t.notes.push_back(losses + " ln vocab " + bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3) +
+                      " (titan eager's and torch's: under the first table)");
+    std::string own = c.name + ": compile as each side times it (median over rounds):";
+    if (r.titan_graph.ok() && r.titan_graph.rounds.front().contains("compile_seconds"))
+      own +=
+          " titan GraphStep::last_compile_seconds " +
+          bench::fixed(
+              r.titan_graph.median_of([](const json& j) { return j["compile_seconds"].get<double>(); }), 2) +
+          " s;";
+    for (const auto& [variant, side] : r.jax)
+      if (side.ok())
+        own += " JAX " + variant + " lower + compile " +
+               bench::fixed(side.median_of([](const json& j) { return j["compile_seconds"].get<double>(); }),
+                            2) +
+               " s;";
+    t.notes.push_back(own);
+    for (const std::string& e : r.titan_graph.errors)
+      t.notes.push_back("titan graph failed on " + c.name + ": " + e);
+    for (const auto& [variant, side] : r.jax)
+      for (const std::string& e : side.errors)
+        t.notes.push_back("JAX " + variant + " failed on " + c.name + ": " + e);
+    if (r.titan_graph.ok())
+      titan_xla = "titan graph: " + r.titan_graph.rounds.front().value("device", std::string("?"));
+    if (const Side* j = jax_side(headline); j && j->ok()) {
+      const json& reply = j->rounds.front();
+      jax_xla = "JAX " + reply.value("jax_version", std::string("?")) + ", jaxlib " +
+                reply["xla"].value("jaxlib", std::string("?")) + " (its XLA built in; platform " +
+                reply["xla"].value("platform", std::string("?")) + " " +
+                reply["xla"].value("platform_version", std::string("?")) + "), " +
+                std::to_string(reply.value("threads", 0)) + " CPUs";
+    }
+
+    verdicts.push_back(
+        target_line(c.name + ": titan graph >= JAX " + headline + " tokens/s", ratio(graph, jax), 1.0));
+    if (c.name == "M" || c.name == "L")
+      verdicts.push_back(
+          target_line(c.name + ": titan graph >= 0.9x titan eager tokens/s", ratio(graph, eager), 0.9));
+  }
+  t.notes.push_back(
+      "graph: train::GraphStep runs forward, loss, backward, clipping and AdamW as one compiled XLA program; "
+      "JAX: bench/train_step_jax.py, the same step in plain JAX, jax.jit whole with donated parameters and "
+      "optimizer state, layers under lax.scan; bf16: matmul operands bf16, f32 accumulation and master "
+      "weights. "
+      "JAX's other precision runs in round 1 only (information). best torch: the best torch " +
+      std::string(bf16 ? "variant of any precision" : "f32 variant") +
+      " of the first table. compile s: the first step's time minus the median timed step's.");
+  xla_versions = "XLA: " + titan_xla + "; " + jax_xla;
+  return t;
+}
 
 std::string loadavg() {
   std::ifstream f("/proc/loadavg");
@@ -289,20 +463,24 @@ std::string flag_value(const std::string& arg, const std::string& key) {
 }
 
 int worker_main(int argc, char** argv) {
-  std::string config, attention = "splash", ac = "none";
+  std::string config, attention = "splash", ac = "none", mode = "eager";
   bool bf16 = false;
   int warmup = 1, steps = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (auto v = flag_value(a, "--config"); !v.empty()) config = v;
     if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
+    if (auto v = flag_value(a, "--mode"); !v.empty()) mode = v;
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) bf16 = v == "bf16";
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps = std::stoi(v);
   }
   try {
-    std::cout << titan_round(config_named(config), attention, ac, bf16, warmup, steps).dump() << "\n";
+    TITAN_CHECK(mode == "eager" || mode == "graph", "bench_train_step: --mode is eager or graph, got '", mode,
+                "'");
+    std::cout << titan_round(config_named(config), attention, ac, bf16, mode == "graph", warmup, steps).dump()
+              << "\n";
   } catch (const std::exception& e) {
     std::cout << json{{"error", e.what()}}.dump() << "\n";
   }
@@ -331,9 +509,12 @@ int main(int argc, char** argv) {
   // materialises the scores (splash, titan's default, never does); --torch=eager,compile picks
   // PyTorch's variants (default: all of bench::kTorchAll); --precision=bf16 runs titan as
   // training.mixed_precision_param = "bfloat16" does, against the best of every PyTorch variant
-  // (f32 and bf16), with its share of the measured bf16 GEMM peak.
+  // (f32 and bf16), with its share of the measured bf16 GEMM peak. Every round also runs titan's
+  // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
+  // precision --jax=f32,bf16 names (default both; --jax=none: neither).
   int rounds = 3;
   std::vector<std::string> variants = bench::kTorchAll;
+  std::vector<std::string> jax_variants = {"f32", "bf16"};
   std::string attention = "splash";
   std::optional<int> steps_override;
   bool with_ac = true, bf16 = false;
@@ -349,11 +530,23 @@ int main(int argc, char** argv) {
       bf16 = v == "bf16";
     }
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
-    if (auto v = flag_value(a, "--torch"); !v.empty()) {
-      variants.clear();
-      std::istringstream list(v);
-      for (std::string name; std::getline(list, name, ',');) variants.push_back(name);
+    if (auto v = flag_value(a, "--torch"); !v.empty()) variants = comma_list(v);
+    if (auto v = flag_value(a, "--jax"); !v.empty()) {
+      jax_variants = v == "none" ? std::vector<std::string>{} : comma_list(v);
+      for (const std::string& j : jax_variants)
+        TITAN_CHECK(j == "f32" || j == "bf16",
+                    "bench_train_step: --jax takes f32, bf16 or both (comma-separated), "
+                    "or none; got '",
+                    j, "' in '", v, "'");
     }
+  }
+  // Without JAX's venv the other sides still run; the graph table says why JAX's columns are empty.
+  std::string jax_skipped;
+  if (!jax_variants.empty() && access(jax_python_path().c_str(), X_OK) != 0) {
+    jax_skipped = "skipped: no Python interpreter at " + jax_python_path() +
+                  " (run scripts/setup_jax.sh, as make bench does, or set TITAN_JAX_PYTHON)";
+    std::cout << "JAX reference " << jax_skipped << "\n";
+    jax_variants.clear();
   }
   std::vector<const Config*> chosen;
   for (const Config& c : configs())
@@ -386,7 +579,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> compile_notes;
   std::optional<std::string> compile_skipped;  // why compiled rounds stopped, once they have
   for (const Config* c : chosen) {
-    Result r{c, llama3::summarize(model_args(*c), c->seq), {}, {}, {}};
+    Result r{c, llama3::summarize(model_args(*c), c->seq), {}, {}, {}, {}, {}};
     const int steps = steps_override.value_or(c->steps);
     std::cout << "\n== config " << c->name << ": " << r.summary.description << "; seq " << c->seq
               << ", batch " << c->batch << "; " << rounds << " rounds of " << c->warmup << " warm-up + "
@@ -394,7 +587,9 @@ int main(int argc, char** argv) {
               << std::flush;
     for (int round = 1; round <= rounds; ++round) {
       std::cout << "round " << round << ": titan\n" << std::flush;
-      r.titan.add(run_titan_round(*c, attention, "none", bf16, threads, c->warmup, steps));
+      r.titan.add(run_titan_round(*c, "eager", attention, "none", bf16, threads, c->warmup, steps));
+      std::cout << "round " << round << ": titan graph\n" << std::flush;
+      r.titan_graph.add(run_titan_round(*c, "graph", attention, "none", bf16, threads, c->warmup, steps));
       for (const std::string& variant : variants) {
         const bool compiled = variant.rfind("compile", 0) == 0;
         if (compiled && compile_skipped) continue;
@@ -418,10 +613,16 @@ int main(int argc, char** argv) {
         }
         r.torch[variant].add(std::move(reply));
       }
+      for (const std::string& variant : jax_variants) {
+        // As with torch: titan's precision is the headline, the other is one round of information.
+        if ((variant == "bf16") != bf16 && round > 1) continue;
+        std::cout << "round " << round << ": jax " << variant << "\n" << std::flush;
+        r.jax[variant].add(run_jax_round(*c, variant, threads, c->warmup, steps));
+      }
     }
     if (with_ac) {
       std::cout << "titan, activation_checkpoint full\n" << std::flush;
-      r.titan_ac_full.add(run_titan_round(*c, attention, "full", bf16, threads, c->warmup, 1));
+      r.titan_ac_full.add(run_titan_round(*c, "eager", attention, "full", bf16, threads, c->warmup, 1));
     }
     results.push_back(std::move(r));
   }
@@ -619,6 +820,10 @@ int main(int argc, char** argv) {
   bench::print_table(speed, torch_about);
   bench::print_table(memory, torch_about);
   if (!ac.rows.empty()) bench::print_table(ac, titan_only);
+  bench::TorchResults xla;
+  xla.available = true;
+  const bench::Table graph = graph_table(results, bf16, rounds, jax_skipped, verdicts, xla.about);
+  bench::print_table(graph, xla);
   std::cout << "\n";
   for (const std::string& v : verdicts) std::cout << v << "\n";
   std::cout << "load average " << load_start << " at the start, " << loadavg() << " at the end\n";

@@ -4,7 +4,9 @@
 #   scripts/run_benchmarks.sh [build-dir] [Google Benchmark flags, e.g. --benchmark_filter=gemm]
 # The reference is PyTorch 2 from $TITAN_PYTHON (`make bench`: .venv), eager and torch.compile, on
 # its own MKL and oneDNN; each benchmark sets OPENBLAS_CORETYPE for titan where OpenBLAS would pick
-# kernels older than the CPU. A quick check: --benchmark_filter naming one case per benchmark.
+# kernels older than the CPU. bench_train_step also runs JAX from $TITAN_JAX_PYTHON (`make bench`:
+# .venv-jax, from scripts/setup_jax.sh), the reference of titan's graph mode, and skips it when
+# missing. A quick check: --benchmark_filter naming one case per benchmark.
 set -euo pipefail
 
 build=${1:-build}
@@ -24,7 +26,7 @@ fi
 {
   echo "titan benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo 'no git')"
   echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-  echo "TITAN_PYTHON=${TITAN_PYTHON:-} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
+  echo "TITAN_PYTHON=${TITAN_PYTHON:-} TITAN_JAX_PYTHON=${TITAN_JAX_PYTHON:-} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
 } | tee "$out"
 status=0
 for b in "${benches[@]}"; do

@@ -307,6 +307,12 @@ nlohmann::json run_torch_script(const std::string& script, const nlohmann::json&
   if (access(python.c_str(), X_OK) != 0)
     return {{"error", "no Python interpreter at " + python +
                           " (set TITAN_PYTHON, or run `make deps` to create .venv with torch)"}};
+  return run_python_script(python, script, request);
+}
+
+nlohmann::json run_python_script(const std::string& python, const std::string& script,
+                                 const nlohmann::json& request) {
+  if (access(python.c_str(), X_OK) != 0) return {{"error", "no Python interpreter at " + python}};
   char path[] = "/tmp/titan-bench-XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) return {{"error", "cannot create a temporary file for the request"}};

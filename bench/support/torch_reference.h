@@ -103,8 +103,11 @@ std::string with_malloc_tunables(const std::string& command);
 // Runs `command` through the shell (its stderr goes to ours, for progress) and returns the last
 // line of its stdout that is a JSON object, or {"error": why} when there is none.
 nlohmann::json run_for_json(const std::string& command);
-// Runs bench/<script> with python_path() on `request` (passed as a temporary JSON file) and
-// returns its reply, or {"error": why}.
+// Runs bench/<script> with the interpreter `python` on `request` (passed as a temporary JSON
+// file) and returns its reply, or {"error": why}.
+nlohmann::json run_python_script(const std::string& python, const std::string& script,
+                                 const nlohmann::json& request);
+// run_python_script with python_path(), saying how to get one where it is missing.
 nlohmann::json run_torch_script(const std::string& script, const nlohmann::json& request);
 // One line on the PyTorch that replied: version, threads, BLAS, oneDNN, ATen's CPU capability.
 std::string describe_torch(const nlohmann::json& reply);
