@@ -167,3 +167,16 @@ TEST(GraphStep, CompilesOncePerBatchShape) {
 
 }  // namespace
 }  // namespace titan::train
+
+namespace titan::train {
+namespace {
+
+// Qwen 3 MoE routes tokens with ops that have no lowering yet: the run stops before anything is
+// compiled, naming the op and the phase of the step it was captured in.
+TEST(GraphTrain, OpWithoutALoweringNamesTheOpAndThePhase) {
+  EXPECT_TITAN_ERROR(run(small_config(kGraph, "qwen3/debug_moe.toml")),
+                     "while capturing the forward and loss of micro-batch 0", "has no lowering to StableHLO");
+}
+
+}  // namespace
+}  // namespace titan::train

@@ -1,6 +1,7 @@
 #include "titan/train/graph_step.h"
 
 #include <chrono>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -31,6 +32,15 @@ std::string seconds_text(double s) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3) << s;
   return out.str();
+}
+
+// Runs one phase of the capture; an error in it (an op without a lowering, most likely) says which.
+void in_phase(const std::string& phase, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    throw Error("graph mode: while capturing " + phase + " of the training step: " + e.message());
+  }
 }
 
 }  // namespace
@@ -87,12 +97,16 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
     const Tensor& inputs = batch[at++];
     const Tensor& labels = batch[at++];
     const Tensor doc = batches[b].document_ids.defined() ? batch[at++] : Tensor();
-    Tensor loss = ops::cross_entropy(model(inputs, doc), labels);
-    TITAN_CHECK(!model.auxiliary_loss().defined(),
-                "graph mode: this model adds an auxiliary loss (a mixture of experts), which graph mode does "
-                "not capture yet; train it with compile.enable = false");
+    Tensor loss;
+    in_phase("the forward and loss of micro-batch " + std::to_string(b), [&] {
+      loss = ops::cross_entropy(model(inputs, doc), labels);
+      TITAN_CHECK(!model.auxiliary_loss().defined(),
+                  "graph mode: this model adds an auxiliary loss (a mixture of experts), which graph mode does "
+                  "not capture yet; train it with compile.enable = false");
+    });
     loss_sum = loss_sum.defined() ? ops::add(loss_sum, loss.detach()) : loss.detach();
-    (batches.size() == 1 ? loss : ops::scale(loss, 1.0 / micro)).backward();
+    in_phase("the backward of micro-batch " + std::to_string(b),
+             [&] { (batches.size() == 1 ? loss : ops::scale(loss, 1.0 / micro)).backward(); });
   }
 
   // Clipping and AdamW, on every parameter (each has a gradient: the model uses all of them).
