@@ -52,6 +52,13 @@ TEST(GraphTrain, GradientAccumulationMatchesEager) {
   for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-5) << i;
 }
 
+// Packed documents: the ids are an input of the program, and attention masks by them inside it.
+TEST(GraphTrain, DocumentMaskingMatchesEager) {
+  const std::vector<std::string> o = {"--attention.document_masking=true"};
+  const TrainResult eager = run(small_config(o)), graph = run(small_config(with(o, kGraph)));
+  for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-5) << i;
+}
+
 // bf16 products (XLA's, on any CPU) against float32, both in graph mode: 10-step means within 2%,
 // and the run learns.
 TEST(GraphTrain, Bf16LossCurveStaysWithinTwoPercentOfFloat32) {
