@@ -29,7 +29,9 @@ std::string plugin_under_test() {
 }
 
 // The CPU plugin of API 0.81, beside the default one (0.115).
-std::string second_cpu_plugin() { return Plugin::plugin_dir() + "/cpu-xla-cpu-pjrt/xla_cpu_pjrt.so"; }
+std::string second_cpu_plugin() {
+  return Plugin::plugin_dir() + "/cpu-xla-cpu-pjrt/xla_cpu_pjrt.so";
+}
 
 // The tests share one client per plugin: creating one starts the plugin's thread pools. The CPU
 // plugins get one device: their default is several, each with its own threads.
@@ -43,7 +45,9 @@ Client& client_of(const std::string& name) {
   }
   return it->second;
 }
-Client& test_client() { return client_of(plugin_under_test()); }
+Client& test_client() {
+  return client_of(plugin_under_test());
+}
 
 template <typename T>
 std::vector<T> host(const Buffer& b) {
@@ -75,8 +79,8 @@ module @three_results {
 
 struct ThreeResults {
   std::vector<float> a = {0.5f, -1.25f, 2.f, 3.5f, 0.75f, -0.125f};  // 2x3
-  std::vector<float> b = {1.f, 2.f, -0.5f, 0.25f, 3.f, -1.f};       // 3x2
-  std::vector<float> c = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};      // 2x3
+  std::vector<float> b = {1.f, 2.f, -0.5f, 0.25f, 3.f, -1.f};        // 3x2
+  std::vector<float> c = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};       // 2x3
 
   std::vector<float> sum() const {
     std::vector<float> r(6);
@@ -125,8 +129,8 @@ TEST(PjrtRuntime, PluginReportsVersionAndExtensions) {
   EXPECT_GE(client.device_count(), 1);
   EXPECT_FALSE(client.device_description(0).empty());
   std::cout << "plugin " << plugin.path() << ": C API " << plugin.api_version() << ", platform "
-            << client.platform_name() << ", " << client.device_count() << " device(s), device 0: "
-            << client.device_description(0) << ", extensions:";
+            << client.platform_name() << ", " << client.device_count()
+            << " device(s), device 0: " << client.device_description(0) << ", extensions:";
   for (int t : plugin.extension_types()) std::cout << " " << t;
   std::cout << "\n";
 }
@@ -146,7 +150,8 @@ TEST(PjrtRuntime, CompileOptionsForOneReplicaAndPartition) {
 }
 
 TEST(PjrtRuntime, ReadsMainParameters) {
-  auto params = graph::pjrt::main_parameters(R"(func.func public @main(%arg0: tensor<4x3xbf16> {tf.aliasing_output = 1 : i32},
+  auto params = graph::pjrt::main_parameters(
+      R"(func.func public @main(%arg0: tensor<4x3xbf16> {tf.aliasing_output = 1 : i32},
       %arg1: tensor<i64> loc("x"), %arg2: tensor<?x2xf32>, %arg3: tensor<2xi1> {mhlo.sharding = "{a, b}"}) -> ())");
   ASSERT_EQ(params.size(), 4u);
   EXPECT_EQ(params[0].type, "tensor<4x3xbf16>");
@@ -159,7 +164,8 @@ TEST(PjrtRuntime, ReadsMainParameters) {
   EXPECT_FALSE(params[2].dims.has_value());
   EXPECT_FALSE(params[3].dtype.has_value());
   EXPECT_TRUE(graph::pjrt::main_parameters("func.func @main() -> tensor<f32>").empty());
-  EXPECT_TITAN_ERROR(graph::pjrt::main_parameters("func.func @f(%a: tensor<f32>)"), "no `func.func public @main");
+  EXPECT_TITAN_ERROR(graph::pjrt::main_parameters("func.func @f(%a: tensor<f32>)"),
+                     "no `func.func public @main");
 }
 
 TEST(PjrtRuntime, AddDotReduceGiveSeveralResults) {
@@ -249,7 +255,8 @@ func.func public @main(%x: tensor<2x3xbf16>) -> tensor<2x3xbf16> {
   std::vector<Buffer> out = twice.execute({&d});
   EXPECT_EQ(out[0].dtype(), kBF16);
   std::vector<bf16> doubled = host<bf16>(out[0]);
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(static_cast<float>(doubled[i]), 2 * static_cast<float>(x[i])) << i;
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(static_cast<float>(doubled[i]), 2 * static_cast<float>(x[i])) << i;
 }
 
 TEST(PjrtRuntime, WhileLoopRuns) {
@@ -295,6 +302,20 @@ TEST(PjrtRuntime, ArgumentsAreCheckedBeforeTheRun) {
   EXPECT_TITAN_ERROR(exe.execute({&a, &empty, &c}), "argument 1", "empty buffer");
 }
 
+TEST(PjrtRuntime, OutputOfATypeTitanLacksIsRefused) {
+  Client& client = test_client();
+  Executable exe = client.compile(R"(
+module @greater {
+  func.func public @main(%x: tensor<2xf32>) -> tensor<2xi1> {
+    %y = stablehlo.compare GT, %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xi1>
+    return %y : tensor<2xi1>
+  }
+})");
+  std::vector<float> x = {1.f, 2.f};
+  Buffer dx = device(client, x, {2});
+  EXPECT_TITAN_ERROR(exe.execute({&dx}), "output 0 of greater has PJRT element type PRED", "no dtype");
+}
+
 TEST(PjrtRuntime, MalformedProgramGivesTheCompilersMessage) {
   EXPECT_TITAN_ERROR(test_client().compile(R"(
 func.func public @main(%x: tensor<2xf32>) -> tensor<2xf32> {
@@ -305,8 +326,8 @@ func.func public @main(%x: tensor<2xf32>) -> tensor<2xf32> {
 }
 
 TEST(PjrtPlugin, MissingPluginIsRefusedWithWhatToDo) {
-  EXPECT_TITAN_ERROR(Plugin::load("/nonexistent/titan/plugin.so"), "not found", "/nonexistent/titan/plugin.so",
-                     "PJRT plugin");
+  EXPECT_TITAN_ERROR(Plugin::load("/nonexistent/titan/plugin.so"), "not found",
+                     "/nonexistent/titan/plugin.so", "PJRT plugin");
   EXPECT_TITAN_ERROR(Plugin::load("gpu"), "unknown PJRT plugin 'gpu'", "cpu, cuda, tpu");
   const std::filesystem::path dir = test::fresh_temp_dir("pjrt_empty_dir");
   const char* old = std::getenv("TITAN_PJRT_DIR");
@@ -321,7 +342,7 @@ TEST(PjrtPlugin, FileThatIsNotAPluginIsRefused) {
   const std::filesystem::path file = test::fresh_temp_dir("pjrt_not_a_plugin") / "not_a_plugin.so";
   std::ofstream(file) << "this is text, not a shared library\n";
   EXPECT_TITAN_ERROR(Plugin::load(file.string()), "cannot load PJRT plugin", file.string(),
-                     "must be a PJRT plugin shared library");
+                     "must be a shared library for this machine");
 }
 
 TEST(PjrtPlugin, SharedLibraryWithoutGetPjrtApiIsRefused) {
@@ -335,7 +356,7 @@ TEST(PjrtPlugin, WrongApiVersionsAreRefused) {
   EXPECT_TITAN_ERROR(Plugin::load(test::paths::fake_pjrt_plugin_major_1()), "implements PJRT C API 1.81",
                      "major version 0");
   EXPECT_TITAN_ERROR(Plugin::load(test::paths::fake_pjrt_plugin_minor_50()), "implements PJRT C API 0.50",
-                     "older than the 0.81", "install a newer plugin");
+                     "older than the 0.81", "use a newer plugin");
 }
 
 }  // namespace

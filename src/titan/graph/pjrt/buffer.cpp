@@ -7,10 +7,13 @@
 
 namespace titan::graph::pjrt {
 
-Buffer::Buffer(std::shared_ptr<const detail::ClientState> client, PJRT_Buffer* buffer, DType dtype, Shape dims)
+Buffer::Buffer(std::shared_ptr<const detail::ClientState> client, PJRT_Buffer* buffer, DType dtype,
+               Shape dims)
     : client_(std::move(client)), buffer_(buffer), dtype_(dtype), dims_(std::move(dims)) {}
 
-Buffer::~Buffer() { release(); }
+Buffer::~Buffer() {
+  release();
+}
 
 Buffer::Buffer(Buffer&& other) noexcept
     : client_(std::move(other.client_)),
@@ -53,12 +56,15 @@ void Buffer::mark_donated(const std::string& executable) {
 PJRT_Buffer* Buffer::handle() const {
   TITAN_CHECK(donated_to_.empty(), "buffer was donated to ", donated_to_, " (its parameter carries ",
               "tf.aliasing_output): use that run's output in its place");
-  TITAN_CHECK(buffer_, "empty PJRT buffer (default-constructed or moved from): make one with "
+  TITAN_CHECK(buffer_,
+              "empty PJRT buffer (default-constructed or moved from): make one with "
               "Client::to_device or take an output of Executable::execute");
   return buffer_;
 }
 
-size_t Buffer::size_bytes() const { return static_cast<size_t>(numel_of(dims_)) * dtype_size(dtype_); }
+size_t Buffer::size_bytes() const {
+  return static_cast<size_t>(numel_of(dims_)) * dtype_size(dtype_);
+}
 
 void Buffer::to_host(void* dst) const {
   PJRT_Buffer_ToHostBuffer_Args args{};

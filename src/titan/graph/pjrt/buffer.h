@@ -33,8 +33,6 @@ class Buffer {
   // False for a default-constructed, moved-from or donated buffer.
   bool valid() const { return buffer_ != nullptr; }
 
-  // The PJRT buffer; throws when there is none (donated: naming the executable).
-  PJRT_Buffer* handle() const;
   // What consumed this buffer (the executable's name); empty unless donated.
   const std::string& donated_to() const { return donated_to_; }
 
@@ -42,6 +40,8 @@ class Buffer {
   friend class Client;
   friend class Executable;
   Buffer(std::shared_ptr<const detail::ClientState> client, PJRT_Buffer* buffer, DType dtype, Shape dims);
+  // The PJRT buffer; throws when there is none (donated: naming the executable).
+  PJRT_Buffer* handle() const;
   // The run consumed the PJRT buffer: frees the handle and remembers where it went.
   void mark_donated(const std::string& executable);
   void release();

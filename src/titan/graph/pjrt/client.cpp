@@ -44,13 +44,19 @@ Client Client::create(const Plugin& plugin, const std::vector<ClientOption>& opt
   return Client(std::make_shared<const detail::ClientState>(plugin, args.client));
 }
 
-const Plugin& Client::plugin() const { return *state_->plugin; }
-const std::string& Client::platform_name() const { return state_->platform_name; }
-int Client::device_count() const { return static_cast<int>(state_->devices.size()); }
+const Plugin& Client::plugin() const {
+  return *state_->plugin;
+}
+const std::string& Client::platform_name() const {
+  return state_->platform_name;
+}
+int Client::device_count() const {
+  return static_cast<int>(state_->devices.size());
+}
 
 std::string Client::device_description(int i) const {
-  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(), " client has ",
-              device_count(), " addressable devices");
+  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(),
+              " client has ", device_count(), " addressable devices");
   PJRT_Device_GetDescription_Args get{};
   get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
   get.device = state_->devices[i];
@@ -58,7 +64,8 @@ std::string Client::device_description(int i) const {
   PJRT_DeviceDescription_DebugString_Args text{};
   text.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE;
   text.device_description = get.device_description;
-  state_->check(state_->api()->PJRT_DeviceDescription_DebugString(&text), "PJRT_DeviceDescription_DebugString");
+  state_->check(state_->api()->PJRT_DeviceDescription_DebugString(&text),
+                "PJRT_DeviceDescription_DebugString");
   return std::string(text.debug_string, text.debug_string_size);
 }
 

@@ -1,5 +1,7 @@
 #include "titan/graph/pjrt/client_state.h"
 
+#include <iterator>
+
 #include "titan/core/error.h"
 
 namespace titan::graph::pjrt::detail {
@@ -52,10 +54,14 @@ PJRT_Buffer_Type to_pjrt(DType dtype) {
     case DType::i32: return PJRT_Buffer_Type_S32;
     case DType::i64: return PJRT_Buffer_Type_S64;
   }
-  TITAN_CHECK(false, "dtype ", static_cast<int>(dtype), " has no PJRT element type: use f32, f64, bf16, i32 or i64");
+  TITAN_CHECK(false, "dtype ", static_cast<int>(dtype),
+              " has no PJRT element type: use f32, f64, bf16, i32 or i64");
 }
 
 DType from_pjrt(PJRT_Buffer_Type type, const std::string& what) {
+  // PJRT_Buffer_Type's first values, for the message below.
+  static constexpr const char* kNames[] = {"INVALID", "PRED", "S8",  "S16", "S32", "S64", "U8",
+                                           "U16",     "U32",  "U64", "F16", "F32", "F64", "BF16"};
   switch (type) {
     case PJRT_Buffer_Type_F32: return kF32;
     case PJRT_Buffer_Type_F64: return kF64;
@@ -64,9 +70,10 @@ DType from_pjrt(PJRT_Buffer_Type type, const std::string& what) {
     case PJRT_Buffer_Type_S64: return kI64;
     default: break;
   }
-  TITAN_CHECK(false, what, " has PJRT element type ", static_cast<int>(type),
-              " (PJRT_Buffer_Type), which titan has no dtype for: return f32, f64, bf16, i32 or i64 (convert "
-              "in the program)");
+  const auto index = static_cast<size_t>(type);
+  TITAN_CHECK(false, what, " has PJRT element type ",
+              index < std::size(kNames) ? kNames[index] : "number " + std::to_string(index),
+              ", which titan has no dtype for: return f32, f64, bf16, i32 or i64 (convert in the program)");
 }
 
 }  // namespace titan::graph::pjrt::detail

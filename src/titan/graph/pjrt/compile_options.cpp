@@ -18,13 +18,16 @@ void put_varint(std::string& out, uint64_t value) {
   out.push_back(static_cast<char>(value));
 }
 
-void put_key(std::string& out, uint32_t field, uint32_t wire_type) { put_varint(out, field << 3 | wire_type); }
+void put_key(std::string& out, uint32_t field, uint32_t wire_type) {
+  put_varint(out, field << 3 | wire_type);
+}
 
 }  // namespace
 
 std::string compile_options_proto(const CompileSpec& spec) {
-  TITAN_CHECK(spec.num_replicas >= 1 && spec.num_partitions >= 1, "CompileSpec wants at least one replica and ",
-              "one partition, got ", spec.num_replicas, " and ", spec.num_partitions);
+  TITAN_CHECK(spec.num_replicas >= 1 && spec.num_partitions >= 1,
+              "CompileSpec wants at least one replica and one partition, got ", spec.num_replicas, " and ",
+              spec.num_partitions);
   std::string build_options;
   put_key(build_options, 4, kVarint);
   put_varint(build_options, static_cast<uint64_t>(spec.num_replicas));

@@ -42,7 +42,9 @@ Executable::Executable(std::shared_ptr<const detail::ClientState> client, PJRT_L
   client_->check(destroy_error, "PJRT_Executable_Destroy");
 }
 
-Executable::~Executable() { release(); }
+Executable::~Executable() {
+  release();
+}
 
 Executable::Executable(Executable&& other) noexcept
     : client_(std::move(other.client_)),
@@ -85,8 +87,9 @@ void Executable::check_arguments(const std::vector<Buffer*>& args, const std::ve
               " arguments (the parameters of its main), got ", args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     TITAN_CHECK(args[i], "argument ", i, " of executable ", name_, " is a null Buffer pointer");
-    TITAN_CHECK(args[i]->donated_to().empty(), "argument ", i, " of executable ", name_, ": buffer was donated to ",
-                args[i]->donated_to(), " by an earlier run: pass that run's output in its place");
+    TITAN_CHECK(args[i]->donated_to().empty(), "argument ", i, " of executable ", name_,
+                ": buffer was donated to ", args[i]->donated_to(),
+                " by an earlier run: pass that run's output in its place");
     TITAN_CHECK(args[i]->valid(), "argument ", i, " of executable ", name_,
                 " is an empty buffer (default-constructed or moved from)");
     TITAN_CHECK(args[i]->client_ == client_, "argument ", i, " of executable ", name_,
@@ -94,18 +97,19 @@ void Executable::check_arguments(const std::vector<Buffer*>& args, const std::ve
     const Parameter& p = parameters_[i];
     const bool dtype_ok = !p.dtype || *p.dtype == args[i]->dtype();
     const bool dims_ok = !p.dims || *p.dims == args[i]->dims();
-    TITAN_CHECK(dtype_ok && dims_ok, "argument ", i, " of executable ", name_, ": expected ", p.type, ", found ",
-                describe(args[i]->dtype(), args[i]->dims()));
+    TITAN_CHECK(dtype_ok && dims_ok, "argument ", i, " of executable ", name_, ": expected ", p.type,
+                ", found ", describe(args[i]->dtype(), args[i]->dims()));
   }
   for (size_t j = 0; j < donated.size(); ++j) {
     const int i = donated[j];
     TITAN_CHECK(i >= 0 && static_cast<size_t>(i) < args.size(), "donated index ", i, " of executable ", name_,
                 " is out of range: it takes ", args.size(), " arguments");
-    TITAN_CHECK(std::find(donated.begin(), donated.begin() + j, i) == donated.begin() + j, "donated index ", i,
-                " of executable ", name_, " is listed twice");
+    TITAN_CHECK(std::find(donated.begin(), donated.begin() + j, i) == donated.begin() + j, "donated index ",
+                i, " of executable ", name_, " is listed twice");
     TITAN_CHECK(parameters_[i].aliased_output >= 0, "argument ", i, " of executable ", name_,
                 " cannot be donated: its parameter in main has no {tf.aliasing_output = K : i32}; add it (K: "
-                "the output that replaces it) or leave ", i, " out of donated");
+                "the output that replaces it) or leave ",
+                i, " out of donated");
     for (size_t k = 0; k < args.size(); ++k) {
       TITAN_CHECK(k == static_cast<size_t>(i) || args[k] != args[i], "argument ", i, " of executable ", name_,
                   " is donated but its buffer is also argument ", k, ": pass a copy");

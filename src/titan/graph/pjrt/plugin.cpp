@@ -18,20 +18,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Every PJRT_Api function titan calls. A plugin's table must reach the last of them: an older
-// plugin's shorter table would otherwise be read past its end.
-#define TITAN_PJRT_CALLS(X)                                                                        \
-  X(PJRT_Error_Destroy) X(PJRT_Error_Message) X(PJRT_Plugin_Initialize) X(PJRT_Event_Destroy)      \
-  X(PJRT_Event_Await) X(PJRT_Client_Create) X(PJRT_Client_Destroy) X(PJRT_Client_PlatformName)     \
-  X(PJRT_Client_AddressableDevices) X(PJRT_Client_Compile) X(PJRT_Client_BufferFromHostBuffer)     \
-  X(PJRT_DeviceDescription_DebugString) X(PJRT_Device_GetDescription) X(PJRT_Executable_Destroy)   \
-  X(PJRT_Executable_Name) X(PJRT_Executable_NumOutputs) X(PJRT_LoadedExecutable_Destroy)           \
-  X(PJRT_LoadedExecutable_GetExecutable) X(PJRT_LoadedExecutable_Execute) X(PJRT_Buffer_Destroy)   \
-  X(PJRT_Buffer_ElementType) X(PJRT_Buffer_Dimensions) X(PJRT_Buffer_ToHostBuffer)
-#define TITAN_PJRT_END_OF(fn) offsetof(PJRT_Api, fn) + sizeof(PJRT_Api::fn),
-constexpr size_t kApiSizeNeeded = std::max({TITAN_PJRT_CALLS(TITAN_PJRT_END_OF)});
+// Where the function table must reach: the end of the last PJRT_Api function titan calls (all
+// are listed). An older plugin's shorter table would otherwise be read past its end.
+#define TITAN_PJRT_END_OF(fn) offsetof(PJRT_Api, fn) + sizeof(PJRT_Api::fn)
+constexpr size_t kApiSizeNeeded = std::max({
+    TITAN_PJRT_END_OF(PJRT_Error_Destroy),
+    TITAN_PJRT_END_OF(PJRT_Error_Message),
+    TITAN_PJRT_END_OF(PJRT_Plugin_Initialize),
+    TITAN_PJRT_END_OF(PJRT_Event_Destroy),
+    TITAN_PJRT_END_OF(PJRT_Event_Await),
+    TITAN_PJRT_END_OF(PJRT_Client_Create),
+    TITAN_PJRT_END_OF(PJRT_Client_Destroy),
+    TITAN_PJRT_END_OF(PJRT_Client_PlatformName),
+    TITAN_PJRT_END_OF(PJRT_Client_AddressableDevices),
+    TITAN_PJRT_END_OF(PJRT_Client_Compile),
+    TITAN_PJRT_END_OF(PJRT_Client_BufferFromHostBuffer),
+    TITAN_PJRT_END_OF(PJRT_DeviceDescription_DebugString),
+    TITAN_PJRT_END_OF(PJRT_Device_GetDescription),
+    TITAN_PJRT_END_OF(PJRT_Executable_Destroy),
+    TITAN_PJRT_END_OF(PJRT_Executable_Name),
+    TITAN_PJRT_END_OF(PJRT_Executable_NumOutputs),
+    TITAN_PJRT_END_OF(PJRT_LoadedExecutable_Destroy),
+    TITAN_PJRT_END_OF(PJRT_LoadedExecutable_GetExecutable),
+    TITAN_PJRT_END_OF(PJRT_LoadedExecutable_Execute),
+    TITAN_PJRT_END_OF(PJRT_Buffer_Destroy),
+    TITAN_PJRT_END_OF(PJRT_Buffer_ElementType),
+    TITAN_PJRT_END_OF(PJRT_Buffer_Dimensions),
+    TITAN_PJRT_END_OF(PJRT_Buffer_ToHostBuffer),
+});
 #undef TITAN_PJRT_END_OF
-#undef TITAN_PJRT_CALLS
 
 // Where each platform's plugin sits under plugin_dir(), and what puts it there.
 struct Known {
@@ -54,14 +69,17 @@ bool is_path(const std::string& s) {
 // The plugin's file for `name_or_path`, and what to do when it is missing.
 std::pair<std::string, std::string> resolve(const std::string& name_or_path) {
   if (is_path(name_or_path)) {
-    return {name_or_path, "pass the path of a PJRT plugin (a shared library exporting GetPjrtApi)"};
+    return {name_or_path,
+            "give the path of a PJRT plugin (a shared library exporting GetPjrtApi), or cpu, cuda "
+            "or tpu"};
   }
   std::string names;
   for (const Known& known : kKnown) {
     if (name_or_path == known.name) {
       return {Plugin::plugin_dir() + "/" + known.relative_path,
-              std::string(known.install) + ", set TITAN_PJRT_DIR to a folder laid out like .pjrt, or pass "
-                                           "the plugin's path"};
+              std::string(known.install) +
+                  ", set TITAN_PJRT_DIR to a folder laid out like .pjrt, or pass "
+                  "the plugin's path"};
     }
     names += names.empty() ? "" : ", ";
     names += known.name;
@@ -97,24 +115,25 @@ Plugin& Plugin::load(const std::string& name_or_path) {
   // RTLD_LOCAL: each plugin carries its own LLVM and protobuf, which must not resolve against
   // another plugin's (two CPU plugins are loaded side by side in the tests).
   void* handle = dlopen(key.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TITAN_CHECK(handle, "cannot load PJRT plugin ", key, ": ", dlerror(),
-              "; it must be a PJRT plugin shared library built for this machine (", install, ")");
+  TITAN_CHECK(handle, "cannot load PJRT plugin ", key,
+              ", which must be a shared library for this machine whose ",
+              "dependencies are found: ", dlerror(), "; ", install);
   using GetPjrtApi = const PJRT_Api* (*)();
   auto get_api = reinterpret_cast<GetPjrtApi>(dlsym(handle, "GetPjrtApi"));
-  TITAN_CHECK(get_api, "PJRT plugin ", key, " exports no GetPjrtApi: it is a shared library but not a ",
-              "PJRT plugin (", install, ")");
+  TITAN_CHECK(get_api, "PJRT plugin ", key,
+              " exports no GetPjrtApi: it is a shared library but not a PJRT plugin; ", install);
   const PJRT_Api* api = get_api();
   TITAN_CHECK(api && api->struct_size >= offsetof(PJRT_Api, pjrt_api_version) + sizeof(PJRT_Api_Version),
-              "PJRT plugin ", key, "'s GetPjrtApi returned ", api ? "a table too short to hold its version" : "null",
-              ": the plugin is broken; ", install);
+              "PJRT plugin ", key, "'s GetPjrtApi returned ",
+              api ? "a table too short to hold its version" : "null", ": the plugin is broken; ", install);
   const PJRT_Api_Version& version = api->pjrt_api_version;
   TITAN_CHECK(version.major_version == PJRT_API_MAJOR, "PJRT plugin ", key, " implements PJRT C API ",
               version_of(api), "; titan is built for major version ", PJRT_API_MAJOR,
               " (.pjrt/include/pjrt_c_api.h, API ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
-              "): install a plugin of major version ", PJRT_API_MAJOR, " (", install, ")");
+              "): use a plugin of major version ", PJRT_API_MAJOR, "; ", install);
   TITAN_CHECK(version.minor_version >= PJRT_API_MINOR, "PJRT plugin ", key, " implements PJRT C API ",
               version_of(api), ", older than the ", PJRT_API_MAJOR, ".", PJRT_API_MINOR,
-              " titan is built against: install a newer plugin (", install, ")");
+              " titan is built against: use a newer plugin; ", install);
   TITAN_CHECK(api->struct_size >= kApiSizeNeeded, "PJRT plugin ", key, " (C API ", version_of(api),
               ") has a function table of ", api->struct_size, " bytes; titan calls functions up to byte ",
               kApiSizeNeeded, ": the plugin is broken or not what its version says; ", install);
@@ -134,7 +153,9 @@ Plugin::Plugin(std::string path, const PJRT_Api* api) : path_(std::move(path)), 
   }
 }
 
-std::string Plugin::api_version() const { return version_of(api_); }
+std::string Plugin::api_version() const {
+  return version_of(api_);
+}
 
 bool Plugin::has_ffi_extension() const {
   return std::find(extension_types_.begin(), extension_types_.end(), PJRT_Extension_Type_FFI) !=

@@ -53,13 +53,15 @@ Parameter parse_parameter(const std::string& piece) {
   if (type_start == std::string::npos) return p;
   if (piece.compare(type_start, 7, "tensor<") == 0) {
     const size_t close = piece.find('>', type_start);
-    p.type = piece.substr(type_start, close == std::string::npos ? std::string::npos : close + 1 - type_start);
+    p.type =
+        piece.substr(type_start, close == std::string::npos ? std::string::npos : close + 1 - type_start);
     // "2x3xf32" (or "f32" for a scalar); an encoding after a comma is not titan's.
     std::string body = p.type.substr(7, p.type.size() - 8);
     if (body.find(',') != std::string::npos) return p;
     Shape dims;
     size_t at = 0;
-    for (size_t x; (x = body.find('x', at)) != std::string::npos && std::isdigit(static_cast<unsigned char>(body[at]));
+    for (size_t x;
+         (x = body.find('x', at)) != std::string::npos && std::isdigit(static_cast<unsigned char>(body[at]));
          at = x + 1) {
       dims.push_back(std::stoll(body.substr(at, x - at)));
     }
@@ -71,8 +73,8 @@ Parameter parse_parameter(const std::string& piece) {
   const std::string key = "tf.aliasing_output";
   if (const size_t k = piece.find(key); k != std::string::npos) {
     const size_t value = piece.find_first_of("0123456789", piece.find('=', k));
-    TITAN_CHECK(value != std::string::npos, "cannot read the output index of ", key, " in @main's parameter `", piece,
-                "`: write it as {", key, " = 0 : i32}");
+    TITAN_CHECK(value != std::string::npos, "cannot read the output index of ", key,
+                " in @main's parameter `", piece, "`: write it as {", key, " = 0 : i32}");
     std::from_chars(piece.data() + value, piece.data() + piece.size(), p.aliased_output);
   }
   return p;
@@ -82,10 +84,12 @@ Parameter parse_parameter(const std::string& piece) {
 
 std::vector<Parameter> main_parameters(const std::string& text) {
   size_t at = text.find("@main(");
-  TITAN_CHECK(at != std::string::npos, "the StableHLO module has no `func.func public @main(...)`: PJRT runs ",
+  TITAN_CHECK(at != std::string::npos,
+              "the StableHLO module has no `func.func public @main(...)`: PJRT runs ",
               "the function named main");
   std::vector<Parameter> parameters;
-  for (const std::string& piece : split_parameters(text, at + 5)) parameters.push_back(parse_parameter(piece));
+  for (const std::string& piece : split_parameters(text, at + 5))
+    parameters.push_back(parse_parameter(piece));
   return parameters;
 }
 
