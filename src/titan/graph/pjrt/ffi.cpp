@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "titan/core/error.h"
+#include "titan/graph/pjrt/extension.h"
 #include "titan/graph/pjrt/ffi_abi.h"
 
 namespace titan::graph::pjrt::ffi {
@@ -160,7 +161,7 @@ void register_handler(const Plugin& plugin, const std::string& target, Handler h
   const PJRT_Extension_Base* found = nullptr;
   int left = 64;  // as Plugin's own walk: a corrupt chain must not hang
   for (const PJRT_Extension_Base* ext = plugin.api()->extension_start; ext && left-- > 0; ext = ext->next) {
-    if (ext->type == PJRT_Extension_Type_FFI) found = ext;
+    if (extension_type(ext) == PJRT_Extension_Type_FFI) found = ext;
   }
   TITAN_CHECK(found, "PJRT plugin ", plugin.path(), " (C API ", plugin.api_version(),
               ") has no FFI extension, so titan's kernels cannot run inside its programs (custom call '", target,

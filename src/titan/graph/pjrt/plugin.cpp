@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "titan/core/error.h"
+#include "titan/graph/pjrt/extension.h"
 
 namespace titan::graph::pjrt {
 namespace {
@@ -149,7 +150,7 @@ Plugin::Plugin(std::string path, const PJRT_Api* api) : path_(std::move(path)), 
   // A bound on the walk: a corrupt chain must not hang start-up.
   int left = 64;
   for (const PJRT_Extension_Base* ext = api->extension_start; ext && left-- > 0; ext = ext->next) {
-    extension_types_.push_back(static_cast<int>(ext->type));
+    extension_types_.push_back(extension_type(ext));
   }
 }
 
