@@ -109,7 +109,9 @@ Plugin& Plugin::load(const std::string& name_or_path) {
   const std::string key = fs::canonical(path).string();
 
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Plugin>> loaded;
+  // Never destroyed, as the plugins are never unloaded: clients, buffers and executables held by
+  // other statics may still call into a plugin while the process exits.
+  static auto& loaded = *new std::map<std::string, std::unique_ptr<Plugin>>();
   std::lock_guard lock(mutex);
   if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
 
