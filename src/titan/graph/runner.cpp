@@ -1,7 +1,6 @@
 #include "titan/graph/runner.h"
 
 #include <cstdlib>
-#include <functional>
 #include <sstream>
 
 namespace titan::graph {
@@ -38,15 +37,12 @@ Runner::Runner(const RuntimeOptions& options)
     : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options)) {}
 
 Runner::Compiled Runner::compile(const std::string& module_text) {
-  const size_t key = std::hash<std::string>{}(module_text);
-  auto [first, last] = cache_.equal_range(key);
-  for (auto it = first; it != last; ++it)
-    if (it->second.text == module_text)
-      return {.executable = it->second.executable.get(), .fresh = false, .seconds = 0.0};
+  if (auto it = cache_.find(module_text); it != cache_.end())
+    return {.executable = it->second.get(), .fresh = false, .seconds = 0.0};
+  // Compiled before it is cached: a program that fails to compile leaves no entry.
   auto executable = std::make_unique<pjrt::Executable>(client_.compile(module_text));
   ++compiles_;
-  pjrt::Executable* raw = executable.get();
-  cache_.emplace(key, Entry{.text = module_text, .executable = std::move(executable)});
+  pjrt::Executable* raw = cache_.emplace(module_text, std::move(executable)).first->second.get();
   return {.executable = raw, .fresh = true, .seconds = raw->compile_seconds()};
 }
 

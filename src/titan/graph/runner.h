@@ -1,7 +1,7 @@
 #pragma once
 // Compiles captured programs on one PJRT client and moves tensors to and from its device: what
 // graph mode's trainer and tests share. A program whose text was compiled before is not compiled
-// again (the cache is keyed by the text's hash and checked against the text itself).
+// again (the cache is keyed by the text itself).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,11 +49,7 @@ class Runner {
  private:
   pjrt::Client client_;
   int64_t compiles_ = 0;
-  struct Entry {
-    std::string text = {};
-    std::unique_ptr<pjrt::Executable> executable = {};
-  };
-  std::unordered_multimap<size_t, Entry> cache_;
+  std::unordered_map<std::string, std::unique_ptr<pjrt::Executable>> cache_;
 };
 
 }  // namespace titan::graph
