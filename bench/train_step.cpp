@@ -71,6 +71,9 @@ const std::vector<Config>& configs() {
       {"S", 256, 4, 8, 4, 768, 2048, 256, 8, 2, 8},
       {"M", 512, 8, 8, 4, 1536, 8192, 512, 4, 1, 3},
       {"L", 768, 12, 12, 4, 2048, 32000, 1024, 2, 1, 2},
+      // Llama 3.2 1B's shape (tied output aside): for accelerators only (--device), where S-L
+      // leave the chip idle between kernels.
+      {"XL", 2048, 16, 32, 8, 8192, 128256, 2048, 4, 2, 5},
   };
   return table;
 }
@@ -78,7 +81,7 @@ const std::vector<Config>& configs() {
 const Config& config_named(const std::string& name) {
   for (const Config& c : configs())
     if (c.name == name) return c;
-  TITAN_CHECK(false, "bench_train_step: unknown config '", name, "'; choose S, M or L");
+  TITAN_CHECK(false, "bench_train_step: unknown config '", name, "'; choose S, M, L or XL");
   return configs().front();
 }
 
@@ -131,9 +134,10 @@ double linear_gemm_seconds(const Config& c) {
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
-// graph: the step is train::GraphStep's (compiled in the first step) instead of train::train_step.
+// graph: the step is train::GraphStep's (compiled in the first step) instead of train::train_step,
+// through the PJRT plugin `plugin` (cpu, cuda, tpu or a path).
 json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
-                 bool graph, int warmup, int steps) {
+                 bool graph, const std::string& plugin, int warmup, int steps) {
   const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
@@ -166,9 +170,10 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   // the step's memory, as the host ones are in eager mode.
   std::optional<titan::train::GraphStep> graph_step;
   if (graph)
-    graph_step.emplace(
-        *model, optimizer, named,
-        titan::train::GraphStepOptions{.runtime = {}, .max_norm = kMaxNorm, .scan_layers = true}, std::cerr);
+    graph_step.emplace(*model, optimizer, named,
+                       titan::train::GraphStepOptions{
+                           .runtime = {.plugin = plugin}, .max_norm = kMaxNorm, .scan_layers = true},
+                       std::cerr);
   titan::CpuAllocator::instance().empty_cache();
   malloc_trim(0);
 
@@ -202,6 +207,9 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   if (graph_step) {
     reply["compile_seconds"] = graph_step->last_compile_seconds();
     reply["device"] = graph_step->runner().describe();
+    const auto device_memory = graph_step->runner().client().memory_stats();
+    if (device_memory && device_memory->peak_bytes_in_use)
+      reply["device_peak_bytes"] = *device_memory->peak_bytes_in_use;
   }
   // After the memory figures: its buffers are not the step's.
   if (ac_mode == "none" && !graph) reply["linear_gemm_seconds"] = linear_gemm_seconds(c);
@@ -215,19 +223,24 @@ std::string self_path() {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-// mode: "eager" (train::train_step) or "graph" (train::GraphStep).
+// mode: "eager" (train::train_step) or "graph" (train::GraphStep through PJRT plugin `plugin`).
 json run_titan_round(const Config& c, const std::string& mode, const std::string& attention,
-                     const std::string& ac_mode, bool bf16, int threads, int warmup, int steps) {
+                     const std::string& ac_mode, bool bf16, int threads, int warmup, int steps,
+                     const std::string& plugin = "cpu") {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
-                        " --worker --mode=" + mode + " --config=" + c.name + " --attention=" + attention +
-                        " --ac=" + ac_mode + " --precision=" + (bf16 ? "bf16" : "f32") +
-                        " --warmup=" + std::to_string(warmup) + " --steps=" + std::to_string(steps);
+                        " --worker --mode=" + mode + " --plugin=" + bench::shell_quote(plugin) +
+                        " --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
+                        " --precision=" + (bf16 ? "bf16" : "f32") + " --warmup=" + std::to_string(warmup) +
+                        " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
 }
 
-// What bench/train_step_torch.py and bench/train_step_jax.py read.
-json script_request(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
+// What bench/train_step_torch.py and bench/train_step_jax.py read. device: "cpu", or the
+// accelerator that --device names ("cuda").
+json script_request(const Config& c, const std::string& variant, int threads, int warmup, int steps,
+                    const std::string& device) {
   return {{"threads", threads},
+          {"device", device},
           {"warmup", warmup},
           {"steps", steps},
           {"seed", kSeed},
@@ -243,8 +256,10 @@ json script_request(const Config& c, const std::string& variant, int threads, in
             {"batch", c.batch}}}};
 }
 
-json run_torch_round(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
-  return bench::run_torch_script("train_step_torch.py", script_request(c, variant, threads, warmup, steps));
+json run_torch_round(const Config& c, const std::string& variant, int threads, int warmup, int steps,
+                     const std::string& device = "cpu") {
+  return bench::run_torch_script("train_step_torch.py",
+                                 script_request(c, variant, threads, warmup, steps, device));
 }
 
 // The JAX reference's interpreter: $TITAN_JAX_PYTHON, else the venv scripts/setup_jax.sh links.
@@ -254,9 +269,10 @@ std::string jax_python_path() {
 }
 
 // variant: "f32" or "bf16".
-json run_jax_round(const Config& c, const std::string& variant, int threads, int warmup, int steps) {
+json run_jax_round(const Config& c, const std::string& variant, int threads, int warmup, int steps,
+                   const std::string& device = "cpu") {
   return bench::run_python_script(jax_python_path(), "train_step_jax.py",
-                                  script_request(c, variant, threads, warmup, steps));
+                                  script_request(c, variant, threads, warmup, steps, device));
 }
 
 // A compiled round whose first step (compilation included) takes longer than this makes the
@@ -463,7 +479,7 @@ std::string flag_value(const std::string& arg, const std::string& key) {
 }
 
 int worker_main(int argc, char** argv) {
-  std::string config, attention = "splash", ac = "none", mode = "eager";
+  std::string config, attention = "splash", ac = "none", mode = "eager", plugin = "cpu";
   bool bf16 = false;
   int warmup = 1, steps = 1;
   for (int i = 1; i < argc; ++i) {
@@ -471,6 +487,7 @@ int worker_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--config"); !v.empty()) config = v;
     if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
     if (auto v = flag_value(a, "--mode"); !v.empty()) mode = v;
+    if (auto v = flag_value(a, "--plugin"); !v.empty()) plugin = v;
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) bf16 = v == "bf16";
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
@@ -479,7 +496,9 @@ int worker_main(int argc, char** argv) {
   try {
     TITAN_CHECK(mode == "eager" || mode == "graph", "bench_train_step: --mode is eager or graph, got '", mode,
                 "'");
-    std::cout << titan_round(config_named(config), attention, ac, bf16, mode == "graph", warmup, steps).dump()
+    std::cout << titan_round(config_named(config), attention, ac, bf16, mode == "graph", plugin, warmup,
+                             steps)
+                     .dump()
               << "\n";
   } catch (const std::exception& e) {
     std::cout << json{{"error", e.what()}}.dump() << "\n";
@@ -494,6 +513,163 @@ std::string per_round(const std::vector<double>& step_seconds, double tokens) {
     s += bench::fixed(tokens / t, 0);
   }
   return s;
+}
+
+// --device=cuda: the step on an accelerator, where titan runs graph mode only (its eager engine is
+// the CPU's). titan graph (through the PJRT plugin of that name), JAX (jax.jit on the same
+// device) and PyTorch 2 (every --torch variant, on the same device) in alternating rounds, in both
+// precisions: one table per precision, titan against torch's variants of that precision (bf16:
+// against every variant), with JAX's figure, compile times and device memory peaks beside.
+int device_main(const std::string& device, const std::vector<const Config*>& chosen, int rounds,
+                const std::vector<std::string>& variants, const std::vector<std::string>& jax_variants,
+                const std::string& jax_skipped, const std::optional<int>& steps_override,
+                const std::string& attention) {
+  const int threads = titan::num_threads();
+  std::cout << bench::machine_summary() << "; load average " << loadavg() << "\n" << std::flush;
+  struct DeviceResult {
+    const Config* config;
+    titan::models::ModelSummary summary;
+    std::map<std::string, Side> titan, jax, torch;  // titan and jax by precision, torch by variant
+  };
+  std::vector<DeviceResult> results;
+  for (const Config* c : chosen) {
+    DeviceResult r{c, llama3::summarize(model_args(*c), c->seq), {}, {}, {}};
+    const int steps = steps_override.value_or(c->steps);
+    std::cout << "\n== config " << c->name << " on " << device << ": " << r.summary.description << "; seq "
+              << c->seq << ", batch " << c->batch << "; " << rounds << " rounds of " << c->warmup
+              << " warm-up + " << steps << " timed steps per side\n"
+              << std::flush;
+    for (int round = 1; round <= rounds; ++round) {
+      for (const std::string precision : {"f32", "bf16"}) {
+        std::cout << "round " << round << ": titan graph " << precision << "\n" << std::flush;
+        r.titan[precision].add(run_titan_round(*c, "graph", attention, "none", precision == "bf16", threads,
+                                               c->warmup, steps, device));
+      }
+      for (const std::string& variant : jax_variants) {
+        std::cout << "round " << round << ": jax " << variant << "\n" << std::flush;
+        r.jax[variant].add(run_jax_round(*c, variant, threads, c->warmup, steps, device));
+      }
+      for (const std::string& variant : variants) {
+        std::cout << "round " << round << ": torch " << variant << "\n" << std::flush;
+        r.torch[variant].add(run_torch_round(*c, variant, threads, c->warmup, steps, device));
+      }
+    }
+    results.push_back(std::move(r));
+  }
+
+  std::string titan_about = "titan graph: no round ran",
+              jax_about = "JAX: " + (jax_skipped.empty() ? "no round ran" : jax_skipped);
+  bench::TorchResults torch_about;
+  std::vector<std::string> verdicts;
+  auto gib = [](double bytes) { return bench::fixed(bytes / (1024.0 * 1024.0 * 1024.0), 2); };
+  for (const std::string precision : {"f32", "bf16"}) {
+    const bool bf16 = precision == "bf16";
+    bench::Table t{.title = "Llama 3 training step on " + device + ", " + precision +
+                            ": titan graph mode vs PyTorch 2 and JAX, tokens/s (median step over " +
+                            std::to_string(rounds) + " interleaved rounds per side, each in a fresh process)",
+                   .unit = "tokens/s",
+                   .titan_label = "titan graph",
+                   .variants = variants,
+                   .titan_bf16 = bf16,
+                   .extra_headers = {"JAX " + precision, "graph/JAX", "titan MFU", "titan compile s",
+                                     "JAX compile s", "titan peak GiB", "JAX peak GiB", "torch peak GiB"},
+                   .rows = {},
+                   .notes = {}};
+    for (const DeviceResult& r : results) {
+      const Config& c = *r.config;
+      const double tokens = static_cast<double>(c.batch * c.seq);
+      const Side* titan = r.titan.count(precision) ? &r.titan.at(precision) : nullptr;
+      const Side* jax = r.jax.count(precision) ? &r.jax.at(precision) : nullptr;
+      auto tps = [&](const Side* side) {
+        return side && side->ok() ? std::optional(tokens / side->step_seconds()) : std::nullopt;
+      };
+      auto cell = [](const Side* side, const char* key, const std::function<std::string(double)>& f) {
+        if (!side || !side->ok() || !side->rounds.front().contains(key)) return std::string("n/a");
+        return f(side->median_of([&](const json& j) { return j[key].get<double>(); }));
+      };
+      bench::Row row{.name = c.name, .titan = tps(titan), .torch = {}, .extra = {}};
+      const Side* least_torch = nullptr;
+      for (const auto& [variant, side] : r.torch) {
+        if (!side.ok()) continue;
+        row.torch[variant] = tokens / side.step_seconds();
+        if (side.rounds.front().contains("device_peak_bytes") &&
+            (!least_torch || side.median_of([](const json& j) {
+              return j["device_peak_bytes"].get<double>();
+            }) < least_torch->median_of([](const json& j) { return j["device_peak_bytes"].get<double>(); })))
+          least_torch = &side;
+      }
+      // MFU against the H100/H200 datasheet's dense rate of the precision (bf16 989.5 TFLOP/s;
+      // f32 without TF32 66.9): a reference figure, not a measured peak.
+      const double peak = bf16 ? 989.5e12 : 66.9e12;
+      row.extra = {
+          tps(jax) ? bench::fixed(*tps(jax), 1) : "n/a",
+          ratio_cell(row.titan, tps(jax)),
+          row.titan ? bench::fixed(100 * *row.titan * r.summary.flops_per_token / peak, 1) + "%" : "n/a",
+          titan && titan->ok() ? bench::fixed(titan->compile_overhead(), 1) : "n/a",
+          cell(jax, "compile_seconds", [](double v) { return bench::fixed(v, 1); }),
+          cell(titan, "device_peak_bytes", gib),
+          cell(jax, "device_peak_bytes", gib),
+          cell(least_torch, "device_peak_bytes", gib)};
+      t.rows.push_back(row);
+      t.notes.push_back(c.name + ": " + r.summary.description + "; seq " + std::to_string(c.seq) +
+                        ", batch " + std::to_string(c.batch) + " (" + bench::fixed(tokens, 0) +
+                        " tokens/step); " + bench::fixed(r.summary.flops_per_token / 1e6, 1) +
+                        " MFLOP/token");
+      std::string losses = c.name + ": first-step loss";
+      if (titan && titan->ok()) losses += " titan " + bench::fixed(titan->first_loss(), 3) + ",";
+      if (jax && jax->ok()) losses += " JAX " + bench::fixed(jax->first_loss(), 3) + ",";
+      for (const auto& [variant, side] : r.torch)
+        if (side.ok() && bench::is_f32(variant) != bf16)
+          losses += " torch " + variant + " " + bench::fixed(side.first_loss(), 3) + ",";
+      t.notes.push_back(losses + " ln vocab " + bench::fixed(std::log(static_cast<double>(c.vocab_size)), 3));
+      if (titan)
+        for (const std::string& e : titan->errors)
+          t.notes.push_back("titan graph failed on " + c.name + ": " + e);
+      if (jax)
+        for (const std::string& e : jax->errors) t.notes.push_back("JAX failed on " + c.name + ": " + e);
+      if (titan && titan->ok())
+        titan_about = "titan graph: " + titan->rounds.front().value("device", std::string("?"));
+      if (jax && jax->ok()) {
+        const json& reply = jax->rounds.front();
+        jax_about = "JAX " + reply.value("jax_version", std::string("?")) + " (platform " +
+                    reply["xla"].value("platform", std::string("?")) + " " +
+                    reply["xla"].value("platform_version", std::string("?")) + ")";
+      }
+      verdicts.push_back(
+          target_line(c.name + " " + precision + " on " + device + ": titan graph >= JAX tokens/s",
+                      ratio(row.titan, tps(jax)), 1.0));
+      const auto best = bf16 ? bench::best_any(row) : bench::best_f32(row);
+      if (best)
+        verdicts.push_back(target_line(c.name + " " + precision + " on " + device +
+                                           ": titan graph >= the best torch variant (" + best->first + ")",
+                                       ratio(row.titan, best->second), 1.0));
+    }
+    t.notes.push_back(
+        "titan graph: train::GraphStep, the whole step one XLA program through the PJRT plugin (f32 matmuls "
+        "at "
+        "precision HIGHEST: no TF32); JAX: bench/train_step_jax.py, jax.jit whole (f32 at matmul precision "
+        "highest); torch: bench/train_step_torch.py on the device (eager; compile = torch.compile per block; "
+        "bf16 = "
+        "autocast). peak GiB: the device allocator's high-water mark (PJRT memory stats, JAX memory_stats, "
+        "torch.cuda.max_memory_allocated; torch: its least variant). MFU: model FLOPs over the datasheet "
+        "dense "
+        "rate of the precision.");
+    for (const DeviceResult& r : results)
+      for (const auto& [variant, side] : r.torch) {
+        for (const std::string& e : side.errors)
+          torch_about.errors["train_step/" + r.config->name + " [" + variant + "]"] = e;
+        if (side.ok() && !torch_about.available) {
+          torch_about.available = true;
+          torch_about.about = bench::describe_torch(side.rounds.front()) + "; " +
+                              side.rounds.front().value("device_name", std::string("?"));
+        }
+      }
+    if (!torch_about.available) torch_about.about = "PyTorch reference unavailable";
+    bench::print_table(t, torch_about);
+  }
+  std::cout << "\nXLA: " << titan_about << "; " << jax_about << "\n";
+  for (const std::string& v : verdicts) std::cout << v << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -511,17 +687,21 @@ int main(int argc, char** argv) {
   // training.mixed_precision_param = "bfloat16" does, against the best of every PyTorch variant
   // (f32 and bf16), with its share of the measured bf16 GEMM peak. Every round also runs titan's
   // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
-  // precision --jax=f32,bf16 names (default both; --jax=none: neither).
+  // precision --jax=f32,bf16 names (default both; --jax=none: neither). --device=cuda runs the
+  // step on that accelerator instead (device_main): titan graph, JAX and torch there, configs S-XL.
   int rounds = 3;
   std::vector<std::string> variants = bench::kTorchAll;
   std::vector<std::string> jax_variants = {"f32", "bf16"};
   std::string attention = "splash";
   std::optional<int> steps_override;
   bool with_ac = true, bf16 = false;
-  std::regex filter(".*");
+  // --device=cuda runs device_main instead; its default configs add XL.
+  std::string device = "cpu";
+  std::optional<std::regex> filter;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (auto v = flag_value(a, "--benchmark_filter"); !v.empty()) filter = std::regex(v);
+    if (auto v = flag_value(a, "--device"); !v.empty()) device = v;
     if (auto v = flag_value(a, "--rounds"); !v.empty()) rounds = std::max(1, std::stoi(v));
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
@@ -548,14 +728,18 @@ int main(int argc, char** argv) {
     std::cout << "JAX reference " << jax_skipped << "\n";
     jax_variants.clear();
   }
+  if (!filter) filter = std::regex(device == "cpu" ? "train_step/(S|M|L)$" : ".*");
   std::vector<const Config*> chosen;
   for (const Config& c : configs())
-    if (std::regex_search("train_step/" + c.name, filter)) chosen.push_back(&c);
+    if (std::regex_search("train_step/" + c.name, *filter)) chosen.push_back(&c);
   if (chosen.empty()) {
     std::cout << "bench_train_step: no config matches the filter (names: train_step/S, train_step/M, "
-                 "train_step/L)\n";
+                 "train_step/L, train_step/XL)\n";
     return 0;
   }
+  if (device != "cpu")
+    return device_main(device, chosen, rounds, variants, jax_variants, jax_skipped, steps_override,
+                       attention);
 
   const int threads = titan::num_threads();
   const std::string load_start = loadavg();

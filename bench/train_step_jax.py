@@ -12,6 +12,9 @@ in one jax.jit with the parameters and the optimizer state donated. "bf16" gives
 bf16 operands with f32 accumulation (preferred_element_type); weights, norms, softmax and the
 loss stay f32. The first step traces and compiles (a warm-up step, out of the timings).
 
+"device" (default "cpu"; "cuda" for bench_train_step --device=cuda) picks JAX's platform. f32
+matmuls run at precision "highest" (no TF32 on GPUs), as titan's and torch's f32 do.
+
 Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "step_seconds",
 "first_step_seconds", "compile_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or
 {"error"}. Progress goes to stderr.
@@ -151,6 +154,9 @@ def main():
     with open(sys.argv[1]) as f:
         request = json.load(f)
     use_threads(int(request["threads"]))
+    device = request.get("device", "cpu")
+    # Before jax loads: its platform is chosen once.
+    os.environ["JAX_PLATFORMS"] = device
     try:
         import jax
         import jax.extend.backend
@@ -164,6 +170,8 @@ def main():
     if variant not in ("f32", "bf16"):
         print(json.dumps({"error": f"variant is f32 or bf16, got {variant!r}"}))
         return 0
+    if variant == "f32":
+        jax.config.update("jax_default_matmul_precision", "highest")
     backend = jax.extend.backend.get_backend()  # started before the baseline: the runtime is not the step's
     rng = np.random.default_rng(int(request["seed"]))
     tokens = rng.integers(0, c["vocab_size"], (c["batch"], c["seq"] + 1), dtype=np.int32)
@@ -194,7 +202,9 @@ def main():
         print(f"jax {variant}  step {i + 1}: {seconds[-1] * 1e3:.0f} ms, loss {losses[-1]:.4f}", file=sys.stderr,
               flush=True)
     rss_peak = status_bytes("VmHWM")
-    print(json.dumps({"jax_version": jax.__version__,
+    stats = jax.devices()[0].memory_stats() or {}
+    on_device = {"device_peak_bytes": stats["peak_bytes_in_use"]} if "peak_bytes_in_use" in stats else {}
+    print(json.dumps({**on_device, "jax_version": jax.__version__,
                       "xla": {"jaxlib": jaxlib.__version__, "platform": backend.platform,
                               "platform_version": backend.platform_version},
                       "threads": len(os.sched_getaffinity(0)), "variant": variant,

@@ -10,7 +10,9 @@ TorchTitan's lr, betas and weight decay, on one fixed random batch. The variant 
 bench/torch_reference.py) decides the rest: "compile" compiles each transformer block with
 torch.compile(fullgraph=True) as TorchTitan does (default inductor backend; the first step
 compiles forward and backward, and is a warm-up step, so out of the timings); "bf16" runs forward
-and loss under torch.autocast("cpu", dtype=torch.bfloat16).
+and loss under torch.autocast(device, dtype=torch.bfloat16). "device" (default "cpu"; "cuda" for
+bench_train_step --device=cuda) is where the model, the batch and the optimizer live; the model is
+initialised on the CPU first, so that both devices start from the same weights.
 
 Memory is the resident set, read from /proc/self/status: the baseline before the model is built,
 the high-water mark reset (clear_refs) after the warm-up steps, and the high-water mark after the
@@ -43,7 +45,11 @@ def main():
 
     import llama3_torch
 
-    c, variant = request["config"], request["variant"]
+    c, variant, device = request["config"], request["variant"], request.get("device", "cpu")
+    cuda = device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print(json.dumps({"error": f"device cuda requested, but torch {torch.__version__} sees no CUDA device"}))
+        return 0
     args = llama3_torch.ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=c["n_heads"],
                                   n_kv_heads=c["n_kv_heads"], vocab_size=c["vocab_size"], ffn_dim=c["ffn_dim"],
                                   max_seq_len=c["seq"])
@@ -55,13 +61,15 @@ def main():
     rss_baseline = status_bytes("VmRSS")
     model = llama3_torch.Transformer(args)
     model.init_weights(gen)
+    model.to(device)
+    inputs, labels = inputs.to(device), labels.to(device)
     compiled = variant.startswith("compile")
     if compiled:
         for i, block in enumerate(model.layers):
             model.layers.register_module(str(i), torch.compile(block, fullgraph=True))
     opt, optimizer = make_adamw(torch, model.parameters(), compiled=False, lr=8e-4, betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1)
-    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if variant.endswith("bf16")
+    autocast = (torch.autocast(device, dtype=torch.bfloat16) if variant.endswith("bf16")
                 else contextlib.nullcontext())
     gc.collect()
     libc.malloc_trim(0)
@@ -86,7 +94,10 @@ def main():
         print(f"torch {variant}  step {i + 1}: {seconds[-1] * 1e3:.0f} ms, loss {losses[-1]:.4f}", file=sys.stderr,
               flush=True)
     rss_peak = status_bytes("VmHWM")
-    print(json.dumps({**environment(torch), "variant": variant, "optimizer": optimizer,
+    # Over the whole run, as JAX's and titan's device peaks are: every step reaches the same peak.
+    on_device = {"device_name": torch.cuda.get_device_name(), "device_peak_bytes": torch.cuda.max_memory_allocated()
+                 } if cuda else {}
+    print(json.dumps({**environment(torch), **on_device, "variant": variant, "optimizer": optimizer,
                       "compile": "torch.compile(block, fullgraph=True) per transformer block" if compiled else "",
                       "step_seconds": seconds[request["warmup"]:], "first_step_seconds": seconds[0],
                       "losses": losses, "rss_baseline": rss_baseline, "rss_peak": rss_peak}))

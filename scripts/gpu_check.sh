@@ -1,30 +1,68 @@
 #!/usr/bin/env bash
-# Runs graph mode's tests on an NVIDIA GPU through the CUDA 13 PJRT plugin:
-#   scripts/gpu_check.sh
-# Installs jax-cuda13-pjrt and jax-cuda13-plugin[with-cuda] (the plugin and the NVIDIA libraries
-# it loads, about 3 GB) into .pjrt/cuda, builds (make build), runs the Pjrt* and Graph* unit
-# tests with TITAN_GRAPH_PLUGIN=cuda, then the train-step benchmark on the GPU if it has
-# --graph-plugin. UNTESTED: written on a machine without a GPU; the CUDA plugin was seen to load
-# and initialize there (PJRT_Client_Create then reports "No visible GPU devices").
+# Graph mode on an NVIDIA GPU through the CUDA 13 PJRT plugin: the Pjrt* and Graph* tests with
+# TITAN_GRAPH_PLUGIN=cuda (graph runs on the GPU, eager ones on the host, compared), then
+# bench_train_step --device=cuda (titan graph against JAX and PyTorch 2 on the same GPU):
+#   scripts/gpu_check.sh [bench_train_step flags, e.g. --benchmark_filter=train_step/XL --torch=eager]
+# Environment:
+#   TITAN_GPU_PYTHON  the Python whose torch (CUDA build) and jax run the references (default python3)
+#   TITAN_GPU_BUNDLE  a tarball from scripts/gpu_bundle.sh: run its binaries instead of building
+#                     (a machine with no network or build dependencies)
+#   TITAN_GPU_TESTS   gtest filter (default: the graph and PJRT tests that need no CPU plugin file)
+#   TITAN_GRAPH_PLUGIN_OPTIONS  the tests' client options (default preallocate=false)
+#   TITAN_GPU_TEST_TIMEOUT, TITAN_GPU_BENCH_TIMEOUT  seconds for each part (default 900, 1800)
+# The CUDA plugin: .pjrt/cuda when present; else the one in TITAN_GPU_PYTHON's jax-cuda13-pjrt
+# (linked there, with its NVIDIA libraries); else the wheels jax-cuda13-pjrt and
+# jax-cuda13-plugin[with-cuda] are downloaded and unpacked into .pjrt/cuda (about 3 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 
 command -v nvidia-smi >/dev/null && nvidia-smi -L ||
   { echo "gpu_check: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2; exit 1; }
-scripts/setup.sh
+py=${TITAN_GPU_PYTHON:-python3}
 
-cuda=.pjrt/cuda
+if [[ -n ${TITAN_GPU_BUNDLE:-} ]]; then
+  bundle=$(mktemp -d)
+  xz -dc "$TITAN_GPU_BUNDLE" | tar -C "$bundle" -xf -
+  # The binaries name their source tree (configs, data, the benchmark's scripts) and their build
+  # folder (the tests' fake plugins) by the paths they were built at: make those lead here.
+  source_dir=$(cat "$bundle/source_dir")
+  if [[ $source_dir != "$repo" ]]; then
+    [[ ! -e $source_dir || $(readlink -f "$source_dir") == "$repo" ]] ||
+      { echo "gpu_check: the bundle was built at $source_dir, which exists here and is not $repo" >&2; exit 1; }
+    mkdir -p "$(dirname "$source_dir")"
+    ln -sfn "$repo" "$source_dir"
+  fi
+  build_dir=$(cat "$bundle/build_dir")
+  mkdir -p "$build_dir/tests"
+  cp "$bundle"/bin/libfake_pjrt_plugin_*.so "$build_dir/tests/"
+  tests=$bundle/bin/titan_unit_tests bench=$bundle/bin/bench_train_step
+  export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  scripts/setup.sh
+  make build
+  tests=build/tests/titan_unit_tests bench=build/bench/bench_train_step
+fi
+
+export TITAN_PJRT_DIR=${TITAN_PJRT_DIR:-$repo/.pjrt}
+cuda=$TITAN_PJRT_DIR/cuda
 plugin=$cuda/jax_plugins/xla_cuda13/xla_cuda_plugin.so
-if [[ ! -f $plugin ]]; then
+site=$("$py" -c 'import importlib.util as u, os
+s = u.find_spec("jax_plugins.xla_cuda13")
+print(os.path.dirname(os.path.dirname(os.path.dirname(s.origin))) if s and s.origin else "")' 2>/dev/null || true)
+if [[ ! -f $plugin && -n $site && -f $site/jax_plugins/xla_cuda13/xla_cuda_plugin.so ]]; then
+  echo "gpu_check: the CUDA plugin of $py's jax-cuda13-pjrt ($site)"
+  mkdir -p "$cuda"
+  ln -sfn "$site/jax_plugins" "$cuda/jax_plugins"
+  [[ -d $site/nvidia ]] && ln -sfn "$site/nvidia" "$cuda/nvidia"
+elif [[ ! -f $plugin ]]; then
   wheels=$(mktemp -d)
-  trap 'rm -rf "$wheels"' EXIT
   echo "gpu_check: downloading the CUDA 13 PJRT plugin and its NVIDIA libraries"
   # With dependencies: the with-cuda extra is the NVIDIA wheels (cuBLAS, cuDNN, NCCL, ...).
-  .venv/bin/python -m pip download -q --disable-pip-version-check -d "$wheels" \
-    jax-cuda13-pjrt "jax-cuda13-plugin[with-cuda]"
+  "$py" -m pip download -q --disable-pip-version-check -d "$wheels" jax-cuda13-pjrt "jax-cuda13-plugin[with-cuda]"
   # Unpacked side by side as pip would install them, so that the plugin's RUNPATH
   # ($ORIGIN/../../nvidia/cu13/lib) finds the libraries.
-  python3 - "$wheels" "$cuda" <<'PY'
+  "$py" - "$wheels" "$cuda" <<'PY'
 import pathlib, sys, zipfile
 wheels, target = map(pathlib.Path, sys.argv[1:])
 for wheel in sorted(wheels.glob("*.whl")):
@@ -37,20 +75,24 @@ for wheel in sorted(wheels.glob("*.whl")):
             out.write_bytes(z.read(info))
             if out.suffix == ".so" or ".so." in out.name:
                 out.chmod(0o755)
-    print(f"gpu_check: unpacked {wheel.name}")
 PY
+  rm -rf "$wheels"
 fi
-[[ -f $plugin ]] || { echo "gpu_check: $plugin missing after unpacking the wheels" >&2; exit 1; }
+[[ -f $plugin ]] || { echo "gpu_check: no CUDA plugin at $plugin" >&2; exit 1; }
 # For libraries the RUNPATH does not name (wheels that keep them under nvidia/<name>/lib).
-LD_LIBRARY_PATH=$(find "$PWD/$cuda/nvidia" -type d -name lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LD_LIBRARY_PATH
-
-make build
-export TITAN_GRAPH_PLUGIN=cuda
-./build/tests/titan_unit_tests --gtest_filter='Pjrt*:Graph*'
-# The source, not --help: the benchmark has no --help and would start its rounds.
-if grep -q -- '--graph-plugin' bench/train_step.cpp; then
-  ./build/bench/bench_train_step --graph-plugin=cuda
-else
-  echo "gpu_check: skipped bench_train_step on the GPU (it has no --graph-plugin option yet)"
+if [[ -d $cuda/nvidia ]]; then
+  LD_LIBRARY_PATH=$(find -L "$cuda/nvidia" -maxdepth 3 -type d -name lib | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH
 fi
+export TITAN_PYTHON=$py TITAN_JAX_PYTHON=$py
+
+# The CPU plugins' own tests (FFI handlers, the 0.81 plugin, the CPU device-count option) are the
+# CPU suite's; here every other graph test runs its graph side on the GPU.
+filter=${TITAN_GPU_TESTS:-'Pjrt*:Graph*-PjrtFfi*:PjrtRuntime.CpuDeviceCountOptionIsHonoured:PjrtRuntime.BothCpuPluginsGiveTheSameNumbers'}
+status=0
+# Every test process holds several clients at once (the tests' shared one, each trainer's): none
+# may take 75% of the GPU's memory up front, as the plugin's allocator does by default.
+TITAN_GRAPH_PLUGIN=cuda TITAN_GRAPH_PLUGIN_OPTIONS=${TITAN_GRAPH_PLUGIN_OPTIONS:-preallocate=false} timeout "${TITAN_GPU_TEST_TIMEOUT:-900}" "$tests" --gtest_filter="$filter" || status=$?
+echo "gpu_check: tests exited with $status"
+timeout "${TITAN_GPU_BENCH_TIMEOUT:-1800}" "$bench" --device=cuda "$@" || status=$?
+exit "$status"

@@ -28,7 +28,8 @@ std::vector<Tensor> weights_for(const std::vector<Tensor>& outs) {
   Generator gen(1234);
   std::vector<Tensor> weights;
   for (const Tensor& o : outs)
-    weights.push_back(is_floating(o.dtype()) ? Tensor::randn(o.sizes(), gen, {.dtype = o.dtype()}) : Tensor());
+    weights.push_back(is_floating(o.dtype()) ? Tensor::randn(o.sizes(), gen, {.dtype = o.dtype()})
+                                             : Tensor());
   return weights;
 }
 
@@ -37,7 +38,9 @@ std::vector<Tensor> weights_for(const std::vector<Tensor>& outs) {
 graph::Runner& test_runner() {
   static graph::Runner runner([] {
     const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN");
-    return graph::RuntimeOptions{.plugin = plugin && *plugin ? plugin : "cpu"};
+    const char* options = std::getenv("TITAN_GRAPH_PLUGIN_OPTIONS");
+    return graph::parse_runtime_options(plugin && *plugin ? plugin : "cpu", options ? options : "",
+                                        "TITAN_GRAPH_PLUGIN_OPTIONS");
   }());
   return runner;
 }

@@ -1,10 +1,13 @@
 #include "support/small_run.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
+#include <utility>
 
 #include "support/test_util.h"
 
@@ -17,7 +20,8 @@ JobConfig small_config(const std::vector<std::string>& overrides, const std::str
   fs::path text = dir / "corpus.txt";
   if (!fs::exists(text)) {
     std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
+    for (int i = 0; i < 200; ++i)
+      f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
   }
   std::vector<std::string> o = {"--training.dataset_path=" + text.string(), "--training.seq_len=32",
                                 "--training.local_batch_size=4", "--training.steps=4",
@@ -26,6 +30,16 @@ JobConfig small_config(const std::vector<std::string>& overrides, const std::str
                                 "--job.dump_folder=" + (dir / "out").string(),
                                 // Every run starts afresh: none resumes from the one before.
                                 "--checkpoint.enable=false"};
+  // Graph runs go to $TITAN_GRAPH_PLUGIN's device, with $TITAN_GRAPH_PLUGIN_OPTIONS, where they
+  // are set (scripts/gpu_check.sh sets them), unless the test names its own (its override comes
+  // later and wins).
+  if (std::find(overrides.begin(), overrides.end(), "--compile.mode=graph") != overrides.end()) {
+    for (const auto& [env, key] :
+         {std::pair{"TITAN_GRAPH_PLUGIN", "plugin"}, {"TITAN_GRAPH_PLUGIN_OPTIONS", "plugin_options"}}) {
+      const char* value = std::getenv(env);
+      if (value && *value) o.push_back(std::string("--compile.") + key + "=" + value);
+    }
+  }
   o.insert(o.end(), overrides.begin(), overrides.end());
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/" + base, o);
 }
@@ -37,8 +51,9 @@ TrainResult run(const JobConfig& cfg) {
 }
 
 void expect_bf16_curve_near_float32(const std::string& base, const std::vector<std::string>& overrides) {
-  std::vector<std::string> o = {"--training.steps=100", "--training.local_batch_size=2",
-                                "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
+  std::vector<std::string> o = {
+      "--training.steps=100", "--training.local_batch_size=2",
+      "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/kjv.txt.gz"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   std::vector<std::string> bf16 = o;
   bf16.push_back("--training.mixed_precision_param=bfloat16");

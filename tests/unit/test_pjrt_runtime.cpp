@@ -10,9 +10,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "support/test_util.h"
 #include "titan/graph/pjrt/client.h"
+#include "titan/graph/runner.h"
 
 namespace titan {
 namespace {
@@ -41,6 +43,12 @@ Client& client_of(const std::string& name) {
   if (it == clients.end()) {
     std::vector<ClientOption> options;
     if (name == "cpu" || name == second_cpu_plugin()) options.push_back({"cpu_device_count", int64_t{1}});
+    const char* extra = std::getenv("TITAN_GRAPH_PLUGIN_OPTIONS");
+    if (name == plugin_under_test() && extra && *extra) {
+      const auto parsed =
+          graph::parse_runtime_options(name, extra, "TITAN_GRAPH_PLUGIN_OPTIONS").client_options;
+      options.insert(options.end(), parsed.begin(), parsed.end());
+    }
     it = clients.emplace(name, Client::create(Plugin::load(name), options)).first;
   }
   return it->second;
@@ -257,6 +265,23 @@ func.func public @main(%x: tensor<2x3xbf16>) -> tensor<2x3xbf16> {
   std::vector<bf16> doubled = host<bf16>(out[0]);
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_EQ(static_cast<float>(doubled[i]), 2 * static_cast<float>(x[i])) << i;
+}
+
+// Where the plugin counts its device memory (the GPU plugins), a buffer's bytes show in it while it
+// lives; the CPU plugins keep no device allocator and say so by answering nothing.
+TEST(PjrtRuntime, DeviceMemoryStatsCountALiveBuffer) {
+  Client& client = test_client();
+  const auto before = client.memory_stats();
+  if (!before) GTEST_SKIP() << client.platform_name() << " reports no device memory statistics";
+  std::optional<Buffer> big = device(client, std::vector<float>(1 << 22, 1.0f), {1 << 22});
+  const auto during = client.memory_stats();
+  ASSERT_TRUE(during);
+  EXPECT_GE(during->bytes_in_use - before->bytes_in_use, int64_t{4} << 22);
+  if (during->peak_bytes_in_use) {
+    EXPECT_GE(*during->peak_bytes_in_use, during->bytes_in_use);
+  }
+  big.reset();
+  EXPECT_LT(client.memory_stats()->bytes_in_use, during->bytes_in_use);
 }
 
 TEST(PjrtRuntime, WhileLoopRuns) {

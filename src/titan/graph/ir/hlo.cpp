@@ -254,8 +254,13 @@ Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Sh
   field("rhs_batching_dimensions", b_batch);
   field("lhs_contracting_dimensions", a_contract);
   field("rhs_contracting_dimensions", b_contract);
-  return prog().emit1("stablehlo.dot_general", {a, b}, {out, result_dtype, false},
-                      "dot_dimension_numbers = #stablehlo.dot<" + numbers + ">");
+  std::string attributes = "dot_dimension_numbers = #stablehlo.dot<";
+  attributes.append(numbers).append(">");
+  // float32 means float32: without HIGHEST, XLA's GPU backend may multiply f32 operands as TF32
+  // (10-bit mantissas), as PyTorch does only when asked (allow_tf32). bf16 operands keep DEFAULT.
+  if (a.dtype == kF32 && b.dtype == kF32)
+    attributes.append(", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]");
+  return prog().emit1("stablehlo.dot_general", {a, b}, {out, result_dtype, false}, attributes);
 }
 
 Value reduce_sum(const Value& x, const Shape& dims) { return reduce("stablehlo.add", 0.0, x, dims); }

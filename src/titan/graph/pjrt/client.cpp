@@ -1,6 +1,7 @@
 #include "titan/graph/pjrt/client.h"
 
 #include <chrono>
+#include <cstddef>
 
 #include "titan/core/error.h"
 #include "titan/graph/pjrt/client_state.h"
@@ -67,6 +68,26 @@ std::string Client::device_description(int i) const {
   state_->check(state_->api()->PJRT_DeviceDescription_DebugString(&text),
                 "PJRT_DeviceDescription_DebugString");
   return std::string(text.debug_string, text.debug_string_size);
+}
+
+std::optional<Client::MemoryStats> Client::memory_stats(int i) const {
+  TITAN_CHECK(i >= 0 && i < device_count(), "memory_stats: device ", i, " does not exist: the ",
+              platform_name(), " client has ", device_count(), " addressable devices");
+  const PJRT_Api* api = state_->api();
+  if (api->struct_size <= offsetof(PJRT_Api, PJRT_Device_MemoryStats) || !api->PJRT_Device_MemoryStats)
+    return std::nullopt;
+  PJRT_Device_MemoryStats_Args args{};
+  args.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+  args.device = state_->devices[i];
+  try {
+    state_->check(api->PJRT_Device_MemoryStats(&args), "PJRT_Device_MemoryStats");
+  } catch (const Error&) {
+    return std::nullopt;  // Unimplemented: the CPU plugins keep no device allocator
+  }
+  MemoryStats stats{.bytes_in_use = args.bytes_in_use};
+  if (args.peak_bytes_in_use_is_set) stats.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) stats.bytes_limit = args.bytes_limit;
+  return stats;
 }
 
 Buffer Client::to_device(const void* host, DType dtype, const Shape& dims, int device) const {

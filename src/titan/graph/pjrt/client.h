@@ -4,6 +4,7 @@
 // and Executable made from it are gone.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -36,6 +37,14 @@ class Client {
   // The plugin's own description of device `i`, for logs.
   std::string device_description(int i) const;
 
+  // Device `i`'s memory as its allocator counts it, where the plugin reports it (the GPU plugins
+  // do; the CPU plugins answer Unimplemented, and older API tables lack the call): nullopt there.
+  struct MemoryStats {
+    int64_t bytes_in_use = 0;
+    std::optional<int64_t> peak_bytes_in_use = {};
+    std::optional<int64_t> bytes_limit = {};
+  };
+  std::optional<MemoryStats> memory_stats(int i = 0) const;
   // Copies `host` (numel(dims) elements of `dtype`, row-major) to device `device`; the host
   // memory may be reused once this returns.
   Buffer to_device(const void* host, DType dtype, const Shape& dims, int device = 0) const;
