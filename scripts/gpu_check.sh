@@ -19,7 +19,8 @@ repo=$PWD
 
 command -v nvidia-smi >/dev/null && nvidia-smi -L ||
   { echo "gpu_check: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2; exit 1; }
-py=${TITAN_GPU_PYTHON:-python3}
+# A path: the benchmark runs it as given, not through PATH.
+py=$(command -v "${TITAN_GPU_PYTHON:-python3}") || { echo "gpu_check: no ${TITAN_GPU_PYTHON:-python3} on PATH" >&2; exit 1; }
 
 if [[ -n ${TITAN_GPU_BUNDLE:-} ]]; then
   bundle=$(mktemp -d)

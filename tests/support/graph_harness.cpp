@@ -35,13 +35,15 @@ std::vector<Tensor> weights_for(const std::vector<Tensor>& outs) {
 
 }  // namespace
 
+graph::RuntimeOptions test_runtime_options() {
+  const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN");
+  const char* options = std::getenv("TITAN_GRAPH_PLUGIN_OPTIONS");
+  return graph::parse_runtime_options(plugin && *plugin ? plugin : "cpu", options ? options : "",
+                                      "TITAN_GRAPH_PLUGIN_OPTIONS");
+}
+
 graph::Runner& test_runner() {
-  static graph::Runner runner([] {
-    const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN");
-    const char* options = std::getenv("TITAN_GRAPH_PLUGIN_OPTIONS");
-    return graph::parse_runtime_options(plugin && *plugin ? plugin : "cpu", options ? options : "",
-                                        "TITAN_GRAPH_PLUGIN_OPTIONS");
-  }());
+  static graph::Runner runner(test_runtime_options());
   return runner;
 }
 

@@ -22,6 +22,9 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
 
 // The runner the graph tests share: the plugin named by $TITAN_GRAPH_PLUGIN, else "cpu".
 graph::Runner& test_runner();
+// What test_runner is made from: $TITAN_GRAPH_PLUGIN and $TITAN_GRAPH_PLUGIN_OPTIONS, for tests
+// that make runners of their own (a GraphStep's).
+graph::RuntimeOptions test_runtime_options();
 
 // max |a - b| / max(max |b|, 1e-12) over the elements of two host tensors of one shape.
 double max_relative_error(const Tensor& a, const Tensor& b);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
 #include "support/tiny_llama3.h"
@@ -154,7 +155,7 @@ TEST(GraphStep, CompilesOncePerBatchShape) {
   model.init_weights(gen);
   optim::AdamW optimizer(model.named_parameters());
   std::ostringstream log;
-  GraphStep step(model, optimizer, model.named_parameters(), {}, log);
+  GraphStep step(model, optimizer, model.named_parameters(), {.runtime = test::test_runtime_options()}, log);
   auto batch = [](int64_t b, int64_t s) {
     std::vector<int64_t> ids(static_cast<size_t>(b * s));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 11);

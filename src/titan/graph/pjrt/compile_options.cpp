@@ -36,7 +36,22 @@ std::string compile_options_proto(const CompileSpec& spec) {
   std::string proto;
   put_key(proto, 3, kLengthDelimited);
   put_varint(proto, build_options.size());
-  return proto + build_options;
+  proto += build_options;
+  for (const auto& [name, value] : spec.flags) {
+    TITAN_CHECK(!name.empty(), "CompileSpec: a flag without a name");
+    std::string entry;
+    put_key(entry, 1, kLengthDelimited);
+    put_varint(entry, name.size());
+    entry += name;
+    put_key(entry, 2, kLengthDelimited);
+    put_varint(entry, 2);
+    put_key(entry, 2, kVarint);
+    put_varint(entry, value ? 1 : 0);
+    put_key(proto, 7, kLengthDelimited);
+    put_varint(proto, entry.size());
+    proto += entry;
+  }
+  return proto;
 }
 
 }  // namespace titan::graph::pjrt
