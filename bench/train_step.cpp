@@ -645,15 +645,13 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
                                        ratio(row.titan, best->second), 1.0));
     }
     t.notes.push_back(
-        "titan graph: train::GraphStep, the whole step one XLA program through the PJRT plugin (f32 matmuls "
-        "at "
-        "precision HIGHEST: no TF32); JAX: bench/train_step_jax.py, jax.jit whole (f32 at matmul precision "
-        "highest); torch: bench/train_step_torch.py on the device (eager; compile = torch.compile per block; "
-        "bf16 = "
-        "autocast). peak GiB: the device allocator's high-water mark (PJRT memory stats, JAX memory_stats, "
-        "torch.cuda.max_memory_allocated; torch: its least variant). MFU: model FLOPs over the datasheet "
-        "dense "
-        "rate of the precision.");
+        "titan graph: train::GraphStep, the whole step one XLA program through the PJRT plugin (f32 "
+        "matmuls at precision HIGHEST: no TF32); JAX: bench/train_step_jax.py, jax.jit whole (f32 at "
+        "matmul precision highest; each block recomputed in the backward, jax.checkpoint, as titan's scan "
+        "does); torch: bench/train_step_torch.py on the device (eager; compile = torch.compile per block; "
+        "bf16 = autocast). peak GiB: the device allocator's high-water mark (PJRT memory stats, JAX "
+        "memory_stats, torch.cuda.max_memory_allocated; torch: its least variant). MFU: model FLOPs over "
+        "the datasheet dense rate of the precision.");
     for (const DeviceResult& r : results)
       for (const auto& [variant, side] : r.torch) {
         for (const std::string& e : side.errors)

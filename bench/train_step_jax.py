@@ -13,7 +13,8 @@ bf16 operands with f32 accumulation (preferred_element_type); weights, norms, so
 loss stay f32. The first step traces and compiles (a warm-up step, out of the timings).
 
 "device" (default "cpu"; "cuda" for bench_train_step --device=cuda) picks JAX's platform. f32
-matmuls run at precision "highest" (no TF32 on GPUs), as titan's and torch's f32 do.
+matmuls run at precision "highest" (no TF32 on GPUs), as titan's and torch's f32 do; there the
+layers are rematerialised in the backward (jax.checkpoint), as titan's scan does.
 
 Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "step_seconds",
 "first_step_seconds", "compile_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or
@@ -95,7 +96,7 @@ def init_params(jax, jnp, c, seed):
     }
 
 
-def make_step(jax, jnp, c, bf16):
+def make_step(jax, jnp, c, bf16, remat):
     b, s = c["batch"], c["seq"]
     n_heads, n_kv, hd = c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"]
     cos, sin = (jnp.asarray(t)[None, :, None, :] for t in rope_table(hd, s))
@@ -125,7 +126,7 @@ def make_step(jax, jnp, c, bf16):
 
     def loss_fn(params, inputs, labels):
         h = params["tok_embeddings"][inputs]
-        h, _ = jax.lax.scan(block, h, params["layers"])
+        h, _ = jax.lax.scan(jax.checkpoint(block) if remat else block, h, params["layers"])
         logits = mm(rms_norm(h, params["norm"]), params["output"])
         picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
         return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
@@ -182,7 +183,9 @@ def main():
     opt = {"m": jax.tree_util.tree_map(jnp.zeros_like, params), "v": jax.tree_util.tree_map(jnp.zeros_like, params),
            "count": jnp.zeros((), jnp.int32)}
     jax.block_until_ready((params, opt))
-    step = make_step(jax, jnp, c, variant == "bf16")
+    # On an accelerator each block is recomputed in the backward (jax.checkpoint on the scan body),
+    # as titan's scan recomputes it: without, the XL step's temporaries asked an H200 for 130 GiB.
+    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu")
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
