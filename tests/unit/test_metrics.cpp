@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -256,6 +257,25 @@ TEST(Metrics, ThroughputAveragesTheWindowAndEtaUsesItsMeanStep) {
   EXPECT_DOUBLE_EQ(third->eta_seconds, 0.375 * 7);
   EXPECT_DOUBLE_EQ(third->loss, 10.0 / 3);  // the step's own, not the window's
   EXPECT_DOUBLE_EQ(third->grad_norm, 1.5);
+}
+
+// Graph mode on a device that counts its memory logs the device's peak; where it answers nothing
+// (the CPU plugins), the host allocator's.
+TEST(Metrics, DevicePeakReplacesTheHostPeakWhereReported) {
+  TempDir dir;
+  std::ostringstream console;
+  MetricsOptions o = options(dir.path(), 1, 3);
+  std::optional<int64_t> device = int64_t{3} << 30;
+  o.device_peak_bytes = [&] { return device; };
+  MetricsLogger logger(o, console);
+  auto first = logger.record(step(1, 100, 0.1));
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->peak_memory_bytes, int64_t{3} << 30);
+  EXPECT_NE(console.str().find("mem 3.00 GiB"), std::string::npos) << console.str();
+  device.reset();
+  auto second = logger.record(step(2, 100, 0.1));
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->peak_memory_bytes, CpuAllocator::instance().stats().peak_allocated_bytes);
 }
 
 TEST(Metrics, ConsoleLineNamesEveryFigure) {

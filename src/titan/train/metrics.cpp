@@ -204,7 +204,9 @@ std::optional<LoggedMetrics> MetricsLogger::record(const StepMetrics& m) {
   double flops_per_second = w.flops / w.seconds;
   out.tflops = flops_per_second / 1e12;
   out.mfu_percent = 100.0 * flops_per_second / options_.peak_flops;
-  out.peak_memory_bytes = CpuAllocator::instance().stats().peak_allocated_bytes;
+  const std::optional<int64_t> device_peak =
+      options_.device_peak_bytes ? options_.device_peak_bytes() : std::optional<int64_t>();
+  out.peak_memory_bytes = device_peak ? *device_peak : CpuAllocator::instance().stats().peak_allocated_bytes;
   out.mean_step_seconds = w.seconds / static_cast<double>(w.steps);
   out.eta_seconds = out.mean_step_seconds * static_cast<double>(options_.total_steps - m.step);
   out.extra = m.extra;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -28,6 +29,9 @@ struct MetricsOptions {
   std::string jsonl_name = "metrics.jsonl";  // under dump_folder
   bool color = false;                        // ANSI colours on the console line (use_color)
   std::string mode = {};  // how the step ran ("graph on cpu"), ending the console line; empty: eager
+  // The logged memory high-water mark where the step's tensors live off the host (graph mode on
+  // a device whose plugin counts its memory); empty or nullopt: CpuAllocator's peak.
+  std::function<std::optional<int64_t>()> device_peak_bytes = {};
 };
 
 // What the trainer measured in one step. tokens and flops_per_token are this rank's, and
@@ -53,7 +57,7 @@ struct LoggedMetrics {
   double tokens_per_second = 0;
   double tflops = 0;              // achieved TFLOP/s (1e12 FLOP/s)
   double mfu_percent = 0;         // achieved / peak FLOP/s, in %
-  int64_t peak_memory_bytes = 0;  // CpuAllocator peak since start (or its last reset_peak)
+  int64_t peak_memory_bytes = 0;  // CpuAllocator peak since start (or its last reset_peak), or the device's
   double mean_step_seconds = 0;
   double eta_seconds = 0;  // mean_step_seconds * steps left
   Scalars extra = {};

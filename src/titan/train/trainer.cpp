@@ -505,7 +505,12 @@ void Trainer::State::build_metrics() {
                                       : c.metrics.save_tb_folder + "/rank_" + std::to_string(rank),
           .jsonl_name = rank == 0 ? "metrics.jsonl" : "metrics_rank" + std::to_string(rank) + ".jsonl",
           .color = use_color(c.metrics.disable_color_printing, console_is_terminal(log)),
-          .mode = c.compile.graph() ? "graph on " + c.compile.plugin : ""},
+          .mode = c.compile.graph() ? "graph on " + c.compile.plugin : "",
+          .device_peak_bytes = [this]() -> std::optional<int64_t> {
+            if (!graph) return std::nullopt;
+            const auto stats = graph->runner().client().memory_stats();
+            return stats ? stats->peak_bytes_in_use : std::nullopt;
+          }},
       log);
 }
 
