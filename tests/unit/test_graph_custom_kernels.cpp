@@ -20,6 +20,7 @@
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
+#include "titan/ops/norm.h"
 #include "titan/train/custom_kernels.h"
 
 namespace titan {
@@ -178,6 +179,23 @@ TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
     EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;
 }
 
+// RMSNorm's fused kernels as calls (forward and backward), rows that are not a multiple of the
+// kernels' blocks, against eager.
+TEST(GraphCustomKernels, RmsNormForwardAndBackward) {
+  SKIP_WITHOUT_CUSTOM_KERNELS();
+  const std::vector<Tensor> inputs{test::rand_f32({3, 5, 37}, 40), test::rand_f32({37}, 41)};
+  auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::rms_norm(in[0], in[1], 1e-5)};
+  };
+  const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
+  EXPECT_TRUE(has(r.module, "titan_rms_norm_fwd"));
+  EXPECT_TRUE(has(r.module, "titan_rms_norm_bwd"));
+  ASSERT_EQ(r.graph.size(), r.eager.size());
+  const char* names[] = {"y", "dx", "dweight"};
+  for (size_t i = 0; i < r.eager.size(); ++i)
+    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-6) << names[i];
+}
+
 // The decision itself: on for this CPU plugin, with the kernels named; off when not wanted.
 TEST(GraphCustomKernels, DecisionNamesTheKernelsOrWhyNone) {
   const train::CustomKernels off = train::enable_custom_kernels(test::test_runner(), false);
@@ -219,8 +237,9 @@ Logged run_logged(const JobConfig& cfg) {
 }
 
 // As GraphTrain.MatchesEagerOverTwentySteps, with titan's kernels on (the default) and off: both
-// stay within 1e-4 of eager's losses over 20 steps at a learning rate that moves the weights, and
-// the start-up log says which ran.
+// stay within 1e-5 of eager's losses over 20 steps at a learning rate that moves the weights (on
+// this machine 7.5e-7 on, 6.6e-7 off; attention's scale off by 0.1% in the kernel's call gives
+// 6.7e-5), and the start-up log says which ran.
 TEST(GraphTrainCustomKernels, MatchesEagerOverTwentyStepsOnAndOff) {
   const std::vector<std::string> o = {"--training.steps=20", "--optimizer.lr=3e-3"};
   const TrainResult eager = run(small_config(o));
@@ -238,7 +257,7 @@ TEST(GraphTrainCustomKernels, MatchesEagerOverTwentyStepsOnAndOff) {
     double worst = 0;
     for (size_t i = 0; i < 20; ++i) {
       worst = std::max(worst, relative(graph.result.losses[i], eager.losses[i]));
-      EXPECT_LE(relative(graph.result.losses[i], eager.losses[i]), 1e-4) << "step " << i + 1;
+      EXPECT_LE(relative(graph.result.losses[i], eager.losses[i]), 1e-5) << "step " << i + 1;
       EXPECT_LE(relative(graph.result.grad_norms[i], eager.grad_norms[i]), 1e-3) << "step " << i + 1;
     }
     EXPECT_LT(graph.result.losses.back(), 0.8 * graph.result.losses.front());

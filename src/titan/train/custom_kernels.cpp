@@ -2,6 +2,7 @@
 
 #include "titan/attention/splash_custom_call.h"
 #include "titan/graph/pjrt/ffi.h"
+#include "titan/ops/custom_calls.h"
 
 namespace titan::train {
 
@@ -15,10 +16,11 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
   const std::string why = graph::pjrt::ffi::unsupported_reason(client.plugin());
   if (!why.empty()) return {.on = false, .note = "none, falling back to XLA's lowerings: " + why};
   attention::register_splash_calls(client.plugin());
+  ops::register_custom_calls(client.plugin());
   return {.on = true,
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
-              "documents keep XLA's lowering)"};
+              "documents keep XLA's lowering), RMSNorm forward and backward"};
 }
 
 }  // namespace titan::train
