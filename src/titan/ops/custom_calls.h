@@ -21,13 +21,4 @@ std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::
 std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
                                             const graph::Value& rstd);
 
-// Fused cross-entropy through kernels::cpu::cross_entropy_forward: logits [rows, V] (f32 or f64)
-// and targets [rows] (i32 or i64) give {the loss summed over counted rows [], the counted rows []
-// (both in the logits' dtype), lse [rows]}.
-std::vector<graph::Value> cross_entropy_fwd_call(const graph::Value& logits, const graph::Value& targets,
-                                                 int64_t ignore_index);
-// Its backward: (softmax - onehot) * scale, scale [] in the logits' dtype; ignored rows get zeros.
-graph::Value cross_entropy_bwd_call(const graph::Value& logits, const graph::Value& targets,
-                                    const graph::Value& lse, const graph::Value& scale, int64_t ignore_index);
-
 }  // namespace titan::ops

@@ -8,7 +8,6 @@
 #include "titan/kernels/cpu/cross_entropy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/index_check.h"
-#include "titan/ops/custom_calls.h"
 #include "titan/ops/op_span.h"
 
 namespace titan::ops {
@@ -46,27 +45,6 @@ Value logsumexp(const Value& l) {
   const Value ninf = hlo::constant(-INFINITY, {rows}, l.dtype);
   const Value shift = hlo::select(hlo::compare(m, ninf, "EQ"), hlo::constant(0.0, {rows}, l.dtype), m);
   return hlo::add(shift, hlo::log(hlo::reduce_sum(hlo::exp(hlo::sub(l, wide(shift, vocab))), {1})));
-}
-
-// The loss as custom calls to the fused kernels (ops/custom_calls.h), where the program allows them.
-Tensor cross_entropy_called(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
-  const int64_t vocab = logits.size(-1), rows = targets.numel();
-  const Value l = hlo::reshape(graph::value_of(logits, "cross_entropy"), {rows, vocab});
-  const Value t = hlo::reshape(graph::value_of(targets, "cross_entropy"), {rows});
-  const std::vector<Value> fwd = cross_entropy_fwd_call(l, t, ignore_index);
-  // As the eager op: a mean over zero counted rows is 0/0 = NaN.
-  const Value scale = reduction == Reduction::sum ? hlo::scalar(1.0, l.dtype)
-                                                  : hlo::div(hlo::scalar(1.0, l.dtype), fwd[1]);
-  Tensor out = graph::tensor_of(hlo::mul(fwd[0], scale));
-  if (!autograd::needs_grad({&logits})) return out;
-  const Shape shape = logits.sizes();
-  autograd::record("cross_entropy", {logits}, {out},
-                   [l, t, lse = fwd[2], scale, shape, ignore_index](const autograd::GradContext& g) {
-                     const Value s = hlo::mul(graph::value_of(g[0], "cross_entropy backward"), scale);
-                     return std::vector<Tensor>{graph::tensor_of(
-                         hlo::reshape(cross_entropy_bwd_call(l, t, lse, s, ignore_index), shape))};
-                   });
-  return out;
 }
 
 Tensor cross_entropy_lowered(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
@@ -128,8 +106,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
               " (the logits' shape without the class dim), got ", targets.desc());
   const int64_t vocab = logits.size(-1), rows = targets.numel();
   TITAN_CHECK(vocab > 0, "cross_entropy: logits ", logits.desc(), " have no classes");
-  if (lazy && graph::current_program().custom_kernels())
-    return cross_entropy_called(logits, targets, ignore_index, reduction);
   if (lazy) return cross_entropy_lowered(logits, targets, ignore_index, reduction);
   Tensor lc = logits.contiguous(), tc = targets.contiguous();
   kernels::cpu::check_index_range("cross_entropy", "target", tc, vocab, ignore_index);
