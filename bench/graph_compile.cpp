@@ -45,7 +45,9 @@ Figures compile_step(titan::graph::Runner& runner, const std::string& flavor, in
   titan::data::Batch b{Tensor::zeros({batch, seq}, {.dtype = titan::kI64}),
                        Tensor::zeros({batch, seq}, {.dtype = titan::kI64})};
   const titan::train::CapturedStep step =
-      titan::train::capture_train_step(model, optimizer, params, {b}, {.scan_layers = scan});
+      titan::train::capture_train_step(
+          model, optimizer, params, {b},
+          {.scan_layers = scan, .custom_kernels = titan::train::enable_custom_kernels(runner, true).on});
   const titan::graph::Runner::Compiled compiled = runner.compile(step.text);
   return {.capture_s = step.seconds, .compile_s = compiled.seconds, .ops = step.ops, .bytes = step.text.size()};
 }

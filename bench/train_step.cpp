@@ -135,9 +135,10 @@ double linear_gemm_seconds(const Config& c) {
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
 // graph: the step is train::GraphStep's (compiled in the first step) instead of train::train_step,
-// through the PJRT plugin `plugin` (cpu, cuda, tpu or a path).
+// through the PJRT plugin `plugin` (cpu, cuda, tpu or a path); custom_kernels: its
+// compile.custom_kernels (titan's splash kernels inside the program).
 json titan_round(const Config& c, const std::string& attention, const std::string& ac_mode, bool bf16,
-                 bool graph, const std::string& plugin, int warmup, int steps) {
+                 bool graph, const std::string& plugin, bool custom_kernels, int warmup, int steps) {
   const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
   llama3::ModelArgs args = model_args(c);
   std::mt19937_64 rng(kSeed);
@@ -171,8 +172,10 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   std::optional<titan::train::GraphStep> graph_step;
   if (graph)
     graph_step.emplace(*model, optimizer, named,
-                       titan::train::GraphStepOptions{
-                           .runtime = {.plugin = plugin}, .max_norm = kMaxNorm, .scan_layers = true},
+                       titan::train::GraphStepOptions{.runtime = {.plugin = plugin},
+                                                      .max_norm = kMaxNorm,
+                                                      .scan_layers = true,
+                                                      .custom_kernels = custom_kernels},
                        std::cerr);
   titan::CpuAllocator::instance().empty_cache();
   malloc_trim(0);
@@ -223,7 +226,8 @@ std::string self_path() {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-// mode: "eager" (train::train_step) or "graph" (train::GraphStep through PJRT plugin `plugin`).
+// mode: "eager" (train::train_step), "graph" (train::GraphStep through PJRT plugin `plugin`) or
+// "graph_xla" (GraphStep with compile.custom_kernels = false).
 json run_titan_round(const Config& c, const std::string& mode, const std::string& attention,
                      const std::string& ac_mode, bool bf16, int threads, int warmup, int steps,
                      const std::string& plugin = "cpu") {
@@ -494,10 +498,10 @@ int worker_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps = std::stoi(v);
   }
   try {
-    TITAN_CHECK(mode == "eager" || mode == "graph", "bench_train_step: --mode is eager or graph, got '", mode,
-                "'");
-    std::cout << titan_round(config_named(config), attention, ac, bf16, mode == "graph", plugin, warmup,
-                             steps)
+    TITAN_CHECK(mode == "eager" || mode == "graph" || mode == "graph_xla",
+                "bench_train_step: --mode is eager, graph or graph_xla, got '", mode, "'");
+    std::cout << titan_round(config_named(config), attention, ac, bf16, mode != "eager", plugin, mode == "graph",
+                             warmup, steps)
                      .dump()
               << "\n";
   } catch (const std::exception& e) {
@@ -685,14 +689,17 @@ int main(int argc, char** argv) {
   // training.mixed_precision_param = "bfloat16" does, against the best of every PyTorch variant
   // (f32 and bf16), with its share of the measured bf16 GEMM peak. Every round also runs titan's
   // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
-  // precision --jax=f32,bf16 names (default both; --jax=none: neither). --device=cuda runs the
-  // step on that accelerator instead (device_main): titan graph, JAX and torch there, configs S-XL.
+  // precision --jax=f32,bf16 names (default both; --jax=none: neither). --custom_kernels=false
+  // runs graph mode with compile.custom_kernels = false (XLA's attention instead of titan's).
+  // --device=cuda runs the step on that accelerator instead (device_main): titan graph, JAX and
+  // torch there, configs S-XL.
   int rounds = 3;
   std::vector<std::string> variants = bench::kTorchAll;
   std::vector<std::string> jax_variants = {"f32", "bf16"};
   std::string attention = "splash";
   std::optional<int> steps_override;
   bool with_ac = true, bf16 = false;
+  std::string graph_mode = "graph";  // --custom_kernels=false: "graph_xla", XLA's lowering of every op
   // --device=cuda runs device_main instead; its default configs add XL.
   std::string device = "cpu";
   std::optional<std::regex> filter;
@@ -703,6 +710,7 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(a, "--rounds"); !v.empty()) rounds = std::max(1, std::stoi(v));
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
+    if (a == "--custom_kernels=false") graph_mode = "graph_xla";
     if (auto v = flag_value(a, "--precision"); !v.empty()) {
       TITAN_CHECK(v == "f32" || v == "bf16", "bench_train_step: --precision is f32 or bf16, got '", v, "'");
       bf16 = v == "bf16";
@@ -771,7 +779,7 @@ int main(int argc, char** argv) {
       std::cout << "round " << round << ": titan\n" << std::flush;
       r.titan.add(run_titan_round(*c, "eager", attention, "none", bf16, threads, c->warmup, steps));
       std::cout << "round " << round << ": titan graph\n" << std::flush;
-      r.titan_graph.add(run_titan_round(*c, "graph", attention, "none", bf16, threads, c->warmup, steps));
+      r.titan_graph.add(run_titan_round(*c, graph_mode, attention, "none", bf16, threads, c->warmup, steps));
       for (const std::string& variant : variants) {
         const bool compiled = variant.rfind("compile", 0) == 0;
         if (compiled && compile_skipped) continue;

@@ -8,6 +8,7 @@
 #include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
+#include "titan/train/custom_kernels.h"
 
 namespace titan::test {
 
@@ -59,7 +60,8 @@ double max_relative_error(const Tensor& a, const Tensor& b) {
 }
 
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers) {
+                               const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers,
+                               bool custom_kernels) {
   GraphEager result;
   // Eager.
   std::vector<Tensor> leaves;
@@ -81,6 +83,7 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
   // from the host (RoPE's), declared when the op runs: between the inputs and the weights.
   graph::Program program;
   program.set_scan_layers(scan_layers);
+  program.set_custom_kernels(custom_kernels && train::enable_custom_kernels(test_runner(), true).on);
   std::vector<graph::Value> results;
   std::vector<std::pair<int64_t, Tensor>> feeds;  // (parameter's value id, its data) of inputs and weights
   {
@@ -120,7 +123,8 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
       if (id == p.value.id) fed.push_back(t);
   }
   graph::Runner& runner = test_runner();
-  graph::pjrt::Executable* exe = runner.compile(program.module_text(results)).executable;
+  result.module = program.module_text(results);
+  graph::pjrt::Executable* exe = runner.compile(result.module).executable;
   std::vector<graph::pjrt::Buffer> buffers;
   buffers.reserve(fed.size());
   std::vector<graph::pjrt::Buffer*> args;

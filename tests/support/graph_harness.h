@@ -3,6 +3,7 @@
 // plugin of graph mode — so that a test compares each lowering with its eager kernel, forward and
 // backward.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "titan/core/tensor.h"
@@ -12,13 +13,16 @@ namespace titan::test {
 
 struct GraphEager {
   std::vector<Tensor> eager, graph;  // fn's outputs, then (with grads) the inputs' gradients
+  std::string module = {};           // the captured program's text
 };
 
 // With grads, every floating input requires grad, the loss is sum_i sum(out_i * r_i) with fixed
 // random r_i, and the floating inputs' gradients follow the outputs in both vectors. scan_layers:
-// the captured program lowers autograd::scan_blocks as a loop.
+// the captured program lowers autograd::scan_blocks as a loop. custom_kernels: titan's kernels run
+// as custom calls where the test runner's plugin can (train/custom_kernels.h); off, XLA's lowerings.
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, bool with_grads = true, bool scan_layers = false);
+                               const std::vector<Tensor>& inputs, bool with_grads = true, bool scan_layers = false,
+                               bool custom_kernels = false);
 
 // The runner the graph tests share: the plugin named by $TITAN_GRAPH_PLUGIN, else "cpu".
 graph::Runner& test_runner();

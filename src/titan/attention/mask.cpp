@@ -22,6 +22,8 @@ class Mask::Node {
     return {};
   }
   virtual bool lazy() const { return false; }
+  // Adds this rule to `terms` (Mask::terms); false where it does not fit them.
+  virtual bool add_to(MaskTerms&) const { return false; }
 
   const int64_t batch, seq;
 };
@@ -83,6 +85,10 @@ class Causal final : public Interval {
   Causal() : Interval(0, 0) {}
   Run keys(int64_t, int64_t q) const override { return {0, q}; }
   std::string describe() const override { return "causal"; }
+  bool add_to(MaskTerms& t) const override {
+    t.causal = true;
+    return true;
+  }
   Value visible(const Value& q_pos, const Value& k_pos) const override {
     return causal_pairs(grid(q_pos, k_pos));
   }
@@ -96,6 +102,12 @@ class SlidingWindow final : public Interval {
     const Grid g = grid(q_pos, k_pos);
     return within(g.k, hlo::add(g.q, static_cast<double>(-left_)),
                   hlo::add(g.q, static_cast<double>(right_)));
+  }
+  bool add_to(MaskTerms& t) const override {
+    if (t.window_left >= 0) return false;
+    t.window_left = left_;
+    t.window_right = right_;
+    return true;
   }
   std::string describe() const override {
     return "sliding_window(" + std::to_string(left_) + ", " + std::to_string(right_) + ")";
@@ -116,6 +128,11 @@ class ChunkedCausal final : public Interval {
     return within(g.k, hlo::mul(hlo::div(g.q, chunk), chunk), g.q);
   }
   std::string describe() const override { return "chunked_causal(" + std::to_string(chunk_) + ")"; }
+  bool add_to(MaskTerms& t) const override {
+    if (t.chunk > 0) return false;
+    t.chunk = chunk_;
+    return true;
+  }
 
  private:
   int64_t chunk_;
@@ -191,6 +208,12 @@ class Document final : public Node {
     return hlo::logical_and(same, hlo::broadcast_in_dim(causal_.visible(q_pos, k_pos), pairs, {0, 1, 2}));
   }
   bool lazy() const override { return lazy_ids_.defined(); }
+  // Lazy ids only: host ids would have to be fixed into the program.
+  bool add_to(MaskTerms& t) const override {
+    if (!lazy() || t.document_ids.defined()) return false;
+    t.document_ids = lazy_ids_;
+    return true;
+  }
 
  private:
   std::vector<int64_t> ids_;  // [batch, seq]; empty when the ids are lazy
@@ -336,6 +359,9 @@ class Compose final : public Node {
   bool lazy() const override {
     return std::any_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->lazy(); });
   }
+  bool add_to(MaskTerms& t) const override {
+    return all_ && std::all_of(parts_.begin(), parts_.end(), [&](const auto& p) { return p->add_to(t); });
+  }
 
   std::string describe() const override {
     std::ostringstream os;
@@ -411,6 +437,24 @@ Mask operator&(const Mask& a, const Mask& b) {
 }
 Mask operator|(const Mask& a, const Mask& b) {
   return Mask(Compose::make(false, a.node_, b.node_));
+}
+
+Mask MaskTerms::rule() const {
+  std::optional<Mask> rule;
+  auto add = [&](const Mask& m) { rule = rule ? *rule & m : m; };
+  if (causal) add(Mask::causal());
+  if (window_left >= 0) add(Mask::sliding_window(window_left, window_right));
+  if (chunk > 0) add(Mask::chunked_causal(chunk));
+  if (document_ids.defined()) add(Mask::document(document_ids));
+  TITAN_CHECK(rule.has_value(), "MaskTerms::rule: no terms (causal, window, chunk or documents) are set; ",
+              "a rule needs at least one");
+  return *rule;
+}
+
+std::optional<MaskTerms> Mask::terms() const {
+  MaskTerms t;
+  if (!node_->add_to(t)) return std::nullopt;
+  return t;
 }
 
 Visibility Mask::classify(int64_t b, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {

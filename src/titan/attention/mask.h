@@ -9,6 +9,7 @@
 // query is ever left without keys.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,19 @@ namespace titan::attention {
 
 // How much of a tile of (query, key) pairs a rule shows.
 enum class Visibility : uint8_t { none, partial, full };
+
+class Mask;
+
+// A rule written as the & of causal, at most one sliding window, one chunking and document ids
+// (each left out where absent): the form a custom call carries as attributes and an operand.
+struct MaskTerms {
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;  // -1: no window
+  int64_t chunk = 0;                            // 0: no chunking
+  Tensor document_ids = {};                     // undefined: no documents
+  // The rule these terms write; refused when there are none.
+  Mask rule() const;
+};
 
 class Mask {
  public:
@@ -63,6 +77,10 @@ class Mask {
   // Whether the rule holds values of the step being captured (document ids in graph mode): then
   // fill() cannot run, and only the program knows which pairs a partial tile shows.
   bool lazy() const;
+
+  // The rule as MaskTerms, or nullopt for a rule outside that form (|, prefix_lm, at_positions,
+  // two windows or chunkings, document ids read from the host).
+  std::optional<MaskTerms> terms() const;
 
   // Batch rows the rule holds data for (document ids, per-row prefix lengths); 0 when it is the
   // same for every row.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/attention/splash_custom_call.h"
 #include "titan/autograd/node.h"
 #include "titan/graph/lazy.h"
 
@@ -283,10 +284,31 @@ Grads backward(const Setup& s, const Saved& saved, const Value& dout_t) {
   return {result[0], result[1], result[2]};
 }
 
+// Attention as two custom calls to splash's kernels: forward gives out and lse, backward reads
+// them with q, k and v.
+Tensor called_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const SplashCallSpec& spec) {
+  const Value qv = graph::value_of(q, op), kv = graph::value_of(k, op), vv = graph::value_of(v, op);
+  const std::vector<Value> fwd = splash_forward_call(spec, qv, kv, vv);
+  Tensor out = graph::tensor_of(fwd[0]);
+  if (!autograd::needs_grad({&q, &k, &v})) return out;
+  autograd::record(op, {q, k, v}, {out}, [spec, qv, kv, vv, fwd, op](const autograd::GradContext& ctx) {
+    const std::vector<Value> g =
+        splash_backward_call(spec, qv, kv, vv, fwd[0], fwd[1], graph::value_of(ctx[0], op));
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < 3; ++i) grads.push_back(ctx.needs(i) ? graph::tensor_of(g[i]) : Tensor());
+    return grads;
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                          const BlockMask& mask, double scale, bool bf16_products) {
+  if (graph::current_program().custom_kernels())
+    if (const auto spec = splash_call_spec(mask, q.dtype(), scale, bf16_products))
+      return called_attention(op, q, k, v, *spec);
   const int64_t S = q.size(1);
   const bool blocked = S > kDenseMaxSeq;
   const Setup s{.B = q.size(0),

@@ -2,7 +2,9 @@
 // Attention in graph mode: softmax(scale * q k^T + mask) v, forward and backward, as StableHLO of
 // the step being captured, for splash_attention and attention_reference given lazy tensors. The
 // mask rule is evaluated inside the program (Mask::visible) from iota positions and, for packed
-// documents, the step's document ids.
+// documents, the step's document ids. Where the program allows custom kernels
+// (Program::custom_kernels) and the rule and dtype fit them, forward and backward are instead one
+// custom call each to splash's CPU kernels (splash_custom_call.h).
 #include "titan/attention/block_mask.h"
 #include "titan/core/tensor.h"
 

@@ -18,6 +18,12 @@ std::shared_ptr<Storage> Storage::meta(size_t nbytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(nullptr, nbytes, device, true));
 }
 
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes, Device device) {
+  TITAN_CHECK(data != nullptr || nbytes == 0, "Storage::borrow: ", nbytes,
+              " bytes at a null pointer; pass the owner's memory");
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, false, /*owned=*/false));
+}
+
 void Storage::materialize() {
   TITAN_CHECK(meta_, "Storage::materialize: the storage of ", nbytes_,
               " bytes already holds memory; only a meta storage (made under MetaScope) is materialised");
@@ -30,7 +36,7 @@ void Storage::materialize() {
 }
 
 Storage::~Storage() {
-  if (device_.is_cpu() && !meta_) CpuAllocator::instance().deallocate(data_, nbytes_);
+  if (device_.is_cpu() && !meta_ && owned_) CpuAllocator::instance().deallocate(data_, nbytes_);
 }
 
 }  // namespace titan

@@ -13,6 +13,9 @@ class Storage {
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
   // A storage of `nbytes` with no memory yet (core/meta.h): data() is null until materialize().
   static std::shared_ptr<Storage> meta(size_t nbytes, Device device);
+  // `nbytes` at `data`, owned by someone else (a custom call's buffer, graph/pjrt/ffi.h): never
+  // freed here, and valid only while the owner keeps it.
+  static std::shared_ptr<Storage> borrow(void* data, size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -25,12 +28,13 @@ class Storage {
   void materialize();
 
  private:
-  Storage(void* data, size_t nbytes, Device device, bool meta)
-      : data_(data), nbytes_(nbytes), device_(device), meta_(meta) {}
+  Storage(void* data, size_t nbytes, Device device, bool meta, bool owned = true)
+      : data_(data), nbytes_(nbytes), device_(device), meta_(meta), owned_(owned) {}
   void* data_;
   size_t nbytes_;
   Device device_;
   bool meta_;
+  bool owned_;
 };
 
 }  // namespace titan

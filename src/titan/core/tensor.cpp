@@ -51,6 +51,17 @@ Tensor Tensor::empty(const Shape& sizes, TensorOptions opts) {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::borrow(void* data, const Shape& sizes, DType dtype) {
+  for (int64_t d : sizes)
+    TITAN_CHECK(d >= 0, "Tensor::borrow: negative size in shape ", shape_str(sizes));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::borrow(data, static_cast<size_t>(numel_of(sizes)) * dtype_size(dtype), Device::cpu());
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
 Tensor Tensor::ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
 

@@ -59,6 +59,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<T>& values, const Shape& sizes);
   template <typename T>
   static Tensor scalar(T value) { return from_vector<T>({value}, {}); }
+  // A contiguous CPU tensor over memory titan does not own (a custom call's buffer): no copy, never
+  // freed by titan; it and its views must not outlive the memory.
+  static Tensor borrow(void* data, const Shape& sizes, DType dtype);
 
   // ---- metadata ------------------------------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }

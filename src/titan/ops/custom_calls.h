@@ -16,5 +16,9 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin);
 // rms_norm's forward through kernels::cpu::rms_norm_fwd: x [..., d] and weight [d] of one float
 // dtype (f32 or f64) give {y [..., d], rstd [rows]}, rows the product of x's leading dims.
 std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::Value& weight, double eps);
+// Its backward through kernels::cpu::rms_norm_bwd: dy and x [..., d], weight [d] and rstd [rows]
+// give {dx [..., d], dweight [d]}.
+std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
+                                            const graph::Value& rstd);
 
 }  // namespace titan::ops

@@ -8,6 +8,7 @@
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/norm.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/custom_calls.h"
 #include "titan/ops/op_span.h"
 
 namespace titan::ops {
@@ -70,6 +71,20 @@ graph::Value sum_rows(const graph::Value& v) {
 }
 graph::Value lazy_param(const Tensor& p, const Shape& shape, const char* op) {
   return wide(graph::value_of(p, op), shape);
+}
+
+// RMSNorm as custom calls to its kernels (ops/custom_calls.h), where the program allows them.
+Tensor rms_norm_called(const Tensor& x, const Tensor& weight, double eps) {
+  const graph::Value xv = graph::value_of(x, "rms_norm"), wv = graph::value_of(weight, "rms_norm");
+  const std::vector<graph::Value> fwd = rms_norm_fwd_call(xv, wv, eps);
+  Tensor out = graph::tensor_of(fwd[0]);
+  if (!autograd::needs_grad({&x, &weight})) return out;
+  autograd::record("rms_norm", {x, weight}, {out}, [xv, wv, rstd = fwd[1]](const autograd::GradContext& g) {
+    const std::vector<graph::Value> d = rms_norm_bwd_call(graph::value_of(g[0], "rms_norm backward"), xv, wv, rstd);
+    return std::vector<Tensor>{g.needs(0) ? graph::tensor_of(d[0]) : Tensor(),
+                               g.needs(1) ? graph::tensor_of(d[1]) : Tensor()};
+  });
+  return out;
 }
 
 // The lowerings keep the statistics [..., 1] (what the kernels keep as [rows]) for backward, in x's
@@ -135,6 +150,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   const OpSpan span("rms_norm", x, weight);
   const bool lazy = graph::any_lazy({&x, &weight});
   const auto [rows, d] = check_inputs("rms_norm", x, {{"weight", &weight}}, eps, lazy);
+  if (lazy && weight.defined() && graph::current_program().custom_kernels()) return rms_norm_called(x, weight, eps);
   if (lazy) return rms_norm_lowered(x, weight, eps);
   Tensor xc = saved(x), wc = saved(weight);
   Tensor out = Tensor::empty(x.sizes(), x.options());

@@ -13,11 +13,17 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
       .add("scan_layers", &CompileConfig::scan_layers, {},
            "graph mode: identical blocks lowered once as a loop (compile time independent of depth; each block "
            "recomputed in backward); false: every block recorded")
+      .add("custom_kernels", &CompileConfig::custom_kernels, {},
+           "graph mode on a CPU plugin with the FFI extension: titan's splash attention kernels run as custom "
+           "calls inside the program; false: XLA's lowering of every op")
       .check([](const CompileConfig& c, config::Problems& problems) {
         if (c.graph()) return;
         if (!c.scan_layers)
           problems.add("compile.scan_layers = false is read only in graph mode; set compile.enable = true or leave "
                        "it out");
+        if (!c.custom_kernels)
+          problems.add("compile.custom_kernels = false is read only in graph mode; set compile.enable = true or "
+                       "leave it out");
         if (c.plugin != "cpu")
           problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; set compile.enable = true "
                        "(compile.mode = \"graph\") or leave it out");

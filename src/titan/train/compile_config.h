@@ -17,6 +17,9 @@ struct CompileConfig {
   // Identical transformer blocks lowered once, as a loop over their stacked weights
   // (autograd/scan.h): compile time independent of depth, each block recomputed in backward.
   bool scan_layers = true;
+  // titan's CPU kernels (splash attention) as custom calls inside the program, on a CPU plugin
+  // with the FFI extension; false: XLA's lowering of every op (to compare the two).
+  bool custom_kernels = true;
   // What the step runs as: `mode` when enabled, else eager (op by op, with titan's fused kernels).
   std::string execution_mode() const { return enable ? mode : "eager"; }
   bool graph() const { return execution_mode() == "graph"; }

@@ -55,6 +55,7 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   CapturedStep out;
   graph::Program program;
   program.set_scan_layers(options.scan_layers);
+  program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
   const size_t n = params.size();
 
@@ -156,7 +157,9 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
       params_(std::move(named_params)),
       options_(std::move(options)),
       log_(log),
-      runner_(options_.runtime) {
+      runner_(options_.runtime),
+      custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels)) {
+  options_.custom_kernels = custom_kernels_.on;
   TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
   steps_taken_ = optimizer_.state(params_.front().first).step;
   for (const auto& [name, p] : params_) {
@@ -173,7 +176,8 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
       const optim::AdamW::ParamState& st = optimizer_.state(name);
       state_.push_back(runner_.upload(std::string(which) == "exp_avg" ? st.exp_avg : st.exp_avg_sq));
     }
-  log_ << "titan: graph mode on " << runner_.describe() << "\n";
+  log_ << "titan: graph mode on " << runner_.describe() << "\n"
+       << "titan: graph mode: titan's kernels as custom calls: " << custom_kernels_.note << "\n";
 }
 
 std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {

@@ -15,6 +15,7 @@
 #include "titan/graph/runner.h"
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
+#include "titan/train/custom_kernels.h"
 
 namespace titan::train {
 
@@ -22,6 +23,10 @@ struct GraphStepOptions {
   graph::RuntimeOptions runtime = {};
   double max_norm = 1.0;
   bool scan_layers = true;  // compile.scan_layers
+  // compile.custom_kernels: titan's CPU kernels as custom calls where the plugin can run them
+  // (train/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
+  // emits the calls as it is given, so a caller that compiles elsewhere registers them first.
+  bool custom_kernels = true;
 };
 
 // What feeds one parameter of the captured step.
@@ -68,6 +73,8 @@ class GraphStep {
   int64_t compiles() const { return runner_.compiles(); }
   double last_compile_seconds() const { return last_compile_seconds_; }
   const graph::Runner& runner() const { return runner_; }
+  // Whether titan's kernels run as custom calls, and the log's line about it.
+  const CustomKernels& custom_kernels() const { return custom_kernels_; }
 
  private:
   // The program's key: the batches' shapes and the precision; equal keys replay one program.
@@ -79,6 +86,7 @@ class GraphStep {
   GraphStepOptions options_;
   std::ostream& log_;
   graph::Runner runner_;
+  CustomKernels custom_kernels_;
   int64_t steps_taken_ = 0;  // AdamW's step count, the same for every parameter
   // Parameters, then first moments, then second moments, on the device.
   std::vector<graph::pjrt::Buffer> state_;

@@ -626,7 +626,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
         GraphStepOptions{.runtime = graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options,
                                                                  "compile.plugin_options"),
                          .max_norm = c.training.max_norm,
-                         .scan_layers = c.compile.scan_layers},
+                         .scan_layers = c.compile.scan_layers,
+                         .custom_kernels = c.compile.custom_kernels},
         s.log);
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.

@@ -84,11 +84,18 @@ class Program {
   // Whether identical blocks are recorded once, as a loop (autograd/scan.h), rather than each.
   bool scan_layers() const { return scan_layers_; }
   void set_scan_layers(bool on) { scan_layers_ = on; }
+  // Whether lowerings may call titan's CPU kernels as custom calls (graph/pjrt/ffi.h) instead of
+  // writing them in StableHLO: only for a program that a CPU ("Host") plugin with the FFI extension
+  // compiles, after their targets were registered with it (train/custom_kernels.h). Other plugins
+  // must not see these targets in the program's text.
+  bool custom_kernels() const { return custom_kernels_; }
+  void set_custom_kernels(bool on) { custom_kernels_ = on; }
 
  private:
   uint64_t serial_;
   int64_t num_ops_ = 0;
   bool scan_layers_ = false;
+  bool custom_kernels_ = false;
   std::vector<std::string> names_;  // by value id
   std::vector<Parameter> params_;
   std::vector<std::pair<const TensorImpl*, Value>> host_params_;

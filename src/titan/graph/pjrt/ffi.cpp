@@ -76,6 +76,29 @@ abi::FfiError* answer_metadata(abi::FfiCallFrame* frame) {
   return nullptr;
 }
 
+// The plugin's FFI extension with register_handler in `out`, or why there is none.
+std::string find_extension(const Plugin& plugin, const abi::PjrtFfiExtension*& out) {
+  const PJRT_Extension_Base* found = nullptr;
+  int left = 64;  // as Plugin's own walk: a corrupt chain must not hang
+  for (const PJRT_Extension_Base* ext = plugin.api()->extension_start; ext && left-- > 0; ext = ext->next) {
+    if (extension_type(ext) == PJRT_Extension_Type_FFI) found = ext;
+  }
+  std::string which = "PJRT plugin ";
+  which.append(plugin.path()).append(" (C API ").append(plugin.api_version()).append(")");
+  if (!found)
+    return which + " has no FFI extension, so titan's kernels cannot run inside its programs: use a plugin "
+                   "that offers it (the CPU plugins scripts/setup.sh installs do)";
+  if (found->struct_size < kExtensionSizeNeeded)
+    return which + "'s FFI extension has " + std::to_string(found->struct_size) +
+           " bytes, without the register_handler call (" + std::to_string(kExtensionSizeNeeded) +
+           " bytes, FFI extension version 2): install a newer plugin (scripts/setup.sh)";
+  const auto* extension = reinterpret_cast<const abi::PjrtFfiExtension*>(found);
+  if (!extension->register_handler)
+    return which + "'s FFI extension leaves register_handler empty: install a plugin that implements it";
+  out = extension;
+  return "";
+}
+
 }  // namespace
 
 int64_t Array::numel() const { return numel_of(dims); }
@@ -144,6 +167,11 @@ abi::FfiError* invoke(abi::FfiCallFrame* frame, Kernel kernel) {
 
 }  // namespace detail
 
+std::string unsupported_reason(const Plugin& plugin) {
+  const abi::PjrtFfiExtension* extension = nullptr;
+  return find_extension(plugin, extension);
+}
+
 void register_handler(const Plugin& plugin, const std::string& target, Handler handler,
                       const std::string& platform) {
   TITAN_CHECK(!target.empty() && handler, "register_handler needs a target name and a handler, got '", target,
@@ -158,22 +186,9 @@ void register_handler(const Plugin& plugin, const std::string& target, Handler h
     return;
   }
 
-  const PJRT_Extension_Base* found = nullptr;
-  int left = 64;  // as Plugin's own walk: a corrupt chain must not hang
-  for (const PJRT_Extension_Base* ext = plugin.api()->extension_start; ext && left-- > 0; ext = ext->next) {
-    if (extension_type(ext) == PJRT_Extension_Type_FFI) found = ext;
-  }
-  TITAN_CHECK(found, "PJRT plugin ", plugin.path(), " (C API ", plugin.api_version(),
-              ") has no FFI extension, so titan's kernels cannot run inside its programs (custom call '", target,
-              "'): use a plugin that offers it (the CPU plugins scripts/setup.sh installs do)");
-  TITAN_CHECK(found->struct_size >= kExtensionSizeNeeded, "PJRT plugin ", plugin.path(), " (C API ",
-              plugin.api_version(), ")'s FFI extension has ", found->struct_size, " bytes, without the ",
-              "register_handler call (", kExtensionSizeNeeded, " bytes, FFI extension version 2) that custom call '",
-              target, "' needs: install a newer plugin (scripts/setup.sh)");
-  const auto* extension = reinterpret_cast<const abi::PjrtFfiExtension*>(found);
-  TITAN_CHECK(extension->register_handler, "PJRT plugin ", plugin.path(),
-              "'s FFI extension leaves register_handler empty: custom call '", target,
-              "' cannot be registered; install a plugin that implements it");
+  const abi::PjrtFfiExtension* extension = nullptr;
+  const std::string why = find_extension(plugin, extension);
+  TITAN_CHECK(why.empty(), "custom call '", target, "' cannot be registered: ", why);
 
   abi::PjrtFfiRegisterHandlerArgs args{};
   args.struct_size = sizeof args;

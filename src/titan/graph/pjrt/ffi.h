@@ -70,6 +70,10 @@ abi::FfiError* handler(abi::FfiCallFrame* frame) {
   return detail::invoke(frame, K);
 }
 
+// Why `plugin` cannot run titan's handlers (no FFI extension, or one without register_handler),
+// or "" when it can.
+std::string unsupported_reason(const Plugin& plugin);
+
 // Registers `handler` for custom calls to `target` in every program `plugin` compiles afterwards.
 // XLA's registry is per process and per platform (the CPU plugins' is "Host"), so registering the
 // same target and handler again is a no-op; another handler for a registered target is refused.

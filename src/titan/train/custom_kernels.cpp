@@ -1,0 +1,26 @@
+#include "titan/train/custom_kernels.h"
+
+#include "titan/attention/splash_custom_call.h"
+#include "titan/graph/pjrt/ffi.h"
+#include "titan/ops/custom_calls.h"
+
+namespace titan::train {
+
+CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
+  if (!wanted) return {.on = false, .note = "off (compile.custom_kernels = false): XLA's lowerings only"};
+  const graph::pjrt::Client& client = runner.client();
+  if (client.platform_name() != "cpu")
+    return {.on = false,
+            .note = "none: titan's kernels are CPU code and the plugin's platform is " +
+                    client.platform_name() + "; XLA's lowerings only"};
+  const std::string why = graph::pjrt::ffi::unsupported_reason(client.plugin());
+  if (!why.empty()) return {.on = false, .note = "none, falling back to XLA's lowerings: " + why};
+  attention::register_splash_calls(client.plugin());
+  ops::register_custom_calls(client.plugin());
+  return {.on = true,
+          .note =
+              "splash attention forward and backward (mask rules outside causal, window, chunk and "
+              "documents keep XLA's lowering), RMSNorm forward and backward"};
+}
+
+}  // namespace titan::train
