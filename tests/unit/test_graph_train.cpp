@@ -121,12 +121,14 @@ TEST(GraphTrain, ResumesAcrossModes) {
 }
 
 // graph -> eager -> graph: the stacked device state goes back to the per-layer checkpoint and
-// comes up again from it; six steps so run as one eager run of six.
+// comes up again from it; six steps so run as one eager run of six (at a constant learning rate,
+// which does not depend on training.steps).
 TEST(GraphTrain, ResumesGraphEagerGraph) {
   const fs::path dir = test::temp_dir("graph_resume") / "graph_eager_graph";
   fs::remove_all(dir);
   auto config = [&](const std::vector<std::string>& mode, int steps, const std::string& folder) {
     return small_config(with(mode, {"--training.steps=" + std::to_string(steps), "--optimizer.lr=3e-3",
+                                    "--lr_scheduler.warmup_steps=0", "--lr_scheduler.decay_ratio=0",
                                     "--checkpoint.enable=true", "--checkpoint.interval=2",
                                     "--checkpoint.last_save_model_only=false",
                                     "--checkpoint.folder=" + (dir / folder).string()}));

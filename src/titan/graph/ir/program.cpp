@@ -168,13 +168,9 @@ std::string Program::region(const std::vector<ResultType>& args,
 }
 
 std::string Program::module_text(const std::vector<Value>& results,
-                                 const std::vector<std::pair<int, int>>& aliases) const {
+                                 const std::vector<std::pair<int, int>>& aliases) {
   TITAN_CHECK(blocks_.size() == 1, "graph: the module was asked for inside a region");
-  for (const Value& v : results) {
-    const auto it = rows_.find(v.id);
-    TITAN_CHECK(it == rows_.end() || it->second.recorded, "graph: result ", v.id,
-                " is a row of a stacked value that no op took; return the stack, or an op on the row");
-  }
+  for (const Value& v : results) record_row(v);
   std::ostringstream os;
   os << "module @titan_step {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -79,8 +79,7 @@ class Program {
 
   // The module: @main(parameters) -> results. `aliases` pairs (parameter index, result index): the
   // parameter's buffer is donated and the result written into it.
-  std::string module_text(const std::vector<Value>& results,
-                          const std::vector<std::pair<int, int>>& aliases = {}) const;
+  std::string module_text(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases = {});
   std::string name(const Value& v) const;
   int64_t num_ops() const { return num_ops_; }
 
