@@ -120,9 +120,9 @@ void Program::record_row(const Value& v) {
   if (it == rows_.end() || it->second.recorded) return;
   PendingRow& pending = it->second;
   // Written where the stack is visible, before the op being written, which may be in a loop's body.
-  TITAN_CHECK(pending.block <= blocks_.size(), "graph: row ", pending.row.index, " of a stacked value is used outside the "
-              "region it was made in");
-  TITAN_CHECK(current_program_or_null() == this, "graph: a row of a stacked value is recorded outside its capture");
+  TITAN_CHECK(pending.block <= blocks_.size(), "graph: row ", pending.row.index,
+              " of a stacked value is used outside the region it was made in");
+  const CaptureScope recording(*this);  // the module may be asked for after its capture
   const size_t saved = into_;
   into_ = pending.block;
   Value recorded;
