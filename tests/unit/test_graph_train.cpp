@@ -54,6 +54,25 @@ TEST(GraphTrain, GradientAccumulationMatchesEager) {
   for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-5) << i;
 }
 
+// Without the loop over the layers (compile.scan_layers = false) each layer's parameters and
+// moments are kept and updated on their own, and train as eager does too.
+TEST(GraphTrain, UnrolledLayersMatchEager) {
+  const std::vector<std::string> o = {"--training.steps=6", "--optimizer.lr=3e-3"};
+  const TrainResult eager = run(small_config(o)),
+                    graph = run(small_config(with(o, with(kGraph, {"--compile.scan_layers=false"}))));
+  ASSERT_EQ(graph.losses.size(), eager.losses.size());
+  for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << i;
+}
+
+// Qwen 3 (dense) runs its blocks through the same loop, on the same stacked state.
+TEST(GraphTrain, Qwen3MatchesEager) {
+  const std::vector<std::string> o = {"--training.steps=6", "--optimizer.lr=3e-3"};
+  const TrainResult eager = run(small_config(o, "qwen3/debug.toml")),
+                    graph = run(small_config(with(o, kGraph), "qwen3/debug.toml"));
+  ASSERT_EQ(graph.losses.size(), eager.losses.size());
+  for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << i;
+}
+
 // Packed documents: the ids are an input of the program, and attention masks by them inside it.
 TEST(GraphTrain, DocumentMaskingMatchesEager) {
   const std::vector<std::string> o = {"--attention.document_masking=true"};
@@ -99,6 +118,31 @@ TEST(GraphTrain, ResumesAcrossModes) {
         EXPECT_LE(relative(resumed.losses[i], whole.losses[i + 2]), 1e-4) << "step " << i + 3;
     }
   }
+}
+
+// graph -> eager -> graph: the stacked device state goes back to the per-layer checkpoint and
+// comes up again from it; six steps so run as one eager run of six (at a constant learning rate,
+// which does not depend on training.steps).
+TEST(GraphTrain, ResumesGraphEagerGraph) {
+  const fs::path dir = test::temp_dir("graph_resume") / "graph_eager_graph";
+  fs::remove_all(dir);
+  auto config = [&](const std::vector<std::string>& mode, int steps, const std::string& folder) {
+    return small_config(with(mode, {"--training.steps=" + std::to_string(steps), "--optimizer.lr=3e-3",
+                                    "--lr_scheduler.warmup_steps=0", "--lr_scheduler.decay_ratio=0",
+                                    "--checkpoint.enable=true", "--checkpoint.interval=2",
+                                    "--checkpoint.last_save_model_only=false",
+                                    "--checkpoint.folder=" + (dir / folder).string()}));
+  };
+  std::vector<double> losses;
+  for (const auto& [mode, steps] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {kGraph, 2}, {{}, 4}, {kGraph, 6}}) {
+    const TrainResult r = run(config(mode, steps, "ckpt"));
+    ASSERT_EQ(r.losses.size(), 2u);
+    losses.insert(losses.end(), r.losses.begin(), r.losses.end());
+  }
+  const TrainResult whole = run(config({}, 6, "whole"));
+  ASSERT_EQ(whole.losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_LE(relative(losses[i], whole.losses[i]), 1e-4) << "step " << i + 1;
 }
 
 // The step is compiled once; later steps replay it. The log says so, with the plugin.

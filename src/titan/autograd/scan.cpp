@@ -1,5 +1,7 @@
 #include "titan/autograd/scan.h"
 
+#include <optional>
+
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
@@ -60,6 +62,24 @@ graph::Value set_row(const graph::Value& stacked, const graph::Value& value, con
   return hlo::dynamic_update_slice(stacked, hlo::reshape(value, with_leading(1, value.shape)), starts);
 }
 
+// Every block's j-th parameter stacked [n, ...]: the stacked value they already are rows 0..n-1 of,
+// in order (graph mode's stacked training state), or else their concatenation.
+graph::Value stack_of(const std::vector<std::vector<Tensor>>& blocks, size_t j) {
+  const std::optional<graph::Program::Row> first = graph::row_of(blocks[0][j]);
+  bool rows = first.has_value() && first->stacked.shape[0] == static_cast<int64_t>(blocks.size());
+  for (size_t i = 0; rows && i < blocks.size(); ++i) {
+    const std::optional<graph::Program::Row> r = graph::row_of(blocks[i][j]);
+    rows = r.has_value() && r->stacked.id == first->stacked.id && r->index == static_cast<int64_t>(i);
+  }
+  if (rows) return first->stacked;
+  std::vector<graph::Value> each;
+  for (const auto& block : blocks) {
+    const graph::Value v = graph::value_of(block[j], "scan_blocks");
+    each.push_back(hlo::reshape(v, with_leading(1, v.shape)));
+  }
+  return hlo::concatenate(each, 0);
+}
+
 // For the length of one loop body, block 0's parameter tensors name row i of the stacked weights.
 class RowsBound {
  public:
@@ -93,14 +113,7 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   const auto n = static_cast<int64_t>(blocks.size());
   const std::vector<Tensor>& first = blocks[0];
   std::vector<graph::Value> stacked;
-  for (size_t j = 0; j < first.size(); ++j) {
-    std::vector<graph::Value> rows;
-    for (const auto& block : blocks) {
-      const graph::Value v = graph::value_of(block[j], "scan_blocks");
-      rows.push_back(hlo::reshape(v, with_leading(1, v.shape)));
-    }
-    stacked.push_back(hlo::concatenate(rows, 0));
-  }
+  for (size_t j = 0; j < first.size(); ++j) stacked.push_back(stack_of(blocks, j));
   const graph::Value h0 = graph::value_of(x, "scan_blocks");
   // The loop's output is the blocks' output only if a block keeps x's shape and dtype.
   // Kept for backward too: it holds x's description, not x.
@@ -153,12 +166,12 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
           }
           return next;
         });
+    // Each block's gradients as rows of the stacked ones, recorded only if something takes them
+    // one by one: graph mode's update of a stacked state reads the stacks whole.
     std::vector<Tensor> out{graph::tensor_of(grads[1])};
+    graph::Program& program = graph::current_program();
     for (int64_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < first.size(); ++j) {
-        const graph::Value& g = grads[j + 2];
-        out.push_back(graph::tensor_of(hlo::reshape(hlo::narrow(g, 0, i, 1), first[j].sizes())));
-      }
+      for (size_t j = 0; j < first.size(); ++j) out.push_back(graph::tensor_of(program.row(grads[j + 2], i)));
     return out;
   });
   return out;

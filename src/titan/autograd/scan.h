@@ -19,7 +19,10 @@ namespace titan::autograd {
 //
 // Loops when x is a value of a captured program that asks for it (graph::Program::scan_layers)
 // and every block's parameters match the first's in shape and dtype; otherwise applies the blocks
-// one after the other, as eager mode does.
+// one after the other, as eager mode does. The loop reads each kind of parameter stacked: the
+// value the blocks' parameters are rows 0..n-1 of (graph::Program::row: graph mode's stacked
+// training state), else their concatenation; backward hands back the blocks' gradients as rows of
+// the stacked gradients, so that a stacked update can take them whole.
 Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
                    const std::function<Tensor(size_t, const Tensor&)>& run);
 

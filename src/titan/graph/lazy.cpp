@@ -55,6 +55,13 @@ void rebind(const Tensor& handle, const Value& v) {
   impl.lazy = {.program = current_program().serial(), .value = v.id};
 }
 
+std::optional<Program::Row> row_of(const Tensor& t) {
+  const Program* program = current_program_or_null();
+  if (program == nullptr || !t.defined() || !t.is_lazy() || t.impl()->lazy.program != program->serial())
+    return std::nullopt;
+  return program->row_of({.id = t.impl()->lazy.value, .shape = t.sizes(), .dtype = t.dtype(), .pred = false});
+}
+
 void BoundTensors::bind(const Tensor& t, const Value& v) {
   TITAN_CHECK(!t.is_lazy(), "graph: ", t.desc(), " is bound to the program already");
   TensorImpl& impl = *t.impl();

@@ -5,6 +5,7 @@
 // backward's) instead of running its kernel; an op without one refuses them (core's check_cpu).
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ Tensor full(const Shape& shape, double value, DType dtype);
 Tensor add(const Tensor& a, const Tensor& b);
 // Makes `handle` (and every copy of it) name `v`: what an in-place update is in a program.
 void rebind(const Tensor& handle, const Value& v);
+// The stacked value `t` is a row of (Program::row), if it names one of the current program.
+std::optional<Program::Row> row_of(const Tensor& t);
 
 // For the length of a capture, tensors that hold memory (a model's parameters) name parameters
 // of the program instead; they get their memory back, and lose any gradient recorded for them,

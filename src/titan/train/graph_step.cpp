@@ -11,6 +11,7 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/clip.h"
+#include "titan/train/stacked_state.h"
 
 namespace titan::train {
 
@@ -57,22 +58,23 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   program.set_scan_layers(options.scan_layers);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
-  const size_t n = params.size();
+  const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers);
+  const size_t n = slots.size();
 
-  // The state: parameters, then the moments, each donated to the result that replaces it.
-  graph::BoundTensors bound;
-  std::vector<graph::Value> moments;
-  for (size_t i = 0; i < n; ++i) {
-    const Tensor& p = params[i].second;
-    const graph::Value v = program.parameter(p.sizes(), p.dtype(), params[i].first, graph::InputKind::state);
-    bound.bind(p, v);
-    p.set_grad(Tensor());
-  }
-  for (size_t i = 0; i < 2 * n; ++i) {
-    const Tensor& p = params[i % n].second;
-    moments.push_back(program.parameter(p.sizes(), p.dtype(), params[i % n].first + (i < n ? ".exp_avg" : ".exp_avg_sq"),
+  // The state: a buffer per slot for the parameters, then for the moments, each donated to the
+  // result that replaces it. A stacked slot's members name its rows.
+  std::vector<graph::Value> state;
+  for (const char* which : {"", ".exp_avg", ".exp_avg_sq"})
+    for (const StateSlot& slot : slots)
+      state.push_back(program.parameter(slot.shape, params[slot.members[0]].second.dtype(), slot.name + which,
                                         graph::InputKind::state));
-  }
+  graph::BoundTensors bound;
+  for (size_t k = 0; k < n; ++k)
+    for (size_t i = 0; i < slots[k].members.size(); ++i) {
+      const Tensor& p = params[slots[k].members[i]].second;
+      bound.bind(p, slots[k].stacked ? program.row(state[k], static_cast<int64_t>(i)) : state[k]);
+      p.set_grad(Tensor());
+    }
   for (size_t i = 0; i < 3 * n; ++i) {
     out.inputs.push_back({.source = Source::state, .index = i});
     out.donated.push_back(static_cast<int>(i));
@@ -110,26 +112,20 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
              [&] { (batches.size() == 1 ? loss : ops::scale(loss, 1.0 / micro)).backward(); });
   }
 
-  // Clipping and AdamW, on every parameter (each has a gradient: the model uses all of them).
+  // Clipping and AdamW, once per slot (every parameter has a gradient: the model uses all of them).
   std::vector<graph::Value> grads;
-  for (const auto& [name, p] : params) {
-    const Tensor g = p.grad();
-    TITAN_CHECK(g.defined() && g.is_lazy(), "graph mode: parameter '", name,
-                "' got no gradient in the captured step; graph mode needs every parameter used");
-    grads.push_back(graph::value_of(g, "AdamW"));
-  }
+  for (const StateSlot& slot : slots) grads.push_back(slot_gradient(slot, params));
   const graph::Value norm = optim::grad_norm_lowered(grads);
   const graph::Value coef = optim::clip_coefficient_lowered(norm, options.max_norm);
   std::vector<graph::Value> results(3 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const std::string& name = params[i].first;
-    const graph::Value decay = optimizer.decays(name) ? scalars[0] : hlo::scalar(1.0, kF64);
-    const optim::LoweredAdamW u = optim::adamw_update_lowered(
-        graph::value_of(params[i].second, "AdamW"), grads[i], moments[i], moments[n + i], decay, scalars[1],
-        scalars[2], coef, optimizer.options());
-    results[i] = u.param;
-    results[n + i] = u.exp_avg;
-    results[2 * n + i] = u.exp_avg_sq;
+  for (size_t k = 0; k < n; ++k) {
+    // A stack's members share their decay (plan_state).
+    const graph::Value decay = optimizer.decays(params[slots[k].members[0]].first) ? scalars[0] : hlo::scalar(1.0, kF64);
+    const optim::LoweredAdamW u = optim::adamw_update_lowered(state[k], grads[k], state[n + k], state[2 * n + k], decay,
+                                                              scalars[1], scalars[2], coef, optimizer.options());
+    results[k] = u.param;
+    results[n + k] = u.exp_avg;
+    results[2 * n + k] = u.exp_avg_sq;
   }
   results.push_back(hlo::mul(graph::value_of(loss_sum, "loss"), 1.0 / micro));
   results.push_back(norm);
@@ -170,12 +166,13 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
                 "; graph mode trains float32 master weights (training.mixed_precision_param sets the "
                 "precision of the products)");
   }
-  for (const auto& [name, p] : params_) state_.push_back(runner_.upload(p));
-  for (const char* which : {"exp_avg", "exp_avg_sq"})
-    for (const auto& [name, p] : params_) {
-      const optim::AdamW::ParamState& st = optimizer_.state(name);
-      state_.push_back(runner_.upload(std::string(which) == "exp_avg" ? st.exp_avg : st.exp_avg_sq));
-    }
+  slots_ = plan_state(params_, optimizer_, options_.scan_layers);
+  for (int which = 0; which < 3; ++which)
+    for (const StateSlot& slot : slots_)
+      state_.push_back(runner_.upload(gather_slot(slot, [&](size_t m) {
+        const auto& [name, p] = params_[m];
+        return which == 0 ? p : which == 1 ? optimizer_.state(name).exp_avg : optimizer_.state(name).exp_avg_sq;
+      })));
   log_ << "titan: graph mode on " << runner_.describe() << "\n"
        << "titan: graph mode: titan's kernels as custom calls: " << custom_kernels_.note << "\n";
 }
@@ -234,14 +231,22 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
 }
 
 void GraphStep::to_host() {
-  const size_t n = params_.size();
+  const size_t n = slots_.size();
   std::map<std::string, Tensor> optimizer_state;
-  for (size_t i = 0; i < n; ++i) {
-    const auto& [name, p] = params_[i];
-    runner_.download_into(state_[i], p);
-    optimizer_state[name + ".exp_avg"] = runner_.download(state_[n + i]);
-    optimizer_state[name + ".exp_avg_sq"] = runner_.download(state_[2 * n + i]);
-    optimizer_state[name + ".step"] = Tensor::scalar<int64_t>(steps_taken_);
+  for (size_t k = 0; k < n; ++k) {
+    const StateSlot& slot = slots_[k];
+    const Tensor stacked = slot.stacked ? runner_.download(state_[k]) : Tensor();
+    const Tensor exp_avg = runner_.download(state_[n + k]), exp_avg_sq = runner_.download(state_[2 * n + k]);
+    for (size_t i = 0; i < slot.members.size(); ++i) {
+      const auto& [name, p] = params_[slot.members[i]];
+      if (slot.stacked)
+        p.detach().copy_(member_of(slot, stacked, i));
+      else
+        runner_.download_into(state_[k], p);
+      optimizer_state[name + ".exp_avg"] = member_of(slot, exp_avg, i);
+      optimizer_state[name + ".exp_avg_sq"] = member_of(slot, exp_avg_sq, i);
+      optimizer_state[name + ".step"] = Tensor::scalar<int64_t>(steps_taken_);
+    }
   }
   optimizer_.load_state_dict(optimizer_state);
 }

@@ -16,6 +16,7 @@
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
 #include "titan/train/custom_kernels.h"
+#include "titan/train/stacked_state.h"
 
 namespace titan::train {
 
@@ -33,7 +34,7 @@ struct GraphStepOptions {
 struct StepInput {
   enum class Source : uint8_t { state, batch, scalar, host };
   Source source = Source::state;
-  size_t index = 0;  // into the state (parameters, then moments), the batch tensors, the scalars, or `host`
+  size_t index = 0;  // into the state (plan_state's slots: parameters, then moments), the batch tensors, the scalars, or `host`
 };
 
 // The training step recorded as one program, before anything runs: what GraphStep compiles, and
@@ -88,7 +89,8 @@ class GraphStep {
   graph::Runner runner_;
   CustomKernels custom_kernels_;
   int64_t steps_taken_ = 0;  // AdamW's step count, the same for every parameter
-  // Parameters, then first moments, then second moments, on the device.
+  std::vector<StateSlot> slots_;  // how the parameters are laid out in state_
+  // The slots' parameters, then first moments, then second moments, on the device.
   std::vector<graph::pjrt::Buffer> state_;
   std::string key_;
   double last_compile_seconds_ = 0.0;

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <sstream>
 
+#include "titan/graph/ir/hlo.h"
+
 namespace titan::graph {
 
 namespace {
@@ -73,8 +75,9 @@ const Value* Program::host_parameter(const TensorImpl* host) const {
 std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& operands,
                                  const std::vector<ResultType>& results, std::string_view attrs,
                                  const std::vector<std::string>& regions) {
+  for (const Value& v : operands) record_row(v);
   ++num_ops_;
-  const std::string base = ssa_name("%", names_.size());
+  const std::string base = ssa_name("%", next_name_++);
   std::vector<Value> out;
   for (size_t i = 0; i < results.size(); ++i)
     out.push_back(add_value(results.size() == 1 ? base : base + "#" + std::to_string(i), results[i]));
@@ -94,8 +97,44 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
   line << " : (" << types_of(operands) << ") -> ";
   if (results.size() == 1) line << types_of(out);
   else line << "(" << types_of(out) << ")";
-  blocks_.back() += line.str() + "\n";
+  (into_ > 0 ? blocks_[into_ - 1] : blocks_.back()) += line.str() + "\n";
   return out;
+}
+
+Value Program::row(const Value& stacked, int64_t i) {
+  TITAN_CHECK(!stacked.shape.empty() && 0 <= i && i < stacked.shape[0], "graph: row ", i, " of ",
+              mlir_type(stacked), " does not exist");
+  const Value v = add_value("", {Shape(stacked.shape.begin() + 1, stacked.shape.end()), stacked.dtype, stacked.pred});
+  rows_[v.id] = {.row = {.stacked = stacked, .index = i}, .block = blocks_.size(), .recorded = false};
+  return v;
+}
+
+std::optional<Program::Row> Program::row_of(const Value& v) const {
+  const auto it = rows_.find(v.id);
+  if (it == rows_.end()) return std::nullopt;
+  return it->second.row;
+}
+
+void Program::record_row(const Value& v) {
+  const auto it = rows_.find(v.id);
+  if (it == rows_.end() || it->second.recorded) return;
+  PendingRow& pending = it->second;
+  // Written where the stack is visible, before the op being written, which may be in a loop's body.
+  TITAN_CHECK(pending.block <= blocks_.size(), "graph: row ", pending.row.index,
+              " of a stacked value is used outside the region it was made in");
+  const CaptureScope recording(*this);  // the module may be asked for after its capture
+  const size_t saved = into_;
+  into_ = pending.block;
+  Value recorded;
+  try {
+    recorded = hlo::reshape(hlo::narrow(pending.row.stacked, 0, pending.row.index, 1), v.shape);
+  } catch (...) {
+    into_ = saved;
+    throw;
+  }
+  into_ = saved;
+  names_[static_cast<size_t>(v.id)] = names_[static_cast<size_t>(recorded.id)];
+  pending.recorded = true;
 }
 
 Value Program::emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,
@@ -108,7 +147,7 @@ std::string Program::region(const std::vector<ResultType>& args,
   std::vector<Value> block_args;
   std::string header = "{\n  ^bb0(";
   for (size_t i = 0; i < args.size(); ++i) {
-    block_args.push_back(add_value(ssa_name("%", names_.size()), args[i]));
+    block_args.push_back(add_value(ssa_name("%", next_name_++), args[i]));
     header += (i ? ", " : "") + name(block_args.back()) + ": " + mlir_type(block_args.back());
   }
   header += "):\n";
@@ -116,6 +155,7 @@ std::string Program::region(const std::vector<ResultType>& args,
   std::vector<Value> yielded;
   try {
     yielded = body(block_args);
+    for (const Value& v : yielded) record_row(v);
   } catch (...) {
     blocks_.pop_back();
     throw;
@@ -128,8 +168,9 @@ std::string Program::region(const std::vector<ResultType>& args,
 }
 
 std::string Program::module_text(const std::vector<Value>& results,
-                                 const std::vector<std::pair<int, int>>& aliases) const {
+                                 const std::vector<std::pair<int, int>>& aliases) {
   TITAN_CHECK(blocks_.size() == 1, "graph: the module was asked for inside a region");
+  for (const Value& v : results) record_row(v);
   std::ostringstream os;
   os << "module @titan_step {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {

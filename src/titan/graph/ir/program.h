@@ -7,6 +7,8 @@
 // because every StableHLO version's parser reads it, so one printer serves every plugin.
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -77,10 +79,20 @@ class Program {
 
   // The module: @main(parameters) -> results. `aliases` pairs (parameter index, result index): the
   // parameter's buffer is donated and the result written into it.
-  std::string module_text(const std::vector<Value>& results,
-                          const std::vector<std::pair<int, int>>& aliases = {}) const;
+  std::string module_text(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases = {});
   std::string name(const Value& v) const;
   int64_t num_ops() const { return num_ops_; }
+
+  // Row i of `stacked` [n, ...], as a value of the row's shape that is recorded only when an op
+  // first takes it: a layer's weights named as rows of the stacked state cost nothing where only
+  // the stack is read (a loop over the layers), so the program does not grow with depth.
+  Value row(const Value& stacked, int64_t i);
+  struct Row {
+    Value stacked = {};
+    int64_t index = 0;
+  };
+  // What `v` is row of, if it was made by row().
+  std::optional<Row> row_of(const Value& v) const;
   // Whether identical blocks are recorded once, as a loop (autograd/scan.h), rather than each.
   bool scan_layers() const { return scan_layers_; }
   void set_scan_layers(bool on) { scan_layers_ = on; }
@@ -97,10 +109,19 @@ class Program {
   bool scan_layers_ = false;
   bool custom_kernels_ = false;
   std::vector<std::string> names_;  // by value id
+  size_t next_name_ = 0;            // SSA names count the values written, not rows never taken
   std::vector<Parameter> params_;
   std::vector<std::pair<const TensorImpl*, Value>> host_params_;
   std::vector<std::string> blocks_;  // the innermost block being written is last
+  struct PendingRow {
+    Row row = {};
+    size_t block = 0;  // the block row() was asked in: where the row is written when first taken
+    bool recorded = false;
+  };
+  std::map<int64_t, PendingRow> rows_;  // by the row's value id
+  size_t into_ = 0;  // the block emit() writes into, while a row is recorded; else the innermost
   Value add_value(std::string name, const ResultType& type);
+  void record_row(const Value& v);
 };
 
 // The program that tensors on a PJRT device record into: the one of the innermost CaptureScope.
