@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "support/attention_cases.h"
 #include "support/graph_harness.h"
 #include "support/test_util.h"
 #include "titan/attention/block_mask.h"
@@ -23,30 +24,9 @@ using attention::BlockMask;
 using attention::Mask;
 using test::tensors_close;
 
-enum class Rule { causal, document, window, chunked };
-
-struct Case {
-  std::string name;
-  int64_t B, S, Hq, Hkv, D;
-  int64_t block_q, block_kv;
-  Rule rule;
-  bool bf16;
-};
-
-// Packed documents: each row cut into runs of random length.
-Tensor packed_ids(int64_t B, int64_t S, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::vector<int64_t> ids;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0, doc = 0, left = 0; s < S; ++s, --left) {
-      if (left == 0) {
-        left = std::uniform_int_distribution<int64_t>(1, S / 3)(rng);
-        ++doc;
-      }
-      ids.push_back(doc);
-    }
-  return Tensor::from_vector(ids, {B, S});
-}
+using Rule = test::AttentionRule;
+using Case = test::AttentionCase;
+using test::packed_ids;
 
 // max |graph - eager| / max |eager| reached on this machine, outputs and gradients alike: f32
 // below 6e-7 in both forms; bf16 products 1.2e-3 in the dense form (its probabilities are exps

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/attention_cases.h"
 #include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
@@ -41,29 +42,9 @@ bool has(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
 
-enum class Rule { causal, document, window, chunked, window_or_causal };
-
-struct Case {
-  std::string name;
-  int64_t B, S, Hq, Hkv, D;
-  int64_t block_q, block_kv;
-  Rule rule;
-  bool bf16;
-};
-
-Tensor packed_ids(int64_t B, int64_t S, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::vector<int64_t> ids;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0, doc = 0, left = 0; s < S; ++s, --left) {
-      if (left == 0) {
-        left = std::uniform_int_distribution<int64_t>(1, S / 3)(rng);
-        ++doc;
-      }
-      ids.push_back(doc);
-    }
-  return Tensor::from_vector(ids, {B, S});
-}
+using Rule = test::AttentionRule;
+using Case = test::AttentionCase;
+using test::packed_ids;
 
 Mask rule_of(Rule r, int64_t S, const Tensor& ids) {
   switch (r) {
