@@ -7,19 +7,6 @@
 
 namespace titan::autograd {
 
-namespace {
-
-// Backward runs with grad mode off; the re-run must record a graph to go back through.
-class RecordingInBackward {
- public:
-  RecordingInBackward() { set_grad_enabled(true); }
-  ~RecordingInBackward() { set_grad_enabled(false); }
-  RecordingInBackward(const RecordingInBackward&) = delete;
-  RecordingInBackward& operator=(const RecordingInBackward&) = delete;
-};
-
-}  // namespace
-
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor& x,
                   const std::vector<Generator*>& generators) {
   if (!grad_enabled()) return body(x);
@@ -52,7 +39,8 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& body, const Tensor
         }
         Tensor rebuilt;
         {
-          RecordingInBackward recording;
+          // Backward runs with grad mode off; the re-run must record a graph to go back through.
+          const GradModeGuard recording(true);
           const AutocastGuard same_precision(autocast);
           rebuilt = body(x);
         }

@@ -6,16 +6,22 @@ namespace titan::autograd {
 bool grad_enabled();
 void set_grad_enabled(bool on);
 
-// Scoped: ops inside record nothing (optimizer updates, evaluation, weight init).
-class NoGradGuard {
+// Scoped: grad mode is `on` inside, and what it was before after.
+class GradModeGuard {
  public:
-  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool on) : prev_(grad_enabled()) { set_grad_enabled(on); }
+  ~GradModeGuard() { set_grad_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool prev_;
+};
+
+// Scoped: ops inside record nothing (optimizer updates, evaluation, weight init).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
 };
 
 }  // namespace titan::autograd

@@ -1,7 +1,5 @@
 #include "titan/autograd/scan.h"
 
-#include <optional>
-
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
@@ -14,17 +12,6 @@ namespace {
 
 namespace hlo = graph::hlo;
 
-// Backward runs with grad mode off; the recomputed block must record a graph to differentiate.
-class Recording {
- public:
-  Recording() : previous_(grad_enabled()) { set_grad_enabled(true); }
-  ~Recording() { set_grad_enabled(previous_); }
-  Recording(const Recording&) = delete;
-  Recording& operator=(const Recording&) = delete;
-
- private:
-  bool previous_;
-};
 
 bool loopable(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks) {
   const graph::Program* program = graph::current_program_or_null();
@@ -62,22 +49,11 @@ graph::Value set_row(const graph::Value& stacked, const graph::Value& value, con
   return hlo::dynamic_update_slice(stacked, hlo::reshape(value, with_leading(1, value.shape)), starts);
 }
 
-// Every block's j-th parameter stacked [n, ...]: the stacked value they already are rows 0..n-1 of,
-// in order (graph mode's stacked training state), or else their concatenation.
+// Every block's j-th parameter stacked [n, ...].
 graph::Value stack_of(const std::vector<std::vector<Tensor>>& blocks, size_t j) {
-  const std::optional<graph::Program::Row> first = graph::row_of(blocks[0][j]);
-  bool rows = first.has_value() && first->stacked.shape[0] == static_cast<int64_t>(blocks.size());
-  for (size_t i = 0; rows && i < blocks.size(); ++i) {
-    const std::optional<graph::Program::Row> r = graph::row_of(blocks[i][j]);
-    rows = r.has_value() && r->stacked.id == first->stacked.id && r->index == static_cast<int64_t>(i);
-  }
-  if (rows) return first->stacked;
-  std::vector<graph::Value> each;
-  for (const auto& block : blocks) {
-    const graph::Value v = graph::value_of(block[j], "scan_blocks");
-    each.push_back(hlo::reshape(v, with_leading(1, v.shape)));
-  }
-  return hlo::concatenate(each, 0);
+  std::vector<Tensor> rows;
+  for (const auto& block : blocks) rows.push_back(block[j]);
+  return graph::stack_rows(rows, "scan_blocks");
 }
 
 // For the length of one loop body, block 0's parameter tensors name row i of the stacked weights.
@@ -150,7 +126,8 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
         state, [&](const std::vector<graph::Value>& s) { return hlo::compare(s[0], hlo::scalar(0.0, kI64), "GE"); },
         [&](const std::vector<graph::Value>& s) {
           const RowsBound bound(first, stacked, s[0]);
-          const Recording recording;
+          // Backward runs with grad mode off; the recomputed block must record a graph to differentiate.
+          const GradModeGuard recording(true);
           const AutocastGuard same_precision(autocast);
           Tensor h = graph::tensor_of(row(saved, s[0])).requires_grad_();
           Tensor y = run(0, h);

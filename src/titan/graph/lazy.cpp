@@ -62,6 +62,25 @@ std::optional<Program::Row> row_of(const Tensor& t) {
   return program->row_of({.id = t.impl()->lazy.value, .shape = t.sizes(), .dtype = t.dtype(), .pred = false});
 }
 
+Value stack_rows(const std::vector<Tensor>& rows, const char* op) {
+  TITAN_CHECK(!rows.empty(), op, ": nothing to stack");
+  const std::optional<Program::Row> first = row_of(rows[0]);
+  bool same = first.has_value() && first->stacked.shape[0] == static_cast<int64_t>(rows.size());
+  for (size_t i = 0; same && i < rows.size(); ++i) {
+    const std::optional<Program::Row> r = row_of(rows[i]);
+    same = r.has_value() && r->stacked.id == first->stacked.id && r->index == static_cast<int64_t>(i);
+  }
+  if (same) return first->stacked;
+  std::vector<Value> each;
+  for (const Tensor& t : rows) {
+    const Value v = value_of(t, op);
+    Shape one = v.shape;
+    one.insert(one.begin(), 1);
+    each.push_back(hlo::reshape(v, one));
+  }
+  return hlo::concatenate(each, 0);
+}
+
 void BoundTensors::bind(const Tensor& t, const Value& v) {
   TITAN_CHECK(!t.is_lazy(), "graph: ", t.desc(), " is bound to the program already");
   TensorImpl& impl = *t.impl();

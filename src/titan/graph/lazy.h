@@ -35,6 +35,9 @@ Tensor add(const Tensor& a, const Tensor& b);
 void rebind(const Tensor& handle, const Value& v);
 // The stacked value `t` is a row of (Program::row), if it names one of the current program.
 std::optional<Program::Row> row_of(const Tensor& t);
+// `rows` stacked [n, ...]: the stacked value they already are rows 0..n-1 of, in order (graph
+// mode's stacked training state), or else their concatenation. `op` names the caller in errors.
+Value stack_rows(const std::vector<Tensor>& rows, const char* op);
 
 // For the length of a capture, tensors that hold memory (a model's parameters) name parameters
 // of the program instead; they get their memory back, and lose any gradient recorded for them,

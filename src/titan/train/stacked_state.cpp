@@ -82,22 +82,7 @@ graph::Value slot_gradient(const StateSlot& slot, const std::vector<std::pair<st
     TITAN_CHECK(grads.back().defined() && grads.back().is_lazy(), "graph mode: parameter '", name,
                 "' got no gradient in the captured step; graph mode needs every parameter used");
   }
-  if (!slot.stacked) return graph::value_of(grads[0], "AdamW");
-  const std::optional<graph::Program::Row> first = graph::row_of(grads[0]);
-  bool rows = first.has_value() && first->stacked.shape == slot.shape;
-  for (size_t i = 0; rows && i < grads.size(); ++i) {
-    const std::optional<graph::Program::Row> r = graph::row_of(grads[i]);
-    rows = r.has_value() && r->stacked.id == first->stacked.id && r->index == static_cast<int64_t>(i);
-  }
-  if (rows) return first->stacked;
-  std::vector<graph::Value> each;
-  for (const Tensor& g : grads) {
-    const graph::Value v = graph::value_of(g, "AdamW");
-    Shape one = v.shape;
-    one.insert(one.begin(), 1);
-    each.push_back(graph::hlo::reshape(v, one));
-  }
-  return graph::hlo::concatenate(each, 0);
+  return slot.stacked ? graph::stack_rows(grads, "AdamW") : graph::value_of(grads[0], "AdamW");
 }
 
 }  // namespace titan::train
