@@ -175,6 +175,7 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
                        titan::train::GraphStepOptions{.runtime = {.plugin = plugin},
                                                       .max_norm = kMaxNorm,
                                                       .scan_layers = true,
+                                                      .scan_saves = titan::train::scan_saves_for({.mode = ac_mode}),
                                                       .custom_kernels = custom_kernels},
                        std::cerr);
   titan::CpuAllocator::instance().empty_cache();

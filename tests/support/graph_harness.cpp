@@ -59,9 +59,15 @@ double max_relative_error(const Tensor& a, const Tensor& b) {
   return diff / scale;
 }
 
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
                                const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers,
-                               bool custom_kernels) {
+                               bool custom_kernels, graph::ScanSaves scan_saves) {
   GraphEager result;
   // Eager.
   std::vector<Tensor> leaves;
@@ -83,6 +89,7 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
   // from the host (RoPE's), declared when the op runs: between the inputs and the weights.
   graph::Program program;
   program.set_scan_layers(scan_layers);
+  program.set_scan_saves(scan_saves);
   program.set_custom_kernels(custom_kernels && train::enable_custom_kernels(test_runner(), true).on);
   std::vector<graph::Value> results;
   std::vector<std::pair<int64_t, Tensor>> feeds;  // (parameter's value id, its data) of inputs and weights

@@ -158,12 +158,22 @@ TEST(GraphScan, LoopOverIdenticalBlocksMatchesEagerAndUnrolled) {
     });
     return std::vector<Tensor>{h};
   };
-  for (bool scan : {false, true}) {
-    SCOPED_TRACE(scan ? "loop" : "unrolled");
-    const test::GraphEager r = test::run_eager_and_graph(blocks, inputs, true, scan);
+  const auto check = [](const test::GraphEager& r) {
     ASSERT_EQ(r.graph.size(), r.eager.size());
     for (size_t i = 0; i < r.eager.size(); ++i)
       EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;
+  };
+  {
+    SCOPED_TRACE("unrolled");
+    check(test::run_eager_and_graph(blocks, inputs, true, false));
+  }
+  // The block's one product: once in the forward's loop and twice (dx, dW) in the backward's, plus
+  // once more there when only the inputs are kept and the backward computes the block again.
+  for (const auto& [saves, name] : test::kAllScanSaves) {
+    SCOPED_TRACE(name);
+    const test::GraphEager r = test::run_eager_and_graph(blocks, inputs, true, true, false, saves);
+    check(r);
+    EXPECT_EQ(test::occurrences(r.module, "stablehlo.dot_general"), saves == graph::ScanSaves::inputs ? 4u : 3u);
   }
   // The loop's program does not grow with the number of blocks.
   auto ops_for = [&](int64_t blocks_n) {
@@ -181,6 +191,26 @@ TEST(GraphScan, LoopOverIdenticalBlocksMatchesEagerAndUnrolled) {
     return program.num_ops();
   };
   EXPECT_LT(ops_for(16) - ops_for(4), 40) << "the loop's body is recorded once";
+}
+
+// The backward writes the block a second time and takes the forward's saved results op by op: a
+// block that computes something else the second time is an error naming the op, not a gradient
+// of the wrong function.
+TEST(GraphScan, ABlockThatChangesBetweenRunsIsAnError) {
+  graph::Program program;
+  program.set_scan_layers(true);
+  graph::CaptureScope scope(program);
+  Tensor x = graph::tensor_of(program.parameter({3, 4}, kF32, "x", graph::InputKind::batch));
+  std::vector<std::vector<Tensor>> params;
+  for (int i = 0; i < 2; ++i)
+    params.push_back({graph::tensor_of(program.parameter({4, 4}, kF32, "w", graph::InputKind::batch)).requires_grad_()});
+  auto runs = std::make_shared<int>(0);
+  Tensor h = autograd::scan_blocks(x, params, [params, runs](size_t i, const Tensor& v) {
+    const Tensor y = ops::linear(v, params[i][0], Tensor());
+    return ++*runs == 1 ? ops::mul(y, y) : ops::add(y, y);
+  });
+  EXPECT_TITAN_ERROR(ops::sum(h).backward(), "stablehlo.multiply in the forward and is stablehlo.add",
+                    "same function each run");
 }
 
 }  // namespace

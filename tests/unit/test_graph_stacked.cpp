@@ -17,11 +17,7 @@ namespace {
 
 namespace hlo = graph::hlo;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using test::occurrences;
 
 // A row asked for costs nothing until an op takes it; first taken inside a loop's body, it is
 // written before the loop, once, and serves the uses after the loop too.
@@ -42,7 +38,7 @@ TEST(GraphStacked, ARowIsRecordedOnceWhenFirstTaken) {
         return std::vector<graph::Value>{hlo::add(s[0], hlo::scalar(1.0, kI64)), hlo::add(s[1], r)};
       });
   const std::string text = program.module_text({hlo::add(done[1], r)});
-  EXPECT_EQ(count(text, "stablehlo.slice"), 1u) << text;
+  EXPECT_EQ(occurrences(text, "stablehlo.slice"), 1u) << text;
   EXPECT_LT(text.find("stablehlo.slice"), text.find("stablehlo.while")) << text;
 
   graph::Runner& runner = test::test_runner();
@@ -99,7 +95,7 @@ TEST(GraphStacked, StepDoesNotGrowWithDepth) {
   const CapturedStep two = capture(2, true), six = capture(6, true);
   EXPECT_EQ(two.ops, six.ops);
   EXPECT_EQ(two.text.size(), six.text.size());
-  EXPECT_EQ(count(six.text, "stablehlo.concatenate"), count(two.text, "stablehlo.concatenate"));
+  EXPECT_EQ(occurrences(six.text, "stablehlo.concatenate"), occurrences(two.text, "stablehlo.concatenate"));
   // Unrolled, every layer is recorded and updated on its own.
   EXPECT_GT(capture(6, false).ops, capture(2, false).ops + 200);
   std::cout << "ops: " << two.ops << " (2 layers), " << six.ops << " (6 layers); unrolled "

@@ -15,6 +15,7 @@
 #include "support/tiny_llama3.h"
 #include "titan/models/llama3/model.h"
 #include "titan/train/graph_step.h"
+#include "titan/train/trainer.h"
 
 namespace titan::train {
 namespace {
@@ -62,6 +63,40 @@ TEST(GraphTrain, UnrolledLayersMatchEager) {
                     graph = run(small_config(with(o, with(kGraph, {"--compile.scan_layers=false"}))));
   ASSERT_EQ(graph.losses.size(), eager.losses.size());
   for (size_t i = 0; i < eager.losses.size(); ++i) EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << i;
+}
+
+// [activation_checkpoint] decides what the layer loop keeps for backward: every result (none),
+// the products (selective "op") or each block's input (full, the block computed again). The same
+// numbers come out each way, and the start-up log says which ran.
+TEST(GraphTrain, ActivationCheckpointModesTrainAlike) {
+  const std::vector<std::string> o = {"--training.steps=4", "--optimizer.lr=3e-3"};
+  std::vector<TrainResult> runs;
+  for (const auto& [ac, logged] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, "off (the layer loop keeps every result its backward reads)"},
+           {{"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=op"},
+            "selective op (the layer loop keeps matrix products and attention"},
+           {{"--activation_checkpoint.mode=full"}, "full (the layer loop keeps each block's input"}}) {
+    SCOPED_TRACE(logged);
+    std::ostringstream log;
+    Trainer t(small_config(with(o, with(kGraph, ac))), log);
+    runs.push_back(t.train());
+    EXPECT_NE(log.str().find("activation checkpointing " + logged), std::string::npos) << log.str();
+  }
+  for (size_t r = 1; r < runs.size(); ++r)
+    for (size_t i = 0; i < runs[0].losses.size(); ++i)
+      EXPECT_LE(relative(runs[r].losses[i], runs[0].losses[i]), 1e-5) << "run " << r << ", step " << i + 1;
+}
+
+// Per-op selective checkpointing exists only in the layer loop; a layer interval only outside it.
+TEST(GraphTrain, CheckpointingTheLoopCannotDoIsRefused) {
+  const std::vector<std::string> op = {"--activation_checkpoint.mode=selective",
+                                       "--activation_checkpoint.selective_ac_option=op"};
+  EXPECT_TITAN_ERROR(run(small_config(op)), "selective_ac_option = \"op\"", "only graph mode's layer loop");
+  EXPECT_TITAN_ERROR(run(small_config(with(op, with(kGraph, {"--compile.scan_layers=false"})))),
+                     "selective_ac_option = \"op\"", "compile.scan_layers = true");
+  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--activation_checkpoint.mode=selective",
+                                                    "--activation_checkpoint.selective_ac_option=2"}))),
+                     "selective_ac_option = \"2\"", "every k-th", "compile.scan_layers = false");
 }
 
 // Qwen 3 (dense) runs its blocks through the same loop, on the same stacked state.
@@ -151,9 +186,7 @@ TEST(GraphTrain, CompilesOnceAndSaysWhereItRan) {
   Trainer t(small_config(with(kGraph, {"--metrics.log_freq=1"})), log);
   EXPECT_EQ(t.train().steps_run, 4);
   const std::string text = log.str();
-  size_t compiles = 0;
-  for (size_t at = text.find("compiled in"); at != std::string::npos; at = text.find("compiled in", at + 1)) ++compiles;
-  EXPECT_EQ(compiles, 1u) << text;
+  EXPECT_EQ(test::occurrences(text, "compiled in"), 1u) << text;
   // On the CPU plugin unless $TITAN_GRAPH_PLUGIN sent the run elsewhere (small_config).
   const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN");
   const std::string where = plugin && *plugin ? plugin : "cpu";

@@ -1,5 +1,11 @@
 #include "titan/autograd/scan.h"
 
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/autograd/node.h"
@@ -26,12 +32,6 @@ bool loopable(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks) {
   return true;
 }
 
-Shape with_leading(int64_t n, const Shape& shape) {
-  Shape out{n};
-  out.insert(out.end(), shape.begin(), shape.end());
-  return out;
-}
-
 // Row i (a scalar i64 value) of a stacked value [n, ...], as a value of the row's shape.
 graph::Value row(const graph::Value& stacked, const graph::Value& i) {
   std::vector<graph::Value> starts{i};
@@ -40,13 +40,6 @@ graph::Value row(const graph::Value& stacked, const graph::Value& i) {
   sizes[0] = 1;
   for (size_t d = 1; d < stacked.shape.size(); ++d) starts.push_back(zero);
   return hlo::reshape(hlo::dynamic_slice(stacked, starts, sizes), Shape(stacked.shape.begin() + 1, stacked.shape.end()));
-}
-
-graph::Value set_row(const graph::Value& stacked, const graph::Value& value, const graph::Value& i) {
-  std::vector<graph::Value> starts{i};
-  const graph::Value zero = hlo::scalar(0.0, kI64);
-  for (size_t d = 1; d < stacked.shape.size(); ++d) starts.push_back(zero);
-  return hlo::dynamic_update_slice(stacked, hlo::reshape(value, with_leading(1, value.shape)), starts);
 }
 
 // Every block's j-th parameter stacked [n, ...].
@@ -77,6 +70,81 @@ class RowsBound {
   std::vector<LazyValue> saved_;
 };
 
+// The ops of one block as its forward writes them, and the results kept of those the policy
+// names: what the backward's second writing of the block takes instead of computing them again.
+struct Tape {
+  struct Op {
+    std::string op;
+    std::vector<graph::ResultType> results;
+    std::string attrs;
+    int64_t first_saved = -1;  // index of its first result among the saved values; -1: not saved
+  };
+  std::vector<Op> ops;
+  std::vector<graph::Value> saved;  // in the forward's body
+};
+
+bool saves(graph::ScanSaves policy, const graph::OpSignature& op) {
+  if (policy == graph::ScanSaves::inputs) return false;
+  for (const graph::ResultType& r : op.results)
+    if (r.pred) return false;  // comparisons: cheaper to redo than to store
+  static const std::set<std::string_view> products{"stablehlo.dot_general", "stablehlo.custom_call", "stablehlo.while"};
+  if (policy == graph::ScanSaves::products) return products.contains(op.op);
+  // Views, fills and casts cost less to redo than to store and read back.
+  static const std::set<std::string_view> cheap{"stablehlo.constant",        "stablehlo.iota",
+                                                "stablehlo.reshape",         "stablehlo.transpose",
+                                                "stablehlo.broadcast_in_dim", "stablehlo.slice",
+                                                "stablehlo.dynamic_slice",   "stablehlo.convert"};
+  return !cheap.contains(op.op);
+}
+
+class TapeRecorder final : public graph::OpWatcher {
+ public:
+  TapeRecorder(Tape& tape, graph::ScanSaves policy) : tape_(tape), policy_(policy) {}
+  std::optional<std::vector<graph::Value>> before(const graph::OpSignature&) override { return std::nullopt; }
+  void after(const graph::OpSignature& op, const std::vector<graph::Value>& results) override {
+    Tape::Op& entry = tape_.ops.emplace_back(Tape::Op{std::string(op.op), op.results, std::string(op.attrs)});
+    if (!saves(policy_, op)) return;
+    entry.first_saved = static_cast<int64_t>(tape_.saved.size());
+    tape_.saved.insert(tape_.saved.end(), results.begin(), results.end());
+  }
+
+ private:
+  Tape& tape_;
+  graph::ScanSaves policy_;
+};
+
+// The second writing of the block (backward, at layer i): each op must be the tape's next one;
+// a saved op is answered with its results' rows i of the stacks the forward filled.
+class TapeReplayer final : public graph::OpWatcher {
+ public:
+  TapeReplayer(const Tape& tape, const std::vector<graph::Value>& stacks, const graph::Value& i)
+      : tape_(tape), stacks_(stacks), i_(i) {}
+  std::optional<std::vector<graph::Value>> before(const graph::OpSignature& op) override {
+    TITAN_CHECK(next_ < tape_.ops.size(), "scan_blocks: the backward's writing of a block has more ops than its ",
+                "forward's (", tape_.ops.size(), "); from op ", op.op,
+                " on, the block computes something else the second time (a block must be the same function each run)");
+    const Tape::Op& want = tape_.ops[next_++];
+    TITAN_CHECK(want.op == op.op && want.results == op.results && want.attrs == op.attrs, "scan_blocks: op ", next_ - 1,
+                " of a block was ", want.op, " in the forward and is ", op.op,
+                " in the backward's second writing; a block must compute the same function each run");
+    if (want.first_saved < 0) return std::nullopt;
+    std::vector<graph::Value> out;
+    for (size_t r = 0; r < op.results.size(); ++r) out.push_back(row(stacks_[static_cast<size_t>(want.first_saved) + r], i_));
+    return out;
+  }
+  void after(const graph::OpSignature&, const std::vector<graph::Value>&) override {}
+  void check_done() const {
+    TITAN_CHECK(next_ == tape_.ops.size(), "scan_blocks: the backward's writing of a block has ", next_,
+                " ops, its forward's ", tape_.ops.size(), "; a block must compute the same function each run");
+  }
+
+ private:
+  const Tape& tape_;
+  const std::vector<graph::Value>& stacks_;
+  graph::Value i_;
+  size_t next_ = 0;
+};
+
 }  // namespace
 
 Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
@@ -100,55 +168,69 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
     return graph::value_of(out, "scan_blocks");
   };
 
-  // Forward: h_{i+1} = block(h_i), each h_i kept for backward.
-  const graph::Value saved0 = hlo::constant(0.0, with_leading(n, h0.shape), h0.dtype);
-  const std::vector<graph::Value> done = hlo::while_loop(
-      {hlo::scalar(0.0, kI64), h0, saved0},
-      [&](const std::vector<graph::Value>& s) { return hlo::compare(s[0], hlo::scalar(static_cast<double>(n), kI64), "LT"); },
-      [&](const std::vector<graph::Value>& s) {
-        const RowsBound bound(first, stacked, s[0]);
-        NoGradGuard no_grad;
-        const graph::Value next = check_out(run(0, graph::tensor_of(s[1])));
-        return std::vector<graph::Value>{hlo::add(s[0], hlo::scalar(1.0, kI64)), next, set_row(s[2], s[1], s[0])};
-      });
-  Tensor out = graph::tensor_of(done[1]);
-  const graph::Value saved = done[2];
+  graph::Program& program = graph::current_program();
+  const graph::ScanSaves policy = program.scan_saves();
+  // Forward: h_{i+1} = block(h_i), keeping each h_i and what the policy saves for backward. The
+  // block records its graph as backward will (grad mode on, h_i requiring grad), so that the two
+  // writings of it match op for op.
+  auto tape = std::make_shared<Tape>();
+  const hlo::ScanResult forward = hlo::scan(n, {h0}, [&](const graph::Value& i, const std::vector<graph::Value>& h) {
+    const RowsBound bound(first, stacked, i);
+    const GradModeGuard recording(true);
+    Tensor y;
+    {
+      TapeRecorder recorder(*tape, policy);
+      const graph::Program::WatchScope watch(program, recorder);
+      y = run(0, graph::tensor_of(h[0]).requires_grad_());
+    }
+    std::vector<graph::Value> ys{h[0]};
+    ys.insert(ys.end(), tape->saved.begin(), tape->saved.end());
+    return std::pair{std::vector<graph::Value>{check_out(y)}, ys};
+  });
+  Tensor out = graph::tensor_of(forward.carry[0]);
+  const graph::Value inputs_saved = forward.stacked[0];
+  const std::vector<graph::Value> residuals(forward.stacked.begin() + 1, forward.stacked.end());
 
   std::vector<Tensor> inputs{x};
   for (const auto& block : blocks) inputs.insert(inputs.end(), block.begin(), block.end());
   const DType autocast = autocast_dtype();
-  record("scan_blocks", inputs, {out}, [first, stacked, saved, n, run, autocast, check_out](const GradContext& ctx) {
-    // Backward, last block first: recompute block i from h_i, differentiate it w.r.t. h_i and its
-    // parameters, and write the parameters' gradients into row i of their stacks.
-    std::vector<graph::Value> state{hlo::scalar(static_cast<double>(n - 1), kI64), graph::value_of(ctx[0], "scan_blocks")};
-    for (const graph::Value& s : stacked) state.push_back(hlo::constant(0.0, s.shape, s.dtype));
-    const std::vector<graph::Value> grads = hlo::while_loop(
-        state, [&](const std::vector<graph::Value>& s) { return hlo::compare(s[0], hlo::scalar(0.0, kI64), "GE"); },
-        [&](const std::vector<graph::Value>& s) {
-          const RowsBound bound(first, stacked, s[0]);
-          // Backward runs with grad mode off; the recomputed block must record a graph to differentiate.
+  record("scan_blocks", inputs, {out},
+         [first, stacked, inputs_saved, residuals, tape, n, run, autocast, check_out](const GradContext& ctx) {
+    // Backward, last block first: write block i again from h_i, taking what the forward saved
+    // instead of computing it, differentiate it w.r.t. h_i and its parameters, and stack the
+    // parameters' gradients.
+    const hlo::ScanResult backward = hlo::scan(
+        n, {graph::value_of(ctx[0], "scan_blocks")},
+        [&](const graph::Value& i, const std::vector<graph::Value>& dy) {
+          const RowsBound bound(first, stacked, i);
+          // Backward runs with grad mode off; the block must record a graph to differentiate.
           const GradModeGuard recording(true);
           const AutocastGuard same_precision(autocast);
-          Tensor h = graph::tensor_of(row(saved, s[0])).requires_grad_();
-          Tensor y = run(0, h);
+          Tensor h = graph::tensor_of(row(inputs_saved, i)).requires_grad_();
+          Tensor y;
+          {
+            TapeReplayer replayer(*tape, residuals, i);
+            const graph::Program::WatchScope watch(graph::current_program(), replayer);
+            y = run(0, h);
+            replayer.check_done();
+          }
           check_out(y);
           std::vector<Tensor> wrt{h};
           wrt.insert(wrt.end(), first.begin(), first.end());
-          const std::vector<Tensor> g = grad({y}, {graph::tensor_of(s[1])}, wrt);
-          std::vector<graph::Value> next{hlo::sub(s[0], hlo::scalar(1.0, kI64)), graph::value_of(g[0], "scan_blocks")};
-          for (size_t j = 0; j < first.size(); ++j) {
-            const graph::Value gj = g[j + 1].defined() ? graph::value_of(g[j + 1], "scan_blocks")
-                                                       : hlo::constant(0.0, first[j].sizes(), first[j].dtype());
-            next.push_back(set_row(s[j + 2], gj, s[0]));
-          }
-          return next;
-        });
+          const std::vector<Tensor> g = grad({y}, {graph::tensor_of(dy[0])}, wrt);
+          std::vector<graph::Value> grads;
+          for (size_t j = 0; j < first.size(); ++j)
+            grads.push_back(g[j + 1].defined() ? graph::value_of(g[j + 1], "scan_blocks")
+                                               : hlo::constant(0.0, first[j].sizes(), first[j].dtype()));
+          return std::pair{std::vector<graph::Value>{graph::value_of(g[0], "scan_blocks")}, grads};
+        },
+        /*reverse=*/true);
     // Each block's gradients as rows of the stacked ones, recorded only if something takes them
     // one by one: graph mode's update of a stacked state reads the stacks whole.
-    std::vector<Tensor> out{graph::tensor_of(grads[1])};
+    std::vector<Tensor> out{graph::tensor_of(backward.carry[0])};
     graph::Program& program = graph::current_program();
     for (int64_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < first.size(); ++j) out.push_back(graph::tensor_of(program.row(grads[j + 2], i)));
+      for (size_t j = 0; j < first.size(); ++j) out.push_back(graph::tensor_of(program.row(backward.stacked[j], i)));
     return out;
   });
   return out;

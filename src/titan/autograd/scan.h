@@ -2,9 +2,12 @@
 // Identical blocks as one loop in a captured step (graph mode). Instead of recording every
 // layer's ops, the program records the first block once, inside a stablehlo.while over the
 // layers' stacked weights, so that the program, and the time XLA takes to compile it, do not grow
-// with depth. Its backward is a second loop that recomputes each block from the block's saved
-// input and differentiates it, as activation checkpointing does in eager mode: one block's
-// activations are alive at a time, for a third more compute.
+// with depth. Its backward is a second loop that writes the block again and differentiates it.
+// What that second writing computes again is the program's graph::ScanSaves: the forward loop
+// keeps each block's input and, by that policy, the results of its costly ops or of all its ops,
+// stacked per layer; the backward's writing takes them op by op instead of computing them
+// (activation checkpointing when it keeps the inputs only: one block's activations alive at a
+// time, for a third more compute).
 #include <functional>
 #include <vector>
 

@@ -11,8 +11,8 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
       .add("plugin_options", &CompileConfig::plugin_options, {},
            "the plugin's client options as name=value pairs separated by commas, e.g. cpu_device_count=1")
       .add("scan_layers", &CompileConfig::scan_layers, {},
-           "graph mode: identical blocks lowered once as a loop (compile time independent of depth; each block "
-           "recomputed in backward); false: every block recorded")
+           "graph mode: identical blocks lowered once as a loop (compile time independent of depth; what it keeps "
+           "for backward follows [activation_checkpoint]); false: every block recorded")
       .add("custom_kernels", &CompileConfig::custom_kernels, {},
            "graph mode on a CPU plugin with the FFI extension: titan's splash attention kernels run as custom "
            "calls inside the program; false: XLA's lowering of every op")

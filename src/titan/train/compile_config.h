@@ -15,7 +15,8 @@ struct CompileConfig {
   // "cpu_device_count=1"): integers, true/false, decimals, or else strings.
   std::string plugin_options = "";
   // Identical transformer blocks lowered once, as a loop over their stacked weights
-  // (autograd/scan.h): compile time independent of depth, each block recomputed in backward.
+  // (autograd/scan.h): compile time independent of depth; what the loop keeps for backward
+  // follows [activation_checkpoint] (train::scan_saves_for).
   bool scan_layers = true;
   // titan's CPU kernels (splash attention) as custom calls inside the program, on a CPU plugin
   // with the FFI extension; false: XLA's lowering of every op (to compare the two).

@@ -46,6 +46,16 @@ void in_phase(const std::string& phase, const std::function<void()>& body) {
 
 }  // namespace
 
+graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac) {
+  if (ac.mode == "none") return graph::ScanSaves::all;
+  if (ac.mode == "full") return graph::ScanSaves::inputs;
+  TITAN_CHECK(ac.per_op(), "activation_checkpoint.selective_ac_option = \"", ac.selective_ac_option,
+              "\": graph mode's layer loop keeps the same for every layer, so it cannot checkpoint every k-th one; "
+              "use selective_ac_option = \"op\" (keep matrix products and attention), mode = \"full\" or \"none\", "
+              "or compile.scan_layers = false (every layer recorded, checkpointed as in eager mode)");
+  return graph::ScanSaves::products;
+}
+
 CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& optimizer,
                                 const std::vector<std::pair<std::string, Tensor>>& params,
                                 const std::vector<data::Batch>& batches, const GraphStepOptions& options) {
@@ -56,6 +66,7 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   CapturedStep out;
   graph::Program program;
   program.set_scan_layers(options.scan_layers);
+  program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
   const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers);

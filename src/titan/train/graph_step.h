@@ -15,6 +15,7 @@
 #include "titan/graph/runner.h"
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
+#include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/train/custom_kernels.h"
 #include "titan/train/stacked_state.h"
 
@@ -24,11 +25,19 @@ struct GraphStepOptions {
   graph::RuntimeOptions runtime = {};
   double max_norm = 1.0;
   bool scan_layers = true;  // compile.scan_layers
+  // What the layer loop keeps for backward (scan_saves_for).
+  graph::ScanSaves scan_saves = graph::ScanSaves::all;
   // compile.custom_kernels: titan's CPU kernels as custom calls where the plugin can run them
   // (train/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
   // emits the calls as it is given, so a caller that compiles elsewhere registers them first.
   bool custom_kernels = true;
 };
+
+// [activation_checkpoint] for graph mode's layer loop: mode none keeps every result the backward
+// reads (all), full only each block's input (the backward computes the block again), selective
+// "op" the products (matrix products, attention, custom calls). A layer interval (selective "k")
+// is an error: the loop does the same for every layer.
+graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac);
 
 // What feeds one parameter of the captured step.
 struct StepInput {

@@ -102,6 +102,19 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+std::string activation_checkpoint_summary(const JobConfig& c) {
+  const auto& ac = c.activation_checkpoint;
+  if (c.compile.graph() && c.compile.scan_layers) switch (scan_saves_for(ac)) {
+      case graph::ScanSaves::all: return "off (the layer loop keeps every result its backward reads)";
+      case graph::ScanSaves::inputs: return "full (the layer loop keeps each block's input and computes it again in backward)";
+      case graph::ScanSaves::products:
+        return "selective op (the layer loop keeps matrix products and attention, and recomputes the rest in backward)";
+    }
+  if (ac.mode == "none") return "off";
+  return ac.mode + " (" + (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
+         " recomputed in backward)";
+}
+
 // Keys whose feature titan does not have yet, or this machine cannot run, are refused here, all
 // at once and before anything is allocated: a run must never seem to do what it does not.
 void refuse_missing_features(const JobConfig& c) {
@@ -126,6 +139,17 @@ void refuse_missing_features(const JobConfig& c) {
                           " with compile.mode = \"graph\": graph mode runs the captured step on one device; set "
                           "the degree to 1 or compile.enable = false");
   }
+  const auto& ac = c.activation_checkpoint;
+  const bool graph_loop = c.compile.graph() && c.compile.scan_layers;
+  if (ac.per_op() && !graph_loop)
+    refused.push_back("activation_checkpoint.selective_ac_option = \"op\" keeps results op by op, which only graph "
+                      "mode's layer loop does (compile.mode = \"graph\" with compile.scan_layers = true); use a layer "
+                      "interval such as \"2\", or mode = \"full\"");
+  if (graph_loop) try {
+      scan_saves_for(ac);
+    } catch (const Error& e) {
+      refused.push_back(e.what());
+    }
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
   if (!refused.empty()) throw Error(message);
@@ -367,9 +391,11 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                     ": model ", c.model.name, " has no plan for it; set it to 1");
   if (spec.parallelize) {
     const auto& ac = c.activation_checkpoint;
+    // Graph mode's layer loop checkpoints by itself (GraphStepOptions::scan_saves).
+    const bool graph_loop = c.compile.graph() && c.compile.scan_layers;
     models::Parallelized parts = spec.parallelize(
-        *model, {.activation_checkpoint_mode = ac.mode,
-                 .activation_checkpoint_every_k = ac.every_k(),
+        *model, {.activation_checkpoint_mode = graph_loop ? "none" : ac.mode,
+                 .activation_checkpoint_every_k = graph_loop ? 1 : ac.every_k(),
                  .mesh = mesh.get(),
                  .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"},
                  .tp = {.sequence_parallel = c.parallelism.enable_sequence_parallel,
@@ -517,7 +543,6 @@ void Trainer::State::build_metrics() {
 void Trainer::State::log_setup(const Data& d) {
   const JobConfig& c = cfg;
   const int64_t dp_size = (*mesh)["dp"].size();
-  const auto& ac = c.activation_checkpoint;
   log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
       << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << summary.description << "\n"
       << "titan: " << summary.num_params << " parameters, " << summary.flops_per_token / 1e9
@@ -526,13 +551,7 @@ void Trainer::State::log_setup(const Data& d) {
   if (c.model.attention == "splash")
     log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
   log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
-      << "; activation checkpointing "
-      << (ac.mode == "none"
-              ? std::string("off")
-              : ac.mode + " (" +
-                    (ac.every_k() == 1 ? "every block" : "1 block in " + std::to_string(ac.every_k())) +
-                    " recomputed in backward)")
-      << "\n"
+      << "; activation checkpointing " << activation_checkpoint_summary(c) << "\n"
       << "titan: data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files
       << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
       << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
@@ -627,6 +646,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                                  "compile.plugin_options"),
                          .max_norm = c.training.max_norm,
                          .scan_layers = c.compile.scan_layers,
+                         .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint)
+                                                             : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels},
         s.log);
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);

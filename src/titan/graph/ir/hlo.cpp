@@ -17,7 +17,11 @@ std::string ints(const Shape& xs) {
   return out;
 }
 std::string array(const Shape& xs) { return "array<i64" + (xs.empty() ? std::string() : ": " + ints(xs)) + ">"; }
-std::string list(const Shape& xs) { return "[" + ints(xs) + "]"; }
+std::string list(const Shape& xs) {
+  std::string out = "[";  // appended: GCC 12's -Wrestrict misreads "[" + std::string
+  out += ints(xs);
+  return out + "]";
+}
 
 ResultType type_of(const Value& v) { return {v.shape, v.dtype, v.pred}; }
 
@@ -341,6 +345,48 @@ std::vector<Value> while_loop(const std::vector<Value>& state,
     return next;
   });
   return prog().emit("stablehlo.while", state, types, {}, {cond_region, body_region});
+}
+
+ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body, bool reverse) {
+  TITAN_CHECK(n >= 1, "graph lowering: a scan needs at least one iteration, got ", n);
+  std::vector<ResultType> types{{Shape{}, kI64, false}};
+  for (const Value& v : carry) types.push_back(type_of(v));
+  std::vector<ResultType> stacked_types;
+  std::string body_region = prog().region(types, [&](const std::vector<Value>& s) {
+    const std::vector<Value> in(s.begin() + 1, s.end());
+    auto [next, ys] = body(s[0], in);
+    TITAN_CHECK(next.size() == in.size(), "graph lowering: a scan body returned ", next.size(), " carried values for ",
+                in.size());
+    for (size_t k = 0; k < next.size(); ++k) check_same("scan body", next[k], in[k]);
+    std::vector<Value> out{add(s[0], scalar(reverse ? -1.0 : 1.0, kI64))};
+    out.insert(out.end(), next.begin(), next.end());
+    const Value zero = scalar(0.0, kI64);
+    for (const Value& y : ys) {
+      TITAN_CHECK(!y.pred, "graph lowering: a scan cannot stack predicates");
+      Shape shape{n};
+      shape.insert(shape.end(), y.shape.begin(), y.shape.end());
+      stacked_types.push_back({shape, y.dtype, false});
+      // Carried by arguments added now that their types are known.
+      const Value stack = prog().add_region_arg(stacked_types.back());
+      Shape row = shape;
+      row[0] = 1;
+      std::vector<Value> starts{s[0]};
+      starts.resize(shape.size(), zero);
+      out.push_back(dynamic_update_slice(stack, reshape(y, row), starts));
+    }
+    return out;
+  });
+  types.insert(types.end(), stacked_types.begin(), stacked_types.end());
+  std::string cond_region = prog().region(types, [&](const std::vector<Value>& s) {
+    return std::vector<Value>{reverse ? compare(s[0], scalar(0.0, kI64), "GE")
+                                      : compare(s[0], scalar(static_cast<double>(n), kI64), "LT")};
+  });
+  std::vector<Value> init{scalar(reverse ? static_cast<double>(n - 1) : 0.0, kI64)};
+  init.insert(init.end(), carry.begin(), carry.end());
+  for (const ResultType& t : stacked_types) init.push_back(constant(0.0, t.shape, t.dtype));
+  const std::vector<Value> done = prog().emit("stablehlo.while", init, types, {}, {cond_region, body_region});
+  return {.carry = std::vector<Value>(done.begin() + 1, done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size())),
+          .stacked = std::vector<Value>(done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size()), done.end())};
 }
 
 }  // namespace titan::graph::hlo

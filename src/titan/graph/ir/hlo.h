@@ -89,4 +89,16 @@ std::vector<Value> while_loop(const std::vector<Value>& state,
                               const std::function<Value(const std::vector<Value>&)>& cond,
                               const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
 
+// for i in 0, 1, ..., n-1 (n-1, ..., 0 if `reverse`): (carry, ys) = body(i, carry), i a scalar i64.
+// Returns the last carry and every iteration's ys, each stacked [n, ...] with iteration i's in row
+// i. The body may return ys of any shapes (the same every iteration), known only once it is
+// written.
+struct ScanResult {
+  std::vector<Value> carry;
+  std::vector<Value> stacked;
+};
+using ScanBody = std::function<std::pair<std::vector<Value>, std::vector<Value>>(const Value& i,
+                                                                                  const std::vector<Value>& carry)>;
+ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body, bool reverse = false);
+
 }  // namespace titan::graph::hlo

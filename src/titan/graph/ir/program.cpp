@@ -76,6 +76,20 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
                                  const std::vector<ResultType>& results, std::string_view attrs,
                                  const std::vector<std::string>& regions) {
   for (const Value& v : operands) record_row(v);
+  OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+  const OpSignature signature{.op = op, .results = results, .attrs = attrs};
+  if (watcher != nullptr) {
+    watcher_ = nullptr;  // what the watcher writes is its own
+    std::optional<std::vector<Value>> instead;
+    try {
+      instead = watcher->before(signature);
+    } catch (...) {
+      watcher_ = watcher;
+      throw;
+    }
+    watcher_ = watcher;
+    if (instead) return *instead;
+  }
   ++num_ops_;
   const std::string base = ssa_name("%", next_name_++);
   std::vector<Value> out;
@@ -98,6 +112,7 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
   if (results.size() == 1) line << types_of(out);
   else line << "(" << types_of(out) << ")";
   (into_ > 0 ? blocks_[into_ - 1] : blocks_.back()) += line.str() + "\n";
+  if (watcher != nullptr) watcher->after(signature, out);
   return out;
 }
 
@@ -142,26 +157,34 @@ Value Program::emit1(std::string_view op, const std::vector<Value>& operands, co
   return emit(op, operands, {result}, attrs, regions)[0];
 }
 
+Value Program::add_region_arg(const ResultType& type) {
+  TITAN_CHECK(!region_args_.empty(), "graph: a region argument was asked for outside a region");
+  region_args_.back().push_back(add_value(ssa_name("%", next_name_++), type));
+  return region_args_.back().back();
+}
+
 std::string Program::region(const std::vector<ResultType>& args,
                             const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
-  std::vector<Value> block_args;
-  std::string header = "{\n  ^bb0(";
-  for (size_t i = 0; i < args.size(); ++i) {
-    block_args.push_back(add_value(ssa_name("%", next_name_++), args[i]));
-    header += (i ? ", " : "") + name(block_args.back()) + ": " + mlir_type(block_args.back());
-  }
-  header += "):\n";
+  region_args_.emplace_back();
+  for (const ResultType& type : args) add_region_arg(type);
   blocks_.emplace_back();
   std::vector<Value> yielded;
   try {
-    yielded = body(block_args);
+    // A copy: the body may add arguments to the region, moving the vector's elements.
+    yielded = body(std::vector<Value>(region_args_.back()));
     for (const Value& v : yielded) record_row(v);
   } catch (...) {
     blocks_.pop_back();
+    region_args_.pop_back();
     throw;
   }
-  std::string text = header + blocks_.back();
+  std::string text = "{\n  ^bb0(";
+  for (size_t i = 0; i < region_args_.back().size(); ++i)
+    text += (i ? ", " : "") + name(region_args_.back()[i]) + ": " + mlir_type(region_args_.back()[i]);
+  text += "):\n";
+  text += blocks_.back();
   blocks_.pop_back();
+  region_args_.pop_back();
   text += "    \"stablehlo.return\"(";
   for (size_t i = 0; i < yielded.size(); ++i) text += (i ? ", " : "") + name(yielded[i]);
   return text + ") : (" + types_of(yielded) + ") -> ()\n  }";
@@ -183,6 +206,17 @@ std::string Program::module_text(const std::vector<Value>& results,
   for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << name(results[i]);
   os << ") : (" << types_of(results) << ") -> ()\n  }\n}\n";
   return os.str();
+}
+
+Program::WatchScope::WatchScope(Program& program, OpWatcher& watcher)
+    : program_(program), previous_(program.watcher_), previous_depth_(program.watched_depth_) {
+  program.watcher_ = &watcher;
+  program.watched_depth_ = program.blocks_.size();
+}
+
+Program::WatchScope::~WatchScope() {
+  program_.watcher_ = previous_;
+  program_.watched_depth_ = previous_depth_;
 }
 
 Program& current_program() {

@@ -48,7 +48,33 @@ struct ResultType {
   Shape shape = {};
   DType dtype = kF32;
   bool pred = false;
+  bool operator==(const ResultType&) const = default;
 };
+
+// One op as written: what an OpWatcher compares between two writings of the same code.
+struct OpSignature {
+  std::string_view op;
+  const std::vector<ResultType>& results;
+  std::string_view attrs;
+};
+
+// Sees the ops written directly into one block (not into regions nested in it, not rows recorded
+// elsewhere), in order: a layer loop's forward notes what its backward may take instead of
+// computing it again, and the backward's second writing of the same block takes it
+// (autograd/scan.cpp). Ops the watcher itself writes are not shown to it.
+class OpWatcher {
+ public:
+  virtual ~OpWatcher() = default;
+  // Values to stand for the op's results, in which case it is not written; nothing to write it.
+  virtual std::optional<std::vector<Value>> before(const OpSignature& op) = 0;
+  virtual void after(const OpSignature& op, const std::vector<Value>& results) = 0;
+};
+
+// What a loop over identical blocks keeps from its forward for its backward (autograd/scan.h):
+// each block's input only, so that the backward computes the block again (activation
+// checkpointing); also the results of its matrix products, custom calls and inner loops (the
+// costly ops; the backward recomputes the rest from them); or every result that the backward reads.
+enum class ScanSaves : uint8_t { inputs, products, all };
 
 class Program {
  public:
@@ -76,6 +102,22 @@ class Program {
   // (through stablehlo.return).
   std::string region(const std::vector<ResultType>& args,
                      const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+  // One more argument of the innermost region, for a body that learns only as it is written what
+  // it must carry (hlo::scan's stacked outputs).
+  Value add_region_arg(const ResultType& type);
+  // Shows the ops written from now on into the innermost block to `watcher`, until the scope ends.
+  class WatchScope {
+   public:
+    WatchScope(Program& program, OpWatcher& watcher);
+    ~WatchScope();
+    WatchScope(const WatchScope&) = delete;
+    WatchScope& operator=(const WatchScope&) = delete;
+
+   private:
+    Program& program_;
+    OpWatcher* previous_;
+    size_t previous_depth_;
+  };
 
   // The module: @main(parameters) -> results. `aliases` pairs (parameter index, result index): the
   // parameter's buffer is donated and the result written into it.
@@ -96,6 +138,8 @@ class Program {
   // Whether identical blocks are recorded once, as a loop (autograd/scan.h), rather than each.
   bool scan_layers() const { return scan_layers_; }
   void set_scan_layers(bool on) { scan_layers_ = on; }
+  ScanSaves scan_saves() const { return scan_saves_; }
+  void set_scan_saves(ScanSaves saves) { scan_saves_ = saves; }
   // Whether lowerings may call titan's CPU kernels as custom calls (graph/pjrt/ffi.h) instead of
   // writing them in StableHLO: only for a program that a CPU ("Host") plugin with the FFI extension
   // compiles, after their targets were registered with it (train/custom_kernels.h). Other plugins
@@ -107,12 +151,16 @@ class Program {
   uint64_t serial_;
   int64_t num_ops_ = 0;
   bool scan_layers_ = false;
+  ScanSaves scan_saves_ = ScanSaves::all;
   bool custom_kernels_ = false;
   std::vector<std::string> names_;  // by value id
   size_t next_name_ = 0;            // SSA names count the values written, not rows never taken
   std::vector<Parameter> params_;
   std::vector<std::pair<const TensorImpl*, Value>> host_params_;
   std::vector<std::string> blocks_;  // the innermost block being written is last
+  std::vector<std::vector<Value>> region_args_;  // the arguments of each open region, innermost last
+  OpWatcher* watcher_ = nullptr;
+  size_t watched_depth_ = 0;  // blocks_.size() when the watcher was set
   struct PendingRow {
     Row row = {};
     size_t block = 0;  // the block row() was asked in: where the row is written when first taken
