@@ -102,6 +102,15 @@ TEST(GraphStacked, StepDoesNotGrowWithDepth) {
             << capture(2, false).ops << ", " << capture(6, false).ops << "\n";
 }
 
+// With gradient accumulation each micro-batch's loop gives the layers' gradients as rows of its
+// stacks; the stacks are summed whole, so the step still does not grow with depth.
+TEST(GraphStacked, AccumulatedStepDoesNotGrowWithDepth) {
+  const CapturedStep two = capture(2, true, 3), six = capture(6, true, 3);
+  EXPECT_EQ(two.ops, six.ops);
+  EXPECT_EQ(occurrences(six.text, "stablehlo.concatenate"), occurrences(two.text, "stablehlo.concatenate"));
+  EXPECT_GT(two.ops, capture(2, true, 1).ops);
+}
+
 // A stacked GraphStep and a per-parameter one (compile.scan_layers = false) train the same:
 // parameters and moments brought back to the host agree.
 TEST(GraphStacked, StackedStateTrainsAsThePerParameterOne) {

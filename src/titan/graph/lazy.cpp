@@ -39,6 +39,12 @@ Tensor full(const Shape& shape, double value, DType dtype) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  // Rows of one index of two stacks: the stacks are added once and the sum's row names this one,
+  // so that accumulating every layer's gradients does not grow the program with depth.
+  const std::optional<Program::Row> ra = row_of(a), rb = row_of(b);
+  if (ra && rb && ra->index == rb->index)
+    if (const std::optional<Value> sum = current_program().stack_sum(ra->stacked, rb->stacked))
+      return tensor_of(current_program().row(*sum, ra->index));
   return tensor_of(hlo::add(value_of(a, "add"), value_of(b, "add")));
 }
 

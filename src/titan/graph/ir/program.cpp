@@ -130,6 +130,17 @@ std::optional<Program::Row> Program::row_of(const Value& v) const {
   return it->second.row;
 }
 
+std::optional<Value> Program::stack_sum(const Value& a, const Value& b) {
+  if (blocks_.size() != 1 || into_ != 0 || a.shape != b.shape || a.dtype != b.dtype || a.pred || b.pred)
+    return std::nullopt;
+  const auto key = std::pair{a.id, b.id};
+  if (const auto it = stack_sums_.find(key); it != stack_sums_.end()) return it->second;
+  const CaptureScope recording(*this);
+  const Value sum = hlo::add(a, b);
+  stack_sums_.emplace(key, sum);
+  return sum;
+}
+
 void Program::record_row(const Value& v) {
   const auto it = rows_.find(v.id);
   if (it == rows_.end() || it->second.recorded) return;

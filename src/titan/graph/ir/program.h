@@ -135,6 +135,10 @@ class Program {
   };
   // What `v` is row of, if it was made by row().
   std::optional<Row> row_of(const Value& v) const;
+  // a + b for two stacked values of one type, written once however many of their rows are added
+  // (graph::add of two rows of one index: a layer's gradients from two micro-batches' loops).
+  // Only at the top level of the program, where every row can see the sum; nothing elsewhere.
+  std::optional<Value> stack_sum(const Value& a, const Value& b);
   // Whether identical blocks are recorded once, as a loop (autograd/scan.h), rather than each.
   bool scan_layers() const { return scan_layers_; }
   void set_scan_layers(bool on) { scan_layers_ = on; }
@@ -167,6 +171,7 @@ class Program {
     bool recorded = false;
   };
   std::map<int64_t, PendingRow> rows_;  // by the row's value id
+  std::map<std::pair<int64_t, int64_t>, Value> stack_sums_;  // by the two stacks' value ids
   size_t into_ = 0;  // the block emit() writes into, while a row is recorded; else the innermost
   Value add_value(std::string name, const ResultType& type);
   void record_row(const Value& v);
