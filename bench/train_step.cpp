@@ -284,6 +284,7 @@ json run_jax_round(const Config& c, const std::string& variant, int threads, int
 // config's remaining compiled rounds, and the larger configs', be skipped: on a few cores
 // inductor's compile of a large model can take longer than all the other rounds together.
 constexpr double kCompileBudgetSeconds = 150;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 // The rounds of one side of one config.
 struct Side {
@@ -438,6 +439,12 @@ bench::Table graph_table(const std::vector<Result>& results, bool bf16, int roun
                             2) +
                " s;";
     t.notes.push_back(own);
+    if (r.titan_graph.ok() && r.titan.ok())
+      t.notes.push_back(c.name + ": RSS growth of the timed steps (as in the memory table): titan graph " +
+                        bench::fixed(r.titan_graph.rss_growth() / kMiB, 1) + " MiB, titan eager " +
+                        bench::fixed(r.titan.rss_growth() / kMiB, 1) +
+                        " MiB (graph's layer loop keeps every block's residuals, as eager does without "
+                        "activation checkpointing)");
     for (const std::string& e : r.titan_graph.errors)
       t.notes.push_back("titan graph failed on " + c.name + ": " + e);
     for (const auto& [variant, side] : r.jax)
@@ -869,7 +876,6 @@ int main(int argc, char** argv) {
       .extra_headers = {"saved", "RSS growth none", "RSS growth full", "full: tokens/s", "full: step time"},
       .rows = {},
       .notes = {}};
-  constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<std::string> verdicts;
   for (const Result& r : results) {
     const Config& c = *r.config;
