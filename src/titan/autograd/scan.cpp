@@ -18,7 +18,6 @@ namespace {
 
 namespace hlo = graph::hlo;
 
-
 bool loopable(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks) {
   const graph::Program* program = graph::current_program_or_null();
   if (!x.is_lazy() || program == nullptr || !program->scan_layers() || blocks.size() < 2 || blocks[0].empty())

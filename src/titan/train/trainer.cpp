@@ -139,17 +139,15 @@ void refuse_missing_features(const JobConfig& c) {
                           " with compile.mode = \"graph\": graph mode runs the captured step on one device; set "
                           "the degree to 1 or compile.enable = false");
   }
+  // What graph mode's layer loop (scan_saves_for) or the eager wrappers (every_k) cannot do, in
+  // their own words.
   const auto& ac = c.activation_checkpoint;
-  const bool graph_loop = c.compile.graph() && c.compile.scan_layers;
-  if (ac.per_op() && !graph_loop)
-    refused.push_back("activation_checkpoint.selective_ac_option = \"op\" keeps results op by op, which only graph "
-                      "mode's layer loop does (compile.mode = \"graph\" with compile.scan_layers = true); use a layer "
-                      "interval such as \"2\", or mode = \"full\"");
-  if (graph_loop) try {
-      scan_saves_for(ac);
-    } catch (const Error& e) {
-      refused.push_back(e.what());
-    }
+  try {
+    if (c.compile.graph() && c.compile.scan_layers) scan_saves_for(ac);
+    else ac.every_k();
+  } catch (const Error& e) {
+    refused.push_back(e.what());
+  }
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
   if (!refused.empty()) throw Error(message);
