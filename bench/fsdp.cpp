@@ -14,7 +14,6 @@
 // After each titan run, PyTorch 2's FSDP2 (torch.distributed.fsdp.fully_shard over gloo,
 // bench/fsdp_torch.py) trains the same model, sizes and ranks, eager and with each block under
 // torch.compile, and the step times and resident growth are printed side by side.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +28,7 @@
 #include "support/mpi_launch.h"
 #include "support/torch_reference.h"
 #include "titan/core/allocator.h"
+#include "titan/core/process_malloc.h"
 #include "titan/core/parallel.h"
 #include "titan/data/loader.h"
 #include "titan/dist/device_mesh.h"
@@ -56,7 +56,7 @@ struct Figures {
 Figures measure(dist::ProcessGroup world, bool overlap) {
   // What an earlier measurement left cached is handed back, so that this one's growth is its own.
   CpuAllocator::instance().empty_cache();
-  malloc_trim(0);
+  titan::release_free_memory();
   const int64_t rss_baseline = bench::status_bytes("VmRSS");
   const models::TrainSpec& spec = models::get_train_spec("llama3");
   models::ModelConfig cfg;

@@ -21,7 +21,6 @@
 // runtime itself (the Python interpreter and libtorch's code weigh hundreds of MiB). Both sides
 // hand init's temporaries back before the first step. titan's allocator high-water mark over the
 // timed steps (live tensors only) is printed beside it.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +43,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/autocast.h"
 #include "titan/core/error.h"
+#include "titan/core/process_malloc.h"
 #include "titan/core/parallel.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/llama3/model.h"
@@ -179,7 +179,7 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
                                                       .custom_kernels = custom_kernels},
                        std::cerr);
   titan::CpuAllocator::instance().empty_cache();
-  malloc_trim(0);
+  titan::release_free_memory();
 
   std::vector<double> seconds, losses;
   double first_step_seconds = 0;
@@ -998,10 +998,11 @@ int main(int argc, char** argv) {
       "room for, with everything else (softmax, norms, loss, AdamW) free.");
   memory.notes = {
       "RSS growth: VmHWM over the timed steps (reset after warm-up) minus VmRSS before the model was built; "
-      "both sides release init's temporaries (titan empty_cache, torch gc; both malloc_trim) before step 1. "
-      "titan/best f32 below 1: titan uses less than the least of torch's f32 variants. Both sides run with "
-      "the same GLIBC_TUNABLES (malloc's blocks in "
-      "transparent huge pages unless set otherwise), so RSS moves in 2 MiB steps. "
+      "both sides release init's temporaries (titan empty_cache and its malloc's free memory, torch gc and "
+      "malloc_trim) before step 1. "
+      "titan/best f32 below 1: titan uses less than the least of torch's f32 variants. The references run "
+      "with GLIBC_TUNABLES (glibc malloc's blocks in transparent huge pages unless set otherwise), so their "
+      "RSS moves in 2 MiB steps; titan's malloc is tcmalloc (the machine line names it). "
       "torch.compile's own memory (inductor's code and caches, made in the warm-up step) counts in its "
       "variants' growth.",
       "titan alloc peak: CpuAllocator peak_allocated_bytes over the timed steps (live tensors only). "

@@ -41,6 +41,20 @@ target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
 target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB ${TITAN_DNNL})
+# tcmalloc (gperftools' minimal build) serves every allocation of titan's programs. In graph mode
+# XLA's CPU runtime mallocs each run's scratch buffer (the saved activations: 0.8 GiB for the
+# bench's M step, more for L) and frees it when the run ends. glibc serves any block over 32 MiB
+# from a fresh mmap and returns it with munmap, so the kernel zeroes those pages again on every
+# step (6% of an L step's CPU time); tcmalloc keeps the freed span and hands it back on the next
+# run (L steps 7% faster, M 4%, at the same RSS). Eager steps allocate through titan's caching
+# allocator and do not change. The sanitizers bring their own malloc, so those builds go without.
+if(NOT TITAN_SANITIZE AND NOT TITAN_FUZZ)
+  find_library(TITAN_TCMALLOC NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
+  if(NOT TITAN_TCMALLOC)
+    message(FATAL_ERROR "tcmalloc not found: install libtcmalloc-minimal4 (make deps does it)")
+  endif()
+  target_link_libraries(titan_deps INTERFACE ${TITAN_TCMALLOC})
+endif()
 # Pin the OpenMP build at run time too, whatever the system BLAS alternative points at.
 set(CMAKE_BUILD_RPATH ${TITAN_OPENBLAS_DIR})
 set(CMAKE_INSTALL_RPATH ${TITAN_OPENBLAS_DIR})

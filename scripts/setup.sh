@@ -10,6 +10,7 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config
       python3 python3-venv
       libprotobuf-dev protobuf-compiler
       libpcre2-dev libicu-dev
+      libtcmalloc-minimal4  # the process malloc (cmake/dependencies.cmake says why)
       libdnnl-dev  # oneDNN: bf16 matmuls on AVX512-BF16 and AMX (training.mixed_precision_param)
       openmpi-bin libopenmpi-dev
       clang-format clang-tidy

@@ -17,6 +17,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/parallel.h"
+#include "titan/core/process_malloc.h"
 #include "titan/kernels/cpu/blas_kernels.h"
 
 namespace titan::bench {
@@ -542,7 +543,7 @@ std::string cpu_summary() {
 std::string machine_summary() {
   std::ostringstream s;
   s << "machine: " << cpu_summary() << ", " << std::thread::hardware_concurrency() << " cores, titan threads "
-    << num_threads() << ", " << blas_kernels_summary();
+    << num_threads() << ", " << blas_kernels_summary() << ", titan's malloc " << process_malloc();
   if (const auto& start = start_times()) {
     CpuTimes now = cpu_times();
     double total = now.total - start->total;
