@@ -19,4 +19,22 @@ Tensor packed_ids(int64_t B, int64_t S, uint64_t seed) {
   return Tensor::from_vector(ids, {B, S});
 }
 
+attention::Mask attention_rule(AttentionRule rule, int64_t B, int64_t S, const Tensor& ids) {
+  using attention::Mask;
+  // Per-row prefixes that end inside different tiles: the first row's a third in, the others further.
+  std::vector<int64_t> prefixes;
+  for (int64_t b = 0; b < B; ++b) prefixes.push_back(S / 3 + b * S / 5);
+  switch (rule) {
+    case AttentionRule::causal: return Mask::causal();
+    case AttentionRule::document: return Mask::causal() & Mask::document(ids);
+    case AttentionRule::window: return Mask::sliding_window(S / 5, 2);
+    case AttentionRule::chunked: return Mask::chunked_causal(S / 4);
+    case AttentionRule::window_or_causal: return Mask::causal() | Mask::sliding_window(3, 3);
+    case AttentionRule::prefix_lm: return Mask::prefix_lm(prefixes);
+    case AttentionRule::prefix_or_window: return Mask::prefix_lm({S / 4}) | Mask::sliding_window(S / 6, 3);
+    case AttentionRule::chunked_and_window: return Mask::chunked_causal(S / 3) & Mask::sliding_window(S / 7);
+  }
+  return Mask::causal();
+}
+
 }  // namespace titan::test

@@ -1,6 +1,6 @@
 // Attention in graph mode (attention/splash_lowering.cpp) against the eager kernels, forward and
 // gradients: both forms (one dense tile up to kDenseMaxSeq, tiles in loops beyond), causal,
-// packed-document, sliding-window and chunked masks, grouped-query heads, sequences that are not a
+// packed-document, sliding-window, chunked and per-row prefix-LM masks and an | and an & of rules, grouped-query heads, sequences that are not a
 // multiple of the tiles, f32 and bf16 products; the tiles of a mask whose document ids are values
 // of the captured step; and the rules without a lowering, refused by name.
 #include <random>
@@ -42,10 +42,7 @@ void check(const Case& c) {
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 3)};
   if (c.rule == Rule::document) inputs.push_back(packed_ids(c.B, c.S, 4));
   auto fn = [&c](const std::vector<Tensor>& in) {
-    Mask rule = c.rule == Rule::window    ? Mask::sliding_window(c.S / 5)
-                : c.rule == Rule::chunked ? Mask::chunked_causal(c.S / 4)
-                                          : Mask::causal();
-    if (c.rule == Rule::document) rule = rule & Mask::document(in[3]);
+    const Mask rule = test::attention_rule(c.rule, c.B, c.S, c.rule == Rule::document ? in[3] : Tensor());
     const AutocastGuard autocast(c.bf16 ? kBF16 : kF32);
     const BlockMask mask = BlockMask::build(rule, c.B, c.S, c.block_q, c.block_kv);
     return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask)};
@@ -81,6 +78,20 @@ TEST(GraphAttention, TiledWindow) {
 }
 TEST(GraphAttention, TiledChunks) {
   check({"tiled chunked", 1, kTiled, 2, 1, 8, 32, 16, Rule::chunked, false});
+}
+// A bidirectional prefix per row, and the | and & of rules: the tiles the BlockMask hides are
+// skipped, the rule decides the pairs of the others inside the program.
+TEST(GraphAttention, DensePrefixLmPerRow) {
+  check({"dense prefix_lm", 2, kDense, 2, 1, 8, 16, 16, Rule::prefix_lm, false});
+}
+TEST(GraphAttention, TiledPrefixLmPerRow) {
+  check({"tiled prefix_lm", 2, kTiled, 2, 1, 8, 16, 32, Rule::prefix_lm, false});
+}
+TEST(GraphAttention, TiledOrOfPrefixAndWindow) {
+  check({"tiled prefix | window", 1, kTiled, 2, 2, 8, 32, 16, Rule::prefix_or_window, false});
+}
+TEST(GraphAttention, TiledAndOfChunksAndWindow) {
+  check({"tiled chunked & window", 1, kTiled, 2, 1, 8, 16, 16, Rule::chunked_and_window, false});
 }
 TEST(GraphAttention, Bf16ProductsDense) {
   check({"bf16 dense", 2, kDense, 4, 2, 16, 16, 16, Rule::document, true});
@@ -124,8 +135,11 @@ TEST(GraphAttention, RulesWithoutALoweringAreRefusedByName) {
   graph::Program p;
   const graph::CaptureScope scope(p);
   const Tensor q = lazy(p, {1, 8, 2, 4}), k = lazy(p, {1, 8, 2, 4}), v = lazy(p, {1, 8, 2, 4});
-  EXPECT_TITAN_ERROR(attention::splash_attention(q, k, v, BlockMask::build(Mask::prefix_lm({3}), 1, 8)),
-                     "prefix_lm(3)", "no lowering");
+  std::vector<int64_t> reversed(8);
+  for (int64_t i = 0; i < 8; ++i) reversed[static_cast<size_t>(i)] = 7 - i;
+  const Mask out_of_order = Mask::at_positions(Mask::causal(), reversed, reversed);
+  EXPECT_TITAN_ERROR(attention::splash_attention(q, k, v, BlockMask::build(out_of_order, 1, 8)),
+                     out_of_order.describe(), "no lowering");
   const Mask host_docs = Mask::document(Tensor::from_vector(std::vector<int64_t>(8, 0), {1, 8}));
   EXPECT_TITAN_ERROR(attention::splash_attention(q, k, v, BlockMask::build(host_docs, 1, 8)), "host ids");
 }

@@ -46,17 +46,6 @@ using Rule = test::AttentionRule;
 using Case = test::AttentionCase;
 using test::packed_ids;
 
-Mask rule_of(Rule r, int64_t S, const Tensor& ids) {
-  switch (r) {
-    case Rule::causal: return Mask::causal();
-    case Rule::document: return Mask::causal() & Mask::document(ids);
-    case Rule::window: return Mask::sliding_window(S / 5, 2);
-    case Rule::chunked: return Mask::chunked_causal(S / 4);
-    case Rule::window_or_causal: return Mask::causal() | Mask::sliding_window(3, 3);
-  }
-  return Mask::causal();
-}
-
 // The same kernel runs both ways, so f32 agrees to rounding; bf16 products too (the same tiles are
 // rounded at the same values).
 constexpr double kTol = 1e-5;
@@ -67,7 +56,7 @@ test::GraphEager run_case(const Case& c, bool custom_kernels) {
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 3)};
   if (c.rule == Rule::document) inputs.push_back(packed_ids(c.B, c.S, 4));
   auto fn = [&c](const std::vector<Tensor>& in) {
-    const Mask rule = rule_of(c.rule, c.S, in.size() > 3 ? in[3] : Tensor());
+    const Mask rule = test::attention_rule(c.rule, c.B, c.S, in.size() > 3 ? in[3] : Tensor());
     const AutocastGuard autocast(c.bf16 ? kBF16 : kF32);
     const BlockMask mask = BlockMask::build(rule, c.B, c.S, c.block_q, c.block_kv);
     return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask)};

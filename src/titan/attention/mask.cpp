@@ -17,8 +17,9 @@ class Mask::Node {
   virtual std::string describe() const = 0;
   virtual graph::Value visible(const graph::Value&, const graph::Value&) const {
     TITAN_CHECK(false, "graph mode: the mask rule ", describe(),
-                " has no lowering to StableHLO (causal, sliding_window, chunked_causal, document and their & "
-                "and | have); run this step eagerly (compile.enable = false) or lower the rule in mask.cpp");
+                " has no lowering to StableHLO (causal, sliding_window, chunked_causal, document, prefix_lm "
+                "and their & and | have); run this step eagerly (compile.enable = false) or lower the rule in "
+                "mask.cpp");
     return {};
   }
   virtual bool lazy() const { return false; }
@@ -145,6 +146,15 @@ class PrefixLm final : public Interval {
         lengths_(std::move(lengths)) {}
   Run keys(int64_t b, int64_t q) const override {
     return {0, std::max(q, lengths_[lengths_.size() > 1 ? b : 0] - 1)};
+  }
+  // The lengths are the rule's, so they are fixed into the program: a step with other prefixes is
+  // another program, compiled once for them.
+  Value visible(const Value& q_pos, const Value& k_pos) const override {
+    const Grid g = grid(q_pos, k_pos);
+    const Shape pairs{static_cast<int64_t>(lengths_.size()), g.q.shape[1], g.q.shape[2]};
+    const Value in_prefix = hlo::compare(hlo::broadcast_in_dim(k_pos, pairs, {2}),
+                                         hlo::broadcast_in_dim(hlo::constant_i64(lengths_), pairs, {0}), "LT");
+    return hlo::logical_or(hlo::broadcast_in_dim(causal_pairs(g), pairs, {0, 1, 2}), in_prefix);
   }
   std::string describe() const override {
     std::ostringstream os;

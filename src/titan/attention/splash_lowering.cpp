@@ -146,14 +146,6 @@ Grads tile_grads(const Setup& s, const Value& q, const Value& k, const Value& v,
           hlo::dot_general(p_op, dout, {0, 1}, {0, 1}, {2, 3}, {2, 3}, s.dtype)};
 }
 
-// i64 [n] constant.
-Value table(const std::vector<int64_t>& xs) {
-  std::string items;
-  for (size_t i = 0; i < xs.size(); ++i) items += (i ? ", " : "") + std::to_string(xs[i]);
-  const auto n = static_cast<int64_t>(xs.size());
-  return graph::current_program().emit1("stablehlo.constant", {}, {{n}, kI64, false},
-                                        "value = dense<[" + items + "]> : " + graph::mlir_type({n}, kI64));
-}
 Value entry(const Value& table, const Value& i) {
   return hlo::reshape(hlo::dynamic_slice(table, {i}, {1}), {});
 }
@@ -176,7 +168,7 @@ KeyRange key_ranges(const BlockMask& bm) {
     first.push_back(std::min(lo, hi));
     last.push_back(hi);
   }
-  return {table(first), table(last)};
+  return {hlo::constant_i64(first), hlo::constant_i64(last)};
 }
 
 // for i in [begin, end): state = body(i, state).

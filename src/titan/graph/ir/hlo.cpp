@@ -87,6 +87,17 @@ Value constant(double value, const Shape& shape, DType dtype) {
                       "value = dense<" + literal(value, dtype) + "> : " + type);
 }
 
+Value constant_i64(const std::vector<int64_t>& values) {
+  std::string items;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) items += ", ";
+    items += std::to_string(values[i]);
+  }
+  const Shape shape{static_cast<int64_t>(values.size())};
+  return prog().emit1("stablehlo.constant", {}, {shape, kI64, false},
+                      "value = dense<[" + items + "]> : " + mlir_type(shape, kI64));
+}
+
 Value iota(const Shape& shape, int64_t dim, DType dtype) {
   return prog().emit1("stablehlo.iota", {}, {shape, dtype, false}, "iota_dimension = " + std::to_string(dim) + " : i64");
 }

@@ -13,6 +13,9 @@ namespace titan::graph::hlo {
 // A splat constant of `shape`.
 Value constant(double value, const Shape& shape, DType dtype);
 inline Value scalar(double value, DType dtype) { return constant(value, {}, dtype); }
+// The i64 vector [values.size()] holding `values` (tables fixed at capture: tile indices, per-row
+// lengths).
+Value constant_i64(const std::vector<int64_t>& values);
 // 0, 1, ... along `dim`.
 Value iota(const Shape& shape, int64_t dim, DType dtype);
 
