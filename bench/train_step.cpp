@@ -684,7 +684,7 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--worker") return worker_main(argc, argv);
   bench::use_this_cpus_blas_kernels(argv);
@@ -724,7 +724,14 @@ int main(int argc, char** argv) {
       bf16 = v == "bf16";
     }
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
-    if (auto v = flag_value(a, "--torch"); !v.empty()) variants = comma_list(v);
+    if (auto v = flag_value(a, "--torch"); !v.empty()) {
+      variants = comma_list(v);
+      for (const std::string& t : variants)
+        TITAN_CHECK(std::find(bench::kTorchAll.begin(), bench::kTorchAll.end(), t) != bench::kTorchAll.end(),
+                    "bench_train_step: --torch takes PyTorch's variants, comma-separated, out of \"eager\", "
+                    "\"compile\", \"eager bf16\" and \"compile bf16\"; got '",
+                    t, "' in '", v, "'");
+    }
     if (auto v = flag_value(a, "--jax"); !v.empty()) {
       jax_variants = v == "none" ? std::vector<std::string>{} : comma_list(v);
       for (const std::string& j : jax_variants)
@@ -1026,4 +1033,14 @@ int main(int argc, char** argv) {
   for (const std::string& v : verdicts) std::cout << v << "\n";
   std::cout << "load average " << load_start << " at the start, " << loadavg() << " at the end\n";
   return 0;
+}
+
+// A bad flag, or a side that cannot run, ends the benchmark with its message rather than an abort.
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const titan::Error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
 }
