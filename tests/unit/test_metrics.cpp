@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/test_util.h"
@@ -495,7 +498,7 @@ TEST(PeakFlops, Bf16HasItsOwnKeyAndFigure) {
   TempDir dir;
   fs::path cache = dir.path() / "peak_flops.json";
   train::write_cached_peak_flops(cache, train::peak_flops_cache_key(kF32), 4.2e9);
-  train::PeakFlops bf16 = train::resolve_peak_flops(0, kBF16, cache);
+  train::PeakFlops bf16 = train::resolve_peak_flops(0, kBF16, cache, /*min_cpu_share=*/0);
   EXPECT_NE(bf16.flops_per_second, 4.2e9);
   EXPECT_NE(bf16.source.find("measured (bf16 GEMM)"), std::string::npos) << bf16.source;
   EXPECT_EQ(train::read_cached_peak_flops(cache, key), bf16.flops_per_second);
@@ -521,16 +524,50 @@ TEST(PeakFlops, CachedFigureIsUsedWithoutMeasuring) {
   EXPECT_NE(p.source.find("cached"), std::string::npos) << p.source;
 }
 
+// Cached whatever the load (min_cpu_share 0): the tests share the cores with one another.
 TEST(PeakFlops, MeasuresOnceThenCaches) {
   TempDir dir;
   fs::path cache = dir.path() / "peak_flops.json";
-  train::PeakFlops measured = train::resolve_peak_flops(0, kF32, cache);
+  train::PeakFlops measured = train::resolve_peak_flops(0, kF32, cache, /*min_cpu_share=*/0);
   EXPECT_GT(measured.flops_per_second, 1e9) << "a CPU sgemm below 1 GFLOP/s means the benchmark is broken";
   EXPECT_NE(measured.source.find("measured"), std::string::npos) << measured.source;
   EXPECT_EQ(train::read_cached_peak_flops(cache, train::peak_flops_cache_key()), measured.flops_per_second);
   train::PeakFlops again = train::resolve_peak_flops(0, kF32, cache);
   EXPECT_EQ(again.flops_per_second, measured.flops_per_second);
   EXPECT_NE(again.source.find("cached"), std::string::npos) << again.source;
+}
+
+// A figure measured on shared cores serves the run, is not cached, and the log says why. A share
+// above 1 cannot be reached, so this path runs whatever the load.
+TEST(PeakFlops, AFigureFromSharedCoresIsNotCached) {
+  TempDir dir;
+  fs::path cache = dir.path() / "peak_flops.json";
+  const train::PeakFlops p = train::resolve_peak_flops(0, kF32, cache, /*min_cpu_share=*/1.01);
+  EXPECT_GT(p.flops_per_second, 0);
+  EXPECT_NE(p.source.find("other processes held the cores"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("not cached"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("metrics.peak_flops"), std::string::npos) << p.source;
+  EXPECT_FALSE(train::read_cached_peak_flops(cache, train::peak_flops_cache_key()));
+}
+
+// Processes spinning on every core take half of them from the measurement, and its share says so.
+TEST(PeakFlops, SharedCoresShowInTheShare) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<pid_t> spinners;
+  for (unsigned i = 0; i < cores; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0)
+      for (;;) asm volatile("");
+    spinners.push_back(pid);
+  }
+  const train::PeakMeasurement m = train::measure_peak(kF32, 512, 3, 0.5);
+  for (pid_t pid : spinners) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  EXPECT_GT(m.flops_per_second, 0);
+  EXPECT_LT(m.cpu_share, train::kPeakMinCpuShare) << "with a spinning process per core";
 }
 
 TEST(PeakFlops, SmallMeasurementIsPositive) {

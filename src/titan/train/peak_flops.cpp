@@ -1,5 +1,6 @@
 #include "titan/train/peak_flops.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,9 +36,23 @@ nlohmann::json load_cache(const std::filesystem::path& cache) {
   return j;
 }
 
+// User and system CPU seconds of every thread of this process so far.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 }  // namespace
 
 double measure_peak_flops(DType precision, int n, int max_repeats, double budget_seconds) {
+  return measure_peak(precision, n, max_repeats, budget_seconds).flops_per_second;
+}
+
+PeakMeasurement measure_peak(DType precision, int n, int max_repeats, double budget_seconds) {
   TITAN_CHECK(n > 0 && max_repeats > 0, "measure_peak_flops: expected n > 0 and max_repeats > 0, got n=", n,
               ", max_repeats=", max_repeats);
   TITAN_CHECK(precision == kF32 || precision == kBF16, "measure_peak_flops: expected f32 or bf16, got ",
@@ -55,13 +70,17 @@ double measure_peak_flops(DType precision, int n, int max_repeats, double budget
   };
   run();  // warm-up: thread team start, page faults on c, BLAS buffers
   double flops = 2.0 * n * static_cast<double>(n) * n;
-  double best = 0, spent = 0;
+  PeakMeasurement best;
+  double spent = 0;
   for (int r = 0; r < max_repeats && (r == 0 || spent < budget_seconds); ++r) {
+    const double cpu0 = process_cpu_seconds();
     auto t0 = Clock::now();
     run();
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu = process_cpu_seconds() - cpu0;
     spent += s;
-    best = std::max(best, flops / s);
+    if (flops / s > best.flops_per_second)
+      best = {flops / s, std::min(1.0, cpu / (s * static_cast<double>(std::max(1, num_threads()))))};
   }
   return best;
 }
@@ -124,7 +143,8 @@ void write_cached_peak_flops(const std::filesystem::path& cache, const std::stri
               "': ", ec.message());
 }
 
-PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache) {
+PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache,
+                             double min_cpu_share) {
   TITAN_CHECK(configured >= 0, "metrics.peak_flops = ", configured,
               ": expected FLOP/s > 0, or 0 to measure this machine");
   if (configured > 0) return {configured, "metrics.peak_flops"};
@@ -132,9 +152,16 @@ PeakFlops resolve_peak_flops(double configured, DType precision, const std::file
   if (std::optional<double> cached = read_cached_peak_flops(cache, key)) {
     return {*cached, "cached in " + cache.string() + " for " + key};
   }
-  double measured = measure_peak_flops(precision);
+  const PeakMeasurement m = measure_peak(precision);
+  const double measured = m.flops_per_second;
   std::string source =
       std::string("measured (") + (precision == kBF16 ? "bf16" : "f32") + " GEMM) for " + key;
+  if (m.cpu_share < min_cpu_share)
+    return {measured, source + " while other processes held the cores (this process had " +
+                          std::to_string(static_cast<int>(100 * m.cpu_share)) + "% of " +
+                          std::to_string(num_threads()) +
+                          " threads' time), so not cached: MFU reads high in this run; give metrics.peak_flops, "
+                          "or start a run on idle cores to cache the machine's figure"};
   try {
     write_cached_peak_flops(cache, key, measured);
     source += ", cached in " + cache.string();

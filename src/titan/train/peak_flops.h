@@ -17,6 +17,18 @@ namespace titan::train {
 double measure_peak_flops(DType precision = kF32, int n = 2048, int max_repeats = 5,
                           double budget_seconds = 1.5);
 
+// measure_peak_flops's figure, and the share of the cores this process had during its best call:
+// the CPU time its threads got over wall time x the thread count. Below 1 when other processes
+// ran on the same cores, and then the figure is a slowed GEMM's, not the machine's peak.
+struct PeakMeasurement {
+  double flops_per_second = 0;
+  double cpu_share = 0;
+};
+PeakMeasurement measure_peak(DType precision = kF32, int n = 2048, int max_repeats = 5, double budget_seconds = 1.5);
+// The share below which a measurement is not cached: a figure taken on shared cores would make
+// every later run's MFU read high.
+inline constexpr double kPeakMinCpuShare = 0.9;
+
 // "model name" from /proc/cpuinfo, or "unknown cpu" where there is none.
 std::string cpu_model_name();
 
@@ -40,10 +52,12 @@ struct PeakFlops {
 };
 
 // metrics.peak_flops when it is > 0; otherwise the figure for this machine in `precision` (the
-// precision the run's matrix products use) in `cache`, measured and cached on first use. A cache
-// that cannot be written costs a re-measurement next time, not the run: that failure is reported
-// in `source`.
-PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache);
+// precision the run's matrix products use) in `cache`, measured and cached on first use. A figure
+// measured while other processes held the cores (cpu_share below min_cpu_share) is used for
+// this run but not cached, and `source` says so. A cache that cannot be written costs a
+// re-measurement next time, not the run: that failure is reported in `source`.
+PeakFlops resolve_peak_flops(double configured, DType precision, const std::filesystem::path& cache,
+                             double min_cpu_share = kPeakMinCpuShare);
 // The same with default_peak_flops_cache(), looked up only when there is no configured figure.
 PeakFlops resolve_peak_flops(double configured, DType precision = kF32);
 
