@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -561,7 +562,9 @@ TEST(PeakFlops, SharedCoresShowInTheShare) {
       for (;;) asm volatile("");
     spinners.push_back(pid);
   }
-  const train::PeakMeasurement m = train::measure_peak(kF32, 512, 3, 0.5);
+  // Calls long enough (2048^3, about 90 ms on 2 cores) that the scheduler shares every one of them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const train::PeakMeasurement m = train::measure_peak(kF32, 2048, 3, 1.0);
   for (pid_t pid : spinners) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
