@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "support/test_util.h"
-#include "titan/autograd/auxiliary_loss.h"
+#include "titan/nn/auxiliary_loss.h"
 #include "titan/autograd/checkpoint.h"
 #include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
@@ -90,6 +90,23 @@ TEST(MoERouting, SortByExpertGroupsPairsStably) {
   }
   for (int64_t e = 0; e < experts; ++e)
     EXPECT_EQ(p.tokens_per_expert[e], std::count(id.begin(), id.end(), e)) << "expert " << e;
+}
+
+// Slots fill in token order; the pairs past an expert's capacity are dropped and counted.
+TEST(MoERouting, ExpertSlotsFillInTokenOrderAndDropThePairsPastCapacity) {
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 1, 0, 2, 0, 1, 1, 0}, {4, 2});
+  const ops::ExpertSlots s = ops::expert_slots(ids, 3, 2);
+  // Expert 0 gets tokens 0, 1, 2, 3 (room for 0 and 1), expert 1 tokens 0, 2, 3 (room for 0 and
+  // 2), expert 2 token 1 and an empty slot.
+  EXPECT_EQ(s.token_of_slot.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 0, 2, 1, 0}));
+  EXPECT_EQ(s.slot_of_pair.to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 1, 4, 0, 3, 0, 0}));
+  EXPECT_EQ(s.pair_kept.to_vector<float>(), (std::vector<float>{1, 1, 1, 1, 0, 1, 0, 0}));
+  EXPECT_EQ(s.dropped.item(), 3.0);
+  EXPECT_EQ(ops::expert_counts(ids, 3).to_vector<int64_t>(), (std::vector<int64_t>{4, 3, 1}));
+  nn::moe::CapacityTokenDispatcher half(0.5), none(0.0);
+  EXPECT_EQ(half.capacity(4, 2, 3), 2);  // ceil(0.5 * 8 / 3)
+  EXPECT_EQ(none.capacity(4, 2, 3), 4);  // every token
+  EXPECT_TITAN_ERROR(nn::moe::CapacityTokenDispatcher(-1.0), "capacity_factor", ">= 0");
 }
 
 TEST(MoERouting, ErrorsSayWhatToDo) {
@@ -299,6 +316,22 @@ TEST(MoELayer, MatchesTheDenseFormulation) {
   }
 }
 
+// With room for every token, the capacity dispatcher (graph mode's) computes the dropless layer.
+TEST(MoELayer, CapacityDispatcherWithRoomForEveryTokenMatchesTheDenseFormulation) {
+  auto moe = small_moe(false, true);
+  moe->dispatcher = std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0);
+  Tensor x = rand_f64({2, 5, kDim}, 22);
+  Tensor y = (*moe)(x, pass_with(0));
+  Tensor ref = dense_reference(*moe, x, true);
+  EXPECT_TRUE(tensors_close(y, ref, 1e-12, "MoE output"));
+  Tensor cot = rand_f64({2, 5, kDim}, 23, false);
+  std::vector<Tensor> leaves = {x, moe->router->gate->weight, moe->experts->w1, moe->experts->w2, moe->experts->w3};
+  std::vector<Tensor> g = autograd::grad({y}, {cot}, leaves);
+  std::vector<Tensor> gr = autograd::grad({ref}, {cot}, leaves);
+  for (size_t i = 0; i < leaves.size(); ++i)
+    EXPECT_TRUE(tensors_close(g[i], gr[i], 1e-12, "gradient " + std::to_string(i)));
+}
+
 TEST(MoEGradcheck, WholeLayerWithRouterAndAuxiliaryLoss) {
   auto moe = small_moe();
   Tensor x = rand_f64({2, 3, kDim}, 24);
@@ -385,7 +418,7 @@ TEST(MoELoad, MinMaxAndMeanCoefficientOfVariation) {
 // ---- auxiliary losses -----------------------------------------------------------------------------
 
 TEST(AuxiliaryLosses, TermsCountOnceByKeyAndReceiveTheirWeightedGradient) {
-  autograd::AuxiliaryLosses losses;
+  nn::AuxiliaryLosses losses;
   Tensor a = rand_f64({3}, 30), out_in = rand_f64({2}, 31);
   Tensor term = ops::sum(ops::square(a));
   Tensor out = losses.attach(out_in, term, 0.5, 7);

@@ -52,6 +52,15 @@ class CausalLM : public nn::Module {
   // auxiliary-loss-free expert bias), returns figures about the step's forwards for the metrics
   // (MoE expert load) and starts collecting the next step's.
   virtual NamedScalars end_step() { return {}; }
+  // What the step's training forwards recorded for end_step (MoE: tokens per expert, pairs
+  // dropped), taken out of the model. Graph mode, whose forwards are captured once, returns them
+  // as results of its program and gives each run's back, host tensors in the same order, before
+  // calling end_step.
+  virtual std::vector<Tensor> take_step_records() { return {}; }
+  virtual void put_step_records(std::vector<Tensor> records) {
+    TITAN_CHECK(records.empty(), "CausalLM::put_step_records: ", records.size(),
+                " records for a model that takes none");
+  }
 
   // Positions the model can attend over (the size of its position table).
   virtual int64_t max_seq_len() const = 0;

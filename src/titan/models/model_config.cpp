@@ -41,6 +41,8 @@ void check_no_moe_keys(const ModelConfig& cfg, const std::string& model) {
        cfg.moe.load_balance_bias ? "true" : "false");
   note("bias_update_rate", cfg.moe.bias_update_rate != defaults.bias_update_rate,
        config::format_value(cfg.moe.bias_update_rate));
+  note("capacity_factor", cfg.moe.capacity_factor != defaults.capacity_factor,
+       config::format_value(cfg.moe.capacity_factor));
   throw Error(
       set + ": [moe] keys are set, but " + model +
       " has no experts for them to act on; drop the [moe] section, or train a mixture-of-experts model "

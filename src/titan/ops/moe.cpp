@@ -1,15 +1,19 @@
 #include "titan/ops/moe.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "titan/autograd/node.h"
 #include "titan/core/autocast.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/index_check.h"
 #include "titan/kernels/cpu/moe.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/linalg.h"
+#include "titan/ops/activation.h"
 #include "titan/ops/op_span.h"
 
 namespace titan::ops {
@@ -23,10 +27,156 @@ void check_permutation(const char* op, const TokenPermutation& perm) {
               ": the permutation is empty or inconsistent; make it with sort_by_expert from this routing");
 }
 
+namespace hlo = graph::hlo;
+using graph::Value;
+
+// [n] -> [n, m], the value repeated along dim 1.
+Value across(const Value& v, int64_t m) {
+  return hlo::broadcast_in_dim(v, {v.shape[0], m}, {0});
+}
+
+// Whether each of ids [n] is expert e, for the experts e of dim 1: [n, experts] predicates.
+Value one_hot(const Value& ids, int64_t experts) {
+  return hlo::compare(across(ids, experts), hlo::iota({ids.shape[0], experts}, 1, kI64), "EQ");
+}
+
+// Each step of the k picks the best expert left by `choice` (the lowest index among equal
+// values), as the kernel does, then hides it: max and compare rather than a sort, for small k.
+TopKExperts topk_experts_lowered(const Tensor& scores, int64_t k, const Tensor& bias) {
+  const int64_t tokens = scores.size(0), experts = scores.size(1);
+  const DType dt = scores.dtype();
+  const Value s = graph::value_of(scores, "topk_experts");
+  Value choice = bias.defined() ? hlo::add(s, hlo::broadcast_in_dim(graph::value_of(bias, "topk_experts"),
+                                                                      {tokens, experts}, {1}))
+                                : s;
+  // Expert e as E - 1 - e, in the scores' dtype, so that the lowest index wins a max.
+  const Value reversed = hlo::iota({tokens, experts}, 1, dt);
+  const Value last = hlo::scalar(static_cast<double>(experts - 1), dt);
+  const Value rank = hlo::sub(hlo::broadcast_to(last, {tokens, experts}), reversed);
+  std::vector<Value> ids, weights;
+  for (int64_t j = 0; j < k; ++j) {
+    const Value best = hlo::compare(choice, across(hlo::reduce_max(choice, {1}), experts), "EQ");
+    const Value pick = hlo::reduce_max(hlo::select(best, rank, hlo::constant(-1.0, {tokens, experts}, dt)), {1});
+    const Value id = hlo::convert(hlo::sub(hlo::broadcast_to(last, {tokens}), pick), kI64);
+    const Value chosen = one_hot(id, experts);
+    weights.push_back(hlo::reshape(
+        hlo::reduce_sum(hlo::select(chosen, s, hlo::constant(0.0, {tokens, experts}, dt)), {1}), {tokens, 1}));
+    ids.push_back(hlo::reshape(id, {tokens, 1}));
+    choice = hlo::select(chosen, hlo::constant(-INFINITY, {tokens, experts}, dt), choice);
+  }
+  TopKExperts out{graph::tensor_of(hlo::concatenate(weights, 1)), graph::tensor_of(hlo::concatenate(ids, 1))};
+  autograd::record("topk_experts", {scores}, {out.weights},
+                   [ids = out.ids, tokens, experts, k](const autograd::GradContext& g) {
+                     const Value gw = graph::value_of(g[0], "topk_experts backward");
+                     const Value id = graph::value_of(ids, "topk_experts backward");
+                     Value ds = hlo::constant(0.0, {tokens, experts}, gw.dtype);
+                     for (int64_t j = 0; j < k; ++j) {
+                       const Value column = hlo::reshape(hlo::narrow(id, 1, j, 1), {tokens});
+                       const Value grad = across(hlo::reshape(hlo::narrow(gw, 1, j, 1), {tokens}), experts);
+                       ds = hlo::select(one_hot(column, experts), grad, ds);
+                     }
+                     return std::vector<Tensor>{graph::tensor_of(ds)};
+                   });
+  return out;
+}
+
+Value expert_counts_lowered(const Value& flat_ids, int64_t experts) {
+  const int64_t n = flat_ids.shape[0];
+  return hlo::reduce_sum(hlo::select(one_hot(flat_ids, experts), hlo::constant(1.0, {n, experts}, kI64),
+                                     hlo::constant(0.0, {n, experts}, kI64)),
+                         {0});
+}
+
+// Sorting the pairs by (expert, pair) gives each pair's place among all pairs in expert order;
+// less the pairs of the experts before its own, its place within its expert.
+ExpertSlots expert_slots_lowered(const Tensor& ids, int64_t experts, int64_t capacity) {
+  const int64_t k = ids.size(1), n = ids.numel();
+  const Value flat = hlo::reshape(graph::value_of(ids, "expert_slots"), {n});
+  const Value pair = hlo::iota({n}, 0, kI64);
+  const Value order = hlo::sort({hlo::add(hlo::mul(flat, static_cast<double>(n)), pair), pair}, 0)[1];
+  const Value place = hlo::sort({order, pair}, 0)[1];
+  const Value counts = expert_counts_lowered(flat, experts);
+  const Value before = hlo::compare(hlo::iota({experts, experts}, 1, kI64), hlo::iota({experts, experts}, 0, kI64), "LT");
+  const Value offset = hlo::reduce_sum(
+      hlo::select(before, hlo::broadcast_in_dim(counts, {experts, experts}, {1}),
+                  hlo::constant(0.0, {experts, experts}, kI64)),
+      {1});
+  const Value within = hlo::sub(place, hlo::reshape(hlo::take_rows(hlo::reshape(offset, {experts, 1}), flat), {n}));
+  const Value cap = hlo::constant(static_cast<double>(capacity), {n}, kI64);
+  const Value kept = hlo::compare(within, cap, "LT");
+  const Value zeros = hlo::constant(0.0, {n}, kI64);
+  const Value slot_of_pair = hlo::select(kept, hlo::add(hlo::mul(flat, static_cast<double>(capacity)), within), zeros);
+  // Slot (e, c) holds the pair at place offset[e] + c of the expert order, if expert e has a c-th.
+  const Shape grid{experts, capacity};
+  const Value c = hlo::iota(grid, 1, kI64);
+  const Value filled = hlo::compare(c, hlo::broadcast_in_dim(counts, grid, {0}), "LT");
+  const Value at = hlo::min(hlo::add(hlo::broadcast_in_dim(offset, grid, {0}), c),
+                            hlo::constant(static_cast<double>(n - 1), grid, kI64));
+  const Value pair_at = hlo::reshape(hlo::take_rows(hlo::reshape(order, {n, 1}), at), grid);
+  const Value token = hlo::select(filled, hlo::div(pair_at, hlo::constant(static_cast<double>(k), grid, kI64)),
+                                  hlo::constant(0.0, grid, kI64));
+  const Value over = hlo::max(hlo::sub(counts, hlo::constant(static_cast<double>(capacity), {experts}, kI64)),
+                              hlo::constant(0.0, {experts}, kI64));
+  return {.capacity = capacity,
+          .token_of_slot = graph::tensor_of(hlo::reshape(token, {experts * capacity})),
+          .slot_of_pair = graph::tensor_of(slot_of_pair),
+          .pair_kept = graph::tensor_of(hlo::select(kept, hlo::constant(1.0, {n}, kF32), hlo::constant(0.0, {n}, kF32))),
+          .dropped = graph::tensor_of(hlo::reduce_sum(over, {0}))};
+}
+
+void check_ids(const char* op, const Tensor& ids, int64_t num_experts) {
+  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == kI64, op, ": expected ids [tokens, k] i64, got ", ids.desc());
+  TITAN_CHECK(num_experts >= 1, op, ": num_experts must be >= 1, got ", num_experts);
+}
+
 }  // namespace
+
+Tensor expert_counts(const Tensor& ids, int64_t num_experts) {
+  const OpSpan span("expert_counts", ids);
+  check_ids("expert_counts", ids, num_experts);
+  if (ids.is_lazy())
+    return graph::tensor_of(expert_counts_lowered(hlo::reshape(graph::value_of(ids, "expert_counts"), {ids.numel()}),
+                                                  num_experts));
+  check_cpu("expert_counts", ids);
+  Tensor ic = ids.contiguous();
+  kernels::cpu::check_index_range("expert_counts", "expert id", ic, num_experts);
+  Tensor counts = Tensor::zeros({num_experts}, {.dtype = kI64});
+  const int64_t* id = ic.data<int64_t>();
+  int64_t* c = counts.data<int64_t>();
+  for (int64_t i = 0; i < ic.numel(); ++i) ++c[id[i]];
+  return counts;
+}
+
+ExpertSlots expert_slots(const Tensor& ids, int64_t num_experts, int64_t capacity) {
+  const OpSpan span("expert_slots", ids);
+  check_ids("expert_slots", ids, num_experts);
+  TITAN_CHECK(capacity >= 1 && ids.numel() >= 1, "expert_slots: need a capacity >= 1 and at least one pair, got capacity ",
+              capacity, " for ids ", ids.desc());
+  if (ids.is_lazy()) return expert_slots_lowered(ids, num_experts, capacity);
+  check_cpu("expert_slots", ids);
+  Tensor ic = ids.contiguous();
+  kernels::cpu::check_index_range("expert_slots", "expert id", ic, num_experts);
+  ExpertSlots s{.capacity = capacity,
+                .token_of_slot = Tensor::empty({num_experts * capacity}, {.dtype = kI64}),
+                .slot_of_pair = Tensor::empty({ic.numel()}, {.dtype = kI64}),
+                .pair_kept = Tensor::empty({ic.numel()}, {.dtype = kF32}),
+                .dropped = Tensor()};
+  s.dropped = Tensor::scalar<int64_t>(kernels::cpu::expert_slots(
+      ic.data<int64_t>(), ic.size(0), ic.size(1), num_experts, capacity, s.token_of_slot.data<int64_t>(),
+      s.slot_of_pair.data<int64_t>(), s.pair_kept.data<float>()));
+  return s;
+}
 
 TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
   const OpSpan span("topk_experts", scores, bias);
+  if (graph::any_lazy({&scores, &bias})) {
+    TITAN_CHECK(scores.dim() == 2 && k >= 1 && k <= scores.size(1) && (scores.dtype() == kF32 || scores.dtype() == kF64),
+                "topk_experts: expected f32 or f64 scores [tokens, experts] and 1 <= k <= experts, got ",
+                scores.desc(), " and k = ", k);
+    TITAN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == scores.size(1) && bias.dtype() == scores.dtype()),
+                "topk_experts: bias must be [", scores.size(1), "] of the scores' dtype, got ", bias.desc());
+    return topk_experts_lowered(scores, k, bias);
+  }
   check_float("topk_experts", "scores", scores);
   TITAN_CHECK(scores.dim() == 2, "topk_experts: expected scores [tokens, experts], got ", scores.desc());
   const int64_t tokens = scores.size(0), experts = scores.size(1);
@@ -199,6 +349,19 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
               group_rows.size(), " group sizes summing to ", total, " for ", weight.size(0),
               " weight matrices and ", x.size(0), " rows; give one size per group, summing to the rows of x");
 }
+
+// Groups of one size as one batched product through matmul, which lowers it and applies autocast.
+Tensor grouped_linear_lowered(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
+  TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype() &&
+                  static_cast<int64_t>(group_rows.size()) == weight.size(0),
+              "grouped_linear: expected x [rows, in] and weight [groups, out, in] of one dtype with a size per "
+              "group, got ", x.desc(), ", ", weight.desc(), " and ", group_rows.size(), " sizes");
+  const int64_t groups = weight.size(0), rows = group_rows.front();
+  for (int64_t r : group_rows)
+    TITAN_CHECK(r == rows && rows * groups == x.size(0), "grouped_linear: in a captured step every group has one size "
+                "(the capacity of ops::expert_slots), got groups of ", rows, " and ", r, " rows for x ", x.desc());
+  return matmul(x.reshape({groups, rows, x.size(1)}), weight.transpose(1, 2)).reshape({x.size(0), weight.size(1)});
+}
 }  // namespace
 
 // Under autocast the groups multiply bf16 copies of x and the weights (kept for backward, which
@@ -206,6 +369,7 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
 // float32, and SwiGLU's gate and up stay float32 (core/autocast.h).
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
   const OpSpan span("grouped_linear", x, weight);
+  if (graph::any_lazy({&x, &weight})) return grouped_linear_lowered(x, weight, group_rows);
   check_grouped("grouped_linear", x, weight, "weight", group_rows);
   const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
   const DType operand = matmul_operand_dtype(x.dtype());
@@ -243,6 +407,8 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
 Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
                       const std::vector<int64_t>& group_rows) {
   const OpSpan span("grouped_swiglu", x, w1, w3);
+  if (graph::any_lazy({&x, &w1, &w3}))
+    return swiglu(grouped_linear_lowered(x, w1, group_rows), grouped_linear_lowered(x, w3, group_rows));
   check_grouped("grouped_swiglu", x, w1, "w1", group_rows);
   check_grouped("grouped_swiglu", x, w3, "w3", group_rows);
   TITAN_CHECK(w1.sizes() == w3.sizes(), "grouped_swiglu: w1 ", w1.desc(), " and w3 ", w3.desc(),

@@ -19,6 +19,23 @@ struct TopKExperts {
 // unbiased scores, and the choice itself has no gradient.
 TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias = Tensor());
 
+// How many of the (token, choice) pairs of ids [tokens, k] (i64 in [0, num_experts)) chose each
+// expert: [num_experts] i64.
+Tensor expert_counts(const Tensor& ids, int64_t num_experts);
+
+// The pairs of a routing laid out in slots of a fixed number per expert, so that every expert's
+// rows have one static shape (graph mode, or a capacity factor): slot e * capacity + c holds the
+// c-th pair, in token order, that chose expert e; a pair past its expert's capacity is dropped.
+// Empty slots and dropped pairs point at row 0, and pair_kept is 0 for a dropped pair.
+struct ExpertSlots {
+  int64_t capacity = 0;
+  Tensor token_of_slot;  // [num_experts * capacity] i64
+  Tensor slot_of_pair;   // [tokens * k] i64
+  Tensor pair_kept;      // [tokens * k] f32: 1 for a pair in its slot, 0 for a dropped one
+  Tensor dropped;        // 0-d i64: the pairs dropped
+};
+ExpertSlots expert_slots(const Tensor& ids, int64_t num_experts, int64_t capacity);
+
 // How the (token, choice) pairs of a routing are laid out in expert order ("rows": experts
 // ascending, tokens ascending within one expert).
 struct TokenPermutation {
@@ -47,7 +64,8 @@ Tensor inverse_permutation(const Tensor& order);
 
 // x [rows, in] with consecutive groups of group_rows[g] rows, weight [groups, out, in] ->
 // [rows, out]: each group's rows @ weight[g]^T (nn.Linear's layout per group). One GEMM per
-// group, forward and backward.
+// group, forward and backward. In a captured step the groups must be of one size (expert_slots'),
+// and it is one batched product.
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows);
 
 // swiglu(grouped_linear(x, w1), grouped_linear(x, w3)): the first half of every expert's SwiGLU

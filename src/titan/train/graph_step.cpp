@@ -103,10 +103,15 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
     batch.push_back(graph::tensor_of(program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
                                                        graph::InputKind::batch)));
   }
+  for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
+    out.inputs.push_back({.source = Source::buffer, .index = out.buffers.size()});
+    out.buffers.push_back(b);
+    bound.bind(b, program.parameter(b.sizes(), b.dtype(), "buffer." + name, graph::InputKind::batch));
+  }
 
   // Forward and backward of each micro-batch, as eager's train_step runs them.
   const double micro = static_cast<double>(batches.size());
-  Tensor loss_sum;
+  Tensor loss_sum, aux_sum;
   for (size_t b = 0, at = 0; b < batches.size(); ++b) {
     const Tensor& inputs = batch[at++];
     const Tensor& labels = batch[at++];
@@ -114,9 +119,10 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
     Tensor loss;
     in_phase("the forward and loss of micro-batch " + std::to_string(b), [&] {
       loss = ops::cross_entropy(model(inputs, doc), labels);
-      TITAN_CHECK(!model.auxiliary_loss().defined(),
-                  "graph mode: this model adds an auxiliary loss (a mixture of experts), which graph mode does "
-                  "not capture yet; train it with compile.enable = false");
+      if (const Tensor aux = model.auxiliary_loss(); aux.defined()) {
+        aux_sum = aux_sum.defined() ? ops::add(aux_sum, aux.detach()) : aux.detach();
+        loss = ops::add(loss, aux);
+      }
     });
     loss_sum = loss_sum.defined() ? ops::add(loss_sum, loss.detach()) : loss.detach();
     in_phase("the backward of micro-batch " + std::to_string(b),
@@ -140,6 +146,11 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   }
   results.push_back(hlo::mul(graph::value_of(loss_sum, "loss"), 1.0 / micro));
   results.push_back(norm);
+  out.aux = aux_sum.defined();
+  if (out.aux) results.push_back(hlo::mul(graph::value_of(aux_sum, "auxiliary loss"), 1.0 / micro));
+  const std::vector<Tensor> records = model.take_step_records();
+  out.records = records.size();
+  for (const Tensor& r : records) results.push_back(graph::value_of(r, "the model's step records"));
   std::vector<std::pair<int, int>> aliases;
   for (size_t i = 0; i < 3 * n; ++i) aliases.emplace_back(static_cast<int>(i), static_cast<int>(i));
 
@@ -225,6 +236,10 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
     switch (in.source) {
       case Source::state: args.push_back(&state_[in.index]); break;
       case Source::host: args.push_back(&host_buffers_[in.index]); break;
+      case Source::buffer:
+        uploaded.push_back(runner_.upload(captured_.buffers[in.index]));
+        args.push_back(&uploaded.back());
+        break;
       case Source::batch:
         uploaded.push_back(runner_.upload(batch[in.index]));
         args.push_back(&uploaded.back());
@@ -238,7 +253,14 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   std::vector<graph::pjrt::Buffer> out = executable_->execute(args, captured_.donated);
   for (size_t i = 0; i < state_.size(); ++i) state_[i] = std::move(out[i]);
   ++steps_taken_;
-  return {.loss = runner_.download(out[state_.size()]).item(), .grad_norm = runner_.download(out[state_.size() + 1]).item()};
+  size_t at = state_.size();
+  Result r{.loss = runner_.download(out[at]).item(), .grad_norm = runner_.download(out[at + 1]).item()};
+  at += 2;
+  if (captured_.aux) r.aux_loss = runner_.download(out[at++]).item();
+  std::vector<Tensor> records;
+  for (size_t i = 0; i < captured_.records; ++i) records.push_back(runner_.download(out[at++]));
+  model_.put_step_records(std::move(records));
+  return r;
 }
 
 void GraphStep::to_host() {

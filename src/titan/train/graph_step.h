@@ -5,6 +5,7 @@
 // steps, donated to each run and replaced by its results (input/output aliasing); the host copies
 // (the model's tensors, the optimizer's state) are brought up to date only when something reads
 // them: a checkpoint save, validation, the end of the run.
+#include <optional>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -41,9 +42,11 @@ graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac);
 
 // What feeds one parameter of the captured step.
 struct StepInput {
-  enum class Source : uint8_t { state, batch, scalar, host };
+  enum class Source : uint8_t { state, batch, scalar, host, buffer };
   Source source = Source::state;
-  size_t index = 0;  // into the state (plan_state's slots: parameters, then moments), the batch tensors, the scalars, or `host`
+  // into the state (plan_state's slots: parameters, then moments), the batch tensors, the scalars,
+  // `host` or `buffers`
+  size_t index = 0;
 };
 
 // The training step recorded as one program, before anything runs: what GraphStep compiles, and
@@ -55,6 +58,13 @@ struct CapturedStep {
   std::vector<StepInput> inputs;
   std::vector<int> donated;   // the state's parameters, replaced by the results of the same index
   std::vector<Tensor> host;   // tables read from the host (RoPE's), for StepInput::Source::host
+  // The model's persistent buffers (MoE's expert bias), which the host updates between steps: read
+  // for every run, for StepInput::Source::buffer.
+  std::vector<Tensor> buffers;
+  // The results after the state, the loss and the gradient norm: the auxiliary loss (if the model
+  // adds one), then the model's step records (CausalLM::take_step_records), in its order.
+  bool aux = false;
+  size_t records = 0;
 };
 // Captures forward, backward, clipping and AdamW over micro-batches shaped as `batches` (their
 // values are not read). The parameters may be meta tensors.
@@ -69,12 +79,14 @@ class GraphStep {
             GraphStepOptions options, std::ostream& log);
 
   struct Result {
-    double loss = 0;       // mean over the micro-batches
+    double loss = 0;       // mean over the micro-batches, the auxiliary loss included
     double grad_norm = 0;  // before clipping
+    std::optional<double> aux_loss = std::nullopt;  // its mean, for a model that adds one
   };
   // One optimizer step over `batches` (the micro-batches of gradient accumulation). Captured and
   // compiled on the first step and again whenever the batches' shapes or the precision change;
-  // a program compiled before is taken from the cache.
+  // a program compiled before is taken from the cache. The model's step records reach it
+  // (put_step_records) for its end_step.
   Result run(const std::vector<data::Batch>& batches);
 
   // Copies the device's parameters and optimizer state into the model and the optimizer.

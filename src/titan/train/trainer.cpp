@@ -357,7 +357,14 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
       config::require(mesh->degree(dim) == 1, "parallelism.expert_parallel_degree = ", ep_degree,
                       " with parallelism.", key, " = ", mesh->degree(dim),
                       " is not supported yet; set one of them to 1");
+    config::require(c.model.moe.capacity_factor == 0, "moe.capacity_factor = ", c.model.moe.capacity_factor,
+                    " with parallelism.expert_parallel_degree = ", ep_degree,
+                    ": the all-to-all dispatcher has no capacity yet; set capacity_factor = 0");
   }
+  if (c.compile.graph() && summary.num_experts > 0)
+    config::require(!c.compile.scan_layers, "compile.scan_layers = true: model ", c.model.name, "/", c.model.flavor,
+                    " has MoE layers, whose expert loads and load-balancing losses graph mode's layer loop does not "
+                    "carry out of its body yet; set compile.scan_layers = false (every layer recorded)");
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   {
     // Shapes only: each rank allocates and initialises what it holds once the plans have split and
@@ -429,6 +436,12 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
     parallel::deferred_init(*model, rng, fsdp.get(), slice_of);
   }
   install_global_expert_counts();
+  // A captured step has static shapes: every expert computes on fixed rows (room for every token
+  // unless moe.capacity_factor caps them), not on as many as it was routed.
+  if (cfg.compile.graph())
+    for (const auto& [name, m] : model->named_modules())
+      if (auto* moe = dynamic_cast<nn::moe::MoE*>(m); moe && dynamic_cast<nn::moe::LocalTokenDispatcher*>(moe->dispatcher.get()))
+        moe->dispatcher = std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0);
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
@@ -724,7 +737,10 @@ TrainResult Trainer::train() {
         std::vector<data::Batch> batches;
         for (int64_t i = 0; i < accum; ++i) batches.push_back(s.next_batch());
         const GraphStep::Result r = s.graph->run(batches);
-        return StepStats{.loss = r.loss, .grad_norm = r.grad_norm, .extra = {}};
+        StepStats stats{.loss = r.loss, .grad_norm = r.grad_norm, .extra = {}};
+        if (r.aux_loss) stats.extra.emplace_back("aux_loss", *r.aux_loss);
+        for (auto& scalar : s.model->end_step()) stats.extra.push_back(std::move(scalar));
+        return stats;
       }
       return train_step(
           *s.model, *s.optimizer, s.params, c.training.max_norm, accum, [&] { return s.next_batch(); }, sync);

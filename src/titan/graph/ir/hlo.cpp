@@ -285,6 +285,22 @@ Value reduce_max(const Value& x, const Shape& dims) {
 Value sum_keep(const Value& x, int64_t dim) { return keep_dim(reduce_sum(x, {dim}), x.shape, dim); }
 Value max_keep(const Value& x, int64_t dim) { return keep_dim(reduce_max(x, {dim}), x.shape, dim); }
 
+std::vector<Value> sort(const std::vector<Value>& xs, int64_t dim) {
+  TITAN_CHECK(!xs.empty() && dim >= 0 && dim < static_cast<int64_t>(xs[0].shape.size()),
+              "graph lowering: sort needs at least one operand with a dim ", dim);
+  std::vector<ResultType> types, pairs;
+  for (const Value& x : xs) {
+    TITAN_CHECK(x.shape == xs[0].shape, "graph lowering: sort's operands differ in shape: ", mlir_type(xs[0]),
+                " and ", mlir_type(x));
+    types.push_back(type_of(x));
+    pairs.insert(pairs.end(), 2, ResultType{{}, x.dtype, x.pred});
+  }
+  std::string less = prog().region(
+      pairs, [](const std::vector<Value>& a) { return std::vector<Value>{compare(a[0], a[1], "LT")}; });
+  return prog().emit("stablehlo.sort", xs, types, "dimension = " + std::to_string(dim) + " : i64, is_stable = true",
+                     {less});
+}
+
 Value take_rows(const Value& table, const Value& ids) {
   TITAN_CHECK(table.shape.size() == 2, "graph lowering: take_rows needs a [rows, d] table, got ", mlir_type(table));
   const int64_t n = numel_of(ids.shape), d = table.shape[1];

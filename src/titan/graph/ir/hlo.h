@@ -75,6 +75,10 @@ Value reduce_max(const Value& x, const Shape& dims);
 Value sum_keep(const Value& x, int64_t dim);
 Value max_keep(const Value& x, int64_t dim);
 
+// xs, all of one shape, reordered alike along `dim` so that xs[0] ascends there (a stable sort:
+// equal keys keep their order).
+std::vector<Value> sort(const std::vector<Value>& xs, int64_t dim);
+
 // Rows of table [n, d] at integer ids [...] -> [..., d].
 Value take_rows(const Value& table, const Value& ids);
 // A zero table [rows, d] with updates [..., d] added at rows `ids` [...].

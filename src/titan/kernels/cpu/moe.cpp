@@ -71,6 +71,24 @@ void sort_by_expert(const int64_t* ids, int64_t tokens, int64_t k, int64_t exper
   }
 }
 
+int64_t expert_slots(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts, int64_t capacity,
+                     int64_t* token_of_slot, int64_t* slot_of_pair, float* kept) {
+  std::fill(token_of_slot, token_of_slot + experts * capacity, int64_t{0});
+  std::vector<int64_t> filled(static_cast<size_t>(experts), 0);
+  int64_t dropped = 0;
+  for (int64_t p = 0; p < tokens * k; ++p) {
+    const int64_t e = ids[p], c = filled[e]++;
+    const bool in = c < capacity;
+    slot_of_pair[p] = in ? e * capacity + c : 0;
+    kept[p] = in ? 1.0f : 0.0f;
+    if (in)
+      token_of_slot[e * capacity + c] = p / k;
+    else
+      ++dropped;
+  }
+  return dropped;
+}
+
 template <typename T>
 void gather_rows(const T* src, const int64_t* index, int64_t rows, int64_t d, T* dst) {
   parallel_for(0, rows, rows_per_chunk(d), [&](int64_t r0, int64_t r1) {

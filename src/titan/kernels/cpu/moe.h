@@ -26,6 +26,12 @@ void topk_experts_bwd(const T* d_weights, const int64_t* ids, int64_t tokens, in
 void sort_by_expert(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts, int64_t* counts,
                     int64_t* row_of, int64_t* token_of_row);
 
+// The pairs in slots of `capacity` per expert (ops::expert_slots): token_of_slot
+// [experts * capacity], slot_of_pair and kept [tokens * k]; returns the pairs dropped. ids must be
+// in [0, experts).
+int64_t expert_slots(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts, int64_t capacity,
+                     int64_t* token_of_slot, int64_t* slot_of_pair, float* kept);
+
 // dst[r, :] = src[index[r], :] for r in [0, rows); rows of width d.
 template <typename T>
 void gather_rows(const T* src, const int64_t* index, int64_t rows, int64_t d, T* dst);

@@ -132,21 +132,57 @@ Tensor Transformer::auxiliary_loss() {
 NamedScalars Transformer::end_step() {
   if (!args_.moe) return {};
   std::vector<std::vector<int64_t>> counts;
-  int64_t routed = 0;
-  for (const auto& layer : *layers) {
-    std::vector<int64_t> layer_counts = layer->moe->end_step();
+  NamedScalars dropped_by_layer;
+  int64_t routed = 0, dropped = 0;
+  for (size_t l = 0; l < layers->size(); ++l) {
+    nn::moe::MoE& moe = *(*layers)[l].moe;
+    std::vector<int64_t> layer_counts = moe.end_step();
     int64_t layer_routed = 0;
     for (int64_t c : layer_counts) layer_routed += c;
     // A layer of another pipeline stage runs on another rank.
     if (layer_routed == 0) continue;
     routed += layer_routed;
     counts.push_back(std::move(layer_counts));
+    dropped += moe.dropped();
+    if (moe.dropped() > 0)
+      dropped_by_layer.emplace_back("moe/dropped_layer" + std::to_string(l), static_cast<double>(moe.dropped()));
   }
   if (routed == 0) return {};  // no training forward since the last step
   const nn::moe::ExpertLoad load = nn::moe::expert_load(counts);
-  return {{"moe/tokens_min", static_cast<double>(load.min)},
-          {"moe/tokens_max", static_cast<double>(load.max)},
-          {"moe/tokens_cv", load.cv}};
+  NamedScalars out{{"moe/tokens_min", static_cast<double>(load.min)},
+                   {"moe/tokens_max", static_cast<double>(load.max)},
+                   {"moe/tokens_cv", load.cv}};
+  // Only a capped layer drops, so a dropless run's line stays as it was.
+  if (args_.moe->capacity_factor > 0 || dropped > 0) {
+    out.emplace_back("moe/dropped", static_cast<double>(dropped));
+    out.insert(out.end(), dropped_by_layer.begin(), dropped_by_layer.end());
+  }
+  return out;
+}
+
+std::vector<Tensor> Transformer::take_step_records() {
+  std::vector<Tensor> out;
+  records_per_layer_.clear();
+  if (!args_.moe) return out;
+  for (const auto& layer : *layers) {
+    std::vector<Tensor> r = layer->moe->take_records();
+    records_per_layer_.push_back(r.size());
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
+}
+
+void Transformer::put_step_records(std::vector<Tensor> records) {
+  size_t expected = 0;
+  for (size_t n : records_per_layer_) expected += n;
+  TITAN_CHECK(records.size() == expected, "qwen3 Transformer::put_step_records: ", records.size(),
+              " records where take_step_records gave ", expected);
+  size_t at = 0;
+  for (size_t l = 0; l < records_per_layer_.size(); ++l) {
+    const auto first = records.begin() + static_cast<std::ptrdiff_t>(at);
+    (*layers)[l].moe->put_records({first, first + static_cast<std::ptrdiff_t>(records_per_layer_[l])});
+    at += records_per_layer_[l];
+  }
 }
 
 void Transformer::reset_parameters(Generator& gen) {

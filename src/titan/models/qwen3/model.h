@@ -80,6 +80,8 @@ class Transformer : public CausalLM {
   // MoE: the expert-bias update (when on) and the step's expert load, as moe/tokens_min,
   // moe/tokens_max and moe/tokens_cv (see nn::moe::expert_load). Nothing for a dense model.
   NamedScalars end_step() override;
+  std::vector<Tensor> take_step_records() override;
+  void put_step_records(std::vector<Tensor> records) override;
 
   // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. Tied, that
   // is the embedding's init too: the projection's scale is the one that sets the first loss.
@@ -95,6 +97,7 @@ class Transformer : public CausalLM {
   common::AttentionKernel kernel_;
   ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
   std::shared_ptr<nn::moe::MoEPass> last_pass_;
+  std::vector<size_t> records_per_layer_;  // what take_step_records took from each layer
 
   // A pass for one forward: MoE layers report into it (nothing for a dense model).
   std::shared_ptr<nn::moe::MoEPass> new_pass() const;

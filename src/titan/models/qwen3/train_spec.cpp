@@ -26,6 +26,7 @@ ModelArgs args_from(Family family, const ModelConfig& cfg) {
     args.load_balance_loss = nn::moe::load_balance_loss_from_name(cfg.moe.load_balance_loss);
     args.moe->load_balance_bias = cfg.moe.load_balance_bias;
     args.moe->bias_update_rate = cfg.moe.bias_update_rate;
+    args.moe->capacity_factor = cfg.moe.capacity_factor;
   }
   return args;
 }

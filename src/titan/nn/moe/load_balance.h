@@ -8,7 +8,7 @@
 //    load_balancing_loss_func (Qwen3MoeForCausalLM, Mixtral): f_e is the choices of expert e
 //    over all layers divided by all layers' tokens (so k when balanced), P_e its mean score over
 //    the same rows.
-// Each layer attaches its part to its output (autograd::AuxiliaryLosses), so activation
+// Each layer attaches its part to its output (nn::AuxiliaryLosses), so activation
 // checkpointing rebuilds its graph; the global loss's weights, which need every layer's choices,
 // are read only after the whole forward.
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/autograd/auxiliary_loss.h"
+#include "titan/nn/auxiliary_loss.h"
 #include "titan/nn/moe/router.h"
 
 namespace titan::nn::moe {
@@ -30,18 +30,18 @@ LoadBalanceLoss load_balance_loss_from_name(const std::string& name);
 // The choices of every MoE layer of one forward pass, by layer, so that a layer re-run by
 // activation checkpointing replaces its own report.
 struct PooledChoices {
-  std::map<int64_t, std::vector<int64_t>> tokens_per_expert;
+  std::map<int64_t, Tensor> tokens_per_expert;  // [experts] i64
   std::map<int64_t, int64_t> tokens;
 };
 
 // Layer `layer`'s per-layer loss, counted with `weight`.
 Tensor attach_per_layer_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
-                             autograd::AuxiliaryLosses& losses);
+                             nn::AuxiliaryLosses& losses);
 
 // Layer `layer`'s share of the global loss, counted with `weight`: its choices go into `pooled`,
 // and its scores summed over its tokens are weighted by weight * E * C_e / N^2 (C_e: expert e's
 // choices, N: the tokens, both over all layers in `pooled`), which the global loss is linear in.
 Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
-                          const std::shared_ptr<PooledChoices>& pooled, autograd::AuxiliaryLosses& losses);
+                          const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
 
 }  // namespace titan::nn::moe

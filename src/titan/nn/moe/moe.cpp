@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace titan::nn::moe {
 
@@ -11,6 +12,7 @@ void MoEArgs::validate() const {
       "MoEArgs: expected num_experts >= 1, 1 <= top_k <= num_experts and hidden_dim >= 1, got num_experts=",
       num_experts, " top_k=", top_k, " hidden_dim=", hidden_dim);
   TITAN_CHECK(bias_update_rate >= 0, "MoEArgs: bias_update_rate must be >= 0, got ", bias_update_rate);
+  TITAN_CHECK(capacity_factor >= 0, "MoEArgs: capacity_factor must be >= 0 (0: no cap), got ", capacity_factor);
 }
 
 MoE::MoE(int64_t layer_id, int64_t dim, const MoEArgs& args, double init_std, TensorOptions opts)
@@ -21,8 +23,10 @@ MoE::MoE(int64_t layer_id, int64_t dim, const MoEArgs& args, double init_std, Te
                                              args.load_balance_bias, init_std, opts));
   experts = register_module(
       "experts", std::make_shared<GroupedExperts>(args.num_experts, dim, args.hidden_dim, init_std, opts));
-  dispatcher = std::make_shared<LocalTokenDispatcher>();
-  tokens_per_expert_.assign(static_cast<size_t>(args.num_experts), 0);
+  if (args.capacity_factor > 0)
+    dispatcher = std::make_shared<CapacityTokenDispatcher>(args.capacity_factor);
+  else
+    dispatcher = std::make_shared<LocalTokenDispatcher>();
 }
 
 Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
@@ -32,8 +36,10 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
   TokenDispatcher::Dispatched d = dispatcher->dispatch(tokens, r.ids, args_.num_experts);
   Tensor out = dispatcher->combine((*experts)(d.rows, d.rows_per_expert), r.weights, d);
 
-  if (is_training() && pass.layers_run.insert(layer_id_).second)
-    for (int64_t e = 0; e < args_.num_experts; ++e) tokens_per_expert_[e] += r.tokens_per_expert[e];
+  if (is_training() && pass.layers_run.insert(layer_id_).second) {
+    records_.push_back(r.tokens_per_expert);
+    records_.push_back(d.slots.dropped.defined() ? d.slots.dropped : Tensor::scalar<int64_t>(0));
+  }
 
   if (pass.aux_loss_weight > 0)
     out = pass.load_balance_loss == LoadBalanceLoss::global
@@ -43,13 +49,31 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
   return out.view(x.sizes());
 }
 
+std::vector<Tensor> MoE::take_records() {
+  return std::exchange(records_, {});
+}
+
+void MoE::put_records(std::vector<Tensor> records) {
+  TITAN_CHECK(records.size() % 2 == 0, "moe::MoE::put_records: expected (tokens per expert, dropped) pairs, got ",
+              records.size(), " tensors");
+  records_.insert(records_.end(), records.begin(), records.end());
+}
+
 std::vector<int64_t> MoE::end_step() {
-  std::vector<int64_t> counts = tokens_per_expert_;
+  std::vector<int64_t> counts(static_cast<size_t>(args_.num_experts), 0);
+  dropped_ = 0;
+  for (size_t i = 0; i < records_.size(); i += 2) {
+    const Tensor c = records_[i].contiguous();
+    TITAN_CHECK(c.dtype() == kI64 && c.numel() == args_.num_experts, "moe::MoE::end_step: a record of ", c.desc(),
+                " for ", args_.num_experts, " experts");
+    for (int64_t e = 0; e < args_.num_experts; ++e) counts[e] += c.data<int64_t>()[e];
+    dropped_ += static_cast<int64_t>(records_[i + 1].item());
+  }
+  records_.clear();
   if (count_reducer) count_reducer(counts);
   // A layer that routed nothing (one of another pipeline stage) has nothing to balance.
   const bool routed = std::any_of(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
   if (args_.load_balance_bias && routed) router->update_expert_bias(counts, args_.bias_update_rate);
-  tokens_per_expert_.assign(counts.size(), 0);
   return counts;
 }
 

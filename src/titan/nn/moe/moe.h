@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "titan/autograd/auxiliary_loss.h"
+#include "titan/nn/auxiliary_loss.h"
 #include "titan/nn/moe/experts.h"
 #include "titan/nn/moe/load_balance.h"
 #include "titan/nn/moe/router.h"
@@ -24,6 +24,9 @@ struct MoEArgs {
   bool norm_topk_prob = true;      // renormalise the k chosen scores to sum to 1
   bool load_balance_bias = false;  // the auxiliary-loss-free expert bias
   double bias_update_rate = 1e-3;  // its step per optimizer step (DeepSeek-V3's gamma)
+  // > 0: every expert computes on capacity_factor * tokens * k / experts rows and drops the pairs
+  // past them (CapacityTokenDispatcher); 0: no cap, no pair dropped.
+  double capacity_factor = 0;
 
   // Throws, naming the field, when the sizes cannot make a layer.
   void validate() const;
@@ -32,7 +35,7 @@ struct MoEArgs {
 // What one forward pass of a model shares with its MoE layers; the model makes one per pass and
 // hands it to every layer.
 struct MoEPass {
-  autograd::AuxiliaryLosses aux_losses;
+  nn::AuxiliaryLosses aux_losses;
   // The load-balancing loss's weight. per_layer: each layer's loss counts with it (the coefficient
   // over the number of MoE layers, so that the total is the coefficient times the layers' mean);
   // global: the one loss does. 0: none computed.
@@ -67,6 +70,16 @@ class MoE : public Module {
   // count_reducer first; applies the expert-bias update from them when the bias is on, and
   // starts counting afresh.
   std::vector<int64_t> end_step();
+  // The (token, choice) pairs over their expert's capacity that the step end_step closed dropped.
+  int64_t dropped() const { return dropped_; }
+
+  // What each training-mode forward since the last end_step recorded for it: its tokens per expert
+  // ([experts] i64) and dropped pairs (0-d i64), as tensors of wherever the forward ran. Graph
+  // mode takes them out of the captured step as results of its program (take_records) and gives
+  // each run's back (put_records: host tensors, as take_records returned them), so that end_step
+  // reads them as in eager mode.
+  std::vector<Tensor> take_records();
+  void put_records(std::vector<Tensor> records);
   // Replaceable: makes this process's counts the step's global ones in place (a sum over the
   // ranks that routed other tokens), so that every rank updates the bias alike. Unset: local.
   std::function<void(std::vector<int64_t>&)> count_reducer = nullptr;
@@ -79,7 +92,8 @@ class MoE : public Module {
  private:
   int64_t layer_id_;
   MoEArgs args_;
-  std::vector<int64_t> tokens_per_expert_;  // this step's, summed over its forwards
+  std::vector<Tensor> records_;  // pairs of (tokens per expert, dropped), one per forward
+  int64_t dropped_ = 0;
 };
 
 // How evenly the tokens of a step spread over the experts, from each layer's tokens per expert.

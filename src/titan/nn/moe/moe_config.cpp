@@ -12,7 +12,11 @@ void declare_keys(config::Keys<MoeConfig>& keys) {
       .add("load_balance_bias", &C::load_balance_bias, {},
            "auxiliary-loss-free balancing: a per-expert bias on the routing choice, nudged after every step "
            "towards an even load")
-      .add("bias_update_rate", &C::bias_update_rate, config::non_negative(), "the bias's step per optimizer step");
+      .add("bias_update_rate", &C::bias_update_rate, config::non_negative(), "the bias's step per optimizer step")
+      .add("capacity_factor", &C::capacity_factor, config::non_negative(),
+           "> 0: each expert computes on capacity_factor * tokens * top_k / experts rows and the (token, choice) "
+           "pairs past them are dropped (counted per layer as moe/dropped); 0: no cap, nothing dropped. Graph mode "
+           "gives every expert fixed rows whatever the factor (0: room for every token)");
 }
 
 }  // namespace titan::nn::moe

@@ -13,6 +13,8 @@ struct MoeConfig {
   // The auxiliary-loss-free expert bias, with its step per optimizer step.
   bool load_balance_bias = false;
   double bias_update_rate = 0.001;
+  // Rows per expert: capacity_factor * tokens * top_k / experts, pairs past it dropped; 0: no cap.
+  double capacity_factor = 0;
 
   bool operator==(const MoeConfig&) const = default;
 };

@@ -32,9 +32,7 @@ Routing TopKRouter::route(const Tensor& x) {
   ops::TopKExperts top = ops::topk_experts(r.scores, top_k_, expert_bias);
   r.weights = norm_topk_prob_ ? top.weights / ops::sum(top.weights, -1, true) : top.weights;
   r.ids = top.ids;
-  r.tokens_per_expert.assign(static_cast<size_t>(num_experts()), 0);
-  const int64_t* id = r.ids.data<int64_t>();
-  for (int64_t i = 0; i < r.ids.numel(); ++i) ++r.tokens_per_expert[id[i]];
+  r.tokens_per_expert = ops::expert_counts(r.ids, num_experts());
   return r;
 }
 

@@ -13,7 +13,7 @@ struct Routing {
   Tensor scores;   // [tokens, experts]: softmax of the gate's logits
   Tensor weights;  // [tokens, k]: the chosen experts' scores (renormalised to sum 1 if asked)
   Tensor ids;      // [tokens, k] i64, best first; ties go to the lower expert index
-  std::vector<int64_t> tokens_per_expert;  // [experts]: how many tokens chose each expert
+  Tensor tokens_per_expert;  // [experts] i64: how many tokens chose each expert
 };
 
 class TopKRouter : public Module {

@@ -19,7 +19,7 @@
 
 #include "titan/core/tensor.h"
 
-namespace titan::autograd {
+namespace titan::nn {
 
 class AuxiliaryLosses {
  public:
@@ -33,9 +33,11 @@ class AuxiliaryLosses {
 
   // As above for a term of any shape whose weights depend on what the rest of the forward does
   // (a loss pooled over all layers weighs each layer's term by every layer's choices): the term
-  // counts as sum(weights * term), and weights(scale) returns scale * weights, a tensor of the
-  // term's shape and dtype. It is called only in total() and in backward, after the whole forward.
-  Tensor attach(const Tensor& out, const Tensor& term, std::function<Tensor(double scale)> weights,
+  // counts as sum(weigh(term)), where weigh(x), linear in x, multiplies x by the weights; backward
+  // hands the term weigh(g) for the 0-d gradient g of total(), which must broadcast to the term's
+  // shape. weigh is called only in total() and in backward, after the whole forward. All of it
+  // is tensor arithmetic, so the terms may live on any device (a captured step's included).
+  Tensor attach(const Tensor& out, const Tensor& term, std::function<Tensor(const Tensor& x)> weigh,
                 int64_t key);
 
   // The sum of the weighted terms over the keys, a 0-d tensor of the terms' dtype (f32 when none
@@ -49,4 +51,4 @@ class AuxiliaryLosses {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace titan::autograd
+}  // namespace titan::nn

@@ -1,0 +1,131 @@
+// The lowerings of a mixture-of-experts layer's ops against their eager kernels: top-k routing
+// (ties, the expert bias), the expert counts and capacity slots, the grouped products of equal
+// groups, and the capacity dispatcher's whole layer, outputs and gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "support/graph_harness.h"
+#include "support/test_util.h"
+#include "titan/nn/moe/token_dispatcher.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/linalg.h"
+#include "titan/ops/moe.h"
+#include "titan/ops/reduce.h"
+#include "titan/ops/softmax.h"
+
+namespace titan {
+namespace {
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+constexpr double kF32Tol = 1e-5;
+
+// With grads, every floating input's gradient too.
+void expect_matches(const Fn& fn, const std::vector<Tensor>& inputs, double tol, const std::string& what,
+                    bool with_grads = true) {
+  const test::GraphEager r = test::run_eager_and_graph(fn, inputs, with_grads);
+  ASSERT_EQ(r.eager.size(), r.graph.size()) << what;
+  for (size_t i = 0; i < r.eager.size(); ++i)
+    EXPECT_TRUE(test::tensors_close(r.graph[i], r.eager[i], tol, what + " #" + std::to_string(i)));
+}
+
+// Values on a grid of quarters in [lo, lo + 2), so that many tie: the lowest expert index must win
+// each tie.
+Tensor quarters(const Shape& shape, uint64_t seed, double lo) {
+  std::vector<float> v(static_cast<size_t>(numel_of(shape)));
+  for (float& x : v) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = static_cast<float>(lo + 0.25 * static_cast<double>((seed >> 33) % 8));
+  }
+  return Tensor::from_vector(v, shape);
+}
+
+TEST(GraphMoE, TopKExpertsWithTiesAndABias) {
+  const int64_t tokens = 13, experts = 7;
+  const Tensor scores = quarters({tokens, experts}, 1, 0.0), bias = quarters({experts}, 2, -1.0);
+  for (int64_t k : {1, 2, 3, 7}) {
+    for (bool with_bias : {false, true}) {
+      const std::string what = "k " + std::to_string(k) + (with_bias ? " with bias" : "");
+      std::vector<Tensor> in{scores};
+      if (with_bias) in.push_back(bias);
+      expect_matches(
+          [k](const std::vector<Tensor>& v) {
+            const ops::TopKExperts top = ops::topk_experts(v[0], k, v.size() > 1 ? v[1].detach() : Tensor());
+            return std::vector<Tensor>{top.weights, top.ids.to(kF32)};
+          },
+          // The bias only chooses: it has no gradient.
+          in, 0.0, what, /*with_grads=*/!with_bias);
+    }
+  }
+}
+
+// ids [tokens, k] of distinct experts per token.
+Tensor routes(int64_t tokens, int64_t experts, int64_t k, uint64_t seed) {
+  return ops::topk_experts(test::rand_f32({tokens, experts}, seed), k).ids;
+}
+
+TEST(GraphMoE, ExpertCountsAndSlotsAtEveryCapacity) {
+  const int64_t tokens = 19, experts = 5, k = 2;
+  const Tensor ids = routes(tokens, experts, k, 3);
+  for (int64_t capacity : {int64_t{1}, int64_t{3}, int64_t{8}, tokens}) {
+    expect_matches(
+        [&](const std::vector<Tensor>& v) {
+          const ops::ExpertSlots s = ops::expert_slots(v[0], experts, capacity);
+          return std::vector<Tensor>{ops::expert_counts(v[0], experts).to(kF32), s.token_of_slot.to(kF32),
+                                     s.slot_of_pair.to(kF32), s.pair_kept, s.dropped.to(kF32)};
+        },
+        {ids}, 0.0, "capacity " + std::to_string(capacity), /*with_grads=*/false);
+  }
+}
+
+TEST(GraphMoE, GroupedLinearAndSwigluOfEqualGroups) {
+  const int64_t groups = 3, rows = 5, in = 11, hidden = 6;
+  const std::vector<int64_t> sizes(groups, rows);
+  const Tensor x = test::rand_f32({groups * rows, in}, 4), w1 = test::rand_f32({groups, hidden, in}, 5),
+               w3 = test::rand_f32({groups, hidden, in}, 6), w2 = test::rand_f32({groups, in, hidden}, 7);
+  expect_matches(
+      [&](const std::vector<Tensor>& v) {
+        const Tensor h = ops::grouped_swiglu(v[0], v[1], v[2], sizes);
+        return std::vector<Tensor>{h, ops::grouped_linear(h, v[3], sizes)};
+      },
+      {x, w1, w3, w2}, kF32Tol, "grouped swiglu then linear");
+}
+
+TEST(GraphMoE, UnequalGroupsAreRefusedInACapturedStep) {
+  const Tensor x = test::rand_f32({5, 4}, 8), w = test::rand_f32({2, 3, 4}, 9);
+  EXPECT_TITAN_ERROR(test::run_eager_and_graph(
+                         [](const std::vector<Tensor>& v) {
+                           return std::vector<Tensor>{ops::grouped_linear(v[0], v[1], {2, 3})};
+                         },
+                         {x, w}),
+                     "grouped_linear", "one size");
+}
+
+// The whole layer as the capacity dispatcher runs it: router, top-k, slots, expert products and the
+// weighted combine; with room for every token, and with a capacity that drops pairs.
+TEST(GraphMoE, CapacityLayerMatchesEager) {
+  const int64_t tokens = 23, dim = 8, experts = 4, k = 2, hidden = 12;
+  const Tensor x = test::rand_f32({tokens, dim}, 10), gate = test::rand_f32({experts, dim}, 11),
+               w1 = test::rand_f32({experts, hidden, dim}, 12), w2 = test::rand_f32({experts, dim, hidden}, 13),
+               w3 = test::rand_f32({experts, hidden, dim}, 14);
+  for (double factor : {0.0, 0.5}) {
+    expect_matches(
+        [&](const std::vector<Tensor>& v) {
+          nn::moe::CapacityTokenDispatcher dispatcher(factor);
+          const ops::TopKExperts top = ops::topk_experts(ops::softmax(ops::linear(v[0], v[1]), -1), k);
+          const Tensor weights = top.weights / ops::sum(top.weights, -1, true);
+          const nn::moe::TokenDispatcher::Dispatched d = dispatcher.dispatch(v[0], top.ids, experts);
+          const Tensor h = ops::grouped_swiglu(d.rows, v[2], v[4], d.rows_per_expert);
+          const Tensor out = dispatcher.combine(ops::grouped_linear(h, v[3], d.rows_per_expert), weights, d);
+          return std::vector<Tensor>{out, d.slots.dropped.to(kF32)};
+        },
+        {x, gate, w1, w2, w3}, kF32Tol, "capacity factor " + std::to_string(factor));
+  }
+}
+
+}  // namespace
+}  // namespace titan
