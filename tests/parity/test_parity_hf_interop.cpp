@@ -16,6 +16,9 @@
 #include "support/test_util.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/nn/moe/moe.h"
+#include "titan/optim/adamw.h"
+#include "titan/train/graph_step.h"
 
 namespace titan::test {
 namespace {
@@ -101,6 +104,42 @@ TEST_P(ParityHf, ExportLoadsThereWithTitansLogits) {
     EXPECT_TRUE(tensors_close(logits_of(*models[i], hf["in.tokens"]), hf["out.logits"], 1e-4,
                               "logits of " + folder_to_file[i].first.filename().string()));
   }
+}
+
+// Qwen 3 MoE trained in graph mode (GraphStep: the step as one XLA program, every expert with room
+// for every token) for a few steps, brought back to the host and exported: transformers loads it
+// with the logits of titan's eager model, eager dispatcher included, on the trained weights.
+TEST(ParityHfQwen3Moe, GraphTrainedExportLoadsThereWithTitansLogits) {
+  const std::string family = "qwen3_moe";
+  auto model = import_hf_model(family, hf_root(family) / "single");
+  auto dispatchers = [&](auto make) {
+    for (const auto& [name, m] : model->named_modules())
+      if (auto* moe = dynamic_cast<nn::moe::MoE*>(m)) moe->dispatcher = make();
+  };
+  dispatchers([] { return std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0); });
+  const std::vector<std::pair<std::string, Tensor>> params = model->named_parameters();
+  std::vector<Tensor> before;
+  for (const auto& [name, p] : params) before.push_back(p.clone());
+  optim::AdamW optimizer(params, {.lr = 1e-2});
+  std::ostringstream log;
+  {
+    train::GraphStep step(*model, optimizer, params, {.scan_layers = false}, log);
+    const ParityCase hf = reference(family, "reference.safetensors");
+    const Tensor tokens = hf["in.tokens"];
+    data::Batch b;
+    b.inputs = tokens;
+    b.labels = tokens;  // any labels move the weights
+    for (int i = 0; i < 3; ++i) step.run({b});
+    step.to_host();
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    ASSERT_NE(params[i].second.to_vector<float>(), before[i].to_vector<float>()) << params[i].first << " did not train";
+  dispatchers([] { return std::make_shared<nn::moe::LocalTokenDispatcher>(); });
+  const fs::path folder = hf_root(family) / "graph_trained", logits = hf_root(family) / "graph_trained_logits.safetensors";
+  export_hf_model(family, *model, folder, kF32);
+  ASSERT_NO_FATAL_FAILURE(hf_logits(family, {{folder, logits}}));
+  ParityCase hf{checkpoint::read_safetensors(logits.string())};
+  EXPECT_TRUE(tensors_close(logits_of(*model, hf["in.tokens"]), hf["out.logits"], 1e-4, "logits after graph training"));
 }
 
 // Llama 3's copy in shards (model.safetensors.index.json): the same tensors as the single file.

@@ -25,7 +25,7 @@ config::Schema<JobConfig> make_schema() {
   s.section("attention", "splash attention's tiles (model.attention = \"splash\")").part([](C & c) -> auto& {
     return c.model.attn;
   });
-  s.section("moe", "load balancing of mixture-of-experts models (e.g. qwen3_moe)").part([](C & c) -> auto& {
+  s.section("moe", "load balancing and expert capacity of mixture-of-experts models (e.g. qwen3_moe)").part([](C & c) -> auto& {
     return c.model.moe;
   });
   s.section("optimizer", "AdamW with decoupled weight decay").part(&C::optimizer);

@@ -1,5 +1,5 @@
 #pragma once
-// The [moe] section: load balancing of mixture-of-experts layers.
+// The [moe] section: load balancing and capacity of mixture-of-experts layers.
 #include <string>
 
 #include "titan/core/config_schema.h"
