@@ -349,7 +349,11 @@ TEST(TensorParallel, HuggingFaceExportAndImport) {
         worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
         scale = std::max(scale, static_cast<double>(std::abs(x[i])));
       }
-      EXPECT_LE(worst, 1e-4 * scale) << name;
+      // AdamW normalises every update, so an element whose gradient is rounding noise moves by up to
+      // the learning rate per step, in whichever direction each run's rounding says: ten steps leave
+      // differences near 1e-4 of the tensor's largest weight (1.05e-4 on an Intel AVX-512 machine,
+      // o_proj of the last layer), far below the 10 * lr either run moves it.
+      EXPECT_LE(worst, 3e-4 * scale) << name;
     }
   }
   const std::vector<std::string> from_hf = {"--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
