@@ -463,9 +463,11 @@ bench::Table graph_table(const std::vector<Result>& results, bool bf16, int roun
 
     verdicts.push_back(
         target_line(c.name + ": titan graph >= JAX " + headline + " tokens/s", ratio(graph, jax), 1.0));
-    if (c.name == "M" || c.name == "L")
+    // Issue 18 sets this target in float32, where both sides run float32 GEMMs; in bf16 titan eager
+    // runs oneDNN's (AMX where the CPU has it), and the table's graph/eager column says how far apart.
+    if (!bf16 && (c.name == "M" || c.name == "L"))
       verdicts.push_back(
-          target_line(c.name + ": titan graph >= 0.9x titan eager tokens/s", ratio(graph, eager), 0.9));
+          target_line(c.name + ": titan graph >= 0.9x titan eager f32 tokens/s", ratio(graph, eager), 0.9));
   }
   t.notes.push_back(
       "graph: train::GraphStep runs forward, loss, backward, clipping and AdamW as one compiled XLA program; "
