@@ -91,7 +91,7 @@ void expect_dispatch_matches_local(const std::vector<int64_t>& allowed, int64_t 
     nn::moe::TokenDispatcher::Dispatched d = dispatcher.dispatch(x, ids, kExperts);
     Tensor out = dispatcher.combine(experts(d.rows, d.rows_per_expert), w, d);
     ops::sum(out * out_grad).backward();
-    return std::tuple{out, x.grad(), w.grad(), d.rows_per_expert};
+    return std::tuple{out, x.grad(), w.grad(), d.rows_per_expert.host};
   };
   nn::moe::LocalTokenDispatcher local_dispatcher;
   const auto [want_out, want_dx, want_dw, want_counts] = run(local_dispatcher, all);

@@ -1,6 +1,7 @@
 // The lowerings of a mixture-of-experts layer's ops against their eager kernels: top-k routing
-// (ties, the expert bias), the expert counts and capacity slots, the grouped products of equal
-// groups, and the capacity dispatcher's whole layer, outputs and gradients.
+// (ties, the expert bias), the expert counts and capacity slots, the sort into expert order, the
+// grouped products (of equal groups, and of groups whose sizes are data, as custom calls), and
+// both dispatchers' whole layer, outputs and gradients.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "support/graph_harness.h"
 #include "support/test_util.h"
+#include "titan/core/autocast.h"
 #include "titan/nn/moe/token_dispatcher.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
@@ -26,8 +28,8 @@ constexpr double kF32Tol = 1e-5;
 
 // With grads, every floating input's gradient too.
 void expect_matches(const Fn& fn, const std::vector<Tensor>& inputs, double tol, const std::string& what,
-                    bool with_grads = true) {
-  const test::GraphEager r = test::run_eager_and_graph(fn, inputs, with_grads);
+                    bool with_grads = true, bool custom_kernels = false) {
+  const test::GraphEager r = test::run_eager_and_graph(fn, inputs, with_grads, /*scan_layers=*/false, custom_kernels);
   ASSERT_EQ(r.eager.size(), r.graph.size()) << what;
   for (size_t i = 0; i < r.eager.size(); ++i)
     EXPECT_TRUE(test::tensors_close(r.graph[i], r.eager[i], tol, what + " #" + std::to_string(i)));
@@ -125,6 +127,63 @@ TEST(GraphMoE, CapacityLayerMatchesEager) {
         },
         {x, gate, w1, w2, w3}, kF32Tol, "capacity factor " + std::to_string(factor));
   }
+}
+
+// The sort into expert order: each pair's row, each row's token and the group sizes, with experts
+// that nobody chose (groups of zero rows).
+TEST(GraphMoE, SortByExpertMatchesTheKernel) {
+  const int64_t tokens = 19, experts = 6, k = 2;
+  std::vector<float> ids(static_cast<size_t>(tokens * k));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 7 + i / 3) % 4 + (i % 2) * 2);
+  const Tensor id = Tensor::from_vector(ids, {tokens, k});
+  expect_matches(
+      [](const std::vector<Tensor>& v) {
+        const ops::TokenPermutation p = ops::sort_by_expert(v[0].to(kI64), experts);
+        EXPECT_EQ(p.tokens_per_expert.counts.defined(), v[0].is_lazy());
+        const Tensor sizes = p.tokens_per_expert.counts.defined()
+                                 ? p.tokens_per_expert.counts
+                                 : Tensor::from_vector(p.tokens_per_expert.host, {experts});
+        return std::vector<Tensor>{p.row_of.to(kF32), p.token_of_row.to(kF32), sizes.to(kF32)};
+      },
+      {id}, 0.0, "sort_by_expert", /*with_grads=*/false);
+}
+
+// Group sizes that are data of the step go to titan's grouped GEMMs as custom calls: outputs and
+// both gradients against eager, with an empty group, in float32 and under bf16 autocast; without
+// custom kernels the program refuses them, saying what to use.
+TEST(GraphMoE, GroupedLinearWithDataSizesRunsTheKernelAsACustomCall) {
+  const int64_t rows = 17, in = 12, out = 9;
+  const Tensor x = test::rand_f32({rows, in}, 20), w = test::rand_f32({4, out, in}, 21),
+               sizes = Tensor::from_vector(std::vector<int64_t>{5, 0, 8, 4}, {4});
+  const Fn fn = [](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{ops::grouped_linear(v[0], v[1], ops::GroupSizes(v[2]))};
+  };
+  expect_matches(fn, {x, w, sizes}, kF32Tol, "grouped_linear, f32", true, /*custom_kernels=*/true);
+  EXPECT_TITAN_ERROR(test::run_eager_and_graph(fn, {x, w, sizes}), "grouped_linear", "data of the captured step",
+                     "compile.custom_kernels");
+  TITAN_SKIP_WITHOUT_BF16();  // the eager side's kernels
+  // Both sides round the same operands to bf16 and accumulate in float32 with one kernel.
+  const AutocastGuard bf16(kBF16);
+  expect_matches(fn, {x, w, sizes}, kF32Tol, "grouped_linear, bf16 autocast", true, /*custom_kernels=*/true);
+}
+
+// The whole dropless layer as the local dispatcher runs it in a captured step: the sort, the
+// grouped products as custom calls, the weighted combine; outputs and gradients against eager.
+TEST(GraphMoE, DroplessLayerMatchesEager) {
+  const int64_t tokens = 23, dim = 8, experts = 4, k = 2, hidden = 12;
+  const Tensor x = test::rand_f32({tokens, dim}, 10), gate = test::rand_f32({experts, dim}, 11),
+               w1 = test::rand_f32({experts, hidden, dim}, 12), w2 = test::rand_f32({experts, dim, hidden}, 13),
+               w3 = test::rand_f32({experts, hidden, dim}, 14);
+  expect_matches(
+      [&](const std::vector<Tensor>& v) {
+        nn::moe::LocalTokenDispatcher dispatcher;
+        const ops::TopKExperts top = ops::topk_experts(ops::softmax(ops::linear(v[0], v[1]), -1), k);
+        const Tensor weights = top.weights / ops::sum(top.weights, -1, true);
+        const nn::moe::TokenDispatcher::Dispatched d = dispatcher.dispatch(v[0], top.ids, experts);
+        const Tensor h = ops::grouped_swiglu(d.rows, v[2], v[4], d.rows_per_expert);
+        return std::vector<Tensor>{dispatcher.combine(ops::grouped_linear(h, v[3], d.rows_per_expert), weights, d)};
+      },
+      {x, gate, w1, w2, w3}, kF32Tol, "dropless layer", true, /*custom_kernels=*/true);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include "support/tiny_qwen3.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/qwen3/model.h"
+#include "titan/nn/moe/moe.h"
+#include "titan/ops/moe.h"
 #include "titan/train/graph_step.h"
 #include "titan/train/trainer.h"
 
@@ -280,10 +282,28 @@ namespace {
 // A MoE model handed to GraphStep with its eager dispatcher (the trainer swaps in the capacity
 // one): the routing's sort has no lowering, and the capture stops before anything is compiled,
 // naming the op and the phase of the step it was captured in.
+// The local dispatcher with expert parallelism's regrouping of the rows, which has no lowering.
+class RegroupingDispatcher final : public nn::moe::TokenDispatcher {
+ public:
+  Dispatched dispatch(const Tensor& x, const Tensor& ids, int64_t num_experts) override {
+    Dispatched d = local_.dispatch(x, ids, num_experts);
+    d.rows = ops::permute_rows(d.rows, Tensor::arange(d.rows.size(0)));
+    return d;
+  }
+  Tensor combine(const Tensor& expert_out, const Tensor& weights, const Dispatched& d) override {
+    return local_.combine(expert_out, weights, d);
+  }
+
+ private:
+  nn::moe::LocalTokenDispatcher local_;
+};
+
 TEST(GraphTrain, OpWithoutALoweringNamesTheOpAndThePhase) {
   models::qwen3::Transformer model(test::tiny_qwen3_args(/*moe=*/true));
   Generator gen(6);
   model.init_weights(gen);
+  for (const auto& [name, m] : model.named_modules())
+    if (auto* moe = dynamic_cast<nn::moe::MoE*>(m)) moe->dispatcher = std::make_shared<RegroupingDispatcher>();
   optim::AdamW optimizer(model.named_parameters());
   std::ostringstream log;
   GraphStep step(model, optimizer, model.named_parameters(),
@@ -291,12 +311,22 @@ TEST(GraphTrain, OpWithoutALoweringNamesTheOpAndThePhase) {
   data::Batch b;
   b.inputs = test::tokens_of({1, 2, 3, 4, 5, 6, 7, 8}, 2);
   b.labels = test::tokens_of({2, 3, 4, 5, 6, 7, 8, 9}, 2);
-  EXPECT_TITAN_ERROR(step.run({b}), "while capturing the forward and loss of micro-batch 0", "sort_by_expert",
+  EXPECT_TITAN_ERROR(step.run({b}), "while capturing the forward and loss of micro-batch 0", "permute_rows",
                      "has no lowering to StableHLO");
 }
 
-// Qwen 3 MoE in graph mode: every expert computes on room for every token (nothing dropped), so
-// the run keeps to the dense models' bound against eager's dropless layer, with the load-balancing
+// Trains `cfg`, keeping its log.
+TrainResult run_logged(const JobConfig& cfg, std::string& log) {
+  std::ostringstream out;
+  Trainer t(cfg, out);
+  TrainResult r = t.train();
+  log = out.str();
+  return r;
+}
+
+// Qwen 3 MoE in graph mode drops nothing, in both of its layouts: sorted by expert into titan's
+// grouped GEMM as custom calls, and without custom kernels, room for every token in every expert.
+// Either keeps to the dense models' bound against eager's dropless layer, with the load-balancing
 // loss and the expert bias on (configs/qwen3/debug_moe.toml); the auxiliary loss and the expert
 // loads reach the metrics as in eager mode.
 TEST(GraphTrain, Qwen3MoeMatchesEagerDroplessLayer) {
@@ -307,16 +337,25 @@ TEST(GraphTrain, Qwen3MoeMatchesEagerDroplessLayer) {
                                     "--metrics.enable_jsonl=true", "--job.dump_folder=" + dump.string()}),
                         "qwen3/debug_moe.toml");
   };
-  const TrainResult eager = run(config("eager", {})),
-                    graph = run(config("graph", with(kGraph, {"--compile.scan_layers=false"})));
-  ASSERT_EQ(graph.losses.size(), 10u);
-  double worst = 0;
-  for (size_t i = 0; i < 10; ++i) {
-    worst = std::max(worst, relative(graph.losses[i], eager.losses[i]));
-    EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << "step " << i + 1;
+  const TrainResult eager = run(config("eager", {}));
+  std::string sorted_log, capacity_log;
+  const TrainResult graph = run_logged(config("graph", with(kGraph, {"--compile.scan_layers=false"})), sorted_log),
+                    capacity = run_logged(config("capacity", with(kGraph, {"--compile.scan_layers=false",
+                                                                           "--compile.custom_kernels=false"})),
+                                          capacity_log);
+  EXPECT_NE(sorted_log.find("MoE layers: dropless, tokens sorted by expert"), std::string::npos) << sorted_log;
+  EXPECT_NE(capacity_log.find("MoE layers: room for every token"), std::string::npos) << capacity_log;
+  for (const auto& [name, run] : {std::pair{"sorted", &graph}, {"capacity", &capacity}}) {
+    ASSERT_EQ(run->losses.size(), 10u) << name;
+    double worst = 0;
+    for (size_t i = 0; i < 10; ++i) {
+      worst = std::max(worst, relative(run->losses[i], eager.losses[i]));
+      EXPECT_LE(relative(run->losses[i], eager.losses[i]), 1e-4) << name << ", step " << i + 1;
+    }
+    EXPECT_LT(run->losses.back(), 0.8 * run->losses.front()) << name;
+    std::cout << "qwen3 MoE graph (" << name << ") vs eager, 10 steps: largest relative loss difference " << worst
+              << "\n";
   }
-  EXPECT_LT(graph.losses.back(), 0.8 * graph.losses.front());
-  std::cout << "qwen3 MoE graph vs eager, 10 steps: largest relative loss difference " << worst << "\n";
   auto metrics = [](const std::string& name) {
     std::vector<nlohmann::json> lines;
     std::ifstream in(test::temp_dir("graph_moe") / name / "metrics.jsonl");

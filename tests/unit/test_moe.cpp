@@ -89,7 +89,7 @@ TEST(MoERouting, SortByExpertGroupsPairsStably) {
     }
   }
   for (int64_t e = 0; e < experts; ++e)
-    EXPECT_EQ(p.tokens_per_expert[e], std::count(id.begin(), id.end(), e)) << "expert " << e;
+    EXPECT_EQ(p.tokens_per_expert.host[e], std::count(id.begin(), id.end(), e)) << "expert " << e;
 }
 
 // Slots fill in token order; the pairs past an expert's capacity are dropped and counted.

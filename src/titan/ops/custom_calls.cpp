@@ -4,6 +4,7 @@
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/norm.h"
 
 namespace titan::ops {
@@ -13,6 +14,8 @@ namespace ffi = graph::pjrt::ffi;
 
 constexpr char kRmsNormFwd[] = "titan_rms_norm_fwd";
 constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
+constexpr char kGroupedGemm[] = "titan_grouped_gemm";
+constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
 
 void rms_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 2, kRmsNormFwd, " takes x and weight and gives y and ",
@@ -56,11 +59,77 @@ void rms_norm_bwd_kernel(const ffi::Call& call) {
   });
 }
 
+// The group sizes of a grouped GEMM call, checked: they are data of the step, and a wrong one
+// would send a GEMM past its rows.
+const int64_t* group_sizes(const char* target, const ffi::Array& sizes, int64_t groups, int64_t rows) {
+  TITAN_CHECK(sizes.dims == Shape{groups}, target, ": wants group sizes [", groups, "], got ",
+              shape_str(sizes.dims));
+  const int64_t* n = sizes.as<int64_t>("group sizes");
+  int64_t total = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    TITAN_CHECK(n[g] >= 0, target, ": group ", g, " has ", n[g], " rows; a group size must be >= 0");
+    total += n[g];
+  }
+  TITAN_CHECK(total == rows, target, ": the group sizes sum to ", total, " but the operands have ", rows, " rows");
+  return n;
+}
+
+DType accumulation_dtype(DType operand) {
+  return operand == kBF16 ? kF32 : operand;
+}
+
+void check_operand_dtypes(const char* target, const ffi::Array& a, const ffi::Array& b, const ffi::Array& result) {
+  TITAN_CHECK((a.dtype == kF32 || a.dtype == kF64 || a.dtype == kBF16) && b.dtype == a.dtype &&
+                  result.dtype == accumulation_dtype(a.dtype),
+              target, ": wants two operands of one dtype of f32, f64 or bf16 and a result in its accumulation "
+              "dtype, got ", dtype_name(a.dtype), ", ", dtype_name(b.dtype), " and ", dtype_name(result.dtype));
+}
+
+void grouped_gemm_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 3 && call.num_results() == 1, kGroupedGemm, " takes x, w and the group sizes and ",
+              "gives y, got ", call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array x = call.arg(0), w = call.arg(1), y = call.result(0);
+  const bool trans_w = call.scalar_attr("trans_w") != 0;
+  TITAN_CHECK(x.dims.size() == 2 && w.dims.size() == 3 && y.dims.size() == 2, kGroupedGemm, ": wants x [rows, k], ",
+              "w [groups, n, k] or [groups, k, n] and y [rows, n], got ", shape_str(x.dims), ", ", shape_str(w.dims),
+              " and ", shape_str(y.dims));
+  const int64_t rows = x.dims[0], k = x.dims[1], n = trans_w ? w.dims[1] : w.dims[2];
+  TITAN_CHECK((trans_w ? w.dims[2] : w.dims[1]) == k && y.dims == (Shape{rows, n}), kGroupedGemm, ": x ",
+              shape_str(x.dims), " and w ", shape_str(w.dims), (trans_w ? " (read transposed)" : ""),
+              " do not multiply into y ", shape_str(y.dims));
+  check_operand_dtypes(kGroupedGemm, x, w, y);
+  const int64_t* sizes = group_sizes(kGroupedGemm, call.arg(2), w.dims[0], rows);
+  kernels::cpu::dispatch_matmul(x.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::grouped_gemm<T>(sizes, w.dims[0], n, k, x.as<T>("x"), w.as<T>("w"), trans_w,
+                                  y.as<kernels::cpu::gemm_acc_t<T>>("y"));
+  });
+}
+
+void grouped_gemm_tn_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 3 && call.num_results() == 1, kGroupedGemmTn, " takes a, b and the group sizes ",
+              "and gives dw, got ", call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array a = call.arg(0), b = call.arg(1), dw = call.result(0);
+  TITAN_CHECK(a.dims.size() == 2 && b.dims.size() == 2 && dw.dims.size() == 3 && a.dims[0] == b.dims[0] &&
+                  dw.dims[1] == a.dims[1] && dw.dims[2] == b.dims[1],
+              kGroupedGemmTn, ": wants a [rows, m], b [rows, n] and dw [groups, m, n], got ", shape_str(a.dims), ", ",
+              shape_str(b.dims), " and ", shape_str(dw.dims));
+  check_operand_dtypes(kGroupedGemmTn, a, b, dw);
+  const int64_t* sizes = group_sizes(kGroupedGemmTn, call.arg(2), dw.dims[0], a.dims[0]);
+  kernels::cpu::dispatch_matmul(a.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::grouped_gemm_tn<T>(sizes, dw.dims[0], a.dims[1], b.dims[1], a.as<T>("a"), b.as<T>("b"),
+                                     dw.as<kernels::cpu::gemm_acc_t<T>>("dw"));
+  });
+}
+
 }  // namespace
 
 void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kRmsNormFwd, ffi::handler<rms_norm_fwd_kernel>);
   ffi::register_handler(plugin, kRmsNormBwd, ffi::handler<rms_norm_bwd_kernel>);
+  ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
+  ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
 }
 
 std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::Value& weight, double eps) {
@@ -76,6 +145,27 @@ std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph:
                                             const graph::Value& rstd) {
   return graph::hlo::custom_call(kRmsNormBwd, {dy, x, weight, rstd},
                                  {{x.shape, x.dtype, false}, {weight.shape, weight.dtype, false}});
+}
+
+graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, const graph::Value& sizes,
+                               bool trans_w) {
+  TITAN_CHECK(x.shape.size() == 2 && w.shape.size() == 3 && w.dtype == x.dtype &&
+                  x.shape[1] == w.shape[trans_w ? 2 : 1] && sizes.shape == Shape{w.shape[0]} && sizes.dtype == kI64,
+              "graph lowering: grouped_gemm wants x [rows, k], w [groups, ", trans_w ? "n, k" : "k, n",
+              "] of one dtype and sizes [groups] i64, got ", graph::mlir_type(x), ", ", graph::mlir_type(w), " and ",
+              graph::mlir_type(sizes));
+  const Shape y{x.shape[0], w.shape[trans_w ? 1 : 2]};
+  return graph::hlo::custom_call(kGroupedGemm, {x, w, sizes}, {{y, accumulation_dtype(x.dtype), false}},
+                                 {{"trans_w", trans_w ? 1.0 : 0.0}})[0];
+}
+
+graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, const graph::Value& sizes) {
+  TITAN_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.shape[0] == b.shape[0] && a.dtype == b.dtype &&
+                  sizes.shape.size() == 1 && sizes.dtype == kI64,
+              "graph lowering: grouped_gemm_tn wants a [rows, m], b [rows, n] of one dtype and sizes [groups] i64, "
+              "got ", graph::mlir_type(a), ", ", graph::mlir_type(b), " and ", graph::mlir_type(sizes));
+  const Shape dw{sizes.shape[0], a.shape[1], b.shape[1]};
+  return graph::hlo::custom_call(kGroupedGemmTn, {a, b, sizes}, {{dw, accumulation_dtype(a.dtype), false}})[0];
 }
 
 }  // namespace titan::ops

@@ -21,4 +21,13 @@ std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::
 std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
                                             const graph::Value& rstd);
 
+// kernels::cpu::grouped_gemm over groups whose sizes are data of the program: x [rows, k] and w
+// [groups, n, k] (trans_w) or [groups, k, n] of one dtype (f32, f64 or bf16) and sizes [groups] i64
+// summing to rows give y [rows, n], in the kernel's accumulation dtype (f32 for bf16 operands).
+graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, const graph::Value& sizes,
+                               bool trans_w);
+// kernels::cpu::grouped_gemm_tn, the weight gradient: a [rows, m] and b [rows, n] of one dtype
+// and sizes [groups] i64 give dw [groups, m, n] (group g: a_g^T @ b_g), in the accumulation dtype.
+graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, const graph::Value& sizes);
+
 }  // namespace titan::ops

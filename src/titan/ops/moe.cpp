@@ -11,8 +11,12 @@
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/index_check.h"
 #include "titan/kernels/cpu/moe.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/checks.h"
+#include "titan/ops/custom_calls.h"
+#include "titan/ops/embedding.h"
 #include "titan/ops/linalg.h"
+#include "titan/ops/reduce.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/op_span.h"
 
@@ -87,14 +91,35 @@ Value expert_counts_lowered(const Value& flat_ids, int64_t experts) {
                          {0});
 }
 
-// Sorting the pairs by (expert, pair) gives each pair's place among all pairs in expert order;
-// less the pairs of the experts before its own, its place within its expert.
+// The pairs of flat ids [n] in expert order, by sorting them on (expert, pair): `order` [n] the
+// pair at each place, `place` [n] each pair's place (the inverse permutation, by a second sort).
+struct ExpertOrder {
+  Value order, place;
+};
+ExpertOrder expert_order_lowered(const Value& flat) {
+  const int64_t n = flat.shape[0];
+  const Value pair = hlo::iota({n}, 0, kI64);
+  const Value order = hlo::sort({hlo::add(hlo::mul(flat, static_cast<double>(n)), pair), pair}, 0)[1];
+  return {order, hlo::sort({order, pair}, 0)[1]};
+}
+
+TokenPermutation sort_by_expert_lowered(const Tensor& ids, int64_t experts) {
+  const int64_t k = ids.size(1), n = ids.numel();
+  const Value flat = hlo::reshape(graph::value_of(ids, "sort_by_expert"), {n});
+  const ExpertOrder o = expert_order_lowered(flat);
+  return {.tokens = ids.size(0),
+          .top_k = k,
+          .row_of = graph::tensor_of(o.place),
+          .token_of_row = graph::tensor_of(hlo::div(o.order, hlo::constant(static_cast<double>(k), {n}, kI64))),
+          .tokens_per_expert = GroupSizes(graph::tensor_of(expert_counts_lowered(flat, experts)))};
+}
+
+// A pair's place among all pairs in expert order, less the pairs of the experts before its own,
+// is its place within its expert.
 ExpertSlots expert_slots_lowered(const Tensor& ids, int64_t experts, int64_t capacity) {
   const int64_t k = ids.size(1), n = ids.numel();
   const Value flat = hlo::reshape(graph::value_of(ids, "expert_slots"), {n});
-  const Value pair = hlo::iota({n}, 0, kI64);
-  const Value order = hlo::sort({hlo::add(hlo::mul(flat, static_cast<double>(n)), pair), pair}, 0)[1];
-  const Value place = hlo::sort({order, pair}, 0)[1];
+  const auto [order, place] = expert_order_lowered(flat);
   const Value counts = expert_counts_lowered(flat, experts);
   const Value before = hlo::compare(hlo::iota({experts, experts}, 1, kI64), hlo::iota({experts, experts}, 0, kI64), "LT");
   const Value offset = hlo::reduce_sum(
@@ -214,10 +239,9 @@ TopKExperts topk_experts(const Tensor& scores, int64_t k, const Tensor& bias) {
 
 TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
   const OpSpan span("sort_by_expert", ids);
+  check_ids("sort_by_expert", ids, num_experts);
+  if (ids.is_lazy()) return sort_by_expert_lowered(ids, num_experts);
   check_cpu("sort_by_expert", ids);
-  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == kI64, "sort_by_expert: expected ids [tokens, k] i64, got ",
-              ids.desc());
-  TITAN_CHECK(num_experts >= 1, "sort_by_expert: num_experts must be >= 1, got ", num_experts);
   Tensor ic = ids.contiguous();
   kernels::cpu::check_index_range("sort_by_expert", "expert id", ic, num_experts);
   TokenPermutation p;
@@ -225,14 +249,15 @@ TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
   p.top_k = ids.size(1);
   p.row_of = Tensor::empty({p.tokens * p.top_k}, {.dtype = kI64});
   p.token_of_row = Tensor::empty({p.tokens * p.top_k}, {.dtype = kI64});
-  p.tokens_per_expert.resize(static_cast<size_t>(num_experts));
-  kernels::cpu::sort_by_expert(ic.data<int64_t>(), p.tokens, p.top_k, num_experts, p.tokens_per_expert.data(),
+  p.tokens_per_expert.host.resize(static_cast<size_t>(num_experts));
+  kernels::cpu::sort_by_expert(ic.data<int64_t>(), p.tokens, p.top_k, num_experts, p.tokens_per_expert.host.data(),
                                p.row_of.data<int64_t>(), p.token_of_row.data<int64_t>());
   return p;
 }
 
 Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
   const OpSpan span("permute_tokens", x);
+  if (graph::any_lazy({&x, &perm.token_of_row})) return embedding(perm.token_of_row, x);
   check_float("permute_tokens", "x", x);
   check_permutation("permute_tokens", perm);
   TITAN_CHECK(x.dim() == 2 && x.size(0) == perm.tokens, "permute_tokens: expected x [", perm.tokens,
@@ -261,6 +286,10 @@ Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
 
 Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm) {
   const OpSpan span("unpermute_tokens", rows, weights);
+  if (graph::any_lazy({&rows, &weights, &perm.row_of})) {
+    const int64_t tokens = perm.tokens, k = perm.top_k;
+    return sum((embedding(perm.row_of, rows) * weights.reshape({tokens * k, 1})).reshape({tokens, k, rows.size(1)}), 1);
+  }
   check_float("unpermute_tokens", "rows", rows);
   check_float("unpermute_tokens", "weights", weights);
   check_permutation("unpermute_tokens", perm);
@@ -350,16 +379,69 @@ void check_grouped(const char* op, const Tensor& x, const Tensor& weight, const 
               " weight matrices and ", x.size(0), " rows; give one size per group, summing to the rows of x");
 }
 
-// Groups of one size as one batched product through matmul, which lowers it and applies autocast.
-Tensor grouped_linear_lowered(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
+// The sizes of `g` on the host: its own, or its counts read back (eager mode).
+std::vector<int64_t> host_sizes(const char* op, const GroupSizes& g) {
+  if (!g.counts.defined()) return g.host;
+  check_cpu(op, g.counts);
+  TITAN_CHECK(g.counts.dim() == 1 && g.counts.dtype() == kI64, op, ": expected group sizes [groups] i64, got ",
+              g.counts.desc());
+  const Tensor c = g.counts.contiguous();
+  return {c.data<int64_t>(), c.data<int64_t>() + c.numel()};
+}
+
+// Group sizes that are data of the step: titan's grouped GEMM kernels as custom calls, forward
+// and backward, in the products' operand dtype (bf16 under autocast) with results in float32.
+Tensor grouped_linear_called(const Tensor& x, const Tensor& weight, const Tensor& counts) {
+  TITAN_CHECK(graph::current_program().custom_kernels(),
+              "grouped_linear: the group sizes are data of the captured step (sort_by_expert's dropless "
+              "layout), which only titan's grouped GEMM takes, as a custom call, and this program has no custom "
+              "kernels (compile.custom_kernels = false, or a plugin that cannot run them); lay the rows out in "
+              "expert_slots' capacity layout instead (nn::moe::CapacityTokenDispatcher)");
+  TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype() &&
+                  counts.dim() == 1 && counts.size(0) == weight.size(0) && counts.dtype() == kI64,
+              "grouped_linear: expected x [rows, in], weight [groups, out, in] of one dtype and group sizes "
+              "[groups] i64, got ", x.desc(), ", ", weight.desc(), " and ", counts.desc());
+  const DType operand = matmul_operand_dtype(x.dtype());
+  const DType x_dtype = x.dtype(), w_dtype = weight.dtype();
+  auto as_operand = [operand](const Tensor& t, const char* what) {
+    const Value v = graph::value_of(t, what);
+    return v.dtype == operand ? v : hlo::convert(v, operand);
+  };
+  const Value xv = as_operand(x, "grouped_linear"), wv = as_operand(weight, "grouped_linear");
+  const Tensor y = graph::tensor_of(grouped_gemm_call(xv, wv, graph::value_of(counts, "grouped_linear"), true));
+  autograd::record("grouped_linear", {x, weight}, {y},
+                   [xo = graph::tensor_of(xv), wo = graph::tensor_of(wv), counts, x_dtype, w_dtype,
+                    as_operand](const autograd::GradContext& g) {
+                     const Value gy = as_operand(g[0], "grouped_linear backward");
+                     const Value c = graph::value_of(counts, "grouped_linear backward");
+                     Tensor dx, dw;
+                     if (g.needs(0)) {
+                       const Value w = graph::value_of(wo, "grouped_linear backward");
+                       dx = graph::tensor_of(hlo::convert(grouped_gemm_call(gy, w, c, false), x_dtype));
+                     }
+                     if (g.needs(1)) {
+                       const Value xv = graph::value_of(xo, "grouped_linear backward");
+                       dw = graph::tensor_of(hlo::convert(grouped_gemm_tn_call(gy, xv, c), w_dtype));
+                     }
+                     return std::vector<Tensor>{dx, dw};
+                   });
+  return y;
+}
+
+// Groups of one size known on the host as one batched product through matmul, which lowers it
+// and applies autocast; sizes that are data as custom calls.
+Tensor grouped_linear_lowered(const Tensor& x, const Tensor& weight, const GroupSizes& sizes) {
+  if (sizes.counts.defined()) return grouped_linear_called(x, weight, sizes.counts);
+  const std::vector<int64_t>& group_rows = sizes.host;
   TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype() &&
                   static_cast<int64_t>(group_rows.size()) == weight.size(0),
               "grouped_linear: expected x [rows, in] and weight [groups, out, in] of one dtype with a size per "
               "group, got ", x.desc(), ", ", weight.desc(), " and ", group_rows.size(), " sizes");
   const int64_t groups = weight.size(0), rows = group_rows.front();
   for (int64_t r : group_rows)
-    TITAN_CHECK(r == rows && rows * groups == x.size(0), "grouped_linear: in a captured step every group has one size "
-                "(the capacity of ops::expert_slots), got groups of ", rows, " and ", r, " rows for x ", x.desc());
+    TITAN_CHECK(r == rows && rows * groups == x.size(0), "grouped_linear: in a captured step, group sizes known on "
+                "the host must be one size (the capacity of ops::expert_slots), got groups of ", rows, " and ", r,
+                " rows for x ", x.desc());
   return matmul(x.reshape({groups, rows, x.size(1)}), weight.transpose(1, 2)).reshape({x.size(0), weight.size(1)});
 }
 }  // namespace
@@ -367,9 +449,10 @@ Tensor grouped_linear_lowered(const Tensor& x, const Tensor& weight, const std::
 // Under autocast the groups multiply bf16 copies of x and the weights (kept for backward, which
 // rounds the output gradient to bf16 too), accumulating in float32; outputs and gradients are
 // float32, and SwiGLU's gate and up stay float32 (core/autocast.h).
-Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows) {
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const GroupSizes& sizes) {
   const OpSpan span("grouped_linear", x, weight);
-  if (graph::any_lazy({&x, &weight})) return grouped_linear_lowered(x, weight, group_rows);
+  if (graph::any_lazy({&x, &weight, &sizes.counts})) return grouped_linear_lowered(x, weight, sizes);
+  const std::vector<int64_t> group_rows = host_sizes("grouped_linear", sizes);
   check_grouped("grouped_linear", x, weight, "weight", group_rows);
   const int64_t groups = weight.size(0), out_f = weight.size(1), in_f = weight.size(2);
   const DType operand = matmul_operand_dtype(x.dtype());
@@ -404,11 +487,11 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<i
   return y;
 }
 
-Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
-                      const std::vector<int64_t>& group_rows) {
+Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const GroupSizes& sizes) {
   const OpSpan span("grouped_swiglu", x, w1, w3);
-  if (graph::any_lazy({&x, &w1, &w3}))
-    return swiglu(grouped_linear_lowered(x, w1, group_rows), grouped_linear_lowered(x, w3, group_rows));
+  if (graph::any_lazy({&x, &w1, &w3, &sizes.counts}))
+    return swiglu(grouped_linear_lowered(x, w1, sizes), grouped_linear_lowered(x, w3, sizes));
+  const std::vector<int64_t> group_rows = host_sizes("grouped_swiglu", sizes);
   check_grouped("grouped_swiglu", x, w1, "w1", group_rows);
   check_grouped("grouped_swiglu", x, w3, "w3", group_rows);
   TITAN_CHECK(w1.sizes() == w3.sizes(), "grouped_swiglu: w1 ", w1.desc(), " and w3 ", w3.desc(),

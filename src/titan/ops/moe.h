@@ -4,6 +4,8 @@
 // weight matrix per expert to its rows. Composed in nn/moe/ as route -> permute -> grouped GEMMs
 // -> unpermute with the routing weights; no step ever runs an expert over all tokens.
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "titan/core/tensor.h"
@@ -36,15 +38,28 @@ struct ExpertSlots {
 };
 ExpertSlots expert_slots(const Tensor& ids, int64_t num_experts, int64_t capacity);
 
+// The sizes of consecutive groups of rows, one group per expert. On the host where they are known
+// there: eager mode, and a captured step's capacity layout (groups of one size). In a captured
+// step's dropless layout they are data of the step: `counts`, an [groups] i64 value of the program.
+struct GroupSizes {
+  GroupSizes() = default;
+  GroupSizes(std::vector<int64_t> sizes) : host(std::move(sizes)) {}  // NOLINT(google-explicit-constructor)
+  GroupSizes(std::initializer_list<int64_t> sizes) : host(sizes) {}  // NOLINT(google-explicit-constructor)
+  explicit GroupSizes(Tensor sizes) : counts(std::move(sizes)) {}
+  std::vector<int64_t> host;
+  Tensor counts;
+};
+
 // How the (token, choice) pairs of a routing are laid out in expert order ("rows": experts
 // ascending, tokens ascending within one expert).
 struct TokenPermutation {
   int64_t tokens = 0, top_k = 0;
-  Tensor row_of;                           // [tokens * k] i64: the row of pair (t, j) = t * k + j
-  Tensor token_of_row;                     // [tokens * k] i64
-  std::vector<int64_t> tokens_per_expert;  // the group sizes of the rows
+  Tensor row_of;                 // [tokens * k] i64: the row of pair (t, j) = t * k + j
+  Tensor token_of_row;           // [tokens * k] i64
+  GroupSizes tokens_per_expert;  // the group sizes of the rows (on the host unless ids is lazy)
 };
-// ids [tokens, k] i64 in [0, num_experts), as topk_experts gives them.
+// ids [tokens, k] i64 in [0, num_experts), as topk_experts gives them. In a captured step the
+// layout is a sort of the pairs by (expert, pair), its group sizes data of the step.
 TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts);
 
 // x [tokens, d] -> [tokens * k, d]: row r is x[token_of_row[r]]. The backward sums each token's
@@ -64,15 +79,15 @@ Tensor inverse_permutation(const Tensor& order);
 
 // x [rows, in] with consecutive groups of group_rows[g] rows, weight [groups, out, in] ->
 // [rows, out]: each group's rows @ weight[g]^T (nn.Linear's layout per group). One GEMM per
-// group, forward and backward. In a captured step the groups must be of one size (expert_slots'),
-// and it is one batched product.
-Tensor grouped_linear(const Tensor& x, const Tensor& weight, const std::vector<int64_t>& group_rows);
+// group, forward and backward. In a captured step, groups of one size known on the host
+// (expert_slots') are one batched product; sizes that are data of the step call titan's grouped
+// GEMM kernels (ops/custom_calls.h), which needs a program with custom kernels.
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const GroupSizes& group_rows);
 
 // swiglu(grouped_linear(x, w1), grouped_linear(x, w3)): the first half of every expert's SwiGLU
 // (w1 gate and w3 up, each [groups, hidden, in]) -> [rows, hidden]. One node, so that backward
 // gathers x's gradient from both GEMMs in one buffer, the second accumulating onto the first,
 // instead of two buffers and an add.
-Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3,
-                      const std::vector<int64_t>& group_rows);
+Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const GroupSizes& group_rows);
 
 }  // namespace titan::ops

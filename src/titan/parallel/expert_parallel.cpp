@@ -26,7 +26,7 @@ nn::moe::TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const Ten
   Dispatched d;
   d.permutation = ops::sort_by_expert(ids, num_experts);
   // The experts of a rank are contiguous, so rows sorted by expert are grouped by destination.
-  const std::vector<int64_t>& counts = d.permutation.tokens_per_expert;
+  const std::vector<int64_t>& counts = d.permutation.tokens_per_expert.host;
   d.send_rows.assign(static_cast<size_t>(n), 0);
   for (int64_t e = 0; e < num_experts; ++e) d.send_rows[static_cast<size_t>(e / local)] += counts[e];
   // recv[s * local + e]: the rows source rank s sends for this rank's expert e.
@@ -34,12 +34,13 @@ nn::moe::TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const Ten
   const std::vector<int64_t> recv =
       exchange_rows(Tensor::from_vector(counts, {num_experts}), blocks, blocks, group_).to_vector<int64_t>();
   d.recv_rows.assign(static_cast<size_t>(n), 0);
-  d.rows_per_expert.assign(static_cast<size_t>(local), 0);
+  std::vector<int64_t> rows_per_expert(static_cast<size_t>(local), 0);
   for (int64_t s = 0; s < n; ++s)
     for (int64_t e = 0; e < local; ++e) {
       d.recv_rows[static_cast<size_t>(s)] += recv[s * local + e];
-      d.rows_per_expert[static_cast<size_t>(e)] += recv[s * local + e];
+      rows_per_expert[static_cast<size_t>(e)] += recv[s * local + e];
     }
+  d.rows_per_expert = std::move(rows_per_expert);
   const Tensor received =
       all_to_all_rows(ops::permute_tokens(x, d.permutation), d.send_rows, d.recv_rows, group_);
   // (source, expert) blocks -> (expert, source) order.

@@ -148,9 +148,10 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   results.push_back(norm);
   out.aux = aux_sum.defined();
   if (out.aux) results.push_back(hlo::mul(graph::value_of(aux_sum, "auxiliary loss"), 1.0 / micro));
-  const std::vector<Tensor> records = model.take_step_records();
-  out.records = records.size();
-  for (const Tensor& r : records) results.push_back(graph::value_of(r, "the model's step records"));
+  for (const Tensor& r : model.take_step_records()) {
+    if (r.is_lazy()) results.push_back(graph::value_of(r, "the model's step records"));
+    out.records.push_back(r.is_lazy() ? Tensor() : r);
+  }
   std::vector<std::pair<int, int>> aliases;
   for (size_t i = 0; i < 3 * n; ++i) aliases.emplace_back(static_cast<int>(i), static_cast<int>(i));
 
@@ -258,7 +259,7 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   at += 2;
   if (captured_.aux) r.aux_loss = runner_.download(out[at++]).item();
   std::vector<Tensor> records;
-  for (size_t i = 0; i < captured_.records; ++i) records.push_back(runner_.download(out[at++]));
+  for (const Tensor& known : captured_.records) records.push_back(known.defined() ? known : runner_.download(out[at++]));
   model_.put_step_records(std::move(records));
   return r;
 }

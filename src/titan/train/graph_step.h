@@ -62,9 +62,11 @@ struct CapturedStep {
   // for every run, for StepInput::Source::buffer.
   std::vector<Tensor> buffers;
   // The results after the state, the loss and the gradient norm: the auxiliary loss (if the model
-  // adds one), then the model's step records (CausalLM::take_step_records), in its order.
+  // adds one), then the model's step records (CausalLM::take_step_records) that are values of the
+  // step, in its order. A record the capture already knew on the host (a dispatcher that drops
+  // nothing gives a 0) is kept here, in its place; the others are undefined here.
   bool aux = false;
-  size_t records = 0;
+  std::vector<Tensor> records;
 };
 // Captures forward, backward, clipping and AdamW over micro-batches shaped as `batches` (their
 // values are not read). The parameters may be meta tensors.

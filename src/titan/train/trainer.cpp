@@ -436,12 +436,6 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
     parallel::deferred_init(*model, rng, fsdp.get(), slice_of);
   }
   install_global_expert_counts();
-  // A captured step has static shapes: every expert computes on fixed rows (room for every token
-  // unless moe.capacity_factor caps them), not on as many as it was routed.
-  if (cfg.compile.graph())
-    for (const auto& [name, m] : model->named_modules())
-      if (auto* moe = dynamic_cast<nn::moe::MoE*>(m); moe && dynamic_cast<nn::moe::LocalTokenDispatcher*>(moe->dispatcher.get()))
-        moe->dispatcher = std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0);
   config::require(
       fsdp || dp_style == parallel::DataParallelStyle::none || dp_style == parallel::DataParallelStyle::ddp,
       "parallelism.data_parallel_shard_degree = ", mesh->degree("dp_shard"), ": model ", c.model.name,
@@ -661,6 +655,22 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                              : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels},
         s.log);
+  // The dropless layer's group sizes are data of the step, which only titan's grouped GEMM takes
+  // (a custom call). Without it every expert computes on room for every token: static shapes at
+  // experts / top_k times the expert products.
+  bool dropless_moe = false;
+  if (s.graph)
+    for (const auto& [name, m] : s.model->named_modules())
+      if (auto* moe = dynamic_cast<nn::moe::MoE*>(m); moe && dynamic_cast<nn::moe::LocalTokenDispatcher*>(moe->dispatcher.get())) {
+        dropless_moe = true;
+        if (!s.graph->custom_kernels().on) moe->dispatcher = std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0);
+      }
+  if (dropless_moe)
+    s.log << "titan: graph mode's MoE layers: "
+          << (s.graph->custom_kernels().on ? "dropless, tokens sorted by expert into titan's grouped GEMM (custom calls)"
+                                           : "room for every token in every expert, without custom kernels (experts "
+                                             "/ top_k times the dropless layer's expert products)")
+          << "\n";
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();

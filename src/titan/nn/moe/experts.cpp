@@ -15,7 +15,7 @@ GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_
   w3 = register_parameter("w3", Tensor::zeros({num_experts, hidden_dim, dim}, opts));
 }
 
-Tensor GroupedExperts::forward(const Tensor& rows, const std::vector<int64_t>& rows_per_expert) const {
+Tensor GroupedExperts::forward(const Tensor& rows, const ops::GroupSizes& rows_per_expert) const {
   return ops::grouped_linear(ops::grouped_swiglu(rows, w1, w3, rows_per_expert), w2, rows_per_expert);
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "titan/nn/module.h"
+#include "titan/ops/moe.h"
 
 namespace titan::nn::moe {
 
@@ -17,8 +18,8 @@ class GroupedExperts : public Module {
   // rows [n, dim] grouped by expert, rows_per_expert[e] of them for expert e -> [n, dim]:
   // each group's w2_e(silu(w1_e x) * w3_e x). The expert count is w1's first size, so an
   // expert-parallel plan that keeps a slice of the experts leaves this code as it is.
-  Tensor forward(const Tensor& rows, const std::vector<int64_t>& rows_per_expert) const;
-  Tensor operator()(const Tensor& rows, const std::vector<int64_t>& rows_per_expert) {
+  Tensor forward(const Tensor& rows, const ops::GroupSizes& rows_per_expert) const;
+  Tensor operator()(const Tensor& rows, const ops::GroupSizes& rows_per_expert) {
     return run_forward([&] { return forward(rows, rows_per_expert); });
   }
   // TorchTitan's: w1 truncated normal with std 0.02; w2 and w3 with init_std.

@@ -40,7 +40,7 @@ TokenDispatcher::Dispatched CapacityTokenDispatcher::dispatch(const Tensor& x, c
   d.slots = ops::expert_slots(ids, num_experts, c);
   // An empty slot computes on row 0; nothing reads its output, so its gradient is zero.
   d.rows = ops::embedding(d.slots.token_of_slot, x);
-  d.rows_per_expert.assign(static_cast<size_t>(num_experts), c);
+  d.rows_per_expert = std::vector<int64_t>(static_cast<size_t>(num_experts), c);
   return d;
 }
 

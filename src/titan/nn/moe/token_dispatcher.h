@@ -13,7 +13,7 @@ class TokenDispatcher {
  public:
   struct Dispatched {
     Tensor rows;                           // the tokens of this process's experts, grouped by expert
-    std::vector<int64_t> rows_per_expert;  // the group sizes of `rows`, one per local expert
+    ops::GroupSizes rows_per_expert;    // the group sizes of `rows`, one per local expert
     ops::TokenPermutation permutation;     // how the local rows map back to (token, choice) pairs
     // The capacity dispatcher's layout instead of `permutation`; its `dropped` is undefined for a
     // dispatcher that drops nothing.
@@ -34,7 +34,9 @@ class TokenDispatcher {
   virtual Tensor combine(const Tensor& expert_out, const Tensor& weights, const Dispatched& dispatched) = 0;
 };
 
-// Every expert on this process: sorting the (token, choice) pairs by expert is the whole move.
+// Every expert on this process: sorting the (token, choice) pairs by expert is the whole move. In
+// a captured step the group sizes are data of the step, which the experts' grouped GEMMs take as
+// custom calls (ops::grouped_linear): a program without custom kernels needs the capacity layout.
 class LocalTokenDispatcher final : public TokenDispatcher {
  public:
   Dispatched dispatch(const Tensor& x, const Tensor& ids, int64_t num_experts) override;
