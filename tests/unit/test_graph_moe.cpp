@@ -148,23 +148,26 @@ TEST(GraphMoE, SortByExpertMatchesTheKernel) {
       {id}, 0.0, "sort_by_expert", /*with_grads=*/false);
 }
 
-// Group sizes that are data of the step go to titan's grouped GEMMs as custom calls: outputs and
-// both gradients against eager, with an empty group, in float32 and under bf16 autocast; without
-// custom kernels the program refuses them, saying what to use.
-TEST(GraphMoE, GroupedLinearWithDataSizesRunsTheKernelAsACustomCall) {
-  const int64_t rows = 17, in = 12, out = 9;
+// Group sizes that are data of the step go to titan's grouped kernels as custom calls (the linear
+// map, and SwiGLU's fused first half): outputs and every gradient against eager, with an empty
+// group, in float32 and under bf16 autocast; without custom kernels the program refuses them,
+// saying what to use.
+TEST(GraphMoE, GroupedProductsWithDataSizesRunTheKernelsAsCustomCalls) {
+  const int64_t rows = 17, in = 12, out = 9, hidden = 10;
   const Tensor x = test::rand_f32({rows, in}, 20), w = test::rand_f32({4, out, in}, 21),
+               w1 = test::rand_f32({4, hidden, in}, 22), w3 = test::rand_f32({4, hidden, in}, 23),
                sizes = Tensor::from_vector(std::vector<int64_t>{5, 0, 8, 4}, {4});
   const Fn fn = [](const std::vector<Tensor>& v) {
-    return std::vector<Tensor>{ops::grouped_linear(v[0], v[1], ops::GroupSizes(v[2]))};
+    const ops::GroupSizes groups(v[4]);
+    return std::vector<Tensor>{ops::grouped_linear(v[0], v[1], groups), ops::grouped_swiglu(v[0], v[2], v[3], groups)};
   };
-  expect_matches(fn, {x, w, sizes}, kF32Tol, "grouped_linear, f32", true, /*custom_kernels=*/true);
-  EXPECT_TITAN_ERROR(test::run_eager_and_graph(fn, {x, w, sizes}), "grouped_linear", "data of the captured step",
-                     "compile.custom_kernels");
+  expect_matches(fn, {x, w, w1, w3, sizes}, kF32Tol, "f32", true, /*custom_kernels=*/true);
+  EXPECT_TITAN_ERROR(test::run_eager_and_graph(fn, {x, w, w1, w3, sizes}), "grouped_linear",
+                     "data of the captured step", "compile.custom_kernels");
   TITAN_SKIP_WITHOUT_BF16();  // the eager side's kernels
   // Both sides round the same operands to bf16 and accumulate in float32 with one kernel.
   const AutocastGuard bf16(kBF16);
-  expect_matches(fn, {x, w, sizes}, kF32Tol, "grouped_linear, bf16 autocast", true, /*custom_kernels=*/true);
+  expect_matches(fn, {x, w, w1, w3, sizes}, kF32Tol, "bf16 autocast", true, /*custom_kernels=*/true);
 }
 
 // The whole dropless layer as the local dispatcher runs it in a captured step: the sort, the

@@ -5,6 +5,7 @@
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
+#include "titan/kernels/cpu/grouped_swiglu.h"
 #include "titan/kernels/cpu/norm.h"
 
 namespace titan::ops {
@@ -16,6 +17,8 @@ constexpr char kRmsNormFwd[] = "titan_rms_norm_fwd";
 constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
 constexpr char kGroupedGemm[] = "titan_grouped_gemm";
 constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
+constexpr char kGroupedSwigluFwd[] = "titan_grouped_swiglu_fwd";
+constexpr char kGroupedSwigluBwd[] = "titan_grouped_swiglu_bwd";
 
 void rms_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 2, kRmsNormFwd, " takes x and weight and gives y and ",
@@ -123,6 +126,65 @@ void grouped_gemm_tn_kernel(const ffi::Call& call) {
   });
 }
 
+// The sizes of one grouped SwiGLU call: x [rows, in] and w1, w3 [groups, hidden, in] of one
+// operand dtype, and arrays [rows, hidden] in its accumulation dtype.
+struct SwigluDims {
+  int64_t rows = 0, in = 0, groups = 0, hidden = 0;
+};
+SwigluDims swiglu_dims(const char* target, const ffi::Array& x, const ffi::Array& w1, const ffi::Array& w3,
+                       const std::vector<ffi::Array>& acc_rows) {
+  TITAN_CHECK(x.dims.size() == 2 && w1.dims.size() == 3 && w3.dims == w1.dims && w1.dims[2] == x.dims[1], target,
+              ": wants x [rows, in] and w1, w3 [groups, hidden, in], got ", shape_str(x.dims), ", ", shape_str(w1.dims),
+              " and ", shape_str(w3.dims));
+  const SwigluDims d{x.dims[0], x.dims[1], w1.dims[0], w1.dims[1]};
+  TITAN_CHECK((x.dtype == kF32 || x.dtype == kF64 || x.dtype == kBF16) && w1.dtype == x.dtype && w3.dtype == x.dtype,
+              target, ": x, w1 and w3 must be of one dtype of f32, f64 or bf16, got ", dtype_name(x.dtype), ", ",
+              dtype_name(w1.dtype), " and ", dtype_name(w3.dtype));
+  for (const ffi::Array& a : acc_rows)
+    TITAN_CHECK(a.dims == (Shape{d.rows, d.hidden}) && a.dtype == accumulation_dtype(x.dtype), target,
+                ": wants [rows, hidden] arrays of ", dtype_name(accumulation_dtype(x.dtype)), " ",
+                shape_str({d.rows, d.hidden}), ", got ", dtype_name(a.dtype), " ", shape_str(a.dims));
+  return d;
+}
+
+void grouped_swiglu_fwd_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 4 && call.num_results() == 3, kGroupedSwigluFwd, " takes x, w1, w3 and the group ",
+              "sizes and gives h, gate and up, got ", call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array x = call.arg(0), w1 = call.arg(1), w3 = call.arg(2);
+  const ffi::Array h = call.result(0), gate = call.result(1), up = call.result(2);
+  const SwigluDims d = swiglu_dims(kGroupedSwigluFwd, x, w1, w3, {h, gate, up});
+  const int64_t* sizes = group_sizes(kGroupedSwigluFwd, call.arg(3), d.groups, d.rows);
+  kernels::cpu::dispatch_matmul(x.dtype, [&](auto z) {
+    using T = decltype(z);
+    using Acc = kernels::cpu::gemm_acc_t<T>;
+    kernels::cpu::grouped_swiglu_fwd<T>(sizes, d.groups, d.hidden, d.in, x.as<T>("x"), w1.as<T>("w1"),
+                                        w3.as<T>("w3"), gate.as<Acc>("gate"), up.as<Acc>("up"), h.as<Acc>("h"));
+  });
+}
+
+void grouped_swiglu_bwd_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 7 && call.num_results() == 3, kGroupedSwigluBwd, " takes dh, gate, up, x, w1, w3 ",
+              "and the group sizes and gives dx, dw1 and dw3, got ", call.num_args(), " arguments and ",
+              call.num_results(), " results");
+  const ffi::Array dh = call.arg(0), gate = call.arg(1), up = call.arg(2), x = call.arg(3), w1 = call.arg(4),
+                   w3 = call.arg(5);
+  const ffi::Array dx = call.result(0), dw1 = call.result(1), dw3 = call.result(2);
+  const SwigluDims d = swiglu_dims(kGroupedSwigluBwd, x, w1, w3, {dh, gate, up});
+  const DType acc = accumulation_dtype(x.dtype);
+  TITAN_CHECK(dx.dims == x.dims && dw1.dims == w1.dims && dw3.dims == w1.dims && dx.dtype == acc &&
+                  dw1.dtype == acc && dw3.dtype == acc,
+              kGroupedSwigluBwd, ": wants dx ", shape_str(x.dims), ", dw1 and dw3 ", shape_str(w1.dims), " of ",
+              dtype_name(acc), ", got ", shape_str(dx.dims), ", ", shape_str(dw1.dims), " and ", shape_str(dw3.dims));
+  const int64_t* sizes = group_sizes(kGroupedSwigluBwd, call.arg(6), d.groups, d.rows);
+  kernels::cpu::dispatch_matmul(x.dtype, [&](auto z) {
+    using T = decltype(z);
+    using Acc = kernels::cpu::gemm_acc_t<T>;
+    kernels::cpu::grouped_swiglu_bwd<T>(sizes, d.groups, d.hidden, d.in, dh.as<Acc>("dh"), gate.as<Acc>("gate"),
+                                        up.as<Acc>("up"), x.as<T>("x"), w1.as<T>("w1"), w3.as<T>("w3"),
+                                        dx.as<Acc>("dx"), dw1.as<Acc>("dw1"), dw3.as<Acc>("dw3"));
+  });
+}
+
 }  // namespace
 
 void register_custom_calls(const graph::pjrt::Plugin& plugin) {
@@ -130,6 +192,8 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kRmsNormBwd, ffi::handler<rms_norm_bwd_kernel>);
   ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
+  ffi::register_handler(plugin, kGroupedSwigluFwd, ffi::handler<grouped_swiglu_fwd_kernel>);
+  ffi::register_handler(plugin, kGroupedSwigluBwd, ffi::handler<grouped_swiglu_bwd_kernel>);
 }
 
 std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::Value& weight, double eps) {
@@ -166,6 +230,25 @@ graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, 
               "got ", graph::mlir_type(a), ", ", graph::mlir_type(b), " and ", graph::mlir_type(sizes));
   const Shape dw{sizes.shape[0], a.shape[1], b.shape[1]};
   return graph::hlo::custom_call(kGroupedGemmTn, {a, b, sizes}, {{dw, accumulation_dtype(a.dtype), false}})[0];
+}
+
+std::vector<graph::Value> grouped_swiglu_fwd_call(const graph::Value& x, const graph::Value& w1,
+                                                  const graph::Value& w3, const graph::Value& sizes) {
+  TITAN_CHECK(x.shape.size() == 2 && w1.shape.size() == 3 && w3.shape == w1.shape && w1.shape[2] == x.shape[1] &&
+                  w1.dtype == x.dtype && w3.dtype == x.dtype && sizes.shape == Shape{w1.shape[0]} && sizes.dtype == kI64,
+              "graph lowering: grouped_swiglu wants x [rows, in], w1 and w3 [groups, hidden, in] of one dtype and "
+              "sizes [groups] i64, got ", graph::mlir_type(x), ", ", graph::mlir_type(w1), ", ", graph::mlir_type(w3),
+              " and ", graph::mlir_type(sizes));
+  const graph::ResultType rows{{x.shape[0], w1.shape[1]}, accumulation_dtype(x.dtype), false};
+  return graph::hlo::custom_call(kGroupedSwigluFwd, {x, w1, w3, sizes}, {rows, rows, rows});
+}
+
+std::vector<graph::Value> grouped_swiglu_bwd_call(const graph::Value& dh, const graph::Value& gate,
+                                                  const graph::Value& up, const graph::Value& x, const graph::Value& w1,
+                                                  const graph::Value& w3, const graph::Value& sizes) {
+  const DType acc = accumulation_dtype(x.dtype);
+  return graph::hlo::custom_call(kGroupedSwigluBwd, {dh, gate, up, x, w1, w3, sizes},
+                                 {{x.shape, acc, false}, {w1.shape, acc, false}, {w3.shape, acc, false}});
 }
 
 }  // namespace titan::ops

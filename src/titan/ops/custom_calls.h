@@ -30,4 +30,14 @@ graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, con
 // and sizes [groups] i64 give dw [groups, m, n] (group g: a_g^T @ b_g), in the accumulation dtype.
 graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, const graph::Value& sizes);
 
+// kernels::cpu::grouped_swiglu_fwd: x [rows, in], w1 and w3 [groups, hidden, in] of one dtype and
+// sizes [groups] i64 give {h, gate, up}, each [rows, hidden] in the accumulation dtype.
+std::vector<graph::Value> grouped_swiglu_fwd_call(const graph::Value& x, const graph::Value& w1,
+                                                  const graph::Value& w3, const graph::Value& sizes);
+// kernels::cpu::grouped_swiglu_bwd: dh and the forward's gate and up, x, w1, w3 and sizes give
+// {dx, dw1, dw3} in the accumulation dtype.
+std::vector<graph::Value> grouped_swiglu_bwd_call(const graph::Value& dh, const graph::Value& gate,
+                                                  const graph::Value& up, const graph::Value& x, const graph::Value& w1,
+                                                  const graph::Value& w3, const graph::Value& sizes);
+
 }  // namespace titan::ops

@@ -6,17 +6,14 @@
 #include "titan/autograd/node.h"
 #include "titan/core/autocast.h"
 #include "titan/graph/lazy.h"
-#include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
+#include "titan/kernels/cpu/grouped_swiglu.h"
 #include "titan/kernels/cpu/index_check.h"
 #include "titan/kernels/cpu/moe.h"
-#include "titan/ops/arith.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/custom_calls.h"
-#include "titan/ops/embedding.h"
 #include "titan/ops/linalg.h"
-#include "titan/ops/reduce.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/op_span.h"
 
@@ -112,6 +109,52 @@ TokenPermutation sort_by_expert_lowered(const Tensor& ids, int64_t experts) {
           .row_of = graph::tensor_of(o.place),
           .token_of_row = graph::tensor_of(hlo::div(o.order, hlo::constant(static_cast<double>(k), {n}, kI64))),
           .tokens_per_expert = GroupSizes(graph::tensor_of(expert_counts_lowered(flat, experts)))};
+}
+
+// Rows are gathered both ways, forward and backward (each pair knows its row, each row its token,
+// and the backward of the combine sorts row_of back into each row's pair): no scatter, which
+// XLA's CPU backend runs element by element.
+Tensor permute_tokens_lowered(const Tensor& x, const TokenPermutation& perm) {
+  const Tensor out = graph::tensor_of(
+      hlo::take_rows(graph::value_of(x, "permute_tokens"), graph::value_of(perm.token_of_row, "permute_tokens")));
+  autograd::record("permute_tokens", {x}, {out},
+                   [row_of = perm.row_of, tokens = perm.tokens, k = perm.top_k](const autograd::GradContext& g) {
+                     const Value gv = graph::value_of(g[0], "permute_tokens backward");
+                     const Value picked = hlo::take_rows(gv, graph::value_of(row_of, "permute_tokens backward"));
+                     return std::vector<Tensor>{
+                         graph::tensor_of(hlo::reduce_sum(hlo::reshape(picked, {tokens, k, gv.shape[1]}), {1}))};
+                   });
+  return out;
+}
+
+Tensor unpermute_tokens_lowered(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm) {
+  const int64_t tokens = perm.tokens, k = perm.top_k, n = tokens * k, d = rows.size(1);
+  const char* op = "unpermute_tokens";
+  // Each pair's weight along its row of d.
+  auto spread = [n, d](const Value& w) { return hlo::broadcast_in_dim(hlo::reshape(w, {n}), {n, d}, {0}); };
+  const Value picked = hlo::take_rows(graph::value_of(rows, op), graph::value_of(perm.row_of, op));
+  const Tensor out = graph::tensor_of(hlo::reduce_sum(
+      hlo::reshape(hlo::mul(picked, spread(graph::value_of(weights, op))), {tokens, k, d}), {1}));
+  autograd::record(
+      op, {rows, weights}, {out}, [rows, weights, row_of = perm.row_of, tokens, k, n, d, spread](const autograd::GradContext& g) {
+        const char* bwd = "unpermute_tokens backward";
+        const Value r = graph::value_of(row_of, bwd);
+        // The output gradient of each pair's token: [n, d].
+        const Value per_pair =
+            hlo::reshape(hlo::broadcast_in_dim(graph::value_of(g[0], bwd), {tokens, k, d}, {0, 2}), {n, d});
+        Tensor d_rows, d_w;
+        if (g.needs(0)) {
+          const Value pair_of_row = hlo::sort({r, hlo::iota({n}, 0, kI64)}, 0)[1];
+          d_rows = graph::tensor_of(
+              hlo::take_rows(hlo::mul(per_pair, spread(graph::value_of(weights, bwd))), pair_of_row));
+        }
+        if (g.needs(1)) {
+          const Value picked_again = hlo::take_rows(graph::value_of(rows, bwd), r);
+          d_w = graph::tensor_of(hlo::reshape(hlo::reduce_sum(hlo::mul(per_pair, picked_again), {1}), {tokens, k}));
+        }
+        return std::vector<Tensor>{d_rows, d_w};
+      });
+  return out;
 }
 
 // A pair's place among all pairs in expert order, less the pairs of the experts before its own,
@@ -257,7 +300,7 @@ TokenPermutation sort_by_expert(const Tensor& ids, int64_t num_experts) {
 
 Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
   const OpSpan span("permute_tokens", x);
-  if (graph::any_lazy({&x, &perm.token_of_row})) return embedding(perm.token_of_row, x);
+  if (graph::any_lazy({&x, &perm.token_of_row})) return permute_tokens_lowered(x, perm);
   check_float("permute_tokens", "x", x);
   check_permutation("permute_tokens", perm);
   TITAN_CHECK(x.dim() == 2 && x.size(0) == perm.tokens, "permute_tokens: expected x [", perm.tokens,
@@ -286,10 +329,7 @@ Tensor permute_tokens(const Tensor& x, const TokenPermutation& perm) {
 
 Tensor unpermute_tokens(const Tensor& rows, const Tensor& weights, const TokenPermutation& perm) {
   const OpSpan span("unpermute_tokens", rows, weights);
-  if (graph::any_lazy({&rows, &weights, &perm.row_of})) {
-    const int64_t tokens = perm.tokens, k = perm.top_k;
-    return sum((embedding(perm.row_of, rows) * weights.reshape({tokens * k, 1})).reshape({tokens, k, rows.size(1)}), 1);
-  }
+  if (graph::any_lazy({&rows, &weights, &perm.row_of})) return unpermute_tokens_lowered(rows, weights, perm);
   check_float("unpermute_tokens", "rows", rows);
   check_float("unpermute_tokens", "weights", weights);
   check_permutation("unpermute_tokens", perm);
@@ -391,41 +431,85 @@ std::vector<int64_t> host_sizes(const char* op, const GroupSizes& g) {
 
 // Group sizes that are data of the step: titan's grouped GEMM kernels as custom calls, forward
 // and backward, in the products' operand dtype (bf16 under autocast) with results in float32.
-Tensor grouped_linear_called(const Tensor& x, const Tensor& weight, const Tensor& counts) {
-  TITAN_CHECK(graph::current_program().custom_kernels(),
-              "grouped_linear: the group sizes are data of the captured step (sort_by_expert's dropless "
-              "layout), which only titan's grouped GEMM takes, as a custom call, and this program has no custom "
-              "kernels (compile.custom_kernels = false, or a plugin that cannot run them); lay the rows out in "
+void require_custom_kernels(const char* op) {
+  TITAN_CHECK(graph::current_program().custom_kernels(), op,
+              ": the group sizes are data of the captured step (sort_by_expert's dropless layout), which only "
+              "titan's grouped GEMM takes, as a custom call, and this program has no custom kernels "
+              "(compile.custom_kernels = false, or a plugin that cannot run them); lay the rows out in "
               "expert_slots' capacity layout instead (nn::moe::CapacityTokenDispatcher)");
+}
+
+// `t` as a product's operand: converted to `operand` (bf16 under autocast) in the program.
+Tensor as_operand(const Tensor& t, DType operand) {
+  const Value v = graph::value_of(t, "grouped products");
+  return graph::tensor_of(v.dtype == operand ? v : hlo::convert(v, operand));
+}
+
+// Group sizes that are data of the step: titan's grouped GEMM kernels as custom calls, forward
+// and backward, in the products' operand dtype (bf16 under autocast) with results in float32.
+Tensor grouped_linear_called(const Tensor& x, const Tensor& weight, const Tensor& counts) {
+  require_custom_kernels("grouped_linear");
   TITAN_CHECK(weight.dim() == 3 && x.dim() == 2 && x.size(1) == weight.size(2) && x.dtype() == weight.dtype() &&
                   counts.dim() == 1 && counts.size(0) == weight.size(0) && counts.dtype() == kI64,
               "grouped_linear: expected x [rows, in], weight [groups, out, in] of one dtype and group sizes "
               "[groups] i64, got ", x.desc(), ", ", weight.desc(), " and ", counts.desc());
   const DType operand = matmul_operand_dtype(x.dtype());
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype();
-  auto as_operand = [operand](const Tensor& t, const char* what) {
-    const Value v = graph::value_of(t, what);
-    return v.dtype == operand ? v : hlo::convert(v, operand);
-  };
-  const Value xv = as_operand(x, "grouped_linear"), wv = as_operand(weight, "grouped_linear");
-  const Tensor y = graph::tensor_of(grouped_gemm_call(xv, wv, graph::value_of(counts, "grouped_linear"), true));
+  const Tensor xo = as_operand(x, operand), wo = as_operand(weight, operand);
+  const Tensor y = graph::tensor_of(grouped_gemm_call(graph::value_of(xo, "grouped_linear"),
+                                                      graph::value_of(wo, "grouped_linear"),
+                                                      graph::value_of(counts, "grouped_linear"), true));
   autograd::record("grouped_linear", {x, weight}, {y},
-                   [xo = graph::tensor_of(xv), wo = graph::tensor_of(wv), counts, x_dtype, w_dtype,
-                    as_operand](const autograd::GradContext& g) {
-                     const Value gy = as_operand(g[0], "grouped_linear backward");
-                     const Value c = graph::value_of(counts, "grouped_linear backward");
+                   [xo, wo, counts, x_dtype, w_dtype, operand](const autograd::GradContext& g) {
+                     const char* bwd = "grouped_linear backward";
+                     const Value gy = graph::value_of(as_operand(g[0], operand), bwd);
+                     const Value c = graph::value_of(counts, bwd);
                      Tensor dx, dw;
-                     if (g.needs(0)) {
-                       const Value w = graph::value_of(wo, "grouped_linear backward");
-                       dx = graph::tensor_of(hlo::convert(grouped_gemm_call(gy, w, c, false), x_dtype));
-                     }
-                     if (g.needs(1)) {
-                       const Value xv = graph::value_of(xo, "grouped_linear backward");
-                       dw = graph::tensor_of(hlo::convert(grouped_gemm_tn_call(gy, xv, c), w_dtype));
-                     }
+                     if (g.needs(0))
+                       dx = graph::tensor_of(
+                           hlo::convert(grouped_gemm_call(gy, graph::value_of(wo, bwd), c, false), x_dtype));
+                     if (g.needs(1))
+                       dw = graph::tensor_of(
+                           hlo::convert(grouped_gemm_tn_call(gy, graph::value_of(xo, bwd), c), w_dtype));
                      return std::vector<Tensor>{dx, dw};
                    });
   return y;
+}
+
+// grouped_swiglu with group sizes that are data of the step: the kernels of eager's op as custom
+// calls, the forward keeping gate and up for the backward, as eager does.
+Tensor grouped_swiglu_called(const Tensor& x, const Tensor& w1, const Tensor& w3, const Tensor& counts) {
+  require_custom_kernels("grouped_swiglu");
+  TITAN_CHECK(w1.dim() == 3 && w1.sizes() == w3.sizes() && x.dim() == 2 && x.size(1) == w1.size(2) &&
+                  x.dtype() == w1.dtype() && w3.dtype() == w1.dtype() && counts.dim() == 1 &&
+                  counts.size(0) == w1.size(0) && counts.dtype() == kI64,
+              "grouped_swiglu: expected x [rows, in], w1 and w3 [groups, hidden, in] of one dtype and group sizes "
+              "[groups] i64, got ", x.desc(), ", ", w1.desc(), ", ", w3.desc(), " and ", counts.desc());
+  const DType operand = matmul_operand_dtype(x.dtype());
+  const std::vector<DType> dtypes{x.dtype(), w1.dtype(), w3.dtype()};
+  const Tensor xo = as_operand(x, operand), w1o = as_operand(w1, operand), w3o = as_operand(w3, operand);
+  const std::vector<Value> fwd = grouped_swiglu_fwd_call(graph::value_of(xo, "grouped_swiglu"),
+                                                         graph::value_of(w1o, "grouped_swiglu"),
+                                                         graph::value_of(w3o, "grouped_swiglu"),
+                                                         graph::value_of(counts, "grouped_swiglu"));
+  const Tensor h = graph::tensor_of(fwd[0]);
+  autograd::record("grouped_swiglu", {x, w1, w3}, {h},
+                   [xo, w1o, w3o, counts, dtypes, gate = graph::tensor_of(fwd[1]),
+                    up = graph::tensor_of(fwd[2])](const autograd::GradContext& g) {
+                     const char* bwd = "grouped_swiglu backward";
+                     const Value gate_v = graph::value_of(gate, bwd);
+                     Value dh = graph::value_of(g[0], bwd);
+                     if (dh.dtype != gate_v.dtype) dh = hlo::convert(dh, gate_v.dtype);
+                     const std::vector<Value> d = grouped_swiglu_bwd_call(
+                         dh, gate_v, graph::value_of(up, bwd), graph::value_of(xo, bwd), graph::value_of(w1o, bwd),
+                         graph::value_of(w3o, bwd), graph::value_of(counts, bwd));
+                     std::vector<Tensor> grads;
+                     for (size_t i = 0; i < 3; ++i)
+                       grads.push_back(g.needs(static_cast<int>(i)) ? graph::tensor_of(hlo::convert(d[i], dtypes[i]))
+                                                                    : Tensor());
+                     return grads;
+                   });
+  return h;
 }
 
 // Groups of one size known on the host as one batched product through matmul, which lowers it
@@ -489,8 +573,10 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const GroupSizes& s
 
 Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const GroupSizes& sizes) {
   const OpSpan span("grouped_swiglu", x, w1, w3);
-  if (graph::any_lazy({&x, &w1, &w3, &sizes.counts}))
+  if (graph::any_lazy({&x, &w1, &w3, &sizes.counts})) {
+    if (sizes.counts.defined()) return grouped_swiglu_called(x, w1, w3, sizes.counts);
     return swiglu(grouped_linear_lowered(x, w1, sizes), grouped_linear_lowered(x, w3, sizes));
+  }
   const std::vector<int64_t> group_rows = host_sizes("grouped_swiglu", sizes);
   check_grouped("grouped_swiglu", x, w1, "w1", group_rows);
   check_grouped("grouped_swiglu", x, w3, "w3", group_rows);
@@ -499,56 +585,33 @@ Tensor grouped_swiglu(const Tensor& x, const Tensor& w1, const Tensor& w3, const
   const int64_t groups = w1.size(0), hidden = w1.size(1), in_f = w1.size(2);
   const DType operand = matmul_operand_dtype(x.dtype());
   Tensor xc = dense(x).to(operand), w1c = dense(w1).to(operand), w3c = dense(w3).to(operand);
-  Tensor gate = Tensor::empty({x.size(0), hidden}, x.options()),
-         up = Tensor::empty({x.size(0), hidden}, x.options());
-  Tensor h = Tensor::empty({x.size(0), hidden}, x.options());
+  Tensor gate, up, h;
   kernels::cpu::dispatch_matmul(operand, [&](auto z) {
     using T = decltype(z);
     using Acc = gemm_acc_t<T>;
-    kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, hidden, in_f, xc.data<T>(), w1c.data<T>(), true,
-                                  gate.data<Acc>());
-    kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, hidden, in_f, xc.data<T>(), w3c.data<T>(), true,
-                                  up.data<Acc>());
-    kernels::cpu::swiglu_fwd<Acc>(gate.data<Acc>(), up.data<Acc>(), h.data<Acc>(), h.numel());
+    const TensorOptions acc{.dtype = dtype_of<Acc>::value};
+    gate = Tensor::empty({x.size(0), hidden}, acc);
+    up = Tensor::empty({x.size(0), hidden}, acc);
+    h = Tensor::empty({x.size(0), hidden}, acc);
+    kernels::cpu::grouped_swiglu_fwd<T>(group_rows.data(), groups, hidden, in_f, xc.data<T>(), w1c.data<T>(),
+                                        w3c.data<T>(), gate.data<Acc>(), up.data<Acc>(), h.data<Acc>());
   });
-  // A split backward (autograd/engine.h) asks for dx, then for dw1 and dw3: each call redoes the
-  // elementwise SwiGLU derivative (rows x hidden, against the GEMMs' rows x hidden x in) rather
-  // than keep two more [rows, hidden] buffers from B to W.
   autograd::record("grouped_swiglu", {x, w1, w3}, {h},
                    [xc, w1c, w3c, gate, up, group_rows](const autograd::GradContext& g) {
                      const int64_t groups = w1c.size(0), hidden = w1c.size(1), in_f = w1c.size(2);
-                     Tensor dh = g[0].contiguous();
-                     Tensor d_gate = Tensor::empty(gate.sizes(), gate.options()),
-                            d_up = Tensor::empty(up.sizes(), up.options());
-                     kernels::cpu::dispatch_float(dh.dtype(), [&](auto z) {
-                       using T = decltype(z);
-                       kernels::cpu::swiglu_bwd<T>(gate.data<T>(), up.data<T>(), dh.data<T>(),
-                                                   d_gate.data<T>(), d_up.data<T>(), d_gate.numel());
-                     });
-                     const Tensor dg = d_gate.to(w1c.dtype()), du = d_up.to(w1c.dtype());
                      Tensor dx, dw1, dw3;
                      kernels::cpu::dispatch_matmul(w1c.dtype(), [&](auto z) {
                        using T = decltype(z);
                        using Acc = gemm_acc_t<T>;
                        const TensorOptions result{.dtype = dtype_of<Acc>::value};
-                       if (g.needs(0)) {
-                         dx = Tensor::empty(xc.sizes(), result);
-                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, dg.data<T>(),
-                                                       w1c.data<T>(), false, dx.data<Acc>());
-                         kernels::cpu::grouped_gemm<T>(group_rows.data(), groups, in_f, hidden, du.data<T>(),
-                                                       w3c.data<T>(), false, dx.data<Acc>(),
-                                                       /*accumulate=*/true);
-                       }
-                       if (g.needs(1)) {
-                         dw1 = Tensor::empty(w1c.sizes(), result);
-                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
-                                                          dg.data<T>(), xc.data<T>(), dw1.data<Acc>());
-                       }
-                       if (g.needs(2)) {
-                         dw3 = Tensor::empty(w3c.sizes(), result);
-                         kernels::cpu::grouped_gemm_tn<T>(group_rows.data(), groups, hidden, in_f,
-                                                          du.data<T>(), xc.data<T>(), dw3.data<Acc>());
-                       }
+                       const Tensor dh = g[0].contiguous().to(result.dtype);
+                       if (g.needs(0)) dx = Tensor::empty(xc.sizes(), result);
+                       if (g.needs(1)) dw1 = Tensor::empty(w1c.sizes(), result);
+                       if (g.needs(2)) dw3 = Tensor::empty(w3c.sizes(), result);
+                       auto out = [](Tensor& t) { return t.defined() ? t.data<Acc>() : nullptr; };
+                       kernels::cpu::grouped_swiglu_bwd<T>(group_rows.data(), groups, hidden, in_f, dh.data<Acc>(),
+                                                           gate.data<Acc>(), up.data<Acc>(), xc.data<T>(),
+                                                           w1c.data<T>(), w3c.data<T>(), out(dx), out(dw1), out(dw3));
                      });
                      return std::vector<Tensor>{dx, dw1, dw3};
                    });
