@@ -19,10 +19,15 @@
 // bf16 (moe_bf16/...): titan's layer under training.mixed_precision_param = "bfloat16"'s autocast
 // (bf16 expert GEMMs through oneDNN, router in float32) against the same torch variants under
 // torch.autocast("cpu", bfloat16), at 8 and 64 experts, top-2.
+//
+// graph (moe_graph/..., moe_graph_bf16/...): the same layer, forward + backward, captured once as
+// one program and run through the CPU PJRT plugin, as graph-mode training runs it: tokens sorted
+// by expert inside the program, the grouped products as titan's kernels (custom calls).
 #include "titan/nn/moe/moe.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +38,7 @@
 #include "titan/core/rng.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/ops/moe.h"
+#include "titan/train/captured_function.h"
 
 namespace {
 
@@ -79,6 +85,30 @@ LayerIn make_layer(const Shape& s) {
              Tensor::randn({kTokens, kDim}, gen).requires_grad_(), Tensor::randn({kTokens, kDim}, gen)};
   in.layer->init_weights(gen);
   return in;
+}
+
+// The layer's forward + backward as one captured program, the gradients of x, the router and the
+// experts for dout as its results. Its own layer (the benchmarks' inputs are cached one key at a
+// time), made as the eager one is.
+struct GraphLayer {
+  LayerIn in;
+  std::unique_ptr<titan::train::CapturedFunction> step;
+};
+
+GraphLayer capture_layer(const Shape& s, titan::DType precision) {
+  static titan::graph::Runner runner({.plugin = "cpu"});
+  const titan::AutocastGuard autocast(precision);
+  GraphLayer g{make_layer(s), nullptr};
+  LayerIn& in = g.in;
+  std::vector<Tensor> inputs = {in.x};
+  for (const auto& [name, p] : in.layer->named_parameters()) inputs.push_back(p);
+  for (const auto& [name, b] : in.layer->named_buffers(/*persistent_only=*/true)) inputs.push_back(b);
+  g.step = std::make_unique<titan::train::CapturedFunction>(
+      runner, [&] { return std::vector<Tensor>{(*in.layer)(in.x, std::make_shared<moe::MoEPass>())}; }, inputs,
+      std::vector<Tensor>{in.dout}, titan::train::CaptureOptions{.custom_kernels = true});
+  TITAN_CHECK(g.step->custom_kernels(), "bench_moe: the CPU plugin cannot run titan's kernels as custom calls, "
+              "which graph mode's dropless MoE layer needs");
+  return g;
 }
 
 struct DispatchIn {
@@ -159,9 +189,19 @@ int main(int argc, char** argv) {
       peak.report(state);
     });
   };
-  for (const Shape& s : bf16_shapes) add_layer("moe_bf16/" + s.name(), s, titan::kBF16);
+  auto add_graph_layer = [](const std::string& name, const Shape& s, titan::DType precision) {
+    bench::add_benchmark(name, s.plan(), [name, s, precision](benchmark::State& state) {
+      GraphLayer& g = bench::cached_inputs<GraphLayer>(name, [&] { return capture_layer(s, precision); });
+      for (auto _ : state) benchmark::DoNotOptimize(g.step->run().size());
+    });
+  };
+  for (const Shape& s : bf16_shapes) {
+    add_layer("moe_bf16/" + s.name(), s, titan::kBF16);
+    add_graph_layer("moe_graph_bf16/" + s.name(), s, titan::kBF16);
+  }
   for (const Shape& s : shapes) {
     add_layer("moe/" + s.name(), s, titan::kF32);
+    add_graph_layer("moe_graph/" + s.name(), s, titan::kF32);
     bench::add_benchmark(
         "dispatch/" + s.name(), {.reps = 5, .min_time = 0.2, .warmup = 0.1}, [s](benchmark::State& state) {
           DispatchIn& in =
@@ -203,6 +243,21 @@ int main(int argc, char** argv) {
   });
   const auto& ran = timed.titan;
   const bench::TorchResults& torch = timed.torch;
+  auto graph_ms = [&](const std::string& prefix, const Shape& s) -> std::string {
+    auto g = ran.find(prefix + s.name());
+    return g == ran.end() ? "n/a" : bench::fixed(g->second.seconds * 1e3, 1);
+  };
+  // graph mode's speed as a share of eager's, with issue 20's target for it in the notes.
+  auto graph_ratio = [&](const std::string& prefix, const Shape& s, const bench::Measurement& eager,
+                         std::vector<std::string>& notes) -> std::optional<double> {
+    auto g = ran.find(prefix + s.name());
+    if (g == ran.end()) return std::nullopt;
+    const double r = eager.seconds / g->second.seconds;
+    if (s.top_k == 2)
+      notes.push_back("target " + s.name() + ": graph >= 0.9x titan eager: " + bench::fixed(r, 2) + "x " +
+                      (r >= 0.9 ? "MET" : "MISSED"));
+    return r;
+  };
 
   bench::Table table{.title =
                          "MoE layer forward + backward, f32, 4096 tokens, dim 512, expert hidden 256 "
@@ -212,8 +267,8 @@ int main(int argc, char** argv) {
                      .unit = "GFLOP/s",
                      .titan_label = "titan",
                      .variants = kMoeVariants,
-                     .extra_headers = {"titan ms", "torch best ms", "dispatch ms", "dispatch share",
-                                       "GEMMs ms", "torch/GEMMs", "titan peak"},
+                     .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "dispatch ms",
+                                       "dispatch share", "GEMMs ms", "torch/GEMMs", "titan peak"},
                      .rows = {},
                      .notes = {}};
   for (const Shape& s : shapes) {
@@ -231,8 +286,11 @@ int main(int argc, char** argv) {
     const auto best = bench::best_f32(row);
     // The best f32 variant's seconds per call.
     const double t = best ? s.flops() / 1e9 / best->second : 0.0;
+    const std::optional<double> graph = graph_ratio("moe_graph/", s, m, table.notes);
     row.extra = {bench::fixed(m.seconds * 1e3, 1),
                  best ? bench::fixed(t * 1e3, 1) : "n/a",
+                 graph_ms("moe_graph/", s),
+                 graph ? bench::fixed(*graph, 2) + "x" : "n/a",
                  has_dispatch ? bench::fixed(d->second.seconds * 1e3, 2) : "n/a",
                  has_dispatch ? bench::fixed(100 * d->second.seconds / m.seconds, 1) + "%" : "n/a",
                  has_gemms ? bench::fixed(gm->second.seconds * 1e3, 1) : "n/a",
@@ -250,6 +308,9 @@ int main(int argc, char** argv) {
       "GEMMs leave room for.");
   table.notes.push_back(
       "titan peak: allocator high-water mark while timing (inputs, saved tensors, outputs).");
+  table.notes.push_back(
+      "graph: the layer's forward + backward as one program through the CPU PJRT plugin (tokens sorted by "
+      "expert in the program, titan's grouped kernels as custom calls); graph/titan = titan ms / graph ms.");
   table.notes.push_back("target: titan >= 1.5x the best torch f32 figure (titan/best f32).");
   bench::print_table(table, torch);
 
@@ -260,7 +321,7 @@ int main(int argc, char** argv) {
                     .titan_label = "titan",
                     .variants = kMoeBf16Variants,
                     .titan_bf16 = true,
-                    .extra_headers = {"titan ms", "torch best ms", "titan peak"},
+                    .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "titan peak"},
                     .rows = {},
                     .notes = {}};
   for (const Shape& s : bf16_shapes) {
@@ -271,8 +332,11 @@ int main(int argc, char** argv) {
                    .torch = torch.rates("moe_bf16/" + s.name(), s.flops() / 1e9),
                    .extra = {}};
     const auto best = bench::best_any(row);
+    const std::optional<double> graph = graph_ratio("moe_graph_bf16/", s, it->second, bf16.notes);
     row.extra = {bench::fixed(it->second.seconds * 1e3, 1),
                  best ? bench::fixed(s.flops() / 1e9 / best->second * 1e3, 1) : "n/a",
+                 graph_ms("moe_graph_bf16/", s),
+                 graph ? bench::fixed(*graph, 2) + "x" : "n/a",
                  bench::mib(it->second.peak_bytes)};
     if (s.experts == 8 && best)
       bf16.notes.push_back("target e8: titan bf16 >= 1.3x the best torch bf16 figure: " +

@@ -8,6 +8,7 @@
 #include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
+#include "titan/train/captured_function.h"
 #include "titan/train/custom_kernels.h"
 
 namespace titan::test {
@@ -85,61 +86,18 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
       if (l.requires_grad()) result.eager.push_back(l.grad());
   }
 
-  // Captured: the inputs and weights are parameters of the program, and so are tables an op reads
-  // from the host (RoPE's), declared when the op runs: between the inputs and the weights.
-  graph::Program program;
-  program.set_scan_layers(scan_layers);
-  program.set_scan_saves(scan_saves);
-  program.set_custom_kernels(custom_kernels && train::enable_custom_kernels(test_runner(), true).on);
-  std::vector<graph::Value> results;
-  std::vector<std::pair<int64_t, Tensor>> feeds;  // (parameter's value id, its data) of inputs and weights
-  {
-    graph::CaptureScope scope(program);
-    std::vector<Tensor> lazy;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const graph::Value v = program.parameter(inputs[i].sizes(), inputs[i].dtype(),
-                                               "input" + std::to_string(i), graph::InputKind::batch);
-      feeds.emplace_back(v.id, inputs[i]);
-      Tensor t = graph::tensor_of(v);
-      if (with_grads && is_floating(inputs[i].dtype())) t.requires_grad_();
-      lazy.push_back(t);
-    }
-    std::vector<Tensor> louts = fn(lazy);
-    for (const Tensor& o : louts) results.push_back(graph::value_of(o, "output"));
-    if (with_grads) {
-      std::vector<Tensor> lweights;
-      for (size_t i = 0; i < weights.size(); ++i) {
-        if (!weights[i].defined()) {
-          lweights.emplace_back();
-          continue;
-        }
-        const graph::Value v = program.parameter(weights[i].sizes(), weights[i].dtype(),
-                                                 "weight" + std::to_string(i), graph::InputKind::batch);
-        feeds.emplace_back(v.id, weights[i]);
-        lweights.push_back(graph::tensor_of(v));
-      }
-      weighted_sum(louts, lweights).backward();
-      for (const Tensor& l : lazy)
-        if (l.requires_grad()) results.push_back(graph::value_of(l.grad(), "gradient"));
-    }
+  // Captured: the inputs and weights are parameters of the program.
+  std::vector<Tensor> captured;
+  for (const Tensor& t : inputs) {
+    Tensor in = t.clone().detach();
+    if (with_grads && is_floating(t.dtype())) in.requires_grad_();
+    captured.push_back(in);
   }
-  std::vector<Tensor> fed;
-  for (const graph::Parameter& p : program.parameters()) {
-    if (p.kind == graph::InputKind::host) fed.push_back(p.host);
-    for (const auto& [id, t] : feeds)
-      if (id == p.value.id) fed.push_back(t);
-  }
-  graph::Runner& runner = test_runner();
-  result.module = program.module_text(results);
-  graph::pjrt::Executable* exe = runner.compile(result.module).executable;
-  std::vector<graph::pjrt::Buffer> buffers;
-  buffers.reserve(fed.size());
-  std::vector<graph::pjrt::Buffer*> args;
-  for (const Tensor& t : fed) {
-    buffers.push_back(runner.upload(t));
-    args.push_back(&buffers.back());
-  }
-  for (const graph::pjrt::Buffer& b : exe->execute(args)) result.graph.push_back(runner.download(b));
+  train::CapturedFunction f(test_runner(), [&] { return fn(captured); }, captured,
+                            with_grads ? weights : std::vector<Tensor>{},
+                            {.scan_layers = scan_layers, .scan_saves = scan_saves, .custom_kernels = custom_kernels});
+  result.module = f.module();
+  result.graph = f.run_to_host();
   return result;
 }
 

@@ -1,0 +1,85 @@
+#include "titan/train/captured_function.h"
+
+#include <utility>
+
+#include "titan/graph/lazy.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/reduce.h"
+#include "titan/train/custom_kernels.h"
+
+namespace titan::train {
+
+CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<std::vector<Tensor>()>& fn,
+                                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts,
+                                   const CaptureOptions& options)
+    : runner_(runner) {
+  graph::Program program;
+  program.set_scan_layers(options.scan_layers);
+  program.set_scan_saves(options.scan_saves);
+  custom_kernels_ = options.custom_kernels && enable_custom_kernels(runner, true).on;
+  program.set_custom_kernels(custom_kernels_);
+  std::vector<graph::Value> results;
+  // (parameter's value id, its data) of the inputs and douts; tables an op reads from the host
+  // (RoPE's) become parameters too, declared when the op runs.
+  std::vector<std::pair<int64_t, Tensor>> feeds;
+  // The inputs' gradients from before (an eager run's) stay theirs: the capture's are its own.
+  std::vector<Tensor> earlier_grads;
+  for (const Tensor& in : inputs) {
+    earlier_grads.push_back(in.grad());
+    in.set_grad(Tensor());
+  }
+  {
+    graph::CaptureScope scope(program);
+    graph::BoundTensors bound;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const graph::Value v = program.parameter(inputs[i].sizes(), inputs[i].dtype(), "input" + std::to_string(i),
+                                               graph::InputKind::batch);
+      feeds.emplace_back(v.id, inputs[i].contiguous());
+      bound.bind(inputs[i], v);
+    }
+    const std::vector<Tensor> outs = fn();
+    for (const Tensor& o : outs) results.push_back(graph::value_of(o, "an output of the captured function"));
+    if (!douts.empty()) {
+      TITAN_CHECK(douts.size() == outs.size(), "CapturedFunction: ", douts.size(), " douts for ", outs.size(),
+                  " outputs; give one per output (undefined for one without a gradient)");
+      Tensor objective;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (!douts[i].defined()) continue;
+        const graph::Value v = program.parameter(douts[i].sizes(), douts[i].dtype(), "dout" + std::to_string(i),
+                                                 graph::InputKind::batch);
+        feeds.emplace_back(v.id, douts[i].contiguous());
+        const Tensor term = ops::sum(ops::mul(outs[i], graph::tensor_of(v))).to(kF32);
+        objective = objective.defined() ? ops::add(objective, term) : term;
+      }
+      TITAN_CHECK(objective.defined(), "CapturedFunction: douts were given, but all undefined");
+      objective.backward();
+      for (const Tensor& in : inputs)
+        if (in.requires_grad()) results.push_back(graph::value_of(in.grad(), "a gradient of the captured function"));
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i].set_grad(earlier_grads[i]);
+  module_ = program.module_text(results);
+  const graph::Runner::Compiled compiled = runner.compile(module_);
+  executable_ = compiled.executable;
+  compile_seconds_ = compiled.seconds;
+  for (const graph::Parameter& p : program.parameters()) {
+    if (p.kind == graph::InputKind::host) args_.push_back(runner.upload(p.host));
+    for (const auto& [id, t] : feeds)
+      if (id == p.value.id) args_.push_back(runner.upload(t));
+  }
+}
+
+std::vector<graph::pjrt::Buffer> CapturedFunction::run() {
+  std::vector<graph::pjrt::Buffer*> args;
+  args.reserve(args_.size());
+  for (graph::pjrt::Buffer& b : args_) args.push_back(&b);
+  return executable_->execute(args);
+}
+
+std::vector<Tensor> CapturedFunction::run_to_host() {
+  std::vector<Tensor> out;
+  for (const graph::pjrt::Buffer& b : run()) out.push_back(runner_.download(b));
+  return out;
+}
+
+}  // namespace titan::train
