@@ -22,12 +22,16 @@
 //
 // graph (moe_graph/..., moe_graph_bf16/...): the same layer, forward + backward, captured once as
 // one program and run through the CPU PJRT plugin, as graph-mode training runs it: tokens sorted
-// by expert inside the program, the grouped products as titan's kernels (custom calls).
+// by expert inside the program, the grouped products as titan's kernels (custom calls). Against
+// it, the same layer in plain JAX, jitted whole (bench/moe_jax.py: jax.lax.ragged_dot, JAX's
+// dropless grouped product), on the top-2 shapes, once after the interleaved rounds.
 #include "titan/nn/moe/moe.h"
 
 #include <cstdint>
 #include <memory>
+#include <algorithm>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -243,6 +247,44 @@ int main(int argc, char** argv) {
   });
   const auto& ran = timed.titan;
   const bench::TorchResults& torch = timed.torch;
+  // The JAX reference, on the top-2 cases that ran.
+  json jax_request = {{"threads", titan::num_threads()}, {"reps", 3}, {"cases", json::array()}};
+  for (const auto& [prefix, variant, which] :
+       {std::tuple{std::string("moe/"), "f32", &shapes}, {std::string("moe_bf16/"), "bf16", &bf16_shapes}})
+    for (const Shape& s : *which)
+      if (s.top_k == 2 && ran.count(prefix + s.name()))
+        jax_request["cases"].push_back({{"name", prefix + s.name()},
+                                        {"tokens", kTokens},
+                                        {"dim", kDim},
+                                        {"hidden", kHidden},
+                                        {"experts", s.experts},
+                                        {"top_k", s.top_k},
+                                        {"variant", variant}});
+  const json jax = jax_request["cases"].empty()
+                       ? json{{"error", "no top-2 case ran"}}
+                       : bench::run_python_script(bench::jax_python_path(), "moe_jax.py", jax_request);
+  // The JAX median seconds of a case, if it ran.
+  auto jax_seconds = [&](const std::string& name) -> std::optional<double> {
+    if (!jax.contains("results") || !jax["results"].contains(name)) return std::nullopt;
+    std::vector<double> s = jax["results"][name]["seconds"].get<std::vector<double>>();
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  };
+  const std::string jax_about =
+      jax.contains("error") ? "JAX: not run (" + jax.value("error", std::string("?")) + ")"
+                            : "JAX: " + jax.value("jax_version", std::string("?")) + ", jaxlib " +
+                                  jax.value("jaxlib", std::string("?")) + ", " +
+                                  std::to_string(jax.value("threads", 0)) +
+                                  " threads; bench/moe_jax.py, median of 3 calls after one warm-up, run once after "
+                                  "the interleaved rounds";
+  auto jax_cells = [&](const std::string& prefix, const Shape& s, std::vector<std::string>& notes) {
+    const std::optional<double> j = jax_seconds(prefix + s.name());
+    auto g = ran.find((prefix == "moe/" ? "moe_graph/" : "moe_graph_bf16/") + s.name());
+    if (!j || g == ran.end()) return std::vector<std::string>{"n/a", "n/a"};
+    const double r = *j / g->second.seconds;
+    notes.push_back("target " + s.name() + ": graph >= JAX: " + bench::fixed(r, 2) + "x " + (r >= 1 ? "MET" : "MISSED"));
+    return std::vector<std::string>{bench::fixed(*j * 1e3, 1), bench::fixed(r, 2) + "x"};
+  };
   auto graph_ms = [&](const std::string& prefix, const Shape& s) -> std::string {
     auto g = ran.find(prefix + s.name());
     return g == ran.end() ? "n/a" : bench::fixed(g->second.seconds * 1e3, 1);
@@ -267,7 +309,8 @@ int main(int argc, char** argv) {
                      .unit = "GFLOP/s",
                      .titan_label = "titan",
                      .variants = kMoeVariants,
-                     .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "dispatch ms",
+                     .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "JAX ms", "graph/JAX",
+                                       "dispatch ms",
                                        "dispatch share", "GEMMs ms", "torch/GEMMs", "titan peak"},
                      .rows = {},
                      .notes = {}};
@@ -287,10 +330,13 @@ int main(int argc, char** argv) {
     // The best f32 variant's seconds per call.
     const double t = best ? s.flops() / 1e9 / best->second : 0.0;
     const std::optional<double> graph = graph_ratio("moe_graph/", s, m, table.notes);
+    const std::vector<std::string> j = jax_cells("moe/", s, table.notes);
     row.extra = {bench::fixed(m.seconds * 1e3, 1),
                  best ? bench::fixed(t * 1e3, 1) : "n/a",
                  graph_ms("moe_graph/", s),
                  graph ? bench::fixed(*graph, 2) + "x" : "n/a",
+                 j[0],
+                 j[1],
                  has_dispatch ? bench::fixed(d->second.seconds * 1e3, 2) : "n/a",
                  has_dispatch ? bench::fixed(100 * d->second.seconds / m.seconds, 1) + "%" : "n/a",
                  has_gemms ? bench::fixed(gm->second.seconds * 1e3, 1) : "n/a",
@@ -311,6 +357,10 @@ int main(int argc, char** argv) {
   table.notes.push_back(
       "graph: the layer's forward + backward as one program through the CPU PJRT plugin (tokens sorted by "
       "expert in the program, titan's grouped kernels as custom calls); graph/titan = titan ms / graph ms.");
+  table.notes.push_back(jax_about);
+  table.notes.push_back(
+      "JAX: jax.lax.ragged_dot's CPU lowering computes every expert over every row and masks (experts x the "
+      "dropless products); that is what a JAX user gets on the CPU, and why graph/JAX grows with the experts.");
   table.notes.push_back("target: titan >= 1.5x the best torch f32 figure (titan/best f32).");
   bench::print_table(table, torch);
 
@@ -321,7 +371,8 @@ int main(int argc, char** argv) {
                     .titan_label = "titan",
                     .variants = kMoeBf16Variants,
                     .titan_bf16 = true,
-                    .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "titan peak"},
+                    .extra_headers = {"titan ms", "torch best ms", "graph ms", "graph/titan", "JAX ms", "graph/JAX",
+                                      "titan peak"},
                     .rows = {},
                     .notes = {}};
   for (const Shape& s : bf16_shapes) {
@@ -333,10 +384,13 @@ int main(int argc, char** argv) {
                    .extra = {}};
     const auto best = bench::best_any(row);
     const std::optional<double> graph = graph_ratio("moe_graph_bf16/", s, it->second, bf16.notes);
+    const std::vector<std::string> j = jax_cells("moe_bf16/", s, bf16.notes);
     row.extra = {bench::fixed(it->second.seconds * 1e3, 1),
                  best ? bench::fixed(s.flops() / 1e9 / best->second * 1e3, 1) : "n/a",
                  graph_ms("moe_graph_bf16/", s),
                  graph ? bench::fixed(*graph, 2) + "x" : "n/a",
+                 j[0],
+                 j[1],
                  bench::mib(it->second.peak_bytes)};
     if (s.experts == 8 && best)
       bf16.notes.push_back("target e8: titan bf16 >= 1.3x the best torch bf16 figure: " +
@@ -344,6 +398,7 @@ int main(int argc, char** argv) {
                            (*row.titan >= 1.3 * best->second ? "MET" : "MISSED"));
     bf16.rows.push_back(std::move(row));
   }
+  bf16.notes.push_back(jax_about);
   if (!bf16.rows.empty()) bench::print_table(bf16, torch);
   return 0;
 }

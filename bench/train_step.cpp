@@ -267,16 +267,10 @@ json run_torch_round(const Config& c, const std::string& variant, int threads, i
                                  script_request(c, variant, threads, warmup, steps, device));
 }
 
-// The JAX reference's interpreter: $TITAN_JAX_PYTHON, else the venv scripts/setup_jax.sh links.
-std::string jax_python_path() {
-  if (const char* p = std::getenv("TITAN_JAX_PYTHON"); p && *p) return p;
-  return std::string(TITAN_SOURCE_DIR) + "/.venv-jax/bin/python";
-}
-
 // variant: "f32" or "bf16".
 json run_jax_round(const Config& c, const std::string& variant, int threads, int warmup, int steps,
                    const std::string& device = "cpu") {
-  return bench::run_python_script(jax_python_path(), "train_step_jax.py",
+  return bench::run_python_script(bench::jax_python_path(), "train_step_jax.py",
                                   script_request(c, variant, threads, warmup, steps, device));
 }
 
@@ -745,8 +739,8 @@ int bench_main(int argc, char** argv) {
   }
   // Without JAX's venv the other sides still run; the graph table says why JAX's columns are empty.
   std::string jax_skipped;
-  if (!jax_variants.empty() && access(jax_python_path().c_str(), X_OK) != 0) {
-    jax_skipped = "skipped: no Python interpreter at " + jax_python_path() +
+  if (!jax_variants.empty() && access(bench::jax_python_path().c_str(), X_OK) != 0) {
+    jax_skipped = "skipped: no Python interpreter at " + bench::jax_python_path() +
                   " (run scripts/setup_jax.sh, as make bench does, or set TITAN_JAX_PYTHON)";
     std::cout << "JAX reference " << jax_skipped << "\n";
     jax_variants.clear();

@@ -105,6 +105,11 @@ std::string python_path() {
   return std::string(TITAN_SOURCE_DIR) + "/.venv/bin/python";
 }
 
+std::string jax_python_path() {
+  if (const char* p = std::getenv("TITAN_JAX_PYTHON"); p && *p) return p;
+  return std::string(TITAN_SOURCE_DIR) + "/.venv-jax/bin/python";
+}
+
 std::string with_malloc_tunables(const std::string& command) {
   // glibc returns every freed block over 32 MiB to the kernel, so each fresh eager output is
   // page-faulted 4 KiB at a time: on this VM that costs more than the kernel writing it (a

@@ -96,6 +96,9 @@ struct TorchResults {
 
 // The interpreter that runs PyTorch scripts: $TITAN_PYTHON, else the source tree's .venv.
 std::string python_path();
+// The interpreter that runs the JAX references: $TITAN_JAX_PYTHON, else the venv
+// scripts/setup_jax.sh links (.venv-jax).
+std::string jax_python_path();
 std::string shell_quote(const std::string& s);
 // `command` with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in front, unless the caller set
 // GLIBC_TUNABLES (see torch_reference.cpp for why the reference runs so).
