@@ -19,7 +19,10 @@
 // attention/block_mask.h were chosen). `bench_attention --bf16` times splash under bf16 autocast
 // (bf16 tile products, float32 sums and softmax statistics) against itself in f32 and against
 // PyTorch's SDPA on bf16 inputs, eager and under torch.compile, forward alone and forward +
-// backward, at seq 4k and 8k, head_dim 64.
+// backward, at seq 4k and 8k, head_dim 64. `bench_attention --graph` times graph mode's attention
+// (splash forward + backward captured as one program, run through the CPU PJRT plugin with
+// splash's tiles as custom calls) against splash eager and against the same attention in plain
+// JAX (bench/attention_jax.py, jitted whole), in f32 and bf16, at seq 2k and 4k, head_dim 64.
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +49,7 @@
 #include "titan/core/rng.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/gemm.h"
+#include "titan/train/captured_function.h"
 
 namespace {
 
@@ -449,13 +454,130 @@ int run_bf16(int argc, char** argv) {
   return 0;
 }
 
+// Splash's forward + backward as graph mode runs it: captured once with the document ids (when the
+// mask has them) as an input of the program, the tiles as custom calls.
+struct GraphAttention {
+  Inputs in;
+  Tensor ids;
+  std::unique_ptr<titan::train::CapturedFunction> step;
+};
+
+GraphAttention capture_attention(int64_t seq, int64_t head_dim, const MaskKind& kind, titan::DType products) {
+  static titan::graph::Runner runner({.plugin = "cpu"});
+  GraphAttention g{make_inputs(seq, head_dim), Tensor(), nullptr};
+  const Mask mask = kind.make(seq);
+  std::vector<Tensor> inputs = {g.in.q, g.in.k, g.in.v};
+  if (kind.name == "document8") {
+    g.ids = mask.terms()->document_ids;
+    inputs.push_back(g.ids);
+  }
+  const titan::AutocastGuard autocast(products);
+  g.step = std::make_unique<titan::train::CapturedFunction>(
+      runner,
+      [&] {
+        const BlockMask bm = BlockMask::build(mask, kBatch, seq);
+        return std::vector<Tensor>{titan::attention::splash_attention(g.in.q, g.in.k, g.in.v, bm)};
+      },
+      inputs, std::vector<Tensor>{g.in.dout}, titan::train::CaptureOptions{.custom_kernels = true});
+  TITAN_CHECK(g.step->custom_kernels(), "bench_attention: the CPU plugin cannot run titan's kernels as custom calls");
+  return g;
+}
+
+// Graph mode's attention against splash eager and JAX, f32 and bf16.
+int run_graph(int argc, char** argv) {
+  const int64_t head_dim = 64;
+  std::vector<std::pair<Case, titan::DType>> cases;
+  for (titan::DType products : {titan::kF32, titan::kBF16})
+    for (int64_t seq : {2048, 4096})
+      for (const MaskKind& kind : mask_kinds()) {
+        const std::string name = std::string(titan::dtype_name(products)) + "/" + kind.name + "/s" +
+                                 std::to_string(seq) + "/d" + std::to_string(head_dim);
+        add_splash("eager/" + name, seq, head_dim, kind, titan::attention::kDefaultBlockQ,
+                   titan::attention::kDefaultBlockKv, products);
+        bench::add_benchmark("graph/" + name, plan_for(seq), [=](benchmark::State& s) {
+          GraphAttention& g = bench::cached_inputs<GraphAttention>(
+              "graph/" + name, [&] { return capture_attention(seq, head_dim, kind, products); });
+          for (auto _ : s) benchmark::DoNotOptimize(g.step->run().size());
+        });
+        const BlockMask bm = BlockMask::build(kind.make(seq), kBatch, seq);
+        cases.push_back({Case{name, seq, head_dim, &kind, 14.0 * tile_pairs(bm) * double(head_dim * kHeads * kBatch)},
+                         products});
+      }
+  const auto ran = bench::run_benchmarks(argc, argv);
+
+  json jax_request = {{"threads", titan::num_threads()}, {"reps", 3}, {"cases", json::array()}};
+  for (const auto& [c, products] : cases)
+    if (ran.count("graph/" + c.name))
+      jax_request["cases"].push_back({{"name", c.name},
+                                      {"batch", kBatch},
+                                      {"seq", c.seq},
+                                      {"heads", kHeads},
+                                      {"head_dim", c.head_dim},
+                                      {"mask", c.kind->torch},
+                                      {"variant", products == titan::kBF16 ? "bf16" : "f32"}});
+  const json jax = jax_request["cases"].empty()
+                       ? json{{"error", "no case ran"}}
+                       : bench::run_python_script(bench::jax_python_path(), "attention_jax.py", jax_request);
+  auto jax_seconds = [&](const std::string& name) -> std::optional<double> {
+    if (!jax.contains("results") || !jax["results"].contains(name)) return std::nullopt;
+    std::vector<double> s = jax["results"][name]["seconds"].get<std::vector<double>>();
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  };
+
+  bench::Table table{
+      .title = "Attention forward + backward in graph mode, batch 1, 8 heads, head_dim 64: splash captured as one "
+               "program (tiles as custom calls) vs splash eager vs JAX jitted (GFLOP/s = 14 x pairs in splash's "
+               "tiles x head_dim x heads / median s)",
+      .unit = "GFLOP/s",
+      .titan_label = "graph",
+      .reference_label = "JAX",
+      .variants = {""},
+      .extra_headers = {"eager GFLOP/s", "graph ms", "eager ms", "JAX ms", "graph/eager", "graph/JAX"},
+      .rows = {},
+      .notes = {}};
+  for (const auto& [c, products] : cases) {
+    auto g = ran.find("graph/" + c.name), e = ran.find("eager/" + c.name);
+    if (g == ran.end() || e == ran.end()) continue;
+    const std::optional<double> j = jax_seconds(c.name);
+    const double vs_eager = e->second.seconds / g->second.seconds;
+    bench::Row row{.name = c.name, .titan = c.flops / g->second.seconds / 1e9, .torch = {}, .extra = {}};
+    if (j) row.torch[""] = c.flops / *j / 1e9;
+    row.extra = {bench::fixed(c.flops / e->second.seconds / 1e9, 1), bench::fixed(g->second.seconds * 1e3, 1),
+                 bench::fixed(e->second.seconds * 1e3, 1), j ? bench::fixed(*j * 1e3, 1) : "n/a",
+                 ratio(e->second.seconds, g->second.seconds), j ? ratio(*j, g->second.seconds) : "n/a"};
+    table.rows.push_back(std::move(row));
+    if (c.seq == 4096 && c.kind->name != "window256") {
+      table.notes.push_back("target " + c.name + ": graph >= 0.9x splash eager: " + bench::fixed(vs_eager, 2) + "x " +
+                            (vs_eager >= 0.9 ? "MET" : "MISSED"));
+      if (j)
+        table.notes.push_back("target " + c.name + ": graph >= JAX: " + ratio(*j, g->second.seconds) + " " +
+                              (*j >= g->second.seconds ? "MET" : "MISSED"));
+    }
+  }
+  table.notes.push_back(
+      "bf16 rows: titan under bf16 autocast (bf16 tile products, float32 softmax statistics), JAX on bf16 inputs.");
+  bench::print_table(table, bench::TorchResults{.available = !jax.contains("error"),
+                                                .about = jax.contains("error")
+                                                             ? "JAX: not run (" + jax.value("error", std::string("?")) + ")"
+                                                             : "JAX: " + jax.value("jax_version", std::string("?")) +
+                                                                   ", jaxlib " + jax.value("jaxlib", std::string("?")) +
+                                                                   ", bench/attention_jax.py, median of 3 calls after "
+                                                                   "a warm-up, run after titan's",
+                                                .seconds = {},
+                                                .first_call_seconds = {},
+                                                .impl = {},
+                                                .errors = {}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
   std::vector<char*> args(argv, argv + argc);
   using Run = int (*)(int, char**);
-  const std::pair<const char*, Run> modes[] = {{"--sweep", run_sweep}, {"--bf16", run_bf16}};
+  const std::pair<const char*, Run> modes[] = {{"--sweep", run_sweep}, {"--bf16", run_bf16}, {"--graph", run_graph}};
   for (const auto& [flag, run] : modes) {
     const auto it =
         std::find_if(args.begin(), args.end(), [&](char* a) { return std::strcmp(a, flag) == 0; });

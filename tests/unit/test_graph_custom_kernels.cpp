@@ -171,6 +171,28 @@ TEST(GraphCustomKernels, RmsNormForwardAndBackward) {
     EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-6) << names[i];
 }
 
+// A linear layer's three products (y, dx, dw) through titan's GEMM as calls, leading dims folded and
+// a bias added, in float32 and under bf16 autocast (both sides multiply the same bf16 operands),
+// against eager.
+TEST(GraphCustomKernels, LinearForwardAndBackward) {
+  SKIP_WITHOUT_CUSTOM_KERNELS();
+  const std::vector<Tensor> inputs{test::rand_f32({3, 5, 37}, 50), test::rand_f32({19, 37}, 51),
+                                   test::rand_f32({19}, 52)};
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::linear(in[0], in[1], in[2])}; };
+  for (bool bf16 : {false, true}) {
+    if (bf16 && kernels::cpu::onednn_bf16_isa().empty()) continue;  // the eager side's kernels
+    SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
+    const AutocastGuard autocast(bf16 ? kBF16 : kF32);
+    const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
+    EXPECT_EQ(test::occurrences(r.module, "titan_gemm\""), 3u) << "y, dx and dw each one call";
+    EXPECT_FALSE(has(r.module, "stablehlo.dot_general"));
+    ASSERT_EQ(r.graph.size(), r.eager.size());
+    const char* names[] = {"y", "dx", "dw", "dbias"};
+    for (size_t i = 0; i < r.eager.size(); ++i)
+      EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << names[i];
+  }
+}
+
 // The decision itself: on for this CPU plugin, with the kernels named; off when not wanted.
 TEST(GraphCustomKernels, DecisionNamesTheKernelsOrWhyNone) {
   const train::CustomKernels off = train::enable_custom_kernels(test::test_runner(), false);

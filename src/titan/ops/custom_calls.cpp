@@ -15,6 +15,7 @@ namespace ffi = graph::pjrt::ffi;
 
 constexpr char kRmsNormFwd[] = "titan_rms_norm_fwd";
 constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
+constexpr char kGemm[] = "titan_gemm";
 constexpr char kGroupedGemm[] = "titan_grouped_gemm";
 constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
 constexpr char kGroupedSwigluFwd[] = "titan_grouped_swiglu_fwd";
@@ -86,6 +87,26 @@ void check_operand_dtypes(const char* target, const ffi::Array& a, const ffi::Ar
                   result.dtype == accumulation_dtype(a.dtype),
               target, ": wants two operands of one dtype of f32, f64 or bf16 and a result in its accumulation "
               "dtype, got ", dtype_name(a.dtype), ", ", dtype_name(b.dtype), " and ", dtype_name(result.dtype));
+}
+
+void gemm_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 2 && call.num_results() == 1, kGemm, " takes a and b and gives c, got ",
+              call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array a = call.arg(0), b = call.arg(1), c = call.result(0);
+  const bool trans_a = call.scalar_attr("trans_a") != 0, trans_b = call.scalar_attr("trans_b") != 0;
+  TITAN_CHECK(a.dims.size() == 2 && b.dims.size() == 2 && c.dims.size() == 2, kGemm, ": wants matrices, got ",
+              shape_str(a.dims), ", ", shape_str(b.dims), " and ", shape_str(c.dims));
+  const int64_t m = a.dims[trans_a ? 1 : 0], k = a.dims[trans_a ? 0 : 1], n = b.dims[trans_b ? 0 : 1];
+  TITAN_CHECK(b.dims[trans_b ? 1 : 0] == k && c.dims == (Shape{m, n}), kGemm, ": a ", shape_str(a.dims),
+              (trans_a ? " (transposed)" : ""), " and b ", shape_str(b.dims), (trans_b ? " (transposed)" : ""),
+              " do not multiply into c ", shape_str(c.dims));
+  check_operand_dtypes(kGemm, a, b, c);
+  kernels::cpu::dispatch_matmul(a.dtype, [&](auto z) {
+    using T = decltype(z);
+    using Acc = kernels::cpu::gemm_acc_t<T>;
+    kernels::cpu::gemm<T>(trans_a, trans_b, m, n, k, Acc(1), a.as<T>("a"), a.dims[1], b.as<T>("b"), b.dims[1],
+                          Acc(0), c.as<Acc>("c"), n);
+  });
 }
 
 void grouped_gemm_kernel(const ffi::Call& call) {
@@ -190,6 +211,7 @@ void grouped_swiglu_bwd_kernel(const ffi::Call& call) {
 void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kRmsNormFwd, ffi::handler<rms_norm_fwd_kernel>);
   ffi::register_handler(plugin, kRmsNormBwd, ffi::handler<rms_norm_bwd_kernel>);
+  ffi::register_handler(plugin, kGemm, ffi::handler<gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
   ffi::register_handler(plugin, kGroupedSwigluFwd, ffi::handler<grouped_swiglu_fwd_kernel>);
@@ -209,6 +231,16 @@ std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph:
                                             const graph::Value& rstd) {
   return graph::hlo::custom_call(kRmsNormBwd, {dy, x, weight, rstd},
                                  {{x.shape, x.dtype, false}, {weight.shape, weight.dtype, false}});
+}
+
+graph::Value gemm_call(const graph::Value& a, const graph::Value& b, bool trans_a, bool trans_b) {
+  TITAN_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.dtype == b.dtype &&
+                  a.shape[trans_a ? 0 : 1] == b.shape[trans_b ? 1 : 0],
+              "graph lowering: gemm wants matrices of one dtype whose inner sizes agree, got ", graph::mlir_type(a),
+              (trans_a ? " (transposed)" : ""), " and ", graph::mlir_type(b), (trans_b ? " (transposed)" : ""));
+  const Shape c{a.shape[trans_a ? 1 : 0], b.shape[trans_b ? 0 : 1]};
+  return graph::hlo::custom_call(kGemm, {a, b}, {{c, accumulation_dtype(a.dtype), false}},
+                                 {{"trans_a", trans_a ? 1.0 : 0.0}, {"trans_b", trans_b ? 1.0 : 0.0}})[0];
 }
 
 graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, const graph::Value& sizes,

@@ -21,6 +21,11 @@ std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::
 std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
                                             const graph::Value& rstd);
 
+// kernels::cpu::gemm: a [m, k] (or [k, m], trans_a) and b [k, n] (or [n, k], trans_b) of one dtype
+// (f32, f64 or bf16) give a @ b [m, n] in the accumulation dtype (f32 for bf16 operands): the
+// products of linear layers, forward and backward, through titan's BLAS and oneDNN.
+graph::Value gemm_call(const graph::Value& a, const graph::Value& b, bool trans_a, bool trans_b);
+
 // kernels::cpu::grouped_gemm over groups whose sizes are data of the program: x [rows, k] and w
 // [groups, n, k] (trans_w) or [groups, k, n] of one dtype (f32, f64 or bf16) and sizes [groups] i64
 // summing to rows give y [rows, n], in the kernel's accumulation dtype (f32 for bf16 operands).

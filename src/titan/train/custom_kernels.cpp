@@ -20,7 +20,8 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
   return {.on = true,
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
-              "documents keep XLA's lowering), RMSNorm forward and backward"};
+              "documents keep XLA's lowering), RMSNorm forward and backward, linear layers' GEMMs, MoE "
+              "experts' grouped GEMMs"};
 }
 
 }  // namespace titan::train

@@ -1,7 +1,10 @@
 #pragma once
 // Which of titan's CPU kernels a graph-mode program calls as custom calls (graph/pjrt/ffi.h)
-// rather than as XLA's lowering of them: splash attention's and RMSNorm's forward and backward, on
-// a plugin whose platform is the CPU and which has the FFI extension. Every other plugin (CUDA,
+// rather than as XLA's lowering of them: splash attention's and RMSNorm's forward and backward,
+// linear layers' products (titan's GEMM: in bf16 oneDNN's, ops/linalg.cpp has the figures), and a
+// dropless MoE layer's grouped expert products (whose group sizes are data, which no XLA op takes
+// on the CPU without computing every expert over every row), on a plugin whose platform is the
+// CPU and which has the FFI extension. Every other plugin (CUDA,
 // TPU, a CPU plugin without the extension) gets the pure StableHLO lowerings, whose text names no
 // CPU-only target. Measured on the CPU plugin (2 shared cores, best of 10-20 runs, three rounds):
 // RMSNorm [2048, 512] forward + backward 2.0-2.4 ms as calls, 2.5-5.3 ms as XLA's fusions; the
