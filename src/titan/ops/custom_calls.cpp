@@ -89,23 +89,37 @@ void check_operand_dtypes(const char* target, const ffi::Array& a, const ffi::Ar
               "dtype, got ", dtype_name(a.dtype), ", ", dtype_name(b.dtype), " and ", dtype_name(result.dtype));
 }
 
+// The attribute naming product i's transpose of `which` ("a" or "b").
+std::string trans_attr(const char* which, size_t i) {
+  return std::string("trans_") + which + std::to_string(i);
+}
+
 void gemm_kernel(const ffi::Call& call) {
-  TITAN_CHECK(call.num_args() == 2 && call.num_results() == 1, kGemm, " takes a and b and gives c, got ",
-              call.num_args(), " arguments and ", call.num_results(), " results");
-  const ffi::Array a = call.arg(0), b = call.arg(1), c = call.result(0);
-  const bool trans_a = call.scalar_attr("trans_a") != 0, trans_b = call.scalar_attr("trans_b") != 0;
-  TITAN_CHECK(a.dims.size() == 2 && b.dims.size() == 2 && c.dims.size() == 2, kGemm, ": wants matrices, got ",
-              shape_str(a.dims), ", ", shape_str(b.dims), " and ", shape_str(c.dims));
-  const int64_t m = a.dims[trans_a ? 1 : 0], k = a.dims[trans_a ? 0 : 1], n = b.dims[trans_b ? 0 : 1];
-  TITAN_CHECK(b.dims[trans_b ? 1 : 0] == k && c.dims == (Shape{m, n}), kGemm, ": a ", shape_str(a.dims),
-              (trans_a ? " (transposed)" : ""), " and b ", shape_str(b.dims), (trans_b ? " (transposed)" : ""),
-              " do not multiply into c ", shape_str(c.dims));
-  check_operand_dtypes(kGemm, a, b, c);
-  kernels::cpu::dispatch_matmul(a.dtype, [&](auto z) {
+  const int64_t n_products = call.num_results();
+  TITAN_CHECK(n_products >= 1 && call.num_args() == 2 * n_products, kGemm, " takes an a and a b for each product ",
+              "it gives, got ", call.num_args(), " arguments and ", call.num_results(), " results");
+  const DType dtype = call.arg(0).dtype;
+  kernels::cpu::dispatch_matmul(dtype, [&](auto z) {
     using T = decltype(z);
     using Acc = kernels::cpu::gemm_acc_t<T>;
-    kernels::cpu::gemm<T>(trans_a, trans_b, m, n, k, Acc(1), a.as<T>("a"), a.dims[1], b.as<T>("b"), b.dims[1],
-                          Acc(0), c.as<Acc>("c"), n);
+    std::vector<kernels::cpu::GemmCall<T>> calls;
+    for (int64_t i = 0; i < n_products; ++i) {
+      const ffi::Array a = call.arg(2 * i), b = call.arg(2 * i + 1), c = call.result(i);
+      const auto p = static_cast<size_t>(i);
+      const bool trans_a = call.scalar_attr(trans_attr("a", p)) != 0, trans_b = call.scalar_attr(trans_attr("b", p)) != 0;
+      TITAN_CHECK(a.dims.size() == 2 && b.dims.size() == 2 && c.dims.size() == 2, kGemm, ": product ", i,
+                  " wants matrices, got ", shape_str(a.dims), ", ", shape_str(b.dims), " and ", shape_str(c.dims));
+      const int64_t m = a.dims[trans_a ? 1 : 0], k = a.dims[trans_a ? 0 : 1], n = b.dims[trans_b ? 0 : 1];
+      TITAN_CHECK(b.dims[trans_b ? 1 : 0] == k && c.dims == (Shape{m, n}), kGemm, ": product ", i, ": a ",
+                  shape_str(a.dims), (trans_a ? " (transposed)" : ""), " and b ", shape_str(b.dims),
+                  (trans_b ? " (transposed)" : ""), " do not multiply into c ", shape_str(c.dims));
+      check_operand_dtypes(kGemm, a, b, c);
+      TITAN_CHECK(a.dtype == dtype, kGemm, ": product ", i, " is ", dtype_name(a.dtype), ", product 0 ",
+                  dtype_name(dtype), "; one call multiplies one dtype");
+      calls.push_back({trans_a, trans_b, m, n, k, Acc(1), a.as<T>("a"), a.dims[1], b.as<T>("b"), b.dims[1], Acc(0),
+                       c.as<Acc>("c"), n});
+    }
+    kernels::cpu::gemm_concurrent<T>(calls);
   });
 }
 
@@ -233,14 +247,23 @@ std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph:
                                  {{x.shape, x.dtype, false}, {weight.shape, weight.dtype, false}});
 }
 
-graph::Value gemm_call(const graph::Value& a, const graph::Value& b, bool trans_a, bool trans_b) {
-  TITAN_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.dtype == b.dtype &&
-                  a.shape[trans_a ? 0 : 1] == b.shape[trans_b ? 1 : 0],
-              "graph lowering: gemm wants matrices of one dtype whose inner sizes agree, got ", graph::mlir_type(a),
-              (trans_a ? " (transposed)" : ""), " and ", graph::mlir_type(b), (trans_b ? " (transposed)" : ""));
-  const Shape c{a.shape[trans_a ? 1 : 0], b.shape[trans_b ? 0 : 1]};
-  return graph::hlo::custom_call(kGemm, {a, b}, {{c, accumulation_dtype(a.dtype), false}},
-                                 {{"trans_a", trans_a ? 1.0 : 0.0}, {"trans_b", trans_b ? 1.0 : 0.0}})[0];
+std::vector<graph::Value> gemm_call(const std::vector<GemmOperands>& products) {
+  std::vector<graph::Value> operands;
+  std::vector<graph::ResultType> results;
+  std::vector<std::pair<std::string, double>> attrs;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const auto& [a, b, trans_a, trans_b] = products[i];
+    TITAN_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.dtype == b.dtype &&
+                    a.dtype == products[0].a.dtype && a.shape[trans_a ? 0 : 1] == b.shape[trans_b ? 1 : 0],
+                "graph lowering: gemm wants matrices of one dtype whose inner sizes agree, got ", graph::mlir_type(a),
+                (trans_a ? " (transposed)" : ""), " and ", graph::mlir_type(b), (trans_b ? " (transposed)" : ""));
+    operands.push_back(a);
+    operands.push_back(b);
+    results.push_back({{a.shape[trans_a ? 1 : 0], b.shape[trans_b ? 0 : 1]}, accumulation_dtype(a.dtype), false});
+    attrs.emplace_back(trans_attr("a", i), trans_a ? 1.0 : 0.0);
+    attrs.emplace_back(trans_attr("b", i), trans_b ? 1.0 : 0.0);
+  }
+  return graph::hlo::custom_call(kGemm, operands, results, attrs);
 }
 
 graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, const graph::Value& sizes,

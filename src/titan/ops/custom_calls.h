@@ -21,10 +21,15 @@ std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::
 std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
                                             const graph::Value& rstd);
 
-// kernels::cpu::gemm: a [m, k] (or [k, m], trans_a) and b [k, n] (or [n, k], trans_b) of one dtype
-// (f32, f64 or bf16) give a @ b [m, n] in the accumulation dtype (f32 for bf16 operands): the
-// products of linear layers, forward and backward, through titan's BLAS and oneDNN.
-graph::Value gemm_call(const graph::Value& a, const graph::Value& b, bool trans_a, bool trans_b);
+// One product op(a) @ op(b): a [m, k] (or [k, m], trans_a) and b [k, n] (or [n, k], trans_b).
+struct GemmOperands {
+  graph::Value a, b;
+  bool trans_a = false, trans_b = false;
+};
+// Independent products of one dtype (f32, f64 or bf16), each [m, n] in the accumulation dtype
+// (f32 for bf16 operands), as one call of kernels::cpu::gemm_concurrent: a linear layer's
+// forward product, or its input and weight gradients side by side as eager runs them.
+std::vector<graph::Value> gemm_call(const std::vector<GemmOperands>& products);
 
 // kernels::cpu::grouped_gemm over groups whose sizes are data of the program: x [rows, k] and w
 // [groups, n, k] (trans_w) or [groups, k, n] of one dtype (f32, f64 or bf16) and sizes [groups] i64

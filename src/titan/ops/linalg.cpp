@@ -93,8 +93,8 @@ bool gemm_by_call(const Tensor& a) {
 }
 
 // op(a) @ op(b) as that call: the transposes travel as flags, so no operand is copied to transpose it.
-Tensor gemm_called(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  return graph::tensor_of(gemm_call(graph::value_of(a, "linear"), graph::value_of(b, "linear"), trans_a, trans_b));
+GemmOperands gemm_operands(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return {graph::value_of(a, "linear"), graph::value_of(b, "linear"), trans_a, trans_b};
 }
 
 Tensor matmul_raw(const Tensor& a, const Tensor& b) {
@@ -141,8 +141,16 @@ T* data_or_null(const Tensor& t) {
 // first) and weight gradients (later) have the bits of one backward's.
 std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const Tensor& x2, bool want_dx,
                                        bool want_dw) {
-  if (gemm_by_call(g2))
-    return {want_dx ? gemm_called(g2, w, false, false) : Tensor(), want_dw ? gemm_called(g2, x2, true, false) : Tensor()};
+  if (gemm_by_call(g2)) {
+    // Both gradients in one call, side by side as below.
+    std::vector<GemmOperands> products;
+    if (want_dx) products.push_back(gemm_operands(g2, w, false, false));
+    if (want_dw) products.push_back(gemm_operands(g2, x2, true, false));
+    std::vector<graph::Value> r = products.empty() ? std::vector<graph::Value>{} : gemm_call(products);
+    const Tensor dx = want_dx ? graph::tensor_of(r[0]) : Tensor();
+    const Tensor dw = want_dw ? graph::tensor_of(r.back()) : Tensor();
+    return {dx, dw};
+  }
   if (graph::any_lazy({&g2, &w, &x2}))
     return {want_dx ? matmul_raw(g2, w) : Tensor(), want_dw ? matmul_raw(g2.transpose(0, 1), x2) : Tensor()};
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
@@ -196,7 +204,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const DType operand = x.dtype() == weight.dtype() ? matmul_operand_dtype(x.dtype()) : x.dtype();
   Tensor xd = as_operand(x, operand), wd = as_operand(weight, operand);
   const Tensor x2 = xd.reshape({-1, x.size(-1)});
-  Tensor y = gemm_by_call(x2) && wd.is_lazy() ? gemm_called(x2, wd, false, true) : matmul_raw(x2, wd.transpose(0, 1));
+  Tensor y = gemm_by_call(x2) && wd.is_lazy() ? graph::tensor_of(gemm_call({gemm_operands(x2, wd, false, true)})[0])
+                                              : matmul_raw(x2, wd.transpose(0, 1));
   if (bias.defined() && y.is_lazy()) {
     TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
                 weight.desc());
