@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "support/paths.h"
+#include "support/test_util.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
 
@@ -79,6 +80,18 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("moe.num_experts"), std::string::npos) << e.what();
   }
+}
+
+// A capacity per expert is the local dispatcher's; the all-to-all one of expert parallelism has
+// none yet, and a dense model has no experts to cap.
+TEST(DryRun, CapacityFactorWithExpertParallelismOrNoExpertsIsRefused) {
+  EXPECT_TITAN_ERROR(dry("qwen3/debug_moe.toml", 2,
+                         {"--parallelism.expert_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1",
+                          "--moe.capacity_factor=1.25"}),
+                     "moe.capacity_factor = 1.25", "parallelism.expert_parallel_degree = 2",
+                     "set capacity_factor = 0");
+  EXPECT_TITAN_ERROR(dry("llama3/debug.toml", 1, {"--moe.capacity_factor=1.25"}), "moe.capacity_factor = 1.25",
+                     "no experts");
 }
 
 }  // namespace
