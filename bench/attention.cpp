@@ -510,25 +510,17 @@ int run_graph(int argc, char** argv) {
       }
   const auto ran = bench::run_benchmarks(argc, argv);
 
-  json jax_request = {{"threads", titan::num_threads()}, {"reps", 3}, {"cases", json::array()}};
+  json jax_cases = json::array();
   for (const auto& [c, products] : cases)
     if (ran.count("graph/" + c.name))
-      jax_request["cases"].push_back({{"name", c.name},
-                                      {"batch", kBatch},
-                                      {"seq", c.seq},
-                                      {"heads", kHeads},
-                                      {"head_dim", c.head_dim},
-                                      {"mask", c.kind->torch},
-                                      {"variant", products == titan::kBF16 ? "bf16" : "f32"}});
-  const json jax = jax_request["cases"].empty()
-                       ? json{{"error", "no case ran"}}
-                       : bench::run_python_script(bench::jax_python_path(), "attention_jax.py", jax_request);
-  auto jax_seconds = [&](const std::string& name) -> std::optional<double> {
-    if (!jax.contains("results") || !jax["results"].contains(name)) return std::nullopt;
-    std::vector<double> s = jax["results"][name]["seconds"].get<std::vector<double>>();
-    std::sort(s.begin(), s.end());
-    return s[s.size() / 2];
-  };
+      jax_cases.push_back({{"name", c.name},
+                           {"batch", kBatch},
+                           {"seq", c.seq},
+                           {"heads", kHeads},
+                           {"head_dim", c.head_dim},
+                           {"mask", c.kind->torch},
+                           {"variant", products == titan::kBF16 ? "bf16" : "f32"}});
+  const bench::JaxReply jax = bench::run_jax_cases("attention_jax.py", jax_cases, titan::num_threads(), 3);
 
   bench::Table table{
       .title = "Attention forward + backward in graph mode, batch 1, 8 heads, head_dim 64: splash captured as one "
@@ -544,7 +536,7 @@ int run_graph(int argc, char** argv) {
   for (const auto& [c, products] : cases) {
     auto g = ran.find("graph/" + c.name), e = ran.find("eager/" + c.name);
     if (g == ran.end() || e == ran.end()) continue;
-    const std::optional<double> j = jax_seconds(c.name);
+    const std::optional<double> j = jax.median_seconds(c.name);
     const double vs_eager = e->second.seconds / g->second.seconds;
     bench::Row row{.name = c.name, .titan = c.flops / g->second.seconds / 1e9, .torch = {}, .extra = {}};
     if (j) row.torch[""] = c.flops / *j / 1e9;
@@ -562,13 +554,8 @@ int run_graph(int argc, char** argv) {
   }
   table.notes.push_back(
       "bf16 rows: titan under bf16 autocast (bf16 tile products, float32 softmax statistics), JAX on bf16 inputs.");
-  bench::print_table(table, bench::TorchResults{.available = !jax.contains("error"),
-                                                .about = jax.contains("error")
-                                                             ? "JAX: not run (" + jax.value("error", std::string("?")) + ")"
-                                                             : "JAX: " + jax.value("jax_version", std::string("?")) +
-                                                                   ", jaxlib " + jax.value("jaxlib", std::string("?")) +
-                                                                   ", bench/attention_jax.py, median of 3 calls after "
-                                                                   "a warm-up, run after titan's",
+  bench::print_table(table, bench::TorchResults{.available = !jax.reply.contains("error"),
+                                                .about = jax.about(),
                                                 .seconds = {},
                                                 .first_call_seconds = {},
                                                 .impl = {},

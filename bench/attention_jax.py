@@ -12,77 +12,31 @@ XLA's lowering). Each case compiles ahead of time, runs once to warm up, then `r
 Prints one JSON line on stdout: {"jax_version", "jaxlib", "threads", "results": {name: {"seconds",
 "compile_seconds"}}} or {"error"}. Progress goes to stderr.
 """
-import json
 import os
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from moe_jax import use_threads  # noqa: E402
-
-
-def visible(jnp, case):
-    """[S, S] bool, True where query row may see key column; None for causal."""
-    s, m = case["seq"], case["mask"]
-    if m["kind"] == "causal":
-        return None
-    q = jnp.arange(s)[:, None]
-    k = jnp.arange(s)[None, :]
-    causal = k <= q
-    if m["kind"] == "window":
-        return causal & (k >= q - m["left"])
-    if m["kind"] == "document":
-        doc = jnp.arange(s) * m["docs"] // s
-        return causal & (doc[:, None] == doc[None, :])
-    raise ValueError(f"unknown mask {m['kind']!r}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jax_cases  # noqa: E402
+from attention_torch import visible  # noqa: E402 -- takes the array module: jax.numpy here
 
 
-def main():
-    with open(sys.argv[1]) as f:
-        request = json.load(f)
-    use_threads(int(request.get("threads", 0)))
-    try:
-        import jax
-        import jax.numpy as jnp
-        import jaxlib
-    except ImportError as e:
-        print(json.dumps({"error": f"JAX is not installed ({e}); run scripts/setup_jax.sh"}))
-        return 0
-    jax.config.update("jax_platforms", "cpu")
-    results = {}
-    for c in request["cases"]:
-        dtype = jnp.bfloat16 if c["variant"] == "bf16" else jnp.float32
-        mask = visible(jnp, c)
+def build(jax, jnp, c):
+    dtype = jnp.bfloat16 if c["variant"] == "bf16" else jnp.float32
+    mask = visible(c, jnp)
 
-        def attention(q, k, v):
-            if mask is None:
-                return jax.nn.dot_product_attention(q, k, v, is_causal=True)
-            return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None])
+    def attention(q, k, v):
+        if mask is None:
+            return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None])
 
-        def fwd_bwd(q, k, v, dout):
-            out, vjp = jax.vjp(attention, q, k, v)
-            return out, vjp(dout)
+    def fwd_bwd(q, k, v, dout):
+        out, vjp = jax.vjp(attention, q, k, v)
+        return out, vjp(dout)
 
-        shape = (c["batch"], c["seq"], c["heads"], c["head_dim"])
-        keys = jax.random.split(jax.random.PRNGKey(7), 4)
-        q, k, v, dout = (jax.random.normal(key, shape).astype(dtype) for key in keys)
-        start = time.perf_counter()
-        step = jax.jit(fwd_bwd).lower(q, k, v, dout).compile()
-        compile_seconds = time.perf_counter() - start
-        jax.block_until_ready(step(q, k, v, dout))
-        seconds = []
-        for _ in range(int(request["reps"])):
-            start = time.perf_counter()
-            jax.block_until_ready(step(q, k, v, dout))
-            seconds.append(time.perf_counter() - start)
-        print(f"jax {c['name']}: {sorted(seconds)[len(seconds) // 2] * 1e3:.1f} ms (compile {compile_seconds:.1f} s)",
-              file=sys.stderr, flush=True)
-        results[c["name"]] = {"seconds": seconds, "compile_seconds": compile_seconds}
-    print(json.dumps({"jax_version": jax.__version__, "jaxlib": jaxlib.__version__,
-                      "threads": len(os.sched_getaffinity(0)), "results": results}))
-    return 0
+    shape = (c["batch"], c["seq"], c["heads"], c["head_dim"])
+    keys = jax.random.split(jax.random.PRNGKey(7), 4)
+    return fwd_bwd, tuple(jax.random.normal(key, shape).astype(dtype) for key in keys)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jax_cases.run(build))

@@ -248,37 +248,22 @@ int main(int argc, char** argv) {
   const auto& ran = timed.titan;
   const bench::TorchResults& torch = timed.torch;
   // The JAX reference, on the top-2 cases that ran.
-  json jax_request = {{"threads", titan::num_threads()}, {"reps", 3}, {"cases", json::array()}};
+  json jax_cases = json::array();
   for (const auto& [prefix, variant, which] :
        {std::tuple{std::string("moe/"), "f32", &shapes}, {std::string("moe_bf16/"), "bf16", &bf16_shapes}})
     for (const Shape& s : *which)
       if (s.top_k == 2 && ran.count(prefix + s.name()))
-        jax_request["cases"].push_back({{"name", prefix + s.name()},
-                                        {"tokens", kTokens},
-                                        {"dim", kDim},
-                                        {"hidden", kHidden},
-                                        {"experts", s.experts},
-                                        {"top_k", s.top_k},
-                                        {"variant", variant}});
-  const json jax = jax_request["cases"].empty()
-                       ? json{{"error", "no top-2 case ran"}}
-                       : bench::run_python_script(bench::jax_python_path(), "moe_jax.py", jax_request);
-  // The JAX median seconds of a case, if it ran.
-  auto jax_seconds = [&](const std::string& name) -> std::optional<double> {
-    if (!jax.contains("results") || !jax["results"].contains(name)) return std::nullopt;
-    std::vector<double> s = jax["results"][name]["seconds"].get<std::vector<double>>();
-    std::sort(s.begin(), s.end());
-    return s[s.size() / 2];
-  };
-  const std::string jax_about =
-      jax.contains("error") ? "JAX: not run (" + jax.value("error", std::string("?")) + ")"
-                            : "JAX: " + jax.value("jax_version", std::string("?")) + ", jaxlib " +
-                                  jax.value("jaxlib", std::string("?")) + ", " +
-                                  std::to_string(jax.value("threads", 0)) +
-                                  " threads; bench/moe_jax.py, median of 3 calls after one warm-up, run once after "
-                                  "the interleaved rounds";
+        jax_cases.push_back({{"name", prefix + s.name()},
+                             {"tokens", kTokens},
+                             {"dim", kDim},
+                             {"hidden", kHidden},
+                             {"experts", s.experts},
+                             {"top_k", s.top_k},
+                             {"variant", variant}});
+  const bench::JaxReply jax = bench::run_jax_cases("moe_jax.py", jax_cases, titan::num_threads(), 3);
+  const std::string jax_about = jax.about();
   auto jax_cells = [&](const std::string& prefix, const Shape& s, std::vector<std::string>& notes) {
-    const std::optional<double> j = jax_seconds(prefix + s.name());
+    const std::optional<double> j = jax.median_seconds(prefix + s.name());
     auto g = ran.find((prefix == "moe/" ? "moe_graph/" : "moe_graph_bf16/") + s.name());
     if (!j || g == ran.end()) return std::vector<std::string>{"n/a", "n/a"};
     const double r = *j / g->second.seconds;

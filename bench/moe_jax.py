@@ -13,17 +13,11 @@ f32). Each case compiles ahead of time (compile_seconds), runs once to warm up, 
 calls. Prints one JSON line on stdout: {"jax_version", "jaxlib", "threads", "results": {name:
 {"seconds": [...], "compile_seconds"}}} or {"error"}. Progress goes to stderr.
 """
-import json
 import os
 import sys
-import time
 
-
-def use_threads(threads):
-    """XLA's CPU client sizes its thread pool from the CPUs this process may run on."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if 0 < threads < len(cpus):
-        os.sched_setaffinity(0, cpus[:threads])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jax_cases  # noqa: E402
 
 
 def make_layer(jax, jnp, c, bf16):
@@ -58,47 +52,20 @@ def make_layer(jax, jnp, c, bf16):
         out, vjp = jax.vjp(layer, params, x)
         return out, vjp(dout)
 
-    return jax.jit(fwd_bwd)
+    return fwd_bwd
 
 
-def main():
-    with open(sys.argv[1]) as f:
-        request = json.load(f)
-    use_threads(int(request.get("threads", 0)))
-    try:
-        import jax
-        import jax.numpy as jnp
-        import jaxlib
-    except ImportError as e:
-        print(json.dumps({"error": f"JAX is not installed ({e}); run scripts/setup_jax.sh"}))
-        return 0
-    jax.config.update("jax_platforms", "cpu")
-    results = {}
-    for c in request["cases"]:
-        d, h, e = c["dim"], c["hidden"], c["experts"]
-        key = jax.random.split(jax.random.PRNGKey(5), 6)
-        params = {"gate": jax.random.normal(key[0], (d, e)) * d ** -0.5,
-                  "w1": jax.random.normal(key[1], (e, d, h)) * d ** -0.5,
-                  "w3": jax.random.normal(key[2], (e, d, h)) * d ** -0.5,
-                  "w2": jax.random.normal(key[3], (e, h, d)) * h ** -0.5}
-        x = jax.random.normal(key[4], (c["tokens"], d))
-        dout = jax.random.normal(key[5], (c["tokens"], d))
-        start = time.perf_counter()
-        step = make_layer(jax, jnp, c, c["variant"] == "bf16").lower(params, x, dout).compile()
-        compile_seconds = time.perf_counter() - start
-        jax.block_until_ready(step(params, x, dout))
-        seconds = []
-        for _ in range(int(request["reps"])):
-            start = time.perf_counter()
-            jax.block_until_ready(step(params, x, dout))
-            seconds.append(time.perf_counter() - start)
-        print(f"jax {c['name']}: {sorted(seconds)[len(seconds) // 2] * 1e3:.1f} ms (compile {compile_seconds:.1f} s)",
-              file=sys.stderr, flush=True)
-        results[c["name"]] = {"seconds": seconds, "compile_seconds": compile_seconds}
-    print(json.dumps({"jax_version": jax.__version__, "jaxlib": jaxlib.__version__,
-                      "threads": len(os.sched_getaffinity(0)), "results": results}))
-    return 0
+def build(jax, jnp, c):
+    d, h, e = c["dim"], c["hidden"], c["experts"]
+    key = jax.random.split(jax.random.PRNGKey(5), 6)
+    params = {"gate": jax.random.normal(key[0], (d, e)) * d ** -0.5,
+              "w1": jax.random.normal(key[1], (e, d, h)) * d ** -0.5,
+              "w3": jax.random.normal(key[2], (e, d, h)) * d ** -0.5,
+              "w2": jax.random.normal(key[3], (e, h, d)) * h ** -0.5}
+    x = jax.random.normal(key[4], (c["tokens"], d))
+    dout = jax.random.normal(key[5], (c["tokens"], d))
+    return make_layer(jax, jnp, c, c["variant"] == "bf16"), (params, x, dout)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jax_cases.run(build))

@@ -30,18 +30,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from jax_cases import use_threads  # noqa: E402
 from torch_reference import reset_peak_rss, status_bytes  # noqa: E402 -- plain Python, no torch
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY, MAX_NORM = 8e-4, 0.9, 0.95, 1e-8, 0.1, 1.0
 NORM_EPS, ROPE_THETA = 1e-5, 500000.0
-
-
-def use_threads(threads):
-    """XLA's CPU client sizes its thread pool from the CPUs this process may run on, and has no
-    flag for it: narrowing the affinity (before jax loads) is how it gets the others' count."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if 0 < threads < len(cpus):
-        os.sched_setaffinity(0, cpus[:threads])
 
 
 def rope_table(head_dim, seq):

@@ -110,6 +110,27 @@ std::string jax_python_path() {
   return std::string(TITAN_SOURCE_DIR) + "/.venv-jax/bin/python";
 }
 
+std::optional<double> JaxReply::median_seconds(const std::string& name) const {
+  if (!reply.contains("results") || !reply["results"].contains(name)) return std::nullopt;
+  std::vector<double> s = reply["results"][name]["seconds"].get<std::vector<double>>();
+  if (s.empty()) return std::nullopt;
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+std::string JaxReply::about() const {
+  if (reply.contains("error")) return "JAX: not run (" + reply.value("error", std::string("?")) + ")";
+  return "JAX " + reply.value("jax_version", std::string("?")) + ", jaxlib " + reply.value("jaxlib", std::string("?")) +
+         ", " + std::to_string(reply.value("threads", 0)) + " threads; bench/" + script +
+         ", jitted whole, median of its timed calls after one warm-up, run after titan's rounds";
+}
+
+JaxReply run_jax_cases(const std::string& script, const nlohmann::json& cases, int threads, int reps) {
+  if (cases.empty()) return {{{"error", "no case ran on titan's side"}}, script};
+  return {run_python_script(jax_python_path(), script, {{"threads", threads}, {"reps", reps}, {"cases", cases}}),
+          script};
+}
+
 std::string with_malloc_tunables(const std::string& command) {
   // glibc returns every freed block over 32 MiB to the kernel, so each fresh eager output is
   // page-faulted 4 KiB at a time: on this VM that costs more than the kernel writing it (a

@@ -99,6 +99,18 @@ std::string python_path();
 // The interpreter that runs the JAX references: $TITAN_JAX_PYTHON, else the venv
 // scripts/setup_jax.sh links (.venv-jax).
 std::string jax_python_path();
+
+// A JAX reference's reply (bench/jax_cases.py): bench/<script> run on `cases` ({"name", ...}
+// each) with `threads` and `reps` timed calls; no cases: not run.
+struct JaxReply {
+  nlohmann::json reply;
+  // The median seconds of the case `name`, if it ran.
+  std::optional<double> median_seconds(const std::string& name) const;
+  // "JAX 0.10.2, jaxlib 0.10.2, 2 threads; bench/<script>, ...", or why it did not run.
+  std::string about() const;
+  std::string script;
+};
+JaxReply run_jax_cases(const std::string& script, const nlohmann::json& cases, int threads, int reps);
 std::string shell_quote(const std::string& s);
 // `command` with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in front, unless the caller set
 // GLIBC_TUNABLES (see torch_reference.cpp for why the reference runs so).
