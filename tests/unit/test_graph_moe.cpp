@@ -148,6 +148,28 @@ TEST(GraphMoE, SortByExpertMatchesTheKernel) {
       {id}, 0.0, "sort_by_expert", /*with_grads=*/false);
 }
 
+// The moves into expert order and back, forward and backward: eager's kernels as custom calls, and
+// XLA's gathers where the program has no custom kernels.
+TEST(GraphMoE, PermuteAndUnpermuteBothWays) {
+  const int64_t tokens = 21, k = 3, experts = 5, d = 7;
+  std::vector<int64_t> ids(static_cast<size_t>(tokens * k));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i / k * 3 + (i % k) * 2) % experts);
+  const std::vector<Tensor> inputs{Tensor::from_vector(ids, {tokens, k}), test::rand_f32({tokens, d}, 30),
+                                   test::rand_f32({tokens * k, d}, 31), test::rand_f32({tokens, k}, 32)};
+  const Fn fn = [](const std::vector<Tensor>& v) {
+    const ops::TokenPermutation p = ops::sort_by_expert(v[0], experts);
+    return std::vector<Tensor>{ops::permute_tokens(v[1], p), ops::unpermute_tokens(v[2], v[3], p)};
+  };
+  for (bool calls : {true, false}) {
+    const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, calls);
+    EXPECT_EQ(r.module.find("titan_combine_rows_bwd") != std::string::npos, calls);
+    ASSERT_EQ(r.graph.size(), 5u) << "two outputs, the gradients of x, rows and weights";
+    for (size_t i = 0; i < r.eager.size(); ++i)
+      EXPECT_TRUE(test::tensors_close(r.graph[i], r.eager[i], kF32Tol,
+                                      std::string(calls ? "calls" : "gathers") + " #" + std::to_string(i)));
+  }
+}
+
 // Group sizes that are data of the step go to titan's grouped kernels as custom calls (the linear
 // map, and SwiGLU's fused first half): outputs and every gradient against eager, with an empty
 // group, in float32 and under bf16 autocast; without custom kernels the program refuses them,

@@ -1,11 +1,15 @@
 #include "titan/ops/custom_calls.h"
 
+#include <optional>
+#include <string>
+
 #include "titan/core/error.h"
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/grouped_swiglu.h"
+#include "titan/kernels/cpu/moe.h"
 #include "titan/kernels/cpu/norm.h"
 
 namespace titan::ops {
@@ -18,6 +22,9 @@ constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
 constexpr char kGemm[] = "titan_gemm";
 constexpr char kGroupedGemm[] = "titan_grouped_gemm";
 constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
+constexpr char kGatherRows[] = "titan_gather_rows";
+constexpr char kCombineRows[] = "titan_combine_rows";
+constexpr char kCombineRowsBwd[] = "titan_combine_rows_bwd";
 constexpr char kGroupedSwigluFwd[] = "titan_grouped_swiglu_fwd";
 constexpr char kGroupedSwigluBwd[] = "titan_grouped_swiglu_bwd";
 
@@ -161,6 +168,88 @@ void grouped_gemm_tn_kernel(const ffi::Call& call) {
   });
 }
 
+// An index operand, each entry checked to lie in [0, bound): the indices are data of the step, and
+// a wrong one would read or write past a buffer.
+const int64_t* checked_index(const char* target, const char* what, const ffi::Array& index, int64_t bound) {
+  const int64_t* ix = index.as<int64_t>(what);
+  for (int64_t i = 0; i < index.numel(); ++i)
+    TITAN_CHECK(ix[i] >= 0 && ix[i] < bound, target, ": ", what, "[", i, "] = ", ix[i], " is outside [0, ", bound, ")");
+  return ix;
+}
+
+void check_float_dtype(const char* target, DType dtype) {
+  TITAN_CHECK(dtype == kF32 || dtype == kF64, target, ": rows are ", dtype_name(dtype), "; the kernel takes f32 or f64");
+}
+
+void gather_rows_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 2 && call.num_results() == 1, kGatherRows, " takes src and index and gives dst, got ",
+              call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array src = call.arg(0), index = call.arg(1), dst = call.result(0);
+  TITAN_CHECK(src.dims.size() == 2 && index.dims.size() == 1 && dst.dims == (Shape{index.dims[0], src.dims[1]}) &&
+                  dst.dtype == src.dtype,
+              kGatherRows, ": wants src [n, d], index [rows] and dst [rows, d] of src's dtype, got ", shape_str(src.dims),
+              ", ", shape_str(index.dims), " and ", shape_str(dst.dims));
+  check_float_dtype(kGatherRows, src.dtype);
+  const int64_t* ix = checked_index(kGatherRows, "index", index, src.dims[0]);
+  kernels::cpu::dispatch_float(src.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::gather_rows<T>(src.as<T>("src"), ix, index.dims[0], src.dims[1], dst.as<T>("dst"));
+  });
+}
+
+// tokens, k and d of a combine: src [tokens * k, d], row_of [tokens * k], weights [tokens, k].
+struct CombineDims {
+  int64_t tokens = 0, k = 0, d = 0;
+};
+CombineDims combine_dims(const char* target, const ffi::Array& src, const ffi::Array& row_of, int64_t tokens,
+                         const ffi::Array* weights) {
+  TITAN_CHECK(src.dims.size() == 2 && tokens > 0 && src.dims[0] % tokens == 0 && row_of.dims == Shape{src.dims[0]},
+              target, ": wants src [tokens * k, d] and row_of [tokens * k] for ", tokens, " tokens, got ",
+              shape_str(src.dims), " and ", shape_str(row_of.dims));
+  const CombineDims c{tokens, src.dims[0] / tokens, src.dims[1]};
+  TITAN_CHECK(!weights || (weights->dims == (Shape{c.tokens, c.k}) && weights->dtype == src.dtype), target,
+              ": wants weights [", c.tokens, ", ", c.k, "] of the rows' dtype, got ", shape_str(weights->dims));
+  check_float_dtype(target, src.dtype);
+  return c;
+}
+
+void combine_rows_kernel(const ffi::Call& call) {
+  TITAN_CHECK((call.num_args() == 2 || call.num_args() == 3) && call.num_results() == 1, kCombineRows,
+              " takes src, row_of (and weights) and gives dst, got ", call.num_args(), " arguments and ",
+              call.num_results(), " results");
+  const ffi::Array src = call.arg(0), row_of = call.arg(1), dst = call.result(0);
+  const std::optional<ffi::Array> weights = call.num_args() == 3 ? std::optional(call.arg(2)) : std::nullopt;
+  TITAN_CHECK(dst.dims.size() == 2 && dst.dtype == src.dtype, kCombineRows, ": dst is ", shape_str(dst.dims));
+  const CombineDims c = combine_dims(kCombineRows, src, row_of, dst.dims[0], weights ? &*weights : nullptr);
+  TITAN_CHECK(dst.dims[1] == c.d, kCombineRows, ": dst ", shape_str(dst.dims), " for rows of ", c.d);
+  const int64_t* rows = checked_index(kCombineRows, "row_of", row_of, src.dims[0]);
+  kernels::cpu::dispatch_float(src.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::combine_rows<T>(src.as<T>("src"), rows, weights ? weights->as<T>("weights") : nullptr, c.tokens, c.k,
+                                  c.d, dst.as<T>("dst"));
+  });
+}
+
+void combine_rows_bwd_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 4 && call.num_results() == 2, kCombineRowsBwd, " takes d_dst, src, row_of and ",
+              "weights and gives d_src and d_weights, got ", call.num_args(), " arguments and ", call.num_results(),
+              " results");
+  const ffi::Array d_dst = call.arg(0), src = call.arg(1), row_of = call.arg(2), weights = call.arg(3);
+  const ffi::Array d_src = call.result(0), d_w = call.result(1);
+  TITAN_CHECK(d_dst.dims.size() == 2 && d_dst.dtype == src.dtype, kCombineRowsBwd, ": d_dst is ",
+              shape_str(d_dst.dims));
+  const CombineDims c = combine_dims(kCombineRowsBwd, src, row_of, d_dst.dims[0], &weights);
+  TITAN_CHECK(d_dst.dims[1] == c.d && d_src.dims == src.dims && d_w.dims == weights.dims, kCombineRowsBwd,
+              ": d_dst ", shape_str(d_dst.dims), ", d_src ", shape_str(d_src.dims), " and d_weights ",
+              shape_str(d_w.dims), " do not match src ", shape_str(src.dims), " and weights ", shape_str(weights.dims));
+  const int64_t* rows = checked_index(kCombineRowsBwd, "row_of", row_of, src.dims[0]);
+  kernels::cpu::dispatch_float(src.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::combine_rows_bwd<T>(d_dst.as<T>("d_dst"), src.as<T>("src"), rows, weights.as<T>("weights"),
+                                      c.tokens, c.k, c.d, d_src.as<T>("d_src"), d_w.as<T>("d_weights"));
+  });
+}
+
 // The sizes of one grouped SwiGLU call: x [rows, in] and w1, w3 [groups, hidden, in] of one
 // operand dtype, and arrays [rows, hidden] in its accumulation dtype.
 struct SwigluDims {
@@ -228,6 +317,9 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kGemm, ffi::handler<gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
+  ffi::register_handler(plugin, kGatherRows, ffi::handler<gather_rows_kernel>);
+  ffi::register_handler(plugin, kCombineRows, ffi::handler<combine_rows_kernel>);
+  ffi::register_handler(plugin, kCombineRowsBwd, ffi::handler<combine_rows_bwd_kernel>);
   ffi::register_handler(plugin, kGroupedSwigluFwd, ffi::handler<grouped_swiglu_fwd_kernel>);
   ffi::register_handler(plugin, kGroupedSwigluBwd, ffi::handler<grouped_swiglu_bwd_kernel>);
 }
@@ -285,6 +377,30 @@ graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, 
               "got ", graph::mlir_type(a), ", ", graph::mlir_type(b), " and ", graph::mlir_type(sizes));
   const Shape dw{sizes.shape[0], a.shape[1], b.shape[1]};
   return graph::hlo::custom_call(kGroupedGemmTn, {a, b, sizes}, {{dw, accumulation_dtype(a.dtype), false}})[0];
+}
+
+graph::Value gather_rows_call(const graph::Value& src, const graph::Value& index) {
+  TITAN_CHECK(src.shape.size() == 2 && index.shape.size() == 1 && index.dtype == kI64,
+              "graph lowering: gather_rows wants src [n, d] and index [rows] i64, got ", graph::mlir_type(src), " and ",
+              graph::mlir_type(index));
+  return graph::hlo::custom_call(kGatherRows, {src, index}, {{{index.shape[0], src.shape[1]}, src.dtype, false}})[0];
+}
+
+graph::Value combine_rows_call(const graph::Value& src, const graph::Value& row_of, const graph::Value* weights,
+                               int64_t tokens) {
+  TITAN_CHECK(src.shape.size() == 2 && row_of.shape == Shape{src.shape[0]} && row_of.dtype == kI64 && tokens > 0 &&
+                  src.shape[0] % tokens == 0,
+              "graph lowering: combine_rows wants src [tokens * k, d] and row_of [tokens * k] i64 for ", tokens,
+              " tokens, got ", graph::mlir_type(src), " and ", graph::mlir_type(row_of));
+  std::vector<graph::Value> operands{src, row_of};
+  if (weights) operands.push_back(*weights);
+  return graph::hlo::custom_call(kCombineRows, operands, {{{tokens, src.shape[1]}, src.dtype, false}})[0];
+}
+
+std::vector<graph::Value> combine_rows_bwd_call(const graph::Value& d_dst, const graph::Value& src,
+                                                const graph::Value& row_of, const graph::Value& weights) {
+  return graph::hlo::custom_call(kCombineRowsBwd, {d_dst, src, row_of, weights},
+                                 {{src.shape, src.dtype, false}, {weights.shape, weights.dtype, false}});
 }
 
 std::vector<graph::Value> grouped_swiglu_fwd_call(const graph::Value& x, const graph::Value& w1,
