@@ -21,7 +21,7 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
               "documents keep XLA's lowering), RMSNorm forward and backward, linear layers' GEMMs, MoE "
-              "experts' grouped GEMMs"};
+              "experts' grouped GEMMs and row moves"};
 }
 
 }  // namespace titan::train

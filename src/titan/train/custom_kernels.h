@@ -3,7 +3,8 @@
 // rather than as XLA's lowering of them: splash attention's and RMSNorm's forward and backward,
 // linear layers' products (titan's GEMM: in bf16 oneDNN's, ops/linalg.cpp has the figures), and a
 // dropless MoE layer's grouped expert products (whose group sizes are data, which no XLA op takes
-// on the CPU without computing every expert over every row), on a plugin whose platform is the
+// on the CPU without computing every expert over every row) and its row moves into expert order
+// and back (ops/moe.cpp has the figures), on a plugin whose platform is the
 // CPU and which has the FFI extension. Every other plugin (CUDA,
 // TPU, a CPU plugin without the extension) gets the pure StableHLO lowerings, whose text names no
 // CPU-only target. Measured on the CPU plugin (2 shared cores, best of 10-20 runs, three rounds):
