@@ -19,6 +19,7 @@
 #include "titan/autograd/scan.h"
 #include "titan/core/autocast.h"
 #include "titan/graph/pjrt/ffi.h"
+#include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
 #include "titan/ops/norm.h"
@@ -191,6 +192,20 @@ TEST(GraphCustomKernels, LinearForwardAndBackward) {
     for (size_t i = 0; i < r.eager.size(); ++i)
       EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << names[i];
   }
+}
+
+// SwiGLU's fused kernels as calls, forward and backward, against eager.
+TEST(GraphCustomKernels, SwigluForwardAndBackward) {
+  SKIP_WITHOUT_CUSTOM_KERNELS();
+  const std::vector<Tensor> inputs{test::rand_f32({3, 5, 37}, 60), test::rand_f32({3, 5, 37}, 61)};
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; };
+  const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
+  EXPECT_TRUE(has(r.module, "titan_swiglu_fwd"));
+  EXPECT_TRUE(has(r.module, "titan_swiglu_bwd"));
+  ASSERT_EQ(r.graph.size(), r.eager.size());
+  const char* names[] = {"out", "d_gate", "d_up"};
+  for (size_t i = 0; i < r.eager.size(); ++i)
+    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-6) << names[i];
 }
 
 // The decision itself: on for this CPU plugin, with the kernels named; off when not wanted.

@@ -6,6 +6,7 @@
 #include "titan/core/error.h"
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/ffi.h"
+#include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/grouped_swiglu.h"
@@ -22,6 +23,8 @@ constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
 constexpr char kGemm[] = "titan_gemm";
 constexpr char kGroupedGemm[] = "titan_grouped_gemm";
 constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
+constexpr char kSwigluFwd[] = "titan_swiglu_fwd";
+constexpr char kSwigluBwd[] = "titan_swiglu_bwd";
 constexpr char kGatherRows[] = "titan_gather_rows";
 constexpr char kCombineRows[] = "titan_combine_rows";
 constexpr char kCombineRowsBwd[] = "titan_combine_rows_bwd";
@@ -181,6 +184,38 @@ void check_float_dtype(const char* target, DType dtype) {
   TITAN_CHECK(dtype == kF32 || dtype == kF64, target, ": rows are ", dtype_name(dtype), "; the kernel takes f32 or f64");
 }
 
+// The arguments and results of a SwiGLU call, all of one shape and float dtype.
+void check_elementwise(const char* target, const ffi::Call& call, int64_t args, int64_t results) {
+  TITAN_CHECK(call.num_args() == args && call.num_results() == results, target, " takes ", args, " arrays and gives ",
+              results, ", got ", call.num_args(), " and ", call.num_results());
+  const ffi::Array first = call.arg(0);
+  check_float_dtype(target, first.dtype);
+  auto same = [&](const ffi::Array& a) {
+    TITAN_CHECK(a.dims == first.dims && a.dtype == first.dtype, target, ": every array must be ",
+                dtype_name(first.dtype), shape_str(first.dims), ", got ", dtype_name(a.dtype), shape_str(a.dims));
+  };
+  for (int64_t i = 1; i < args; ++i) same(call.arg(i));
+  for (int64_t i = 0; i < results; ++i) same(call.result(i));
+}
+
+void swiglu_fwd_kernel(const ffi::Call& call) {
+  check_elementwise(kSwigluFwd, call, 2, 1);
+  kernels::cpu::dispatch_float(call.arg(0).dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::swiglu_fwd<T>(call.arg(0).as<T>("gate"), call.arg(1).as<T>("up"), call.result(0).as<T>("out"),
+                                call.arg(0).numel());
+  });
+}
+
+void swiglu_bwd_kernel(const ffi::Call& call) {
+  check_elementwise(kSwigluBwd, call, 3, 2);
+  kernels::cpu::dispatch_float(call.arg(0).dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::swiglu_bwd<T>(call.arg(0).as<T>("gate"), call.arg(1).as<T>("up"), call.arg(2).as<T>("d_out"),
+                                call.result(0).as<T>("d_gate"), call.result(1).as<T>("d_up"), call.arg(0).numel());
+  });
+}
+
 void gather_rows_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 1, kGatherRows, " takes src and index and gives dst, got ",
               call.num_args(), " arguments and ", call.num_results(), " results");
@@ -317,6 +352,8 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kGemm, ffi::handler<gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
+  ffi::register_handler(plugin, kSwigluFwd, ffi::handler<swiglu_fwd_kernel>);
+  ffi::register_handler(plugin, kSwigluBwd, ffi::handler<swiglu_bwd_kernel>);
   ffi::register_handler(plugin, kGatherRows, ffi::handler<gather_rows_kernel>);
   ffi::register_handler(plugin, kCombineRows, ffi::handler<combine_rows_kernel>);
   ffi::register_handler(plugin, kCombineRowsBwd, ffi::handler<combine_rows_bwd_kernel>);
@@ -377,6 +414,17 @@ graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, 
               "got ", graph::mlir_type(a), ", ", graph::mlir_type(b), " and ", graph::mlir_type(sizes));
   const Shape dw{sizes.shape[0], a.shape[1], b.shape[1]};
   return graph::hlo::custom_call(kGroupedGemmTn, {a, b, sizes}, {{dw, accumulation_dtype(a.dtype), false}})[0];
+}
+
+graph::Value swiglu_fwd_call(const graph::Value& gate, const graph::Value& up) {
+  TITAN_CHECK(gate.shape == up.shape && gate.dtype == up.dtype, "graph lowering: swiglu wants gate and up of one shape "
+              "and dtype, got ", graph::mlir_type(gate), " and ", graph::mlir_type(up));
+  return graph::hlo::custom_call(kSwigluFwd, {gate, up}, {{gate.shape, gate.dtype, false}})[0];
+}
+
+std::vector<graph::Value> swiglu_bwd_call(const graph::Value& gate, const graph::Value& up, const graph::Value& d_out) {
+  return graph::hlo::custom_call(kSwigluBwd, {gate, up, d_out},
+                                 {{gate.shape, gate.dtype, false}, {gate.shape, gate.dtype, false}});
 }
 
 graph::Value gather_rows_call(const graph::Value& src, const graph::Value& index) {

@@ -40,6 +40,11 @@ graph::Value grouped_gemm_call(const graph::Value& x, const graph::Value& w, con
 // and sizes [groups] i64 give dw [groups, m, n] (group g: a_g^T @ b_g), in the accumulation dtype.
 graph::Value grouped_gemm_tn_call(const graph::Value& a, const graph::Value& b, const graph::Value& sizes);
 
+// SwiGLU's fused kernels (kernels/cpu/activation.h): gate and up of one shape and float dtype give
+// silu(gate) * up; with the output's gradient, {d_gate, d_up}.
+graph::Value swiglu_fwd_call(const graph::Value& gate, const graph::Value& up);
+std::vector<graph::Value> swiglu_bwd_call(const graph::Value& gate, const graph::Value& up, const graph::Value& d_out);
+
 // The row moves of a mixture-of-experts layer (kernels/cpu/moe.h), where XLA's gathers run at a
 // quarter of their speed: gather_rows (src [n, d] and index [rows] i64 -> [rows, d]),
 // combine_rows (src [tokens * k, d], row_of [tokens * k] i64 and optional weights [tokens, k] ->

@@ -20,7 +20,7 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
   return {.on = true,
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
-              "documents keep XLA's lowering), RMSNorm forward and backward, linear layers' GEMMs, MoE "
+              "documents keep XLA's lowering), RMSNorm and SwiGLU forward and backward, linear layers' GEMMs, MoE "
               "experts' grouped GEMMs and row moves"};
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Which of titan's CPU kernels a graph-mode program calls as custom calls (graph/pjrt/ffi.h)
-// rather than as XLA's lowering of them: splash attention's and RMSNorm's forward and backward,
+// rather than as XLA's lowering of them: splash attention's, RMSNorm's and SwiGLU's forward and backward,
 // linear layers' products (titan's GEMM: in bf16 oneDNN's, ops/linalg.cpp has the figures), and a
 // dropless MoE layer's grouped expert products (whose group sizes are data, which no XLA op takes
 // on the CPU without computing every expert over every row) and its row moves into expert order
