@@ -9,6 +9,16 @@
 
 namespace titan::train {
 
+Tensor vjp_objective(const std::vector<Tensor>& outs, const std::vector<Tensor>& douts) {
+  Tensor objective;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!douts[i].defined()) continue;
+    const Tensor term = ops::sum(ops::mul(outs[i], douts[i])).to(kF32);
+    objective = objective.defined() ? ops::add(objective, term) : term;
+  }
+  return objective;
+}
+
 CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<std::vector<Tensor>()>& fn,
                                    const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts,
                                    const CaptureOptions& options)
@@ -42,15 +52,18 @@ CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<st
     if (!douts.empty()) {
       TITAN_CHECK(douts.size() == outs.size(), "CapturedFunction: ", douts.size(), " douts for ", outs.size(),
                   " outputs; give one per output (undefined for one without a gradient)");
-      Tensor objective;
+      std::vector<Tensor> lazy_douts;
       for (size_t i = 0; i < outs.size(); ++i) {
-        if (!douts[i].defined()) continue;
+        if (!douts[i].defined()) {
+          lazy_douts.emplace_back();
+          continue;
+        }
         const graph::Value v = program.parameter(douts[i].sizes(), douts[i].dtype(), "dout" + std::to_string(i),
                                                  graph::InputKind::batch);
         feeds.emplace_back(v.id, douts[i].contiguous());
-        const Tensor term = ops::sum(ops::mul(outs[i], graph::tensor_of(v))).to(kF32);
-        objective = objective.defined() ? ops::add(objective, term) : term;
+        lazy_douts.push_back(graph::tensor_of(v));
       }
+      const Tensor objective = vjp_objective(outs, lazy_douts);
       TITAN_CHECK(objective.defined(), "CapturedFunction: douts were given, but all undefined");
       objective.backward();
       for (const Tensor& in : inputs)

@@ -19,6 +19,11 @@ struct CaptureOptions {
   bool custom_kernels = false;  // titan's kernels as custom calls where the runner's plugin allows
 };
 
+// sum_i sum(outs[i] * douts[i]) in float32, over the outputs whose dout is defined: the objective
+// whose gradients are the vector-Jacobian products for douts, in eager mode or in a capture alike.
+// Undefined when no dout is.
+Tensor vjp_objective(const std::vector<Tensor>& outs, const std::vector<Tensor>& douts);
+
 class CapturedFunction {
  public:
   // `fn` computes its outputs from `inputs`, which it reads itself (a module's parameters among
