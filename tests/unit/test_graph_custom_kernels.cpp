@@ -118,7 +118,7 @@ TEST(GraphCustomKernels, OtherRulesAndKernelsOffKeepXlasLowering) {
 }
 
 // Attention blocks inside autograd::scan_blocks' loop: the calls sit in the loop's body (forward)
-// and in the backward's loop, with the block's own weights.
+// and in the backward's loop, with the block's own weights, which they read as rows of the stacks.
 TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
   SKIP_WITHOUT_CUSTOM_KERNELS();
   const int64_t B = 2, S = 40, H = 2, D = 4, n = 3;
@@ -149,6 +149,7 @@ TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
     EXPECT_TRUE(has(r.module, "stablehlo.while"));
     EXPECT_TRUE(has(r.module, "titan_splash_bwd"));
     EXPECT_EQ(test::occurrences(r.module, "titan_splash_fwd"), saves == graph::ScanSaves::inputs ? 2u : 1u);
+    EXPECT_TRUE(has(r.module, "titan_row_")) << "the calls read the layer's weights in place";
     ASSERT_EQ(r.graph.size(), r.eager.size());
     for (size_t i = 0; i < r.eager.size(); ++i)
       EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;

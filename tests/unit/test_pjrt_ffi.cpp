@@ -121,6 +121,45 @@ TEST(PjrtFfi, HandlerErrorsFailTheRunWithTheirMessage) {
   EXPECT_FLOAT_EQ(run(client, scale_module("titan_scale", {{"factor", 1.0}}), kX)[3], 8.f);
 }
 
+// A row of a stack taken by a call (graph::Program::dynamic_row, as a loop over layers makes its
+// weights and saved results): the call reads it in place, given the stack and the index; an XLA op
+// taking the same row gets it sliced out. main(stack: f32[3,2,3], i: i64) =
+// reshape(scale(reshape(stack[i], [6]))) + stack[i].
+std::string scale_row_module() {
+  graph::Program program;
+  graph::CaptureScope scope(program);
+  const graph::Value stack = program.parameter({3, 2, 3}, kF32, "stack", graph::InputKind::batch);
+  const graph::Value i = program.parameter({}, kI64, "i", graph::InputKind::batch);
+  const graph::Value row = program.dynamic_row(stack, i);
+  const graph::Value flat = graph::hlo::reshape(row, {6});
+  const graph::Value y = graph::hlo::custom_call("titan_scale", {flat}, {{{6}, kF32, false}}, {{"factor", 2.5}})[0];
+  return program.module_text({graph::hlo::add(graph::hlo::reshape(y, {2, 3}), row)});
+}
+
+TEST(PjrtFfi, RowsOfAStackArePassedInPlace) {
+  const std::string module = scale_row_module();
+  EXPECT_NE(module.find("titan_row_0 = 1.0"), std::string::npos) << "the call takes the stack and the index\n"
+                                                                    << module;
+  EXPECT_EQ(module.find("titan_row_1"), std::string::npos) << module;
+  Client& client = client_of("cpu");
+  ffi::register_handler(client.plugin(), "titan_scale", ffi::handler<scale>);
+  Executable exe = client.compile(module);
+  std::vector<float> stack(18);
+  for (size_t k = 0; k < stack.size(); ++k) stack[k] = static_cast<float>(k) - 7.f;
+  Buffer s = client.to_device(stack.data(), kF32, {3, 2, 3});
+  for (int64_t index : {0, 2}) {
+    Buffer i = client.to_device(&index, kI64, {});
+    std::vector<float> got(6);
+    exe.execute({&s, &i}).at(0).to_host(got.data());
+    for (size_t k = 0; k < 6; ++k)
+      EXPECT_FLOAT_EQ(got[k], 3.5f * stack[static_cast<size_t>(index) * 6 + k]) << "row " << index << " [" << k << "]";
+  }
+  const int64_t past = 3;
+  Buffer i = client.to_device(&past, kI64, {});
+  const std::string message = error_of([&] { exe.execute({&s, &i}); });
+  EXPECT_NE(message.find("argument 0 is row 3 of a stack of 3 rows"), std::string::npos) << message;
+}
+
 void other_kernel(const ffi::Call&) {}
 
 TEST(PjrtFfi, SecondHandlerForATargetIsRefused) {

@@ -31,14 +31,10 @@ bool loopable(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks) {
   return true;
 }
 
-// Row i (a scalar i64 value) of a stacked value [n, ...], as a value of the row's shape.
+// Row i (a scalar i64 value) of a stacked value [n, ...], as a value of the row's shape: read in
+// place by titan's kernels as custom calls, sliced out for XLA's ops.
 graph::Value row(const graph::Value& stacked, const graph::Value& i) {
-  std::vector<graph::Value> starts{i};
-  const graph::Value zero = hlo::scalar(0.0, kI64);
-  Shape sizes = stacked.shape;
-  sizes[0] = 1;
-  for (size_t d = 1; d < stacked.shape.size(); ++d) starts.push_back(zero);
-  return hlo::reshape(hlo::dynamic_slice(stacked, starts, sizes), Shape(stacked.shape.begin() + 1, stacked.shape.end()));
+  return graph::current_program().dynamic_row(stacked, i);
 }
 
 // Every block's j-th parameter stacked [n, ...].

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "titan/graph/pjrt/ffi.h"
+
 namespace titan::graph::hlo {
 
 namespace {
@@ -153,7 +155,10 @@ Value reshape(const Value& x, const Shape& shape) {
   TITAN_CHECK(numel_of(shape) == numel_of(x.shape), "graph lowering: reshape of ", mlir_type(x), " to ",
               shape_str(shape));
   if (shape == x.shape) return x;
-  return prog().emit1("stablehlo.reshape", {x}, {shape, x.dtype, x.pred});
+  const Value y = prog().emit1("stablehlo.reshape", {x}, {shape, x.dtype, x.pred});
+  // A loop's row stays one for custom calls; the reshape above is then unused unless an XLA op
+  // takes the row, and XLA drops it.
+  return prog().reshaped_dynamic_row(x, shape).value_or(y);
 }
 
 Value transpose(const Value& x, const Shape& permutation) {
@@ -343,14 +348,30 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
               "' must be letters, digits, '_' and '.' only");
   TITAN_CHECK(!results.empty(), "graph lowering: custom call '", target, "' needs at least one result");
   std::string config;
-  for (const auto& [name, value] : attrs) {
-    TITAN_CHECK(is_identifier(name), "graph lowering: attribute '", name, "' of custom call '", target,
-                "' must be letters, digits, '_' and '.' only");
+  const auto add_attr = [&config](const std::string& name, double value) {
     config += (config.empty() ? "" : ", ") + name + " = " + literal(value, kF64) + " : f64";
+  };
+  for (const auto& [name, value] : attrs) {
+    TITAN_CHECK(is_identifier(name) && !name.starts_with(pjrt::ffi::kRowAttrPrefix), "graph lowering: attribute '", name,
+                "' of custom call '", target, "' must be letters, digits, '_' and '.' only, not starting with ",
+                pjrt::ffi::kRowAttrPrefix);
+    add_attr(name, value);
   }
-  const std::string attributes =
-      "api_version = 4 : i32, backend_config = {" + config + "}, call_target_name = \"" + target + "\"";
-  return prog().emit("stablehlo.custom_call", operands, results, attributes);
+  const auto attributes = [&target](const std::string& backend_config) {
+    return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" + target + "\"";
+  };
+  const std::string watched = attributes(config);
+  // A dynamic row (a loop's weights, a saved result) goes in as its stack and its index, the
+  // index appended after the other operands: the handler reads the row in place (pjrt::ffi::Call).
+  std::vector<Value> passed = operands;
+  for (size_t j = 0; j < operands.size(); ++j) {
+    const std::optional<Program::DynamicRow> r = prog().dynamic_row_of(operands[j]);
+    if (!r) continue;
+    passed[j] = r->stacked;
+    add_attr(std::string(pjrt::ffi::kRowAttrPrefix) + std::to_string(j), static_cast<double>(passed.size()));
+    passed.push_back(r->index);
+  }
+  return prog().emit("stablehlo.custom_call", passed, results, watched, {}, attributes(config));
 }
 
 std::vector<Value> while_loop(const std::vector<Value>& state,
@@ -417,3 +438,4 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
 }
 
 }  // namespace titan::graph::hlo
+

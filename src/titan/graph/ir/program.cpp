@@ -74,7 +74,7 @@ const Value* Program::host_parameter(const TensorImpl* host) const {
 
 std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& operands,
                                  const std::vector<ResultType>& results, std::string_view attrs,
-                                 const std::vector<std::string>& regions) {
+                                 const std::vector<std::string>& regions, std::string_view written_attrs) {
   for (const Value& v : operands) record_row(v);
   OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
   const OpSignature signature{.op = op, .results = results, .attrs = attrs};
@@ -107,7 +107,8 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
     for (size_t i = 0; i < regions.size(); ++i) line << (i ? ", " : "") << regions[i];
     line << ")";
   }
-  if (!attrs.empty()) line << " {" << attrs << "}";
+  if (const std::string_view written = written_attrs.empty() ? attrs : written_attrs; !written.empty())
+    line << " {" << written << "}";
   line << " : (" << types_of(operands) << ") -> ";
   if (results.size() == 1) line << types_of(out);
   else line << "(" << types_of(out) << ")";
@@ -126,8 +127,48 @@ Value Program::row(const Value& stacked, int64_t i) {
 
 std::optional<Program::Row> Program::row_of(const Value& v) const {
   const auto it = rows_.find(v.id);
-  if (it == rows_.end()) return std::nullopt;
+  if (it == rows_.end() || it->second.dynamic_index) return std::nullopt;
   return it->second.row;
+}
+
+Value Program::dynamic_row(const Value& stacked, const Value& index) {
+  TITAN_CHECK(!stacked.shape.empty() && index.shape.empty() && index.dtype == kI64 && !index.pred,
+              "graph: a dynamic row needs a stacked value and a scalar i64 index, got ", mlir_type(stacked), " and ",
+              mlir_type(index));
+  const Value v = add_value("", {Shape(stacked.shape.begin() + 1, stacked.shape.end()), stacked.dtype, stacked.pred});
+  PendingRow& pending = rows_[v.id];
+  pending.row.stacked = stacked;
+  pending.dynamic_index = index;
+  pending.block = blocks_.size();
+  return v;
+}
+
+std::optional<Value> Program::reshaped_dynamic_row(const Value& v, const Shape& shape) {
+  const auto it = rows_.find(v.id);
+  if (it == rows_.end() || !it->second.dynamic_index) return std::nullopt;
+  const PendingRow pending = it->second;
+  Shape stacked_shape{pending.row.stacked.shape[0]};
+  stacked_shape.insert(stacked_shape.end(), shape.begin(), shape.end());
+  // Written where the row was made, unseen by a watcher: the row's own reshape is the op it sees.
+  const size_t saved = into_;
+  into_ = pending.block;
+  Value stacked;
+  try {
+    stacked = hlo::reshape(pending.row.stacked, stacked_shape);
+  } catch (...) {
+    into_ = saved;
+    throw;
+  }
+  into_ = saved;
+  const Value row = dynamic_row(stacked, *pending.dynamic_index);
+  rows_[row.id].block = pending.block;
+  return row;
+}
+
+std::optional<Program::DynamicRow> Program::dynamic_row_of(const Value& v) const {
+  const auto it = rows_.find(v.id);
+  if (it == rows_.end() || !it->second.dynamic_index) return std::nullopt;
+  return DynamicRow{.stacked = it->second.row.stacked, .index = *it->second.dynamic_index};
 }
 
 std::optional<Value> Program::stack_sum(const Value& a, const Value& b) {
@@ -153,7 +194,15 @@ void Program::record_row(const Value& v) {
   into_ = pending.block;
   Value recorded;
   try {
-    recorded = hlo::reshape(hlo::narrow(pending.row.stacked, 0, pending.row.index, 1), v.shape);
+    if (pending.dynamic_index) {
+      std::vector<Value> starts{*pending.dynamic_index};
+      starts.resize(pending.row.stacked.shape.size(), hlo::scalar(0.0, kI64));
+      Shape sizes = pending.row.stacked.shape;
+      sizes[0] = 1;
+      recorded = hlo::reshape(hlo::dynamic_slice(pending.row.stacked, starts, sizes), v.shape);
+    } else {
+      recorded = hlo::reshape(hlo::narrow(pending.row.stacked, 0, pending.row.index, 1), v.shape);
+    }
   } catch (...) {
     into_ = saved;
     throw;

@@ -92,10 +92,12 @@ class Program {
   const Value* host_parameter(const TensorImpl* host) const;
 
   // Appends one op; returns its results. `attrs` is the text inside {...}; `regions` each a
-  // region's text from region().
+  // region's text from region(). `written_attrs`, when given, is printed instead of `attrs`, which
+  // an OpWatcher still sees: for attributes that say only how the operands are passed (a custom
+  // call's rows taken in place), in which two writings of the same op may differ.
   std::vector<Value> emit(std::string_view op, const std::vector<Value>& operands,
                           const std::vector<ResultType>& results, std::string_view attrs = {},
-                          const std::vector<std::string>& regions = {});
+                          const std::vector<std::string>& regions = {}, std::string_view written_attrs = {});
   Value emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,
               std::string_view attrs = {}, const std::vector<std::string>& regions = {});
   // A region with one block: `body` gets the block's arguments and returns what it yields
@@ -135,6 +137,19 @@ class Program {
   };
   // What `v` is row of, if it was made by row().
   std::optional<Row> row_of(const Value& v) const;
+  // Row `index` (a scalar i64 value of the program: a loop's counter) of `stacked` [n, ...], written
+  // as a dynamic_slice only when an op other than a custom call first takes it. A custom call takes
+  // the stack and the index instead (hlo::custom_call), so that a loop over layers hands titan's
+  // kernels its weights and saved results in place rather than as copies of the rows.
+  Value dynamic_row(const Value& stacked, const Value& index);
+  struct DynamicRow {
+    Value stacked = {};
+    Value index = {};
+  };
+  std::optional<DynamicRow> dynamic_row_of(const Value& v) const;
+  // `v`, a dynamic row, reshaped to `shape` as the same row of its stack reshaped: still taken in
+  // place by custom calls. Nothing if `v` is not a dynamic row.
+  std::optional<Value> reshaped_dynamic_row(const Value& v, const Shape& shape);
   // a + b for two stacked values of one type, written once however many of their rows are added
   // (graph::add of two rows of one index: a layer's gradients from two micro-batches' loops).
   // Only at the top level of the program, where every row can see the sum; nothing elsewhere.
@@ -167,6 +182,7 @@ class Program {
   size_t watched_depth_ = 0;  // blocks_.size() when the watcher was set
   struct PendingRow {
     Row row = {};
+    std::optional<Value> dynamic_index = {};  // for dynamic_row(); row.index is then unused
     size_t block = 0;  // the block row() was asked in: where the row is written when first taken
     bool recorded = false;
   };

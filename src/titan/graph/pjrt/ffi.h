@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "titan/core/dtype.h"
 #include "titan/core/shape.h"
@@ -40,12 +42,18 @@ struct Array {
   void check_dtype(DType wanted, std::string_view what) const;
 };
 
+// Argument j of a call may be passed as a row of a stack: the program gives the stack [n, ...] as
+// operand j, the row's index as a scalar i64 operand k after the call's own arguments, and the
+// backend_config attribute `titan_row_<j> = k`. Call::arg(j) is then the row, read in place.
+inline constexpr std::string_view kRowAttrPrefix = "titan_row_";
+
 // One invocation of a handler, decoded from XLA's call frame.
 class Call {
  public:
-  explicit Call(const abi::FfiCallFrame* frame) : frame_(frame) {}
+  explicit Call(const abi::FfiCallFrame* frame);
 
-  int64_t num_args() const;
+  // The call's own arguments, not counting the indices of rows passed in place.
+  int64_t num_args() const { return num_args_; }
   int64_t num_results() const;
   Array arg(int64_t i) const;
   Array result(int64_t i) const;
@@ -54,6 +62,8 @@ class Call {
 
  private:
   const abi::FfiCallFrame* frame_ = nullptr;
+  int64_t num_args_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> rows_;  // (argument, operand holding its row index)
 };
 
 using Kernel = void (*)(const Call&);
