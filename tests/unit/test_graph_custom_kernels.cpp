@@ -150,6 +150,7 @@ TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
     EXPECT_TRUE(has(r.module, "titan_splash_bwd"));
     EXPECT_EQ(test::occurrences(r.module, "titan_splash_fwd"), saves == graph::ScanSaves::inputs ? 2u : 1u);
     EXPECT_TRUE(has(r.module, "titan_row_")) << "the calls read the layer's weights in place";
+    EXPECT_TRUE(has(r.module, "titan_unfilled")) << "the loops' stacks start unfilled, not zeroed";
     ASSERT_EQ(r.graph.size(), r.eager.size());
     for (size_t i = 0; i < r.eager.size(); ++i)
       EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;

@@ -14,6 +14,7 @@
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/client.h"
 #include "titan/graph/pjrt/ffi.h"
+#include "titan/kernels/cpu/adamw.h"
 #include "titan/ops/custom_calls.h"
 #include "titan/ops/norm.h"
 
@@ -216,6 +217,54 @@ TEST(PjrtFfi, RmsNormKernelRefusesAnotherDtype) {
   Buffer bx = client.to_device(xs.data(), kI32, {2, 4}), bw = client.to_device(ws.data(), kI32, {4});
   const std::string message = error_of([&] { exe.execute({&bx, &bw}); });
   EXPECT_NE(message.find("titan_rms_norm_fwd: x is i32; the kernel takes f32 or f64"), std::string::npos) << message;
+}
+
+// AdamW's update as a call gives the eager kernel's bits, writing each state array in place of its
+// operand (XLA copies the operand first here: the program's inputs are not donated).
+TEST(PjrtFfi, AdamWUpdateIsTheEagerKernelInPlace) {
+  Client& client = client_of("cpu");
+  ops::register_custom_calls(client.plugin());
+  const int64_t n = 1037;
+  Generator gen(11);
+  std::vector<std::vector<float>> host;  // param, grad, exp_avg, exp_avg_sq
+  for (int k = 0; k < 4; ++k) host.push_back(Tensor::randn({n}, gen).to_vector<float>());
+  for (float& v : host[3]) v = v * v;
+  const kernels::cpu::AdamWHyper h{.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                   .step = 7, .grad_scale = 0.37};
+  const kernels::cpu::AdamWScalars s = kernels::cpu::adamw_scalars(h);
+  const std::vector<double> scalars{s.decay, s.neg_step_size, s.bc2_sqrt, h.grad_scale};
+
+  graph::Program program;
+  graph::CaptureScope scope(program);
+  std::vector<graph::Value> arrays, scalar_values;
+  for (const char* name : {"param", "grad", "exp_avg", "exp_avg_sq"})
+    arrays.push_back(program.parameter({n}, kF32, name, graph::InputKind::batch));
+  for (const char* name : {"decay", "neg_step_size", "bc2_sqrt", "grad_scale"})
+    scalar_values.push_back(program.parameter({}, kF64, name, graph::InputKind::batch));
+  const std::string module = program.module_text(
+      ops::adamw_call(arrays[0], arrays[1], arrays[2], arrays[3], scalar_values, h.beta1, h.beta2, h.eps));
+  EXPECT_NE(module.find("output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], "
+                        "operand_index = 0"),
+            std::string::npos)
+      << module;
+  Executable exe = client.compile(module);
+  std::vector<Buffer> in;
+  for (const auto& a : host) in.push_back(client.to_device(a.data(), kF32, {n}));
+  for (const double& v : scalars) in.push_back(client.to_device(&v, kF64, {}));
+  std::vector<Buffer*> args;
+  for (Buffer& b : in) args.push_back(&b);
+  std::vector<Buffer> out = exe.execute(args);
+  ASSERT_EQ(out.size(), 3u);
+
+  std::vector<std::vector<float>> want = host;
+  kernels::cpu::adamw_step<float>(want[0].data(), want[1].data(), want[2].data(), want[3].data(), n, h);
+  const char* names[] = {"param", "exp_avg", "exp_avg_sq"};
+  const size_t of[] = {0, 2, 3};
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<float> got(static_cast<size_t>(n));
+    out[r].to_host(got.data());
+    EXPECT_EQ(got, want[of[r]]) << names[r];
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "titan/graph/ir/hlo.h"
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/kernels/cpu/activation.h"
+#include "titan/kernels/cpu/adamw.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/kernels/cpu/grouped_swiglu.h"
@@ -30,6 +31,7 @@ constexpr char kCombineRows[] = "titan_combine_rows";
 constexpr char kCombineRowsBwd[] = "titan_combine_rows_bwd";
 constexpr char kGroupedSwigluFwd[] = "titan_grouped_swiglu_fwd";
 constexpr char kGroupedSwigluBwd[] = "titan_grouped_swiglu_bwd";
+constexpr char kAdamW[] = "titan_adamw";
 
 void rms_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 2, kRmsNormFwd, " takes x and weight and gives y and ",
@@ -344,9 +346,45 @@ void grouped_swiglu_bwd_kernel(const ffi::Call& call) {
   });
 }
 
+// A rank-0 f32 or f64 argument's value.
+double scalar_arg(const ffi::Call& call, int64_t i, const char* what) {
+  const ffi::Array a = call.arg(i);
+  TITAN_CHECK(a.dims.empty() && (a.dtype == kF32 || a.dtype == kF64), kAdamW, ": ", what, " should be an f32 or f64 ",
+              "scalar, got ", dtype_name(a.dtype), " ", shape_str(a.dims));
+  return a.dtype == kF32 ? *a.as<float>(what) : *a.as<double>(what);
+}
+
+// param, grad, exp_avg, exp_avg_sq and the step's scalars (decay, neg_step_size, bc2_sqrt,
+// grad_scale) give the three updated arrays, each written in place of its operand.
+void adamw_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 8 && call.num_results() == 3, kAdamW, " takes param, grad, exp_avg, exp_avg_sq ",
+              "and four scalars and gives param, exp_avg and exp_avg_sq, got ", call.num_args(), " arguments and ",
+              call.num_results(), " results");
+  const ffi::Array grad = call.arg(1), p = call.result(0), m = call.result(1), v = call.result(2);
+  for (const ffi::Array& a : {grad, m, v})
+    TITAN_CHECK(a.dtype == p.dtype && a.dims == p.dims, kAdamW, ": every array should be ", dtype_name(p.dtype), " ",
+                shape_str(p.dims), ", got ", dtype_name(a.dtype), " ", shape_str(a.dims));
+  const kernels::cpu::AdamWHyper h{.beta1 = call.scalar_attr("beta1"),
+                                   .beta2 = call.scalar_attr("beta2"),
+                                   .eps = call.scalar_attr("eps"),
+                                   .grad_scale = scalar_arg(call, 7, "grad_scale")};
+  const kernels::cpu::AdamWScalars s{.decay = scalar_arg(call, 4, "decay"),
+                                     .neg_step_size = scalar_arg(call, 5, "neg_step_size"),
+                                     .bc2_sqrt = scalar_arg(call, 6, "bc2_sqrt")};
+  kernels::cpu::dispatch_float(p.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::adamw_apply<T>(p.as<T>("param"), grad.as<T>("grad"), m.as<T>("exp_avg"), v.as<T>("exp_avg_sq"),
+                                 p.numel(), h, s);
+  });
+}
+
+// graph::hlo::unfilled: the buffer XLA gives the result is the array, whatever it holds.
+void unfilled_kernel(const ffi::Call&) {}
+
 }  // namespace
 
 void register_custom_calls(const graph::pjrt::Plugin& plugin) {
+  ffi::register_handler(plugin, graph::hlo::kUnfilledTarget, ffi::handler<unfilled_kernel>);
   ffi::register_handler(plugin, kRmsNormFwd, ffi::handler<rms_norm_fwd_kernel>);
   ffi::register_handler(plugin, kRmsNormBwd, ffi::handler<rms_norm_bwd_kernel>);
   ffi::register_handler(plugin, kGemm, ffi::handler<gemm_kernel>);
@@ -359,6 +397,7 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kCombineRowsBwd, ffi::handler<combine_rows_bwd_kernel>);
   ffi::register_handler(plugin, kGroupedSwigluFwd, ffi::handler<grouped_swiglu_fwd_kernel>);
   ffi::register_handler(plugin, kGroupedSwigluBwd, ffi::handler<grouped_swiglu_bwd_kernel>);
+  ffi::register_handler(plugin, kAdamW, ffi::handler<adamw_kernel>);
 }
 
 std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::Value& weight, double eps) {
@@ -468,6 +507,17 @@ std::vector<graph::Value> grouped_swiglu_bwd_call(const graph::Value& dh, const 
   const DType acc = accumulation_dtype(x.dtype);
   return graph::hlo::custom_call(kGroupedSwigluBwd, {dh, gate, up, x, w1, w3, sizes},
                                  {{x.shape, acc, false}, {w1.shape, acc, false}, {w3.shape, acc, false}});
+}
+
+std::vector<graph::Value> adamw_call(const graph::Value& param, const graph::Value& grad, const graph::Value& exp_avg,
+                                     const graph::Value& exp_avg_sq, const std::vector<graph::Value>& scalars,
+                                     double beta1, double beta2, double eps) {
+  TITAN_CHECK(scalars.size() == 4, "graph lowering: titan_adamw takes four scalars, got ", scalars.size());
+  const graph::ResultType type{param.shape, param.dtype, false};
+  std::vector<graph::Value> operands{param, grad, exp_avg, exp_avg_sq};
+  operands.insert(operands.end(), scalars.begin(), scalars.end());
+  return graph::hlo::custom_call(kAdamW, operands, {type, type, type},
+                                 {{"beta1", beta1}, {"beta2", beta2}, {"eps", eps}}, {{0, 0}, {1, 2}, {2, 3}});
 }
 
 }  // namespace titan::ops

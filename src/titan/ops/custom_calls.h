@@ -66,4 +66,11 @@ std::vector<graph::Value> grouped_swiglu_bwd_call(const graph::Value& dh, const 
                                                   const graph::Value& up, const graph::Value& x, const graph::Value& w1,
                                                   const graph::Value& w3, const graph::Value& sizes);
 
+// kernels::cpu::adamw_apply, AdamW's fused update: param, grad, exp_avg and exp_avg_sq of one
+// float dtype (f32, f64) and the step's scalars {decay, neg_step_size, bc2_sqrt, grad_scale} (f32
+// or f64) give {param, exp_avg, exp_avg_sq}, each updated in its operand's buffer.
+std::vector<graph::Value> adamw_call(const graph::Value& param, const graph::Value& grad, const graph::Value& exp_avg,
+                                     const graph::Value& exp_avg_sq, const std::vector<graph::Value>& scalars,
+                                     double beta1, double beta2, double eps);
+
 }  // namespace titan::ops

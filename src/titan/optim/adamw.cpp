@@ -8,6 +8,7 @@
 #include "titan/core/trace.h"
 #include "titan/graph/ir/hlo.h"
 #include "titan/kernels/cpu/adamw.h"
+#include "titan/ops/custom_calls.h"
 
 namespace titan::optim {
 
@@ -90,6 +91,14 @@ LoweredAdamW adamw_update_lowered(const graph::Value& param, const graph::Value&
   namespace hlo = graph::hlo;
   const Shape& shape = param.shape;
   const DType dt = param.dtype;
+  if (graph::current_program().custom_kernels() && (dt == kF32 || dt == kF64) && grad.dtype == dt) {
+    // The eager kernel in one pass, updating the state in place; XLA's fusions read the state in
+    // three.
+    const std::vector<graph::Value> u = ops::adamw_call(param, grad, exp_avg, exp_avg_sq,
+                                                        {decay, neg_step_size, bc2_sqrt, grad_scale}, opts.beta1,
+                                                        opts.beta2, opts.eps);
+    return {.param = u[0], .exp_avg = u[1], .exp_avg_sq = u[2]};
+  }
   auto splat = [&](const graph::Value& s) { return hlo::broadcast_to(hlo::convert(s, dt), shape); };
   auto constant = [&](double c) { return hlo::constant(c, shape, dt); };
   const graph::Value g = hlo::mul(grad, splat(grad_scale));

@@ -338,7 +338,8 @@ Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows) {
 
 std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                const std::vector<ResultType>& results,
-                               const std::vector<std::pair<std::string, double>>& attrs) {
+                               const std::vector<std::pair<std::string, double>>& attrs,
+                               const std::vector<std::pair<size_t, size_t>>& in_place) {
   // Names go into the module unquoted (attributes) or quoted (the target): identifiers only.
   auto is_identifier = [](const std::string& s) {
     auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
@@ -357,8 +358,19 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
                 pjrt::ffi::kRowAttrPrefix);
     add_attr(name, value);
   }
-  const auto attributes = [&target](const std::string& backend_config) {
-    return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" + target + "\"";
+  std::string aliases;
+  for (const auto& [result, operand] : in_place) {
+    TITAN_CHECK(result < results.size() && operand < operands.size() &&
+                    results[result] == type_of(operands[operand]) && !prog().dynamic_row_of(operands[operand]),
+                "graph lowering: custom call '", target, "' writes result ", result, " in place of operand ", operand,
+                ", which must exist, have the result's type and not be a row of a loop's stack");
+    aliases += std::string(aliases.empty() ? "" : ", ") + "#stablehlo.output_operand_alias<output_tuple_indices = [" +
+               (results.size() > 1 ? std::to_string(result) : "") + "], operand_index = " + std::to_string(operand) +
+               ", operand_tuple_indices = []>";
+  }
+  const auto attributes = [&target, &aliases](const std::string& backend_config) {
+    return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" + target + "\"" +
+           (aliases.empty() ? "" : ", output_operand_aliases = [" + aliases + "]");
   };
   const std::string watched = attributes(config);
   // A dynamic row (a loop's weights, a saved result) goes in as its stack and its index, the
@@ -372,6 +384,11 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
     passed.push_back(r->index);
   }
   return prog().emit("stablehlo.custom_call", passed, results, watched, {}, attributes(config));
+}
+
+Value unfilled(const ResultType& type) {
+  if (!prog().custom_kernels()) return constant(0.0, type.shape, type.dtype);
+  return custom_call(kUnfilledTarget, {}, {type})[0];
 }
 
 std::vector<Value> while_loop(const std::vector<Value>& state,
@@ -431,7 +448,8 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
   });
   std::vector<Value> init{scalar(reverse ? static_cast<double>(n - 1) : 0.0, kI64)};
   init.insert(init.end(), carry.begin(), carry.end());
-  for (const ResultType& t : stacked_types) init.push_back(constant(0.0, t.shape, t.dtype));
+  // Every row is written before the loop ends, and nothing reads a stack before that.
+  for (const ResultType& t : stacked_types) init.push_back(unfilled(t));
   const std::vector<Value> done = prog().emit("stablehlo.while", init, types, {}, {cond_region, body_region});
   return {.carry = std::vector<Value>(done.begin() + 1, done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size())),
           .stacked = std::vector<Value>(done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size()), done.end())};

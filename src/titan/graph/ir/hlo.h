@@ -86,10 +86,19 @@ Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows);
 
 // A call of titan's kernel registered as `target` (graph/pjrt/ffi.h), through XLA's typed FFI
 // (api_version = 4). `attrs` reach the handler as scalars (ffi::Call::scalar_attr), written as f64
-// so that no value is rounded on the way.
+// so that no value is rounded on the way. `in_place` pairs (result, operand) of one type: the
+// result is written into the operand's buffer (XLA copies the operand first where it is read
+// later), so the handler finds the operand's values in the result and updates them there.
 std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                const std::vector<ResultType>& results,
-                               const std::vector<std::pair<std::string, double>>& attrs = {});
+                               const std::vector<std::pair<std::string, double>>& attrs = {},
+                               const std::vector<std::pair<size_t, size_t>>& in_place = {});
+
+// An array whose contents are unspecified, for one that is filled before anything reads it (a
+// loop's stacks, filled row by row): where the program calls titan's kernels, a call to the empty
+// kernel `kUnfilledTarget`, so that XLA writes no zeros first; elsewhere zeros.
+inline constexpr char kUnfilledTarget[] = "titan_unfilled";
+Value unfilled(const ResultType& type);
 
 // A while loop over `state`: `cond` returns a scalar predicate, `body` the next state.
 std::vector<Value> while_loop(const std::vector<Value>& state,

@@ -15,10 +15,14 @@ AdamWScalars adamw_scalars(const AdamWHyper& h) {
 
 template <typename T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h) {
+  adamw_apply(p, g, m, v, n, h, adamw_scalars(h));
+}
+
+template <typename T>
+void adamw_apply(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h, const AdamWScalars& s) {
   // Scalars in double, then rounded to T once, as torch.optim.AdamW's Python floats are when
   // they meet a tensor of dtype T. The arithmetic below follows its order of operations, so an
   // f64 run agrees with it to rounding and an f32 run to a few ulp per step.
-  const AdamWScalars s = adamw_scalars(h);
   const T decay = static_cast<T>(s.decay);
   const T b1 = static_cast<T>(h.beta1), one_minus_b1 = static_cast<T>(1.0 - h.beta1);
   const T b2 = static_cast<T>(h.beta2), one_minus_b2 = static_cast<T>(1.0 - h.beta2);
@@ -44,5 +48,9 @@ void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h) {
 
 template void adamw_step<float>(float*, const float*, float*, float*, int64_t, const AdamWHyper&);
 template void adamw_step<double>(double*, const double*, double*, double*, int64_t, const AdamWHyper&);
+template void adamw_apply<float>(float*, const float*, float*, float*, int64_t, const AdamWHyper&,
+                                 const AdamWScalars&);
+template void adamw_apply<double>(double*, const double*, double*, double*, int64_t, const AdamWHyper&,
+                                  const AdamWScalars&);
 
 }  // namespace titan::kernels::cpu

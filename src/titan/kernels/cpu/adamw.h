@@ -30,5 +30,9 @@ AdamWScalars adamw_scalars(const AdamWHyper& h);
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 template <typename T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h);
+// The same update with the per-step scalars given (graph mode computes them in its program, and
+// calls this as a custom call); h's lr and step are not read.
+template <typename T>
+void adamw_apply(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h, const AdamWScalars& s);
 
 }  // namespace titan::kernels::cpu
