@@ -118,7 +118,8 @@ TEST(GraphCustomKernels, OtherRulesAndKernelsOffKeepXlasLowering) {
 }
 
 // Attention blocks inside autograd::scan_blocks' loop: the calls sit in the loop's body (forward)
-// and in the backward's loop, with the block's own weights, which they read as rows of the stacks.
+// and in the backward's loop, with the block's own weights, which they read as rows of the stacks;
+// the forward's calls whose results the backward takes write them as rows of the loop's stacks.
 TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
   SKIP_WITHOUT_CUSTOM_KERNELS();
   const int64_t B = 2, S = 40, H = 2, D = 4, n = 3;
@@ -150,6 +151,8 @@ TEST(GraphCustomKernels, SplashInsideTheLoopOverLayers) {
     EXPECT_TRUE(has(r.module, "titan_splash_bwd"));
     EXPECT_EQ(test::occurrences(r.module, "titan_splash_fwd"), saves == graph::ScanSaves::inputs ? 2u : 1u);
     EXPECT_TRUE(has(r.module, "titan_row_")) << "the calls read the layer's weights in place";
+    EXPECT_EQ(has(r.module, "titan_into_"), saves != graph::ScanSaves::inputs)
+        << "kept calls write their results straight into the loop's stacks";
     EXPECT_TRUE(has(r.module, "titan_unfilled")) << "the loops' stacks start unfilled, not zeroed";
     ASSERT_EQ(r.graph.size(), r.eager.size());
     for (size_t i = 0; i < r.eager.size(); ++i)

@@ -96,6 +96,11 @@ class TapeRecorder final : public graph::OpWatcher {
  public:
   TapeRecorder(Tape& tape, graph::ScanSaves policy) : tape_(tape), policy_(policy) {}
   std::optional<std::vector<graph::Value>> before(const graph::OpSignature&) override { return std::nullopt; }
+  // A kept call writes its results straight into the loop's stacks (graph::hlo::custom_call);
+  // after() then sees those stacks, which the loop carries as they are.
+  bool keeps_in_place(const graph::OpSignature& op) override {
+    return op.op == "stablehlo.custom_call" && saves(policy_, op);
+  }
   void after(const graph::OpSignature& op, const std::vector<graph::Value>& results) override {
     Tape::Op& entry = tape_.ops.emplace_back(Tape::Op{std::string(op.op), op.results, std::string(op.attrs)});
     if (!saves(policy_, op)) return;

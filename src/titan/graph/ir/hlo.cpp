@@ -336,10 +336,43 @@ Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows) {
                       {body});
 }
 
+namespace {
+
+// A scan whose body is being written: the stacks that its body's custom calls write in place.
+struct ScanFrame {
+  const Program* program = nullptr;
+  int64_t n = 0;
+  Value i = {};
+  size_t depth = 0;            // the body's block
+  std::vector<Value> args;     // the stacks, as the body's arguments
+  std::vector<Value> written;  // each one after the call that wrote its row
+};
+
+std::vector<ScanFrame*>& scan_frames() {
+  static thread_local std::vector<ScanFrame*> frames;
+  return frames;
+}
+
+// The scan whose body's own block is being written now, if any.
+ScanFrame* writing_scan_body() {
+  if (scan_frames().empty()) return nullptr;
+  ScanFrame* frame = scan_frames().back();
+  return frame->program == &prog() && frame->depth == prog().depth() ? frame : nullptr;
+}
+
+std::string alias_text(size_t result, size_t num_results, size_t operand) {
+  return "#stablehlo.output_operand_alias<output_tuple_indices = [" +
+         (num_results > 1 ? std::to_string(result) : std::string()) + "], operand_index = " + std::to_string(operand) +
+         ", operand_tuple_indices = []>";
+}
+
+}  // namespace
+
 std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                const std::vector<ResultType>& results,
                                const std::vector<std::pair<std::string, double>>& attrs,
                                const std::vector<std::pair<size_t, size_t>>& in_place) {
+  namespace ffi = pjrt::ffi;
   // Names go into the module unquoted (attributes) or quoted (the target): identifiers only.
   auto is_identifier = [](const std::string& s) {
     auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
@@ -353,9 +386,9 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
     config += (config.empty() ? "" : ", ") + name + " = " + literal(value, kF64) + " : f64";
   };
   for (const auto& [name, value] : attrs) {
-    TITAN_CHECK(is_identifier(name) && !name.starts_with(pjrt::ffi::kRowAttrPrefix), "graph lowering: attribute '", name,
-                "' of custom call '", target, "' must be letters, digits, '_' and '.' only, not starting with ",
-                pjrt::ffi::kRowAttrPrefix);
+    TITAN_CHECK(is_identifier(name) && !name.starts_with(ffi::kPassingAttrPrefix), "graph lowering: attribute '",
+                name, "' of custom call '", target, "' must be letters, digits, '_' and '.' only, not starting with ",
+                ffi::kPassingAttrPrefix);
     add_attr(name, value);
   }
   std::string aliases;
@@ -364,26 +397,54 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
                     results[result] == type_of(operands[operand]) && !prog().dynamic_row_of(operands[operand]),
                 "graph lowering: custom call '", target, "' writes result ", result, " in place of operand ", operand,
                 ", which must exist, have the result's type and not be a row of a loop's stack");
-    aliases += std::string(aliases.empty() ? "" : ", ") + "#stablehlo.output_operand_alias<output_tuple_indices = [" +
-               (results.size() > 1 ? std::to_string(result) : "") + "], operand_index = " + std::to_string(operand) +
-               ", operand_tuple_indices = []>";
+    aliases += (aliases.empty() ? "" : ", ") + alias_text(result, results.size(), operand);
   }
-  const auto attributes = [&target, &aliases](const std::string& backend_config) {
+  const auto attributes = [&target](const std::string& backend_config, const std::string& output_aliases) {
     return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" + target + "\"" +
-           (aliases.empty() ? "" : ", output_operand_aliases = [" + aliases + "]");
+           (output_aliases.empty() ? "" : ", output_operand_aliases = [" + output_aliases + "]");
   };
-  const std::string watched = attributes(config);
-  // A dynamic row (a loop's weights, a saved result) goes in as its stack and its index, the
-  // index appended after the other operands: the handler reads the row in place (pjrt::ffi::Call).
+  const std::string watched = attributes(config, aliases);
+  Program::WrittenAs written{.attrs = {}, .results = results};
+  // A dynamic row (a loop's weights, a saved result) goes in as its stack and its index, appended
+  // after the call's own operands: the handler reads the row in place (pjrt::ffi::Call).
   std::vector<Value> passed = operands;
   for (size_t j = 0; j < operands.size(); ++j) {
     const std::optional<Program::DynamicRow> r = prog().dynamic_row_of(operands[j]);
     if (!r) continue;
     passed[j] = r->stacked;
-    add_attr(std::string(pjrt::ffi::kRowAttrPrefix) + std::to_string(j), static_cast<double>(passed.size()));
+    add_attr(std::string(ffi::kRowAttrPrefix) + std::to_string(j), static_cast<double>(passed.size()));
     passed.push_back(r->index);
   }
-  return prog().emit("stablehlo.custom_call", passed, results, watched, {}, attributes(config));
+  // A loop's forward that keeps this call's results for its backward has each written as row i
+  // of a stack the loop carries, rather than copied there after the call.
+  ScanFrame* frame = writing_scan_body();
+  const bool into_stacks =
+      frame != nullptr && in_place.empty() &&
+      std::none_of(results.begin(), results.end(), [](const ResultType& r) { return r.pred; }) &&
+      prog().keeps_in_place({.op = "stablehlo.custom_call", .results = results, .attrs = watched});
+  if (into_stacks) {
+    const size_t index = passed.size() + results.size();
+    for (size_t r = 0; r < results.size(); ++r) {
+      Shape stacked{frame->n};
+      stacked.insert(stacked.end(), results[r].shape.begin(), results[r].shape.end());
+      written.results[r] = {stacked, results[r].dtype, false};
+      frame->args.push_back(prog().add_region_arg(written.results[r]));
+      aliases += (aliases.empty() ? "" : ", ") + alias_text(r, results.size(), passed.size());
+      add_attr(std::string(ffi::kIntoAttrPrefix) + std::to_string(r), static_cast<double>(index));
+      passed.push_back(frame->args.back());
+    }
+    passed.push_back(frame->i);
+  }
+  if (passed.size() > operands.size()) add_attr(std::string(ffi::kArgsAttr), static_cast<double>(operands.size()));
+  written.attrs = attributes(config, aliases);
+  std::vector<Value> out = prog().emit("stablehlo.custom_call", passed, results, watched, {}, &written);
+  if (into_stacks) {
+    for (Value& v : out) {
+      frame->written.push_back(v);
+      v = prog().dynamic_row(v, frame->i);
+    }
+  }
+  return out;
 }
 
 Value unfilled(const ResultType& type) {
@@ -416,23 +477,48 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
   TITAN_CHECK(n >= 1, "graph lowering: a scan needs at least one iteration, got ", n);
   std::vector<ResultType> types{{Shape{}, kI64, false}};
   for (const Value& v : carry) types.push_back(type_of(v));
-  std::vector<ResultType> stacked_types;
+  // Each y's stack: its place among the stacks the loop carries (written in place by the body's
+  // calls first, in the order of their arguments, then those the loop fills from ys).
+  ScanFrame frame;
+  frame.program = &prog();
+  frame.n = n;
+  std::vector<ResultType> filled_types;
+  std::vector<size_t> stack_of_y;
   std::string body_region = prog().region(types, [&](const std::vector<Value>& s) {
     const std::vector<Value> in(s.begin() + 1, s.end());
-    auto [next, ys] = body(s[0], in);
+    frame.i = s[0];
+    frame.depth = prog().depth();
+    scan_frames().push_back(&frame);
+    std::pair<std::vector<Value>, std::vector<Value>> written;
+    try {
+      written = body(s[0], in);
+    } catch (...) {
+      scan_frames().pop_back();
+      throw;
+    }
+    scan_frames().pop_back();
+    auto& [next, ys] = written;
     TITAN_CHECK(next.size() == in.size(), "graph lowering: a scan body returned ", next.size(), " carried values for ",
                 in.size());
     for (size_t k = 0; k < next.size(); ++k) check_same("scan body", next[k], in[k]);
     std::vector<Value> out{add(s[0], scalar(reverse ? -1.0 : 1.0, kI64))};
     out.insert(out.end(), next.begin(), next.end());
+    out.insert(out.end(), frame.written.begin(), frame.written.end());
     const Value zero = scalar(0.0, kI64);
     for (const Value& y : ys) {
+      const auto in_place = std::find_if(frame.written.begin(), frame.written.end(),
+                                         [&y](const Value& w) { return w.id == y.id; });
+      if (in_place != frame.written.end()) {
+        stack_of_y.push_back(static_cast<size_t>(in_place - frame.written.begin()));
+        continue;
+      }
       TITAN_CHECK(!y.pred, "graph lowering: a scan cannot stack predicates");
       Shape shape{n};
       shape.insert(shape.end(), y.shape.begin(), y.shape.end());
-      stacked_types.push_back({shape, y.dtype, false});
+      filled_types.push_back({shape, y.dtype, false});
+      stack_of_y.push_back(frame.args.size() + filled_types.size() - 1);
       // Carried by arguments added now that their types are known.
-      const Value stack = prog().add_region_arg(stacked_types.back());
+      const Value stack = prog().add_region_arg(filled_types.back());
       Shape row = shape;
       row[0] = 1;
       std::vector<Value> starts{s[0]};
@@ -441,6 +527,9 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
     }
     return out;
   });
+  std::vector<ResultType> stacked_types;
+  for (const Value& arg : frame.args) stacked_types.push_back(type_of(arg));
+  stacked_types.insert(stacked_types.end(), filled_types.begin(), filled_types.end());
   types.insert(types.end(), stacked_types.begin(), stacked_types.end());
   std::string cond_region = prog().region(types, [&](const std::vector<Value>& s) {
     return std::vector<Value>{reverse ? compare(s[0], scalar(0.0, kI64), "GE")
@@ -451,8 +540,10 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
   // Every row is written before the loop ends, and nothing reads a stack before that.
   for (const ResultType& t : stacked_types) init.push_back(unfilled(t));
   const std::vector<Value> done = prog().emit("stablehlo.while", init, types, {}, {cond_region, body_region});
-  return {.carry = std::vector<Value>(done.begin() + 1, done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size())),
-          .stacked = std::vector<Value>(done.begin() + 1 + static_cast<std::ptrdiff_t>(carry.size()), done.end())};
+  const auto first_stack = static_cast<std::ptrdiff_t>(1 + carry.size());
+  ScanResult result{.carry = std::vector<Value>(done.begin() + 1, done.begin() + first_stack), .stacked = {}};
+  for (size_t k : stack_of_y) result.stacked.push_back(done[static_cast<size_t>(first_stack) + k]);
+  return result;
 }
 
 }  // namespace titan::graph::hlo

@@ -74,9 +74,11 @@ const Value* Program::host_parameter(const TensorImpl* host) const {
 
 std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& operands,
                                  const std::vector<ResultType>& results, std::string_view attrs,
-                                 const std::vector<std::string>& regions, std::string_view written_attrs) {
+                                 const std::vector<std::string>& regions, const WrittenAs* written) {
   for (const Value& v : operands) record_row(v);
   OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+  TITAN_CHECK(written == nullptr || written->results.size() == results.size(), "graph: op ", op, " is written with ",
+              written ? written->results.size() : 0, " results and seen with ", results.size());
   const OpSignature signature{.op = op, .results = results, .attrs = attrs};
   if (watcher != nullptr) {
     watcher_ = nullptr;  // what the watcher writes is its own
@@ -93,8 +95,9 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
   ++num_ops_;
   const std::string base = ssa_name("%", next_name_++);
   std::vector<Value> out;
-  for (size_t i = 0; i < results.size(); ++i)
-    out.push_back(add_value(results.size() == 1 ? base : base + "#" + std::to_string(i), results[i]));
+  const std::vector<ResultType>& types = written ? written->results : results;
+  for (size_t i = 0; i < types.size(); ++i)
+    out.push_back(add_value(types.size() == 1 ? base : base + "#" + std::to_string(i), types[i]));
   std::ostringstream line;
   line << "    ";
   if (results.size() == 1) line << base << " = ";
@@ -107,14 +110,19 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
     for (size_t i = 0; i < regions.size(); ++i) line << (i ? ", " : "") << regions[i];
     line << ")";
   }
-  if (const std::string_view written = written_attrs.empty() ? attrs : written_attrs; !written.empty())
-    line << " {" << written << "}";
+  if (const std::string_view text = written ? std::string_view(written->attrs) : attrs; !text.empty())
+    line << " {" << text << "}";
   line << " : (" << types_of(operands) << ") -> ";
   if (results.size() == 1) line << types_of(out);
   else line << "(" << types_of(out) << ")";
   (into_ > 0 ? blocks_[into_ - 1] : blocks_.back()) += line.str() + "\n";
   if (watcher != nullptr) watcher->after(signature, out);
   return out;
+}
+
+bool Program::keeps_in_place(const OpSignature& op) {
+  OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+  return watcher != nullptr && watcher->keeps_in_place(op);
 }
 
 Value Program::row(const Value& stacked, int64_t i) {

@@ -68,6 +68,10 @@ class OpWatcher {
   // Values to stand for the op's results, in which case it is not written; nothing to write it.
   virtual std::optional<std::vector<Value>> before(const OpSignature& op) = 0;
   virtual void after(const OpSignature& op, const std::vector<Value>& results) = 0;
+  // Whether a custom call's results go straight into the stacks of the loop being written, each as
+  // its row for this iteration, rather than being copied there later (hlo::custom_call asks; the
+  // watcher's after() then sees the stacks so written).
+  virtual bool keeps_in_place(const OpSignature& op) { return false; }
 };
 
 // What a loop over identical blocks keeps from its forward for its backward (autograd/scan.h):
@@ -91,13 +95,22 @@ class Program {
   // one input).
   const Value* host_parameter(const TensorImpl* host) const;
 
-  // Appends one op; returns its results. `attrs` is the text inside {...}; `regions` each a
-  // region's text from region(). `written_attrs`, when given, is printed instead of `attrs`, which
-  // an OpWatcher still sees: for attributes that say only how the operands are passed (a custom
-  // call's rows taken in place), in which two writings of the same op may differ.
+  // How an op is written where that differs from what an OpWatcher sees: a custom call taking rows
+  // of stacks in place, or writing its results into stacks, differs only in how its operands and
+  // results are passed, in which two writings of the same op may differ.
+  struct WrittenAs {
+    std::string attrs;
+    std::vector<ResultType> results;
+  };
+  // Appends one op; returns its results (of `written`'s types, if given). `attrs` is the text
+  // inside {...}; `regions` each a region's text from region().
   std::vector<Value> emit(std::string_view op, const std::vector<Value>& operands,
                           const std::vector<ResultType>& results, std::string_view attrs = {},
-                          const std::vector<std::string>& regions = {}, std::string_view written_attrs = {});
+                          const std::vector<std::string>& regions = {}, const WrittenAs* written = nullptr);
+  // The watcher's keeps_in_place for an op written now; false where no watcher sees it.
+  bool keeps_in_place(const OpSignature& op);
+  // Blocks open: 1 at the top level, one more in each region being written.
+  size_t depth() const { return blocks_.size(); }
   Value emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,
               std::string_view attrs = {}, const std::vector<std::string>& regions = {});
   // A region with one block: `body` gets the block's arguments and returns what it yields

@@ -109,47 +109,72 @@ void Array::check_dtype(DType wanted, std::string_view what) const {
               "; the handler reads it as ", dtype_name(wanted), ": convert it in the program before the call");
 }
 
+namespace {
+
+// `a`, a stack [n, ...], narrowed to its row at the index held by `index` (a scalar i64).
+Array row_of_stack(Array a, const Array& index, const char* kind, int64_t i) {
+  TITAN_CHECK(!a.dims.empty() && index.dtype == kI64 && index.numel() == 1, "custom call: ", kind, " ", i,
+              " is passed as a row of ", dtype_name(a.dtype), " ", shape_str(a.dims), " at index ",
+              dtype_name(index.dtype), " ", shape_str(index.dims), "; a row needs a stack and a scalar i64");
+  const int64_t row = *static_cast<const int64_t*>(index.data);
+  TITAN_CHECK(row >= 0 && row < a.dims[0], "custom call: ", kind, " ", i, " is row ", row, " of a stack of ", a.dims[0],
+              " rows");
+  const int64_t row_numel = numel_of(Shape(a.dims.begin() + 1, a.dims.end()));
+  a.data = static_cast<char*>(a.data) + row * row_numel * static_cast<int64_t>(dtype_size(a.dtype));
+  a.dims.erase(a.dims.begin());
+  return a;
+}
+
+}  // namespace
+
 Call::Call(const abi::FfiCallFrame* frame) : frame_(frame), num_args_(frame->args.size) {
   const abi::FfiAttrs& attrs = frame_->attrs;
   for (int64_t i = 0; i < attrs.size; ++i) {
     const std::string_view name(attrs.names[i]->ptr, attrs.names[i]->len);
-    if (!name.starts_with(kRowAttrPrefix)) continue;
-    const std::string_view digits = name.substr(kRowAttrPrefix.size());
-    int64_t arg = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), arg);
+    if (name == kArgsAttr) {
+      num_args_ = static_cast<int64_t>(scalar_attr(name));
+      continue;
+    }
+    const bool row = name.starts_with(kRowAttrPrefix), into = name.starts_with(kIntoAttrPrefix);
+    if (!row && !into) continue;
+    const std::string_view digits = name.substr((row ? kRowAttrPrefix : kIntoAttrPrefix).size());
+    int64_t which = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), which);
     TITAN_CHECK(ec == std::errc() && end == digits.data() + digits.size(), "custom call: attribute '", name,
-                "' should end in the number of the argument passed as a row");
-    rows_.emplace_back(arg, static_cast<int64_t>(scalar_attr(name)));
+                "' should end in the number of the ", row ? "argument" : "result", " passed as a row");
+    (row ? rows_ : into_).emplace_back(which, static_cast<int64_t>(scalar_attr(name)));
   }
-  num_args_ -= static_cast<int64_t>(rows_.size());
-  for (const auto& [arg, index] : rows_) {
-    TITAN_CHECK(arg >= 0 && arg < num_args_ && index >= num_args_ && index < frame_->args.size,
-                "custom call: argument ", arg, " is passed as a row indexed by operand ", index, ", but the call has ",
-                num_args_, " arguments and ", frame_->args.size - num_args_,
-                " row indices after them: the program's custom_call was written wrong");
-  }
+  TITAN_CHECK(num_args_ >= 0 && num_args_ <= frame_->args.size, "custom call: ", kArgsAttr, " = ", num_args_,
+              " of a call with ", frame_->args.size, " operands: the program's custom_call was written wrong");
+  const auto check = [this](const std::vector<std::pair<int64_t, int64_t>>& passed, int64_t count, const char* kind) {
+    for (const auto& [which, index] : passed) {
+      TITAN_CHECK(which >= 0 && which < count && index >= num_args_ && index < frame_->args.size, "custom call: ",
+                  kind, " ", which, " is passed as a row indexed by operand ", index, ", but the call has ", count, " ",
+                  kind, "s and ", frame_->args.size - num_args_,
+                  " operands after its own: the program's custom_call was written wrong");
+    }
+  };
+  check(rows_, num_args_, "argument");
+  check(into_, frame_->rets.size, "result");
 }
 
 int64_t Call::num_results() const { return frame_->rets.size; }
 
 Array Call::arg(int64_t i) const {
-  Array a = array_of(frame_->args, i, "argument");
-  for (const auto& [arg, operand] : rows_) {
-    if (arg != i) continue;
-    const Array index = array_of(frame_->args, operand, "argument");
-    TITAN_CHECK(!a.dims.empty() && index.dtype == kI64 && index.numel() == 1, "custom call: argument ", i,
-                " is passed as a row of ", dtype_name(a.dtype), " ", shape_str(a.dims), " at index ",
-                dtype_name(index.dtype), " ", shape_str(index.dims), "; a row needs a stack and a scalar i64");
-    const int64_t row = *static_cast<const int64_t*>(index.data);
-    TITAN_CHECK(row >= 0 && row < a.dims[0], "custom call: argument ", i, " is row ", row, " of a stack of ",
-                a.dims[0], " rows");
-    const int64_t row_numel = numel_of(Shape(a.dims.begin() + 1, a.dims.end()));
-    a.data = static_cast<char*>(a.data) + row * row_numel * static_cast<int64_t>(dtype_size(a.dtype));
-    a.dims.erase(a.dims.begin());
-  }
+  TITAN_CHECK(i >= 0 && i < num_args_, "custom call: asked for argument ", i, " of a call with ", num_args_,
+              ": the program's custom_call and its handler disagree on the signature");
+  const Array a = array_of(frame_->args, i, "argument");
+  for (const auto& [arg, operand] : rows_)
+    if (arg == i) return row_of_stack(a, array_of(frame_->args, operand, "argument"), "argument", i);
   return a;
 }
-Array Call::result(int64_t i) const { return array_of(frame_->rets, i, "result"); }
+
+Array Call::result(int64_t i) const {
+  const Array a = array_of(frame_->rets, i, "result");
+  for (const auto& [result, operand] : into_)
+    if (result == i) return row_of_stack(a, array_of(frame_->args, operand, "argument"), "result", i);
+  return a;
+}
 
 double Call::scalar_attr(std::string_view name) const {
   const abi::FfiAttrs& attrs = frame_->attrs;

@@ -42,10 +42,19 @@ struct Array {
   void check_dtype(DType wanted, std::string_view what) const;
 };
 
-// Argument j of a call may be passed as a row of a stack: the program gives the stack [n, ...] as
-// operand j, the row's index as a scalar i64 operand k after the call's own arguments, and the
-// backend_config attribute `titan_row_<j> = k`. Call::arg(j) is then the row, read in place.
+// How a program passes a call's arrays as rows of stacks (a loop over layers: its weights, and
+// what its forward keeps for its backward), in backend_config attributes that all start with
+// kPassingAttrPrefix. After the call's own operands come the operands these name; `titan_args = N`
+// says how many are the call's own.
+// - Argument j as a row: the stack [n, ...] is operand j, the row's index a scalar i64 operand k,
+//   and `titan_row_<j> = k`. Call::arg(j) is the row, read in place.
+// - Result r into a row: the result is the whole stack [n, ...] (written in place of a stack
+//   operand, output_operand_aliases), its row's index a scalar i64 operand k, and
+//   `titan_into_<r> = k`. Call::result(r) is the row, to be written; the rest of the stack stays.
+inline constexpr std::string_view kPassingAttrPrefix = "titan_";
 inline constexpr std::string_view kRowAttrPrefix = "titan_row_";
+inline constexpr std::string_view kIntoAttrPrefix = "titan_into_";
+inline constexpr std::string_view kArgsAttr = "titan_args";
 
 // One invocation of a handler, decoded from XLA's call frame.
 class Call {
@@ -64,6 +73,7 @@ class Call {
   const abi::FfiCallFrame* frame_ = nullptr;
   int64_t num_args_ = 0;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // (argument, operand holding its row index)
+  std::vector<std::pair<int64_t, int64_t>> into_;  // (result, operand holding its row index)
 };
 
 using Kernel = void (*)(const Call&);
