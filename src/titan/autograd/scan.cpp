@@ -80,6 +80,8 @@ struct Tape {
 
 bool saves(graph::ScanSaves policy, const graph::OpSignature& op) {
   if (policy == graph::ScanSaves::inputs) return false;
+  // An inner loop's unfilled stacks (graph::hlo::unfilled) hold nothing worth keeping.
+  if (op.attrs.find(std::string("\"") + graph::hlo::kUnfilledTarget + "\"") != std::string_view::npos) return false;
   for (const graph::ResultType& r : op.results)
     if (r.pred) return false;  // comparisons: cheaper to redo than to store
   static const std::set<std::string_view> products{"stablehlo.dot_general", "stablehlo.custom_call", "stablehlo.while"};

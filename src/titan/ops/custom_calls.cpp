@@ -346,7 +346,8 @@ void grouped_swiglu_bwd_kernel(const ffi::Call& call) {
   });
 }
 
-// A rank-0 f32 or f64 argument's value.
+// The step's scalars arrive as arrays (program values, not attributes), so that one compiled
+// step serves every step.
 double scalar_arg(const ffi::Call& call, int64_t i, const char* what) {
   const ffi::Array a = call.arg(i);
   TITAN_CHECK(a.dims.empty() && (a.dtype == kF32 || a.dtype == kF64), kAdamW, ": ", what, " should be an f32 or f64 ",
@@ -361,6 +362,11 @@ void adamw_kernel(const ffi::Call& call) {
               "and four scalars and gives param, exp_avg and exp_avg_sq, got ", call.num_args(), " arguments and ",
               call.num_results(), " results");
   const ffi::Array grad = call.arg(1), p = call.result(0), m = call.result(1), v = call.result(2);
+  // The state is updated where it lies: a plugin that gave the results buffers of their own would
+  // leave them unwritten but for this call's output, and the operands' values unread.
+  TITAN_CHECK(call.arg(0).data == p.data && call.arg(2).data == m.data && call.arg(3).data == v.data, kAdamW,
+              ": the plugin did not write the results in place of param, exp_avg and exp_avg_sq "
+              "(output_operand_aliases); use a plugin that honours them, or compile.custom_kernels = false");
   for (const ffi::Array& a : {grad, m, v})
     TITAN_CHECK(a.dtype == p.dtype && a.dims == p.dims, kAdamW, ": every array should be ", dtype_name(p.dtype), " ",
                 shape_str(p.dims), ", got ", dtype_name(a.dtype), " ", shape_str(a.dims));

@@ -91,7 +91,8 @@ LoweredAdamW adamw_update_lowered(const graph::Value& param, const graph::Value&
   namespace hlo = graph::hlo;
   const Shape& shape = param.shape;
   const DType dt = param.dtype;
-  if (graph::current_program().custom_kernels() && (dt == kF32 || dt == kF64) && grad.dtype == dt) {
+  if (graph::current_program().custom_kernels() && (dt == kF32 || dt == kF64) && grad.dtype == dt &&
+      exp_avg.dtype == dt && exp_avg_sq.dtype == dt) {
     // The eager kernel in one pass, updating the state in place; XLA's fusions read the state in
     // three.
     const std::vector<graph::Value> u = ops::adamw_call(param, grad, exp_avg, exp_avg_sq,

@@ -439,6 +439,9 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
   written.attrs = attributes(config, aliases);
   std::vector<Value> out = prog().emit("stablehlo.custom_call", passed, results, watched, {}, &written);
   if (into_stacks) {
+    for (size_t r = 0; r < out.size(); ++r)
+      TITAN_CHECK(type_of(out[r]) == written.results[r], "graph lowering: custom call '", target,
+                  "' was to write its results into the loop's stacks, but a watcher wrote something else instead");
     for (Value& v : out) {
       frame->written.push_back(v);
       v = prog().dynamic_row(v, frame->i);
@@ -449,6 +452,8 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
 
 Value unfilled(const ResultType& type) {
   if (!prog().custom_kernels()) return constant(0.0, type.shape, type.dtype);
+  // XLA's CPU compiler keeps such calls apart (the M step's 27 stacks stay 27 buffers after its
+  // passes), so none is copied into a loop from another's buffer.
   return custom_call(kUnfilledTarget, {}, {type})[0];
 }
 

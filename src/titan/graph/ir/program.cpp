@@ -76,7 +76,7 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
                                  const std::vector<ResultType>& results, std::string_view attrs,
                                  const std::vector<std::string>& regions, const WrittenAs* written) {
   for (const Value& v : operands) record_row(v);
-  OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+  OpWatcher* const watcher = active_watcher();
   TITAN_CHECK(written == nullptr || written->results.size() == results.size(), "graph: op ", op, " is written with ",
               written ? written->results.size() : 0, " results and seen with ", results.size());
   const OpSignature signature{.op = op, .results = results, .attrs = attrs};
@@ -120,8 +120,12 @@ std::vector<Value> Program::emit(std::string_view op, const std::vector<Value>& 
   return out;
 }
 
+OpWatcher* Program::active_watcher() const {
+  return into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+}
+
 bool Program::keeps_in_place(const OpSignature& op) {
-  OpWatcher* const watcher = into_ == 0 && blocks_.size() == watched_depth_ ? watcher_ : nullptr;
+  OpWatcher* const watcher = active_watcher();
   return watcher != nullptr && watcher->keeps_in_place(op);
 }
 
@@ -155,6 +159,7 @@ std::optional<Value> Program::reshaped_dynamic_row(const Value& v, const Shape& 
   const auto it = rows_.find(v.id);
   if (it == rows_.end() || !it->second.dynamic_index) return std::nullopt;
   const PendingRow pending = it->second;
+  check_visible(pending);
   Shape stacked_shape{pending.row.stacked.shape[0]};
   stacked_shape.insert(stacked_shape.end(), shape.begin(), shape.end());
   // Written where the row was made, unseen by a watcher: the row's own reshape is the op it sees.
@@ -176,6 +181,7 @@ std::optional<Value> Program::reshaped_dynamic_row(const Value& v, const Shape& 
 std::optional<Program::DynamicRow> Program::dynamic_row_of(const Value& v) const {
   const auto it = rows_.find(v.id);
   if (it == rows_.end() || !it->second.dynamic_index) return std::nullopt;
+  check_visible(it->second);
   return DynamicRow{.stacked = it->second.row.stacked, .index = *it->second.dynamic_index};
 }
 
@@ -195,8 +201,7 @@ void Program::record_row(const Value& v) {
   if (it == rows_.end() || it->second.recorded) return;
   PendingRow& pending = it->second;
   // Written where the stack is visible, before the op being written, which may be in a loop's body.
-  TITAN_CHECK(pending.block <= blocks_.size(), "graph: row ", pending.row.index,
-              " of a stacked value is used outside the region it was made in");
+  check_visible(pending);
   const CaptureScope recording(*this);  // the module may be asked for after its capture
   const size_t saved = into_;
   into_ = pending.block;
@@ -218,6 +223,11 @@ void Program::record_row(const Value& v) {
   into_ = saved;
   names_[static_cast<size_t>(v.id)] = names_[static_cast<size_t>(recorded.id)];
   pending.recorded = true;
+}
+
+void Program::check_visible(const PendingRow& pending) const {
+  TITAN_CHECK(pending.block <= blocks_.size(), "graph: a row of ", mlir_type(pending.row.stacked),
+              " is used outside the region it was made in, where its stack or its index is not visible");
 }
 
 Value Program::emit1(std::string_view op, const std::vector<Value>& operands, const ResultType& result,

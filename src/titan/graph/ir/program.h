@@ -71,6 +71,7 @@ class OpWatcher {
   // Whether a custom call's results go straight into the stacks of the loop being written, each as
   // its row for this iteration, rather than being copied there later (hlo::custom_call asks; the
   // watcher's after() then sees the stacks so written).
+  // A watcher that answers true writes nothing instead of the op in before().
   virtual bool keeps_in_place(const OpSignature& op) { return false; }
 };
 
@@ -204,6 +205,9 @@ class Program {
   size_t into_ = 0;  // the block emit() writes into, while a row is recorded; else the innermost
   Value add_value(std::string name, const ResultType& type);
   void record_row(const Value& v);
+  void check_visible(const PendingRow& pending) const;
+  // The watcher that sees an op written now, if any.
+  OpWatcher* active_watcher() const;
 };
 
 // The program that tensors on a PJRT device record into: the one of the innermost CaptureScope.

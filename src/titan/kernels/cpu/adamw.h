@@ -31,7 +31,7 @@ AdamWScalars adamw_scalars(const AdamWHyper& h);
 template <typename T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h);
 // The same update with the per-step scalars given (graph mode computes them in its program, and
-// calls this as a custom call); h's lr and step are not read.
+// calls this as a custom call); h's lr, weight_decay and step are not read.
 template <typename T>
 void adamw_apply(T* p, const T* g, T* m, T* v, int64_t n, const AdamWHyper& h, const AdamWScalars& s);
 
