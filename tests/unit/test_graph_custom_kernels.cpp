@@ -65,6 +65,13 @@ test::GraphEager run_case(const Case& c, bool custom_kernels) {
   return test::run_eager_and_graph(fn, inputs, true, false, custom_kernels);
 }
 
+// Each graph result within `tol` of eager's, named in the failure.
+void expect_close(const test::GraphEager& r, const std::vector<const char*>& names, double tol) {
+  ASSERT_EQ(r.graph.size(), r.eager.size());
+  for (size_t i = 0; i < r.eager.size(); ++i)
+    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), tol) << (i < names.size() ? names[i] : "result");
+}
+
 void expect_matches(const Case& c, const test::GraphEager& r) {
   ASSERT_EQ(r.graph.size(), r.eager.size());
   const char* names[] = {"out", "dq", "dk", "dv"};
@@ -171,10 +178,7 @@ TEST(GraphCustomKernels, RmsNormForwardAndBackward) {
   const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
   EXPECT_TRUE(has(r.module, "titan_rms_norm_fwd"));
   EXPECT_TRUE(has(r.module, "titan_rms_norm_bwd"));
-  ASSERT_EQ(r.graph.size(), r.eager.size());
-  const char* names[] = {"y", "dx", "dweight"};
-  for (size_t i = 0; i < r.eager.size(); ++i)
-    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-6) << names[i];
+  expect_close(r, {"y", "dx", "dweight"}, 1e-6);
 }
 
 // A linear layer's three products through titan's GEMM as calls (y; dx and dw in one), leading dims folded and
@@ -192,10 +196,7 @@ TEST(GraphCustomKernels, LinearForwardAndBackward) {
     const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
     EXPECT_EQ(test::occurrences(r.module, "titan_gemm\""), 2u) << "y, then dx and dw side by side in one call";
     EXPECT_FALSE(has(r.module, "stablehlo.dot_general"));
-    ASSERT_EQ(r.graph.size(), r.eager.size());
-    const char* names[] = {"y", "dx", "dw", "dbias"};
-    for (size_t i = 0; i < r.eager.size(); ++i)
-      EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << names[i];
+    expect_close(r, {"y", "dx", "dw", "dbias"}, 1e-5);
   }
 }
 
@@ -207,10 +208,7 @@ TEST(GraphCustomKernels, SwigluForwardAndBackward) {
   const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
   EXPECT_TRUE(has(r.module, "titan_swiglu_fwd"));
   EXPECT_TRUE(has(r.module, "titan_swiglu_bwd"));
-  ASSERT_EQ(r.graph.size(), r.eager.size());
-  const char* names[] = {"out", "d_gate", "d_up"};
-  for (size_t i = 0; i < r.eager.size(); ++i)
-    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-6) << names[i];
+  expect_close(r, {"out", "d_gate", "d_up"}, 1e-6);
 }
 
 // The decision itself: on for this CPU plugin, with the kernels named; off when not wanted.

@@ -163,16 +163,7 @@ std::optional<Value> Program::reshaped_dynamic_row(const Value& v, const Shape& 
   Shape stacked_shape{pending.row.stacked.shape[0]};
   stacked_shape.insert(stacked_shape.end(), shape.begin(), shape.end());
   // Written where the row was made, unseen by a watcher: the row's own reshape is the op it sees.
-  const size_t saved = into_;
-  into_ = pending.block;
-  Value stacked;
-  try {
-    stacked = hlo::reshape(pending.row.stacked, stacked_shape);
-  } catch (...) {
-    into_ = saved;
-    throw;
-  }
-  into_ = saved;
+  const Value stacked = written_into(pending.block, [&] { return hlo::reshape(pending.row.stacked, stacked_shape); });
   const Value row = dynamic_row(stacked, *pending.dynamic_index);
   rows_[row.id].block = pending.block;
   return row;
@@ -203,26 +194,29 @@ void Program::record_row(const Value& v) {
   // Written where the stack is visible, before the op being written, which may be in a loop's body.
   check_visible(pending);
   const CaptureScope recording(*this);  // the module may be asked for after its capture
+  const Value recorded = written_into(pending.block, [&] {
+    if (!pending.dynamic_index) return hlo::reshape(hlo::narrow(pending.row.stacked, 0, pending.row.index, 1), v.shape);
+    std::vector<Value> starts{*pending.dynamic_index};
+    starts.resize(pending.row.stacked.shape.size(), hlo::scalar(0.0, kI64));
+    Shape sizes = pending.row.stacked.shape;
+    sizes[0] = 1;
+    return hlo::reshape(hlo::dynamic_slice(pending.row.stacked, starts, sizes), v.shape);
+  });
+  names_[static_cast<size_t>(v.id)] = names_[static_cast<size_t>(recorded.id)];
+  pending.recorded = true;
+}
+
+Value Program::written_into(size_t block, const std::function<Value()>& write) {
   const size_t saved = into_;
-  into_ = pending.block;
-  Value recorded;
+  into_ = block;
   try {
-    if (pending.dynamic_index) {
-      std::vector<Value> starts{*pending.dynamic_index};
-      starts.resize(pending.row.stacked.shape.size(), hlo::scalar(0.0, kI64));
-      Shape sizes = pending.row.stacked.shape;
-      sizes[0] = 1;
-      recorded = hlo::reshape(hlo::dynamic_slice(pending.row.stacked, starts, sizes), v.shape);
-    } else {
-      recorded = hlo::reshape(hlo::narrow(pending.row.stacked, 0, pending.row.index, 1), v.shape);
-    }
+    const Value v = write();
+    into_ = saved;
+    return v;
   } catch (...) {
     into_ = saved;
     throw;
   }
-  into_ = saved;
-  names_[static_cast<size_t>(v.id)] = names_[static_cast<size_t>(recorded.id)];
-  pending.recorded = true;
 }
 
 void Program::check_visible(const PendingRow& pending) const {

@@ -206,6 +206,8 @@ class Program {
   Value add_value(std::string name, const ResultType& type);
   void record_row(const Value& v);
   void check_visible(const PendingRow& pending) const;
+  // What `write` writes, written into `block` (where a row's stack is visible), not the innermost.
+  Value written_into(size_t block, const std::function<Value()>& write);
   // The watcher that sees an op written now, if any.
   OpWatcher* active_watcher() const;
 };
