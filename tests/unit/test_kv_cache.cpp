@@ -173,7 +173,7 @@ TEST(KvCache, CachedForwardStopsAtMaxSeqLen) {
   Tensor tokens = random_tokens(1, 25, small_args().vocab_size, 1);
   EXPECT_TITAN_ERROR(model.forward_cached(tokens, cache), "max_seq_len (24)");
   model.forward_cached(tokens.narrow(1, 0, 24), cache);
-  EXPECT_TITAN_ERROR(model.forward_cached(tokens.narrow(1, 24, 1), cache), "positions from 24");
+  EXPECT_TITAN_ERROR(model.forward_cached(tokens.narrow(1, 24, 1), cache), "reaching 25");
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "titan/autograd/node.h"
 #include "titan/core/parallel.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/kernels/cpu/softmax.h"
@@ -70,6 +72,31 @@ Tensor rows_dense(const Tensor& t) {
   return ok ? t.detach() : ops::dense(t);
 }
 
+namespace hlo = graph::hlo;
+using graph::Value;
+
+// Heads grouped by the kv head they read, as the kernel reads them: scores [B, Hkv, Sq, G, Skv]
+// from one product with batch dims (B, Hkv), so k and v are never repeated per query head.
+Tensor decode_lowered(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start) {
+  const int64_t B = q.size(0), Sq = q.size(1), Hq = q.size(2), D = q.size(3), Skv = k.size(1), Hkv = k.size(2);
+  const int64_t G = Hq / Hkv;
+  const DType dtype = q.dtype();
+  const Value qv = hlo::reshape(graph::value_of(q, "decode_attention"), {B, Sq, Hkv, G, D});
+  const Value kv = graph::value_of(k, "decode_attention"), vv = graph::value_of(v, "decode_attention");
+  const Shape shape{B, Hkv, Sq, G, Skv};
+  const Value scores =
+      hlo::mul(hlo::dot_general(qv, kv, {0, 2}, {0, 2}, {4}, {3}, dtype), 1.0 / std::sqrt(static_cast<double>(D)));
+  const Value first = start.is_lazy() ? graph::value_of(start, "decode_attention's start")
+                                      : hlo::scalar(start.item(), kI64);
+  const Value last_seen = hlo::add(hlo::iota(shape, 2, kI64), hlo::broadcast_in_dim(first, shape, {}));
+  const Value seen = hlo::compare(hlo::iota(shape, 4, kI64), last_seen, "LE");
+  const Value masked = hlo::select(seen, scores, hlo::constant(-std::numeric_limits<double>::infinity(), shape, dtype));
+  const Value e = hlo::exp(hlo::sub(masked, hlo::broadcast_to(hlo::max_keep(masked, 4), shape)));
+  const Value p = hlo::div(e, hlo::broadcast_to(hlo::sum_keep(e, 4), shape));
+  const Value out = hlo::dot_general(p, vv, {0, 1}, {0, 2}, {4}, {1}, dtype);  // [B, Hkv, Sq, G, D]
+  return graph::tensor_of(hlo::reshape(hlo::transpose(out, {0, 2, 1, 3, 4}), {B, Sq, Hq, D}));
+}
+
 }  // namespace
 
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -103,6 +130,30 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
     decode_heads<T>(g, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>());
   });
   return out;
+}
+
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start) {
+  constexpr const char* op = "decode_attention";
+  TITAN_CHECK(start.defined() && start.dim() == 0 && start.dtype() == kI64, op,
+              ": the queries' start position must be a 0-d i64 tensor, got ",
+              start.defined() ? start.desc() : std::string("none"));
+  if (!graph::any_lazy({&q, &k, &v, &start})) {
+    const auto s = static_cast<int64_t>(start.item());
+    TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && s >= 0 && s + q.size(1) <= k.size(1), op, ": queries ", q.desc(),
+                " at position ", s, " need keys up to ", s + q.size(1), ", but k ", k.desc(), " holds ",
+                k.dim() == 4 ? k.size(1) : 0);
+    return decode_attention(q, k.narrow(1, 0, s + q.size(1)), v.narrow(1, 0, s + q.size(1)));
+  }
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && q.size(3) > 0 && q.size(1) >= 1 && q.size(1) <= k.size(1) &&
+                  k.size(2) > 0 && q.size(2) % k.size(2) == 0,
+              op, ": expected q [B, Sq, Hq, D] and k, v [B, Skv, Hkv, D] with the same B and D > 0, 1 <= Sq <= Skv "
+              "and Hq a multiple of Hkv, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
+  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == kF32 || q.dtype() == kF64), op,
+              ": q, k and v must share a dtype, f32 or f64, got ", q.desc(), ", ", k.desc(), ", ", v.desc());
+  TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
+              ": an input requires grad, but this inference op has no backward; run it under autograd::NoGradGuard");
+  return decode_lowered(q, k, v, start);
 }
 
 }  // namespace titan::attention

@@ -15,4 +15,13 @@ namespace titan::attention {
 // Refused when grad mode is on and an input requires grad: there is no backward.
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 
+// The same for queries at positions [start, start + Sq), where `start` is a 0-d i64 tensor and k
+// and v hold at least start + Sq positions (a whole cache's buffers): query i sees keys 0 .. start
+// + i, and the keys after them take no part, whatever they hold, as long as it is finite. On the
+// host, k and v are cut to start + Sq and the kernel above runs. In a capture (graph mode's
+// decoding step, where the position is an input) it lowers to one masked softmax over all of k's
+// positions per query, in q's dtype, as the kernel computes; there `start` cannot be checked
+// before the program runs, so its caller keeps start + Sq within k's positions.
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start);
+
 }  // namespace titan::attention

@@ -65,7 +65,7 @@ class CausalLM : public nn::Module {
   // Positions the model can attend over (the size of its position table).
   virtual int64_t max_seq_len() const = 0;
 
-  // Inference over a cache: tokens [batch, S] at positions [cache.length(), cache.length() + S)
+  // Inference over a cache: tokens [batch, S] at positions [cache.position(), + S)
   // -> their logits [batch, S, vocab]. Each layer appends the tokens' keys and values to `cache`,
   // which then advances by S. Runs without autograd, as the cache is written in place; the logits
   // are those of operator() on the whole sequence at these positions, up to rounding.

@@ -68,17 +68,24 @@ Value rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout lay
 }
 
 // The table enters the program once, whole (one input however many layers use it); the rows of
-// this call's positions are sliced in the program. f64 inputs widen the f32 table, as the kernel.
-Value table_rows(const Tensor& t, const char* name, int64_t start_pos, int64_t seq, DType dtype) {
+// this call's positions are sliced in the program, at a fixed start or at `start`'s value (a
+// scalar i64 of the program: decoding's position). f64 inputs widen the f32 table, as the kernel.
+Value table_rows(const Tensor& t, const char* name, int64_t start_pos, const Tensor& start, int64_t seq,
+                 DType dtype) {
   const Value whole = graph::host_input(t, name);
-  return hlo::convert(hlo::narrow(whole, 0, start_pos, seq), dtype);
+  const Value rows = start.defined() ? hlo::dynamic_slice(whole, {graph::value_of(start, "rope's start"),
+                                                                  hlo::scalar(0, kI64)},
+                                                          {seq, whole.shape[1]})
+                                     : hlo::narrow(whole, 0, start_pos, seq);
+  return hlo::convert(rows, dtype);
 }
 
-Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
+Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos,
+                    const Tensor& start) {
   const int64_t seq = x.size(1);
   const Value xv = graph::value_of(x, "rope");
-  const Value c = table_rows(table.cos, "rope_cos", start_pos, seq, xv.dtype);
-  const Value s = table_rows(table.sin, "rope_sin", start_pos, seq, xv.dtype);
+  const Value c = table_rows(table.cos, "rope_cos", start_pos, start, seq, xv.dtype);
+  const Value s = table_rows(table.sin, "rope_sin", start_pos, start, seq, xv.dtype);
   Tensor out = graph::tensor_of(rotated(xv, c, s, layout));
   Tensor cd = graph::tensor_of(c), sd = graph::tensor_of(s);
   autograd::record("rope", {x}, {out}, [cd, sd, layout](const autograd::GradContext& g) {
@@ -155,7 +162,7 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
   TITAN_CHECK(start_pos >= 0 && start_pos + x.size(1) <= max_seq, "rope: positions ", start_pos, " to ",
               start_pos + x.size(1) - 1, " of x ", x.desc(), " are outside the table's max_seq ", max_seq,
               " (cos ", table.cos.desc(), ")");
-  if (x.is_lazy()) return rope_lowered(x, table, layout, start_pos);
+  if (x.is_lazy()) return rope_lowered(x, table, layout, start_pos, Tensor());
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
   rotate(xc, out, table, layout, start_pos, false);
@@ -166,6 +173,21 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
     return std::vector<Tensor>{gx};
   });
   return out;
+}
+
+Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, const Tensor& start) {
+  TITAN_CHECK(start.defined() && start.dim() == 0 && start.dtype() == kI64,
+              "rope: the start position must be a 0-d i64 tensor, got ",
+              start.defined() ? start.desc() : std::string("none"));
+  if (!start.is_lazy()) return rope(x, table, layout, static_cast<int64_t>(start.item()));
+  TITAN_CHECK(x.is_lazy() && (x.dtype() == kF32 || x.dtype() == kF64) && x.dim() == 4 &&
+                  x.size(3) == table.head_dim && table.cos.defined() && x.size(1) <= table.cos.size(0),
+              "rope: a start position that is a value of the program being captured needs x there too, f32 or "
+              "f64 [batch, seq, heads, head_dim ",
+              table.head_dim, "] with seq within the table's ",
+              table.cos.defined() ? table.cos.size(0) : 0, " positions; got x ", x.desc());
+  const OpSpan span("rope", x);
+  return rope_lowered(x, table, layout, 0, start);
 }
 
 }  // namespace titan::ops

@@ -31,5 +31,10 @@ struct RopeTable {
 // x [batch, seq, heads, head_dim] (f32 or f64); token t uses position start_pos + t. Backward is
 // the inverse rotation. Fused kernel, forward and backward.
 Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos = 0);
+// The same with the start position held by a 0-d i64 tensor: read on the host, or, as a value of
+// the program being captured (graph mode's decoding step, where the position is an input), used
+// there, so that one program serves every position. The program cannot check that value: positions
+// past the table's end are clamped to it, so its caller must keep start + seq within max_seq.
+Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, const Tensor& start);
 
 }  // namespace titan::ops

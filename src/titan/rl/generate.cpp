@@ -11,9 +11,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The logits of the last position of logits [1, S, vocab], cut to the first `vocab` ids.
-Tensor last_row(const Tensor& logits, int64_t vocab) {
-  return logits.narrow(1, logits.size(1) - 1, 1).view({logits.size(2)}).narrow(0, 0, vocab);
+// The logits of the last position of logits [1, S, vocab].
+Tensor last_row(const Tensor& logits) {
+  return logits.narrow(1, logits.size(1) - 1, 1).view({logits.size(2)});
 }
 
 }  // namespace
@@ -35,8 +35,20 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
-GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt,
-                        const GenerateOptions& opts) {
+Tensor EagerDecoder::prefill(std::span<const int64_t> prompt, int64_t max_len) {
+  cache_.emplace(1, max_len);
+  const auto P = static_cast<int64_t>(prompt.size());
+  return last_row(model().forward_cached(
+      Tensor::from_vector(std::vector<int64_t>(prompt.begin(), prompt.end()), {1, P}), *cache_));
+}
+
+Tensor EagerDecoder::decode(int64_t token) {
+  TITAN_CHECK(cache_.has_value(), "EagerDecoder::decode: no sequence was started; call prefill first");
+  return last_row(model().forward_cached(Tensor::from_vector(std::vector<int64_t>{token}, {1, 1}), *cache_));
+}
+
+GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const GenerateOptions& opts) {
+  models::CausalLM& model = decoder.model();
   const int64_t P = static_cast<int64_t>(prompt.size()), context = model.max_seq_len();
   TITAN_CHECK(P >= 1, "generate: the prompt is empty; give it at least one token (a bos)");
   TITAN_CHECK(P <= context, "generate: the prompt has ", P, " tokens, more than the model's context of ",
@@ -50,14 +62,13 @@ GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt
   GenerateResult r;
   r.prompt_tokens = P;
   // The last new token is never fed back, so the cache needs one position less than the sequence.
-  models::KVCache cache(1, std::min(P + opts.max_new_tokens - 1, context));
+  const int64_t max_len = std::min(P + opts.max_new_tokens - 1, context);
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward_cached(
-      Tensor::from_vector(std::vector<int64_t>(prompt.begin(), prompt.end()), {1, P}), cache);
+  Tensor logits = decoder.prefill(prompt, max_len);
   r.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  while (true) {
-    const int64_t token = sampler.sample(last_row(logits, vocab));
+  for (int64_t length = P;; ++length) {
+    const int64_t token = sampler.sample(logits.narrow(0, 0, vocab));
     r.tokens.push_back(token);
     if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), token) != opts.eos_ids.end()) {
       r.stop = StopReason::eos;
@@ -67,14 +78,19 @@ GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt
       r.stop = StopReason::max_new_tokens;
       break;
     }
-    if (cache.length() == context) {
+    if (length == context) {
       r.stop = StopReason::context_full;
       break;
     }
-    logits = model.forward_cached(Tensor::from_vector(std::vector<int64_t>{token}, {1, 1}), cache);
+    logits = decoder.decode(token);
   }
   r.decode_seconds = seconds_since(t0);
   return r;
+}
+
+GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt, const GenerateOptions& opts) {
+  EagerDecoder decoder(model);
+  return generate(decoder, prompt, opts);
 }
 
 }  // namespace titan::rl

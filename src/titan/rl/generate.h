@@ -43,8 +43,41 @@ struct GenerateResult {
   static double per_second(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
 };
 
-// Continues `prompt` (token ids of one sequence, at most model.max_seq_len()). Deterministic for
-// a given model, prompt and options (the seed among them).
+// How generate() runs a model: over a prompt that starts a sequence, then over one token at a
+// time after it, each time giving the logits of the last token fed, [vocab] f32 on the host.
+// Eager titan (EagerDecoder) and graph mode (graph_decoder.h) are two; the sampling loop is one.
+class Decoder {
+ public:
+  explicit Decoder(models::CausalLM& model) : model_(model) {}
+  virtual ~Decoder() = default;
+  models::CausalLM& model() const { return model_; }
+  // Starts a sequence with `prompt`, which, with the tokens decode() feeds after it, is to take
+  // at most `max_len` positions (<= the model's max_seq_len).
+  virtual Tensor prefill(std::span<const int64_t> prompt, int64_t max_len) = 0;
+  // Feeds `token` at the sequence's next position.
+  virtual Tensor decode(int64_t token) = 0;
+
+ private:
+  models::CausalLM& model_;
+};
+
+// The model's own forward over a host KVCache.
+class EagerDecoder : public Decoder {
+ public:
+  using Decoder::Decoder;
+  Tensor prefill(std::span<const int64_t> prompt, int64_t max_len) override;
+  Tensor decode(int64_t token) override;
+
+ private:
+  std::optional<models::KVCache> cache_;
+};
+
+// Continues `prompt` (token ids of one sequence, at most the model's max_seq_len). Deterministic
+// for a given model, prompt and options (the seed among them); decoders that compute the same
+// logits give the same tokens. The model's products run in the precision of the AutocastGuard
+// around the call (core/autocast.h), float32 outside one.
+GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const GenerateOptions& opts);
+// generate() with an EagerDecoder.
 GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt,
                         const GenerateOptions& opts);
 

@@ -40,6 +40,7 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/checkpoint_manager.h"
+#include "titan/train/graph_moe.h"
 #include "titan/train/graph_step.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
@@ -655,22 +656,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                              : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels},
         s.log);
-  // The dropless layer's group sizes are data of the step, which only titan's grouped GEMM takes
-  // (a custom call). Without it every expert computes on room for every token: static shapes at
-  // experts / top_k times the expert products.
-  bool dropless_moe = false;
   if (s.graph)
-    for (const auto& [name, m] : s.model->named_modules())
-      if (auto* moe = dynamic_cast<nn::moe::MoE*>(m); moe && dynamic_cast<nn::moe::LocalTokenDispatcher*>(moe->dispatcher.get())) {
-        dropless_moe = true;
-        if (!s.graph->custom_kernels().on) moe->dispatcher = std::make_shared<nn::moe::CapacityTokenDispatcher>(0.0);
-      }
-  if (dropless_moe)
-    s.log << "titan: graph mode's MoE layers: "
-          << (s.graph->custom_kernels().on ? "dropless, tokens sorted by expert into titan's grouped GEMM (custom calls)"
-                                           : "room for every token in every expert, without custom kernels (experts "
-                                             "/ top_k times the dropless layer's expert products)")
-          << "\n";
+    if (const auto note = prepare_graph_moe(*s.model, s.graph->custom_kernels().on)) s.log << "titan: " << *note << "\n";
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();

@@ -48,7 +48,7 @@ Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions o
   }
 }
 
-Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos) {
+Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, const Tensor& start_pos) {
   const int64_t B = x.size(0), S = x.size(1);
   Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
   Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
@@ -57,8 +57,13 @@ Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, i
     q = (*q_norm)(q);
     k = (*k_norm)(k);
   }
-  q = ops::rope(q, rope, rope_layout_, start_pos);
-  k = ops::rope(k, rope, rope_layout_, start_pos);
+  if (start_pos.defined()) {
+    q = ops::rope(q, rope, rope_layout_, start_pos);
+    k = ops::rope(k, rope, rope_layout_, start_pos);
+  } else {
+    q = ops::rope(q, rope, rope_layout_);
+    k = ops::rope(k, rope, rope_layout_);
+  }
   return {q, k, v};
 }
 
@@ -70,19 +75,21 @@ Tensor Attention::attend(const Qkv& qkv, const attention::BlockMask& mask) const
 
 Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
   const int64_t B = x.size(0), S = x.size(1);
-  const Qkv qkv = project(x, rope, 0);
+  const Qkv qkv = project(x, rope, Tensor());
   const Tensor out = attend_override_ ? attend_override_(qkv.q, qkv.k, qkv.v) : attend(qkv, mask);
   return (*wo)(out.view({B, S, -1}));
 }
 
 Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope,
                                  const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
-  const int64_t B = x.size(0), S = x.size(1), start = cache.length();
+  const int64_t B = x.size(0), S = x.size(1);
+  const bool starts = cache.starts_sequence();
+  const Tensor start = cache.position();
   Qkv qkv = project(x, rope, start);
   auto [keys, values] = cache.append(layer, qkv.k, qkv.v);
   // A prompt that starts the sequence computes what training computes, with the same kernel (and
   // with splash, no [S, S] scores); later tokens read the keys before them from the cache.
-  Tensor out = start == 0 ? attend(qkv, mask) : attention::decode_attention(qkv.q, keys, values);
+  Tensor out = starts ? attend(qkv, mask) : attention::decode_attention(qkv.q, keys, values, start);
   return (*wo)(out.view({B, S, -1}));
 }
 

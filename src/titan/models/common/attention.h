@@ -61,7 +61,7 @@ class Attention : public nn::Module {
     return run_forward(x,
                        [this, table = &rope, mask](const Tensor& in) { return forward(in, *table, mask); });
   }
-  // Inference: x [B, S, dim] at positions [cache.length(), cache.length() + S); appends this
+  // Inference: x [B, S, dim] at positions [cache.position(), cache.position() + S); appends this
   // layer's keys and values to `cache` (slot `layer`) and attends over all it holds. Tokens that
   // start the sequence run the training kernel (with `mask`, their causal mask); later ones
   // attend over the cache with decode_attention.
@@ -91,8 +91,8 @@ class Attention : public nn::Module {
     Tensor q, k, v;  // [B, S, heads, head_dim]
   };
   // The projections of x, q and k normed (QK-norm) and rotated for positions
-  // [start_pos, start_pos + S).
-  Qkv project(const Tensor& x, const ops::RopeTable& rope, int64_t start_pos);
+  // [start_pos, start_pos + S) (start_pos a 0-d i64 tensor; undefined: from 0).
+  Qkv project(const Tensor& x, const ops::RopeTable& rope, const Tensor& start_pos);
   // The configured kernel over the q, k and v of the same S tokens.
   Tensor attend(const Qkv& qkv, const attention::BlockMask& mask) const;
 

@@ -66,7 +66,7 @@ class Transformer : public CausalLM {
   int64_t hidden_size() const override { return args_.dim; }
   Tensor forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden, int64_t first,
                         int64_t last) override;
-  // tokens [B, S] at positions [cache.length(), cache.length() + S), within max_seq_len.
+  // tokens [B, S] at positions [cache.position(), + S), within max_seq_len.
   Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t max_seq_len() const override { return args_.max_seq_len; }

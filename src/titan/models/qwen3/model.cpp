@@ -108,11 +108,10 @@ Tensor Transformer::logits(const Tensor& h) {
 
 Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
   autograd::NoGradGuard no_grad;
-  const int64_t start = cache.length();
-  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && start + tokens.size(1) <= args_.max_seq_len,
-              "qwen3 Transformer::forward_cached: expected tokens [batch, seq >= 1] at positions from ", start,
-              " on, ending within max_seq_len (", args_.max_seq_len, "), got ", tokens.desc(),
-              "; the model has no positions beyond its max_seq_len");
+  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && cache.reach(tokens.size(1)) <= args_.max_seq_len,
+              "qwen3 Transformer::forward_cached: expected tokens [batch, seq >= 1] reaching no further than "
+              "max_seq_len (", args_.max_seq_len, ") from the cache's position, got ", tokens.desc(), " reaching ",
+              cache.reach(tokens.dim() == 2 ? tokens.size(1) : 1), "; the model has no positions beyond its max_seq_len");
   const auto mask = common::layer_mask(tokens, Tensor(), kernel_);
   // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
