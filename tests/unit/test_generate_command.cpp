@@ -108,6 +108,14 @@ TEST_F(GenerateCommand, PrintsTheContinuationAndTokensPerSecond) {
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_EQ(again.out, r.out);
 
+  // Graph mode: the prefill and the decoding step compiled through the CPU plugin, the same text.
+  CliRun graph = generate({"--checkpoint", folder.string(), "--prompt", "In the", "--max-new-tokens", "12", "--seed",
+                           "1", "--mode", "graph"});
+  ASSERT_EQ(graph.rc, 0) << graph.err;
+  EXPECT_EQ(graph.out, r.out) << graph.err;
+  EXPECT_NE(graph.err.find("generating in graph mode on cpu"), std::string::npos) << graph.err;
+  EXPECT_NE(graph.err.find("captured the decoding step"), std::string::npos) << graph.err;
+
   // 20 bytes and bos: more than the 16 positions the model was trained with.
   CliRun long_prompt = generate({"--checkpoint", folder.string(), "--prompt", "twenty bytes of text"});
   EXPECT_EQ(long_prompt.rc, 1);
@@ -160,6 +168,18 @@ TEST_F(GenerateCommand, BadInputsAreClearErrors) {
   r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--output", "yaml"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--output must be text or json, got 'yaml'"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--mode", "fast"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--mode must be eager or graph, got 'fast'"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--plugin", "cuda"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("read only in graph mode"), std::string::npos) << r.err;
+
+  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--precision", "fp8"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--precision must be float32 or bfloat16, got 'fp8'"), std::string::npos) << r.err;
 }
 
 // What convert writes from an HF folder, and the folder itself, generate from: greedy from the

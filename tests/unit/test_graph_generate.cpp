@@ -186,7 +186,7 @@ TEST(GraphGenerate, DecodeAttentionAtAProgramPositionMatchesTheKernel) {
   // The cache's positions past the queries hold values that must take no part.
   const Tensor k = test::rand_f32({2, 11, 2, 4}, 4, -5, 5), v = test::rand_f32({2, 11, 2, 4}, 5, -5, 5);
   for (int64_t sq : {1, 3})
-    for (int64_t start : {0, 4, 11 - sq}) {
+    for (int64_t start : {int64_t{0}, int64_t{4}, 11 - sq}) {
       const Tensor q = test::rand_f32({2, sq, 6, 4}, 6);
       const test::GraphEager r = test::run_eager_and_graph(
           [](const std::vector<Tensor>& x) {

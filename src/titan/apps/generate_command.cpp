@@ -10,7 +10,11 @@
 
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
+#include "titan/core/autocast.h"
+#include "titan/train/peak_flops.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/rl/generate.h"
+#include "titan/rl/graph_decoder.h"
 #include "titan/rl/saved_model.h"
 
 namespace titan::apps {
@@ -41,6 +45,13 @@ constexpr const char* kGenerateUsage =
     "  --top-p P             then among the fewest most likely whose probability reaches P,\n"
     "                        in (0, 1]; 1: all (default 0.95)\n"
     "  --seed S              seed of the draws (default 0): the same seed gives the same text\n"
+    "  --mode eager|graph    eager (default) runs titan's kernels op by op; graph compiles the\n"
+    "                        prefill and one decoding step as programs through a PJRT plugin\n"
+    "                        (the KV cache stays on its device) and gives the same tokens\n"
+    "  --plugin NAME         graph mode's plugin: cpu (default), cuda, tpu or a path to one\n"
+    "  --plugin-options TEXT its client options, \"a=1,b=true\" (as compile.plugin_options)\n"
+    "  --precision P         float32 (default) or bfloat16: the products' operands (autocast,\n"
+    "                        as training.mixed_precision_param); the weights stay as loaded\n"
     "Generation stops at an eos: the tokenizer's, and for a Hugging Face model (or its\n"
     "conversion) those of config.json's eos_token_id. With a tokenizer only its ids are drawn.\n"
     "Prints the result on stdout; what was loaded and the speed (tokens/s) on stderr.\n";
@@ -50,6 +61,8 @@ struct Options {
   bool has_prompt = false;
   std::optional<std::vector<int64_t>> prompt_ids;
   std::optional<std::string> tokenizer;
+  std::string mode = "eager", plugin = "cpu", plugin_options, precision = "float32";
+  bool has_plugin = false;
   rl::GenerateOptions generate = {.max_new_tokens = 64,
                                   .sampling = {.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 0}};
 };
@@ -110,6 +123,16 @@ Options parse(const std::vector<std::string>& args) {
       s.top_p = number<double>(a, value(i));
     } else if (a == "--seed") {
       s.seed = number<uint64_t>(a, value(i));
+    } else if (a == "--mode") {
+      o.mode = value(i);
+    } else if (a == "--plugin") {
+      o.plugin = value(i);
+      o.has_plugin = true;
+    } else if (a == "--plugin-options") {
+      o.plugin_options = value(i);
+      o.has_plugin = true;
+    } else if (a == "--precision") {
+      o.precision = value(i);
     } else {
       TITAN_CHECK(false, "titan generate: unknown argument '", a, "'\n", kGenerateUsage);
     }
@@ -121,6 +144,16 @@ Options parse(const std::vector<std::string>& args) {
               "ids, not both");
   TITAN_CHECK(o.output == "text" || o.output == "json",
               "titan generate: --output must be text or json, got '", o.output, "'");
+  TITAN_CHECK(o.mode == "eager" || o.mode == "graph", "titan generate: --mode must be eager or graph, got '", o.mode,
+              "'");
+  TITAN_CHECK(o.mode == "graph" || !o.has_plugin,
+              "titan generate: --plugin and --plugin-options are read only in graph mode; add --mode graph");
+  TITAN_CHECK(o.precision == "float32" || o.precision == "bfloat16",
+              "titan generate: --precision must be float32 or bfloat16, got '", o.precision, "'");
+  TITAN_CHECK(o.mode == "graph" || o.precision == "float32" || !kernels::cpu::onednn_bf16_isa().empty(),
+              "titan generate: --precision bfloat16 in eager mode needs a CPU with AMX-BF16 or AVX512-BF16 (this one, ",
+              train::cpu_model_name(), ", has neither, or ONEDNN_MAX_CPU_ISA keeps oneDNN from them); use --mode graph, "
+              "whose bf16 products are XLA's, or --precision float32");
   return o;
 }
 
@@ -189,7 +222,16 @@ int generate_command(const std::vector<std::string>& args) {
     if (auto eos = tokenizer->eos_id()) o.generate.eos_ids.push_back(*eos);
     o.generate.vocab_size = tokenizer->vocab_size();
   }
-  rl::GenerateResult r = rl::generate(*model, prompt, o.generate);
+  const AutocastGuard precision(o.precision == "bfloat16" ? kBF16 : kF32);
+  std::unique_ptr<rl::Decoder> decoder;
+  if (o.mode == "graph")
+    decoder = std::make_unique<rl::GraphDecoder>(
+        *model,
+        rl::GraphDecoderOptions{.runtime = graph::parse_runtime_options(o.plugin, o.plugin_options, "--plugin-options")},
+        &std::cerr);
+  else
+    decoder = std::make_unique<rl::EagerDecoder>(*model);
+  rl::GenerateResult r = rl::generate(*decoder, prompt, o.generate);
 
   if (o.output == "json") {
     // Replacing what is not UTF-8: a continuation may stop inside a character.
