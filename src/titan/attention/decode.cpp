@@ -8,6 +8,7 @@
 #include "titan/autograd/node.h"
 #include "titan/core/parallel.h"
 #include "titan/graph/lazy.h"
+#include "titan/graph/pjrt/ffi.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/kernels/cpu/softmax.h"
@@ -73,11 +74,50 @@ Tensor rows_dense(const Tensor& t) {
 }
 
 namespace hlo = graph::hlo;
+namespace ffi = graph::pjrt::ffi;
 using graph::Value;
+
+constexpr char kDecodeTarget[] = "titan_decode_attention";
+
+// The custom call: q [B, Sq, Hq, D], k and v [B, L, Hkv, D] (the cache's buffers, read in place)
+// and start (i64 scalar) give out [B, Sq, Hq, D], the kernel over keys [0, start + Sq).
+void decode_kernel(const ffi::Call& call) {
+  TITAN_CHECK(call.num_args() == 4 && call.num_results() == 1, kDecodeTarget,
+              " takes q, k, v and the position and gives out, got ", call.num_args(), " arguments and ",
+              call.num_results(), " results");
+  const ffi::Array q = call.arg(0), k = call.arg(1), v = call.arg(2), start = call.arg(3), out = call.result(0);
+  TITAN_CHECK(q.dims.size() == 4 && k.dims.size() == 4 && k.dims == v.dims && q.dims[0] == k.dims[0] &&
+                  q.dims[3] == k.dims[3] && k.dims[2] > 0 && q.dims[2] % k.dims[2] == 0 && out.dims == q.dims &&
+                  start.dims.empty() && k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype,
+              kDecodeTarget, ": wants q [B, Sq, Hq, D], k and v [B, L, Hkv, D] of q's dtype with Hkv dividing Hq, a "
+              "scalar position and out of q's shape, got q ", shape_str(q.dims), ", k ", shape_str(k.dims), ", v ",
+              shape_str(v.dims), ", position ", shape_str(start.dims), ", out ", shape_str(out.dims),
+              ": the program's custom_call was written wrong");
+  const int64_t s = *start.as<int64_t>("position"), Sq = q.dims[1], L = k.dims[1];
+  TITAN_CHECK(s >= 0 && s + Sq <= L, kDecodeTarget, ": ", Sq, " queries at position ", s,
+              " run past the cache's ", L, " positions");
+  const Geometry g{q.dims[0], Sq, s + Sq, q.dims[2], k.dims[2], q.dims[3], L * k.dims[2] * k.dims[3]};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(g.D));
+  TITAN_CHECK(q.dtype == kF32 || q.dtype == kF64, kDecodeTarget, ": q is ", dtype_name(q.dtype),
+              "; the kernel takes f32 or f64");
+  kernels::cpu::dispatch_float(q.dtype, [&](auto z) {
+    using T = decltype(z);
+    decode_heads<T>(g, T(scale), q.as<T>("q"), k.as<T>("k"), v.as<T>("v"), out.as<T>("out"));
+  });
+}
 
 // Heads grouped by the kv head they read, as the kernel reads them: scores [B, Hkv, Sq, G, Skv]
 // from one product with batch dims (B, Hkv), so k and v are never repeated per query head.
 Tensor decode_lowered(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start) {
+  if (graph::current_program().custom_kernels()) {
+    const Value at = start.is_lazy() ? graph::value_of(start, "decode_attention's start")
+                                     : hlo::scalar(start.item(), kI64);
+    const Value qv = graph::value_of(q, "decode_attention");
+    return graph::tensor_of(hlo::custom_call(kDecodeTarget,
+                                             {qv, graph::value_of(k, "decode_attention"),
+                                              graph::value_of(v, "decode_attention"), at},
+                                             {{qv.shape, qv.dtype, false}})[0]);
+  }
   const int64_t B = q.size(0), Sq = q.size(1), Hq = q.size(2), D = q.size(3), Skv = k.size(1), Hkv = k.size(2);
   const int64_t G = Hq / Hkv;
   const DType dtype = q.dtype();
@@ -154,6 +194,10 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
               ": an input requires grad, but this inference op has no backward; run it under autograd::NoGradGuard");
   return decode_lowered(q, k, v, start);
+}
+
+void register_decode_call(const graph::pjrt::Plugin& plugin) {
+  ffi::register_handler(plugin, kDecodeTarget, ffi::handler<decode_kernel>);
 }
 
 }  // namespace titan::attention

@@ -4,6 +4,7 @@
 // up to its own position. Inference only, so nothing is kept for a backward; scores are
 // computed per (batch, head) for a block of query rows at a time, [rows, Skv], never [Skv, Skv].
 #include "titan/core/tensor.h"
+#include "titan/graph/pjrt/plugin.h"
 
 namespace titan::attention {
 
@@ -19,9 +20,15 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // and v hold at least start + Sq positions (a whole cache's buffers): query i sees keys 0 .. start
 // + i, and the keys after them take no part, whatever they hold, as long as it is finite. On the
 // host, k and v are cut to start + Sq and the kernel above runs. In a capture (graph mode's
-// decoding step, where the position is an input) it lowers to one masked softmax over all of k's
-// positions per query, in q's dtype, as the kernel computes; there `start` cannot be checked
-// before the program runs, so its caller keeps start + Sq within k's positions.
+// decoding step, where the position is an input) it is the kernel above as a custom call
+// (`titan_decode_attention`, reading the cache's buffers in place and cutting them at the position
+// it is given) where the program allows custom kernels, else one masked softmax over all of k's
+// positions per query, in q's dtype, as the kernel computes. The custom call checks the position
+// against k's positions when it runs; the pure lowering cannot, so its caller keeps start + Sq
+// within them.
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start);
+
+// Registers the custom call above with `plugin` (idempotent; needs its FFI extension).
+void register_decode_call(const graph::pjrt::Plugin& plugin);
 
 }  // namespace titan::attention

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
+#include <set>
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/autocast.h"
 #include "titan/graph/lazy.h"
+#include "titan/nn/embedding.h"
+#include "titan/nn/linear.h"
 #include "titan/train/custom_kernels.h"
 #include "titan/train/graph_moe.h"
 
@@ -29,7 +32,16 @@ GraphDecoder::GraphDecoder(models::CausalLM& model, const GraphDecoderOptions& o
   custom_kernels_ = kernels.on;
   const auto moe = train::prepare_graph_moe(model, custom_kernels_);
   params_ = model.named_parameters();
-  for (const auto& [name, p] : params_) weights_.push_back(runner_.upload(p.contiguous()));
+  // A weight that an embedding also reads (tied) is looked up in f32 there, so it stays f32.
+  std::set<const TensorImpl*> linear, embedding;
+  for (const auto& [name, m] : model.named_modules()) {
+    if (const auto* l = dynamic_cast<const nn::Linear*>(m)) linear.insert(l->weight.impl());
+    if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) embedding.insert(e->weight.impl());
+  }
+  for (const auto& [name, p] : params_) {
+    weights_.push_back(runner_.upload(p.contiguous()));
+    product_only_.push_back(p.dtype() == kF32 && linear.count(p.impl()) && !embedding.count(p.impl()));
+  }
   for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
     buffer_tensors_.push_back(b);
     buffers_.push_back(runner_.upload(b.contiguous()));
@@ -55,12 +67,16 @@ GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len,
   {
     graph::CaptureScope scope(program);
     graph::BoundTensors bound;
+    const bool bf16 = autocast_dtype() == kBF16;
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].second;
-      const graph::Value v =
-          program.parameter(p.sizes(), p.dtype(), "param." + params_[i].first, graph::InputKind::state);
-      feed_of[v.id] = {Source::weight, i};
-      bound.bind(p, v);
+      const bool narrow = bf16 && product_only_[i];
+      const graph::Value v = program.parameter(p.sizes(), narrow ? kBF16 : p.dtype(), "param." + params_[i].first,
+                                               graph::InputKind::state);
+      feed_of[v.id] = {narrow ? Source::weight_bf16 : Source::weight, i};
+      // Widened for the model's code, which sees its f32 weights; XLA folds the widening into the
+      // products' own rounding to bf16, so the program reads the bf16 copy.
+      bound.bind(p, narrow ? graph::hlo::convert(v, p.dtype()) : v);
     }
     for (size_t i = 0; i < buffer_tensors_.size(); ++i) {
       const Tensor& b = buffer_tensors_[i];
@@ -132,6 +148,11 @@ Tensor GraphDecoder::run(Compiled& p, const std::vector<int64_t>& tokens, int64_
   std::vector<graph::pjrt::Buffer*> args;
   for (const Feed& f : p.feeds) switch (f.source) {
       case Source::weight: args.push_back(&weights_[f.index]); break;
+      case Source::weight_bf16:
+        if (weights_bf16_.empty())
+          for (const auto& [name, w] : params_) weights_bf16_.push_back(runner_.upload(w.to(kBF16).contiguous()));
+        args.push_back(&weights_bf16_[f.index]);
+        break;
       case Source::buffer: args.push_back(&buffers_[f.index]); break;
       case Source::host: args.push_back(&p.host[f.index]); break;
       case Source::cache: args.push_back(&cache_[f.index]); break;

@@ -6,6 +6,11 @@
 // position is an input, so one decode program serves every position. The logits of the last token
 // come back to the host, where generate() samples as it does in eager mode.
 //
+// Under bf16 autocast the linear layers' weights are read as a bf16 copy uploaded once (the
+// products round them to bf16 anyway, so the logits are those of the f32 weights under autocast),
+// which halves what each decoding step reads; other weights (norms, an embedding, tied or not) stay
+// f32, as autocast leaves them.
+//
 // Programs are compiled once per shape: prefill per prompt length and cache size, decode per
 // cache size. The cache is sized to the sequence's length rounded up to a power of two (at least
 // 16, at most the model's context), so that sequences of similar lengths share the decode program.
@@ -46,7 +51,7 @@ class GraphDecoder : public Decoder {
  private:
   // What feeds one parameter of a captured program.
   struct Feed {
-    enum class Source : uint8_t { weight, buffer, host, tokens, position, cache };
+    enum class Source : uint8_t { weight, weight_bf16, buffer, host, tokens, position, cache };
     Source source;
     size_t index = 0;  // into weights_, buffers_, the program's host tables, or the cache's buffers
   };
@@ -70,6 +75,10 @@ class GraphDecoder : public Decoder {
   bool custom_kernels_ = false;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<graph::pjrt::Buffer> weights_;
+  // Whether params_[i] is read only by matrix products (a linear layer's weight, not shared with
+  // an embedding), and its bf16 copy once a bf16 program needs it.
+  std::vector<bool> product_only_;
+  std::vector<graph::pjrt::Buffer> weights_bf16_;
   std::vector<Tensor> buffer_tensors_;  // the model's persistent buffers (MoE's expert bias)
   std::vector<graph::pjrt::Buffer> buffers_;
   std::map<std::string, Compiled> programs_;

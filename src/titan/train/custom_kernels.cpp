@@ -1,5 +1,6 @@
 #include "titan/train/custom_kernels.h"
 
+#include "titan/attention/decode.h"
 #include "titan/attention/splash_custom_call.h"
 #include "titan/graph/pjrt/ffi.h"
 #include "titan/ops/custom_calls.h"
@@ -16,11 +17,12 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
   const std::string why = graph::pjrt::ffi::unsupported_reason(client.plugin());
   if (!why.empty()) return {.on = false, .note = "none, falling back to XLA's lowerings: " + why};
   attention::register_splash_calls(client.plugin());
+  attention::register_decode_call(client.plugin());
   ops::register_custom_calls(client.plugin());
   return {.on = true,
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
-              "documents keep XLA's lowering), RMSNorm and SwiGLU forward and backward, linear layers' GEMMs, MoE "
+              "documents keep XLA's lowering), decoding attention over the KV cache, RMSNorm and SwiGLU forward and backward, linear layers' GEMMs, MoE "
               "experts' grouped GEMMs and row moves"};
 }
 
