@@ -136,8 +136,9 @@ GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len,
   if (log_)
     *log_ << "titan: graph mode: captured " << (decode ? "the decoding step" : "the prefill") << " (" << key << ", "
           << program.num_ops() << " ops) in " << std::fixed << std::setprecision(3) << captured << " s; "
-          << (compiled.fresh ? "compiled in " + std::to_string(compiled.seconds) + " s" : std::string("compiled before"))
-          << std::defaultfloat << "\n";
+          << (compiled.fresh ? "compiled in " : "compiled before");
+  if (log_ && compiled.fresh) *log_ << compiled.seconds << " s";
+  if (log_) *log_ << std::defaultfloat << "\n";
   return programs_.emplace(key, std::move(c)).first->second;
 }
 
