@@ -12,6 +12,7 @@
 
 #include "support/test_util.h"
 #include "titan/autograd/checkpoint.h"
+#include "titan/autograd/grad_mode.h"
 #include "titan/core/autocast.h"
 #include "titan/kernels/cpu/bf16_convert.h"
 #include "titan/kernels/cpu/gemm.h"
@@ -177,6 +178,27 @@ TEST(Autocast, LinearMultipliesBf16OperandsIntoFloat32) {
                      ops::matmul(ag.reshape({-1, 48}).transpose(0, 1), ax.reshape({-1, 64})),
                      std::ldexp(1.0, -7)));
   EXPECT_GT(max_abs_diff(mixed.y, f32.y), 1e-5) << "no bf16 rounding happened";
+}
+
+// Inside an AutocastCastCache a parameter is converted once and its copy reused; an activation
+// (no leaf that requires grad) is converted each time; the products are bit for bit those without.
+TEST(Autocast, CastCacheConvertsEachParameterOnce) {
+  TITAN_SKIP_WITHOUT_BF16();
+  const autograd::NoGradGuard inference;
+  const Tensor w = test::rand_f32({48, 64}, 22).requires_grad_(), x = test::rand_f32({5, 64}, 21);
+  const AutocastGuard bf16(kBF16);
+  const Tensor plain = ops::linear(x, w);
+  {
+    const AutocastCastCache cache;
+    const Tensor first = ops::linear(x, w), second = ops::linear(ops::scale(x, 2.0), w);
+    EXPECT_EQ(cache.size(), 1u) << "only the weight is cached";
+    EXPECT_TRUE(test::same_bits(first, plain));
+    EXPECT_TRUE(test::same_bits(second, ops::linear(ops::scale(x, 2.0), w)));
+    EXPECT_TRUE(test::same_bits(autocast_cast(w, kBF16), autocast_cast(w, kBF16)));
+    EXPECT_EQ(autocast_cast(w, kBF16).data_ptr(), autocast_cast(w, kBF16).data_ptr()) << "one copy, reused";
+  }
+  EXPECT_NE(autocast_cast(w, kBF16).data_ptr(), autocast_cast(w, kBF16).data_ptr())
+      << "without a cache every cast is a new copy";
 }
 
 // Backward multiplies in the precision forward did, whatever autocast says when it runs.

@@ -6,6 +6,7 @@ namespace titan {
 
 namespace {
 thread_local DType current = kF32;
+thread_local AutocastCastCache* open_cache = nullptr;
 }
 
 DType autocast_dtype() {
@@ -20,6 +21,23 @@ AutocastGuard::AutocastGuard(DType dtype) : previous_(current) {
 
 AutocastGuard::~AutocastGuard() {
   current = previous_;
+}
+
+AutocastCastCache::AutocastCastCache() : previous_(open_cache) {
+  open_cache = this;
+}
+
+AutocastCastCache::~AutocastCastCache() {
+  open_cache = previous_;
+}
+
+Tensor autocast_cast(const Tensor& x, DType dtype) {
+  if (open_cache == nullptr || x.dtype() == dtype || x.is_lazy() || x.is_meta() || !x.is_leaf() ||
+      !x.requires_grad())
+    return x.detach().to(dtype);
+  auto [it, fresh] = open_cache->copies_.try_emplace({x.impl(), dtype});
+  if (fresh) it->second = {x, x.detach().to(dtype)};
+  return it->second.second;
 }
 
 }  // namespace titan

@@ -7,7 +7,11 @@
 //
 // The state is per thread and read when an op runs forward; its backward follows what the
 // forward did, whatever the state is when backward runs.
+#include <map>
+#include <utility>
+
 #include "titan/core/dtype.h"
+#include "titan/core/tensor.h"
 
 namespace titan {
 
@@ -31,5 +35,28 @@ class AutocastGuard {
  private:
   DType previous_;
 };
+
+// While one is open on this thread, the copies that products make of parameters (leaf tensors
+// that require grad, on the host) in another dtype are made once and reused: a decoding step
+// multiplies every weight by one token, and converting the weight costs more than that product.
+// PyTorch's autocast caches the same casts. The scope must not outlive writes to the parameters
+// (an optimizer step), which it would not see: rl::generate opens one for one generation.
+class AutocastCastCache {
+ public:
+  AutocastCastCache();
+  ~AutocastCastCache();
+  AutocastCastCache(const AutocastCastCache&) = delete;
+  AutocastCastCache& operator=(const AutocastCastCache&) = delete;
+  size_t size() const { return copies_.size(); }
+
+ private:
+  friend Tensor autocast_cast(const Tensor& x, DType dtype);
+  AutocastCastCache* previous_;
+  // By the parameter and the dtype; the parameter is held so that its address is not reused.
+  std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>> copies_;
+};
+
+// x, detached, as `dtype`: through the open AutocastCastCache for a parameter, else converted.
+Tensor autocast_cast(const Tensor& x, DType dtype);
 
 }  // namespace titan

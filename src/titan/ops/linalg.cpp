@@ -67,9 +67,9 @@ DType product_dtype(DType operand) {
 }
 
 // x, detached, in the dtype a product multiplies it in: a bf16 copy of an f32 tensor under
-// autocast, x itself otherwise.
+// autocast (a parameter's made once per AutocastCastCache), x itself otherwise.
 Tensor as_operand(const Tensor& x, DType dtype) {
-  return x.detach().to(dtype);
+  return autocast_cast(x, dtype);
 }
 
 // The lowering: both operands broadcast to the batch, one dot_general over it.

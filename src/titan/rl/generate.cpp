@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "titan/core/autocast.h"
+
 namespace titan::rl {
 
 namespace {
@@ -58,6 +60,8 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
               " is larger than the model's vocabulary of ", model.vocab_size(), " ids");
   const int64_t vocab = opts.vocab_size > 0 ? opts.vocab_size : model.vocab_size();
   Sampler sampler(opts.sampling);
+  // Under bf16 autocast, each weight is converted once for the whole generation, not per token.
+  const AutocastCastCache weights_in_bf16;
 
   GenerateResult r;
   r.prompt_tokens = P;
