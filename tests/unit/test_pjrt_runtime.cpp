@@ -390,3 +390,60 @@ TEST(PjrtPlugin, WrongApiVersionsAreRefused) {
 
 }  // namespace
 }  // namespace titan
+
+namespace titan {
+namespace {
+
+// One program over 4 CPU devices of one process, split by XLA's SPMD partitioner from its
+// mhlo.sharding annotations (the base of graph mode across devices): x [8, 4] by rows (data
+// parallel), w [4, 3] replicated or by rows (FSDP: the partitioner gathers it), y = x w by rows
+// and sum(y) replicated (an all-reduce). Each device's shards against the host's products.
+TEST(PjrtRuntime, SpmdProgramRunsShardedOverFourCpuDevices) {
+  if (plugin_under_test() != "cpu") GTEST_SKIP() << "the CPU plugin's device count makes the 4 devices";
+  Client c = Client::create(Plugin::load("cpu"), {{"cpu_device_count", int64_t{4}}});
+  ASSERT_EQ(c.device_count(), 4);
+  std::vector<float> x(32), w(12);
+  for (int i = 0; i < 32; ++i) x[i] = 0.1f * static_cast<float>(i) - 1.0f;
+  for (int i = 0; i < 12; ++i) w[i] = 1.0f - 0.15f * static_cast<float>(i);
+  for (const bool fsdp : {false, true}) {
+    SCOPED_TRACE(fsdp ? "w by rows (FSDP)" : "w replicated");
+    const std::string rows = "\"{devices=[4,1]0,1,2,3}\"", w_sharding = fsdp ? rows : "\"{replicated}\"";
+    const std::string text =
+        "module @sharded attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {\n"
+        "  func.func public @main(%x: tensor<8x4xf32> {mhlo.sharding = " + rows +
+        "}, %w: tensor<4x3xf32> {mhlo.sharding = " + w_sharding +
+        "}) -> (tensor<8x3xf32> {mhlo.sharding = " + rows + "}, tensor<f32> {mhlo.sharding = \"{replicated}\"}) {\n"
+        "    %y = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x3xf32>) -> "
+        "tensor<8x3xf32>\n"
+        "    %zero = stablehlo.constant dense<0.0> : tensor<f32>\n"
+        "    %s = stablehlo.reduce(%y init: %zero) applies stablehlo.add across dimensions = [0, 1] : "
+        "(tensor<8x3xf32>, tensor<f32>) -> tensor<f32>\n"
+        "    return %y, %s : tensor<8x3xf32>, tensor<f32>\n  }\n}\n";
+    Executable e = c.compile(text, {.num_partitions = 4, .spmd_partitioning = true});
+    std::vector<Buffer> xs, ws;
+    for (int d = 0; d < 4; ++d) {
+      xs.push_back(c.to_device(x.data() + 8 * d, kF32, {2, 4}, d));
+      ws.push_back(fsdp ? c.to_device(w.data() + 3 * d, kF32, {1, 3}, d) : c.to_device(w.data(), kF32, {4, 3}, d));
+    }
+    std::vector<std::vector<Buffer*>> args;
+    for (int d = 0; d < 4; ++d) args.push_back({&xs[d], &ws[d]});
+    const std::vector<std::vector<Buffer>> out = e.execute_partitioned(args);
+    ASSERT_EQ(out.size(), 4u);
+    double total = 0;
+    for (int r = 0; r < 8; ++r)
+      for (int j = 0; j < 3; ++j) {
+        double v = 0;
+        for (int k = 0; k < 4; ++k) v += static_cast<double>(x[r * 4 + k]) * w[k * 3 + j];
+        total += v;
+        EXPECT_NEAR(host<float>(out[r / 2][0])[(r % 2) * 3 + j], v, 1e-5) << "y[" << r << ", " << j << "]";
+      }
+    for (int d = 0; d < 4; ++d) {
+      EXPECT_EQ(out[d][0].dims(), (Shape{2, 3})) << "device " << d << " holds its 2 rows of y";
+      EXPECT_NEAR(host<float>(out[d][1])[0], total, 1e-4) << "device " << d << "'s sum, all-reduced";
+    }
+    EXPECT_TITAN_ERROR(e.execute_partitioned({args[0]}), "runs on 4 devices, but arguments for 1 were given");
+  }
+}
+
+}  // namespace
+}  // namespace titan

@@ -33,6 +33,10 @@ std::string compile_options_proto(const CompileSpec& spec) {
   put_varint(build_options, static_cast<uint64_t>(spec.num_replicas));
   put_key(build_options, 5, kVarint);
   put_varint(build_options, static_cast<uint64_t>(spec.num_partitions));
+  if (spec.spmd_partitioning) {
+    put_key(build_options, 6, kVarint);
+    put_varint(build_options, 1);
+  }
   std::string proto;
   put_key(proto, 3, kLengthDelimited);
   put_varint(proto, build_options.size());

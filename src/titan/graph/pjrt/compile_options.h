@@ -11,6 +11,9 @@ namespace titan::graph::pjrt {
 struct CompileSpec {
   int num_replicas = 1;
   int num_partitions = 1;
+  // XLA's SPMD partitioner splits one program over the partitions by its mhlo.sharding
+  // annotations, inserting the collectives (ExecutableBuildOptions.use_spmd_partitioning).
+  bool spmd_partitioning = false;
   // XLA's DebugOptions flags by name (e.g. {"xla_allow_excess_precision", false}), as JAX's
   // compiler_options passes them: the plugin applies them to this compilation only.
   std::vector<std::pair<std::string, bool>> flags = {};

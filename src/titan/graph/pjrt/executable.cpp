@@ -119,9 +119,31 @@ void Executable::check_arguments(const std::vector<Buffer*>& args, const std::ve
 
 std::vector<Buffer> Executable::execute(const std::vector<Buffer*>& args, const std::vector<int>& donated) {
   check_arguments(args, donated);
+  std::vector<Buffer> results = std::move(launch({args}, donated).front());
+  return results;
+}
+
+std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vector<std::vector<Buffer*>>& args) {
+  PJRT_LoadedExecutable_AddressableDevices_Args devices{};
+  devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
+  devices.executable = executable_;
+  client_->check(client_->api()->PJRT_LoadedExecutable_AddressableDevices(&devices),
+                 "PJRT_LoadedExecutable_AddressableDevices");
+  TITAN_CHECK(args.size() == devices.num_addressable_devices, "executable ", name_, " runs on ",
+              devices.num_addressable_devices, " devices, but arguments for ", args.size(), " were given");
+  for (size_t d = 0; d < args.size(); ++d)
+    TITAN_CHECK(args[d].size() == parameters_.size(), "executable ", name_, ": device ", d, " got ", args[d].size(),
+                " arguments, main takes ", parameters_.size());
+  return launch(args, {});
+}
+
+std::vector<std::vector<Buffer>> Executable::launch(const std::vector<std::vector<Buffer*>>& args,
+                                                 const std::vector<int>& donated) {
   const PJRT_Api* api = client_->api();
-  std::vector<PJRT_Buffer*> inputs;
-  for (Buffer* b : args) inputs.push_back(b->handle());
+  const size_t devices = args.size();
+  std::vector<std::vector<PJRT_Buffer*>> inputs(devices);
+  for (size_t d = 0; d < devices; ++d)
+    for (Buffer* b : args[d]) inputs[d].push_back(b->handle());
   // Parameters the module aliases but the caller keeps: the runtime copies them instead.
   std::vector<int64_t> kept;
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -134,37 +156,44 @@ std::vector<Buffer> Executable::execute(const std::vector<Buffer*>& args, const 
   options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   options.non_donatable_input_indices = kept.data();
   options.num_non_donatable_input_indices = kept.size();
-  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
-  PJRT_Buffer* const* argument_list = inputs.data();
-  PJRT_Buffer** output_list = outputs.data();
-  PJRT_Event* done = nullptr;
+  std::vector<std::vector<PJRT_Buffer*>> outputs(devices, std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer* const*> argument_lists;
+  std::vector<PJRT_Buffer**> output_lists;
+  for (size_t d = 0; d < devices; ++d) {
+    argument_lists.push_back(inputs[d].data());
+    output_lists.push_back(outputs[d].data());
+  }
+  std::vector<PJRT_Event*> done(devices, nullptr);
   PJRT_LoadedExecutable_Execute_Args run{};
   run.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   run.executable = executable_;
   run.options = &options;
-  run.argument_lists = &argument_list;
-  run.num_devices = 1;
-  run.num_args = inputs.size();
-  run.output_lists = &output_list;
-  run.device_complete_events = &done;
+  run.argument_lists = argument_lists.data();
+  run.num_devices = devices;
+  run.num_args = inputs[0].size();
+  run.output_lists = output_lists.data();
+  run.device_complete_events = done.data();
   client_->check(api->PJRT_LoadedExecutable_Execute(&run), "PJRT_LoadedExecutable_Execute");
   // Own the outputs first, so that a failed run still frees them.
-  std::vector<Buffer> results;
-  for (PJRT_Buffer* out : outputs) results.push_back(Buffer(client_, out, kF32, {}));
-  for (int i : donated) args[i]->mark_donated(name_);
-  client_->await(done, ("running " + name_).c_str());
-  for (size_t k = 0; k < results.size(); ++k) {
-    PJRT_Buffer_ElementType_Args type{};
-    type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
-    type.buffer = results[k].buffer_;
-    client_->check(api->PJRT_Buffer_ElementType(&type), "PJRT_Buffer_ElementType");
-    results[k].dtype_ = detail::from_pjrt(type.type, "output " + std::to_string(k) + " of " + name_);
-    PJRT_Buffer_Dimensions_Args dims{};
-    dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
-    dims.buffer = results[k].buffer_;
-    client_->check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
-    results[k].dims_.assign(dims.dims, dims.dims + dims.num_dims);
-  }
+  std::vector<std::vector<Buffer>> results(devices);
+  for (size_t d = 0; d < devices; ++d)
+    for (PJRT_Buffer* out : outputs[d]) results[d].push_back(Buffer(client_, out, kF32, {}));
+  for (int i : donated) args[0][i]->mark_donated(name_);
+  for (PJRT_Event* e : done) client_->await(e, ("running " + name_).c_str());
+  for (std::vector<Buffer>& device_results : results)
+    for (size_t k = 0; k < device_results.size(); ++k) {
+      Buffer& r = device_results[k];
+      PJRT_Buffer_ElementType_Args type{};
+      type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+      type.buffer = r.buffer_;
+      client_->check(api->PJRT_Buffer_ElementType(&type), "PJRT_Buffer_ElementType");
+      r.dtype_ = detail::from_pjrt(type.type, "output " + std::to_string(k) + " of " + name_);
+      PJRT_Buffer_Dimensions_Args dims{};
+      dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+      dims.buffer = r.buffer_;
+      client_->check(api->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+      r.dims_.assign(dims.dims, dims.dims + dims.num_dims);
+    }
   return results;
 }
 

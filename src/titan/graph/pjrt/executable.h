@@ -29,6 +29,11 @@ class Executable {
   // {tf.aliasing_output = K : i32}; its Buffer is empty afterwards (output K holds the update).
   // A marked parameter left out of `donated` is copied instead, and its buffer stays valid.
   std::vector<Buffer> execute(const std::vector<Buffer*>& args, const std::vector<int>& donated = {});
+  // Runs a program compiled for several partitions (CompileSpec::num_partitions, SPMD) once on
+  // each of its devices: args[d] are device d's arguments, each its shard of main's parameter as
+  // the module's mhlo.sharding lays it out; returns each device's outputs, its shards of main's
+  // results. Only the number of arguments is checked here: the shards' shapes are the plugin's.
+  std::vector<std::vector<Buffer>> execute_partitioned(const std::vector<std::vector<Buffer*>>& args);
 
   const std::string& name() const { return name_; }
   double compile_seconds() const { return compile_seconds_; }
@@ -37,6 +42,8 @@ class Executable {
 
  private:
   friend class Client;
+  // Runs on args.size() devices, each with its arguments; donated indexes device 0's (one device).
+  std::vector<std::vector<Buffer>> launch(const std::vector<std::vector<Buffer*>>& args, const std::vector<int>& donated);
   Executable(std::shared_ptr<const detail::ClientState> client, PJRT_LoadedExecutable* executable,
              double compile_seconds);
   // Throws, naming the argument, when `args` or `donated` do not fit main's parameters.
