@@ -36,7 +36,52 @@ RuntimeOptions parse_runtime_options(const std::string& plugin, const std::strin
 Runner::Runner(const RuntimeOptions& options)
     : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options)) {}
 
-Runner::Compiled Runner::compile(const std::string& module_text) {
+namespace {
+
+// Device k's tile: its row-major position in the grid of tiles, as a start per dim.
+std::vector<int64_t> tile_of(const Sharding& sharding, int64_t device) {
+  std::vector<int64_t> at(sharding.tiles.size());
+  for (size_t d = sharding.tiles.size(); d-- > 0;) {
+    at[d] = device % sharding.tiles[d];
+    device /= sharding.tiles[d];
+  }
+  return at;
+}
+
+}  // namespace
+
+Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
+  if (sharding.replicated()) return host;
+  TITAN_CHECK(static_cast<int64_t>(sharding.tiles.size()) == host.dim(), "graph: tiles ", shape_str(sharding.tiles),
+              " do not fit ", host.desc());
+  Tensor piece = host;
+  const std::vector<int64_t> at = tile_of(sharding, device);
+  for (size_t d = 0; d < at.size(); ++d) {
+    const int64_t len = host.size(static_cast<int64_t>(d)) / sharding.tiles[d];
+    piece = piece.narrow(static_cast<int64_t>(d), at[d] * len, len);
+  }
+  return piece.contiguous();
+}
+
+Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding) {
+  TITAN_CHECK(!pieces.empty(), "graph: unshard of no pieces");
+  if (sharding.replicated()) return pieces.front();
+  Shape whole = pieces.front().sizes();
+  for (size_t d = 0; d < whole.size(); ++d) whole[d] *= sharding.tiles[d];
+  Tensor out = Tensor::empty(whole, pieces.front().options());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    Tensor view = out;
+    const std::vector<int64_t> at = tile_of(sharding, static_cast<int64_t>(k));
+    for (size_t d = 0; d < at.size(); ++d) {
+      const int64_t len = pieces[k].size(static_cast<int64_t>(d));
+      view = view.narrow(static_cast<int64_t>(d), at[d] * len, len);
+    }
+    view.copy_(pieces[k]);
+  }
+  return out;
+}
+
+Runner::Compiled Runner::compile(const std::string& module_text, int64_t partitions) {
   if (auto it = cache_.find(module_text); it != cache_.end())
     return {.executable = it->second.get(), .fresh = false, .seconds = 0.0};
   // Compiled before it is cached: a program that fails to compile leaves no entry.
@@ -44,17 +89,19 @@ Runner::Compiled Runner::compile(const std::string& module_text) {
   // (f32 -> bf16 -> f32), and its GPU backend does (GraphCore.CastsRoundTrip was 1.4e-3 off on an
   // H200).
   auto executable = std::make_unique<pjrt::Executable>(
-      client_.compile(module_text, {.flags = {{"xla_allow_excess_precision", false}}}));
+      client_.compile(module_text, {.num_partitions = static_cast<int>(partitions),
+                                    .spmd_partitioning = partitions > 1,
+                                    .flags = {{"xla_allow_excess_precision", false}}}));
   ++compiles_;
   pjrt::Executable* raw = cache_.emplace(module_text, std::move(executable)).first->second.get();
   return {.executable = raw, .fresh = true, .seconds = raw->compile_seconds()};
 }
 
-pjrt::Buffer Runner::upload(const Tensor& host) const {
+pjrt::Buffer Runner::upload(const Tensor& host, int device) const {
   TITAN_CHECK(host.defined() && !host.is_lazy() && host.device().is_cpu(), "graph: upload needs a CPU tensor, got ",
               host.defined() ? host.desc() : std::string("undefined"));
   const Tensor c = host.contiguous();
-  return client_.to_device(c.data_ptr(), c.dtype(), c.sizes());
+  return client_.to_device(c.data_ptr(), c.dtype(), c.sizes(), device);
 }
 
 Tensor Runner::download(const pjrt::Buffer& buffer) const {

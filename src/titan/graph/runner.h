@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/graph/ir/program.h"
 #include "titan/graph/pjrt/client.h"
 
 namespace titan::graph {
@@ -24,6 +25,11 @@ struct RuntimeOptions {
 // `key`.
 RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key);
 
+// The piece of `host` that device `device` holds under `sharding` (all of it when replicated), and
+// the pieces of all devices, in device order, put back together.
+Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device);
+Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding);
+
 class Runner {
  public:
   explicit Runner(const RuntimeOptions& options);
@@ -33,10 +39,12 @@ class Runner {
     bool fresh = false;     // compiled by this call (not found in the cache)
     double seconds = 0.0;   // its compile time
   };
-  Compiled compile(const std::string& module_text);
+  // `partitions` > 1: a program over that many devices (Program::set_partitions), split by XLA's
+  // SPMD partitioner.
+  Compiled compile(const std::string& module_text, int64_t partitions = 1);
   int64_t compiles() const { return compiles_; }
 
-  pjrt::Buffer upload(const Tensor& host) const;
+  pjrt::Buffer upload(const Tensor& host, int device = 0) const;
   // A new host tensor holding `buffer`.
   Tensor download(const pjrt::Buffer& buffer) const;
   // Into an existing contiguous host tensor of the buffer's shape and dtype.

@@ -262,18 +262,76 @@ std::string Program::region(const std::vector<ResultType>& args,
   return text + ") : (" + types_of(yielded) + ") -> ()\n  }";
 }
 
-std::string Program::module_text(const std::vector<Value>& results,
-                                 const std::vector<std::pair<int, int>>& aliases) {
-  TITAN_CHECK(blocks_.size() == 1, "graph: the module was asked for inside a region");
-  for (const Value& v : results) record_row(v);
+std::string Sharding::attr() const {
+  if (replicated()) return "{replicated}";
   std::ostringstream os;
-  os << "module @titan_step {\n  func.func public @main(";
+  os << "{devices=[";
+  int64_t devices = 1;
+  for (size_t d = 0; d < tiles.size(); ++d) {
+    os << (d ? "," : "") << tiles[d];
+    devices *= tiles[d];
+  }
+  os << "]";
+  for (int64_t k = 0; k < devices; ++k) os << (k ? "," : "") << k;
+  os << "}";
+  return os.str();
+}
+
+void Program::set_partitions(int64_t n) {
+  TITAN_CHECK(n >= 1, "graph: a program spans at least one device, got ", n);
+  partitions_ = n;
+}
+
+void Program::shard(const Value& parameter, const Sharding& sharding) {
+  Parameter* p = nullptr;
+  for (Parameter& q : params_)
+    if (q.value.id == parameter.id) p = &q;
+  TITAN_CHECK(p != nullptr, "graph: shard: value ", name(parameter), " is not a parameter of the program");
+  if (!sharding.replicated()) {
+    TITAN_CHECK(sharding.tiles.size() == p->value.shape.size(), "graph: parameter '", p->name, "' ",
+                mlir_type(p->value), " cannot be split into tiles ", shape_str(sharding.tiles),
+                ": give one count per dim");
+    int64_t devices = 1;
+    for (size_t d = 0; d < sharding.tiles.size(); ++d) {
+      TITAN_CHECK(sharding.tiles[d] >= 1 && p->value.shape[d] % sharding.tiles[d] == 0, "graph: parameter '",
+                  p->name, "' ", mlir_type(p->value), ": dim ", d, " of size ", p->value.shape[d],
+                  " cannot be split into ", sharding.tiles[d], " equal pieces");
+      devices *= sharding.tiles[d];
+    }
+    TITAN_CHECK(devices == partitions_, "graph: parameter '", p->name, "' is split into ", devices,
+                " pieces, but the program spans ", partitions_, " devices");
+  }
+  p->sharding = sharding;
+}
+
+std::string Program::module_text(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases,
+                                 const std::vector<Sharding>& result_shardings) {
+  TITAN_CHECK(blocks_.size() == 1, "graph: the module was asked for inside a region");
+  TITAN_CHECK(result_shardings.empty() || (partitions_ > 1 && result_shardings.size() == results.size()),
+              "graph: ", result_shardings.size(), " result shardings for ", results.size(), " results of a program over ",
+              partitions_, " devices; give one per result, and only with partitions");
+  for (const Value& v : results) record_row(v);
+  const bool sharded = partitions_ > 1;
+  std::ostringstream os;
+  os << "module @titan_step";
+  if (sharded) os << " attributes {mhlo.num_partitions = " << partitions_ << " : i32, mhlo.num_replicas = 1 : i32}";
+  os << " {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     os << (i ? ", " : "") << name(params_[i].value) << ": " << mlir_type(params_[i].value);
+    std::vector<std::string> attrs;
+    if (sharded) attrs.push_back("mhlo.sharding = \"" + params_[i].sharding.attr() + "\"");
     for (const auto& [param, result] : aliases)
-      if (param == static_cast<int>(i)) os << " {tf.aliasing_output = " << result << " : i32}";
+      if (param == static_cast<int>(i)) attrs.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+    for (size_t a = 0; a < attrs.size(); ++a) os << (a ? ", " : " {") << attrs[a];
+    if (!attrs.empty()) os << "}";
   }
-  os << ") -> (" << types_of(results) << ") {\n" << blocks_.front();
+  os << ") -> (";
+  for (size_t i = 0; i < results.size(); ++i) {
+    os << (i ? ", " : "") << mlir_type(results[i]);
+    if (sharded)
+      os << " {mhlo.sharding = \"" << (result_shardings.empty() ? Sharding{} : result_shardings[i]).attr() << "\"}";
+  }
+  os << ") {\n" << blocks_.front();
   os << "    \"func.return\"(";
   for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << name(results[i]);
   os << ") : (" << types_of(results) << ") -> ()\n  }\n}\n";

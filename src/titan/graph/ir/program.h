@@ -37,11 +37,24 @@ enum class InputKind : uint8_t {
   host,   // a host tensor that does not change between runs (RoPE tables): uploaded once
 };
 
+// How a value of a program run over several devices is split among them (XLA's SPMD
+// partitioner reads it as mhlo.sharding): `tiles[d]` pieces along dim d, their product the number
+// of devices, device k holding the piece at k's row-major position in the grid of tiles. No tiles:
+// every device holds all of it.
+struct Sharding {
+  Shape tiles = {};
+  bool replicated() const { return tiles.empty(); }
+  // "{replicated}" or "{devices=[2,1]0,1}".
+  std::string attr() const;
+  bool operator==(const Sharding&) const = default;
+};
+
 struct Parameter {
   Value value = {};
   std::string name = {};
   InputKind kind = InputKind::batch;
   Tensor host = {};  // for InputKind::host
+  Sharding sharding = {};  // over the program's partitions (set_partitions)
 };
 
 struct ResultType {
@@ -136,8 +149,16 @@ class Program {
   };
 
   // The module: @main(parameters) -> results. `aliases` pairs (parameter index, result index): the
-  // parameter's buffer is donated and the result written into it.
-  std::string module_text(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases = {});
+  // parameter's buffer is donated and the result written into it. With partitions (set_partitions),
+  // each parameter carries its sharding and result i `result_shardings[i]` (replicated where none
+  // is given), for XLA's SPMD partitioner to split the program by.
+  std::string module_text(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases = {},
+                          const std::vector<Sharding>& result_shardings = {});
+  // The devices one run of the program spans (1: no sharding is written), and a parameter's
+  // sharding over them, checked against its shape.
+  void set_partitions(int64_t n);
+  int64_t partitions() const { return partitions_; }
+  void shard(const Value& parameter, const Sharding& sharding);
   std::string name(const Value& v) const;
   int64_t num_ops() const { return num_ops_; }
 
@@ -183,6 +204,7 @@ class Program {
  private:
   uint64_t serial_;
   int64_t num_ops_ = 0;
+  int64_t partitions_ = 1;
   bool scan_layers_ = false;
   ScanSaves scan_saves_ = ScanSaves::all;
   bool custom_kernels_ = false;
