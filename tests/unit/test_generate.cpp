@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/models/llama3/model.h"
@@ -27,18 +28,7 @@ using models::llama3::Transformer;
 
 // Grouped-query attention, 2 layers, 24 positions, 37 ids.
 std::shared_ptr<Transformer> small_model() {
-  ModelArgs a;
-  a.dim = 32;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 37;
-  a.multiple_of = 16;
-  a.max_seq_len = 24;
-  auto model = std::make_shared<Transformer>(a, TensorOptions{}, models::llama3::AttentionKernel{true, 8, 8});
-  Generator gen(11);
-  model->init_weights(gen);
-  return model;
+  return test::generation_llama3(24);
 }
 
 GenerateOptions greedy(int64_t max_new_tokens) {

@@ -10,13 +10,16 @@
 
 #include "support/graph_harness.h"
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "support/tiny_qwen3.h"
 #include "titan/attention/decode.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/autocast.h"
 #include "titan/core/rng.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/llama3/model.h"
+#include "titan/nn/moe/moe.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/update_slice.h"
 #include "titan/rl/graph_decoder.h"
@@ -24,21 +27,8 @@
 namespace titan::rl {
 namespace {
 
-// Grouped-query attention, 2 layers, 40 positions, 37 ids (as the eager generation tests').
-std::shared_ptr<models::llama3::Transformer> llama(int64_t max_seq_len = 40) {
-  models::llama3::ModelArgs a;
-  a.dim = 32;
-  a.n_layers = 2;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 37;
-  a.multiple_of = 16;
-  a.max_seq_len = max_seq_len;
-  auto model =
-      std::make_shared<models::llama3::Transformer>(a, TensorOptions{}, models::llama3::AttentionKernel{true, 8, 8});
-  Generator gen(11);
-  model->init_weights(gen);
-  return model;
+std::shared_ptr<models::llama3::Transformer> llama() {
+  return test::generation_llama3(40);
 }
 
 std::shared_ptr<models::qwen3::Transformer> qwen3(bool moe) {
@@ -87,6 +77,11 @@ TEST(GraphGenerate, Qwen3DenseAndMoeLogitsMatchEager) {
       SCOPED_TRACE(custom ? "custom kernels" : "XLA's lowerings");
       GraphDecoder graph(*model, options(custom));
       expect_same_logits(*model, graph, {1, 2, 3, 10, 7, 7}, 9, 1e-5);
+      // Graph mode's dispatcher (capacity, without custom kernels) served its captures only.
+      for (const auto& [name, m] : model->named_modules())
+        if (auto* layer = dynamic_cast<nn::moe::MoE*>(m)) {
+          EXPECT_NE(dynamic_cast<nn::moe::LocalTokenDispatcher*>(layer->dispatcher.get()), nullptr) << name;
+        }
     }
   }
 }
@@ -132,9 +127,13 @@ TEST(GraphGenerate, CompilesPrefillOncePerPromptLengthAndDecodeOncePerCacheSize)
 TEST(GraphGenerate, Bf16LogitsMatchEagerBf16) {
   // Eager bf16 products are oneDNN's, which need AMX-BF16 or AVX512-BF16; graph mode's are XLA's.
   if (kernels::cpu::onednn_bf16_isa().empty()) GTEST_SKIP() << "no bf16 instructions for eager's products here";
+  const AutocastGuard bf16(kBF16);
+  // A MoE model's router multiplies in f32 in both modes, its gate read as the f32 weight.
+  auto moe = qwen3(true);
+  GraphDecoder moe_graph(*moe, options());
+  expect_same_logits(*moe, moe_graph, {1, 2, 3, 10, 7, 7}, 5, 1e-3);
   auto model = llama();
   GraphDecoder graph(*model, options());
-  const AutocastGuard bf16(kBF16);
   // Both multiply the same bf16 operands (graph mode reads the linear weights as a bf16 copy, eager
   // rounds them per product) with f32 sums in orders of their own: they measured 1e-4 apart, where
   // a lost rounding of the weights would be 4e-3 (bf16's half ulp) away.
@@ -147,6 +146,7 @@ TEST(GraphGenerate, BadInputsAreClearErrors) {
   GraphDecoder graph(*model, options());
   EXPECT_TITAN_ERROR(graph.decode(1), "no sequence was started");
   EXPECT_TITAN_ERROR(graph.prefill(std::vector<int64_t>{1, 2}, 41), "context 40");
+  EXPECT_TITAN_ERROR(graph.prefill(std::vector<int64_t>{1, 37}, 3), "prompt token 37", "vocabulary of 37");
   graph.prefill(std::vector<int64_t>{1, 2}, 3);
   EXPECT_TITAN_ERROR(graph.decode(37), "token 37", "vocabulary of 37");
   for (int i = 0; i < 14; ++i) graph.decode(1);
@@ -209,11 +209,31 @@ TEST(GraphGenerate, DecodeAttentionAtAProgramPositionMatchesTheKernel) {
 }
 
 TEST(GraphGenerate, APlacedCacheKeepsItsPositionToTheProgram) {
-  models::KVCache cache(1, 8);
-  EXPECT_TITAN_ERROR(cache.place_at(Tensor::scalar<int64_t>(3)), "0-d i64 value of the program");
-  EXPECT_EQ(cache.position().item(), 0);
-  EXPECT_TRUE(cache.starts_sequence());
-  EXPECT_EQ(cache.reach(3), 3);
+  models::KVCache host(1, 8);
+  EXPECT_TITAN_ERROR(host.place_at(Tensor::scalar<int64_t>(3)), "0-d i64 value of the program");
+  EXPECT_EQ(host.position().item(), 0);
+  EXPECT_TRUE(host.starts_sequence());
+  EXPECT_EQ(host.reach(3), 3);
+
+  // Placed at a program's value: the host knows no length, the forward reaches the whole cache,
+  // append returns the whole buffers, and the cache serves that one forward.
+  graph::Program program;
+  const graph::CaptureScope scope(program);
+  models::KVCache placed(1, 8, [&](int64_t, const char* which, const Shape& shape, DType dtype) {
+    return graph::tensor_of(program.parameter(shape, dtype, which, graph::InputKind::state));
+  });
+  placed.place_at(graph::tensor_of(program.parameter({}, kI64, "position", graph::InputKind::batch)));
+  EXPECT_FALSE(placed.starts_sequence());
+  EXPECT_EQ(placed.reach(1), 8);
+  EXPECT_TITAN_ERROR(placed.length(), "only that program knows");
+  const Tensor k = graph::tensor_of(program.parameter({1, 1, 2, 4}, kF32, "k", graph::InputKind::batch));
+  const auto [keys, values] = placed.append(0, k, k);
+  EXPECT_EQ(keys.sizes(), (Shape{1, 8, 2, 4}));
+  EXPECT_TRUE(keys.is_lazy());
+  placed.advance(1);
+  EXPECT_TITAN_ERROR(placed.position(), "serves one forward");
+  placed.clear();
+  EXPECT_EQ(placed.length(), 0);
 }
 
 }  // namespace

@@ -193,6 +193,11 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
               ": q, k and v must share a dtype, f32 or f64, got ", q.desc(), ", ", k.desc(), ", ", v.desc());
   TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
               ": an input requires grad, but this inference op has no backward; run it under autograd::NoGradGuard");
+  if (!start.is_lazy()) {
+    const auto s = static_cast<int64_t>(start.item());
+    TITAN_CHECK(s >= 0 && s + q.size(1) <= k.size(1), op, ": queries ", q.desc(), " at position ", s,
+                " need keys up to ", s + q.size(1), ", but k ", k.desc(), " holds ", k.size(1));
+  }
   return decode_lowered(q, k, v, start);
 }
 

@@ -35,9 +35,11 @@ Tensor autocast_cast(const Tensor& x, DType dtype) {
   if (open_cache == nullptr || x.dtype() == dtype || x.is_lazy() || x.is_meta() || !x.is_leaf() ||
       !x.requires_grad())
     return x.detach().to(dtype);
-  auto [it, fresh] = open_cache->copies_.try_emplace({x.impl(), dtype});
-  if (fresh) it->second = {x, x.detach().to(dtype)};
-  return it->second.second;
+  const std::pair<const TensorImpl*, DType> key{x.impl(), dtype};
+  if (auto it = open_cache->copies_.find(key); it != open_cache->copies_.end()) return it->second.second;
+  Tensor copy = x.detach().to(dtype);
+  open_cache->copies_.emplace(key, std::pair{x, copy});
+  return copy;
 }
 
 }  // namespace titan

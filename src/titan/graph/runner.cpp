@@ -56,6 +56,9 @@ Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
               " do not fit ", host.desc());
   Tensor piece = host;
   const std::vector<int64_t> at = tile_of(sharding, device);
+  for (size_t d = 0; d < at.size(); ++d)
+    TITAN_CHECK(host.size(static_cast<int64_t>(d)) % sharding.tiles[d] == 0, "graph: dim ", d, " of ", host.desc(),
+                " cannot be split into ", sharding.tiles[d], " equal pieces");
   for (size_t d = 0; d < at.size(); ++d) {
     const int64_t len = host.size(static_cast<int64_t>(d)) / sharding.tiles[d];
     piece = piece.narrow(static_cast<int64_t>(d), at[d] * len, len);
@@ -66,6 +69,10 @@ Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
 Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding) {
   TITAN_CHECK(!pieces.empty(), "graph: unshard of no pieces");
   if (sharding.replicated()) return pieces.front();
+  TITAN_CHECK(static_cast<int64_t>(sharding.tiles.size()) == pieces.front().dim() &&
+                  static_cast<int64_t>(pieces.size()) == numel_of(sharding.tiles),
+              "graph: unshard: tiles ", shape_str(sharding.tiles), " want ", numel_of(sharding.tiles), " pieces of rank ",
+              sharding.tiles.size(), ", got ", pieces.size(), " like ", pieces.front().desc());
   Shape whole = pieces.front().sizes();
   for (size_t d = 0; d < whole.size(); ++d) whole[d] *= sharding.tiles[d];
   Tensor out = Tensor::empty(whole, pieces.front().options());
@@ -82,7 +89,8 @@ Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding) {
 }
 
 Runner::Compiled Runner::compile(const std::string& module_text, int64_t partitions) {
-  if (auto it = cache_.find(module_text); it != cache_.end())
+  const std::string key = std::to_string(partitions) + " partitions\n" + module_text;
+  if (auto it = cache_.find(key); it != cache_.end())
     return {.executable = it->second.get(), .fresh = false, .seconds = 0.0};
   // Compiled before it is cached: a program that fails to compile leaves no entry.
   // Casts round as eager's do: by default XLA may drop a round trip through a narrower type
@@ -93,7 +101,7 @@ Runner::Compiled Runner::compile(const std::string& module_text, int64_t partiti
                                     .spmd_partitioning = partitions > 1,
                                     .flags = {{"xla_allow_excess_precision", false}}}));
   ++compiles_;
-  pjrt::Executable* raw = cache_.emplace(module_text, std::move(executable)).first->second.get();
+  pjrt::Executable* raw = cache_.emplace(key, std::move(executable)).first->second.get();
   return {.executable = raw, .fresh = true, .seconds = raw->compile_seconds()};
 }
 

@@ -10,6 +10,7 @@
 #include "titan/graph/lazy.h"
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
+#include "titan/nn/moe/router.h"
 #include "titan/train/custom_kernels.h"
 #include "titan/train/graph_moe.h"
 
@@ -30,17 +31,19 @@ GraphDecoder::GraphDecoder(models::CausalLM& model, const GraphDecoderOptions& o
     : Decoder(model), options_(options), log_(log), runner_(options.runtime) {
   const train::CustomKernels kernels = train::enable_custom_kernels(runner_, options.custom_kernels);
   custom_kernels_ = kernels.on;
-  const auto moe = train::prepare_graph_moe(model, custom_kernels_);
+  const std::optional<std::string> moe = train::GraphMoeLayout(model, custom_kernels_).note();
   params_ = model.named_parameters();
-  // A weight that an embedding also reads (tied) is looked up in f32 there, so it stays f32.
-  std::set<const TensorImpl*> linear, embedding;
+  // A weight that an embedding also reads (tied) is looked up in f32 there, and a router's gate
+  // multiplies in f32 whatever autocast says (nn/moe/router.cpp): both stay f32.
+  std::set<const TensorImpl*> linear, kept_f32;
   for (const auto& [name, m] : model.named_modules()) {
     if (const auto* l = dynamic_cast<const nn::Linear*>(m)) linear.insert(l->weight.impl());
-    if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) embedding.insert(e->weight.impl());
+    if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) kept_f32.insert(e->weight.impl());
+    if (const auto* r = dynamic_cast<const nn::moe::TopKRouter*>(m)) kept_f32.insert(r->gate->weight.impl());
   }
   for (const auto& [name, p] : params_) {
     weights_.push_back(runner_.upload(p.contiguous()));
-    product_only_.push_back(p.dtype() == kF32 && linear.count(p.impl()) && !embedding.count(p.impl()));
+    product_only_.push_back(p.dtype() == kF32 && linear.count(p.impl()) && !kept_f32.count(p.impl()));
   }
   for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
     buffer_tensors_.push_back(b);
@@ -65,6 +68,8 @@ GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len,
   std::vector<graph::Value> results;
   std::map<int64_t, Feed> feed_of;  // by the parameter's value id
   {
+    // The model's MoE layers dispatch as graph mode runs them, for this capture only.
+    const train::GraphMoeLayout moe_layout(model(), custom_kernels_);
     graph::CaptureScope scope(program);
     graph::BoundTensors bound;
     const bool bf16 = autocast_dtype() == kBF16;
@@ -150,8 +155,14 @@ Tensor GraphDecoder::run(Compiled& p, const std::vector<int64_t>& tokens, int64_
   for (const Feed& f : p.feeds) switch (f.source) {
       case Source::weight: args.push_back(&weights_[f.index]); break;
       case Source::weight_bf16:
-        if (weights_bf16_.empty())
-          for (const auto& [name, w] : params_) weights_bf16_.push_back(runner_.upload(w.to(kBF16).contiguous()));
+        if (weights_bf16_.empty()) {
+          // Filled whole or not at all: a failed upload leaves none behind. Empty where no program
+          // reads a bf16 copy.
+          std::vector<graph::pjrt::Buffer> copies(params_.size());
+          for (size_t i = 0; i < params_.size(); ++i)
+            if (product_only_[i]) copies[i] = runner_.upload(params_[i].second.to(kBF16));
+          weights_bf16_ = std::move(copies);
+        }
         args.push_back(&weights_bf16_[f.index]);
         break;
       case Source::buffer: args.push_back(&buffers_[f.index]); break;
@@ -177,6 +188,10 @@ Tensor GraphDecoder::prefill(std::span<const int64_t> prompt, int64_t max_len) {
   TITAN_CHECK(P >= 1 && P <= max_len && max_len <= context, "GraphDecoder::prefill: a prompt of ", P,
               " tokens in a sequence of at most ", max_len, " positions, for a model of context ", context,
               "; expected 1 <= prompt <= max_len <= context");
+  for (int64_t id : prompt)
+    TITAN_CHECK(id >= 0 && id < model().vocab_size(), "GraphDecoder::prefill: prompt token ", id,
+                " is outside the model's vocabulary of ", model().vocab_size(),
+                " ids (a program's lookup would clamp it, not refuse it)");
   autograd::NoGradGuard no_grad;
   cache_len_ = cache_size(max_len, context);
   Compiled& p = program(P, cache_len_, false);

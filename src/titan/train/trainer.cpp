@@ -265,6 +265,7 @@ struct Trainer::State {
   std::unique_ptr<CheckpointManager> checkpointer;
   std::unique_ptr<StepProfiler> profiler;
   std::unique_ptr<GraphStep> graph;  // compile.mode = "graph"; null when eager
+  std::unique_ptr<GraphMoeLayout> graph_moe;  // with graph: its MoE layers' dispatchers, for the run
   int64_t start_step = 0;
   parallel::DataParallelStyle dp_style = parallel::DataParallelStyle::none;
 
@@ -656,8 +657,10 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                              : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels},
         s.log);
-  if (s.graph)
-    if (const auto note = prepare_graph_moe(*s.model, s.graph->custom_kernels().on)) s.log << "titan: " << *note << "\n";
+  if (s.graph) {
+    s.graph_moe = std::make_unique<GraphMoeLayout>(*s.model, s.graph->custom_kernels().on);
+    if (const auto& note = s.graph_moe->note()) s.log << "titan: " << *note << "\n";
+  }
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
   if (s.data_parallel) s.data_parallel->broadcast_parameters();

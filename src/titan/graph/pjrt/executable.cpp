@@ -1,6 +1,7 @@
 #include "titan/graph/pjrt/executable.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "titan/core/error.h"
@@ -124,6 +125,7 @@ std::vector<Buffer> Executable::execute(const std::vector<Buffer*>& args, const 
 }
 
 std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vector<std::vector<Buffer*>>& args) {
+  TITAN_CHECK(executable_ != nullptr, "executable ", name_, " was moved from");
   PJRT_LoadedExecutable_AddressableDevices_Args devices{};
   devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
   devices.executable = executable_;
@@ -131,9 +133,12 @@ std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vect
                  "PJRT_LoadedExecutable_AddressableDevices");
   TITAN_CHECK(args.size() == devices.num_addressable_devices, "executable ", name_, " runs on ",
               devices.num_addressable_devices, " devices, but arguments for ", args.size(), " were given");
-  for (size_t d = 0; d < args.size(); ++d)
+  for (size_t d = 0; d < args.size(); ++d) {
     TITAN_CHECK(args[d].size() == parameters_.size(), "executable ", name_, ": device ", d, " got ", args[d].size(),
                 " arguments, main takes ", parameters_.size());
+    for (size_t i = 0; i < args[d].size(); ++i)
+      TITAN_CHECK(args[d][i] != nullptr, "executable ", name_, ": argument ", i, " of device ", d, " is missing");
+  }
   return launch(args, {});
 }
 
@@ -179,7 +184,16 @@ std::vector<std::vector<Buffer>> Executable::launch(const std::vector<std::vecto
   for (size_t d = 0; d < devices; ++d)
     for (PJRT_Buffer* out : outputs[d]) results[d].push_back(Buffer(client_, out, kF32, {}));
   for (int i : donated) args[0][i]->mark_donated(name_);
-  for (PJRT_Event* e : done) client_->await(e, ("running " + name_).c_str());
+  // Every device's event is awaited (and freed) before the first failure is reported.
+  std::exception_ptr failed;
+  for (PJRT_Event* e : done) {
+    try {
+      client_->await(e, ("running " + name_).c_str());
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   for (std::vector<Buffer>& device_results : results)
     for (size_t k = 0; k < device_results.size(); ++k) {
       Buffer& r = device_results[k];
