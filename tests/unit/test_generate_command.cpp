@@ -126,60 +126,45 @@ TEST_F(GenerateCommand, PrintsTheContinuationAndTokensPerSecond) {
 // is looked for).
 TEST_F(GenerateCommand, BadInputsAreClearErrors) {
   ASSERT_TRUE(fs::exists(TITAN_CLI)) << TITAN_CLI << " is missing; build the titan_cli target";
-  CliRun r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt", "x"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  // Exits 1, saying `message` on stderr.
+  const auto refused = [this](const std::vector<std::string>& args, const std::string& message) {
+    const CliRun r = generate(args);
+    EXPECT_EQ(r.rc, 1) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  };
+  const std::string missing = (dir_ / "missing").string();
+  refused({"--checkpoint", missing, "--prompt", "x"}, "does not exist");
 
   fs::create_directories(dir_ / "empty");
-  r = generate({"--checkpoint", (dir_ / "empty").string(), "--prompt", "x"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("holds no complete checkpoint"), std::string::npos) << r.err;
+  refused({"--checkpoint", (dir_ / "empty").string(), "--prompt", "x"}, "holds no complete checkpoint");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt", "x", "--top-p", "2"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("top_p = 2"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt", "x", "--top-p", "2"}, "top_p = 2");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt", "x", "--top-k", "many"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--top-k wants a whole number, got 'many'"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt", "x", "--top-k", "many"},
+          "--top-k wants a whole number, got 'many'");
 
-  r = generate({"--prompt", "x"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("needs --checkpoint and --prompt"), std::string::npos) << r.err;
+  refused({"--prompt", "x"}, "needs --checkpoint and --prompt");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,x,3"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--prompt-ids (comma-separated token ids) wants a whole number, got 'x'"),
-            std::string::npos)
-      << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1,x,3"},
+          "--prompt-ids (comma-separated token ids) wants a whole number, got 'x'");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,-2"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("token id -2 is negative"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1,-2"}, "token id -2 is negative");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1,"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("got ''"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1,"}, "got ''");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt", "x", "--prompt-ids", "1"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--prompt and --prompt-ids exclude each other"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt", "x", "--prompt-ids", "1"},
+          "--prompt and --prompt-ids exclude each other");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--output", "yaml"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--output must be text or json, got 'yaml'"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1", "--output", "yaml"},
+          "--output must be text or json, got 'yaml'");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--mode", "fast"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--mode must be eager or graph, got 'fast'"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1", "--mode", "fast"},
+          "--mode must be eager or graph, got 'fast'");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--plugin", "cuda"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("read only in graph mode"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1", "--plugin", "cuda"}, "read only in graph mode");
 
-  r = generate({"--checkpoint", (dir_ / "missing").string(), "--prompt-ids", "1", "--precision", "fp8"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--precision must be float32 or bfloat16, got 'fp8'"), std::string::npos) << r.err;
+  refused({"--checkpoint", missing, "--prompt-ids", "1", "--precision", "fp8"},
+          "--precision must be float32 or bfloat16, got 'fp8'");
 }
 
 // What convert writes from an HF folder, and the folder itself, generate from: greedy from the

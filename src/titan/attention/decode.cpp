@@ -137,24 +137,40 @@ Tensor decode_lowered(const Tensor& q, const Tensor& k, const Tensor& v, const T
   return graph::tensor_of(hlo::reshape(hlo::transpose(out, {0, 2, 1, 3, 4}), {B, Sq, Hq, D}));
 }
 
+constexpr const char* kOp = "decode_attention";
+
+// What both forms need of q, k and v: shapes that fit, whole groups of query heads, one dtype, and
+// no gradient wanted (there is no backward).
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && q.size(3) > 0 && q.size(1) >= 1 && q.size(1) <= k.size(1),
+              kOp, ": expected q [B, Sq, Hq, D] and k, v [B, Skv, Hkv, D] with the same B and D > 0 and ",
+              "1 <= Sq <= Skv, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
+  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, kOp, ": query heads (", q.size(2),
+              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
+  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp, ": q, k and v must share a dtype, got ",
+              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
+  TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), kOp,
+              ": an input requires grad, but this inference kernel has no backward; run it under "
+              "autograd::NoGradGuard, or train through splash_attention / attention_reference");
+}
+
+// A start position held on the host, checked against the keys the queries after it need.
+int64_t host_start(const Tensor& q, const Tensor& k, const Tensor& start) {
+  const auto s = static_cast<int64_t>(start.item());
+  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && s >= 0 && s + q.size(1) <= k.size(1), kOp, ": queries ", q.desc(),
+              " at position ", s, " need keys up to ", s + q.size(1), ", but k ", k.desc(), " holds ",
+              k.dim() == 4 ? k.size(1) : 0);
+  return s;
+}
+
 }  // namespace
 
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  constexpr const char* op = "decode_attention";
-  ops::check_float(op, "q", q);
-  ops::check_float(op, "k", k);
-  ops::check_float(op, "v", v);
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
-                  q.size(3) == k.size(3) && q.size(3) > 0 && q.size(1) >= 1 && q.size(1) <= k.size(1),
-              op, ": expected q [B, Sq, Hq, D] and k, v [B, Skv, Hkv, D] with the same B and D > 0 and ",
-              "1 <= Sq <= Skv, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
-  TITAN_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, op, ": query heads (", q.size(2),
-              ") must be a multiple of key/value heads (", k.size(2), "); q ", q.desc(), ", k ", k.desc());
-  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
-              q.desc(), ", ", k.desc(), ", ", v.desc(), "; cast with .to()");
-  TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
-              ": an input requires grad, but this inference kernel has no backward; run it under "
-              "autograd::NoGradGuard, or train through splash_attention / attention_reference");
+  ops::check_float(kOp, "q", q);
+  ops::check_float(kOp, "k", k);
+  ops::check_float(kOp, "v", v);
+  check_inputs(q, k, v);
 
   Tensor qc = ops::dense(q), kc = rows_dense(k), vc = rows_dense(v);
   // One batch stride serves both: equal when they come from one cache (else v is made dense too).
@@ -173,31 +189,16 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start) {
-  constexpr const char* op = "decode_attention";
-  TITAN_CHECK(start.defined() && start.dim() == 0 && start.dtype() == kI64, op,
+  TITAN_CHECK(start.defined() && start.dim() == 0 && start.dtype() == kI64, kOp,
               ": the queries' start position must be a 0-d i64 tensor, got ",
               start.defined() ? start.desc() : std::string("none"));
   if (!graph::any_lazy({&q, &k, &v, &start})) {
-    const auto s = static_cast<int64_t>(start.item());
-    TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && s >= 0 && s + q.size(1) <= k.size(1), op, ": queries ", q.desc(),
-                " at position ", s, " need keys up to ", s + q.size(1), ", but k ", k.desc(), " holds ",
-                k.dim() == 4 ? k.size(1) : 0);
-    return decode_attention(q, k.narrow(1, 0, s + q.size(1)), v.narrow(1, 0, s + q.size(1)));
+    const int64_t seen = host_start(q, k, start) + q.size(1);
+    return decode_attention(q, k.narrow(1, 0, seen), v.narrow(1, 0, seen));
   }
-  TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
-                  q.size(3) == k.size(3) && q.size(3) > 0 && q.size(1) >= 1 && q.size(1) <= k.size(1) &&
-                  k.size(2) > 0 && q.size(2) % k.size(2) == 0,
-              op, ": expected q [B, Sq, Hq, D] and k, v [B, Skv, Hkv, D] with the same B and D > 0, 1 <= Sq <= Skv "
-              "and Hq a multiple of Hkv, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
-  TITAN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == kF32 || q.dtype() == kF64), op,
-              ": q, k and v must share a dtype, f32 or f64, got ", q.desc(), ", ", k.desc(), ", ", v.desc());
-  TITAN_CHECK(!autograd::needs_grad({&q, &k, &v}), op,
-              ": an input requires grad, but this inference op has no backward; run it under autograd::NoGradGuard");
-  if (!start.is_lazy()) {
-    const auto s = static_cast<int64_t>(start.item());
-    TITAN_CHECK(s >= 0 && s + q.size(1) <= k.size(1), op, ": queries ", q.desc(), " at position ", s,
-                " need keys up to ", s + q.size(1), ", but k ", k.desc(), " holds ", k.size(1));
-  }
+  check_inputs(q, k, v);
+  TITAN_CHECK(q.dtype() == kF32 || q.dtype() == kF64, kOp, ": q, k and v must be f32 or f64, got ", q.desc());
+  if (!start.is_lazy()) host_start(q, k, start);
   return decode_lowered(q, k, v, start);
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iomanip>
 #include <set>
+#include <sstream>
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/autocast.h"
@@ -138,12 +139,18 @@ GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len,
   const double captured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const graph::Runner::Compiled compiled = runner_.compile(text);
   c.executable = compiled.executable;
-  if (log_)
-    *log_ << "titan: graph mode: captured " << (decode ? "the decoding step" : "the prefill") << " (" << key << ", "
-          << program.num_ops() << " ops) in " << std::fixed << std::setprecision(3) << captured << " s; "
-          << (compiled.fresh ? "compiled in " : "compiled before");
-  if (log_ && compiled.fresh) *log_ << compiled.seconds << " s";
-  if (log_) *log_ << std::defaultfloat << "\n";
+  if (log_) {
+    // Formatted apart, so that the caller's stream keeps its own precision.
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(3) << "titan: graph mode: captured "
+         << (decode ? "the decoding step" : "the prefill") << " (" << key << ", " << program.num_ops() << " ops) in "
+         << captured << " s; ";
+    if (compiled.fresh)
+      line << "compiled in " << compiled.seconds << " s";
+    else
+      line << "compiled before";
+    *log_ << line.str() << "\n";
+  }
   return programs_.emplace(key, std::move(c)).first->second;
 }
 
