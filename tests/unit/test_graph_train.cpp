@@ -229,9 +229,13 @@ TEST(GraphTrain, PluginKeysOutsideGraphModeAreRefused) {
                      "read only in graph mode");
 }
 
-TEST(GraphTrain, MoreThanOneProcessIsRefused) {
-  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--parallelism.data_parallel_replicate_degree=2"}))),
-                     "data_parallel_replicate_degree = 2 with compile.mode = \"graph\"");
+// Graph mode splits its step over dp_replicate, dp_shard and tp (test_graph_parallel.cpp); the
+// others are refused with the key.
+TEST(GraphTrain, ParallelismsGraphModeDoesNotSplitAreRefused) {
+  for (const char* key : {"context_parallel_degree", "pipeline_parallel_degree", "expert_parallel_degree"})
+    EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {std::string("--parallelism.") + key + "=2"}))),
+                       std::string(key) + " = 2 with compile.mode = \"graph\"", "data-parallel (replicate, shard) and "
+                       "tensor-parallel degrees only");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "titan/graph/runner.h"
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 namespace titan::graph {
@@ -36,26 +37,12 @@ RuntimeOptions parse_runtime_options(const std::string& plugin, const std::strin
 Runner::Runner(const RuntimeOptions& options)
     : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options)) {}
 
-namespace {
-
-// Device k's tile: its row-major position in the grid of tiles, as a start per dim.
-std::vector<int64_t> tile_of(const Sharding& sharding, int64_t device) {
-  std::vector<int64_t> at(sharding.tiles.size());
-  for (size_t d = sharding.tiles.size(); d-- > 0;) {
-    at[d] = device % sharding.tiles[d];
-    device /= sharding.tiles[d];
-  }
-  return at;
-}
-
-}  // namespace
-
 Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
   if (sharding.replicated()) return host;
   TITAN_CHECK(static_cast<int64_t>(sharding.tiles.size()) == host.dim(), "graph: tiles ", shape_str(sharding.tiles),
               " do not fit ", host.desc());
   Tensor piece = host;
-  const std::vector<int64_t> at = tile_of(sharding, device);
+  const std::vector<int64_t> at = sharding.tile_of(device);
   for (size_t d = 0; d < at.size(); ++d)
     TITAN_CHECK(host.size(static_cast<int64_t>(d)) % sharding.tiles[d] == 0, "graph: dim ", d, " of ", host.desc(),
                 " cannot be split into ", sharding.tiles[d], " equal pieces");
@@ -70,15 +57,18 @@ Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding) {
   TITAN_CHECK(!pieces.empty(), "graph: unshard of no pieces");
   if (sharding.replicated()) return pieces.front();
   TITAN_CHECK(static_cast<int64_t>(sharding.tiles.size()) == pieces.front().dim() &&
-                  static_cast<int64_t>(pieces.size()) == numel_of(sharding.tiles),
-              "graph: unshard: tiles ", shape_str(sharding.tiles), " want ", numel_of(sharding.tiles), " pieces of rank ",
-              sharding.tiles.size(), ", got ", pieces.size(), " like ", pieces.front().desc());
+                  static_cast<int64_t>(pieces.size()) == sharding.num_devices(),
+              "graph: unshard: sharding ", sharding.attr(), " wants one piece of rank ", sharding.tiles.size(),
+              " from each of its ", sharding.num_devices(), " devices, got ", pieces.size(), " like ",
+              pieces.front().desc());
   Shape whole = pieces.front().sizes();
   for (size_t d = 0; d < whole.size(); ++d) whole[d] *= sharding.tiles[d];
   Tensor out = Tensor::empty(whole, pieces.front().options());
+  std::set<std::vector<int64_t>> written;  // replicas hold the same piece: the first one is read
   for (size_t k = 0; k < pieces.size(); ++k) {
     Tensor view = out;
-    const std::vector<int64_t> at = tile_of(sharding, static_cast<int64_t>(k));
+    const std::vector<int64_t> at = sharding.tile_of(static_cast<int64_t>(k));
+    if (!written.insert(at).second) continue;
     for (size_t d = 0; d < at.size(); ++d) {
       const int64_t len = pieces[k].size(static_cast<int64_t>(d));
       view = view.narrow(static_cast<int64_t>(d), at[d] * len, len);

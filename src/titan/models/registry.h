@@ -106,6 +106,9 @@ struct TrainSpec {
   // checkpointing, compile, FSDP); the model's code does not change.
   // The trainer's optimizer, gradient reduction and checkpoints then work on what it returns.
   std::function<Parallelized(CausalLM&, const ParallelizeOptions&)> parallelize;
+  // The tensor-parallel plan parallelize() applies, stated to any TpStyles: graph mode reads it
+  // into shardings (parallel/tp_layout.h). Families without tensor parallelism leave it empty.
+  std::function<void(CausalLM&, parallel::TpStyles&)> plan_tp;
   // Hugging Face import and export; families without one leave it empty.
   std::optional<StateDictAdapter> state_dict_adapter;
 };

@@ -40,6 +40,7 @@
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
 #include "titan/parallel/parameter_slices.h"
+#include "titan/parallel/tp_styles.h"
 
 namespace titan::parallel {
 
@@ -57,7 +58,7 @@ struct TpPlacement {
   bool partial_grad = false;
 };
 
-class TensorParallel final : public ParameterSlices {
+class TensorParallel final : public ParameterSlices, public TpStyles {
  public:
   // `root` is the model: its output (the logits) is gathered when the loss is not parallel.
   TensorParallel(nn::Module& root, dist::ProcessGroup group, TensorParallelOptions options = {});
@@ -65,17 +66,18 @@ class TensorParallel final : public ParameterSlices {
   TensorParallel(const TensorParallel&) = delete;
   TensorParallel& operator=(const TensorParallel&) = delete;
 
-  void colwise(nn::Linear& linear);
-  void rowwise(nn::Linear& linear);
-  void vocab_embedding(nn::Embedding& embedding);
-  void vocab_output(nn::Linear& output);
+  int64_t degree() const override { return group_.size(); }
+  void colwise(nn::Linear& linear) override;
+  void rowwise(nn::Linear& linear) override;
+  void vocab_embedding(nn::Embedding& embedding) override;
+  void vocab_output(nn::Linear& output) override;
   // For an output projection that reuses the embedding's weight (tied): the embedding's style
   // already split it; only the loss needs to know.
-  void tied_vocab_output(nn::Embedding& embedding);
-  void enter_split_region(nn::Module& m);
-  void norm(nn::Module& m);
-  void partial_grads(nn::Module& m);
-  void replicated_region(nn::Module& in, nn::Module& m);
+  void tied_vocab_output(nn::Embedding& embedding) override;
+  void enter_split_region(nn::Module& m) override;
+  void norm(nn::Module& m) override;
+  void partial_grads(nn::Module& m) override;
+  void replicated_region(nn::Module& in, nn::Module& m) override;
 
   // The training loss of the model's logits: vocab_parallel_cross_entropy over the split
   // vocabulary, or ops::cross_entropy when the logits were gathered.

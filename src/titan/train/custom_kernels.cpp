@@ -7,8 +7,13 @@
 
 namespace titan::train {
 
-CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted) {
+CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted, int64_t devices) {
   if (!wanted) return {.on = false, .note = "off (compile.custom_kernels = false): XLA's lowerings only"};
+  if (devices > 1)
+    return {.on = false,
+            .note = "none over " + std::to_string(devices) +
+                    " devices: XLA's SPMD partitioner cannot split a custom call, so the sharded step takes "
+                    "XLA's lowerings"};
   const graph::pjrt::Client& client = runner.client();
   if (client.platform_name() != "cpu")
     return {.on = false,

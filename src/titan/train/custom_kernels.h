@@ -11,6 +11,7 @@
 // RMSNorm [2048, 512] forward + backward 2.0-2.4 ms as calls, 2.5-5.3 ms as XLA's fusions; the
 // fused cross-entropy [2048, 8192] 108-122 ms as calls, 75-140 ms as XLA's, no faster, so the
 // loss keeps XLA's lowering.
+#include <cstdint>
 #include <string>
 
 #include "titan/graph/runner.h"
@@ -23,7 +24,8 @@ struct CustomKernels {
 };
 
 // `wanted`: compile.custom_kernels. When it is set and `runner`'s plugin can run them, registers
-// the kernels' targets with the plugin; captures then set Program::set_custom_kernels(on).
-CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted);
+// the kernels' targets with the plugin; captures then set Program::set_custom_kernels(on). A
+// program split over `devices` > 1 takes none.
+CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted, int64_t devices = 1);
 
 }  // namespace titan::train

@@ -44,6 +44,20 @@ void in_phase(const std::string& phase, const std::function<void()>& body) {
   }
 }
 
+// Each slot's buffer's sharding over the step's devices (graph_sharding.h); a stack's members
+// share their plan.
+std::vector<graph::Sharding> slot_shardings(const std::vector<StateSlot>& slots,
+                                            const std::vector<std::pair<std::string, Tensor>>& params,
+                                            const GraphStepOptions& options) {
+  std::vector<graph::Sharding> out;
+  for (const StateSlot& slot : slots) {
+    const auto it = options.tp_splits.find(params[slot.members[0]].first);
+    const std::optional<int64_t> tp_dim = it == options.tp_splits.end() ? std::nullopt : std::optional(it->second);
+    out.push_back(parameter_sharding(options.mesh, slot.shape, slot.stacked, tp_dim));
+  }
+  return out;
+}
+
 }  // namespace
 
 graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac) {
@@ -65,20 +79,30 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   const auto t0 = std::chrono::steady_clock::now();
   CapturedStep out;
   graph::Program program;
+  const int64_t devices = options.mesh.devices();
+  program.set_partitions(devices);
   program.set_scan_layers(options.scan_layers);
   program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
   const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers);
   const size_t n = slots.size();
+  const std::vector<graph::Sharding> slot_sharding = slot_shardings(slots, params, options);
+  // Each input's sharding, in the order of out.inputs.
+  const auto shard = [&](const graph::Value& v, const graph::Sharding& sharding) {
+    if (devices > 1) program.shard(v, sharding);
+    out.input_shardings.push_back(sharding);
+  };
 
   // The state: a buffer per slot for the parameters, then for the moments, each donated to the
   // result that replaces it. A stacked slot's members name its rows.
   std::vector<graph::Value> state;
   for (const char* which : {"", ".exp_avg", ".exp_avg_sq"})
-    for (const StateSlot& slot : slots)
-      state.push_back(program.parameter(slot.shape, params[slot.members[0]].second.dtype(), slot.name + which,
-                                        graph::InputKind::state));
+    for (size_t k = 0; k < n; ++k) {
+      state.push_back(program.parameter(slots[k].shape, params[slots[k].members[0]].second.dtype(),
+                                        slots[k].name + which, graph::InputKind::state));
+      shard(state.back(), slot_sharding[k]);
+    }
   graph::BoundTensors bound;
   for (size_t k = 0; k < n; ++k)
     for (size_t i = 0; i < slots[k].members.size(); ++i) {
@@ -95,18 +119,22 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   for (const char* name : {"adamw.decay", "adamw.neg_step_size", "adamw.bc2_sqrt"}) {
     out.inputs.push_back({.source = Source::scalar, .index = scalars.size()});
     scalars.push_back(program.parameter({}, kF64, name, graph::InputKind::batch));
+    shard(scalars.back(), {});
   }
   std::vector<Tensor> batch;
   size_t k = 0;
   for (const Tensor& t : batch_tensors(batches)) {
     out.inputs.push_back({.source = Source::batch, .index = k});
-    batch.push_back(graph::tensor_of(program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
-                                                       graph::InputKind::batch)));
+    const graph::Value v = program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
+                                             graph::InputKind::batch);
+    shard(v, batch_sharding(options.mesh, t.dim()));
+    batch.push_back(graph::tensor_of(v));
   }
   for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
     out.inputs.push_back({.source = Source::buffer, .index = out.buffers.size()});
     out.buffers.push_back(b);
     bound.bind(b, program.parameter(b.sizes(), b.dtype(), "buffer." + name, graph::InputKind::batch));
+    out.input_shardings.emplace_back();
   }
 
   // Forward and backward of each micro-batch, as eager's train_step runs them.
@@ -161,8 +189,11 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
     TITAN_CHECK(p.kind == graph::InputKind::host, "graph mode: unexpected input '", p.name, "' in the captured step");
     out.inputs.push_back({.source = Source::host, .index = out.host.size()});
     out.host.push_back(p.host);
+    out.input_shardings.emplace_back();
   }
-  out.text = program.module_text(results, aliases);
+  out.result_shardings.assign(results.size(), graph::Sharding{});
+  for (size_t i = 0; i < 3 * n; ++i) out.result_shardings[i] = slot_sharding[i % n];
+  out.text = program.module_text(results, aliases, devices > 1 ? out.result_shardings : std::vector<graph::Sharding>{});
   out.ops = program.num_ops();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
@@ -171,15 +202,25 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
 GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
                      std::vector<std::pair<std::string, Tensor>> named_params, GraphStepOptions options,
                      std::ostream& log)
+    : GraphStep(model, optimizer, std::move(named_params), graph::Runner(options.runtime), options, log) {}
+
+GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
+                     std::vector<std::pair<std::string, Tensor>> named_params, graph::Runner runner,
+                     GraphStepOptions options, std::ostream& log)
     : model_(model),
       optimizer_(optimizer),
       params_(std::move(named_params)),
       options_(std::move(options)),
       log_(log),
-      runner_(options_.runtime),
-      custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels)) {
+      runner_(std::move(runner)),
+      custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels, options_.mesh.devices())) {
   options_.custom_kernels = custom_kernels_.on;
   TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
+  const int64_t devices = options_.mesh.devices();
+  TITAN_CHECK(runner_.client().device_count() >= devices, "graph mode: the step is split over ",
+              options_.mesh.describe(), ", but plugin ", runner_.describe(), " has ", runner_.client().device_count(),
+              " devices; give the CPU plugin more with compile.plugin_options \"cpu_device_count=", devices,
+              "\", or lower the [parallelism] degrees");
   steps_taken_ = optimizer_.state(params_.front().first).step;
   for (const auto& [name, p] : params_) {
     TITAN_CHECK(optimizer_.state(name).step == steps_taken_, "graph mode: parameter '", name, "' has taken ",
@@ -190,14 +231,31 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
                 "precision of the products)");
   }
   slots_ = plan_state(params_, optimizer_, options_.scan_layers);
+  const std::vector<graph::Sharding> per_slot = slot_shardings(slots_, params_, options_);
+  state_.resize(devices);
   for (int which = 0; which < 3; ++which)
-    for (const StateSlot& slot : slots_)
-      state_.push_back(runner_.upload(gather_slot(slot, [&](size_t m) {
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      const Tensor whole = gather_slot(slots_[k], [&](size_t m) {
         const auto& [name, p] = params_[m];
         return which == 0 ? p : which == 1 ? optimizer_.state(name).exp_avg : optimizer_.state(name).exp_avg_sq;
-      })));
-  log_ << "titan: graph mode on " << runner_.describe() << "\n"
-       << "titan: graph mode: titan's kernels as custom calls: " << custom_kernels_.note << "\n";
+      });
+      state_shardings_.push_back(per_slot[k]);
+      for (int d = 0; d < devices; ++d) state_[d].push_back(upload(whole, per_slot[k], d));
+    }
+  log_ << "titan: graph mode on " << runner_.describe() << "\n";
+  if (devices > 1) log_ << "titan: graph mode: the step split over " << options_.mesh.describe() << "\n";
+  log_ << "titan: graph mode: titan's kernels as custom calls: " << custom_kernels_.note << "\n";
+}
+
+graph::pjrt::Buffer GraphStep::upload(const Tensor& host, const graph::Sharding& sharding, int device) const {
+  return runner_.upload(graph::shard_of(host, sharding, device), device);
+}
+
+Tensor GraphStep::download_state(size_t i) const {
+  if (state_.size() == 1) return runner_.download(state_[0][i]);
+  std::vector<Tensor> pieces;
+  for (const auto& device : state_) pieces.push_back(runner_.download(device[i]));
+  return graph::unshard(pieces, state_shardings_[i]);
 }
 
 std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
@@ -211,11 +269,14 @@ std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
 
 GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   const std::string key = key_of(batches);
+  const int devices = static_cast<int>(state_.size());
   if (key != key_ || executable_ == nullptr) {
     captured_ = capture_train_step(model_, optimizer_, params_, batches, options_);
     host_buffers_.clear();
-    for (const Tensor& t : captured_.host) host_buffers_.push_back(runner_.upload(t));
-    const graph::Runner::Compiled compiled = runner_.compile(captured_.text);
+    host_buffers_.resize(devices);
+    for (size_t i = 0; i < captured_.host.size(); ++i)
+      for (int d = 0; d < devices; ++d) host_buffers_[d].push_back(runner_.upload(captured_.host[i], d));
+    const graph::Runner::Compiled compiled = runner_.compile(captured_.text, devices);
     executable_ = compiled.executable;
     if (compiled.fresh) last_compile_seconds_ = compiled.seconds;
     log_ << "titan: graph mode: captured the step (" << captured_.ops << " ops, " << captured_.text.size() / 1024
@@ -227,39 +288,52 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   const int64_t step = steps_taken_ + 1;
   const std::string& first = params_.front().first;
   const kernels::cpu::AdamWScalars s = optimizer_.step_scalars(first, step);
-  std::vector<graph::pjrt::Buffer> uploaded;
   const std::vector<Tensor> batch = batch_tensors(batches);
   const std::vector<double> scalars{s.decay, s.neg_step_size, s.bc2_sqrt};
-  uploaded.reserve(captured_.inputs.size());
-  std::vector<graph::pjrt::Buffer*> args;
+  // What each device's run reads: its own state and tables, and its piece of what is uploaded.
+  std::vector<std::vector<graph::pjrt::Buffer>> uploaded(devices);
+  std::vector<std::vector<graph::pjrt::Buffer*>> args(devices);
   using Source = StepInput::Source;
-  for (const StepInput& in : captured_.inputs) {
-    switch (in.source) {
-      case Source::state: args.push_back(&state_[in.index]); break;
-      case Source::host: args.push_back(&host_buffers_[in.index]); break;
-      case Source::buffer:
-        uploaded.push_back(runner_.upload(captured_.buffers[in.index]));
-        args.push_back(&uploaded.back());
-        break;
-      case Source::batch:
-        uploaded.push_back(runner_.upload(batch[in.index]));
-        args.push_back(&uploaded.back());
-        break;
-      case Source::scalar:
-        uploaded.push_back(runner_.upload(Tensor::scalar<double>(scalars[in.index])));
-        args.push_back(&uploaded.back());
-        break;
+  for (int d = 0; d < devices; ++d) {
+    uploaded[d].reserve(captured_.inputs.size());
+    for (size_t i = 0; i < captured_.inputs.size(); ++i) {
+      const StepInput& in = captured_.inputs[i];
+      const graph::Sharding& sharding = captured_.input_shardings[i];
+      switch (in.source) {
+        case Source::state: args[d].push_back(&state_[d][in.index]); break;
+        case Source::host: args[d].push_back(&host_buffers_[d][in.index]); break;
+        case Source::buffer:
+          uploaded[d].push_back(upload(captured_.buffers[in.index], sharding, d));
+          args[d].push_back(&uploaded[d].back());
+          break;
+        case Source::batch:
+          uploaded[d].push_back(upload(batch[in.index], sharding, d));
+          args[d].push_back(&uploaded[d].back());
+          break;
+        case Source::scalar:
+          uploaded[d].push_back(upload(Tensor::scalar<double>(scalars[in.index]), sharding, d));
+          args[d].push_back(&uploaded[d].back());
+          break;
+      }
     }
   }
-  std::vector<graph::pjrt::Buffer> out = executable_->execute(args, captured_.donated);
-  for (size_t i = 0; i < state_.size(); ++i) state_[i] = std::move(out[i]);
+  std::vector<std::vector<graph::pjrt::Buffer>> out;
+  if (devices == 1)
+    out.push_back(executable_->execute(args[0], captured_.donated));
+  else
+    out = executable_->execute_partitioned(args, captured_.donated);
+  for (int d = 0; d < devices; ++d)
+    for (size_t i = 0; i < state_[d].size(); ++i) state_[d][i] = std::move(out[d][i]);
   ++steps_taken_;
-  size_t at = state_.size();
-  Result r{.loss = runner_.download(out[at]).item(), .grad_norm = runner_.download(out[at + 1]).item()};
+  // The loss, the norm and the records are replicated: device 0's are everyone's.
+  const std::vector<graph::pjrt::Buffer>& first_out = out[0];
+  size_t at = state_[0].size();
+  Result r{.loss = runner_.download(first_out[at]).item(), .grad_norm = runner_.download(first_out[at + 1]).item()};
   at += 2;
-  if (captured_.aux) r.aux_loss = runner_.download(out[at++]).item();
+  if (captured_.aux) r.aux_loss = runner_.download(first_out[at++]).item();
   std::vector<Tensor> records;
-  for (const Tensor& known : captured_.records) records.push_back(known.defined() ? known : runner_.download(out[at++]));
+  for (const Tensor& known : captured_.records)
+    records.push_back(known.defined() ? known : runner_.download(first_out[at++]));
   model_.put_step_records(std::move(records));
   return r;
 }
@@ -269,14 +343,10 @@ void GraphStep::to_host() {
   std::map<std::string, Tensor> optimizer_state;
   for (size_t k = 0; k < n; ++k) {
     const StateSlot& slot = slots_[k];
-    const Tensor stacked = slot.stacked ? runner_.download(state_[k]) : Tensor();
-    const Tensor exp_avg = runner_.download(state_[n + k]), exp_avg_sq = runner_.download(state_[2 * n + k]);
+    const Tensor param = download_state(k), exp_avg = download_state(n + k), exp_avg_sq = download_state(2 * n + k);
     for (size_t i = 0; i < slot.members.size(); ++i) {
       const auto& [name, p] = params_[slot.members[i]];
-      if (slot.stacked)
-        p.detach().copy_(member_of(slot, stacked, i));
-      else
-        runner_.download_into(state_[k], p);
+      p.detach().copy_(member_of(slot, param, i));
       optimizer_state[name + ".exp_avg"] = member_of(slot, exp_avg, i);
       optimizer_state[name + ".exp_avg_sq"] = member_of(slot, exp_avg_sq, i);
       optimizer_state[name + ".step"] = Tensor::scalar<int64_t>(steps_taken_);

@@ -5,8 +5,9 @@
 // steps, donated to each run and replaced by its results (input/output aliasing); the host copies
 // (the model's tensors, the optimizer's state) are brought up to date only when something reads
 // them: a checkpoint save, validation, the end of the run.
-#include <optional>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/train/custom_kernels.h"
+#include "titan/train/graph_sharding.h"
 #include "titan/train/stacked_state.h"
 
 namespace titan::train {
@@ -32,6 +34,10 @@ struct GraphStepOptions {
   // (train/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
   // emits the calls as it is given, so a caller that compiles elsewhere registers them first.
   bool custom_kernels = true;
+  // The devices the step is split over ([parallelism] degrees; train/graph_sharding.h), and the
+  // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
+  GraphMesh mesh = {};
+  std::map<std::string, int64_t> tp_splits = {};
 };
 
 // [activation_checkpoint] for graph mode's layer loop: mode none keeps every result the backward
@@ -67,6 +73,9 @@ struct CapturedStep {
   // nothing gives a 0) is kept here, in its place; the others are undefined here.
   bool aux = false;
   std::vector<Tensor> records;
+  // Over several devices (options.mesh): each input's and result's sharding, in program order.
+  std::vector<graph::Sharding> input_shardings;
+  std::vector<graph::Sharding> result_shardings;
 };
 // Captures forward, backward, clipping and AdamW over micro-batches shaped as `batches` (their
 // values are not read). The parameters may be meta tensors.
@@ -79,6 +88,10 @@ class GraphStep {
   // Uploads the parameters and the optimizer's state as they are now (after any checkpoint load).
   GraphStep(models::CausalLM& model, optim::AdamW& optimizer, std::vector<std::pair<std::string, Tensor>> named_params,
             GraphStepOptions options, std::ostream& log);
+  // On a runner made already (options.runtime is then not read): the trainer's, which sized the
+  // mesh by its devices.
+  GraphStep(models::CausalLM& model, optim::AdamW& optimizer, std::vector<std::pair<std::string, Tensor>> named_params,
+            graph::Runner runner, GraphStepOptions options, std::ostream& log);
 
   struct Result {
     double loss = 0;       // mean over the micro-batches, the auxiliary loss included
@@ -113,13 +126,19 @@ class GraphStep {
   CustomKernels custom_kernels_;
   int64_t steps_taken_ = 0;  // AdamW's step count, the same for every parameter
   std::vector<StateSlot> slots_;  // how the parameters are laid out in state_
-  // The slots' parameters, then first moments, then second moments, on the device.
-  std::vector<graph::pjrt::Buffer> state_;
+  // Per device: the slots' parameters, then first moments, then second moments (its shards).
+  std::vector<std::vector<graph::pjrt::Buffer>> state_;
+  std::vector<graph::Sharding> state_shardings_;  // one per buffer of a device's state_
   std::string key_;
   double last_compile_seconds_ = 0.0;
   graph::pjrt::Executable* executable_ = nullptr;
   CapturedStep captured_;
-  std::vector<graph::pjrt::Buffer> host_buffers_;  // captured_.host, uploaded at capture
+  // Per device: captured_.host, uploaded at capture.
+  std::vector<std::vector<graph::pjrt::Buffer>> host_buffers_;
+  // Device d's piece of `host` under `sharding`, uploaded to it.
+  graph::pjrt::Buffer upload(const Tensor& host, const graph::Sharding& sharding, int device) const;
+  // The whole tensor whose pieces are state_[d][i] for every device d.
+  Tensor download_state(size_t i) const;
 };
 
 }  // namespace titan::train

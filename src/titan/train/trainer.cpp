@@ -39,8 +39,10 @@
 #include "titan/parallel/pipeline_executor.h"
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/parallel/tensor_parallel.h"
+#include "titan/parallel/tp_layout.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/graph_moe.h"
+#include "titan/train/graph_sharding.h"
 #include "titan/train/graph_step.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
@@ -130,15 +132,22 @@ void refuse_missing_features(const JobConfig& c) {
   if (c.compile.graph()) {
     const auto& p = c.parallelism;
     for (const auto& [key, degree] :
-         std::vector<std::pair<std::string, int64_t>>{{"data_parallel_replicate_degree", p.data_parallel_replicate_degree},
-                                                      {"tensor_parallel_degree", p.tensor_parallel_degree},
-                                                      {"context_parallel_degree", p.context_parallel_degree},
+         std::vector<std::pair<std::string, int64_t>>{{"context_parallel_degree", p.context_parallel_degree},
                                                       {"pipeline_parallel_degree", p.pipeline_parallel_degree},
                                                       {"expert_parallel_degree", p.expert_parallel_degree}})
       if (degree > 1)
         refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
-                          " with compile.mode = \"graph\": graph mode runs the captured step on one device; set "
-                          "the degree to 1 or compile.enable = false");
+                          " with compile.mode = \"graph\": graph mode splits its step over data-parallel (replicate, "
+                          "shard) and tensor-parallel degrees only; set the degree to 1 or compile.enable = false");
+    // The partitioner lays out the activations between the split products; these keys choose
+    // eager mode's layout.
+    const dist::ParallelismConfig defaults;
+    if (p.enable_sequence_parallel != defaults.enable_sequence_parallel ||
+        p.disable_loss_parallel != defaults.disable_loss_parallel)
+      refused.push_back(
+          "parallelism.enable_sequence_parallel / disable_loss_parallel with compile.mode = \"graph\": XLA's "
+          "partitioner chooses the layout of the activations between the split products, so these eager-mode "
+          "choices do not apply; drop the keys");
   }
   // What graph mode's layer loop (scan_saves_for) or the eager wrappers (every_k) cannot do, in
   // their own words.
@@ -152,6 +161,21 @@ void refuse_missing_features(const JobConfig& c) {
   std::string message = "this job config asks for what titan cannot do yet:";
   for (const std::string& r : refused) message += "\n  " + r;
   if (!refused.empty()) throw Error(message);
+}
+
+// compile.plugin and plugin_options; on the CPU plugin without a device count, as many devices
+// as the [parallelism] degrees name (data_parallel_shard_degree = -1 counting as 1), where the
+// plugin's own default would be one per core.
+graph::RuntimeOptions graph_runtime(const JobConfig& c) {
+  graph::RuntimeOptions rt =
+      graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options, "compile.plugin_options");
+  const auto& p = c.parallelism;
+  const int64_t named =
+      p.data_parallel_replicate_degree * std::max<int64_t>(1, p.data_parallel_shard_degree) * p.tensor_parallel_degree;
+  bool counted = false;
+  for (const auto& option : rt.client_options) counted = counted || option.name == "cpu_device_count";
+  if (rt.plugin == "cpu" && !counted) rt.client_options.push_back({"cpu_device_count", named});
+  return rt;
 }
 
 }  // namespace
@@ -264,6 +288,11 @@ struct Trainer::State {
   // Holds references to the members above, so it is declared, and destroyed, after them.
   std::unique_ptr<CheckpointManager> checkpointer;
   std::unique_ptr<StepProfiler> profiler;
+  // compile.mode = "graph": the runner (until the step takes it) and the mesh of its devices that
+  // the [parallelism] degrees split the step over; the processes' mesh is then one rank.
+  std::optional<graph::Runner> graph_runner;
+  GraphMesh graph_mesh;
+  std::map<std::string, int64_t> graph_tp_splits;  // parallel::TpLayout's, for graph_mesh.tp > 1
   std::unique_ptr<GraphStep> graph;  // compile.mode = "graph"; null when eager
   std::unique_ptr<GraphMoeLayout> graph_moe;  // with graph: its MoE layers' dispatchers, for the run
   int64_t start_step = 0;
@@ -307,7 +336,8 @@ Trainer::State::Data Trainer::State::build_data() {
   dist::ProcessGroup& batch = (*mesh)["batch"];
   loader = std::make_unique<data::DataLoader>(
       d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
-                                            .local_batch_size = c.training.local_batch_size,
+                                            // Graph mode's one process loads every device's rows.
+                                            .local_batch_size = c.training.local_batch_size * graph_mesh.dp(),
                                             .seed = static_cast<uint64_t>(c.training.seed),
                                             .dp_rank = batch.rank(),
                                             .dp_world = batch.size(),
@@ -418,6 +448,13 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
     ep = std::move(parts.ep);
     pp = std::move(parts.pp);
     fsdp = std::move(parts.fsdp);
+  }
+  if (graph_mesh.tp > 1) {
+    config::require(static_cast<bool>(spec.plan_tp), "parallelism.tensor_parallel_degree = ", graph_mesh.tp,
+                    " with compile.mode = \"graph\": model ", c.model.name, " has no tensor-parallel plan; set it to 1");
+    parallel::TpLayout layout(graph_mesh.tp);
+    spec.plan_tp(*model, layout);
+    graph_tp_splits = layout.splits();
   }
   if (pp) {
     // Between stages: [micro-batch, seq, dim], the sequence split over tp under sequence parallelism.
@@ -618,12 +655,16 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const JobConfig& c = s.cfg;
   validate(c);
   refuse_missing_features(c);
-  TITAN_CHECK(!c.compile.graph() || s.world.size() == 1, "compile.mode = \"graph\" runs the captured step on one ",
-              "device in one process, but this run has ", s.world.size(),
+  TITAN_CHECK(!c.compile.graph() || s.world.size() == 1, "compile.mode = \"graph\" runs the captured step from one ",
+              "process over its plugin's devices, but this run has ", s.world.size(),
               " ranks; launch one process, or set compile.enable = false");
-  s.mesh = dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
+  if (c.compile.graph()) {
+    s.graph_runner.emplace(graph_runtime(c));
+    s.graph_mesh = graph_mesh(c.parallelism, s.graph_runner->client().device_count());
+  }
+  s.mesh = dist::DeviceMesh::from_config(s.world, c.compile.graph() ? dist::ParallelismConfig{} : c.parallelism, c.comm);
   s.dp_style = parallel::data_parallel_style(*s.mesh);
-  s.plan = plan_batches(c.training, (*s.mesh)["batch"].size());
+  s.plan = plan_batches(c.training, c.compile.graph() ? s.graph_mesh.dp() : (*s.mesh)["batch"].size());
   const State::Data data = s.build_data();
   s.build_model(*data.tokenizer);
   s.build_optimizer();
@@ -648,14 +689,14 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.start_step = s.checkpointer->load();
   if (c.compile.graph())
     s.graph = std::make_unique<GraphStep>(
-        *s.model, *s.optimizer, s.named_params,
-        GraphStepOptions{.runtime = graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options,
-                                                                 "compile.plugin_options"),
-                         .max_norm = c.training.max_norm,
+        *s.model, *s.optimizer, s.named_params, std::move(*s.graph_runner),
+        GraphStepOptions{.max_norm = c.training.max_norm,
                          .scan_layers = c.compile.scan_layers,
                          .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint)
                                                              : graph::ScanSaves::all,
-                         .custom_kernels = c.compile.custom_kernels},
+                         .custom_kernels = c.compile.custom_kernels,
+                         .mesh = s.graph_mesh,
+                         .tp_splits = s.graph_tp_splits},
         s.log);
   if (s.graph) {
     s.graph_moe = std::make_unique<GraphMoeLayout>(*s.model, s.graph->custom_kernels().on);
@@ -675,9 +716,10 @@ TrainResult Trainer::train() {
   result.steps_run = result.resumed_from = s.start_step;
   CpuAllocator::instance().reset_peak();
   const int64_t accum = s.plan.gradient_accumulation_steps;
-  // Per device, as TorchTitan counts them: the ranks that split one model (its pipeline stages,
-  // tensor slices and sequence chunks) share its tokens, so that tps and MFU stay per device.
-  const int64_t model_parallel = s.mesh->degree("pp") * s.mesh->degree("tp") * s.mesh->degree("cp");
+  // Per device, as TorchTitan counts them: the ranks (or graph mode's devices) that split one model
+  // (its pipeline stages, tensor slices and sequence chunks) share its tokens, so that tps and MFU
+  // stay per device.
+  const int64_t model_parallel = s.mesh->degree("pp") * s.mesh->degree("tp") * s.mesh->degree("cp") * s.graph_mesh.tp;
   const int64_t tokens_per_step = c.training.local_batch_size * c.training.seq_len * accum / model_parallel;
   // Steps and validation multiply in the configured precision (core/autocast.h).
   const AutocastGuard precision(matmul_dtype(c.training));

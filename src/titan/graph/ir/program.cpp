@@ -1,5 +1,6 @@
 #include "titan/graph/ir/program.h"
 
+#include <algorithm>
 #include <atomic>
 #include <sstream>
 
@@ -262,19 +263,35 @@ std::string Program::region(const std::vector<ResultType>& args,
   return text + ") : (" + types_of(yielded) + ") -> ()\n  }";
 }
 
+int64_t Sharding::num_devices() const { return numel_of(tiles) * replicas; }
+
 std::string Sharding::attr() const {
   if (replicated()) return "{replicated}";
   std::ostringstream os;
   os << "{devices=[";
-  int64_t devices = 1;
-  for (size_t d = 0; d < tiles.size(); ++d) {
-    os << (d ? "," : "") << tiles[d];
-    devices *= tiles[d];
-  }
+  for (size_t d = 0; d < tiles.size(); ++d) os << (d ? "," : "") << tiles[d];
+  if (replicas > 1) os << "," << replicas;
   os << "]";
-  for (int64_t k = 0; k < devices; ++k) os << (k ? "," : "") << k;
+  for (int64_t k = 0; k < num_devices(); ++k) os << (k ? "," : "") << (devices.empty() ? k : devices[k]);
+  if (replicas > 1) os << " last_tile_dim_replicate";
   os << "}";
   return os.str();
+}
+
+std::vector<int64_t> Sharding::tile_of(int64_t device) const {
+  int64_t slot = device;
+  if (!devices.empty()) {
+    const auto it = std::find(devices.begin(), devices.end(), device);
+    TITAN_CHECK(it != devices.end(), "graph: device ", device, " holds no piece of sharding ", attr());
+    slot = it - devices.begin();
+  }
+  slot /= replicas;
+  std::vector<int64_t> at(tiles.size());
+  for (size_t d = tiles.size(); d-- > 0;) {
+    at[d] = slot % tiles[d];
+    slot /= tiles[d];
+  }
+  return at;
 }
 
 void Program::set_partitions(int64_t n) {
@@ -298,6 +315,10 @@ void Program::shard(const Value& parameter, const Sharding& sharding) {
                   " cannot be split into ", sharding.tiles[d], " equal pieces");
       devices *= sharding.tiles[d];
     }
+    devices *= sharding.replicas;
+    TITAN_CHECK(sharding.devices.empty() || static_cast<int64_t>(sharding.devices.size()) == devices,
+                "graph: parameter '", p->name, "': the sharding lists ", sharding.devices.size(), " devices for ",
+                devices, " places");
     TITAN_CHECK(devices == partitions_, "graph: parameter '", p->name, "' is split into ", devices,
                 " pieces, but the program spans ", partitions_, " devices");
   }

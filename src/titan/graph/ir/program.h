@@ -38,14 +38,20 @@ enum class InputKind : uint8_t {
 };
 
 // How a value of a program run over several devices is split among them (XLA's SPMD
-// partitioner reads it as mhlo.sharding): `tiles[d]` pieces along dim d, their product the number
-// of devices, device k holding the piece at k's row-major position in the grid of tiles. No tiles:
-// every device holds all of it.
+// partitioner reads it as mhlo.sharding): `tiles[d]` pieces along dim d, and each piece held by
+// `replicas` devices. The grid [tiles..., replicas] is filled row-major with `devices` (0, 1, ...
+// when empty), so that a device mesh's axes can map to any dims. No tiles: every device holds all
+// of it.
 struct Sharding {
   Shape tiles = {};
+  int64_t replicas = 1;
+  std::vector<int64_t> devices = {};
   bool replicated() const { return tiles.empty(); }
-  // "{replicated}" or "{devices=[2,1]0,1}".
+  int64_t num_devices() const;
+  // "{replicated}", "{devices=[2,1]0,1}" or "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}".
   std::string attr() const;
+  // The piece device `device` holds: its start in the grid of tiles, one per dim.
+  std::vector<int64_t> tile_of(int64_t device) const;
   bool operator==(const Sharding&) const = default;
 };
 

@@ -82,7 +82,8 @@ void Executable::release() {
   }
 }
 
-void Executable::check_arguments(const std::vector<Buffer*>& args, const std::vector<int>& donated) const {
+void Executable::check_arguments(const std::vector<Buffer*>& args, const std::vector<int>& donated,
+                                 bool whole) const {
   TITAN_CHECK(executable_, "executable ", name_, " is empty (moved from)");
   TITAN_CHECK(args.size() == parameters_.size(), "executable ", name_, " takes ", parameters_.size(),
               " arguments (the parameters of its main), got ", args.size());
@@ -95,6 +96,7 @@ void Executable::check_arguments(const std::vector<Buffer*>& args, const std::ve
                 " is an empty buffer (default-constructed or moved from)");
     TITAN_CHECK(args[i]->client_ == client_, "argument ", i, " of executable ", name_,
                 " is a buffer of another PJRT client: copy it to the host and to this client's device");
+    if (!whole) continue;
     const Parameter& p = parameters_[i];
     const bool dtype_ok = !p.dtype || *p.dtype == args[i]->dtype();
     const bool dims_ok = !p.dims || *p.dims == args[i]->dims();
@@ -124,7 +126,8 @@ std::vector<Buffer> Executable::execute(const std::vector<Buffer*>& args, const 
   return results;
 }
 
-std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vector<std::vector<Buffer*>>& args) {
+std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vector<std::vector<Buffer*>>& args,
+                                                                const std::vector<int>& donated) {
   TITAN_CHECK(executable_ != nullptr, "executable ", name_, " was moved from");
   PJRT_LoadedExecutable_AddressableDevices_Args devices{};
   devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
@@ -133,13 +136,8 @@ std::vector<std::vector<Buffer>> Executable::execute_partitioned(const std::vect
                  "PJRT_LoadedExecutable_AddressableDevices");
   TITAN_CHECK(args.size() == devices.num_addressable_devices, "executable ", name_, " runs on ",
               devices.num_addressable_devices, " devices, but arguments for ", args.size(), " were given");
-  for (size_t d = 0; d < args.size(); ++d) {
-    TITAN_CHECK(args[d].size() == parameters_.size(), "executable ", name_, ": device ", d, " got ", args[d].size(),
-                " arguments, main takes ", parameters_.size());
-    for (size_t i = 0; i < args[d].size(); ++i)
-      TITAN_CHECK(args[d][i] != nullptr, "executable ", name_, ": argument ", i, " of device ", d, " is missing");
-  }
-  return launch(args, {});
+  for (const std::vector<Buffer*>& device_args : args) check_arguments(device_args, donated, /*whole=*/false);
+  return launch(args, donated);
 }
 
 std::vector<std::vector<Buffer>> Executable::launch(const std::vector<std::vector<Buffer*>>& args,
@@ -183,7 +181,8 @@ std::vector<std::vector<Buffer>> Executable::launch(const std::vector<std::vecto
   std::vector<std::vector<Buffer>> results(devices);
   for (size_t d = 0; d < devices; ++d)
     for (PJRT_Buffer* out : outputs[d]) results[d].push_back(Buffer(client_, out, kF32, {}));
-  for (int i : donated) args[0][i]->mark_donated(name_);
+  for (const std::vector<Buffer*>& device_args : args)
+    for (int i : donated) device_args[i]->mark_donated(name_);
   // Every device's event is awaited (and freed) before the first failure is reported.
   std::exception_ptr failed;
   for (PJRT_Event* e : done) {

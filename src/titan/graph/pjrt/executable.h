@@ -32,8 +32,10 @@ class Executable {
   // Runs a program compiled for several partitions (CompileSpec::num_partitions, SPMD) once on
   // each of its devices: args[d] are device d's arguments, each its shard of main's parameter as
   // the module's mhlo.sharding lays it out; returns each device's outputs, its shards of main's
-  // results. Only the number of arguments is checked here: the shards' shapes are the plugin's.
-  std::vector<std::vector<Buffer>> execute_partitioned(const std::vector<std::vector<Buffer*>>& args);
+  // results. The arguments are checked as for execute, but for their shapes, which the plugin checks.
+  // `donated` as for execute, on every device.
+  std::vector<std::vector<Buffer>> execute_partitioned(const std::vector<std::vector<Buffer*>>& args,
+                                                       const std::vector<int>& donated = {});
 
   const std::string& name() const { return name_; }
   double compile_seconds() const { return compile_seconds_; }
@@ -42,12 +44,13 @@ class Executable {
 
  private:
   friend class Client;
-  // Runs on args.size() devices, each with its arguments; donated indexes device 0's (one device).
+  // Runs on args.size() devices, each with its arguments; `donated` are given up on every device.
   std::vector<std::vector<Buffer>> launch(const std::vector<std::vector<Buffer*>>& args, const std::vector<int>& donated);
   Executable(std::shared_ptr<const detail::ClientState> client, PJRT_LoadedExecutable* executable,
              double compile_seconds);
-  // Throws, naming the argument, when `args` or `donated` do not fit main's parameters.
-  void check_arguments(const std::vector<Buffer*>& args, const std::vector<int>& donated) const;
+  // Throws, naming the argument, when `args` or `donated` do not fit main's parameters; their
+  // shapes only when `whole` (a shard's are the plugin's to check).
+  void check_arguments(const std::vector<Buffer*>& args, const std::vector<int>& donated, bool whole = true) const;
   void release();
 
   std::shared_ptr<const detail::ClientState> client_ = {};

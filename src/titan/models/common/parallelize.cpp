@@ -2,8 +2,8 @@
 
 namespace titan::models::common {
 
-void apply_attention_tp(parallel::TensorParallel& tp, nn::RMSNorm& attention_norm, Attention& attention) {
-  const int64_t n = tp.group().size();
+void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Attention& attention) {
+  const int64_t n = tp.degree();
   const int64_t heads = attention.wq->out_features() / attention.head_dim(),
                 kv_heads = attention.wk->out_features() / attention.head_dim();
   TITAN_CHECK(heads % n == 0 && kv_heads % n == 0, "tensor parallelism: ", attention.path(), " has ", heads,
@@ -19,7 +19,7 @@ void apply_attention_tp(parallel::TensorParallel& tp, nn::RMSNorm& attention_nor
   tp.rowwise(*attention.wo);
 }
 
-void apply_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward) {
+void apply_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward) {
   tp.norm(ffn_norm);
   tp.enter_split_region(ffn_norm);
   tp.colwise(*feed_forward.w1);
@@ -27,7 +27,7 @@ void apply_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, 
   tp.rowwise(*feed_forward.w2);
 }
 
-void apply_replicated_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn) {
+void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn) {
   tp.norm(ffn_norm);
   tp.replicated_region(ffn_norm, ffn);
 }

@@ -19,9 +19,9 @@
 
 namespace titan::models::common {
 
-void apply_attention_tp(parallel::TensorParallel& tp, nn::RMSNorm& attention_norm, Attention& attention);
-void apply_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward);
-void apply_replicated_feed_forward_tp(parallel::TensorParallel& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn);
+void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Attention& attention);
+void apply_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward);
+void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn);
 
 // Context parallelism over mesh["cp"] (null when its degree is 1): every attention's kernel
 // becomes ring attention, and the root's RoPE tables ("rope_cos", "rope_sin") keep the rows of

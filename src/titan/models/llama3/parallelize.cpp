@@ -6,21 +6,26 @@
 
 namespace titan::models::llama3 {
 
+void apply_tp(CausalLM& model, parallel::TpStyles& tp) {
+  auto* llama = dynamic_cast<Transformer*>(&model);
+  TITAN_CHECK(llama != nullptr, "llama3::apply_tp: expected a llama3 Transformer");
+  tp.vocab_embedding(*llama->tok_embeddings);
+  for (const auto& block : *llama->layers) {
+    common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
+    common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
+  }
+  tp.norm(*llama->norm);
+  tp.enter_split_region(*llama->norm);
+  tp.vocab_output(*llama->output);
+}
+
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* llama = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(llama != nullptr, "llama3::parallelize: expected a llama3 Transformer");
   Parallelized out;
   if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
     out.tp = std::make_unique<parallel::TensorParallel>(*llama, (*options.mesh)["tp"], options.tp);
-    parallel::TensorParallel& tp = *out.tp;
-    tp.vocab_embedding(*llama->tok_embeddings);
-    for (const auto& block : *llama->layers) {
-      common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
-      common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
-    }
-    tp.norm(*llama->norm);
-    tp.enter_split_region(*llama->norm);
-    tp.vocab_output(*llama->output);
+    apply_tp(*llama, *out.tp);
   }
   if (options.mesh != nullptr) {
     std::vector<common::Attention*> attentions;

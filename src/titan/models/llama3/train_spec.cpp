@@ -48,6 +48,7 @@ TrainSpec train_spec() {
     return s;
   };
   spec.parallelize = parallelize;
+  spec.plan_tp = apply_tp;
   spec.state_dict_adapter = StateDictAdapter{
       .hf_model_type = "llama",
       .hf_config = [](const ModelConfig& cfg,

@@ -6,27 +6,32 @@
 
 namespace titan::models::qwen3 {
 
+void apply_tp(CausalLM& model, parallel::TpStyles& tp) {
+  auto* qwen = dynamic_cast<Transformer*>(&model);
+  TITAN_CHECK(qwen != nullptr, "qwen3::apply_tp: expected a qwen3 Transformer");
+  tp.vocab_embedding(*qwen->tok_embeddings);
+  for (const auto& block : *qwen->layers) {
+    common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
+    if (block->moe)
+      common::apply_replicated_feed_forward_tp(tp, *block->ffn_norm, *block->moe);
+    else
+      common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
+  }
+  tp.norm(*qwen->norm);
+  tp.enter_split_region(*qwen->norm);
+  if (qwen->output)
+    tp.vocab_output(*qwen->output);
+  else
+    tp.tied_vocab_output(*qwen->tok_embeddings);
+}
+
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* qwen = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(qwen != nullptr, "qwen3::parallelize: expected a qwen3 Transformer");
   Parallelized out;
   if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
     out.tp = std::make_unique<parallel::TensorParallel>(*qwen, (*options.mesh)["tp"], options.tp);
-    parallel::TensorParallel& tp = *out.tp;
-    tp.vocab_embedding(*qwen->tok_embeddings);
-    for (const auto& block : *qwen->layers) {
-      common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
-      if (block->moe)
-        common::apply_replicated_feed_forward_tp(tp, *block->ffn_norm, *block->moe);
-      else
-        common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
-    }
-    tp.norm(*qwen->norm);
-    tp.enter_split_region(*qwen->norm);
-    if (qwen->output)
-      tp.vocab_output(*qwen->output);
-    else
-      tp.tied_vocab_output(*qwen->tok_embeddings);
+    apply_tp(*qwen, *out.tp);
   }
   if (options.mesh != nullptr && options.mesh->degree("ep") > 1) {
     out.ep = std::make_unique<parallel::ExpertParallel>((*options.mesh)["ep"]);

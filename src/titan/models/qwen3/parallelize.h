@@ -1,5 +1,6 @@
 #pragma once
 #include "titan/models/registry.h"
+#include "titan/parallel/tp_styles.h"
 
 namespace titan::models::qwen3 {
 
@@ -9,5 +10,7 @@ namespace titan::models::qwen3 {
 // every MoE layer's experts), context parallelism, activation checkpointing of the blocks, then
 // FSDP when the mesh shards.
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options);
+// The tensor-parallel plan alone, stated to `tp` (eager's TensorParallel or graph mode's TpLayout).
+void apply_tp(CausalLM& model, parallel::TpStyles& tp);
 
 }  // namespace titan::models::qwen3

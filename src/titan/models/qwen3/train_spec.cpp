@@ -53,6 +53,7 @@ TrainSpec train_spec(Family family) {
     return s;
   };
   spec.parallelize = parallelize;
+  spec.plan_tp = apply_tp;
   spec.state_dict_adapter = StateDictAdapter{
       .hf_model_type = spec.name,
       .hf_config = [family](const ModelConfig& cfg,

@@ -1,0 +1,37 @@
+#include "titan/parallel/tp_layout.h"
+
+#include "titan/core/error.h"
+
+namespace titan::parallel {
+
+TpLayout::TpLayout(int64_t degree) : degree_(degree) {
+  TITAN_CHECK(degree >= 1, "tensor parallelism: the degree must be at least 1, got ", degree);
+}
+
+void TpLayout::split(const nn::Module& m, const std::string& local, const Tensor& p, int64_t dim) {
+  const std::string name = m.path().empty() ? local : m.path() + "." + local;
+  TITAN_CHECK(!splits_.count(name), "tensor parallelism: parameter ", name, " is given two styles");
+  TITAN_CHECK(p.size(dim) % degree_ == 0, "tensor parallelism: parameter ", name, " ", p.desc(), ": dim ", dim,
+              " of size ", p.size(dim), " does not split into ", degree_,
+              " equal parts; parallelism.tensor_parallel_degree must divide it");
+  splits_[name] = dim;
+}
+
+void TpLayout::colwise(nn::Linear& linear) {
+  split(linear, "weight", linear.weight, 0);
+  if (linear.bias.defined()) split(linear, "bias", linear.bias, 0);
+}
+
+void TpLayout::rowwise(nn::Linear& linear) { split(linear, "weight", linear.weight, 1); }
+
+void TpLayout::vocab_embedding(nn::Embedding& embedding) { split(embedding, "weight", embedding.weight, 0); }
+
+void TpLayout::vocab_output(nn::Linear& output) { colwise(output); }
+
+std::optional<int64_t> TpLayout::split_dim(const std::string& name) const {
+  const auto it = splits_.find(name);
+  if (it == splits_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace titan::parallel

@@ -1,0 +1,53 @@
+#pragma once
+// Graph mode over several devices: the [parallelism] degrees as a mesh of the PJRT devices, and
+// the shardings of the captured step's tensors on it. XLA's SPMD partitioner then splits the one
+// program and inserts the collectives (the "compiler view" of FSDP and tensor parallelism):
+//   parameters and AdamW's moments  FSDP on dp_shard along one dim (the first that divides, never a
+//                                   stack's layer dim), and the tensor-parallel plan's split on tp
+//                                   (the model's own plan, read by parallel::TpLayout); replicated
+//                                   over dp_replicate (HSDP)
+//   the batch                       split along the batch over dp_replicate x dp_shard
+//   everything else                 replicated; the partitioner chooses the activations' layout
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/dist/dist_config.h"
+#include "titan/graph/ir/program.h"
+
+namespace titan::train {
+
+enum class MeshAxis { dp_replicate, dp_shard, tp };
+
+// The devices as a mesh [dp_replicate, dp_shard, tp], tp innermost (TorchTitan's order): device
+// (r, s, t) is number (r * dp_shard + s) * tp + t.
+struct GraphMesh {
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
+  int64_t devices() const { return dp_replicate * dp_shard * tp; }
+  int64_t dp() const { return dp_replicate * dp_shard; }
+  int64_t size(MeshAxis axis) const;
+  // "dp_replicate 2 x dp_shard 2 x tp 1 (4 devices)"
+  std::string describe() const;
+};
+
+// The mesh the [parallelism] keys ask for over `devices` PJRT devices (data_parallel_shard_degree
+// = -1 takes the devices the others leave). Degrees that do not multiply to the device count, and
+// the parallelisms graph mode does not split (context, pipeline, expert), are errors naming the key.
+GraphMesh graph_mesh(const dist::ParallelismConfig& p, int64_t devices);
+
+// The sharding that splits dim d of a tensor over the axes dims[d] (the first the major one) and
+// replicates it over the axes no dim names.
+graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshAxis>>& dims);
+
+// A parameter's (and its moments') sharding: split on tp along `tp_dim` (the plan's, of the
+// parameter; a stack's dims shift by its layer dim), FSDP on dp_shard along the first other dim
+// that divides, after the layer dim of a stack (`stacked`); along the tp dim when none does but it
+// divides by both. Replicated where nothing divides.
+graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bool stacked,
+                                   std::optional<int64_t> tp_dim);
+
+// A batch tensor's: split along dim 0 over dp_replicate x dp_shard.
+graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank);
+
+}  // namespace titan::train
