@@ -12,6 +12,7 @@
 #include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
+#include "titan/graph/runner.h"
 #include "titan/train/graph_sharding.h"
 #include "titan/train/trainer.h"
 
@@ -72,6 +73,133 @@ void expect_layouts_match_one_device(const std::string& base) {
 TEST(GraphParallel, LlamaLayoutsOverFourDevicesMatchOneDevice) { expect_layouts_match_one_device("llama3/debug.toml"); }
 
 TEST(GraphParallel, Qwen3LayoutsOverFourDevicesMatchOneDevice) { expect_layouts_match_one_device("qwen3/debug.toml"); }
+
+// A run moves between layouts and modes at each checkpoint: graph FSDP 4, graph TP 2 x FSDP 2,
+// eager in one process, graph HSDP 2 x 2, eager again. The checkpoint holds whole tensors whichever
+// layout saved it, so the chain trains as one uninterrupted run on one device (at a constant
+// learning rate, which does not depend on training.steps). Eager's steps differ from graph's by
+// float32 rounding only, hence 1e-4.
+TEST(GraphParallel, ResumesAcrossLayoutsAndModes) {
+  if (!on_cpu_plugin()) GTEST_SKIP() << "4 devices come from the CPU plugin's device count";
+  const fs::path dir = test::temp_dir("graph_parallel_resume");
+  fs::remove_all(dir);
+  const auto config = [&](std::vector<std::string> keys, int steps, const std::string& folder) {
+    for (const std::string& k : {std::string("--training.steps=") + std::to_string(steps), std::string("--optimizer.lr=3e-3"),
+                                 std::string("--lr_scheduler.warmup_steps=0"), std::string("--lr_scheduler.decay_ratio=0"),
+                                 std::string("--checkpoint.enable=true"), std::string("--checkpoint.interval=2"),
+                                 std::string("--checkpoint.last_save_model_only=false"),
+                                 "--checkpoint.folder=" + (dir / folder).string()})
+      keys.push_back(k);
+    return small_config(keys);
+  };
+  const std::vector<std::string> graph = {"--compile.enable=true", "--compile.mode=graph"};
+  const auto plus = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> chain = {
+      {"graph FSDP 4", plus(graph, kLayouts[0].keys)},
+      {"graph TP 2 x FSDP 2", plus(graph, kLayouts[1].keys)},
+      {"eager", {"--training.local_batch_size=4"}},
+      {"graph HSDP 2 x 2", plus(graph, kLayouts[2].keys)},
+      {"eager again", {"--training.local_batch_size=4"}},
+  };
+  std::vector<double> losses;
+  int steps = 0;
+  for (const auto& [name, keys] : chain) {
+    SCOPED_TRACE(name);
+    steps += 2;
+    const TrainResult r = run(config(keys, steps, "ckpt"));
+    ASSERT_EQ(r.resumed_from, steps - 2);
+    ASSERT_EQ(r.losses.size(), 2u);
+    losses.insert(losses.end(), r.losses.begin(), r.losses.end());
+  }
+  const TrainResult whole = run(config(plus(graph, {"--training.local_batch_size=4"}), steps, "whole"));
+  ASSERT_EQ(whole.losses.size(), losses.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_LE(relative(losses[i], whole.losses[i]), 1e-4) << "step " << i + 1 << " (" << chain[i / 2].first << ")";
+}
+
+// The mesh's devices are numbered (r * dp_shard + s) * tp + t. A colwise weight split on tp along
+// dim 0 and FSDP along dim 1 puts tile (i, j) on the device with t = i, s = j.
+TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
+  const GraphMesh tp2_fsdp2{.dp_replicate = 1, .dp_shard = 2, .tp = 2};
+  const graph::Sharding colwise = parameter_sharding(tp2_fsdp2, {8, 6}, /*stacked=*/false, /*tp_dim=*/0);
+  EXPECT_EQ(colwise.attr(), "{devices=[2,2]0,2,1,3}");
+  // A stack's layer dim is never split: its dims shift by one.
+  EXPECT_EQ(parameter_sharding(tp2_fsdp2, {3, 8, 6}, true, 1).attr(), "{devices=[1,2,2]0,1,2,3}");
+  // Replicated over tp where the plan does not split the parameter: a norm's weight.
+  EXPECT_EQ(parameter_sharding(tp2_fsdp2, {8}, false, std::nullopt).attr(),
+            "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}");
+  // The batch: split over the data-parallel devices, replicated over tp.
+  EXPECT_EQ(batch_sharding(tp2_fsdp2, 2).attr(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+  const GraphMesh hsdp{.dp_replicate = 2, .dp_shard = 2, .tp = 1};
+  // FSDP shards over dp_shard and replicates over dp_replicate: devices 0 and 2 hold rows 0-3.
+  EXPECT_EQ(parameter_sharding(hsdp, {8, 6}, false, std::nullopt).attr(),
+            "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(batch_sharding(hsdp, 2).attr(), "{devices=[4,1]0,1,2,3}");
+  // FSDP takes the first dim that divides; nothing divides: replicated.
+  const GraphMesh fsdp4{.dp_shard = 4};
+  EXPECT_EQ(parameter_sharding(fsdp4, {6, 8}, false, std::nullopt).attr(), "{devices=[1,4]0,1,2,3}");
+  EXPECT_TRUE(parameter_sharding(fsdp4, {6, 3}, false, std::nullopt).replicated());
+  // When only the tp dim divides by both, FSDP joins tp there, tp the major axis.
+  EXPECT_EQ(parameter_sharding(tp2_fsdp2, {8, 3}, false, 0).attr(), "{devices=[4,1]0,2,1,3}");
+}
+
+// shard_of and unshard follow a sharding's device order and replicas: every device's piece put
+// back gives the whole.
+TEST(GraphMeshSharding, PiecesGoBackTogetherUnderEveryLayout) {
+  const Tensor whole = test::rand_f32({8, 6}, 1);
+  for (const GraphMesh& mesh : {GraphMesh{.dp_shard = 4}, GraphMesh{.dp_shard = 2, .tp = 2},
+                                GraphMesh{.dp_replicate = 2, .dp_shard = 2}}) {
+    for (const std::optional<int64_t> tp_dim : {std::optional<int64_t>{}, std::optional<int64_t>{0},
+                                                std::optional<int64_t>{1}}) {
+      const graph::Sharding sharding = parameter_sharding(mesh, whole.sizes(), false, tp_dim);
+      std::vector<Tensor> pieces;
+      for (int64_t d = 0; d < mesh.devices(); ++d) pieces.push_back(graph::shard_of(whole, sharding, d));
+      EXPECT_EQ(pieces[0].numel() * sharding.num_devices() / sharding.replicas, whole.numel()) << sharding.attr();
+      EXPECT_TRUE(test::tensors_close(graph::unshard(pieces, sharding), whole, 0, sharding.attr()));
+    }
+  }
+  // Device 2 of TP 2 x FSDP 2 is (s = 1, t = 0): the colwise weight's rows 0-3, columns 3-5.
+  const graph::Sharding colwise = parameter_sharding({.dp_shard = 2, .tp = 2}, whole.sizes(), false, 0);
+  EXPECT_TRUE(test::tensors_close(graph::shard_of(whole, colwise, 2), whole.narrow(0, 0, 4).narrow(1, 3, 3), 0,
+                                  "device 2's piece"));
+}
+
+TEST(GraphMeshSharding, DegreesThatDoNotFitTheDevicesAreNamed) {
+  dist::ParallelismConfig p;
+  p.tensor_parallel_degree = 3;
+  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "tensor_parallel_degree = 3", "does not divide the 4 devices");
+  p.tensor_parallel_degree = 2;
+  p.data_parallel_shard_degree = 4;
+  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "dp_shard 4 x tp 2 (8 devices) do not multiply to the 4 devices",
+                     "data_parallel_shard_degree = -1");
+  p.data_parallel_shard_degree = -1;
+  EXPECT_EQ(graph_mesh(p, 4).dp_shard, 2);
+  p.context_parallel_degree = 2;
+  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "context_parallel_degree = 2");
+}
+
+// Before anything compiles: the device count against the degrees, and the model's heads against tp.
+TEST(GraphParallel, LayoutsThatCannotSplitAreNamedBeforeCompiling) {
+  if (!on_cpu_plugin()) GTEST_SKIP() << "device counts of the CPU plugin";
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--compile.plugin_options=cpu_device_count=4",
+                                                 "--parallelism.tensor_parallel_degree=3"}, 1))),
+                     "tensor_parallel_degree = 3", "does not divide the 4 devices", "cpu_device_count");
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--compile.plugin_options=cpu_device_count=4",
+                                                 "--parallelism.data_parallel_shard_degree=2"}, 1))),
+                     "do not multiply to the 4 devices");
+  // A dim the plan splits must divide by tp (the devices are made for the degree): the vocabulary
+  // of 2048 rows does not split 3 ways, and 16 heads do not split 32 ways.
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=3"}, 1))),
+                     "tok_embeddings.weight", "dim 0 of size 2048 does not split into 3 equal parts");
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=32"}, 1))),
+                     "16 query and 16 key/value heads", "do not split into 32 equal parts");
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=2",
+                                                 "--parallelism.enable_sequence_parallel=false"}, 1))),
+                     "enable_sequence_parallel", "partitioner chooses the layout");
+}
 
 }  // namespace
 }  // namespace titan::train
