@@ -156,6 +156,10 @@ TEST(PjrtRuntime, CompileOptionsForOneReplicaAndPartition) {
   EXPECT_EQ(graph::pjrt::compile_options_proto({.flags = {{"xla_allow_excess_precision", false}}}),
             std::string("\x1a\x04\x20\x01\x28\x01\x3a\x20\x0a\x1a", 10) + "xla_allow_excess_precision" +
                 std::string("\x12\x02\x10\x00", 4));
+  // A string flag's value is its string_field (1).
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.string_flags = {{"xla_dump_to", "/d"}}}),
+            std::string("\x1a\x04\x20\x01\x28\x01\x3a\x13\x0a\x0b", 10) + "xla_dump_to" +
+                std::string("\x12\x04\x0a\x02", 4) + "/d");
   // Values of 128 and over take two varint bytes, and the nested length follows.
   EXPECT_EQ(graph::pjrt::compile_options_proto({.num_replicas = 1, .num_partitions = 300}),
             std::string("\x1a\x05\x20\x01\x28\xac\x02", 7));

@@ -124,11 +124,11 @@ TEST(Trainer, MissingDatasetIsAClearError) {
 
 // Keys whose feature is missing are refused, all in one message, and what is not missing runs.
 TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
-  EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true", "--parallelism.tensor_parallel_degree=2",
+  EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true", "--parallelism.pipeline_parallel_degree=2",
                                        "--parallelism.context_parallel_degree=2"})),
                      "asks for what titan cannot do yet",
-                     "parallelism.tensor_parallel_degree = 2 with compile.mode = \"graph\"",
-                     "parallelism.context_parallel_degree = 2 with compile.mode = \"graph\"");
+                     "parallelism.context_parallel_degree = 2 with compile.mode = \"graph\"",
+                     "parallelism.pipeline_parallel_degree = 2 with compile.mode = \"graph\"");
 }
 
 // training.mixed_precision_param = "bfloat16" over 100 steps of the debug models (dense and MoE):

@@ -176,18 +176,23 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   // block records its graph as backward will (grad mode on, h_i requiring grad), so that the two
   // writings of it match op for op.
   auto tape = std::make_shared<Tape>();
-  const hlo::ScanResult forward = hlo::scan(n, {h0}, [&](const graph::Value& i, const std::vector<graph::Value>& h) {
+  // Over several devices, the carried activations (and their gradients) keep the program's layout
+  // between blocks; the constraints sit outside the blocks' writing, which the tape compares.
+  const std::optional<graph::Sharding> carry = program.carry_sharding();
+  const auto keep = [carry](const graph::Value& v) { return carry ? hlo::constrain(v, *carry) : v; };
+  const hlo::ScanResult forward = hlo::scan(n, {keep(h0)}, [&](const graph::Value& i, const std::vector<graph::Value>& h) {
     const RowsBound bound(first, stacked, i);
     const GradModeGuard recording(true);
+    const graph::Value h_in = keep(h[0]);
     Tensor y;
     {
       TapeRecorder recorder(*tape, policy);
       const graph::Program::WatchScope watch(program, recorder);
-      y = run(0, graph::tensor_of(h[0]).requires_grad_());
+      y = run(0, graph::tensor_of(h_in).requires_grad_());
     }
-    std::vector<graph::Value> ys{h[0]};
+    std::vector<graph::Value> ys{h_in};
     ys.insert(ys.end(), tape->saved.begin(), tape->saved.end());
-    return std::pair{std::vector<graph::Value>{check_out(y)}, ys};
+    return std::pair{std::vector<graph::Value>{keep(check_out(y))}, ys};
   });
   Tensor out = graph::tensor_of(forward.carry[0]);
   const graph::Value inputs_saved = forward.stacked[0];
@@ -197,12 +202,12 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   for (const auto& block : blocks) inputs.insert(inputs.end(), block.begin(), block.end());
   const DType autocast = autocast_dtype();
   record("scan_blocks", inputs, {out},
-         [first, stacked, inputs_saved, residuals, tape, n, run, autocast, check_out](const GradContext& ctx) {
+         [first, stacked, inputs_saved, residuals, tape, n, run, autocast, check_out, keep](const GradContext& ctx) {
     // Backward, last block first: write block i again from h_i, taking what the forward saved
     // instead of computing it, differentiate it w.r.t. h_i and its parameters, and stack the
     // parameters' gradients.
     const hlo::ScanResult backward = hlo::scan(
-        n, {graph::value_of(ctx[0], "scan_blocks")},
+        n, {keep(graph::value_of(ctx[0], "scan_blocks"))},
         [&](const graph::Value& i, const std::vector<graph::Value>& dy) {
           const RowsBound bound(first, stacked, i);
           // Backward runs with grad mode off; the block must record a graph to differentiate.
@@ -219,12 +224,12 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
           check_out(y);
           std::vector<Tensor> wrt{h};
           wrt.insert(wrt.end(), first.begin(), first.end());
-          const std::vector<Tensor> g = grad({y}, {graph::tensor_of(dy[0])}, wrt);
+          const std::vector<Tensor> g = grad({y}, {graph::tensor_of(keep(dy[0]))}, wrt);
           std::vector<graph::Value> grads;
           for (size_t j = 0; j < first.size(); ++j)
             grads.push_back(g[j + 1].defined() ? graph::value_of(g[j + 1], "scan_blocks")
                                                : hlo::constant(0.0, first[j].sizes(), first[j].dtype()));
-          return std::pair{std::vector<graph::Value>{graph::value_of(g[0], "scan_blocks")}, grads};
+          return std::pair{std::vector<graph::Value>{keep(graph::value_of(g[0], "scan_blocks"))}, grads};
         },
         /*reverse=*/true);
     // Each block's gradients as rows of the stacked ones, recorded only if something takes them

@@ -1,6 +1,12 @@
 #include "titan/graph/runner.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -78,21 +84,63 @@ Tensor unshard(const std::vector<Tensor>& pieces, const Sharding& sharding) {
   return out;
 }
 
-Runner::Compiled Runner::compile(const std::string& module_text, int64_t partitions) {
+namespace {
+
+// XLA's dump of one compile in a folder of its own, read back and removed.
+struct OptimizedDump {
+  std::filesystem::path dir;
+  OptimizedDump() {
+    static std::atomic<int64_t> next{0};
+    dir = std::filesystem::temp_directory_path() /
+          ("titan_xla_dump_" + std::to_string(::getpid()) + "_" + std::to_string(next++));
+    std::filesystem::remove_all(dir);
+  }
+  ~OptimizedDump() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  // The module after XLA's passes: "module_<n>.<name>.<backend>_after_optimizations.txt".
+  std::string text() const {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() > 28 && name.ends_with("after_optimizations.txt")) {
+        std::ifstream in(entry.path());
+        std::ostringstream out;
+        out << in.rdbuf();
+        return out.str();
+      }
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+Runner::Compiled Runner::compile(const std::string& module_text, int64_t partitions, bool keep_optimized_text) {
   const std::string key = std::to_string(partitions) + " partitions\n" + module_text;
   if (auto it = cache_.find(key); it != cache_.end())
     return {.executable = it->second.get(), .fresh = false, .seconds = 0.0};
+  std::optional<OptimizedDump> dump;
+  pjrt::CompileSpec spec{.num_partitions = static_cast<int>(partitions),
+                         .spmd_partitioning = partitions > 1,
+                         // Casts round as eager's do: by default XLA may drop a round trip through a
+                         // narrower type (f32 -> bf16 -> f32), and its GPU backend does
+                         // (GraphCore.CastsRoundTrip was 1.4e-3 off on an H200).
+                         .flags = {{"xla_allow_excess_precision", false}}};
+  if (keep_optimized_text) {
+    dump.emplace();
+    spec.flags.push_back({"xla_dump_hlo_as_text", true});
+    spec.string_flags.push_back({"xla_dump_to", dump->dir.string()});
+  }
   // Compiled before it is cached: a program that fails to compile leaves no entry.
-  // Casts round as eager's do: by default XLA may drop a round trip through a narrower type
-  // (f32 -> bf16 -> f32), and its GPU backend does (GraphCore.CastsRoundTrip was 1.4e-3 off on an
-  // H200).
-  auto executable = std::make_unique<pjrt::Executable>(
-      client_.compile(module_text, {.num_partitions = static_cast<int>(partitions),
-                                    .spmd_partitioning = partitions > 1,
-                                    .flags = {{"xla_allow_excess_precision", false}}}));
+  auto executable = std::make_unique<pjrt::Executable>(client_.compile(module_text, spec));
   ++compiles_;
   pjrt::Executable* raw = cache_.emplace(key, std::move(executable)).first->second.get();
-  return {.executable = raw, .fresh = true, .seconds = raw->compile_seconds()};
+  return {.executable = raw,
+          .fresh = true,
+          .seconds = raw->compile_seconds(),
+          .optimized_text = dump ? dump->text() : std::string()};
 }
 
 pjrt::Buffer Runner::upload(const Tensor& host, int device) const {

@@ -38,10 +38,13 @@ class Runner {
     pjrt::Executable* executable = nullptr;
     bool fresh = false;     // compiled by this call (not found in the cache)
     double seconds = 0.0;   // its compile time
+    // With keep_optimized_text, of a fresh compile: the HLO text XLA ran (after its passes, the
+    // partitioner's collectives included), as its dump writes it; empty if the plugin wrote none.
+    std::string optimized_text = {};
   };
   // `partitions` > 1: a program over that many devices (Program::set_partitions), split by XLA's
   // SPMD partitioner.
-  Compiled compile(const std::string& module_text, int64_t partitions = 1);
+  Compiled compile(const std::string& module_text, int64_t partitions = 1, bool keep_optimized_text = false);
   int64_t compiles() const { return compiles_; }
 
   pjrt::Buffer upload(const Tensor& host, int device = 0) const;

@@ -119,4 +119,13 @@ graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank) {
   return mesh_sharding(mesh, dims);
 }
 
+PlannedTraffic planned_traffic(const GraphMesh& mesh, double param_bytes, int64_t micro_batches, int64_t layers,
+                               double activation_bytes) {
+  const double s = static_cast<double>(mesh.dp_shard), r = static_cast<double>(mesh.dp_replicate),
+               t = static_cast<double>(mesh.tp), m = static_cast<double>(micro_batches);
+  return {.fsdp = (2 * m + 1) * (s - 1) / s * param_bytes / t,
+          .hsdp = 2 * (r - 1) / r * param_bytes / (s * t),
+          .tp = 4 * static_cast<double>(layers) * m * 2 * (t - 1) / t * activation_bytes};
+}
+
 }  // namespace titan::train

@@ -50,4 +50,19 @@ graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bo
 // A batch tensor's: split along dim 0 over dp_replicate x dp_shard.
 graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank);
 
+// What the layout should send per device per step, on paper, by the ring formulas of
+// graph/collectives.h, for comparison with what the partitioner inserted:
+//   FSDP  the parameters gathered for every micro-batch's forward and again for its backward, and
+//         the gradients reduce-scattered once: (2 m + 1) (s-1)/s P / t
+//   HSDP  the gradients' shards all-reduced over the replicas: 2 (r-1)/r P / (s t)
+//   TP    per layer and micro-batch, two all-reduces of the block's activations forward and two
+//         backward: 4 L m 2 (t-1)/t A, A = the device's tokens x dim x 4 bytes
+// with P the parameters' bytes, m micro-batches, L layers; s, r, t the mesh's degrees.
+struct PlannedTraffic {
+  double fsdp = 0, hsdp = 0, tp = 0;
+  double total() const { return fsdp + hsdp + tp; }
+};
+PlannedTraffic planned_traffic(const GraphMesh& mesh, double param_bytes, int64_t micro_batches, int64_t layers,
+                               double activation_bytes);
+
 }  // namespace titan::train

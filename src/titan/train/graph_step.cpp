@@ -82,6 +82,9 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   const int64_t devices = options.mesh.devices();
   program.set_partitions(devices);
   program.set_scan_layers(options.scan_layers);
+  // Between blocks the residual stream [batch, seq, dim] stays split along the batch as the batch
+  // is (FSDP's data parallelism, whole over tp as Megatron's blocks take it).
+  if (devices > 1) program.set_carry_sharding(batch_sharding(options.mesh, 3));
   program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
@@ -276,13 +279,14 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
     host_buffers_.resize(devices);
     for (size_t i = 0; i < captured_.host.size(); ++i)
       for (int d = 0; d < devices; ++d) host_buffers_[d].push_back(runner_.upload(captured_.host[i], d));
-    const graph::Runner::Compiled compiled = runner_.compile(captured_.text, devices);
+    const graph::Runner::Compiled compiled = runner_.compile(captured_.text, devices, /*keep_optimized_text=*/devices > 1);
     executable_ = compiled.executable;
     if (compiled.fresh) last_compile_seconds_ = compiled.seconds;
     log_ << "titan: graph mode: captured the step (" << captured_.ops << " ops, " << captured_.text.size() / 1024
          << " KiB of StableHLO) in " << seconds_text(captured_.seconds) << " s; "
          << (compiled.fresh ? "compiled in " + seconds_text(compiled.seconds) + " s" : std::string("compiled before"))
          << " (" << key << ")\n";
+    if (compiled.fresh && devices > 1) log_collectives(compiled.optimized_text, batches);
     key_ = key;
   }
   const int64_t step = steps_taken_ + 1;
@@ -336,6 +340,36 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
     records.push_back(known.defined() ? known : runner_.download(first_out[at++]));
   model_.put_step_records(std::move(records));
   return r;
+}
+
+void GraphStep::log_collectives(const std::string& optimized_text, const std::vector<data::Batch>& batches) {
+  if (optimized_text.empty()) {
+    log_ << "titan: graph mode: the plugin wrote no optimized program, so its collectives are not counted\n";
+    return;
+  }
+  const GraphMesh& mesh = options_.mesh;
+  collectives_ = graph::count_collectives(optimized_text, mesh.devices());
+  double param_bytes = 0;
+  for (const auto& [name, p] : params_) param_bytes += static_cast<double>(p.nbytes());
+  const data::Batch& b = batches.front();
+  const double tokens = static_cast<double>(b.inputs.numel()) / static_cast<double>(mesh.dp());
+  planned_ = train::planned_traffic(mesh, param_bytes, static_cast<int64_t>(batches.size()), model_.num_layers(),
+                                    tokens * static_cast<double>(options_.model_dim) * 4.0);
+  const auto mib = [](double bytes) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(2) << bytes / (1 << 20) << " MiB";
+    return out.str();
+  };
+  log_ << "titan: graph mode: collectives per step, from the compiled program:";
+  if (collectives_.kinds.empty()) log_ << " none";
+  for (const graph::CollectiveTally& k : collectives_.kinds)
+    log_ << " " << k.kind << " x" << k.count << " (" << mib(k.result_bytes) << ")";
+  log_ << (collectives_.unknown_trips ? " (a loop of unknown trip count counted once)" : "") << "; each device sends about "
+       << mib(collectives_.traffic_bytes()) << ", the layout needs " << mib(planned_.total()) << " on paper (FSDP "
+       << mib(planned_.fsdp) << ", HSDP " << mib(planned_.hsdp) << ", TP "
+       << (options_.model_dim > 0 ? mib(planned_.tp) : std::string("not estimated")) << ")";
+  if (planned_.total() > 0) log_ << ": " << std::setprecision(3) << collectives_.traffic_bytes() / planned_.total() << "x";
+  log_ << "\n";
 }
 
 void GraphStep::to_host() {

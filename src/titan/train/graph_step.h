@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "titan/data/loader.h"
+#include "titan/graph/collectives.h"
 #include "titan/graph/runner.h"
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
@@ -38,6 +39,9 @@ struct GraphStepOptions {
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
   GraphMesh mesh = {};
   std::map<std::string, int64_t> tp_splits = {};
+  // The model's hidden size, for the tensor-parallel traffic on paper (planned_traffic); 0: not
+  // estimated.
+  int64_t model_dim = 0;
 };
 
 // [activation_checkpoint] for graph mode's layer loop: mode none keeps every result the backward
@@ -110,6 +114,10 @@ class GraphStep {
   int64_t compiles() const { return runner_.compiles(); }
   double last_compile_seconds() const { return last_compile_seconds_; }
   const graph::Runner& runner() const { return runner_; }
+  // Over several devices, of the program compiled last: the collectives the partitioner inserted,
+  // per step, and what the layout should send on paper.
+  const graph::CollectiveCount& collectives() const { return collectives_; }
+  const PlannedTraffic& planned_traffic() const { return planned_; }
   // Whether titan's kernels run as custom calls, and the log's line about it.
   const CustomKernels& custom_kernels() const { return custom_kernels_; }
 
@@ -131,6 +139,10 @@ class GraphStep {
   std::vector<graph::Sharding> state_shardings_;  // one per buffer of a device's state_
   std::string key_;
   double last_compile_seconds_ = 0.0;
+  graph::CollectiveCount collectives_;
+  PlannedTraffic planned_;
+  // Counts the collectives of a fresh compile over several devices and logs them beside the plan.
+  void log_collectives(const std::string& optimized_text, const std::vector<data::Batch>& batches);
   graph::pjrt::Executable* executable_ = nullptr;
   CapturedStep captured_;
   // Per device: captured_.host, uploaded at capture.

@@ -178,6 +178,13 @@ graph::RuntimeOptions graph_runtime(const JobConfig& c) {
   return rt;
 }
 
+// The hidden size: the width of the token embedding's rows, 0 for a model without one.
+int64_t model_dim(const std::vector<std::pair<std::string, Tensor>>& params) {
+  for (const auto& [name, p] : params)
+    if (name.ends_with("tok_embeddings.weight") && p.dim() == 2) return p.size(1);
+  return 0;
+}
+
 }  // namespace
 
 namespace {
@@ -696,7 +703,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                              : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels,
                          .mesh = s.graph_mesh,
-                         .tp_splits = s.graph_tp_splits},
+                         .tp_splits = s.graph_tp_splits,
+                         .model_dim = model_dim(s.named_params)},
         s.log);
   if (s.graph) {
     s.graph_moe = std::make_unique<GraphMoeLayout>(*s.model, s.graph->custom_kernels().on);

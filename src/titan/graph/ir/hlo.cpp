@@ -450,6 +450,14 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
   return out;
 }
 
+Value constrain(const Value& v, const Sharding& sharding) {
+  if (prog().partitions() <= 1 || sharding.tiles.size() != v.shape.size()) return v;
+  for (size_t d = 0; d < v.shape.size(); ++d)
+    if (v.shape[d] % sharding.tiles[d] != 0) return v;
+  return prog().emit1("stablehlo.custom_call", {v}, type_of(v),
+                      "call_target_name = \"Sharding\", mhlo.sharding = \"" + sharding.attr() + "\"");
+}
+
 Value unfilled(const ResultType& type) {
   if (!prog().custom_kernels()) return constant(0.0, type.shape, type.dtype);
   // XLA's CPU compiler keeps such calls apart (the M step's 27 stacks stay 27 buffers after its

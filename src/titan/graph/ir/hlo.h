@@ -94,6 +94,11 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
                                const std::vector<std::pair<std::string, double>>& attrs = {},
                                const std::vector<std::pair<size_t, size_t>>& in_place = {});
 
+// `v` held as `sharding` lays it out over the program's partitions (a sharding constraint for
+// XLA's partitioner); `v` itself in a program on one device, or where the sharding does not fit
+// its shape.
+Value constrain(const Value& v, const Sharding& sharding);
+
 // An array whose contents are unspecified, for one that is filled before anything reads it (a
 // loop's stacks, filled row by row): where the program calls titan's kernels, a call to the empty
 // kernel `kUnfilledTarget`, so that XLA writes no zeros first; elsewhere zeros.

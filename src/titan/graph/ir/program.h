@@ -206,6 +206,11 @@ class Program {
   // must not see these targets in the program's text.
   bool custom_kernels() const { return custom_kernels_; }
   void set_custom_kernels(bool on) { custom_kernels_ = on; }
+  // Over several devices: the layout a layer loop keeps its carried activations in between blocks
+  // (and their gradients in backward), as a sharding constraint on them (hlo::constrain). Without
+  // it XLA's propagation chooses, and may follow the weights' FSDP split into the features.
+  void set_carry_sharding(const Sharding& sharding) { carry_sharding_ = sharding; }
+  const std::optional<Sharding>& carry_sharding() const { return carry_sharding_; }
 
  private:
   uint64_t serial_;
@@ -214,6 +219,7 @@ class Program {
   bool scan_layers_ = false;
   ScanSaves scan_saves_ = ScanSaves::all;
   bool custom_kernels_ = false;
+  std::optional<Sharding> carry_sharding_ = std::nullopt;
   std::vector<std::string> names_;  // by value id
   size_t next_name_ = 0;            // SSA names count the values written, not rows never taken
   std::vector<Parameter> params_;

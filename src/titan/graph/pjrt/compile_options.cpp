@@ -41,19 +41,31 @@ std::string compile_options_proto(const CompileSpec& spec) {
   put_key(proto, 3, kLengthDelimited);
   put_varint(proto, build_options.size());
   proto += build_options;
-  for (const auto& [name, value] : spec.flags) {
+  // One map entry: the flag's name and its OptionOverrideProto.
+  const auto put_flag = [&](const std::string& name, const std::string& override_proto) {
     TITAN_CHECK(!name.empty(), "CompileSpec: a flag without a name");
     std::string entry;
     put_key(entry, 1, kLengthDelimited);
     put_varint(entry, name.size());
     entry += name;
     put_key(entry, 2, kLengthDelimited);
-    put_varint(entry, 2);
-    put_key(entry, 2, kVarint);
-    put_varint(entry, value ? 1 : 0);
+    put_varint(entry, override_proto.size());
+    entry += override_proto;
     put_key(proto, 7, kLengthDelimited);
     put_varint(proto, entry.size());
     proto += entry;
+  };
+  for (const auto& [name, value] : spec.flags) {
+    std::string o;
+    put_key(o, 2, kVarint);
+    put_varint(o, value ? 1 : 0);
+    put_flag(name, o);
+  }
+  for (const auto& [name, value] : spec.string_flags) {
+    std::string o;
+    put_key(o, 1, kLengthDelimited);
+    put_varint(o, value.size());
+    put_flag(name, o + value);
   }
   return proto;
 }
