@@ -16,6 +16,14 @@ loss stay f32. The first step traces and compiles (a warm-up step, out of the ti
 matmuls run at precision "highest" (no TF32 on GPUs), as titan's and torch's f32 do; there the
 layers are rematerialised in the backward (jax.checkpoint), as titan's scan does.
 
+"mesh" (optional, {"dp_shard": s, "tp": t}) splits the step over s x t CPU devices of this process
+(XLA_FLAGS' host device count), as titan's graph mode splits its own: every parameter and moment
+FSDP-sharded over "dp_shard" along its first dim after the layers' that divides, Megatron's plan
+on "tp" (wq, wk, wv, w1, w3 and the output column-wise, wo and w2 row-wise, the embedding over the
+vocabulary), the batch over "dp_shard", and the residual stream between blocks kept so
+(with_sharding_constraint); "batch" is then the global batch; "hlo_path", if given, receives the
+optimized HLO text of the compiled step. It is the reference of bench/graph_parallel.cpp.
+
 Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "step_seconds",
 "first_step_seconds", "compile_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or
 {"error"}. Progress goes to stderr.
@@ -89,7 +97,35 @@ def init_params(jax, jnp, c, seed):
     }
 
 
-def make_step(jax, jnp, c, bf16, remat):
+# Which dim of each weight (stored [in, out], stacked [layers, ...]) the tensor-parallel plan splits.
+TP_DIMS = {"tok_embeddings": 0, "output": 1, "wq": 2, "wk": 2, "wv": 2, "w1": 2, "w3": 2, "wo": 1, "w2": 1}
+
+
+def shard_params(jax, params, mesh):
+    """NamedShardings for `params` on `mesh` (axes "s" = dp_shard, "t" = tp), as titan's graph mode
+    lays them out (train/graph_sharding.cpp parameter_sharding)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    s_size, t_size = mesh.shape["s"], mesh.shape["t"]
+
+    def spec(name, shape, stacked):
+        dims = [None] * len(shape)
+        split = TP_DIMS.get(name) if t_size > 1 else None
+        if split is not None:
+            dims[split] = "t"
+        if s_size > 1:
+            first = 1 if stacked else 0
+            fsdp = next((d for d in range(first, len(shape)) if d != split and shape[d] % s_size == 0), None)
+            if fsdp is None and split is not None and shape[split] % (s_size * t_size) == 0:
+                dims[split] = ("t", "s")
+            elif fsdp is not None:
+                dims[fsdp] = "s"
+        return NamedSharding(mesh, PartitionSpec(*dims))
+
+    return {name: ({k: spec(k, v.shape, True) for k, v in value.items()} if name == "layers"
+                   else spec(name, value.shape, False)) for name, value in params.items()}
+
+
+def make_step(jax, jnp, c, bf16, remat, mesh=None):
     b, s = c["batch"], c["seq"]
     n_heads, n_kv, hd = c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"]
     cos, sin = (jnp.asarray(t)[None, :, None, :] for t in rope_table(hd, s))
@@ -106,7 +142,14 @@ def make_step(jax, jnp, c, bf16, remat):
         even, odd = pairs[..., 0], pairs[..., 1]
         return jnp.stack((even * cos - odd * sin, even * sin + odd * cos), axis=-1).reshape(x.shape)
 
+    def keep(h):
+        if mesh is None:
+            return h
+        from jax.sharding import NamedSharding, PartitionSpec
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, PartitionSpec("s", None, None)))
+
     def block(h, p):
+        h = keep(h)
         x = rms_norm(h, p["attention_norm"])
         q = rope(mm(x, p["wq"]).reshape(b, s, n_heads, hd))
         k = rope(mm(x, p["wk"]).reshape(b, s, n_kv, hd))
@@ -115,7 +158,7 @@ def make_step(jax, jnp, c, bf16, remat):
         att = jax.nn.dot_product_attention(q.astype(lowp), k.astype(lowp), v.astype(lowp), is_causal=True)
         h = h + mm(att.reshape(b, s, n_heads * hd), p["wo"])
         x = rms_norm(h, p["ffn_norm"])
-        return h + mm(jax.nn.silu(mm(x, p["w1"])) * mm(x, p["w3"]), p["w2"]), None
+        return keep(h + mm(jax.nn.silu(mm(x, p["w1"])) * mm(x, p["w3"]), p["w2"])), None
 
     def loss_fn(params, inputs, labels):
         h = params["tok_embeddings"][inputs]
@@ -149,6 +192,12 @@ def main():
         request = json.load(f)
     use_threads(int(request["threads"]))
     device = request.get("device", "cpu")
+    layout = request.get("mesh")
+    if layout:
+        # Before jax loads: the host platform's device count is read once.
+        devices = int(layout["dp_shard"]) * int(layout["tp"])
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={devices}").strip()
     # Before jax loads: its platform is chosen once.
     os.environ["JAX_PLATFORMS"] = device
     try:
@@ -171,14 +220,24 @@ def main():
     tokens = rng.integers(0, c["vocab_size"], (c["batch"], c["seq"] + 1), dtype=np.int32)
     inputs, labels = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
 
+    mesh = None
+    if layout:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        mesh = Mesh(np.array(jax.devices()[:int(layout["dp_shard"]) * int(layout["tp"])]).reshape(
+            int(layout["dp_shard"]), int(layout["tp"])), ("s", "t"))
+        rows = NamedSharding(mesh, PartitionSpec("s", None))
+        inputs, labels = jax.device_put(inputs, rows), jax.device_put(labels, rows)
+
     rss_baseline = status_bytes("VmRSS")
     params = init_params(jax, jnp, c, int(request["seed"]))
+    if mesh is not None:
+        params = jax.device_put(params, shard_params(jax, params, mesh))
     opt = {"m": jax.tree_util.tree_map(jnp.zeros_like, params), "v": jax.tree_util.tree_map(jnp.zeros_like, params),
            "count": jnp.zeros((), jnp.int32)}
     jax.block_until_ready((params, opt))
     # On an accelerator each block is recomputed in the backward (jax.checkpoint on the scan body),
     # as titan's scan recomputes it: without, the XL step's temporaries asked an H200 for 130 GiB.
-    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu")
+    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu", mesh=mesh)
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
@@ -192,6 +251,7 @@ def main():
             # Ahead of time, so that the compilation is known apart; the first step includes it.
             step = step.lower(params, opt, inputs, labels).compile()
             compile_seconds = time.perf_counter() - start
+            optimized_hlo = step.as_text() if mesh is not None else ""
         params, opt, loss, _ = step(params, opt, inputs, labels)
         losses.append(float(loss))
         seconds.append(time.perf_counter() - start)
@@ -200,6 +260,9 @@ def main():
     rss_peak = status_bytes("VmHWM")
     stats = jax.devices()[0].memory_stats() or {}
     on_device = {"device_peak_bytes": stats["peak_bytes_in_use"]} if "peak_bytes_in_use" in stats else {}
+    if request.get("hlo_path"):
+        with open(request["hlo_path"], "w") as f:
+            f.write(optimized_hlo)
     print(json.dumps({**on_device, "jax_version": jax.__version__,
                       "xla": {"jaxlib": jaxlib.__version__, "platform": backend.platform,
                               "platform_version": backend.platform_version},

@@ -17,6 +17,7 @@ struct ModelSummary {
   // parameters a token goes through (its k experts), so that MFU stays honest.
   double flops_per_token = 0;
   std::string description;  // one line: dims, layers, heads, ...
+  int64_t n_layers = 0;
   // What a tensor-parallel plan splits, so that a layout can be checked before the model is
   // built: head counts, the dense feed-forward's hidden size (0 when every block is MoE), the
   // vocabulary.

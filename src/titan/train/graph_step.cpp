@@ -254,6 +254,12 @@ graph::pjrt::Buffer GraphStep::upload(const Tensor& host, const graph::Sharding&
   return runner_.upload(graph::shard_of(host, sharding, device), device);
 }
 
+int64_t GraphStep::state_bytes(int device) const {
+  int64_t total = 0;
+  for (const graph::pjrt::Buffer& b : state_.at(device)) total += numel_of(b.dims()) * static_cast<int64_t>(dtype_size(b.dtype()));
+  return total;
+}
+
 Tensor GraphStep::download_state(size_t i) const {
   if (state_.size() == 1) return runner_.download(state_[0][i]);
   std::vector<Tensor> pieces;

@@ -118,6 +118,9 @@ class GraphStep {
   // per step, and what the layout should send on paper.
   const graph::CollectiveCount& collectives() const { return collectives_; }
   const PlannedTraffic& planned_traffic() const { return planned_; }
+  // The bytes of the parameters and moments that device `device` holds (its shards).
+  int64_t state_bytes(int device = 0) const;
+  const GraphMesh& mesh() const { return options_.mesh; }
   // Whether titan's kernels run as custom calls, and the log's line about it.
   const CustomKernels& custom_kernels() const { return custom_kernels_; }
 

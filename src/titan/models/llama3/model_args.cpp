@@ -121,6 +121,7 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   const int64_t attention = a.dim * q_dim + 2 * a.dim * kv_dim + q_dim * a.dim;
   const int64_t layer = attention + 3 * a.dim * ffn + 2 * a.dim;
   ModelSummary s;
+  s.n_layers = a.n_layers;
   s.n_heads = a.n_heads;
   s.n_kv_heads = a.n_kv_heads;
   s.ffn_hidden_dim = a.ffn_hidden_dim();

@@ -149,6 +149,7 @@ ModelSummary summarize(const ModelArgs& a, int64_t seq_len) {
   const int64_t norms = 2 * a.dim, embedding = a.vocab_size * a.dim;
   const int64_t output = a.tie_embeddings ? 0 : embedding;
   ModelSummary s;
+  s.n_layers = a.n_layers;
   s.n_heads = a.n_heads;
   s.n_kv_heads = a.n_kv_heads;
   s.ffn_hidden_dim = a.moe ? 0 : a.ffn_dim;
