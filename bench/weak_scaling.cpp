@@ -21,6 +21,7 @@
 // does not yet.
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,16 +45,22 @@ struct Hardware {
   int64_t fast_domain;      // devices joined by it (a TPU pod slice: all; an H100 node: 8)
   double slow_bandwidth;    // achieved bytes/s per device between fast domains
   double latency;           // seconds per log2 step of one collective
+  double memory;            // bytes per device
   std::string source;
 };
 
 // Published peak figures; achieved bandwidths are assumptions (stated in the output).
 const std::vector<Hardware> kHardware = {
-    {"TPU v5p", 459e12, 0.5 * 600e9, 1 << 30, 0, 5e-6,
-     "459 TFLOP/s bf16, ICI 4800 Gbps (600 GB/s) per chip, half achieved by a collective; one torus"},
-    {"H100 SXM", 989e12, 0.8 * 450e9, 8, 0.8 * 50e9, 5e-6,
-     "989 TFLOP/s bf16 dense, NVLink 450 GB/s per direction (80% achieved) in a node of 8, "
-     "InfiniBand NDR 400 Gb/s per GPU (50 GB/s, 80% achieved) between nodes"},
+    {"TPU v5p", 459e12, 0.5 * 600e9, 1 << 30, 0, 5e-6, 95e9,
+     "459 TFLOP/s bf16, 95 GB HBM, ICI 4800 Gbps (600 GB/s) per chip, half achieved by a collective; FSDP over "
+     "one torus"},
+    {"H100 HSDP", 989e12, 0.8 * 450e9, 8, 0.8 * 50e9, 5e-6, 80e9,
+     "989 TFLOP/s bf16 dense, 80 GB; FSDP over a node's 8 GPUs on NVLink (450 GB/s per direction, 80% "
+     "achieved), the gradient shards all-reduced between nodes over InfiniBand NDR 400 Gb/s per GPU (50 GB/s, "
+     "80% achieved)"},
+    {"H100 FSDP", 989e12, 0.8 * 50e9, 1 << 30, 0, 5e-6, 80e9,
+     "the same GPUs with FSDP over all of them: beyond a node every ring crosses InfiniBand, so its rate is "
+     "InfiniBand's (for 8 GPUs, one node, NVLink's)"},
 };
 constexpr double kMfu = 0.5;
 
@@ -65,6 +72,8 @@ struct ModelCase {
 
 struct Projection {
   double compute = 0, comm = 0;
+  double state = 0;  // bytes per device: f32 parameters, gradients and AdamW's two moments, sharded
+  bool fits = true;
   double step() const { return compute + std::max(0.0, comm - compute); }
   double no_overlap() const { return compute + comm; }
 };
@@ -74,9 +83,15 @@ Projection project(const ModelCase& m, const Hardware& hw, int64_t n, double tra
   p.compute = m.tokens * m.flops_per_token / (hw.peak_flops * kMfu);
   const int64_t shard = std::min(n, hw.fast_domain), replicas = n / shard;
   const double s = static_cast<double>(shard), r = static_cast<double>(replicas);
+  // Within one node an H100 ring runs on NVLink whatever the plan across nodes.
+  const double fast = n <= 8 && hw.slow_bandwidth == 0 && hw.fast_domain > 8 && hw.name.starts_with("H100")
+                          ? 0.8 * 450e9
+                          : hw.fast_bandwidth;
+  p.state = 16 * m.params / s;
+  p.fits = p.state < hw.memory;
   const double fsdp_bytes = (s - 1) / s * m.params * (2 + 2 + 4);
   const double collectives = 3.0 * static_cast<double>(m.layers);
-  p.comm = traffic_factor * fsdp_bytes / hw.fast_bandwidth + collectives * hw.latency * std::log2(s);
+  p.comm = traffic_factor * fsdp_bytes / fast + collectives * hw.latency * std::log2(s);
   if (replicas > 1)
     p.comm += traffic_factor * 2 * (r - 1) / r * m.params / s * 4 / hw.slow_bandwidth +
               static_cast<double>(m.layers) * hw.latency * std::log2(r);
@@ -133,17 +148,25 @@ int main(int argc, char** argv) {
             << "assumptions: MFU " << kMfu << " of peak for compute; collectives overlap compute; latency 5 us "
             << "per log2 step of each collective, 3 collectives per layer\n";
   for (const Hardware& hw : kHardware) std::cout << "  " << hw.name << ": " << hw.source << "\n";
-  std::cout << "\n| model | tokens/device | hardware | devices | compute s | comm s | step s | efficiency | "
-               "efficiency, no overlap |\n|---|---|---|---|---|---|---|---|---|\n";
+  std::cout << "state: f32 parameters, gradients and two moments (16 bytes a parameter) over the shards, "
+               "activations left out; compute share: compute over the step (MFU is that times the assumed 0.5); efficiency "
+               "is against the fewest devices that hold the state\n"
+            << "\n| model | tokens/device | hardware | devices | state GB/device | compute s | comm s | step s | "
+               "compute share | efficiency | efficiency, no overlap |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const std::vector<int64_t> counts = {8, 64, 256, 1024};
   for (const ModelCase& m : models)
     for (const Hardware& hw : kHardware) {
-      const Projection base = project(m, hw, 8, factor);
-      for (int64_t n : {8, 64, 256, 1024}) {
+      std::optional<Projection> base;
+      for (int64_t n : counts) {
         const Projection p = project(m, hw, n, factor);
+        if (p.fits && !base) base = p;
         std::cout << "| " << m.name << " | " << static_cast<int64_t>(m.tokens) << " | " << hw.name << " | " << n << " | "
+                  << bench::fixed(p.state / 1e9, 1) << (p.fits ? "" : " (does not fit)") << " | "
                   << bench::fixed(p.compute, 2) << " | " << bench::fixed(p.comm, 2) << " | " << bench::fixed(p.step(), 2)
-                  << " | " << bench::fixed(100 * base.step() / p.step(), 1) << "% | "
-                  << bench::fixed(100 * base.no_overlap() / p.no_overlap(), 1) << "% |\n";
+                  << " | " << bench::fixed(100 * p.compute / p.step(), 0) << "%"
+                  << " | " << (p.fits ? bench::fixed(100 * base->step() / p.step(), 1) + "%" : std::string("-"))
+                  << " | " << (p.fits ? bench::fixed(100 * base->no_overlap() / p.no_overlap(), 1) + "%" : std::string("-"))
+                  << " |\n";
       }
     }
   std::cout << "\nreference (quoted, not run): Qwen 3 235B on TPU, 8 to 1024 chips, 93% weak-scaling efficiency "

@@ -451,9 +451,12 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
 }
 
 Value constrain(const Value& v, const Sharding& sharding) {
-  if (prog().partitions() <= 1 || sharding.tiles.size() != v.shape.size()) return v;
-  for (size_t d = 0; d < v.shape.size(); ++d)
-    if (v.shape[d] % sharding.tiles[d] != 0) return v;
+  if (prog().partitions() <= 1) return v;
+  if (!sharding.replicated()) {
+    if (sharding.tiles.size() != v.shape.size()) return v;
+    for (size_t d = 0; d < v.shape.size(); ++d)
+      if (v.shape[d] % sharding.tiles[d] != 0) return v;
+  }
   return prog().emit1("stablehlo.custom_call", {v}, type_of(v),
                       "call_target_name = \"Sharding\", mhlo.sharding = \"" + sharding.attr() + "\"");
 }
