@@ -12,8 +12,13 @@
 #include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
+#include "support/tiny_llama3.h"
 #include "titan/graph/runner.h"
+#include "titan/models/llama3/parallelize.h"
+#include "titan/optim/adamw.h"
+#include "titan/parallel/tp_layout.h"
 #include "titan/train/graph_sharding.h"
+#include "titan/train/graph_step.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {
@@ -137,6 +142,43 @@ TEST(GraphParallel, ResumesAcrossLayoutsAndModes) {
   ASSERT_EQ(whole.losses.size(), losses.size());
   for (size_t i = 0; i < losses.size(); ++i)
     EXPECT_LE(relative(losses[i], whole.losses[i]), 1e-4) << "step " << i + 1 << " (" << chain[i / 2].first << ")";
+}
+
+// The tensor-parallel plan as graph mode reads it (parallel::TpLayout): the dims it splits, and
+// Megatron's activation layout held at the regions' edges by sharding constraints, which leave
+// with the layout; an eager forward is unchanged by them.
+TEST(GraphParallel, TheTpPlansSplitsAndActivationLayoutHoldWhileTheLayoutLives) {
+  models::llama3::ModelArgs a = test::tiny_llama3_args(8);
+  a.vocab_size = 16;
+  auto model = std::make_shared<models::llama3::Transformer>(a);
+  Generator gen(3);
+  model->init_weights(gen);
+  const auto named = model->named_parameters();
+  const optim::AdamW optimizer(named, {});
+  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0},
+                                            {2, 8});
+  const std::vector<data::Batch> batch = {{tokens, tokens}};
+  GraphStepOptions options{.custom_kernels = false, .mesh = {.tp = 2}};
+  const auto constraints = [&](const GraphStepOptions& o) {
+    return test::occurrences(capture_train_step(*model, optimizer, named, batch, o).text, "call_target_name = \"Sharding\"");
+  };
+  const size_t carry_only = constraints(options);
+  const Tensor before = (*model)(tokens);
+  {
+    parallel::TpLayout layout(2);
+    models::llama3::apply_tp(*model, layout);
+    EXPECT_EQ(layout.split_dim("layers.0.attention.wq.weight"), 0);
+    EXPECT_EQ(layout.split_dim("layers.1.feed_forward.w2.weight"), 1);
+    EXPECT_EQ(layout.split_dim("tok_embeddings.weight"), 0);
+    EXPECT_EQ(layout.split_dim("output.weight"), 0);
+    EXPECT_EQ(layout.split_dim("norm.weight"), std::nullopt);
+    options.tp_splits = layout.splits();
+    // The layer loop writes its block once: wq, wk, wv, wo, w1, w2, w3 and the two norms entering
+    // split regions, forward and backward; then the embedding's, the final norm's and the output's.
+    EXPECT_GE(constraints(options), carry_only + 2 * 9 + 2 * 3);
+    EXPECT_TRUE(test::tensors_close((*model)(tokens), before, 0, "eager logits under the layout's hooks"));
+  }
+  EXPECT_EQ(constraints(options), carry_only) << "the hooks left with the layout";
 }
 
 // The mesh's devices are numbered (r * dp_shard + s) * tp + t. A colwise weight split on tp along

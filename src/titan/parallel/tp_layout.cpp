@@ -1,11 +1,22 @@
 #include "titan/parallel/tp_layout.h"
 
 #include "titan/core/error.h"
+#include "titan/ops/layout.h"
 
 namespace titan::parallel {
 
 TpLayout::TpLayout(int64_t degree) : degree_(degree) {
   TITAN_CHECK(degree >= 1, "tensor parallelism: the degree must be at least 1, got ", degree);
+}
+
+TpLayout::~TpLayout() {
+  for (auto& [m, id] : hooks_) m->remove_hook(id);
+}
+
+void TpLayout::keep_output(nn::Module& m, bool split) {
+  hooks_.emplace_back(&m, m.register_forward_hook([split](nn::Module&, Tensor& out) {
+    out = ops::keep_layout(out, split ? std::optional<int64_t>(out.dim() - 1) : std::nullopt);
+  }));
 }
 
 void TpLayout::split(const nn::Module& m, const std::string& local, const Tensor& p, int64_t dim) {
@@ -20,11 +31,20 @@ void TpLayout::split(const nn::Module& m, const std::string& local, const Tensor
 void TpLayout::colwise(nn::Linear& linear) {
   split(linear, "weight", linear.weight, 0);
   if (linear.bias.defined()) split(linear, "bias", linear.bias, 0);
+  keep_output(linear, true);
 }
 
-void TpLayout::rowwise(nn::Linear& linear) { split(linear, "weight", linear.weight, 1); }
+void TpLayout::rowwise(nn::Linear& linear) {
+  split(linear, "weight", linear.weight, 1);
+  keep_output(linear, false);
+}
 
-void TpLayout::vocab_embedding(nn::Embedding& embedding) { split(embedding, "weight", embedding.weight, 0); }
+void TpLayout::vocab_embedding(nn::Embedding& embedding) {
+  split(embedding, "weight", embedding.weight, 0);
+  keep_output(embedding, false);
+}
+
+void TpLayout::enter_split_region(nn::Module& m) { keep_output(m, false); }
 
 void TpLayout::vocab_output(nn::Linear& output) { colwise(output); }
 

@@ -1,11 +1,16 @@
 #pragma once
 // Graph mode's reading of the tensor-parallel plan (tp_styles.h): which dim of each parameter the
-// plan splits over tp, by the parameter's name in the model. Nothing is narrowed and no hook is
-// installed; the compiled step's shardings carry the split. The styles that only place
-// collectives (norms, split regions) record nothing: the partitioner places those.
+// plan splits over tp, by the parameter's name in the model, and Megatron's layout of the
+// activations at the regions' edges as forward hooks that hold them so (ops::keep_layout): a
+// column-wise output split along its features, a row-wise output and what enters a split region
+// whole on every tp device, the logits split over the vocabulary. Nothing is narrowed; the
+// compiled step's shardings carry the split and XLA's partitioner inserts the collectives. The
+// hooks stay while the layout lives.
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "titan/parallel/tp_styles.h"
 
@@ -14,6 +19,9 @@ namespace titan::parallel {
 class TpLayout final : public TpStyles {
  public:
   explicit TpLayout(int64_t degree);
+  ~TpLayout() override;
+  TpLayout(const TpLayout&) = delete;
+  TpLayout& operator=(const TpLayout&) = delete;
 
   int64_t degree() const override { return degree_; }
   void colwise(nn::Linear& linear) override;
@@ -21,7 +29,7 @@ class TpLayout final : public TpStyles {
   void vocab_embedding(nn::Embedding& embedding) override;
   void vocab_output(nn::Linear& output) override;
   void tied_vocab_output(nn::Embedding&) override {}
-  void enter_split_region(nn::Module&) override {}
+  void enter_split_region(nn::Module& m) override;
   void norm(nn::Module&) override {}
   void partial_grads(nn::Module&) override {}
   void replicated_region(nn::Module&, nn::Module&) override {}
@@ -34,8 +42,12 @@ class TpLayout final : public TpStyles {
   // Records that `m`'s parameter `local` splits along `dim`, which must divide by the degree.
   void split(const nn::Module& m, const std::string& local, const Tensor& p, int64_t dim);
 
+  // Holds m's output split along its last dim (`split`) or whole.
+  void keep_output(nn::Module& m, bool split);
+
   int64_t degree_;
   std::map<std::string, int64_t> splits_;
+  std::vector<std::pair<nn::Module*, uint64_t>> hooks_;
 };
 
 }  // namespace titan::parallel

@@ -119,6 +119,14 @@ graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank) {
   return mesh_sharding(mesh, dims);
 }
 
+graph::Sharding activation_sharding(const GraphMesh& mesh, const Shape& shape, std::optional<int64_t> split_dim) {
+  std::vector<std::vector<MeshAxis>> dims(shape.size());
+  if (!shape.empty() && shape[0] % mesh.dp() == 0) dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};
+  if (split_dim && *split_dim > 0 && *split_dim < static_cast<int64_t>(shape.size()) && shape[*split_dim] % mesh.tp == 0)
+    dims[*split_dim].push_back(MeshAxis::tp);
+  return mesh_sharding(mesh, dims);
+}
+
 PlannedTraffic planned_traffic(const GraphMesh& mesh, double param_bytes, int64_t micro_batches, int64_t layers,
                                double activation_bytes) {
   const double s = static_cast<double>(mesh.dp_shard), r = static_cast<double>(mesh.dp_replicate),

@@ -49,6 +49,9 @@ graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bo
 
 // A batch tensor's: split along dim 0 over dp_replicate x dp_shard.
 graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank);
+// An activation's at a tensor-parallel region's edge (ops::keep_layout): the batch's split along
+// dim 0 where it divides, and `split_dim` over tp (nullopt: whole on every tp device).
+graph::Sharding activation_sharding(const GraphMesh& mesh, const Shape& shape, std::optional<int64_t> split_dim);
 
 // What the layout should send per device per step, on paper, by the ring formulas of
 // graph/collectives.h, for comparison with what the partitioner inserted:

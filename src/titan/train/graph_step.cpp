@@ -84,7 +84,12 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   program.set_scan_layers(options.scan_layers);
   // Between blocks the residual stream [batch, seq, dim] stays split along the batch as the batch
   // is (FSDP's data parallelism, whole over tp as Megatron's blocks take it).
-  if (devices > 1) program.set_carry_sharding(batch_sharding(options.mesh, 3));
+  if (devices > 1) {
+    program.set_carry_sharding(batch_sharding(options.mesh, 3));
+    program.set_activation_layout([mesh = options.mesh](const Shape& shape, std::optional<int64_t> split_dim) {
+      return activation_sharding(mesh, shape, split_dim);
+    });
+  }
   program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);

@@ -299,7 +299,8 @@ struct Trainer::State {
   // the [parallelism] degrees split the step over; the processes' mesh is then one rank.
   std::optional<graph::Runner> graph_runner;
   GraphMesh graph_mesh;
-  std::map<std::string, int64_t> graph_tp_splits;  // parallel::TpLayout's, for graph_mesh.tp > 1
+  // For graph_mesh.tp > 1: the plan's splits and its activations' layout (hooks on the model).
+  std::unique_ptr<parallel::TpLayout> graph_tp;
   std::unique_ptr<GraphStep> graph;  // compile.mode = "graph"; null when eager
   std::unique_ptr<GraphMoeLayout> graph_moe;  // with graph: its MoE layers' dispatchers, for the run
   int64_t start_step = 0;
@@ -459,9 +460,8 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   if (graph_mesh.tp > 1) {
     config::require(static_cast<bool>(spec.plan_tp), "parallelism.tensor_parallel_degree = ", graph_mesh.tp,
                     " with compile.mode = \"graph\": model ", c.model.name, " has no tensor-parallel plan; set it to 1");
-    parallel::TpLayout layout(graph_mesh.tp);
-    spec.plan_tp(*model, layout);
-    graph_tp_splits = layout.splits();
+    graph_tp = std::make_unique<parallel::TpLayout>(graph_mesh.tp);
+    spec.plan_tp(*model, *graph_tp);
   }
   if (pp) {
     // Between stages: [micro-batch, seq, dim], the sequence split over tp under sequence parallelism.
@@ -703,7 +703,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                                                              : graph::ScanSaves::all,
                          .custom_kernels = c.compile.custom_kernels,
                          .mesh = s.graph_mesh,
-                         .tp_splits = s.graph_tp_splits,
+                         .tp_splits = s.graph_tp ? s.graph_tp->splits() : std::map<std::string, int64_t>{},
                          .model_dim = model_dim(s.named_params)},
         s.log);
   if (s.graph) {

@@ -211,6 +211,12 @@ class Program {
   // it XLA's propagation chooses, and may follow the weights' FSDP split into the features.
   void set_carry_sharding(const Sharding& sharding) { carry_sharding_ = sharding; }
   const std::optional<Sharding>& carry_sharding() const { return carry_sharding_; }
+  // Over several devices: the layout of an activation of `shape` that a tensor-parallel plan
+  // splits along `split_dim` (nullopt: whole on every tp device), as the mesh lays it out
+  // (ops::keep_layout asks). Unset: activations are left to XLA's propagation.
+  using ActivationLayout = std::function<Sharding(const Shape& shape, std::optional<int64_t> split_dim)>;
+  void set_activation_layout(ActivationLayout layout) { activation_layout_ = std::move(layout); }
+  const ActivationLayout& activation_layout() const { return activation_layout_; }
 
  private:
   uint64_t serial_;
@@ -220,6 +226,7 @@ class Program {
   ScanSaves scan_saves_ = ScanSaves::all;
   bool custom_kernels_ = false;
   std::optional<Sharding> carry_sharding_ = std::nullopt;
+  ActivationLayout activation_layout_ = nullptr;
   std::vector<std::string> names_;  // by value id
   size_t next_name_ = 0;            // SSA names count the values written, not rows never taken
   std::vector<Parameter> params_;
