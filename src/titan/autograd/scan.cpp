@@ -147,13 +147,24 @@ class TapeReplayer final : public graph::OpWatcher {
   size_t next_ = 0;
 };
 
+// Blocks run one by one in a program over several devices: h held in the program's carry layout
+// between them, as the loop holds its carry, and its gradient alike.
+Tensor keep_carry(const Tensor& h) {
+  if (!h.is_lazy()) return h;
+  const std::optional<graph::Sharding>& carry = graph::current_program().carry_sharding();
+  if (!carry) return h;
+  Tensor out = graph::tensor_of(hlo::constrain(graph::value_of(h, "scan_blocks"), *carry));
+  record("keep_carry", {h}, {out}, [](const GradContext& g) { return std::vector<Tensor>{keep_carry(g[0])}; });
+  return out;
+}
+
 }  // namespace
 
 Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
                    const std::function<Tensor(size_t, const Tensor&)>& run) {
   if (!loopable(x, blocks)) {
-    Tensor h = x;
-    for (size_t i = 0; i < blocks.size(); ++i) h = run(i, h);
+    Tensor h = keep_carry(x);
+    for (size_t i = 0; i < blocks.size(); ++i) h = keep_carry(run(i, h));
     return h;
   }
   const auto n = static_cast<int64_t>(blocks.size());
