@@ -664,7 +664,9 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   refuse_missing_features(c);
   TITAN_CHECK(!c.compile.graph() || s.world.size() == 1, "compile.mode = \"graph\" runs the captured step from one ",
               "process over its plugin's devices, but this run has ", s.world.size(),
-              " ranks; launch one process, or set compile.enable = false");
+              " ranks; launch one process (its [parallelism] degrees split the step over the plugin's devices), "
+              "or set compile.enable = false. Joining processes is not built yet: the CPU plugins run "
+              "collectives within one process only");
   if (c.compile.graph()) {
     s.graph_runner.emplace(graph_runtime(c));
     s.graph_mesh = graph_mesh(c.parallelism, s.graph_runner->client().device_count());
