@@ -55,6 +55,22 @@ int Client::device_count() const {
   return static_cast<int>(state_->devices.size());
 }
 
+int Client::global_device_count() const {
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = state_->client;
+  state_->check(state_->api()->PJRT_Client_Devices(&all), "PJRT_Client_Devices");
+  return static_cast<int>(all.num_devices);
+}
+
+int Client::process_index() const {
+  PJRT_Client_ProcessIndex_Args index{};
+  index.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE;
+  index.client = state_->client;
+  state_->check(state_->api()->PJRT_Client_ProcessIndex(&index), "PJRT_Client_ProcessIndex");
+  return index.process_index;
+}
+
 std::string Client::device_description(int i) const {
   TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(),
               " client has ", device_count(), " addressable devices");

@@ -34,6 +34,12 @@ class Client {
   const std::string& platform_name() const;
   // Addressable devices: the ones this process can put arrays on and run programs on.
   int device_count() const;
+  // Every device the client knows, other processes' included: more than device_count() only where
+  // the plugin joined several processes into one client.
+  int global_device_count() const;
+  // This process's index among the processes the plugin joined (its create option process_id,
+  // where it takes one).
+  int process_index() const;
   // The plugin's own description of device `i`, for logs.
   std::string device_description(int i) const;
 
