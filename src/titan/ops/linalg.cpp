@@ -83,6 +83,17 @@ Tensor matmul_lowered(const Tensor& a, const Tensor& b, const Shape& batch, cons
       graph::hlo::dot_general(av, bv, batch_dims, batch_dims, {nb + 1}, {nb}, product_dtype(a.dtype())));
 }
 
+// a @ b contracting dim `ca` of the matrix a with dim `cb` of the matrix b, as one dot and no
+// transpose before it: a linear layer's x w^T (1, 1) and weight gradient g^T x (0, 0). So
+// written, XLA's partitioner over several devices sees what is contracted: where the contracted
+// dim is split (the tokens under data parallelism, the features under a row-wise split) it sums
+// partial products, where a transpose first led it to gather every device's tokens (FSDP 4 of the
+// debug model sent 96 MiB a step that way, 69 MiB so).
+Tensor contract_lowered(const Tensor& a, const Tensor& b, int64_t ca, int64_t cb) {
+  return graph::tensor_of(graph::hlo::dot_general(graph::value_of(a, "linear"), graph::value_of(b, "linear"), {}, {},
+                                                  {ca}, {cb}, product_dtype(a.dtype())));
+}
+
 // In a program that runs titan's kernels (custom calls), a linear layer's products go to titan's
 // GEMM rather than to XLA's dots, forward and backward. Measured on the M step of bench_train_step
 // (Intel Xeon with AMX, 2 cores): bf16 1.0 s a step against 1.67 s with XLA's bf16 dots (oneDNN's
@@ -152,7 +163,7 @@ std::pair<Tensor, Tensor> linear_grads(const Tensor& g2, const Tensor& w, const 
     return {dx, dw};
   }
   if (graph::any_lazy({&g2, &w, &x2}))
-    return {want_dx ? matmul_raw(g2, w) : Tensor(), want_dw ? matmul_raw(g2.transpose(0, 1), x2) : Tensor()};
+    return {want_dx ? matmul_raw(g2, w) : Tensor(), want_dw ? contract_lowered(g2, x2, 0, 0) : Tensor()};
   const int64_t rows = g2.size(0), out = w.size(0), in = w.size(1);
   const MatBatch G = as_blas(g2), W = want_dx ? as_blas(w) : MatBatch{},
                  X = want_dw ? as_blas(x2) : MatBatch{};
@@ -205,6 +216,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor xd = as_operand(x, operand), wd = as_operand(weight, operand);
   const Tensor x2 = xd.reshape({-1, x.size(-1)});
   Tensor y = gemm_by_call(x2) && wd.is_lazy() ? graph::tensor_of(gemm_call({gemm_operands(x2, wd, false, true)})[0])
+             : graph::any_lazy({&x2, &wd})     ? contract_lowered(x2, wd, 1, 1)
                                               : matmul_raw(x2, wd.transpose(0, 1));
   if (bias.defined() && y.is_lazy()) {
     TITAN_CHECK(bias.dtype() == y.dtype(), "linear: bias ", bias.desc(), " dtype differs from weight ",
