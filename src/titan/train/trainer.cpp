@@ -615,7 +615,9 @@ void Trainer::State::log_setup(const Data& d) {
               : "float32 (OpenBLAS " + kernels::cpu::blas_corename() + ")")
       << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << plan.gradient_accumulation_steps
-      << " micro-batches, " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
+      << " micro-batches"
+      << (graph_mesh.dp() > 1 ? " per data-parallel device (" + std::to_string(graph_mesh.dp()) + " of them)" : "")
+      << ", " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
   if (const std::string w = kernels::cpu::blas_kernel_warning(); !w.empty() && world.rank() == 0) warn(w);
   if (data_parallel)
