@@ -44,6 +44,10 @@ struct Hardware {
   double fast_bandwidth;    // achieved bytes/s per device within the fast domain
   int64_t fast_domain;      // devices joined by it (a TPU pod slice: all; an H100 node: 8)
   double slow_bandwidth;    // achieved bytes/s per device between fast domains
+  // A ring that stays within one node (node_size devices) runs at node_bandwidth, whatever the
+  // plan across nodes.
+  int64_t node_size;
+  double node_bandwidth;
   double latency;           // seconds per log2 step of one collective
   double memory;            // bytes per device
   std::string source;
@@ -51,14 +55,14 @@ struct Hardware {
 
 // Published peak figures; achieved bandwidths are assumptions (stated in the output).
 const std::vector<Hardware> kHardware = {
-    {"TPU v5p", 459e12, 0.5 * 600e9, 1 << 30, 0, 5e-6, 95e9,
+    {"TPU v5p", 459e12, 0.5 * 600e9, 1 << 30, 0, 1 << 30, 0.5 * 600e9, 5e-6, 95e9,
      "459 TFLOP/s bf16, 95 GB HBM, ICI 4800 Gbps (600 GB/s) per chip, half achieved by a collective; FSDP over "
      "one torus"},
-    {"H100 HSDP", 989e12, 0.8 * 450e9, 8, 0.8 * 50e9, 5e-6, 80e9,
+    {"H100 HSDP", 989e12, 0.8 * 450e9, 8, 0.8 * 50e9, 8, 0.8 * 450e9, 5e-6, 80e9,
      "989 TFLOP/s bf16 dense, 80 GB; FSDP over a node's 8 GPUs on NVLink (450 GB/s per direction, 80% "
      "achieved), the gradient shards all-reduced between nodes over InfiniBand NDR 400 Gb/s per GPU (50 GB/s, "
      "80% achieved)"},
-    {"H100 FSDP", 989e12, 0.8 * 50e9, 1 << 30, 0, 5e-6, 80e9,
+    {"H100 FSDP", 989e12, 0.8 * 50e9, 1 << 30, 0, 8, 0.8 * 450e9, 5e-6, 80e9,
      "the same GPUs with FSDP over all of them: beyond a node every ring crosses InfiniBand, so its rate is "
      "InfiniBand's (for 8 GPUs, one node, NVLink's)"},
 };
@@ -83,10 +87,7 @@ Projection project(const ModelCase& m, const Hardware& hw, int64_t n, double tra
   p.compute = m.tokens * m.flops_per_token / (hw.peak_flops * kMfu);
   const int64_t shard = std::min(n, hw.fast_domain), replicas = n / shard;
   const double s = static_cast<double>(shard), r = static_cast<double>(replicas);
-  // Within one node an H100 ring runs on NVLink whatever the plan across nodes.
-  const double fast = n <= 8 && hw.slow_bandwidth == 0 && hw.fast_domain > 8 && hw.name.starts_with("H100")
-                          ? 0.8 * 450e9
-                          : hw.fast_bandwidth;
+  const double fast = n <= hw.node_size ? hw.node_bandwidth : hw.fast_bandwidth;
   p.state = 16 * m.params / s;
   p.fits = p.state < hw.memory;
   const double fsdp_bytes = (s - 1) / s * m.params * (2 + 2 + 4);
