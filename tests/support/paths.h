@@ -12,6 +12,9 @@ const char* parity_dir();
 // Stand-in PJRT plugins (support/fake_pjrt_plugin.cpp) reporting C API 1.81 and 0.50.
 const char* fake_pjrt_plugin_major_1();
 const char* fake_pjrt_plugin_minor_50();
+// A plugin that joins processes through the caller's key-value callbacks, over the CPU plugin
+// (support/joining_pjrt_plugin.cpp).
+const char* joining_pjrt_plugin();
 
 }  // namespace titan::test::paths
 

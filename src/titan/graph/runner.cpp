@@ -41,7 +41,7 @@ RuntimeOptions parse_runtime_options(const std::string& plugin, const std::strin
 }
 
 Runner::Runner(const RuntimeOptions& options)
-    : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options)) {}
+    : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options, options.store)) {}
 
 Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
   if (sharding.replicated()) return host;

@@ -18,6 +18,9 @@ namespace titan::graph {
 struct RuntimeOptions {
   std::string plugin = "cpu";
   std::vector<pjrt::ClientOption> client_options = {};
+  // Where the client spans several processes: the store they exchange their topology through
+  // (Client::create).
+  std::shared_ptr<KeyValueStore> store = {};
 };
 
 // `plugin` and the client options written as "a=1,b=true,c=0.5,d=text" (integers, booleans,

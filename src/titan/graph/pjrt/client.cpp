@@ -5,6 +5,7 @@
 
 #include "titan/core/error.h"
 #include "titan/graph/pjrt/client_state.h"
+#include "titan/graph/pjrt/kv_callbacks.h"
 
 namespace titan::graph::pjrt {
 namespace {
@@ -34,15 +35,19 @@ PJRT_NamedValue named_value(const ClientOption& option) {
 
 }  // namespace
 
-Client Client::create(const Plugin& plugin, const std::vector<ClientOption>& options) {
+Client Client::create(const Plugin& plugin, const std::vector<ClientOption>& options,
+                      std::shared_ptr<KeyValueStore> store) {
   std::vector<PJRT_NamedValue> values;
   for (const ClientOption& option : options) values.push_back(named_value(option));
   PJRT_Client_Create_Args args{};
   args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
   args.create_options = values.data();
   args.num_options = values.size();
+  if (store) detail::set_kv_callbacks(args, *store);
   plugin.check(plugin.api()->PJRT_Client_Create(&args), "PJRT_Client_Create");
-  return Client(std::make_shared<const detail::ClientState>(plugin, args.client));
+  auto state = std::make_shared<detail::ClientState>(plugin, args.client);
+  state->store = std::move(store);
+  return Client(std::move(state));
 }
 
 const Plugin& Client::plugin() const {
@@ -69,6 +74,20 @@ int Client::process_index() const {
   index.client = state_->client;
   state_->check(state_->api()->PJRT_Client_ProcessIndex(&index), "PJRT_Client_ProcessIndex");
   return index.process_index;
+}
+
+int Client::device_id(int i) const {
+  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(),
+              " client has ", device_count(), " addressable devices");
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = state_->devices[i];
+  state_->check(state_->api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription_Id_Args id{};
+  id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+  id.device_description = get.device_description;
+  state_->check(state_->api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+  return id.id;
 }
 
 std::string Client::device_description(int i) const {

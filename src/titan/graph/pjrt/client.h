@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/core/key_value_store.h"
 #include "titan/core/shape.h"
 #include "titan/graph/pjrt/buffer.h"
 #include "titan/graph/pjrt/compile_options.h"
@@ -27,7 +28,10 @@ struct ClientOption {
 
 class Client {
  public:
-  static Client create(const Plugin& plugin, const std::vector<ClientOption>& options = {});
+  // `store`, where given, is the key-value store a plugin that spans processes exchanges its
+  // topology through (PJRT_Client_Create's kv callbacks); the client keeps it while it lives.
+  static Client create(const Plugin& plugin, const std::vector<ClientOption>& options = {},
+                       std::shared_ptr<KeyValueStore> store = nullptr);
 
   const Plugin& plugin() const;
   // "cpu", "cuda", "tpu", as the plugin names its platform.
@@ -40,6 +44,9 @@ class Client {
   // This process's index among the processes the plugin joined (its create option process_id,
   // where it takes one).
   int process_index() const;
+  // Addressable device `i`'s id among every device the client knows: which partition of a program
+  // it runs (a program over N partitions runs partition p on the device of id p).
+  int device_id(int i) const;
   // The plugin's own description of device `i`, for logs.
   std::string device_description(int i) const;
 

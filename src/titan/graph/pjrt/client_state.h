@@ -4,10 +4,12 @@
 // every object made from it, whatever order the caller drops them in.
 #include <pjrt_c_api.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/core/key_value_store.h"
 #include "titan/graph/pjrt/plugin.h"
 
 namespace titan::graph::pjrt::detail {
@@ -17,6 +19,9 @@ struct ClientState {
   PJRT_Client* client = nullptr;
   std::vector<PJRT_Device*> devices = {};  // addressable, in the plugin's order
   std::string platform_name = {};
+  // The key-value store the plugin's callbacks reach (a client over several processes); it is
+  // dropped after the client is destroyed.
+  std::shared_ptr<KeyValueStore> store = {};
 
   ClientState(const Plugin& plugin, PJRT_Client* client);
   ~ClientState();
