@@ -1,13 +1,22 @@
-// What the CPU plugin does across processes, the fact graph mode's refusal of several processes
-// rests on: each MPI rank creates a client with the plugin's `process_id` option, which numbers
-// its devices apart, but the client knows only its own process's devices (PJRT_Client_Devices
-// equals the addressable ones): the plugin joins no processes, and its collectives
-// (InProcessCollectives) stay within one. Should a plugin version join them, this test fails and
-// the refusal can give way to the multi-process path.
+// Graph mode over several processes (train/graph_processes.h), as far as this machine's plugins
+// allow. What the CPU plugin does across processes, the fact graph mode's refusal of several
+// processes on it rests on: each MPI rank creates a client with the plugin's `process_id` option,
+// which numbers its devices apart, but the client knows only its own process's devices
+// (PJRT_Client_Devices equals the addressable ones): the plugin joins no processes, and its
+// collectives (InProcessCollectives) stay within one. Should a plugin version join them, the first
+// test fails. What titan brings to a plugin that can (CUDA's): the key-value store over MPI, which
+// a stand-in plugin (support/joining_pjrt_plugin.cpp) exchanges through as the CUDA plugin does,
+// and the whole tensors put back from every process's pieces.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
+#include "support/paths.h"
 #include "titan/dist/process_group.h"
+#include "titan/dist/tcp_store.h"
 #include "titan/graph/runner.h"
+#include "titan/train/graph_processes.h"
 #include "trainer_fixture.h"
 
 namespace titan::train::testing {
@@ -26,16 +35,132 @@ TEST(GraphProcesses, TheCpuPluginNumbersEachProcessButJoinsNone) {
   world.barrier().wait();
 }
 
-// And graph mode over several processes is refused before anything is built, saying why.
-TEST(GraphProcesses, GraphModeOverSeveralProcessesIsRefused) {
+// On the CPU plugin graph mode over several processes is refused before anything is built, saying
+// why.
+TEST(GraphProcesses, GraphModeOverSeveralProcessesOnTheCpuPluginIsRefused) {
   dist::ProcessGroup& world = dist::world();
   if (world.size() == 1) GTEST_SKIP() << "one process";
   const std::string message = error_of([&] {
     std::ostringstream log;
     Trainer(small_config({"--compile.enable=true", "--compile.mode=graph"}), log, world);
   });
-  EXPECT_NE(message.find("runs the captured step from one process"), std::string::npos) << message;
-  EXPECT_NE(message.find("collectives within one process only"), std::string::npos) << message;
+  EXPECT_NE(message.find("compile.plugin = \"cpu\" runs its collectives within one process only"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("launch one process"), std::string::npos) << message;
+  world.barrier().wait();
+}
+
+// The store every rank reaches: each puts its key and reads every other's, from two threads at
+// once (a plugin calls from its own), some of them before the key is there.
+TEST(GraphProcesses, TheKeyValueStoreOverMpiServesEveryRank) {
+  dist::ProcessGroup& world = dist::world();
+  std::shared_ptr<dist::TcpStore> store = dist::start_kv_store(world);
+  const int r = world.rank(), n = world.size();
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * r));
+    store->put("rank/" + std::to_string(r), std::to_string(r * 7));
+  });
+  std::vector<std::string> seen(static_cast<size_t>(n)), seen_again(static_cast<size_t>(n));
+  std::thread reader([&] {
+    for (int k = 0; k < n; ++k) seen_again[static_cast<size_t>(k)] = store->get("rank/" + std::to_string(k), std::chrono::seconds(30));
+  });
+  for (int k = n - 1; k >= 0; --k) seen[static_cast<size_t>(k)] = store->get("rank/" + std::to_string(k), std::chrono::seconds(30));
+  late.join();
+  reader.join();
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(seen[static_cast<size_t>(k)], std::to_string(k * 7)) << "rank " << r << " reading rank " << k;
+    EXPECT_EQ(seen_again[static_cast<size_t>(k)], std::to_string(k * 7)) << "rank " << r << " reading rank " << k;
+  }
+  // The server (rank 0's) stays until every rank is done with it.
+  world.barrier().wait();
+}
+
+// A plugin that joins processes as XLA's CUDA plugin does: node r of n puts its device count (r + 1
+// here) and reads every node's through titan's callbacks over the store, so each client counts all.
+TEST(GraphProcesses, APluginJoiningTheRanksExchangesThroughTheStore) {
+  dist::ProcessGroup& world = dist::world();
+  const int r = world.rank(), n = world.size();
+  graph::RuntimeOptions options{.plugin = test::paths::joining_pjrt_plugin(),
+                                .client_options = {{"cpu_device_count", int64_t{r + 1}}}};
+  train::add_process_options(options, r, n);
+  options.store = dist::start_kv_store(world);
+  {
+    const graph::Runner runner(options);
+    EXPECT_EQ(runner.client().device_count(), n * (n + 1) / 2) << "some rank's devices did not arrive";
+  }
+  world.barrier().wait();
+}
+
+// The trainer brings the store up and hands it to the plugin; this stand-in joins nothing (each
+// process's client holds every device itself), which the trainer names before building anything.
+// Rank 0 reads its peers' entries first and raises the error first: its store's server must last
+// until the later readers are done, or they would fail to reach it instead.
+TEST(GraphProcesses, TheTrainerNamesAPluginThatDidNotJoinTheRanks) {
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() == 1) GTEST_SKIP() << "one process";
+  const std::string message = error_of([&] {
+    std::ostringstream log;
+    Trainer(small_config({"--compile.enable=true", "--compile.mode=graph",
+                          std::string("--compile.plugin=") + test::paths::joining_pjrt_plugin(),
+                          "--compile.plugin_options=late_reader_ms=500"}),
+            log, world);
+  });
+  EXPECT_NE(message.find("did not join them (its client knows only this process's " + std::to_string(world.size()) +
+                         " devices)"),
+            std::string::npos)
+      << message;
+  world.barrier().wait();
+}
+
+// The options that name a process to its plugin: the CUDA plugin's node_id and num_nodes, unless
+// the user set them; none for TPU; the CPU plugin refused, naming the key.
+TEST(GraphProcesses, ProcessOptionsByPlugin) {
+  graph::RuntimeOptions cuda{.plugin = "cuda"};
+  train::add_process_options(cuda, 1, 4);
+  ASSERT_EQ(cuda.client_options.size(), 2u);
+  EXPECT_EQ(cuda.client_options[0].name, "node_id");
+  EXPECT_EQ(std::get<int64_t>(cuda.client_options[0].value), 1);
+  EXPECT_EQ(cuda.client_options[1].name, "num_nodes");
+  EXPECT_EQ(std::get<int64_t>(cuda.client_options[1].value), 4);
+  graph::RuntimeOptions set{.plugin = "cuda", .client_options = {{"node_id", int64_t{3}}}};
+  train::add_process_options(set, 1, 4);
+  EXPECT_EQ(set.client_options.size(), 1u);
+  graph::RuntimeOptions tpu{.plugin = "tpu"};
+  train::add_process_options(tpu, 1, 4);
+  EXPECT_TRUE(tpu.client_options.empty());
+  graph::RuntimeOptions cpu{.plugin = "cpu"};
+  const std::string message = error_of([&] { train::add_process_options(cpu, 1, 4); });
+  EXPECT_NE(message.find("compile.plugin = \"cpu\""), std::string::npos) << message;
+}
+
+// Every process holds the pieces of its devices' partitions; the whole tensor comes back equal on
+// every rank, whatever the layout: FSDP along dim 0, TP x FSDP in a permuted device order, pieces
+// replicated over some devices, and a replicated tensor. Rank r owns partitions counted from the
+// end, so that ownership does not follow rank order.
+TEST(GraphProcesses, EveryProcessPutsTheWholeTensorBackFromEveryonesPieces) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  constexpr int64_t kDevices = 4;
+  if (kDevices % n != 0) GTEST_SKIP() << "4 devices do not split over " << n << " ranks";
+  const int64_t local = kDevices / n;
+  std::vector<int64_t> mine;
+  for (int64_t l = 0; l < local; ++l) mine.push_back(kDevices - 1 - (world.rank() * local + l));
+  std::vector<float> values(8 * 6);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  const Tensor whole = Tensor::from_vector<float>(values, {8, 6});
+  const std::vector<graph::Sharding> layouts{
+      {.tiles = {4, 1}},
+      {.tiles = {2, 2}, .devices = {0, 2, 1, 3}},
+      {.tiles = {2, 1}, .replicas = 2, .devices = {3, 1, 2, 0}},
+      {},
+  };
+  for (const graph::Sharding& layout : layouts) {
+    std::vector<Tensor> pieces;
+    for (int64_t p : mine) pieces.push_back(graph::shard_of(whole, layout, p).contiguous());
+    const Tensor back = train::gather_whole(pieces, mine, layout, kDevices, world);
+    ASSERT_EQ(back.sizes(), whole.sizes()) << layout.attr();
+    EXPECT_TRUE(std::equal(values.begin(), values.end(), back.contiguous().data<float>())) << layout.attr();
+  }
   world.barrier().wait();
 }
 

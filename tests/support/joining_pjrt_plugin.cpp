@@ -5,11 +5,14 @@
 // callbacks: it puts "devices/<node_id>", then gets every node's from another thread (the callbacks
 // must work from any thread), and checks that try_get answers NOT_FOUND for a key nobody put. The
 // client it makes has as many CPU devices as all nodes together, so a caller sees that every
-// node's value arrived. A failed callback's error is returned, as the plugin's own.
+// node's value arrived. A failed callback's error is returned, as the plugin's own. Option
+// `late_reader_ms`: nodes other than 0 wait that long between their put and their gets, so that
+// node 0 is done (and may leave) first.
 #include <dlfcn.h>
 #include <pjrt_c_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -76,7 +79,7 @@ std::string option_name(const PJRT_NamedValue& v) { return std::string(v.name, v
 
 // Every node's device count, read through the callbacks, or the first failed callback's error.
 PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t nodes, int64_t devices,
-                     int64_t timeout_ms, int64_t& total) {
+                     int64_t timeout_ms, int64_t late_ms, int64_t& total) {
   const std::string mine = "devices/" + std::to_string(node);
   const std::string count = std::to_string(devices);
   PJRT_KeyValuePutCallback_Args put{};
@@ -108,6 +111,7 @@ PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t 
   PJRT_Error_Destroy_Args destroy{PJRT_Error_Destroy_Args_STRUCT_SIZE, nullptr, missing};
   error_destroy(&destroy);
 
+  if (node != 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
   PJRT_Error* failed = nullptr;
   total = 0;
   std::thread reader([&] {
@@ -131,7 +135,7 @@ PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t 
 }
 
 PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
-  int64_t node = 0, nodes = 1, devices = 1, timeout_ms = 10000;
+  int64_t node = 0, nodes = 1, devices = 1, timeout_ms = 10000, late_ms = 0;
   std::vector<PJRT_NamedValue> passed;
   for (size_t i = 0; i < args->num_options; ++i) {
     const PJRT_NamedValue& v = args->create_options[i];
@@ -139,6 +143,7 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
     if (name == "node_id") node = v.int64_value;
     else if (name == "num_nodes") nodes = v.int64_value;
     else if (name == "kv_timeout_ms") timeout_ms = v.int64_value;
+    else if (name == "late_reader_ms") late_ms = v.int64_value;
     else if (name == "cpu_device_count") devices = v.int64_value;
     else passed.push_back(v);
   }
@@ -146,7 +151,7 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   if (nodes > 1) {
     if (args->kv_get_callback == nullptr || args->kv_put_callback == nullptr || args->kv_try_get_callback == nullptr)
       return make_error("joining plugin: num_nodes > 1 needs the caller's key-value callbacks");
-    if (PJRT_Error* e = exchange(*args, node, nodes, devices, timeout_ms, total)) return e;
+    if (PJRT_Error* e = exchange(*args, node, nodes, devices, timeout_ms, late_ms, total)) return e;
   }
   const std::string count_name = "cpu_device_count", process_name = "process_id";
   PJRT_NamedValue count{};

@@ -108,6 +108,25 @@ TEST(TcpStore, AStoreNobodyServesIsAnErrorNamingIt) {
   EXPECT_TITAN_ERROR(store.put("k", "v"), "could not reach the store at 127.0.0.1:" + std::to_string(port));
 }
 
+// A server destroyed while a client still reads it (rank 0 leaving first) serves on until that
+// client says it is done.
+TEST(TcpStore, AServerLastsUntilEveryClientIsDone) {
+  auto server = std::make_shared<TcpStoreServer>(1);
+  TcpStore client("127.0.0.1", server->port());
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    server.reset();
+    stopped = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(stopped.load());
+  client.put("k", "v");
+  EXPECT_EQ(client.get("k", 1000ms), "v");
+  client.done();
+  stopper.join();
+  EXPECT_FALSE(client.reachable(500ms));
+}
+
 // PJRT's callbacks over the store, as a plugin that spans processes calls them: node 0 of 2 here,
 // with node 1's entry put by the test, so the client counts both nodes' devices.
 TEST(TcpStore, APluginThatJoinsProcessesExchangesThroughTheCallbacks) {

@@ -28,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// A request: op ('P' put, 'G' get, 'T' try_get), the key, the value (put's), and how long a get
+// A request: op ('P' put, 'G' get, 'T' try_get, 'D' done), the key, the value (put's), and how long a get
 // may wait in milliseconds; lengths are 4-byte and the wait 8-byte, little-endian as the hosts.
 // A reply: a status byte, the value's length, the value.
 constexpr size_t kMaxKey = size_t{1} << 20;
@@ -65,7 +65,7 @@ enum class Parse { incomplete, done, malformed };
 Parse parse_request(const std::string& in, Request& r) {
   if (in.size() < 5) return Parse::incomplete;
   const auto key_size = static_cast<size_t>(read_at<uint32_t>(in, 1));
-  if ((in[0] != 'P' && in[0] != 'G' && in[0] != 'T') || key_size > kMaxKey) return Parse::malformed;
+  if ((in[0] != 'P' && in[0] != 'G' && in[0] != 'T' && in[0] != 'D') || key_size > kMaxKey) return Parse::malformed;
   if (in.size() < 5 + key_size + 4) return Parse::incomplete;
   const auto value_size = static_cast<size_t>(read_at<uint32_t>(in, 5 + key_size));
   if (value_size > kMaxValue) return Parse::malformed;
@@ -109,6 +109,10 @@ struct TcpStoreServer::Impl {
   int listener = -1;
   int wake[2] = {-1, -1};
   std::thread thread;
+  int clients = 0;  // the clients that say they are done before the server may stop
+  int done = 0;
+  bool stopping = false;
+  Clock::time_point stop_deadline = {};
 
   struct Connection {
     int fd = -1;
@@ -127,6 +131,10 @@ struct TcpStoreServer::Impl {
   }
 
   void handle(Connection& c, const Request& r) {
+    if (r.op == 'D') {
+      ++done;
+      return reply(c, 0, "");
+    }
     if (r.op == 'P') {
       values[r.key] = r.value;
       reply(c, 0, "");
@@ -144,18 +152,26 @@ struct TcpStoreServer::Impl {
   void serve() {
     std::vector<pollfd> fds;
     for (;;) {
-      fds.assign({pollfd{wake[0], POLLIN, 0}, pollfd{listener, POLLIN, 0}});
-      int timeout_ms = -1;
       const Clock::time_point now = Clock::now();
+      if (stopping && (done >= clients || now >= stop_deadline)) return;
+      // The wake pipe is watched until it has rung once.
+      fds.assign({pollfd{stopping ? -1 : wake[0], POLLIN, 0}, pollfd{listener, POLLIN, 0}});
+      int timeout_ms = -1;
+      const auto until = [&](Clock::time_point t) {
+        const int64_t left = std::max<int64_t>(std::chrono::duration_cast<milliseconds>(t - now).count() + 1, 0);
+        timeout_ms = timeout_ms < 0 ? static_cast<int>(std::min<int64_t>(left, 1 << 30))
+                                    : std::min(timeout_ms, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+      };
+      if (stopping) until(stop_deadline);
       for (Connection& c : connections) {
         fds.push_back(pollfd{c.fd, POLLIN, 0});
-        if (!c.waiting) continue;
-        const auto left = std::chrono::duration_cast<milliseconds>(c.deadline - now).count() + 1;
-        timeout_ms = timeout_ms < 0 ? static_cast<int>(std::max<int64_t>(left, 0))
-                                    : std::min(timeout_ms, static_cast<int>(std::max<int64_t>(left, 0)));
+        if (c.waiting) until(c.deadline);
       }
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
-      if (fds[0].revents != 0) return;
+      if (fds[0].revents != 0) {
+        stopping = true;
+        stop_deadline = Clock::now() + std::chrono::seconds(30);
+      }
       for (size_t i = 0; i < connections.size(); ++i) {
         Connection& c = connections[i];
         if (c.fd < 0 || fds[i + 2].revents == 0) continue;
@@ -184,8 +200,9 @@ struct TcpStoreServer::Impl {
   }
 };
 
-TcpStoreServer::TcpStoreServer() : impl_(std::make_unique<Impl>()) {
+TcpStoreServer::TcpStoreServer(int clients) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  s.clients = clients;
   s.listener = ::socket(AF_INET, SOCK_STREAM, 0);
   TITAN_CHECK(s.listener >= 0, "kv store: could not open a TCP socket: ", errno_text());
   const int one = 1;
@@ -330,6 +347,8 @@ std::optional<std::string> TcpStore::try_get(const std::string& key) {
   return std::move(reply.value);
 }
 
+void TcpStore::done() { request('D', "", "", milliseconds(0), milliseconds(5000)); }
+
 bool TcpStore::reachable(milliseconds timeout) const {
   try {
     request('T', "titan/kv/probe", "", milliseconds(0), timeout);
@@ -343,7 +362,7 @@ std::shared_ptr<TcpStore> start_kv_store(ProcessGroup& group) {
   std::shared_ptr<TcpStoreServer> server;
   std::string offer;
   if (group.rank() == 0) {
-    server = std::make_shared<TcpStoreServer>();
+    server = std::make_shared<TcpStoreServer>(group.size());
     std::ostringstream text;
     text << server->port();
     for (const std::string& a : TcpStoreServer::host_addresses()) text << ' ' << a;
@@ -365,9 +384,17 @@ std::shared_ptr<TcpStore> start_kv_store(ProcessGroup& group) {
   std::vector<std::string> hosts;
   for (std::string host; fields >> host;) hosts.push_back(host);
   std::shared_ptr<TcpStore> store;
+  // Dropping a rank's store tells the server; a server already gone has nobody left to tell.
+  const auto say_done = [](TcpStore* s) {
+    try {
+      s->done();
+    } catch (const Error&) {
+    }
+    delete s;
+  };
   for (const std::string& host : hosts) {
-    auto candidate = std::make_shared<TcpStore>(host, port, server);
-    if (candidate->reachable(milliseconds(2000))) {
+    std::shared_ptr<TcpStore> candidate(new TcpStore(host, port, server), say_done);
+    if (candidate->reachable(milliseconds(5000))) {
       store = std::move(candidate);
       break;
     }

@@ -19,11 +19,13 @@
 
 namespace titan::dist {
 
-// The server: listens on every interface at a port the system picks, on its own thread, until
-// destroyed.
+// The server: listens on every interface at a port the system picks, on its own thread. Destroying
+// it waits until `clients` clients have said they are done (TcpStore::done), or 30 s, so that a
+// process that leaves first (an error raised on rank 0 before the others reach it) does not take
+// the store from processes still reading it.
 class TcpStoreServer {
  public:
-  TcpStoreServer();
+  explicit TcpStoreServer(int clients = 0);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -52,6 +54,8 @@ class TcpStore final : public KeyValueStore {
   std::string address() const;
   // Whether the server answers within `timeout` (a connection and a try_get).
   bool reachable(std::chrono::milliseconds timeout) const;
+  // Tells the server this client will make no more requests (see TcpStoreServer).
+  void done();
 
  private:
   enum class Status : uint8_t { found = 0, not_found = 1, timed_out = 2 };
@@ -70,7 +74,8 @@ class TcpStore final : public KeyValueStore {
 
 // Brings the store up for `group`: its rank 0 serves, and sends the port and its addresses to the
 // others over MPI; each takes the first address it can reach. Collective over `group`. An error
-// names the addresses tried when a rank reaches none.
+// names the addresses tried when a rank reaches none. Each rank's store says it is done when
+// dropped, and rank 0's server lasts until all have.
 std::shared_ptr<TcpStore> start_kv_store(ProcessGroup& group);
 
 }  // namespace titan::dist

@@ -11,6 +11,7 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/clip.h"
+#include "titan/train/graph_processes.h"
 #include "titan/train/stacked_state.h"
 
 namespace titan::train {
@@ -225,10 +226,7 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
   options_.custom_kernels = custom_kernels_.on;
   TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
   const int64_t devices = options_.mesh.devices();
-  TITAN_CHECK(runner_.client().device_count() >= devices, "graph mode: the step is split over ",
-              options_.mesh.describe(), ", but plugin ", runner_.describe(), " has ", runner_.client().device_count(),
-              " devices; give the CPU plugin more with compile.plugin_options \"cpu_device_count=", devices,
-              "\", or lower the [parallelism] degrees");
+  partitions_ = local_partitions(runner_.client(), devices, options_.processes);
   steps_taken_ = optimizer_.state(params_.front().first).step;
   for (const auto& [name, p] : params_) {
     TITAN_CHECK(optimizer_.state(name).step == steps_taken_, "graph mode: parameter '", name, "' has taken ",
@@ -240,7 +238,7 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
   }
   slots_ = plan_state(params_, optimizer_, options_.scan_layers);
   const std::vector<graph::Sharding> per_slot = slot_shardings(slots_, params_, options_);
-  state_.resize(devices);
+  state_.resize(partitions_.size());
   for (int which = 0; which < 3; ++which)
     for (size_t k = 0; k < slots_.size(); ++k) {
       const Tensor whole = gather_slot(slots_[k], [&](size_t m) {
@@ -248,15 +246,18 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
         return which == 0 ? p : which == 1 ? optimizer_.state(name).exp_avg : optimizer_.state(name).exp_avg_sq;
       });
       state_shardings_.push_back(per_slot[k]);
-      for (int d = 0; d < devices; ++d) state_[d].push_back(upload(whole, per_slot[k], d));
+      for (size_t d = 0; d < state_.size(); ++d) state_[d].push_back(upload(whole, per_slot[k], static_cast<int>(d)));
     }
   log_ << "titan: graph mode on " << runner_.describe() << "\n";
   if (devices > 1) log_ << "titan: graph mode: the step split over " << options_.mesh.describe() << "\n";
+  if (options_.processes != nullptr && options_.processes->size() > 1)
+    log_ << "titan: graph mode: " << options_.processes->size() << " processes, this one (" << options_.processes->rank()
+         << ") runs partitions " << shape_str(partitions_) << "\n";
   log_ << "titan: graph mode: titan's kernels as custom calls: " << custom_kernels_.note << "\n";
 }
 
 graph::pjrt::Buffer GraphStep::upload(const Tensor& host, const graph::Sharding& sharding, int device) const {
-  return runner_.upload(graph::shard_of(host, sharding, device), device);
+  return runner_.upload(graph::shard_of(host, sharding, partitions_[static_cast<size_t>(device)]), device);
 }
 
 int64_t GraphStep::state_bytes(int device) const {
@@ -266,9 +267,11 @@ int64_t GraphStep::state_bytes(int device) const {
 }
 
 Tensor GraphStep::download_state(size_t i) const {
-  if (state_.size() == 1) return runner_.download(state_[0][i]);
+  if (options_.mesh.devices() == 1) return runner_.download(state_[0][i]);
   std::vector<Tensor> pieces;
   for (const auto& device : state_) pieces.push_back(runner_.download(device[i]));
+  if (options_.processes != nullptr && options_.processes->size() > 1)
+    return gather_whole(pieces, partitions_, state_shardings_[i], options_.mesh.devices(), *options_.processes);
   return graph::unshard(pieces, state_shardings_[i]);
 }
 
@@ -283,21 +286,24 @@ std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
 
 GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   const std::string key = key_of(batches);
+  // This process's devices, and the program's partitions: more where other processes hold some.
   const int devices = static_cast<int>(state_.size());
+  const int64_t partitions = options_.mesh.devices();
   if (key != key_ || executable_ == nullptr) {
     captured_ = capture_train_step(model_, optimizer_, params_, batches, options_);
     host_buffers_.clear();
     host_buffers_.resize(devices);
     for (size_t i = 0; i < captured_.host.size(); ++i)
       for (int d = 0; d < devices; ++d) host_buffers_[d].push_back(runner_.upload(captured_.host[i], d));
-    const graph::Runner::Compiled compiled = runner_.compile(captured_.text, devices, /*keep_optimized_text=*/devices > 1);
+    const graph::Runner::Compiled compiled =
+        runner_.compile(captured_.text, partitions, /*keep_optimized_text=*/partitions > 1);
     executable_ = compiled.executable;
     if (compiled.fresh) last_compile_seconds_ = compiled.seconds;
     log_ << "titan: graph mode: captured the step (" << captured_.ops << " ops, " << captured_.text.size() / 1024
          << " KiB of StableHLO) in " << seconds_text(captured_.seconds) << " s; "
          << (compiled.fresh ? "compiled in " + seconds_text(compiled.seconds) + " s" : std::string("compiled before"))
          << " (" << key << ")\n";
-    if (compiled.fresh && devices > 1) log_collectives(compiled.optimized_text, batches);
+    if (compiled.fresh && partitions > 1) log_collectives(compiled.optimized_text, batches);
     key_ = key;
   }
   const int64_t step = steps_taken_ + 1;
@@ -333,7 +339,7 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
     }
   }
   std::vector<std::vector<graph::pjrt::Buffer>> out;
-  if (devices == 1)
+  if (partitions == 1)
     out.push_back(executable_->execute(args[0], captured_.donated));
   else
     out = executable_->execute_partitioned(args, captured_.donated);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "titan/data/loader.h"
+#include "titan/dist/process_group.h"
 #include "titan/graph/collectives.h"
 #include "titan/graph/runner.h"
 #include "titan/models/causal_lm.h"
@@ -42,6 +43,9 @@ struct GraphStepOptions {
   // The model's hidden size, for the tensor-parallel traffic on paper (planned_traffic); 0: not
   // estimated.
   int64_t model_dim = 0;
+  // Over several processes (train/graph_processes.h): all of them, one per rank, whose plugin
+  // joined them into one client; each holds its own devices' pieces. Null: one process.
+  dist::ProcessGroup* processes = nullptr;
 };
 
 // [activation_checkpoint] for graph mode's layer loop: mode none keeps every result the backward
@@ -118,7 +122,7 @@ class GraphStep {
   // per step, and what the layout should send on paper.
   const graph::CollectiveCount& collectives() const { return collectives_; }
   const PlannedTraffic& planned_traffic() const { return planned_; }
-  // The bytes of the parameters and moments that device `device` holds (its shards).
+  // The bytes of the parameters and moments that this process's device `device` holds (its shards).
   int64_t state_bytes(int device = 0) const;
   const GraphMesh& mesh() const { return options_.mesh; }
   // Whether titan's kernels run as custom calls, and the log's line about it.
@@ -137,7 +141,10 @@ class GraphStep {
   CustomKernels custom_kernels_;
   int64_t steps_taken_ = 0;  // AdamW's step count, the same for every parameter
   std::vector<StateSlot> slots_;  // how the parameters are laid out in state_
-  // Per device: the slots' parameters, then first moments, then second moments (its shards).
+  // The partition each of this process's devices runs (local_partitions), in its client's order.
+  std::vector<int64_t> partitions_;
+  // Per device of this process: the slots' parameters, then first moments, then second moments
+  // (its shards).
   std::vector<std::vector<graph::pjrt::Buffer>> state_;
   std::vector<graph::Sharding> state_shardings_;  // one per buffer of a device's state_
   std::string key_;
@@ -148,11 +155,11 @@ class GraphStep {
   void log_collectives(const std::string& optimized_text, const std::vector<data::Batch>& batches);
   graph::pjrt::Executable* executable_ = nullptr;
   CapturedStep captured_;
-  // Per device: captured_.host, uploaded at capture.
+  // Per device of this process: captured_.host, uploaded at capture.
   std::vector<std::vector<graph::pjrt::Buffer>> host_buffers_;
-  // Device d's piece of `host` under `sharding`, uploaded to it.
+  // This process's device d's piece of `host` under `sharding` (partitions_[d]'s), uploaded to it.
   graph::pjrt::Buffer upload(const Tensor& host, const graph::Sharding& sharding, int device) const;
-  // The whole tensor whose pieces are state_[d][i] for every device d.
+  // The whole tensor whose pieces are state_[d][i] for every device d, every process's.
   Tensor download_state(size_t i) const;
 };
 

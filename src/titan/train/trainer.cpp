@@ -22,6 +22,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/data/tokenizer_files.h"
 #include "titan/dist/device_mesh.h"
+#include "titan/dist/tcp_store.h"
 #include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/registry.h"
@@ -43,6 +44,7 @@
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/graph_moe.h"
 #include "titan/train/graph_sharding.h"
+#include "titan/train/graph_processes.h"
 #include "titan/train/graph_step.h"
 #include "titan/train/memory_snapshot.h"
 #include "titan/train/metrics.h"
@@ -664,16 +666,24 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   const JobConfig& c = s.cfg;
   validate(c);
   refuse_missing_features(c);
-  TITAN_CHECK(!c.compile.graph() || s.world.size() == 1, "compile.mode = \"graph\" runs the captured step from one ",
-              "process over its plugin's devices, but this run has ", s.world.size(),
-              " ranks; launch one process (its [parallelism] degrees split the step over the plugin's devices), "
-              "or set compile.enable = false. Joining processes is not built yet: the CPU plugins run "
-              "collectives within one process only");
   if (c.compile.graph()) {
-    s.graph_runner.emplace(graph_runtime(c));
-    s.graph_mesh = graph_mesh(c.parallelism, s.graph_runner->client().device_count());
+    graph::RuntimeOptions runtime = graph_runtime(c);
+    // Over several ranks the plugin joins the processes into one client, through a key-value
+    // store that rank 0 serves.
+    if (s.world.size() > 1) {
+      add_process_options(runtime, s.world.rank(), s.world.size());
+      runtime.store = dist::start_kv_store(s.world);
+    }
+    s.graph_runner.emplace(runtime);
+    const graph::pjrt::Client& client = s.graph_runner->client();
+    s.graph_mesh = graph_mesh(c.parallelism, s.world.size() > 1 ? client.global_device_count() : client.device_count());
+    // A plugin that did not join the processes is named before the model is built.
+    if (s.world.size() > 1) local_partitions(client, s.graph_mesh.devices(), &s.world);
   }
-  s.mesh = dist::DeviceMesh::from_config(s.world, c.compile.graph() ? dist::ParallelismConfig{} : c.parallelism, c.comm);
+  // Graph mode's processes each load every device's rows and keep whole tensors on the host; the
+  // plugin splits the step, so the eager side is one rank.
+  s.mesh = c.compile.graph() ? dist::DeviceMesh::from_config(dist::ProcessGroup::single("world"), {}, c.comm)
+                             : dist::DeviceMesh::from_config(s.world, c.parallelism, c.comm);
   s.dp_style = parallel::data_parallel_style(*s.mesh);
   s.plan = plan_batches(c.training, c.compile.graph() ? s.graph_mesh.dp() : (*s.mesh)["batch"].size());
   const State::Data data = s.build_data();
@@ -708,7 +718,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                          .custom_kernels = c.compile.custom_kernels,
                          .mesh = s.graph_mesh,
                          .tp_splits = s.graph_tp ? s.graph_tp->splits() : std::map<std::string, int64_t>{},
-                         .model_dim = model_dim(s.named_params)},
+                         .model_dim = model_dim(s.named_params),
+                         .processes = s.world.size() > 1 ? &s.world : nullptr},
         s.log);
   if (s.graph) {
     s.graph_moe = std::make_unique<GraphMoeLayout>(*s.model, s.graph->custom_kernels().on);
