@@ -44,11 +44,6 @@
 
 namespace titan::parallel {
 
-struct TensorParallelOptions {
-  bool sequence_parallel = true;
-  bool loss_parallel = true;
-};
-
 // Where this rank's slice of a parameter sits in the whole one.
 struct TpPlacement {
   int64_t dim = -1;  // the split dim; -1: replicated on every tp rank

@@ -12,6 +12,15 @@
 
 namespace titan::parallel {
 
+// Megatron's choices beside the plan, for both modes: sequence parallelism (between the split
+// regions the activations split along the sequence: the norms run on a slice of the tokens, and a
+// row-wise output is reduce-scattered instead of all-reduced), and loss parallelism (the logits
+// stay split over the vocabulary into the loss).
+struct TensorParallelOptions {
+  bool sequence_parallel = true;
+  bool loss_parallel = true;
+};
+
 class TpStyles {
  public:
   virtual ~TpStyles() = default;

@@ -119,6 +119,13 @@ graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank) {
   return mesh_sharding(mesh, dims);
 }
 
+graph::Sharding carry_sharding(const GraphMesh& mesh, bool sequence_parallel) {
+  std::vector<std::vector<MeshAxis>> dims(3);
+  dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};
+  if (sequence_parallel && mesh.tp > 1) dims[1] = {MeshAxis::tp};
+  return mesh_sharding(mesh, dims);
+}
+
 graph::Sharding activation_sharding(const GraphMesh& mesh, const Shape& shape, std::optional<int64_t> split_dim) {
   std::vector<std::vector<MeshAxis>> dims(shape.size());
   if (!shape.empty() && shape[0] % mesh.dp() == 0) dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};

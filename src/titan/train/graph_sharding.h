@@ -49,6 +49,10 @@ graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bo
 
 // A batch tensor's: split along dim 0 over dp_replicate x dp_shard.
 graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank);
+// The residual stream's [batch, seq, dim] between blocks: split along the batch as the batch is,
+// and under sequence parallelism (tp > 1) along the sequence over tp; whole over tp otherwise, as
+// Megatron's blocks take it.
+graph::Sharding carry_sharding(const GraphMesh& mesh, bool sequence_parallel);
 // An activation's at a tensor-parallel region's edge (ops::keep_layout): the batch's split along
 // dim 0 where it divides, and `split_dim` over tp (nullopt: whole on every tp device).
 graph::Sharding activation_sharding(const GraphMesh& mesh, const Shape& shape, std::optional<int64_t> split_dim);

@@ -83,10 +83,10 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   const int64_t devices = options.mesh.devices();
   program.set_partitions(devices);
   program.set_scan_layers(options.scan_layers);
-  // Between blocks the residual stream [batch, seq, dim] stays split along the batch as the batch
-  // is (FSDP's data parallelism, whole over tp as Megatron's blocks take it).
+  // Between blocks the residual stream stays split along the batch as the batch is (FSDP's data
+  // parallelism), and along the sequence under sequence parallelism.
   if (devices > 1) {
-    program.set_carry_sharding(batch_sharding(options.mesh, 3));
+    program.set_carry_sharding(carry_sharding(options.mesh, options.sequence_parallel));
     program.set_activation_layout([mesh = options.mesh](const Shape& shape, std::optional<int64_t> split_dim) {
       return activation_sharding(mesh, shape, split_dim);
     });

@@ -40,6 +40,9 @@ struct GraphStepOptions {
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
   GraphMesh mesh = {};
   std::map<std::string, int64_t> tp_splits = {};
+  // The tensor-parallel layout's sequence parallelism (parallel::TpLayout's options): the residual
+  // stream between blocks splits along the sequence over tp too (carry_sharding).
+  bool sequence_parallel = false;
   // The model's hidden size, for the tensor-parallel traffic on paper (planned_traffic); 0: not
   // estimated.
   int64_t model_dim = 0;

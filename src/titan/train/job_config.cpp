@@ -55,10 +55,11 @@ config::Schema<JobConfig> make_schema() {
                    std::to_string(par.pipeline_parallel_microbatch_size) +
                    " does not divide training.local_batch_size = " +
                    std::to_string(c.training.local_batch_size) + "; pick a divisor of it");
-    // Graph mode leaves the activations' layout to XLA's partitioner (train/graph_sharding.h).
-    if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel && !c.compile.graph())
-      for (const auto& [key, seq] : {std::pair<const char*, int64_t>{"training.seq_len", c.training.seq_len},
-                                     {"validation.seq_len", c.validation.enable ? c.validation.seq_len : 0}})
+    // Graph mode validates on the host's whole model: only its training step splits the sequence.
+    if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel)
+      for (const auto& [key, seq] :
+           {std::pair<const char*, int64_t>{"training.seq_len", c.training.seq_len},
+            {"validation.seq_len", c.validation.enable && !c.compile.graph() ? c.validation.seq_len : 0}})
         if (seq % par.tensor_parallel_degree != 0)
           problems.add(std::string(key) + " = " + std::to_string(seq) +
                        " does not divide by parallelism.tensor_parallel_degree = " +

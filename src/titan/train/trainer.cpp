@@ -141,15 +141,6 @@ void refuse_missing_features(const JobConfig& c) {
         refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
                           " with compile.mode = \"graph\": graph mode splits its step over data-parallel (replicate, "
                           "shard) and tensor-parallel degrees only; set the degree to 1 or compile.enable = false");
-    // The partitioner lays out the activations between the split products; these keys choose
-    // eager mode's layout.
-    const dist::ParallelismConfig defaults;
-    if (p.enable_sequence_parallel != defaults.enable_sequence_parallel ||
-        p.disable_loss_parallel != defaults.disable_loss_parallel)
-      refused.push_back(
-          "parallelism.enable_sequence_parallel / disable_loss_parallel with compile.mode = \"graph\": XLA's "
-          "partitioner chooses the layout of the activations between the split products, so these eager-mode "
-          "choices do not apply; drop the keys");
   }
   // What graph mode's layer loop (scan_saves_for) or the eager wrappers (every_k) cannot do, in
   // their own words.
@@ -462,7 +453,9 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
   if (graph_mesh.tp > 1) {
     config::require(static_cast<bool>(spec.plan_tp), "parallelism.tensor_parallel_degree = ", graph_mesh.tp,
                     " with compile.mode = \"graph\": model ", c.model.name, " has no tensor-parallel plan; set it to 1");
-    graph_tp = std::make_unique<parallel::TpLayout>(graph_mesh.tp);
+    graph_tp = std::make_unique<parallel::TpLayout>(
+        graph_mesh.tp, parallel::TensorParallelOptions{.sequence_parallel = c.parallelism.enable_sequence_parallel,
+                                                       .loss_parallel = !c.parallelism.disable_loss_parallel});
     spec.plan_tp(*model, *graph_tp);
   }
   if (pp) {
@@ -718,6 +711,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
                          .custom_kernels = c.compile.custom_kernels,
                          .mesh = s.graph_mesh,
                          .tp_splits = s.graph_tp ? s.graph_tp->splits() : std::map<std::string, int64_t>{},
+                         .sequence_parallel = s.graph_tp && s.graph_tp->options().sequence_parallel,
                          .model_dim = model_dim(s.named_params),
                          .processes = s.world.size() > 1 ? &s.world : nullptr},
         s.log);
