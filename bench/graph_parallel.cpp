@@ -11,7 +11,9 @@
 //   ops       the collectives per step in each side's compiled program, counted alike
 // On 2 cores, 4 devices take turns on them: the step times measure the traffic's and the split
 // programs' cost, not a speed-up; the traffic and state columns are what the layouts are about.
-// Both sides run XLA's lowerings (titan's custom calls cannot be split by the partitioner).
+// Both sides run XLA's lowerings (titan's custom calls cannot be split by the partitioner). The
+// ", SP" layouts add sequence parallelism: both sides keep the residual stream split along the
+// sequence over tp; titan also holds Megatron's layout at the regions' edges (parallel::TpLayout).
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +52,7 @@ constexpr double kLr = 8e-4, kMiB = 1024.0 * 1024.0;
 struct Layout {
   std::string name;
   int64_t dp_shard, tp;
+  bool sequence_parallel = false;  // with tp > 1
   int64_t devices() const { return dp_shard * tp; }
   int64_t batch() const { return kBatchPerDevice * dp_shard; }
 };
@@ -86,7 +89,7 @@ Titan run_titan(const Layout& layout) {
   model->init_weights(gen);
   auto named = model->named_parameters();
   titan::optim::AdamW optimizer(named, {.lr = kLr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
-  titan::parallel::TpLayout tp(layout.tp);
+  titan::parallel::TpLayout tp(layout.tp, {.sequence_parallel = layout.sequence_parallel});
   if (layout.tp > 1) llama3::apply_tp(*model, tp);
   titan::train::GraphStep step(
       *model, optimizer, named,
@@ -95,6 +98,7 @@ Titan run_titan(const Layout& layout) {
           .custom_kernels = false,
           .mesh = {.dp_shard = layout.dp_shard, .tp = layout.tp},
           .tp_splits = tp.splits(),
+          .sequence_parallel = layout.sequence_parallel,
           .model_dim = kDim},
       std::cerr);
   std::mt19937_64 rng(0);
@@ -132,7 +136,7 @@ json run_jax(const Layout& layout, int threads, const std::string& hlo_path) {
        {"steps", kSteps},
        {"seed", 0},
        {"variant", "f32"},
-       {"mesh", {{"dp_shard", layout.dp_shard}, {"tp", layout.tp}}},
+       {"mesh", {{"dp_shard", layout.dp_shard}, {"tp", layout.tp}, {"sequence_parallel", layout.sequence_parallel}}},
        {"hlo_path", hlo_path},
        {"config",
         {{"dim", kDim},
@@ -152,7 +156,9 @@ int main(int argc, char** argv) {
   bench::mark_start();
   const int threads = titan::num_threads();
   const std::vector<Layout> layouts = {
-      {"one device", 1, 1}, {"FSDP 2", 2, 1}, {"FSDP 4", 4, 1}, {"TP 2", 1, 2}, {"TP 2 x FSDP 2", 2, 2}};
+      {"one device", 1, 1}, {"FSDP 2", 2, 1},           {"FSDP 4", 4, 1},
+      {"TP 2", 1, 2},       {"TP 2, SP", 1, 2, true},  {"TP 2 x FSDP 2", 2, 2},
+      {"TP 2 x FSDP 2, SP", 2, 2, true}};
   std::vector<std::vector<std::string>> rows;
   std::string jax_about = "JAX: no round ran";
   std::vector<std::string> notes;
@@ -200,7 +206,8 @@ int main(int argc, char** argv) {
   }
   std::cout << "\nSpeed is JAX's step time over titan's (above 1: titan faster). Traffic: per device per step, "
                "by ring formulas over the collectives counted in each side's compiled program (loops per trip); planned: FSDP's "
-               "gathers and reduce-scatter, HSDP's all-reduce and TP's activation all-reduces on paper. On "
+               "gathers and reduce-scatter, HSDP's all-reduce and TP's activation all-reduces (or, with SP, their "
+               "all-gathers and reduce-scatters, the same bytes) on paper. On "
                "2 cores the devices share the cores: times show cost, not speed-up.\n";
   for (const std::string& n : notes) std::cout << "note: " << n << "\n";
   return 0;

@@ -21,7 +21,8 @@ layers are rematerialised in the backward (jax.checkpoint), as titan's scan does
 FSDP-sharded over "dp_shard" along its first dim after the layers' that divides, Megatron's plan
 on "tp" (wq, wk, wv, w1, w3 and the output column-wise, wo and w2 row-wise, the embedding over the
 vocabulary), the batch over "dp_shard", and the residual stream between blocks kept so
-(with_sharding_constraint); "batch" is then the global batch; "hlo_path", if given, receives the
+(with_sharding_constraint; along the sequence over "tp" too where the mesh says
+"sequence_parallel": true); "batch" is then the global batch; "hlo_path", if given, receives the
 optimized HLO text of the compiled step. It is the reference of bench/graph_parallel.cpp.
 
 Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "step_seconds",
@@ -125,7 +126,7 @@ def shard_params(jax, params, mesh):
                    else spec(name, value.shape, False)) for name, value in params.items()}
 
 
-def make_step(jax, jnp, c, bf16, remat, mesh=None):
+def make_step(jax, jnp, c, bf16, remat, mesh=None, sequence_parallel=False):
     b, s = c["batch"], c["seq"]
     n_heads, n_kv, hd = c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"]
     cos, sin = (jnp.asarray(t)[None, :, None, :] for t in rope_table(hd, s))
@@ -146,7 +147,8 @@ def make_step(jax, jnp, c, bf16, remat, mesh=None):
         if mesh is None:
             return h
         from jax.sharding import NamedSharding, PartitionSpec
-        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, PartitionSpec("s", None, None)))
+        seq = "t" if sequence_parallel else None
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, PartitionSpec("s", seq, None)))
 
     def block(h, p):
         h = keep(h)
@@ -237,7 +239,8 @@ def main():
     jax.block_until_ready((params, opt))
     # On an accelerator each block is recomputed in the backward (jax.checkpoint on the scan body),
     # as titan's scan recomputes it: without, the XL step's temporaries asked an H200 for 130 GiB.
-    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu", mesh=mesh)
+    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu", mesh=mesh,
+                     sequence_parallel=bool(layout and layout.get("sequence_parallel", False)))
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 

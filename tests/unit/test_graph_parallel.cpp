@@ -43,9 +43,14 @@ struct Layout {
 // 4 sequences per step in every layout: one device takes all 4, 4 data-parallel devices one each.
 const std::vector<Layout> kLayouts = {
     {"FSDP 4", {"--parallelism.data_parallel_shard_degree=4", "--training.local_batch_size=1"}, true},
-    {"TP 2 x FSDP 2",
+    {"TP 2 x FSDP 2 (sequence and loss parallel, the defaults)",
      {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2",
       "--training.local_batch_size=2"},
+     false},
+    {"TP 2 x FSDP 2 without sequence or loss parallelism",
+     {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2",
+      "--training.local_batch_size=2", "--parallelism.enable_sequence_parallel=false",
+      "--parallelism.disable_loss_parallel=true"},
      false},
     {"HSDP 2 x 2",
      {"--parallelism.data_parallel_replicate_degree=2", "--parallelism.data_parallel_shard_degree=2",
@@ -181,6 +186,49 @@ TEST(GraphParallel, TheTpPlansSplitsAndActivationLayoutHoldWhileTheLayoutLives) 
   EXPECT_EQ(constraints(options), carry_only) << "the hooks left with the layout";
 }
 
+// Sequence parallelism in the captured step: over tp 2 (batch 2 unsplit), the residual stream, the
+// row-wise and the embedding's outputs split along the sequence ({devices=[1,2,1]0,1}); without it
+// nothing is; and without loss parallelism the logits are held whole after their split product.
+TEST(GraphParallel, SequenceAndLossParallelismLayTheActivationsOut) {
+  models::llama3::ModelArgs a = test::tiny_llama3_args(8);
+  a.vocab_size = 16;
+  auto model = std::make_shared<models::llama3::Transformer>(a);
+  Generator gen(3);
+  model->init_weights(gen);
+  const auto named = model->named_parameters();
+  const optim::AdamW optimizer(named, {});
+  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0},
+                                            {2, 8});
+  const std::vector<data::Batch> batch = {{tokens, tokens}};
+  const auto text_for = [&](parallel::TensorParallelOptions tp) {
+    parallel::TpLayout layout(2, tp);
+    models::llama3::apply_tp(*model, layout);
+    GraphStepOptions options{
+        .custom_kernels = false, .mesh = {.tp = 2}, .tp_splits = layout.splits(), .sequence_parallel = tp.sequence_parallel};
+    return capture_train_step(*model, optimizer, named, batch, options).text;
+  };
+  // The sharding constraints (not the parameters' shardings) that lay an activation out so.
+  const auto constraints = [](const std::string& text, const std::string& layout) {
+    size_t n = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+      n += line.find("call_target_name = \"Sharding\"") != std::string::npos &&
+           line.find("mhlo.sharding = \"" + layout + "\"") != std::string::npos;
+    return n;
+  };
+  const std::string seq_split = "{devices=[1,2,1]0,1}", vocab_split = "{devices=[1,1,2]0,1}", whole = "{replicated}";
+  const std::string sp = text_for({.sequence_parallel = true, .loss_parallel = true});
+  const std::string plain = text_for({.sequence_parallel = false, .loss_parallel = true});
+  const std::string gathered = text_for({.sequence_parallel = false, .loss_parallel = false});
+  // The carry, wo's and w2's outputs (forward and backward) and the embedding's at least.
+  EXPECT_GE(constraints(sp, seq_split), 1u + 2 * 2 + 2);
+  EXPECT_EQ(constraints(plain, seq_split), 0u);
+  // The logits held whole after their split product, forward and backward.
+  EXPECT_EQ(constraints(gathered, whole), constraints(plain, whole) + 2);
+  EXPECT_EQ(constraints(gathered, vocab_split), constraints(plain, vocab_split));
+  EXPECT_GT(constraints(plain, vocab_split), 0u);
+}
+
 // The mesh's devices are numbered (r * dp_shard + s) * tp + t. A colwise weight split on tp along
 // dim 0 and FSDP along dim 1 puts tile (i, j) on the device with t = i, s = j.
 TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
@@ -246,20 +294,23 @@ TEST(GraphMeshSharding, DegreesThatDoNotFitTheDevicesAreNamed) {
 TEST(GraphParallel, LayoutsThatCannotSplitAreNamedBeforeCompiling) {
   if (!on_cpu_plugin()) GTEST_SKIP() << "device counts of the CPU plugin";
   EXPECT_TITAN_ERROR(run(small_config(graph_run({"--compile.plugin_options=cpu_device_count=4",
-                                                 "--parallelism.tensor_parallel_degree=3"}, 1))),
+                                                 "--parallelism.tensor_parallel_degree=3", "--training.seq_len=48"},
+                                                1))),
                      "tensor_parallel_degree = 3", "does not divide the 4 devices", "cpu_device_count");
   EXPECT_TITAN_ERROR(run(small_config(graph_run({"--compile.plugin_options=cpu_device_count=4",
                                                  "--parallelism.data_parallel_shard_degree=2"}, 1))),
                      "do not multiply to the 4 devices");
   // A dim the plan splits must divide by tp (the devices are made for the degree): the vocabulary
   // of 2048 rows does not split 3 ways, and 16 heads do not split 32 ways.
-  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=3"}, 1))),
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=3", "--training.seq_len=48"}, 1))),
                      "tok_embeddings.weight", "dim 0 of size 2048 does not split into 3 equal parts");
   EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=32"}, 1))),
                      "16 query and 16 key/value heads", "do not split into 32 equal parts");
-  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=2",
-                                                 "--parallelism.enable_sequence_parallel=false"}, 1))),
-                     "enable_sequence_parallel", "partitioner chooses the layout");
+  // Sequence parallelism splits the training sequence over tp (validation runs on the host's
+  // whole model, so its length is free).
+  EXPECT_TITAN_ERROR(run(small_config(graph_run({"--parallelism.tensor_parallel_degree=2", "--training.seq_len=31"}, 1))),
+                     "training.seq_len = 31 does not divide by parallelism.tensor_parallel_degree = 2",
+                     "enable_sequence_parallel = false");
 }
 
 }  // namespace
