@@ -112,6 +112,51 @@ TEST(GraphProcesses, TheTrainerNamesAPluginThatDidNotJoinTheRanks) {
   world.barrier().wait();
 }
 
+// Graph mode over the ranks with a plugin that joins them (the stand-in in its joined mode; 4
+// devices in all, 4 / ranks to each process): titan's multi-process path end to end. Each process
+// uploads its devices' pieces, runs the program on them, gathers whole tensors over MPI for a
+// checkpoint, which rank 0 writes. The losses are one eager rank's, and a checkpoint saved over
+// the processes resumes in one process over 4 devices, and back.
+TEST(GraphProcesses, ARunOverJoinedProcessesTrainsAsOneProcessAndResumesAcrossThem) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n == 1 || 4 % n != 0) GTEST_SKIP() << "4 devices over several processes";
+  const std::string config = "configs/llama3/debug.toml";
+  const OneRankReference want = one_rank_reference({}, config);
+  const std::vector<std::string> fsdp4 = {"--compile.enable=true", "--compile.mode=graph",
+                                          "--parallelism.data_parallel_shard_degree=4", local_batch(4)};
+  const std::vector<std::string> tp2_fsdp2 = {"--compile.enable=true", "--compile.mode=graph",
+                                              "--parallelism.data_parallel_shard_degree=2",
+                                              "--parallelism.tensor_parallel_degree=2", local_batch(2)};
+  const auto over_processes = [&](const std::vector<std::string>& o) {
+    std::ostringstream log;
+    TrainResult r = Trainer(small_config(join(o, {std::string("--compile.plugin=") + test::paths::joining_pjrt_plugin(),
+                                                  "--compile.plugin_options=cpu_device_count=" + std::to_string(4 / n) +
+                                                      ",joined=true"}),
+                                         config),
+                            log, world)
+                        .train();
+    if (world.rank() == 0) {  // the others log nothing
+      EXPECT_NE(log.str().find(std::to_string(n) + " processes, this one (0) runs partitions [0"), std::string::npos)
+          << log.str();
+    }
+    return r;
+  };
+  expect_one_rank_figures(over_processes(fsdp4), want, "graph FSDP 4 over the processes");
+  expect_one_rank_figures(over_processes(tp2_fsdp2), want, "graph TP 2 x FSDP 2 over the processes");
+  const ResumeAcrossLayouts c("graph_processes");
+  c.fresh();
+  over_processes(join(fsdp4, c.save));
+  const TrainResult one = c.one_rank(join(tp2_fsdp2, c.resume), config);
+  if (world.rank() == 0)
+    c.expect_second_half(one, want, "saved over the processes, resumed by one process over 4 devices");
+  c.fresh();
+  c.one_rank(join(fsdp4, c.save), config);
+  c.expect_second_half(over_processes(join(tp2_fsdp2, c.resume)), want,
+                       "saved by one process over 4 devices, resumed over the processes");
+  c.fresh();
+}
+
 // The options that name a process to its plugin: the CUDA plugin's node_id and num_nodes, unless
 // the user set them; none for TPU; the CPU plugin refused, naming the key.
 TEST(GraphProcesses, ProcessOptionsByPlugin) {

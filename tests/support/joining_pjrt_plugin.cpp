@@ -1,13 +1,21 @@
 // A stand-in for a PJRT plugin that spans processes (XLA's CUDA plugin), for testing titan's
-// side of it on a machine whose plugins join none: it is the CPU plugin (TITAN_CPU_PLUGIN) with a
+// side of it on a machine whose plugins join none. It is the CPU plugin (TITAN_CPU_PLUGIN) with a
 // PJRT_Client_Create that takes the CUDA plugin's `node_id` and `num_nodes` options and, as that
 // plugin does at creation, exchanges each node's devices through the caller's key-value
 // callbacks: it puts "devices/<node_id>", then gets every node's from another thread (the callbacks
 // must work from any thread), and checks that try_get answers NOT_FOUND for a key nobody put. The
-// client it makes has as many CPU devices as all nodes together, so a caller sees that every
-// node's value arrived. A failed callback's error is returned, as the plugin's own. Option
-// `late_reader_ms`: nodes other than 0 wait that long between their put and their gets, so that
-// node 0 is done (and may leave) first.
+// client it makes has as many CPU devices as all nodes together. A failed callback's error is
+// returned, as the plugin's own. Options:
+//   late_reader_ms  nodes other than 0 wait that long between their put and their gets, so that
+//                   node 0 is done (and may leave) first;
+//   joined = true   the client behaves as one joined across the nodes: node k addresses only its
+//                   own devices (ids k*c .. k*c+c-1 of the n*c, c its cpu_device_count), and a
+//                   program over all of them runs with each node's arguments for its own devices.
+//                   Every node runs the whole program on its own CPU devices, with the other
+//                   nodes' arguments fetched through the key-value store, and keeps its devices'
+//                   results: what a joined runtime computes, by another route, so that titan's
+//                   multi-process path (per-process uploads, runs on a node's devices, results
+//                   gathered over MPI) runs end to end. The collectives stay within each process.
 #include <dlfcn.h>
 #include <pjrt_c_api.h>
 
@@ -31,6 +39,22 @@ struct JoinError {
 std::mutex errors_mutex;
 std::set<const void*> our_errors;
 const PJRT_Api* cpu = nullptr;
+
+// The joined client (one at a time): its node, the devices by id, and the store's callbacks.
+struct Joined {
+  bool on = false;
+  int64_t node = 0, nodes = 1, local = 1;
+  std::vector<PJRT_Device*> by_id;  // every device of the real client, by id
+  PJRT_Client* client = nullptr;
+  PJRT_KeyValueGetCallback get = nullptr;
+  void* get_arg = nullptr;
+  PJRT_KeyValuePutCallback put = nullptr;
+  void* put_arg = nullptr;
+  int64_t executions = 0;
+};
+Joined joined;
+
+int64_t device_id(PJRT_Device* device);
 
 PJRT_Error* make_error(PJRT_Error_Code code, const char* message, size_t size) {
   auto* e = new JoinError{code, std::string(message, size)};
@@ -134,8 +158,211 @@ PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t 
   return failed;
 }
 
+int64_t device_id(PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = device;
+  cpu->PJRT_Device_GetDescription(&get);
+  PJRT_DeviceDescription_Id_Args id{};
+  id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+  id.device_description = get.device_description;
+  cpu->PJRT_DeviceDescription_Id(&id);
+  return id.id;
+}
+
+// This node's devices, of a joined client: ids node*c .. node*c+c-1.
+std::vector<PJRT_Device*> mine() {
+  return {joined.by_id.begin() + joined.node * joined.local, joined.by_id.begin() + (joined.node + 1) * joined.local};
+}
+
+PJRT_Error* client_addressable_devices(PJRT_Client_AddressableDevices_Args* args) {
+  if (!joined.on || args->client != joined.client) return cpu->PJRT_Client_AddressableDevices(args);
+  static std::vector<PJRT_Device*> devices;
+  devices = mine();
+  args->addressable_devices = devices.data();
+  args->num_addressable_devices = devices.size();
+  return nullptr;
+}
+
+PJRT_Error* executable_addressable_devices(PJRT_LoadedExecutable_AddressableDevices_Args* args) {
+  PJRT_Error* e = cpu->PJRT_LoadedExecutable_AddressableDevices(args);
+  if (e != nullptr || !joined.on || args->num_addressable_devices != joined.by_id.size()) return e;
+  static std::vector<PJRT_Device*> devices;
+  devices = mine();
+  args->addressable_devices = devices.data();
+  args->num_addressable_devices = devices.size();
+  return nullptr;
+}
+
+void await(PJRT_Event* event) {
+  if (event == nullptr) return;
+  PJRT_Event_Await_Args wait{};
+  wait.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  wait.event = event;
+  if (PJRT_Error* e = cpu->PJRT_Event_Await(&wait)) {
+    PJRT_Error_Destroy_Args destroy{PJRT_Error_Destroy_Args_STRUCT_SIZE, nullptr, e};
+    cpu->PJRT_Error_Destroy(&destroy);
+  }
+  PJRT_Event_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+  destroy.event = event;
+  cpu->PJRT_Event_Destroy(&destroy);
+}
+
+std::string bytes_of(PJRT_Buffer* buffer) {
+  PJRT_Buffer_ToHostBuffer_Args copy{};
+  copy.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  copy.src = buffer;
+  cpu->PJRT_Buffer_ToHostBuffer(&copy);
+  std::string out(copy.dst_size, '\0');
+  copy.dst = out.data();
+  copy.event = nullptr;
+  cpu->PJRT_Buffer_ToHostBuffer(&copy);
+  await(copy.event);
+  return out;
+}
+
+// `bytes` as a buffer like `like` (its element type and dims) on `device`.
+PJRT_Buffer* buffer_from(const std::string& bytes, PJRT_Buffer* like, PJRT_Device* device) {
+  PJRT_Buffer_ElementType_Args type{};
+  type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+  type.buffer = like;
+  cpu->PJRT_Buffer_ElementType(&type);
+  PJRT_Buffer_Dimensions_Args dims{};
+  dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+  dims.buffer = like;
+  cpu->PJRT_Buffer_Dimensions(&dims);
+  PJRT_Client_BufferFromHostBuffer_Args put{};
+  put.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  put.client = joined.client;
+  put.data = bytes.data();
+  put.type = type.type;
+  put.dims = dims.dims;
+  put.num_dims = dims.num_dims;
+  put.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  put.device = device;
+  cpu->PJRT_Client_BufferFromHostBuffer(&put);
+  await(put.done_with_host_buffer);
+  return put.buffer;
+}
+
+PJRT_Error* kv_put(const std::string& key, const std::string& value) {
+  PJRT_KeyValuePutCallback_Args put{};
+  put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
+  put.key = key.data();
+  put.key_size = key.size();
+  put.value = value.data();
+  put.value_size = value.size();
+  put.callback_error = &callback_error;
+  put.user_arg = joined.put_arg;
+  return joined.put(&put);
+}
+
+PJRT_Error* kv_get(const std::string& key, std::string& value) {
+  PJRT_KeyValueGetCallback_Args get{};
+  get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
+  get.key = key.data();
+  get.key_size = key.size();
+  get.timeout_in_ms = 120000;
+  get.callback_error = &callback_error;
+  get.user_arg = joined.get_arg;
+  if (PJRT_Error* e = joined.get(&get)) return e;
+  value.assign(get.value, get.value_size);
+  get.value_deleter_callback(get.value);
+  return nullptr;
+}
+
+// A program over every node's devices, called with this node's arguments: the other nodes'
+// arrive through the store, the whole program runs here, and this node's results are returned.
+PJRT_Error* execute(PJRT_LoadedExecutable_Execute_Args* args) {
+  const size_t local = static_cast<size_t>(joined.local), n = joined.by_id.size();
+  if (!joined.on || args->num_devices != local) return cpu->PJRT_LoadedExecutable_Execute(args);
+  const std::string run = "exec/" + std::to_string(joined.executions++) + "/";
+  const size_t first = static_cast<size_t>(joined.node) * local;
+  for (size_t d = 0; d < local; ++d)
+    for (size_t i = 0; i < args->num_args; ++i)
+      if (PJRT_Error* e = kv_put(run + std::to_string(first + d) + "/" + std::to_string(i), bytes_of(args->argument_lists[d][i])))
+        return e;
+  // The real executable's devices, in its order, and their partitions (= ids).
+  PJRT_LoadedExecutable_AddressableDevices_Args devices{};
+  devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
+  devices.executable = args->executable;
+  if (PJRT_Error* e = cpu->PJRT_LoadedExecutable_AddressableDevices(&devices)) return e;
+  PJRT_LoadedExecutable_GetExecutable_Args get_executable{};
+  get_executable.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  get_executable.loaded_executable = args->executable;
+  if (PJRT_Error* e = cpu->PJRT_LoadedExecutable_GetExecutable(&get_executable)) return e;
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = get_executable.executable;
+  if (PJRT_Error* e = cpu->PJRT_Executable_NumOutputs(&outputs)) return e;
+
+  std::vector<std::vector<PJRT_Buffer*>> in(n), out(n, std::vector<PJRT_Buffer*>(outputs.num_outputs, nullptr));
+  std::vector<PJRT_Buffer*> fetched;
+  std::vector<size_t> partition(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t p = static_cast<size_t>(device_id(devices.addressable_devices[k]));
+    partition[k] = p;
+    if (p >= first && p < first + local) {
+      in[k].assign(args->argument_lists[p - first], args->argument_lists[p - first] + args->num_args);
+      continue;
+    }
+    for (size_t i = 0; i < args->num_args; ++i) {
+      std::string bytes;
+      if (PJRT_Error* e = kv_get(run + std::to_string(p) + "/" + std::to_string(i), bytes)) return e;
+      fetched.push_back(buffer_from(bytes, args->argument_lists[0][i], devices.addressable_devices[k]));
+      in[k].push_back(fetched.back());
+    }
+  }
+  std::vector<PJRT_Buffer* const*> in_lists;
+  std::vector<PJRT_Buffer**> out_lists;
+  for (size_t k = 0; k < n; ++k) {
+    in_lists.push_back(in[k].data());
+    out_lists.push_back(out[k].data());
+  }
+  std::vector<PJRT_Event*> done(n, nullptr);
+  PJRT_LoadedExecutable_Execute_Args all = *args;
+  all.argument_lists = in_lists.data();
+  all.num_devices = n;
+  all.output_lists = out_lists.data();
+  all.device_complete_events = done.data();
+  PJRT_Error* error = cpu->PJRT_LoadedExecutable_Execute(&all);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t p = partition[k];
+    if (p >= first && p < first + local) {
+      std::copy(out[k].begin(), out[k].end(), args->output_lists[p - first]);
+      if (args->device_complete_events != nullptr) args->device_complete_events[p - first] = done[k];
+      else await(done[k]);
+      continue;
+    }
+    await(done[k]);
+    for (PJRT_Buffer* b : out[k]) {
+      if (b == nullptr) continue;
+      PJRT_Buffer_Destroy_Args destroy{PJRT_Buffer_Destroy_Args_STRUCT_SIZE, nullptr, b};
+      cpu->PJRT_Buffer_Destroy(&destroy);
+    }
+  }
+  for (PJRT_Buffer* b : fetched) {
+    PJRT_Buffer_Destroy_Args destroy{PJRT_Buffer_Destroy_Args_STRUCT_SIZE, nullptr, b};
+    cpu->PJRT_Buffer_Destroy(&destroy);
+  }
+  return error;
+}
+
+PJRT_Error* client_process_index(PJRT_Client_ProcessIndex_Args* args) {
+  if (!joined.on || args->client != joined.client) return cpu->PJRT_Client_ProcessIndex(args);
+  args->process_index = static_cast<int>(joined.node);
+  return nullptr;
+}
+
+PJRT_Error* client_destroy(PJRT_Client_Destroy_Args* args) {
+  if (joined.on && args->client == joined.client) joined = Joined{};
+  return cpu->PJRT_Client_Destroy(args);
+}
+
 PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   int64_t node = 0, nodes = 1, devices = 1, timeout_ms = 10000, late_ms = 0;
+  bool join = false;
   std::vector<PJRT_NamedValue> passed;
   for (size_t i = 0; i < args->num_options; ++i) {
     const PJRT_NamedValue& v = args->create_options[i];
@@ -144,6 +371,7 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
     else if (name == "num_nodes") nodes = v.int64_value;
     else if (name == "kv_timeout_ms") timeout_ms = v.int64_value;
     else if (name == "late_reader_ms") late_ms = v.int64_value;
+    else if (name == "joined") join = v.bool_value;
     else if (name == "cpu_device_count") devices = v.int64_value;
     else passed.push_back(v);
   }
@@ -164,7 +392,9 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   PJRT_NamedValue process = count;
   process.name = process_name.c_str();
   process.name_size = process_name.size();
-  process.int64_value = node;
+  // Joined, every node's client holds all the devices, numbered 0..n*c-1 as one process's are (the
+  // CPU plugin numbers another process's devices apart); the node is its process index instead.
+  process.int64_value = join ? 0 : node;
   passed.push_back(count);
   passed.push_back(process);
   PJRT_Client_Create_Args inner = *args;
@@ -172,7 +402,29 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   inner.num_options = passed.size();
   PJRT_Error* error = cpu->PJRT_Client_Create(&inner);
   args->client = inner.client;
-  return error;
+  if (error != nullptr || !join || nodes == 1) return error;
+  joined = Joined{.on = true,
+                  .node = node,
+                  .nodes = nodes,
+                  .local = devices,
+                  .by_id = {},
+                  .client = inner.client,
+                  .get = args->kv_get_callback,
+                  .get_arg = args->kv_get_user_arg,
+                  .put = args->kv_put_callback,
+                  .put_arg = args->kv_put_user_arg};
+  PJRT_Client_AddressableDevices_Args all{};
+  all.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  all.client = inner.client;
+  if (PJRT_Error* e = cpu->PJRT_Client_AddressableDevices(&all)) return e;
+  joined.by_id.resize(all.num_addressable_devices);
+  for (size_t i = 0; i < all.num_addressable_devices; ++i) {
+    const int64_t id = device_id(all.addressable_devices[i]);
+    if (id < 0 || id >= static_cast<int64_t>(all.num_addressable_devices))
+      return make_error("joining plugin: the CPU client's device " + std::to_string(i) + " has id " + std::to_string(id));
+    joined.by_id[static_cast<size_t>(id)] = all.addressable_devices[i];
+  }
+  return nullptr;
 }
 
 PJRT_Api make_api() {
@@ -186,6 +438,11 @@ PJRT_Api make_api() {
   api.PJRT_Error_Destroy = error_destroy;
   api.PJRT_Error_Message = error_message;
   api.PJRT_Error_GetCode = error_code;
+  api.PJRT_Client_Destroy = client_destroy;
+  api.PJRT_Client_ProcessIndex = client_process_index;
+  api.PJRT_Client_AddressableDevices = client_addressable_devices;
+  api.PJRT_LoadedExecutable_AddressableDevices = executable_addressable_devices;
+  api.PJRT_LoadedExecutable_Execute = execute;
   return api;
 }
 

@@ -150,5 +150,24 @@ TEST(TcpStore, APluginThatJoinsProcessesExchangesThroughTheCallbacks) {
                      "num_nodes > 1 needs the caller's key-value callbacks");
 }
 
+// The stand-in joined (as node 1 of 2, node 0's entry put by the test): the client addresses its
+// own 2 devices, ids 2 and 3 of the 4 it knows.
+TEST(TcpStore, AJoinedClientAddressesItsOwnDevicesOfAll) {
+  Served s;
+  auto store = std::make_shared<TcpStore>(s.client());
+  s.client().put("pjrt/devices/0", "2");
+  const graph::pjrt::Client client =
+      graph::pjrt::Client::create(graph::pjrt::Plugin::load(test::paths::joining_pjrt_plugin()),
+                                  {{"node_id", int64_t{1}},
+                                   {"num_nodes", int64_t{2}},
+                                   {"cpu_device_count", int64_t{2}},
+                                   {"joined", true}},
+                                  store);
+  EXPECT_EQ(client.device_count(), 2);
+  EXPECT_EQ(client.global_device_count(), 4);
+  EXPECT_EQ(client.process_index(), 1);
+  for (int i = 0; i < client.device_count(); ++i) EXPECT_EQ(client.device_id(i), 2 + i);
+}
+
 }  // namespace
 }  // namespace titan::dist
