@@ -40,21 +40,6 @@ std::mutex errors_mutex;
 std::set<const void*> our_errors;
 const PJRT_Api* cpu = nullptr;
 
-// The joined client (one at a time): its node, the devices by id, and the store's callbacks.
-struct Joined {
-  bool on = false;
-  int64_t node = 0, nodes = 1, local = 1;
-  std::vector<PJRT_Device*> by_id;  // every device of the real client, by id
-  PJRT_Client* client = nullptr;
-  PJRT_KeyValueGetCallback get = nullptr;
-  void* get_arg = nullptr;
-  PJRT_KeyValuePutCallback put = nullptr;
-  void* put_arg = nullptr;
-  int64_t executions = 0;
-};
-Joined joined;
-
-int64_t device_id(PJRT_Device* device);
 
 PJRT_Error* make_error(PJRT_Error_Code code, const char* message, size_t size) {
   auto* e = new JoinError{code, std::string(message, size)};
@@ -73,6 +58,52 @@ const JoinError* ours(const PJRT_Error* error) {
   std::lock_guard<std::mutex> lock(errors_mutex);
   return our_errors.count(error) != 0 ? reinterpret_cast<const JoinError*>(error) : nullptr;
 }
+
+// The caller's key-value callbacks, as the plugin calls them.
+struct Callbacks {
+  PJRT_KeyValueGetCallback get = nullptr;
+  void* get_arg = nullptr;
+  PJRT_KeyValuePutCallback put = nullptr;
+  void* put_arg = nullptr;
+
+  PJRT_Error* put_value(const std::string& key, const std::string& value) const {
+    PJRT_KeyValuePutCallback_Args args{};
+    args.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
+    args.key = key.data();
+    args.key_size = key.size();
+    args.value = value.data();
+    args.value_size = value.size();
+    args.callback_error = &callback_error;
+    args.user_arg = put_arg;
+    return put(&args);
+  }
+  PJRT_Error* get_value(const std::string& key, int64_t timeout_ms, std::string& value) const {
+    PJRT_KeyValueGetCallback_Args args{};
+    args.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
+    args.key = key.data();
+    args.key_size = key.size();
+    args.timeout_in_ms = static_cast<int>(timeout_ms);
+    args.callback_error = &callback_error;
+    args.user_arg = get_arg;
+    if (PJRT_Error* e = get(&args)) return e;
+    value.assign(args.value, args.value_size);
+    args.value_deleter_callback(args.value);
+    return nullptr;
+  }
+};
+
+// The joined client (one at a time): its node, the devices by id, and the store's callbacks.
+struct Joined {
+  bool on = false;
+  int64_t node = 0, nodes = 1, local = 1;
+  std::vector<PJRT_Device*> by_id;  // every device of the real client, by id
+  PJRT_Client* client = nullptr;
+  Callbacks kv = {};
+  int64_t executions = 0;
+};
+Joined joined;
+
+int64_t device_id(PJRT_Device* device);
 
 void error_destroy(PJRT_Error_Destroy_Args* args) {
   if (const JoinError* e = ours(args->error)) {
@@ -104,17 +135,8 @@ std::string option_name(const PJRT_NamedValue& v) { return std::string(v.name, v
 // Every node's device count, read through the callbacks, or the first failed callback's error.
 PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t nodes, int64_t devices,
                      int64_t timeout_ms, int64_t late_ms, int64_t& total) {
-  const std::string mine = "devices/" + std::to_string(node);
-  const std::string count = std::to_string(devices);
-  PJRT_KeyValuePutCallback_Args put{};
-  put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
-  put.key = mine.data();
-  put.key_size = mine.size();
-  put.value = count.data();
-  put.value_size = count.size();
-  put.callback_error = &callback_error;
-  put.user_arg = args.kv_put_user_arg;
-  if (PJRT_Error* e = args.kv_put_callback(&put)) return e;
+  const Callbacks kv{args.kv_get_callback, args.kv_get_user_arg, args.kv_put_callback, args.kv_put_user_arg};
+  if (PJRT_Error* e = kv.put_value("devices/" + std::to_string(node), std::to_string(devices))) return e;
 
   const std::string absent = "devices/nobody";
   PJRT_KeyValueTryGetCallback_Args try_get{};
@@ -140,18 +162,9 @@ PJRT_Error* exchange(const PJRT_Client_Create_Args& args, int64_t node, int64_t 
   total = 0;
   std::thread reader([&] {
     for (int64_t n = 0; n < nodes && failed == nullptr; ++n) {
-      const std::string key = "devices/" + std::to_string(n);
-      PJRT_KeyValueGetCallback_Args get{};
-      get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
-      get.key = key.data();
-      get.key_size = key.size();
-      get.timeout_in_ms = static_cast<int>(timeout_ms);
-      get.callback_error = &callback_error;
-      get.user_arg = args.kv_get_user_arg;
-      failed = args.kv_get_callback(&get);
-      if (failed != nullptr) break;
-      total += std::stoll(std::string(get.value, get.value_size));
-      get.value_deleter_callback(get.value);
+      std::string count;
+      failed = kv.get_value("devices/" + std::to_string(n), timeout_ms, count);
+      if (failed == nullptr) total += std::stoll(count);
     }
   });
   reader.join();
@@ -246,32 +259,6 @@ PJRT_Buffer* buffer_from(const std::string& bytes, PJRT_Buffer* like, PJRT_Devic
   return put.buffer;
 }
 
-PJRT_Error* kv_put(const std::string& key, const std::string& value) {
-  PJRT_KeyValuePutCallback_Args put{};
-  put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
-  put.key = key.data();
-  put.key_size = key.size();
-  put.value = value.data();
-  put.value_size = value.size();
-  put.callback_error = &callback_error;
-  put.user_arg = joined.put_arg;
-  return joined.put(&put);
-}
-
-PJRT_Error* kv_get(const std::string& key, std::string& value) {
-  PJRT_KeyValueGetCallback_Args get{};
-  get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
-  get.key = key.data();
-  get.key_size = key.size();
-  get.timeout_in_ms = 120000;
-  get.callback_error = &callback_error;
-  get.user_arg = joined.get_arg;
-  if (PJRT_Error* e = joined.get(&get)) return e;
-  value.assign(get.value, get.value_size);
-  get.value_deleter_callback(get.value);
-  return nullptr;
-}
-
 // A program over every node's devices, called with this node's arguments: the other nodes'
 // arrive through the store, the whole program runs here, and this node's results are returned.
 PJRT_Error* execute(PJRT_LoadedExecutable_Execute_Args* args) {
@@ -281,7 +268,8 @@ PJRT_Error* execute(PJRT_LoadedExecutable_Execute_Args* args) {
   const size_t first = static_cast<size_t>(joined.node) * local;
   for (size_t d = 0; d < local; ++d)
     for (size_t i = 0; i < args->num_args; ++i)
-      if (PJRT_Error* e = kv_put(run + std::to_string(first + d) + "/" + std::to_string(i), bytes_of(args->argument_lists[d][i])))
+      if (PJRT_Error* e = joined.kv.put_value(run + std::to_string(first + d) + "/" + std::to_string(i),
+                                              bytes_of(args->argument_lists[d][i])))
         return e;
   // The real executable's devices, in its order, and their partitions (= ids).
   PJRT_LoadedExecutable_AddressableDevices_Args devices{};
@@ -309,7 +297,8 @@ PJRT_Error* execute(PJRT_LoadedExecutable_Execute_Args* args) {
     }
     for (size_t i = 0; i < args->num_args; ++i) {
       std::string bytes;
-      if (PJRT_Error* e = kv_get(run + std::to_string(p) + "/" + std::to_string(i), bytes)) return e;
+      if (PJRT_Error* e = joined.kv.get_value(run + std::to_string(p) + "/" + std::to_string(i), 120000, bytes))
+        return e;
       fetched.push_back(buffer_from(bytes, args->argument_lists[0][i], devices.addressable_devices[k]));
       in[k].push_back(fetched.back());
     }
@@ -409,10 +398,7 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
                   .local = devices,
                   .by_id = {},
                   .client = inner.client,
-                  .get = args->kv_get_callback,
-                  .get_arg = args->kv_get_user_arg,
-                  .put = args->kv_put_callback,
-                  .put_arg = args->kv_put_user_arg};
+                  .kv = {args->kv_get_callback, args->kv_get_user_arg, args->kv_put_callback, args->kv_put_user_arg}};
   PJRT_Client_AddressableDevices_Args all{};
   all.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
   all.client = inner.client;

@@ -149,23 +149,34 @@ TEST(GraphParallel, ResumesAcrossLayoutsAndModes) {
     EXPECT_LE(relative(losses[i], whole.losses[i]), 1e-4) << "step " << i + 1 << " (" << chain[i / 2].first << ")";
 }
 
+// A tiny Llama 3 (vocabulary 16) and a batch of 2 sequences of 8 tokens, whose training step the
+// tests below capture over tensor-parallel layouts.
+struct TinyTpCase {
+  std::shared_ptr<models::llama3::Transformer> model = [] {
+    models::llama3::ModelArgs a = test::tiny_llama3_args(8);
+    a.vocab_size = 16;
+    auto m = std::make_shared<models::llama3::Transformer>(a);
+    Generator gen(3);
+    m->init_weights(gen);
+    return m;
+  }();
+  std::vector<std::pair<std::string, Tensor>> named = model->named_parameters();
+  optim::AdamW optimizer{named, {}};
+  Tensor tokens = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0}, {2, 8});
+  std::vector<data::Batch> batch = {{tokens, tokens}};
+  std::string captured(const GraphStepOptions& o) { return capture_train_step(*model, optimizer, named, batch, o).text; }
+};
+
 // The tensor-parallel plan as graph mode reads it (parallel::TpLayout): the dims it splits, and
 // Megatron's activation layout held at the regions' edges by sharding constraints, which leave
 // with the layout; an eager forward is unchanged by them.
 TEST(GraphParallel, TheTpPlansSplitsAndActivationLayoutHoldWhileTheLayoutLives) {
-  models::llama3::ModelArgs a = test::tiny_llama3_args(8);
-  a.vocab_size = 16;
-  auto model = std::make_shared<models::llama3::Transformer>(a);
-  Generator gen(3);
-  model->init_weights(gen);
-  const auto named = model->named_parameters();
-  const optim::AdamW optimizer(named, {});
-  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0},
-                                            {2, 8});
-  const std::vector<data::Batch> batch = {{tokens, tokens}};
+  TinyTpCase c;
+  auto& model = c.model;
+  const Tensor& tokens = c.tokens;
   GraphStepOptions options{.custom_kernels = false, .mesh = {.tp = 2}};
   const auto constraints = [&](const GraphStepOptions& o) {
-    return test::occurrences(capture_train_step(*model, optimizer, named, batch, o).text, "call_target_name = \"Sharding\"");
+    return test::occurrences(c.captured(o), "call_target_name = \"Sharding\"");
   };
   const size_t carry_only = constraints(options);
   const Tensor before = (*model)(tokens);
@@ -190,22 +201,14 @@ TEST(GraphParallel, TheTpPlansSplitsAndActivationLayoutHoldWhileTheLayoutLives) 
 // row-wise and the embedding's outputs split along the sequence ({devices=[1,2,1]0,1}); without it
 // nothing is; and without loss parallelism the logits are held whole after their split product.
 TEST(GraphParallel, SequenceAndLossParallelismLayTheActivationsOut) {
-  models::llama3::ModelArgs a = test::tiny_llama3_args(8);
-  a.vocab_size = 16;
-  auto model = std::make_shared<models::llama3::Transformer>(a);
-  Generator gen(3);
-  model->init_weights(gen);
-  const auto named = model->named_parameters();
-  const optim::AdamW optimizer(named, {});
-  const Tensor tokens = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0},
-                                            {2, 8});
-  const std::vector<data::Batch> batch = {{tokens, tokens}};
+  TinyTpCase c;
   const auto text_for = [&](parallel::TensorParallelOptions tp) {
     parallel::TpLayout layout(2, tp);
-    models::llama3::apply_tp(*model, layout);
-    GraphStepOptions options{
-        .custom_kernels = false, .mesh = {.tp = 2}, .tp_splits = layout.splits(), .sequence_parallel = tp.sequence_parallel};
-    return capture_train_step(*model, optimizer, named, batch, options).text;
+    models::llama3::apply_tp(*c.model, layout);
+    return c.captured({.custom_kernels = false,
+                       .mesh = {.tp = 2},
+                       .tp_splits = layout.splits(),
+                       .sequence_parallel = tp.sequence_parallel});
   };
   // The sharding constraints (not the parameters' shardings) that lay an activation out so.
   const auto constraints = [](const std::string& text, const std::string& layout) {

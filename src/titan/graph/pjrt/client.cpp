@@ -76,30 +76,34 @@ int Client::process_index() const {
   return index.process_index;
 }
 
-int Client::device_id(int i) const {
-  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(),
-              " client has ", device_count(), " addressable devices");
+namespace {
+
+// The plugin's description of the client's addressable device `i`.
+PJRT_DeviceDescription* description_of(const detail::ClientState& state, int i) {
+  const int count = static_cast<int>(state.devices.size());
+  TITAN_CHECK(i >= 0 && i < count, "device ", i, " does not exist: the ", state.platform_name, " client has ", count,
+              " addressable devices");
   PJRT_Device_GetDescription_Args get{};
   get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
-  get.device = state_->devices[i];
-  state_->check(state_->api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  get.device = state.devices[i];
+  state.check(state.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  return get.device_description;
+}
+
+}  // namespace
+
+int Client::device_id(int i) const {
   PJRT_DeviceDescription_Id_Args id{};
   id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
-  id.device_description = get.device_description;
+  id.device_description = description_of(*state_, i);
   state_->check(state_->api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
   return id.id;
 }
 
 std::string Client::device_description(int i) const {
-  TITAN_CHECK(i >= 0 && i < device_count(), "device ", i, " does not exist: the ", platform_name(),
-              " client has ", device_count(), " addressable devices");
-  PJRT_Device_GetDescription_Args get{};
-  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
-  get.device = state_->devices[i];
-  state_->check(state_->api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
   PJRT_DeviceDescription_DebugString_Args text{};
   text.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE;
-  text.device_description = get.device_description;
+  text.device_description = description_of(*state_, i);
   state_->check(state_->api()->PJRT_DeviceDescription_DebugString(&text),
                 "PJRT_DeviceDescription_DebugString");
   return std::string(text.debug_string, text.debug_string_size);
