@@ -65,15 +65,25 @@ for t in $targets; do
   echo "fuzz: $t replayed ${#inputs[@]} regression input(s)"
 done
 
+# One target per core at a time: each is single-threaded, so JOBS of them take the time of one.
+fuzz_one() {
+  local t=$1 corpus=$scratch/corpus/$1 findings=$build/findings/$1 rc=0
+  mkdir -p "$corpus" "$findings"
+  cp fuzz/corpus/"$t"/* "$corpus"/
+  "$build/fuzz/fuzz_$t" "${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$corpus" >"$scratch/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$scratch/$t.rc"
+}
+
 if ! $replay_only; then
+  for t in $targets; do
+    while (($(jobs -rp | wc -l) >= ${JOBS:-$(nproc)})); do wait -n; done
+    fuzz_one "$t" &
+  done
+  wait
   summary=()
   for t in $targets; do
-    corpus=$scratch/corpus/$t findings=$build/findings/$t
-    mkdir -p "$corpus" "$findings"
-    cp fuzz/corpus/"$t"/* "$corpus"/
-    rc=0
-    "$build/fuzz/fuzz_$t" "${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 \
-      -artifact_prefix="$findings/" "$corpus" >"$scratch/$t.log" 2>&1 || rc=$?
+    findings=$build/findings/$t rc=$(cat "$scratch/$t.rc")
     runs=$(sed -n 's/^stat::number_of_executed_\(runs\|units\): *//p' "$scratch/$t.log")
     if ((rc != 0)); then
       summarize "$scratch/$t.log"

@@ -1,13 +1,14 @@
-// Splash attention against an f64 reference written here (scores materialised, softmax and its
-// gradient by the formulas), for every mask rule and composition; the rules' tiles against their
-// definitions; packed documents against each document alone; and the errors a caller can make.
+// Splash attention against an f64 reference (support/masked_attention_reference.h: the scores
+// materialised, softmax and its gradient by the formulas), for every mask rule and composition;
+// the rules' tiles against their definitions; packed documents against each document alone; and
+// the errors a caller can make.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "support/masked_attention_reference.h"
 #include "support/test_util.h"
 #include "titan/attention/block_mask.h"
 #include "titan/attention/mask.h"
@@ -30,9 +31,9 @@ using attention::SplashOptions;
 using attention::Visibility;
 using test::tensors_close;
 
-// Whether query q of batch row b sees key k: each rule's definition, written independently of
-// the library's.
-using Visible = std::function<bool(int64_t b, int64_t q, int64_t k)>;
+using test::AttentionGrads;
+using test::masked_attention_reference;
+using test::Visible;
 
 struct Rule {
   std::string name;
@@ -119,68 +120,9 @@ std::vector<Rule> rules(int64_t B, int64_t S, std::mt19937& rng) {
   };
 }
 
-// ---- the f64 reference ---------------------------------------------------------------------------
-
-struct Result {
-  Tensor out, dq, dk, dv;  // f64
-};
-
-// softmax(scale q k^T + mask) v per (b, h) with the [S, S] scores materialised, and the gradients
-// of sum(out * dout): dV = P^T dO, dS = P (dO V^T - rowsum(dO V^T * P)), dQ = scale dS K,
-// dK = scale dS^T Q.
-Result reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                 const Visible& visible, double scale) {
-  const int64_t B = q.size(0), S = q.size(1), Hq = q.size(2), Hkv = k.size(2), D = q.size(3);
-  const std::vector<double> Q = q.to_vector<double>(), K = k.to_vector<double>(), V = v.to_vector<double>(),
-                            dO = dout.to_vector<double>();
-  std::vector<double> O(Q.size()), dQ(Q.size()), dK(K.size()), dV(V.size());
-  std::vector<double> P(static_cast<size_t>(S * S)), dS(static_cast<size_t>(S * S));
-  auto qi = [&](int64_t b, int64_t s, int64_t h) { return ((b * S + s) * Hq + h) * D; };
-  auto ki = [&](int64_t b, int64_t s, int64_t h) { return ((b * S + s) * Hkv + h) * D; };
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hq; ++h) {
-      const int64_t hk = h / (Hq / Hkv);
-      for (int64_t i = 0; i < S; ++i) {
-        double top = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < S; ++j) {
-          double s = -INFINITY;
-          if (visible(b, i, j)) {
-            s = 0;
-            for (int64_t d = 0; d < D; ++d) s += Q[qi(b, i, h) + d] * K[ki(b, j, hk) + d];
-            s *= scale;
-          }
-          P[i * S + j] = s;
-          top = std::max(top, s);
-        }
-        for (int64_t j = 0; j < S; ++j) sum += P[i * S + j] = std::exp(P[i * S + j] - top);
-        double dot = 0;
-        for (int64_t j = 0; j < S; ++j) {
-          P[i * S + j] /= sum;
-          double dp = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            O[qi(b, i, h) + d] += P[i * S + j] * V[ki(b, j, hk) + d];
-            dp += dO[qi(b, i, h) + d] * V[ki(b, j, hk) + d];
-          }
-          dS[i * S + j] = dp;
-          dot += dp * P[i * S + j];
-        }
-        for (int64_t j = 0; j < S; ++j) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - dot);
-      }
-      for (int64_t i = 0; i < S; ++i)
-        for (int64_t j = 0; j < S; ++j)
-          for (int64_t d = 0; d < D; ++d) {
-            dQ[qi(b, i, h) + d] += scale * dS[i * S + j] * K[ki(b, j, hk) + d];
-            dK[ki(b, j, hk) + d] += scale * dS[i * S + j] * Q[qi(b, i, h) + d];
-            dV[ki(b, j, hk) + d] += P[i * S + j] * dO[qi(b, i, h) + d];
-          }
-    }
-  return {Tensor::from_vector(O, q.sizes()), Tensor::from_vector(dQ, q.sizes()),
-          Tensor::from_vector(dK, k.sizes()), Tensor::from_vector(dV, v.sizes())};
-}
-
 // splash_attention's output and the gradients of sum(out * dout).
-Result run_splash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const BlockMask& bm,
-                  const SplashOptions& opts = {}) {
+AttentionGrads run_splash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                          const BlockMask& bm, const SplashOptions& opts = {}) {
   Tensor lq = q.detach().requires_grad_(), lk = k.detach().requires_grad_(), lv = v.detach().requires_grad_();
   Tensor out = attention::splash_attention(lq, lk, lv, bm, opts);
   std::vector<Tensor> g = autograd::grad({out}, {dout}, {lq, lk, lv});
@@ -304,8 +246,9 @@ TEST(SplashAttention, MatchesReferenceForEveryRuleGqaAndBlockSize) {
       Tensor q = randu({B, S, Hq, D}, ++seed, kF32, -2, 2), k = randu({B, S, Hkv, D}, ++seed, kF32, -2, 2);
       Tensor v = randu({B, S, Hkv, D}, ++seed, kF32), dout = randu({B, S, Hq, D}, ++seed, kF32);
       const double scale = D == 7 ? 0.9 : 1.0 / std::sqrt(static_cast<double>(D));
-      const Result got = run_splash(q, k, v, dout, BlockMask::build(r.mask, B, S, bq, bk), {.scale = scale});
-      const Result want = reference(q, k, v, dout, r.visible, scale);
+      const AttentionGrads got =
+          run_splash(q, k, v, dout, BlockMask::build(r.mask, B, S, bq, bk), {.scale = scale});
+      const AttentionGrads want = masked_attention_reference(q, k, v, dout, r.visible, scale);
       EXPECT_TRUE(tensors_close(got.out, want.out, 1e-5, "out"));
       EXPECT_TRUE(tensors_close(got.dq, want.dq, 1e-4, "dq"));
       EXPECT_TRUE(tensors_close(got.dk, want.dk, 1e-4, "dk"));
@@ -321,8 +264,8 @@ TEST(SplashAttention, F64MatchesReferenceClosely) {
     SCOPED_TRACE(r.name);
     Tensor q = randu({B, S, Hq, D}, 1, kF64, -2, 2), k = randu({B, S, Hkv, D}, 2, kF64, -2, 2);
     Tensor v = randu({B, S, Hkv, D}, 3, kF64), dout = randu({B, S, Hq, D}, 4, kF64);
-    const Result got = run_splash(q, k, v, dout, BlockMask::build(r.mask, B, S, 16, 8));
-    const Result want = reference(q, k, v, dout, r.visible, 0.25);
+    const AttentionGrads got = run_splash(q, k, v, dout, BlockMask::build(r.mask, B, S, 16, 8));
+    const AttentionGrads want = masked_attention_reference(q, k, v, dout, r.visible, 0.25);
     EXPECT_EQ(got.out.dtype(), kF64);
     EXPECT_TRUE(tensors_close(got.out, want.out, 1e-12, "out"));
     EXPECT_TRUE(tensors_close(got.dq, want.dq, 1e-11, "dq"));
@@ -360,12 +303,12 @@ TEST(SplashAttention, PackedDocumentsEqualEachDocumentAlone) {
   Tensor q = randu({1, S, Hq, D}, 1, kF32, -2, 2), k = randu({1, S, Hkv, D}, 2, kF32, -2, 2);
   Tensor v = randu({1, S, Hkv, D}, 3, kF32), dout = randu({1, S, Hq, D}, 4, kF32);
   const Mask docs = Mask::document(Tensor::from_vector(ids, {1, S}));
-  const Result packed = run_splash(q, k, v, dout, BlockMask::build(docs, 1, S, 32, 32));
+  const AttentionGrads packed = run_splash(q, k, v, dout, BlockMask::build(docs, 1, S, 32, 32));
   int64_t start = 0;
   for (int64_t len : lengths) {
     SCOPED_TRACE("document at " + std::to_string(start) + " of length " + std::to_string(len));
     auto part = [&](const Tensor& t) { return t.narrow(1, start, len).contiguous(); };
-    const Result alone =
+    const AttentionGrads alone =
         run_splash(part(q), part(k), part(v), part(dout), BlockMask::build(Mask::causal(), 1, len, 32, 32));
     // Relative to the whole batch's largest entry: a one-token document's dq and dk are zero up
     // to rounding, which no relative figure of its own can judge.
@@ -394,9 +337,9 @@ TEST(SplashAttention, BitIdenticalForAnyThreadCount) {
     const AutocastGuard guard(products);
     const int threads = num_threads();
     set_num_threads(1);
-    const Result one = run_splash(q, k, v, dout, bm);
+    const AttentionGrads one = run_splash(q, k, v, dout, bm);
     set_num_threads(std::max(2, threads));
-    const Result many = run_splash(q, k, v, dout, bm);
+    const AttentionGrads many = run_splash(q, k, v, dout, bm);
     set_num_threads(threads);
     EXPECT_EQ(one.out.to_vector<float>(), many.out.to_vector<float>());
     EXPECT_EQ(one.dq.to_vector<float>(), many.dq.to_vector<float>());
@@ -413,7 +356,7 @@ TEST(SplashAttention, GradientsOfSomeInputsOnly) {
       BlockMask::build(Mask::document(packed_ids(B, S, rng)) & Mask::sliding_window(40), B, S, 16, 32);
   Tensor q = randu({B, S, Hq, D}, 1, kF32), k = randu({B, S, Hkv, D}, 2, kF32);
   Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
-  const Result all = run_splash(q, k, v, dout, bm);
+  const AttentionGrads all = run_splash(q, k, v, dout, bm);
   const std::vector<Tensor> want = {all.dq, all.dk, all.dv};
   for (const std::vector<int>& which : std::vector<std::vector<int>>{{0}, {1}, {2}, {1, 2}, {0, 2}}) {
     std::vector<Tensor> in = {q.detach(), k.detach(), v.detach()}, wrt;
@@ -481,8 +424,8 @@ TEST(SplashAttention, ErrorsSayWhatIsWrong) {
 // ---- bf16 autocast ----------------------------------------------------------------------------------
 
 // Splash with its forward under autocast `fwd` and its backward under `bwd`.
-Result run_splash_autocast(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                           const BlockMask& bm, DType fwd, DType bwd) {
+AttentionGrads run_splash_autocast(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                   const BlockMask& bm, DType fwd, DType bwd) {
   Tensor lq = q.detach().requires_grad_(), lk = k.detach().requires_grad_(), lv = v.detach().requires_grad_();
   Tensor out;
   {
@@ -517,8 +460,8 @@ TEST(SplashAttention, Bf16AutocastMatchesF32) {
       Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
       Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
       const BlockMask bm = BlockMask::build(mask, B, S, 64, 32);
-      const Result f32 = run_splash(q, k, v, dout, bm);
-      const Result bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
+      const AttentionGrads f32 = run_splash(q, k, v, dout, bm);
+      const AttentionGrads bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
       EXPECT_EQ(bf.out.dtype(), kF32);
       EXPECT_EQ(bf.dq.dtype(), kF32);
       const std::pair<const char*, std::pair<Tensor, Tensor>> outputs[] = {{"out", {bf.out, f32.out}},
@@ -539,12 +482,12 @@ TEST(SplashAttention, Bf16BackwardFollowsItsForward) {
   Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
   Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
   const BlockMask bm = BlockMask::build(Mask::causal(), B, S, 32, 64);
-  const Result f32 = run_splash(q, k, v, dout, bm);
-  const Result bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
+  const AttentionGrads f32 = run_splash(q, k, v, dout, bm);
+  const AttentionGrads bf = run_splash_autocast(q, k, v, dout, bm, kBF16, kBF16);
   for (const auto& [fwd, bwd, want] : {std::tuple{kBF16, kF32, &bf}, std::tuple{kF32, kBF16, &f32}}) {
     SCOPED_TRACE(std::string("forward ") + std::string(dtype_name(fwd)) + ", backward " +
                  std::string(dtype_name(bwd)));
-    const Result got = run_splash_autocast(q, k, v, dout, bm, fwd, bwd);
+    const AttentionGrads got = run_splash_autocast(q, k, v, dout, bm, fwd, bwd);
     EXPECT_EQ(got.out.to_vector<float>(), want->out.to_vector<float>());
     EXPECT_EQ(got.dq.to_vector<float>(), want->dq.to_vector<float>());
     EXPECT_EQ(got.dk.to_vector<float>(), want->dk.to_vector<float>());
