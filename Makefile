@@ -39,7 +39,11 @@ test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, caching allocator off so that
-# use-after-free is caught rather than hidden by reuse.
+# use-after-free is caught rather than hidden by reuse. Left out: Llama 3's and Qwen 3's layouts
+# over four devices against one device, 160 s of the sanitized phase for the code that
+# GraphParallel.ResumesAcrossLayoutsAndModes runs there through the same layouts (the release
+# phase runs them all).
+ASAN_SKIP ?= GraphParallel\.(Llama|Qwen3)LayoutsOverFourDevicesMatchOneDevice
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON -DTITAN_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target titan_unit_tests
@@ -47,7 +51,7 @@ build-asan: deps
 test-asan: build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
-	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit -E '$(ASAN_SKIP)'
 
 # Every parser of outside input under libFuzzer (clang, ASan + UBSan, in build-fuzz): the inputs
 # that once failed replayed, then each target fuzzed FUZZ_SECONDS from its seeds (fuzz/).
