@@ -51,12 +51,36 @@ Tensor rand_f32(const Shape& s, uint64_t seed, double lo, double hi) {
   return Tensor::rand(s, g, {.dtype = kF32}, lo, hi);
 }
 
+namespace {
+
+// The folder under which a test process's temp_dir folders live: removed when every test of the
+// process has passed (the graph-mode resume tests alone write 700 MB a run, which runs of the
+// suite used to leave behind), kept when one failed, for a look at what it wrote.
+const std::filesystem::path& process_temp_root() {
+  static const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("titan_tests_" + std::to_string(::getpid()));
+  return root;
+}
+
+class RemoveTempRootIfAllPassed : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    std::error_code ignored;  // a folder a test never made
+    std::filesystem::remove_all(process_temp_root(), ignored);
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const remove_temp_root =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempRootIfAllPassed);
+
+}  // namespace
+
 std::filesystem::path temp_dir(const std::string& name) {
   std::string clean = name;
   for (char& c : clean)
     if (c == '/') c = '_';
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("titan_" + clean + "_" + std::to_string(::getpid()));
+  std::filesystem::path dir = process_temp_root() / clean;
   std::filesystem::create_directories(dir);
   return dir;
 }

@@ -25,8 +25,9 @@ double max_rel_error(const Tensor& a, const Tensor& ref, double floor = 1e-6);
 Tensor rand_f64(const Shape& s, uint64_t seed, bool requires_grad = true, double lo = -1, double hi = 1);
 Tensor rand_f32(const Shape& s, uint64_t seed, double lo = -1, double hi = 1);
 
-// A fresh, empty folder "titan_<name>_<pid>" under the system's temporary folder: tests of one
-// process may share it by name, and two runs of the suite at once never meet.
+// A fresh, empty folder "titan_tests_<pid>/<name>" under the system's temporary folder: tests of
+// one process may share it by name, two runs of the suite at once never meet, and it is removed
+// when the process's tests have all passed.
 std::filesystem::path fresh_temp_dir(const std::string& name);
 // The same folder, without emptying it.
 std::filesystem::path temp_dir(const std::string& name);
