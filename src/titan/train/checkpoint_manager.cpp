@@ -391,11 +391,15 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
        << " " << theirs.flavor << ") in " << seconds_since(t0) << " s\n";
 }
 
-bool CheckpointManager::saves_after(int64_t step, bool stopping) const {
+bool CheckpointManager::due_after(int64_t step, bool stopping) const {
   const auto& c = cfg_.checkpoint;
-  // Under FSDP every rank writes its shards.
-  if (!c.enable || (!writer_ && !sharded()) || step == last_saved_) return false;
+  if (!c.enable || step == last_saved_) return false;
   return step == cfg_.training.steps || stopping || step % c.interval == 0;
+}
+
+bool CheckpointManager::saves_after(int64_t step, bool stopping) const {
+  // Under FSDP every rank writes its shards.
+  return (writer_ || sharded()) && due_after(step, stopping);
 }
 
 void CheckpointManager::after_step(int64_t step, bool stopping) {

@@ -90,8 +90,10 @@ class CheckpointManager {
   // stopped run resumes where it stopped. In async mode the state is copied before this
   // returns and written in the background; a save still running is waited for first.
   void after_step(int64_t step, bool stopping = false);
-  // Whether after_step(step, stopping) saves.
+  // Whether after_step(step, stopping) saves on this rank.
   bool saves_after(int64_t step, bool stopping) const;
+  // Whether a checkpoint is due after `step` on any rank: the same on every rank of a run.
+  bool due_after(int64_t step, bool stopping) const;
 
   // Waits for a background save, throwing its error.
   void wait();

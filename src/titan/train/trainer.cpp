@@ -857,11 +857,8 @@ TrainResult Trainer::train() {
     if (s.world.size() > 1) stop = s.world.all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
     s.memory_snapshots->after_step(step);
     // Rank 0 alone writes a graph run's whole tensors, but over several processes gathering them
-    // is collective: every rank gathers when it saves.
-    bool gathers = s.graph && !validates && s.checkpointer->saves_after(step, stop);
-    if (s.graph && !validates && s.world.size() > 1)
-      gathers = s.world.all_reduce(gathers ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
-    if (gathers) s.graph->to_host();
+    // is collective: every rank gathers when a save is due.
+    if (s.graph && !validates && s.checkpointer->due_after(step, stop)) s.graph->to_host();
     s.checkpointer->after_step(step, stop);
     s.profiler->end_step([&] { s.checkpointer->wait(); });
     if (stop && step < c.training.steps) {
