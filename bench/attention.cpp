@@ -49,7 +49,7 @@
 #include "titan/core/rng.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/gemm.h"
-#include "titan/train/captured_function.h"
+#include "titan/train/graph_mode/captured_function.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "titan/core/meta.h"
 #include "titan/graph/runner.h"
 #include "titan/models/llama3/model.h"
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_step.h"
 
 namespace {
 

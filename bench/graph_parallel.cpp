@@ -6,7 +6,7 @@
 //   step      median seconds per optimizer step, both sides, and titan over JAX
 //   traffic   what each device sends per step for the collectives XLA's partitioner inserted
 //             (counted from the compiled program, graph/collectives.h), and that over what the
-//             layout needs on paper (train/graph_sharding.h planned_traffic)
+//             layout needs on paper (train/graph_mode/graph_sharding.h planned_traffic)
 //   state     the parameters and AdamW moments each device holds (FSDP divides them)
 //   ops       the collectives per step in each side's compiled program, counted alike
 // On 2 cores, 4 devices take turns on them: the step times measure the traffic's and the split
@@ -36,7 +36,7 @@
 #include "titan/models/llama3/parallelize.h"
 #include "titan/optim/adamw.h"
 #include "titan/parallel/tp_layout.h"
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_step.h"
 
 namespace {
 

@@ -42,7 +42,7 @@
 #include "titan/core/rng.h"
 #include "titan/kernels/cpu/grouped_gemm.h"
 #include "titan/ops/moe.h"
-#include "titan/train/captured_function.h"
+#include "titan/train/graph_mode/captured_function.h"
 
 namespace {
 

@@ -49,8 +49,8 @@
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/parallelize.h"
 #include "titan/ops/linalg.h"
-#include "titan/train/graph_step.h"
-#include "titan/train/peak_flops.h"
+#include "titan/train/graph_mode/graph_step.h"
+#include "titan/train/metrics/peak_flops.h"
 #include "titan/train/trainer.h"
 
 namespace {

@@ -104,7 +104,7 @@ TP_DIMS = {"tok_embeddings": 0, "output": 1, "wq": 2, "wk": 2, "wv": 2, "w1": 2,
 
 def shard_params(jax, params, mesh):
     """NamedShardings for `params` on `mesh` (axes "s" = dp_shard, "t" = tp), as titan's graph mode
-    lays them out (train/graph_sharding.cpp parameter_sharding)."""
+    lays them out (train/graph_mode/graph_sharding.cpp parameter_sharding)."""
     from jax.sharding import NamedSharding, PartitionSpec
     s_size, t_size = mesh.shape["s"], mesh.shape["t"]
 

@@ -6,7 +6,7 @@
 //
 //   compute   tokens x the model's training FLOPs per token (ModelSummary: 6 N_active + attention)
 //             / (peak x the assumed MFU)
-//   traffic   FSDP's, as train/graph_sharding.h plans it: parameters gathered in bf16 for forward and
+//   traffic   FSDP's, as train/graph_mode/graph_sharding.h plans it: parameters gathered in bf16 for forward and
 //             again for backward, gradients reduce-scattered in f32, (N-1)/N of the parameters each;
 //             across H100 nodes the gradient shards' all-reduce, 2 (r-1)/r of them. Each term /
 //             the link's achieved bandwidth, plus a latency per collective (3 per layer) growing
@@ -30,8 +30,8 @@
 #include "titan/models/llama3/model.h"
 #include "titan/models/registry.h"
 #include "titan/optim/adamw.h"
-#include "titan/train/graph_step.h"
-#include "titan/train/job_config.h"
+#include "titan/train/graph_mode/graph_step.h"
+#include "titan/train/config/job_config.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_input.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Graph mode over several processes (train/graph_processes.h), as far as this machine's plugins
+// Graph mode over several processes (train/graph_mode/graph_processes.h), as far as this machine's plugins
 // allow. What the CPU plugin does across processes, the fact graph mode's refusal of several
 // processes on it rests on: each MPI rank creates a client with the plugin's `process_id` option,
 // which numbers its devices apart, but the client knows only its own process's devices
@@ -16,7 +16,7 @@
 #include "titan/dist/process_group.h"
 #include "titan/dist/tcp_store.h"
 #include "titan/graph/runner.h"
-#include "titan/train/graph_processes.h"
+#include "titan/train/graph_mode/graph_processes.h"
 #include "trainer_fixture.h"
 
 namespace titan::train::testing {

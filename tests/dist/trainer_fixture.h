@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "titan/models/llama3/model_args.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train::testing {

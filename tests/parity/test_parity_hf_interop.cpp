@@ -18,7 +18,7 @@
 #include "titan/checkpoint/safetensors.h"
 #include "titan/nn/moe/moe.h"
 #include "titan/optim/adamw.h"
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_step.h"
 
 namespace titan::test {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <utility>
 
-#include "titan/train/captured_function.h"
-#include "titan/train/custom_kernels.h"
+#include "titan/train/graph_mode/captured_function.h"
+#include "titan/train/graph_mode/custom_kernels.h"
 
 namespace titan::test {
 

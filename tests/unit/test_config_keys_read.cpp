@@ -20,7 +20,7 @@
 #include "support/test_util.h"
 #include "titan/core/config_schema.h"
 #include "titan/core/error.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {

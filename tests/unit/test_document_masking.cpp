@@ -10,7 +10,7 @@
 #include "support/test_util.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/qwen3/model.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan {

@@ -7,7 +7,7 @@
 
 #include "support/paths.h"
 #include "support/test_util.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {

@@ -17,7 +17,7 @@
 #include "titan/rl/generate.h"
 #include "titan/rl/saved_model.h"
 #include "titan/train/hf_interop.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan::rl {
 namespace {

@@ -1,5 +1,5 @@
 // titan's kernels as custom calls inside graph mode (attention/splash_custom_call.h,
-// train/custom_kernels.h): splash attention's forward and backward called from the program match
+// train/graph_mode/custom_kernels.h): splash attention's forward and backward called from the program match
 // the eager kernel for causal, packed-document, sliding-window and chunked masks, grouped heads,
 // odd lengths and bf16 products, inside a loop over layers too; rules the calls cannot carry keep
 // XLA's lowering; the trainer with the kernels on and off matches eager and says which ran.
@@ -23,7 +23,7 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
 #include "titan/ops/norm.h"
-#include "titan/train/custom_kernels.h"
+#include "titan/train/graph_mode/custom_kernels.h"
 
 namespace titan {
 namespace {

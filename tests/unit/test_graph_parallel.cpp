@@ -17,8 +17,8 @@
 #include "titan/models/llama3/parallelize.h"
 #include "titan/optim/adamw.h"
 #include "titan/parallel/tp_layout.h"
-#include "titan/train/graph_sharding.h"
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_sharding.h"
+#include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {

@@ -1,4 +1,4 @@
-// Graph mode's stacked training state (train/stacked_state.h): the layers' parameters and moments
+// Graph mode's stacked training state (train/graph_mode/stacked_state.h): the layers' parameters and moments
 // live on the device as one [L, ...] buffer per kind, the layers' weights are rows of it that the
 // program records only where something takes them one by one, and the step's program is the same
 // size for any depth.
@@ -9,8 +9,8 @@
 #include "support/tiny_llama3.h"
 #include "titan/graph/lazy.h"
 #include "titan/models/llama3/model.h"
-#include "titan/train/graph_step.h"
-#include "titan/train/stacked_state.h"
+#include "titan/train/graph_mode/graph_step.h"
+#include "titan/train/graph_mode/stacked_state.h"
 
 namespace titan::train {
 namespace {

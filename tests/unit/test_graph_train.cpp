@@ -21,7 +21,7 @@
 #include "titan/models/qwen3/model.h"
 #include "titan/nn/moe/moe.h"
 #include "titan/ops/moe.h"
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {

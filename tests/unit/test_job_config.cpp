@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "support/test_util.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan {
 namespace {

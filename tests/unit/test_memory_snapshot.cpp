@@ -13,7 +13,7 @@
 #include "titan/models/registry.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
-#include "titan/train/memory_snapshot.h"
+#include "titan/train/metrics/memory_snapshot.h"
 #include "titan/train/trainer.h"
 
 namespace titan {

@@ -24,10 +24,10 @@
 #include "titan/core/tensor.h"
 #include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
-#include "titan/train/metrics.h"
-#include "titan/train/peak_flops.h"
+#include "titan/train/metrics/metrics.h"
+#include "titan/train/metrics/peak_flops.h"
 #include "titan/train/proto/tensorboard_event.pb.h"
-#include "titan/train/tensorboard.h"
+#include "titan/train/metrics/tensorboard.h"
 
 namespace titan {
 namespace {

@@ -18,7 +18,7 @@
 #include "titan/ops/loss.h"
 #include "titan/optim/adamw.h"
 #include "titan/parallel/activation_checkpoint.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan {

@@ -11,7 +11,7 @@
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
 #include "titan/core/autocast.h"
-#include "titan/train/peak_flops.h"
+#include "titan/train/metrics/peak_flops.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/rl/generate.h"
 #include "titan/rl/graph_decoder.h"

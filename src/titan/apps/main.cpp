@@ -12,7 +12,7 @@
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/dist/process_group.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace {

@@ -5,7 +5,7 @@
 //   void declare_keys(config::Keys<MyConfig>& keys);   // found by argument-dependent lookup
 //
 // naming each key's member, allowed values and help, and the checks across its keys. A config
-// (the job config, train/job_config.h) composes such structs into sections; parsing, overrides,
+// (the job config, train/config/job_config.h) composes such structs into sections; parsing, overrides,
 // validation, printing, JSON and the list of valid keys all derive from that one declaration.
 // Problems are gathered and reported together, each naming the key, where it was set (file:line
 // or the override) and what is allowed; an unknown key comes with the closest valid one.

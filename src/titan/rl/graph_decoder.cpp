@@ -12,8 +12,8 @@
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
 #include "titan/nn/moe/router.h"
-#include "titan/train/custom_kernels.h"
-#include "titan/train/graph_moe.h"
+#include "titan/train/graph_mode/custom_kernels.h"
+#include "titan/train/graph_mode/graph_moe.h"
 
 namespace titan::rl {
 

@@ -6,7 +6,7 @@
 #include "titan/data/tokenizer_files.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/hf_interop.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan::rl {
 

@@ -32,7 +32,7 @@
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/parameter_slices.h"
 #include "titan/parallel/pipeline_parallel.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan::train {
 

@@ -13,9 +13,9 @@
 #include "titan/dist/process_group.h"
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
-#include "titan/train/job_config.h"
-#include "titan/train/metrics.h"
-#include "titan/train/tensorboard.h"
+#include "titan/train/config/job_config.h"
+#include "titan/train/metrics/metrics.h"
+#include "titan/train/metrics/tensorboard.h"
 
 namespace titan::train {
 

@@ -9,7 +9,7 @@
 #include "titan/ops/loss.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/tensor_parallel.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan::train {
 

@@ -18,8 +18,8 @@
 #include "titan/data/loader.h"
 #include "titan/dist/process_group.h"
 #include "titan/models/causal_lm.h"
-#include "titan/train/metrics.h"
-#include "titan/train/validation_config.h"
+#include "titan/train/metrics/metrics.h"
+#include "titan/train/config/validation_config.h"
 
 namespace titan::parallel {
 class FullyShard;

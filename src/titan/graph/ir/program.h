@@ -202,7 +202,7 @@ class Program {
   void set_scan_saves(ScanSaves saves) { scan_saves_ = saves; }
   // Whether lowerings may call titan's CPU kernels as custom calls (graph/pjrt/ffi.h) instead of
   // writing them in StableHLO: only for a program that a CPU ("Host") plugin with the FFI extension
-  // compiles, after their targets were registered with it (train/custom_kernels.h). Other plugins
+  // compiles, after their targets were registered with it (train/graph_mode/custom_kernels.h). Other plugins
   // must not see these targets in the program's text.
   bool custom_kernels() const { return custom_kernels_; }
   void set_custom_kernels(bool on) { custom_kernels_ = on; }

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "titan/core/trace.h"
-#include "titan/train/profiling_config.h"
+#include "titan/train/config/profiling_config.h"
 
 namespace titan::train {
 

@@ -20,9 +20,9 @@
 #include "titan/models/causal_lm.h"
 #include "titan/optim/adamw.h"
 #include "titan/parallel/activation_checkpoint_config.h"
-#include "titan/train/custom_kernels.h"
-#include "titan/train/graph_sharding.h"
-#include "titan/train/stacked_state.h"
+#include "titan/train/graph_mode/custom_kernels.h"
+#include "titan/train/graph_mode/graph_sharding.h"
+#include "titan/train/graph_mode/stacked_state.h"
 
 namespace titan::train {
 
@@ -33,10 +33,10 @@ struct GraphStepOptions {
   // What the layer loop keeps for backward (scan_saves_for).
   graph::ScanSaves scan_saves = graph::ScanSaves::all;
   // compile.custom_kernels: titan's CPU kernels as custom calls where the plugin can run them
-  // (train/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
+  // (train/graph_mode/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
   // emits the calls as it is given, so a caller that compiles elsewhere registers them first.
   bool custom_kernels = true;
-  // The devices the step is split over ([parallelism] degrees; train/graph_sharding.h), and the
+  // The devices the step is split over ([parallelism] degrees; train/graph_mode/graph_sharding.h), and the
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
   GraphMesh mesh = {};
   std::map<std::string, int64_t> tp_splits = {};
@@ -46,7 +46,7 @@ struct GraphStepOptions {
   // The model's hidden size, for the tensor-parallel traffic on paper (planned_traffic); 0: not
   // estimated.
   int64_t model_dim = 0;
-  // Over several processes (train/graph_processes.h): all of them, one per rank, whose plugin
+  // Over several processes (train/graph_mode/graph_processes.h): all of them, one per rank, whose plugin
   // joined them into one client; each holds its own devices' pieces. Null: one process.
   dist::ProcessGroup* processes = nullptr;
 };

@@ -1,4 +1,4 @@
-#include "titan/train/peak_flops.h"
+#include "titan/train/metrics/peak_flops.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "titan/train/tensorboard.h"
+#include "titan/train/metrics/tensorboard.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/checkpoint_config.h"
+#include "titan/train/config/checkpoint_config.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/profiling_config.h"
+#include "titan/train/config/profiling_config.h"
 
 namespace titan::train {
 

@@ -1,11 +1,11 @@
-#include "titan/train/captured_function.h"
+#include "titan/train/graph_mode/captured_function.h"
 
 #include <utility>
 
 #include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
-#include "titan/train/custom_kernels.h"
+#include "titan/train/graph_mode/custom_kernels.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/training_config.h"
+#include "titan/train/config/training_config.h"
 
 #include "titan/core/error.h"
 

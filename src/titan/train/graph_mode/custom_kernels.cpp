@@ -1,4 +1,4 @@
-#include "titan/train/custom_kernels.h"
+#include "titan/train/graph_mode/custom_kernels.h"
 
 #include "titan/attention/decode.h"
 #include "titan/attention/splash_custom_call.h"

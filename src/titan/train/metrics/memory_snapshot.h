@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "titan/core/allocator.h"
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 namespace titan::train {
 

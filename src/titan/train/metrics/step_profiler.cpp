@@ -1,4 +1,4 @@
-#include "titan/train/step_profiler.h"
+#include "titan/train/metrics/step_profiler.h"
 
 #include <ostream>
 

@@ -1,4 +1,4 @@
-#include "titan/train/memory_snapshot.h"
+#include "titan/train/metrics/memory_snapshot.h"
 
 #include <exception>
 #include <ostream>

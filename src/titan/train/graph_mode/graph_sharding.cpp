@@ -1,4 +1,4 @@
-#include "titan/train/graph_sharding.h"
+#include "titan/train/graph_mode/graph_sharding.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "titan/train/compile_config.h"
+#include "titan/train/config/compile_config.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/graph_moe.h"
+#include "titan/train/graph_mode/graph_moe.h"
 
 namespace titan::train {
 

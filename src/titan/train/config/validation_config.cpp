@@ -1,4 +1,4 @@
-#include "titan/train/validation_config.h"
+#include "titan/train/config/validation_config.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/metrics.h"
+#include "titan/train/metrics/metrics.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "titan/train/stacked_state.h"
+#include "titan/train/graph_mode/stacked_state.h"
 
 #include <map>
 #include <optional>

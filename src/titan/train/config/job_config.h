@@ -16,12 +16,12 @@
 #include "titan/models/model_config.h"
 #include "titan/optim/optim_config.h"
 #include "titan/parallel/activation_checkpoint_config.h"
-#include "titan/train/checkpoint_config.h"
-#include "titan/train/compile_config.h"
-#include "titan/train/metrics_config.h"
-#include "titan/train/profiling_config.h"
-#include "titan/train/training_config.h"
-#include "titan/train/validation_config.h"
+#include "titan/train/config/checkpoint_config.h"
+#include "titan/train/config/compile_config.h"
+#include "titan/train/config/metrics_config.h"
+#include "titan/train/config/profiling_config.h"
+#include "titan/train/config/training_config.h"
+#include "titan/train/config/validation_config.h"
 
 namespace titan::train {
 

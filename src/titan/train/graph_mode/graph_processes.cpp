@@ -1,4 +1,4 @@
-#include "titan/train/graph_processes.h"
+#include "titan/train/graph_mode/graph_processes.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "titan/train/graph_step.h"
+#include "titan/train/graph_mode/graph_step.h"
 
 #include <chrono>
 #include <functional>
@@ -11,8 +11,8 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
 #include "titan/optim/clip.h"
-#include "titan/train/graph_processes.h"
-#include "titan/train/stacked_state.h"
+#include "titan/train/graph_mode/graph_processes.h"
+#include "titan/train/graph_mode/stacked_state.h"
 
 namespace titan::train {
 

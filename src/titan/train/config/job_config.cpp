@@ -1,4 +1,4 @@
-#include "titan/train/job_config.h"
+#include "titan/train/config/job_config.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

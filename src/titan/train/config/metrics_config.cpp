@@ -1,4 +1,4 @@
-#include "titan/train/metrics_config.h"
+#include "titan/train/config/metrics_config.h"
 
 namespace titan::train {
 

@@ -1,4 +1,4 @@
-#include "titan/train/tensorboard.h"
+#include "titan/train/metrics/tensorboard.h"
 
 #include <unistd.h>
 
