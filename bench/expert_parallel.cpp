@@ -31,7 +31,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/comm_ops.h"
 #include "titan/parallel/expert_parallel.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace {
 
@@ -79,7 +79,7 @@ Figures measure(dist::ProcessGroup world) {
     Tensor tokens = Tensor::rand({kBatch, kSeq + 1}, data, {}, 0, model->vocab_size()).to(kI64);
     return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
   };
-  train::GradientSync sync;
+  train::StepParallelism sync;
   if (parts.ep) {
     parallel::ExpertParallel& ep = *parts.ep;
     sync = {.reduce = [&] { ep.reduce_gradients(named); },

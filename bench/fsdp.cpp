@@ -34,7 +34,7 @@
 #include "titan/dist/device_mesh.h"
 #include "titan/models/registry.h"
 #include "titan/optim/adamw.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace {
 
@@ -75,7 +75,7 @@ Figures measure(dist::ProcessGroup world, bool overlap) {
     Tensor tokens = Tensor::rand({kBatchPerRank, kSeq + 1}, data, {}, 0, model->vocab_size()).to(kI64);
     return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
   };
-  train::GradientSync sync;
+  train::StepParallelism sync;
   if (fsdp)
     sync = {.reduce = [&] { fsdp->reduce_gradients(); },
             .sum_norm_partials = [&](double partial) { return fsdp->sum_over_shards(partial); }};

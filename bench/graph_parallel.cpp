@@ -96,7 +96,7 @@ Titan run_titan(const Layout& layout) {
       titan::train::GraphStepOptions{
           .runtime = {.plugin = "cpu", .client_options = {{"cpu_device_count", layout.devices()}}},
           .custom_kernels = false,
-          .mesh = {.dp_shard = layout.dp_shard, .tp = layout.tp},
+          .mesh = titan::train::GraphMesh({.dp_shard = layout.dp_shard, .tp = layout.tp}),
           .tp_splits = tp.splits(),
           .sequence_parallel = layout.sequence_parallel,
           .model_dim = kDim},

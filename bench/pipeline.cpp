@@ -26,7 +26,7 @@
 #include "titan/models/registry.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
-#include "titan/train/pipeline_step.h"
+#include "titan/train/step/pipeline_step.h"
 
 namespace {
 

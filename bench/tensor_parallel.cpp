@@ -36,7 +36,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/comm_ops.h"
 #include "titan/parallel/context_parallel.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace {
 
@@ -86,7 +86,7 @@ Figures measure(dist::ProcessGroup world, Mode mode) {
     }
     return b;
   };
-  train::GradientSync sync;
+  train::StepParallelism sync;
   if (parts.tp) {
     parallel::TensorParallel& tp = *parts.tp;
     sync = {.reduce = [&] { tp.reduce_partial_gradients(named); },

@@ -51,7 +51,7 @@
 #include "titan/ops/linalg.h"
 #include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/metrics/peak_flops.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace {
 

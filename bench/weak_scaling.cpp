@@ -111,7 +111,7 @@ double calibrate(std::string& about) {
   titan::train::GraphStep step(*model, optimizer, named,
                                {.runtime = {.plugin = "cpu", .client_options = {{"cpu_device_count", int64_t{4}}}},
                                 .custom_kernels = false,
-                                .mesh = {.dp_shard = 4}},
+                                .mesh = titan::train::GraphMesh({.dp_shard = 4})},
                                std::cerr);
   std::vector<int64_t> ids(4 * 256);
   std::mt19937_64 rng(0);

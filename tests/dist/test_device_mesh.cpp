@@ -16,21 +16,21 @@ TEST(DeviceMesh, ReplicateTimesShardGroups) {
   const int64_t rep = n % 2 == 0 ? 2 : 1;
   DeviceMesh mesh(world(), {.dp_replicate = rep});
   const int64_t shard = n / rep;
-  EXPECT_EQ(mesh.degree("dp_shard"), shard);
-  EXPECT_EQ(mesh.degree("dp"), n);
+  EXPECT_EQ(mesh.degree(MeshAxis::dp_shard), shard);
+  EXPECT_EQ(mesh.degree(MeshAxis::dp), n);
   // Row-major: rank r sits at (r / shard, r % shard).
   std::vector<int> shard_ranks, rep_ranks;
   for (int64_t k = 0; k < shard; ++k) shard_ranks.push_back(static_cast<int>(r / shard * shard + k));
   for (int64_t k = 0; k < rep; ++k) rep_ranks.push_back(static_cast<int>(k * shard + r % shard));
-  EXPECT_EQ(mesh["dp_shard"].world_ranks(), shard_ranks);
-  EXPECT_EQ(mesh["dp_replicate"].world_ranks(), rep_ranks);
-  EXPECT_EQ(mesh.coordinate("dp_shard"), r % shard);
-  EXPECT_EQ(mesh["tp"].size(), 1);
+  EXPECT_EQ(mesh[MeshAxis::dp_shard].world_ranks(), shard_ranks);
+  EXPECT_EQ(mesh[MeshAxis::dp_replicate].world_ranks(), rep_ranks);
+  EXPECT_EQ(mesh.coordinate(MeshAxis::dp_shard), r % shard);
+  EXPECT_EQ(mesh[MeshAxis::tp].size(), 1);
   // A collective over a sub-group reaches exactly its members.
   double sum = 0;
   for (int k : shard_ranks) sum += k;
-  EXPECT_DOUBLE_EQ(mesh["dp_shard"].all_reduce(static_cast<double>(r), ReduceOp::sum), sum);
-  EXPECT_DOUBLE_EQ(mesh["dp"].all_reduce(1.0, ReduceOp::sum), n);
+  EXPECT_DOUBLE_EQ(mesh[MeshAxis::dp_shard].all_reduce(static_cast<double>(r), ReduceOp::sum), sum);
+  EXPECT_DOUBLE_EQ(mesh[MeshAxis::dp].all_reduce(1.0, ReduceOp::sum), n);
 }
 
 // ep varies fastest; "batch" (dp x ep) holds every rank that reads data of its own, in the order
@@ -41,17 +41,17 @@ TEST(DeviceMesh, ExpertParallelAndBatchGroups) {
   if (n % 2 != 0) GTEST_SKIP() << "ep 2 needs an even world";
   DeviceMesh mesh(world(), {.ep = 2});
   const int64_t shard = n / 2;
-  EXPECT_EQ(mesh.degree("dp"), shard);
-  EXPECT_EQ(mesh.degree("batch"), n);
-  EXPECT_EQ(mesh["ep"].world_ranks(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
-  EXPECT_EQ(mesh.coordinate("ep"), r % 2);
+  EXPECT_EQ(mesh.degree(MeshAxis::dp), shard);
+  EXPECT_EQ(mesh.degree(MeshAxis::batch), n);
+  EXPECT_EQ(mesh[MeshAxis::ep].world_ranks(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  EXPECT_EQ(mesh.coordinate(MeshAxis::ep), r % 2);
   std::vector<int> dp_ranks, batch_ranks;
   for (int64_t k = 0; k < shard; ++k) dp_ranks.push_back(static_cast<int>(2 * k + r % 2));
   for (int k = 0; k < n; ++k) batch_ranks.push_back(k);
-  EXPECT_EQ(mesh["dp"].world_ranks(), dp_ranks);
-  EXPECT_EQ(mesh["batch"].world_ranks(), batch_ranks);
-  EXPECT_EQ(mesh.coordinate("batch"), r);
-  EXPECT_DOUBLE_EQ(mesh["batch"].all_reduce(1.0, ReduceOp::sum), n);
+  EXPECT_EQ(mesh[MeshAxis::dp].world_ranks(), dp_ranks);
+  EXPECT_EQ(mesh[MeshAxis::batch].world_ranks(), batch_ranks);
+  EXPECT_EQ(mesh.coordinate(MeshAxis::batch), r);
+  EXPECT_DOUBLE_EQ(mesh[MeshAxis::batch].all_reduce(1.0, ReduceOp::sum), n);
 }
 
 TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {
@@ -61,15 +61,14 @@ TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {
   EXPECT_NE(error_of([&] { DeviceMesh(world(), {.dp_replicate = 1, .dp_shard = n + 1}); })
                 .find("needs " + std::to_string(n + 1) + " ranks, but " + std::to_string(n) + " were launched"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { DeviceMesh::resolve({.tp = 0}, n); }).find("degree of tp is 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { DeviceMesh(world(), {})["dq"]; }).find("no dimension 'dq'"), std::string::npos);
+  EXPECT_NE(error_of([&] { ParallelDims({.tp = 0}, n); }).find("degree of tp is 0"), std::string::npos);
 }
 
 // The pipeline's own keys mean nothing without pipeline stages: set with pipeline_parallel_degree
 // = 1, each is refused by name rather than accepted and ignored.
 TEST(DeviceMesh, PipelineKeysWithoutAPipelineAreRefused) {
   auto refusal = [](ParallelismConfig p) {
-    return error_of([&] { DeviceMesh::from_config(ProcessGroup::single(), p, {}); });
+    return error_of([&] { MeshDegrees::from_config(p); });
   };
   ParallelismConfig schedule, split, micro;
   schedule.pipeline_parallel_schedule = "GPipe";

@@ -17,9 +17,9 @@ TEST(GraphCheckpoints, ResumeBetweenGraphOverDevicesAndEagerOverRanks) {
   const std::string config = "configs/llama3/debug.toml";
   const OneRankReference want = one_rank_reference({}, config);
   // kGlobalBatch sequences a step in every layout: 4 data-parallel devices take 2 each.
-  const std::vector<std::string> graph_fsdp4 = {"--compile.enable=true", "--compile.mode=graph",
+  const std::vector<std::string> graph_fsdp4 = {"--compile.enable=true",
                                                 "--parallelism.data_parallel_shard_degree=4", local_batch(4)};
-  const std::vector<std::string> graph_tp2_fsdp2 = {"--compile.enable=true", "--compile.mode=graph",
+  const std::vector<std::string> graph_tp2_fsdp2 = {"--compile.enable=true",
                                                     "--parallelism.data_parallel_shard_degree=2",
                                                     "--parallelism.tensor_parallel_degree=2", local_batch(2)};
   auto eager_fsdp = [&](const std::vector<std::string>& o) {

@@ -42,7 +42,7 @@ TEST(GraphProcesses, GraphModeOverSeveralProcessesOnTheCpuPluginIsRefused) {
   if (world.size() == 1) GTEST_SKIP() << "one process";
   const std::string message = error_of([&] {
     std::ostringstream log;
-    Trainer(small_config({"--compile.enable=true", "--compile.mode=graph"}), log, world);
+    Trainer(small_config({"--compile.enable=true"}), log, world);
   });
   EXPECT_NE(message.find("compile.plugin = \"cpu\" runs its collectives within one process only"), std::string::npos)
       << message;
@@ -100,7 +100,7 @@ TEST(GraphProcesses, TheTrainerNamesAPluginThatDidNotJoinTheRanks) {
   if (world.size() == 1) GTEST_SKIP() << "one process";
   const std::string message = error_of([&] {
     std::ostringstream log;
-    Trainer(small_config({"--compile.enable=true", "--compile.mode=graph",
+    Trainer(small_config({"--compile.enable=true",
                           std::string("--compile.plugin=") + test::paths::joining_pjrt_plugin(),
                           "--compile.plugin_options=late_reader_ms=500"}),
             log, world);
@@ -125,9 +125,9 @@ TEST(GraphProcesses, ARunOverJoinedProcessesTrainsAsOneProcessAndResumesAcrossTh
   if (n != 2) GTEST_SKIP() << "2 processes of 2 devices each";
   const std::string config = "configs/llama3/debug.toml";
   const OneRankReference want = one_rank_reference({}, config);
-  const std::vector<std::string> fsdp4 = {"--compile.enable=true", "--compile.mode=graph",
+  const std::vector<std::string> fsdp4 = {"--compile.enable=true",
                                           "--parallelism.data_parallel_shard_degree=4", local_batch(4)};
-  const std::vector<std::string> tp2_fsdp2 = {"--compile.enable=true", "--compile.mode=graph",
+  const std::vector<std::string> tp2_fsdp2 = {"--compile.enable=true",
                                               "--parallelism.data_parallel_shard_degree=2",
                                               "--parallelism.tensor_parallel_degree=2", local_batch(2)};
   const auto over_processes = [&](const std::vector<std::string>& o) {

@@ -16,7 +16,7 @@
 #include "titan/core/autocast.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/loss.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace titan::test {
 namespace {

@@ -33,7 +33,7 @@ JobConfig small_config(const std::vector<std::string>& overrides, const std::str
   // Graph runs go to $TITAN_GRAPH_PLUGIN's device, with $TITAN_GRAPH_PLUGIN_OPTIONS, where they
   // are set (scripts/gpu_check.sh sets them), unless the test names its own (its override comes
   // later and wins).
-  if (std::find(overrides.begin(), overrides.end(), "--compile.mode=graph") != overrides.end()) {
+  if (std::find(overrides.begin(), overrides.end(), "--compile.enable=true") != overrides.end()) {
     for (const auto& [env, key] :
          {std::pair{"TITAN_GRAPH_PLUGIN", "plugin"}, {"TITAN_GRAPH_PLUGIN_OPTIONS", "plugin_options"}}) {
       const char* value = std::getenv(env);

@@ -229,7 +229,7 @@ TEST(GraphCustomKernels, DecisionNamesTheKernelsOrWhyNone) {
 namespace titan::train {
 namespace {
 
-const std::vector<std::string> kGraph = {"--compile.enable=true", "--compile.mode=graph"};
+const std::vector<std::string> kGraph = {"--compile.enable=true"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());

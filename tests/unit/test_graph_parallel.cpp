@@ -1,4 +1,4 @@
-// Graph mode over several devices ([parallelism] degrees with compile.mode = "graph"): the debug
+// Graph mode over several devices ([parallelism] degrees with compile.enable = true): the debug
 // Llama 3 and Qwen 3 models trained over 4 CPU devices of one process, split FSDP 4, TP 2 x FSDP 2
 // and HSDP 2 x 2 by XLA's partitioner, against one device with the same global batch; resumes
 // across layouts and modes; the layouts that cannot be split are named before anything compiles.
@@ -19,6 +19,7 @@
 #include "titan/parallel/tp_layout.h"
 #include "titan/train/graph_mode/graph_sharding.h"
 #include "titan/train/graph_mode/graph_step.h"
+#include "titan/train/layout_checks.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {
@@ -59,7 +60,7 @@ const std::vector<Layout> kLayouts = {
 };
 
 std::vector<std::string> graph_run(const std::vector<std::string>& keys, int steps) {
-  std::vector<std::string> o = {"--compile.enable=true", "--compile.mode=graph", "--training.steps=" + std::to_string(steps),
+  std::vector<std::string> o = {"--compile.enable=true", "--training.steps=" + std::to_string(steps),
                                 "--optimizer.lr=3e-3", "--metrics.log_freq=1"};
   o.insert(o.end(), keys.begin(), keys.end());
   return o;
@@ -121,7 +122,7 @@ TEST(GraphParallel, ResumesAcrossLayoutsAndModes) {
       keys.push_back(k);
     return small_config(keys);
   };
-  const std::vector<std::string> graph = {"--compile.enable=true", "--compile.mode=graph"};
+  const std::vector<std::string> graph = {"--compile.enable=true"};
   const auto plus = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -174,7 +175,7 @@ TEST(GraphParallel, TheTpPlansSplitsAndActivationLayoutHoldWhileTheLayoutLives) 
   TinyTpCase c;
   auto& model = c.model;
   const Tensor& tokens = c.tokens;
-  GraphStepOptions options{.custom_kernels = false, .mesh = {.tp = 2}};
+  GraphStepOptions options{.custom_kernels = false, .mesh = GraphMesh({.tp = 2})};
   const auto constraints = [&](const GraphStepOptions& o) {
     return test::occurrences(c.captured(o), "call_target_name = \"Sharding\"");
   };
@@ -206,7 +207,7 @@ TEST(GraphParallel, SequenceAndLossParallelismLayTheActivationsOut) {
     parallel::TpLayout layout(2, tp);
     models::llama3::apply_tp(*c.model, layout);
     return c.captured({.custom_kernels = false,
-                       .mesh = {.tp = 2},
+                       .mesh = GraphMesh({.tp = 2}),
                        .tp_splits = layout.splits(),
                        .sequence_parallel = tp.sequence_parallel});
   };
@@ -235,7 +236,7 @@ TEST(GraphParallel, SequenceAndLossParallelismLayTheActivationsOut) {
 // The mesh's devices are numbered (r * dp_shard + s) * tp + t. A colwise weight split on tp along
 // dim 0 and FSDP along dim 1 puts tile (i, j) on the device with t = i, s = j.
 TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
-  const GraphMesh tp2_fsdp2{.dp_replicate = 1, .dp_shard = 2, .tp = 2};
+  const GraphMesh tp2_fsdp2({.dp_replicate = 1, .dp_shard = 2, .tp = 2});
   const graph::Sharding colwise = parameter_sharding(tp2_fsdp2, {8, 6}, /*stacked=*/false, /*tp_dim=*/0);
   EXPECT_EQ(colwise.attr(), "{devices=[2,2]0,2,1,3}");
   // A stack's layer dim is never split: its dims shift by one.
@@ -245,13 +246,13 @@ TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
             "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}");
   // The batch: split over the data-parallel devices, replicated over tp.
   EXPECT_EQ(batch_sharding(tp2_fsdp2, 2).attr(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
-  const GraphMesh hsdp{.dp_replicate = 2, .dp_shard = 2, .tp = 1};
+  const GraphMesh hsdp({.dp_replicate = 2, .dp_shard = 2, .tp = 1});
   // FSDP shards over dp_shard and replicates over dp_replicate: devices 0 and 2 hold rows 0-3.
   EXPECT_EQ(parameter_sharding(hsdp, {8, 6}, false, std::nullopt).attr(),
             "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
   EXPECT_EQ(batch_sharding(hsdp, 2).attr(), "{devices=[4,1]0,1,2,3}");
   // FSDP takes the first dim that divides; nothing divides: replicated.
-  const GraphMesh fsdp4{.dp_shard = 4};
+  const GraphMesh fsdp4({.dp_shard = 4});
   EXPECT_EQ(parameter_sharding(fsdp4, {6, 8}, false, std::nullopt).attr(), "{devices=[1,4]0,1,2,3}");
   EXPECT_TRUE(parameter_sharding(fsdp4, {6, 3}, false, std::nullopt).replicated());
   // When only the tp dim divides by both, FSDP joins tp there, tp the major axis.
@@ -262,35 +263,43 @@ TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
 // back gives the whole.
 TEST(GraphMeshSharding, PiecesGoBackTogetherUnderEveryLayout) {
   const Tensor whole = test::rand_f32({8, 6}, 1);
-  for (const GraphMesh& mesh : {GraphMesh{.dp_shard = 4}, GraphMesh{.dp_shard = 2, .tp = 2},
-                                GraphMesh{.dp_replicate = 2, .dp_shard = 2}}) {
+  for (const GraphMesh& mesh : {GraphMesh({.dp_shard = 4}), GraphMesh({.dp_shard = 2, .tp = 2}),
+                                GraphMesh({.dp_replicate = 2, .dp_shard = 2})}) {
     for (const std::optional<int64_t> tp_dim : {std::optional<int64_t>{}, std::optional<int64_t>{0},
                                                 std::optional<int64_t>{1}}) {
       const graph::Sharding sharding = parameter_sharding(mesh, whole.sizes(), false, tp_dim);
       std::vector<Tensor> pieces;
-      for (int64_t d = 0; d < mesh.devices(); ++d) pieces.push_back(graph::shard_of(whole, sharding, d));
+      for (int64_t d = 0; d < mesh.size(); ++d) pieces.push_back(graph::shard_of(whole, sharding, d));
       EXPECT_EQ(pieces[0].numel() * sharding.num_devices() / sharding.replicas, whole.numel()) << sharding.attr();
       EXPECT_TRUE(test::tensors_close(graph::unshard(pieces, sharding), whole, 0, sharding.attr()));
     }
   }
   // Device 2 of TP 2 x FSDP 2 is (s = 1, t = 0): the colwise weight's rows 0-3, columns 3-5.
-  const graph::Sharding colwise = parameter_sharding({.dp_shard = 2, .tp = 2}, whole.sizes(), false, 0);
+  const graph::Sharding colwise = parameter_sharding(GraphMesh({.dp_shard = 2, .tp = 2}), whole.sizes(), false, 0);
   EXPECT_TRUE(test::tensors_close(graph::shard_of(whole, colwise, 2), whole.narrow(0, 0, 4).narrow(1, 3, 3), 0,
                                   "device 2's piece"));
 }
 
+// Graph mode's mesh is the job's layout resolved over the plugin's devices.
 TEST(GraphMeshSharding, DegreesThatDoNotFitTheDevicesAreNamed) {
   dist::ParallelismConfig p;
+  auto devices = [&](int64_t n) {
+    return GraphMesh(dist::MeshDegrees::from_config(p), n, dist::MeshUnits::devices);
+  };
   p.tensor_parallel_degree = 3;
-  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "tensor_parallel_degree = 3", "does not divide the 4 devices");
+  EXPECT_TITAN_ERROR(devices(4), "tensor_parallel_degree = 3", "does not divide the 4 devices");
   p.tensor_parallel_degree = 2;
   p.data_parallel_shard_degree = 4;
-  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "dp_shard 4 x tp 2 (8 devices) do not multiply to the 4 devices",
+  EXPECT_TITAN_ERROR(devices(4), "dp_shard 4 x tp 2 (8 devices) do not multiply to the 4 devices",
                      "data_parallel_shard_degree = -1");
   p.data_parallel_shard_degree = -1;
-  EXPECT_EQ(graph_mesh(p, 4).dp_shard, 2);
-  p.context_parallel_degree = 2;
-  EXPECT_TITAN_ERROR(graph_mesh(p, 4), "context_parallel_degree = 2");
+  EXPECT_EQ(devices(4).degree(MeshAxis::dp_shard), 2);
+  // The parallelisms graph mode does not split are refused with the job's other refusals.
+  JobConfig job;
+  job.compile.enable = true;
+  job.parallelism.context_parallel_degree = 2;
+  EXPECT_TITAN_ERROR(refuse_unsupported(job, dist::MeshDegrees::from_config(job.parallelism)),
+                     "context_parallel_degree = 2");
 }
 
 // Before anything compiles: the device count against the degrees, and the model's heads against tp.

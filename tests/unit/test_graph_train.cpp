@@ -1,4 +1,4 @@
-// Graph mode's trainer ([compile] enable = true, mode = "graph"): the Llama 3 debug model trains
+// Graph mode's trainer ([compile] enable = true): the Llama 3 debug model trains
 // as eager does, resumes across modes, compiles once per batch shape, and refuses what it cannot
 // run with the key and what to do.
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kGraph = {"--compile.enable=true", "--compile.mode=graph"};
+const std::vector<std::string> kGraph = {"--compile.enable=true"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -234,7 +234,7 @@ TEST(GraphTrain, PluginKeysOutsideGraphModeAreRefused) {
 TEST(GraphTrain, ParallelismsGraphModeDoesNotSplitAreRefused) {
   for (const char* key : {"context_parallel_degree", "pipeline_parallel_degree", "expert_parallel_degree"})
     EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {std::string("--parallelism.") + key + "=2"}))),
-                       std::string(key) + " = 2 with compile.mode = \"graph\"", "data-parallel (replicate, shard) and "
+                       std::string(key) + " = 2 with compile.enable = true", "data-parallel (replicate, shard) and "
                        "tensor-parallel degrees only");
 }
 

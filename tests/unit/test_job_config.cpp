@@ -111,7 +111,7 @@ TEST(JobConfig, KeysAreUniqueAndDotted) {
   std::vector<std::string> keys = train::config_keys();
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
   for (const char* k : {"training.steps", "optimizer.lr", "lr_scheduler.decay_ratio", "checkpoint.enable",
-                        "activation_checkpoint.selective_ac_option", "compile.mode", "metrics.peak_flops"})
+                        "activation_checkpoint.selective_ac_option", "compile.scan_layers", "metrics.peak_flops"})
     EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
 }
 
@@ -371,7 +371,7 @@ TEST(JobConfig, EveryValidationRule) {
        {"selective_ac_option = \"0\"", "positive integer"}},
       {{"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=2x"},
        {"selective_ac_option = \"2x\"", "positive integer"}},
-      {{"--compile.mode=jit"}, {"compile.mode = \"jit\"", "one of \"graph\""}},
+      {{"--compile.mode=graph"}, {"compile.mode", "compile.enable = true alone selects graph mode"}},
       {{"--metrics.log_freq=0"}, {"metrics.log_freq = 0", "must be > 0"}},
       {{"--metrics.save_tb_folder="}, {"metrics.save_tb_folder", "non-empty"}},
       {{"--metrics.peak_flops=-1"}, {"metrics.peak_flops = -1.0", "must be >= 0"}},
@@ -488,7 +488,6 @@ JobConfig unusual_config() {
                "--activation_checkpoint.mode=selective",
                "--activation_checkpoint.selective_ac_option=3",
                "--compile.enable=true",
-               "--compile.mode=graph",
                "--metrics.log_freq=1",
                "--metrics.enable_tensorboard=true",
                "--metrics.save_tb_folder=tb2",

@@ -19,7 +19,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/activation_checkpoint.h"
 #include "titan/train/config/job_config.h"
-#include "titan/train/trainer.h"
+#include "titan/train/step/eager_step.h"
 
 namespace titan {
 namespace {

@@ -127,8 +127,8 @@ TEST(Trainer, KeysForMissingFeaturesAreRefusedTogether) {
   EXPECT_TITAN_ERROR(run(small_config({"--compile.enable=true", "--parallelism.pipeline_parallel_degree=2",
                                        "--parallelism.context_parallel_degree=2"})),
                      "asks for what titan cannot do yet",
-                     "parallelism.context_parallel_degree = 2 with compile.mode = \"graph\"",
-                     "parallelism.pipeline_parallel_degree = 2 with compile.mode = \"graph\"");
+                     "parallelism.context_parallel_degree = 2 with compile.enable = true",
+                     "parallelism.pipeline_parallel_degree = 2 with compile.enable = true");
 }
 
 // training.mixed_precision_param = "bfloat16" over 100 steps of the debug models (dense and MoE):

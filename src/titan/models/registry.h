@@ -39,15 +39,15 @@ struct ParallelizeOptions {
   // The job's mesh; FSDP shards over its dp_shard dimension. Null: one process, nothing to shard.
   dist::DeviceMesh* mesh = nullptr;
   parallel::FullyShardOptions fsdp{};
-  // Tensor parallelism over mesh["tp"] when its degree exceeds 1; expert parallelism over
-  // mesh["ep"] likewise.
+  // Tensor parallelism over mesh[dist::MeshAxis::tp] when its degree exceeds 1; expert parallelism over
+  // mesh[dist::MeshAxis::ep] likewise.
   parallel::TensorParallelOptions tp{};
-  // Context parallelism over mesh["cp"] when its degree exceeds 1: the training sequences' length
+  // Context parallelism over mesh[dist::MeshAxis::cp] when its degree exceeds 1: the training sequences' length
   // and the attention tiles ([attention] block_q, block_kv).
   int64_t seq_len = 0;
   int64_t block_q = attention::kDefaultBlockQ;
   int64_t block_kv = attention::kDefaultBlockKv;
-  // Pipeline parallelism over mesh["pp"] when its degree exceeds 1.
+  // Pipeline parallelism over mesh[dist::MeshAxis::pp] when its degree exceeds 1.
   PipelineOptions pipeline{};
 };
 

@@ -10,7 +10,7 @@ int64_t ActivationCheckpointConfig::every_k() const {
   if (mode != "selective") return 1;
   const std::string& opt = selective_ac_option;
   TITAN_CHECK(!per_op(), "activation_checkpoint.selective_ac_option = \"op\" keeps results op by op, which only ",
-              "graph mode's layer loop does (compile.mode = \"graph\", compile.scan_layers = true); here use a layer ",
+              "graph mode's layer loop does (compile.enable = true, compile.scan_layers = true); here use a layer ",
               "interval such as \"2\" (every 2nd layer) or mode = \"full\"");
   int64_t k = 0;
   auto [end, ec] = std::from_chars(opt.data(), opt.data() + opt.size(), k);

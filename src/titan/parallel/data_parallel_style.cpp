@@ -3,7 +3,7 @@
 namespace titan::parallel {
 
 DataParallelStyle data_parallel_style(const dist::DeviceMesh& mesh) {
-  const bool shard = mesh.degree("dp_shard") > 1, replicate = mesh.degree("dp_replicate") > 1;
+  const bool shard = mesh.degree(dist::MeshAxis::dp_shard) > 1, replicate = mesh.degree(dist::MeshAxis::dp_replicate) > 1;
   if (shard) return replicate ? DataParallelStyle::hsdp : DataParallelStyle::fsdp;
   return replicate ? DataParallelStyle::ddp : DataParallelStyle::none;
 }

@@ -301,7 +301,7 @@ std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dis
   std::vector<nn::Module*> blocks;
   for (const auto& [name, block] : layers.named_children())
     if (!runs_here || runs_here(*block)) blocks.push_back(block.get());
-  return std::make_unique<FullyShard>(root, blocks, mesh["dp_shard"], mesh["dp_replicate"], options);
+  return std::make_unique<FullyShard>(root, blocks, mesh[dist::MeshAxis::dp_shard], mesh[dist::MeshAxis::dp_replicate], options);
 }
 
 }  // namespace titan::parallel

@@ -177,8 +177,8 @@ class FullyShard {
 };
 
 // TorchTitan's apply_fsdp: every child of `layers` (the model's blocks) a unit of its own, the
-// rest of `root` the root unit, sharded over mesh["dp_shard"] and replicated over
-// mesh["dp_replicate"] (HSDP when both exceed 1). Null when dp_shard is 1: nothing to shard.
+// rest of `root` the root unit, sharded over mesh[dist::MeshAxis::dp_shard] and replicated over
+// mesh[dist::MeshAxis::dp_replicate] (HSDP when both exceed 1). Null when dp_shard is 1: nothing to shard.
 // `runs_here`, when set, picks the blocks this rank runs (a pipeline stage's); the others' (empty)
 // parameters join the root unit.
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,

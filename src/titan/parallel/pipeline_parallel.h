@@ -44,7 +44,7 @@ int64_t stages_per_rank(const std::string& schedule, int64_t ranks, size_t split
 
 class PipelineParallel {
  public:
-  // The plan over `group` (mesh["pp"]): stage s runs `spans[s]` on schedule.rank_of_stage(s).
+  // The plan over `group` (mesh[dist::MeshAxis::pp]): stage s runs `spans[s]` on schedule.rank_of_stage(s).
   // Parameters are placed by name: "<layers_prefix>.<i>." goes with the stage of layer i, the
   // modules place() names with their stages. Nothing is narrowed before apply().
   PipelineParallel(nn::Module& root, PipelineSchedule schedule, std::vector<StageSpan> spans,

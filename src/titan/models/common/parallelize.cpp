@@ -36,8 +36,8 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
                                                                   const std::vector<Attention*>& attentions,
                                                                   dist::DeviceMesh& mesh, int64_t seq_len,
                                                                   int64_t block_q, int64_t block_kv) {
-  if (mesh.degree("cp") == 1) return nullptr;
-  auto cp = std::make_unique<parallel::ContextParallel>(mesh["cp"], seq_len, block_q, block_kv);
+  if (mesh.degree(dist::MeshAxis::cp) == 1) return nullptr;
+  auto cp = std::make_unique<parallel::ContextParallel>(mesh[dist::MeshAxis::cp], seq_len, block_q, block_kv);
   parallel::ContextParallel* plan = cp.get();
   for (Attention* a : attentions)
     a->set_attend(
@@ -58,14 +58,14 @@ std::unique_ptr<parallel::PipelineParallel> apply_pipeline(CausalLM& model, dist
                                                            const PipelineOptions& options,
                                                            const std::vector<std::string>& first,
                                                            const std::vector<std::string>& last) {
-  const int64_t pp = mesh.degree("pp");
+  const int64_t pp = mesh.degree(dist::MeshAxis::pp);
   if (pp == 1) return nullptr;
   const int64_t per_rank = parallel::stages_per_rank(options.schedule, pp, options.split_points.size());
   parallel::PipelineSchedule schedule =
       parallel::make_schedule(options.schedule, pp, options.micro_batches, per_rank);
   auto plan = std::make_unique<parallel::PipelineParallel>(
       model, std::move(schedule), parallel::split_layers(model.num_layers(), pp * per_rank, options.split_points),
-      mesh["pp"]);
+      mesh[dist::MeshAxis::pp]);
   for (const std::string& name : first) plan->place(name, 0);
   for (const std::string& name : last) plan->place(name, pp * per_rank - 1);
   plan->apply();

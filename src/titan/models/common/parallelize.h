@@ -23,7 +23,7 @@ void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Att
 void apply_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward);
 void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn);
 
-// Context parallelism over mesh["cp"] (null when its degree is 1): every attention's kernel
+// Context parallelism over mesh[dist::MeshAxis::cp] (null when its degree is 1): every attention's kernel
 // becomes ring attention, and the root's RoPE tables ("rope_cos", "rope_sin") keep the rows of
 // this rank's positions.
 std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& root,
@@ -31,7 +31,7 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
                                                                   dist::DeviceMesh& mesh, int64_t seq_len,
                                                                   int64_t block_q, int64_t block_kv);
 
-// Pipeline parallelism over mesh["pp"] (null when its degree is 1): the layers of `model` split
+// Pipeline parallelism over mesh[dist::MeshAxis::pp] (null when its degree is 1): the layers of `model` split
 // into the stages of options.schedule, the modules named in `first` (the embedding) with the first
 // stage and those in `last` (final norm, output) with the last, and every parameter outside this
 // rank's stages emptied (parallel/pipeline_parallel.h). Call after tensor parallelism has split

@@ -23,8 +23,8 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* llama = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(llama != nullptr, "llama3::parallelize: expected a llama3 Transformer");
   Parallelized out;
-  if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
-    out.tp = std::make_unique<parallel::TensorParallel>(*llama, (*options.mesh)["tp"], options.tp);
+  if (options.mesh != nullptr && options.mesh->degree(dist::MeshAxis::tp) > 1) {
+    out.tp = std::make_unique<parallel::TensorParallel>(*llama, (*options.mesh)[dist::MeshAxis::tp], options.tp);
     apply_tp(*llama, *out.tp);
   }
   if (options.mesh != nullptr) {

@@ -29,12 +29,12 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto* qwen = dynamic_cast<Transformer*>(&model);
   TITAN_CHECK(qwen != nullptr, "qwen3::parallelize: expected a qwen3 Transformer");
   Parallelized out;
-  if (options.mesh != nullptr && options.mesh->degree("tp") > 1) {
-    out.tp = std::make_unique<parallel::TensorParallel>(*qwen, (*options.mesh)["tp"], options.tp);
+  if (options.mesh != nullptr && options.mesh->degree(dist::MeshAxis::tp) > 1) {
+    out.tp = std::make_unique<parallel::TensorParallel>(*qwen, (*options.mesh)[dist::MeshAxis::tp], options.tp);
     apply_tp(*qwen, *out.tp);
   }
-  if (options.mesh != nullptr && options.mesh->degree("ep") > 1) {
-    out.ep = std::make_unique<parallel::ExpertParallel>((*options.mesh)["ep"]);
+  if (options.mesh != nullptr && options.mesh->degree(dist::MeshAxis::ep) > 1) {
+    out.ep = std::make_unique<parallel::ExpertParallel>((*options.mesh)[dist::MeshAxis::ep]);
     for (const auto& block : *qwen->layers)
       if (block->moe) out.ep->apply(*block->moe);
   }

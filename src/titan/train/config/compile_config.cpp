@@ -3,9 +3,9 @@
 namespace titan::train {
 
 void declare_keys(config::Keys<CompileConfig>& keys) {
-  keys.add("enable", &CompileConfig::enable, {}, "run the step in `mode`; false: eager, op by op with fused kernels")
-      .add("mode", &CompileConfig::mode, config::one_of({"graph"}),
-           "graph: the whole step captured once as StableHLO, compiled by a PJRT plugin and replayed")
+  keys.add("enable", &CompileConfig::enable, {},
+           "graph mode: the whole step captured once as StableHLO, compiled by a PJRT plugin and replayed; "
+           "false: eager, op by op with fused kernels")
       .add("plugin", &CompileConfig::plugin, {},
            "graph mode's PJRT plugin: cpu, cuda, tpu, or the path of a plugin .so")
       .add("plugin_options", &CompileConfig::plugin_options, {},
@@ -25,8 +25,7 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
           problems.add("compile.custom_kernels = false is read only in graph mode; set compile.enable = true or "
                        "leave it out");
         if (c.plugin != "cpu")
-          problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; set compile.enable = true "
-                       "(compile.mode = \"graph\") or leave it out");
+          problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; set compile.enable = true or leave it out");
         if (!c.plugin_options.empty())
           problems.add("compile.plugin_options is read only in graph mode; set compile.enable = true or leave it out");
       });

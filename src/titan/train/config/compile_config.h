@@ -7,8 +7,8 @@
 namespace titan::train {
 
 struct CompileConfig {
+  // Graph mode, the one compiled mode (TorchTitan's key; titan's former compile.mode is retired).
   bool enable = false;
-  std::string mode = "graph";
   // Graph mode's PJRT plugin: "cpu", "cuda", "tpu", or the path of a plugin's .so.
   std::string plugin = "cpu";
   // The plugin's client options, "name=value" pairs separated by commas (e.g.
@@ -21,9 +21,9 @@ struct CompileConfig {
   // titan's CPU kernels (splash attention) as custom calls inside the program, on a CPU plugin
   // with the FFI extension; false: XLA's lowering of every op (to compare the two).
   bool custom_kernels = true;
-  // What the step runs as: `mode` when enabled, else eager (op by op, with titan's fused kernels).
-  std::string execution_mode() const { return enable ? mode : "eager"; }
-  bool graph() const { return execution_mode() == "graph"; }
+  // What the step runs as: graph when enabled, else eager (op by op, with titan's fused kernels).
+  std::string execution_mode() const { return enable ? "graph" : "eager"; }
+  bool graph() const { return enable; }
 };
 
 void declare_keys(config::Keys<CompileConfig>& keys);

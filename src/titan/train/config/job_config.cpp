@@ -93,6 +93,8 @@ config::Schema<JobConfig> make_schema() {
   s.renamed("training.compile", "compile.enable");
   s.renamed("checkpoint.enable_checkpoint", "checkpoint.enable");
   s.renamed("lr_scheduler.lr_min", "lr_scheduler.min_lr_factor");
+  // titan's own key once: two keys for one bit.
+  s.retired("compile.mode", "compile.enable = true alone selects graph mode, the one compiled mode; remove the key");
   s.retired("training.deterministic",
             "titan is deterministic without it: a run repeats bitwise on the same machine, thread count and "
             "ranks (every sum is taken in a fixed order, no atomics); remove the key");

@@ -9,7 +9,7 @@ namespace titan::train {
 
 void add_process_options(graph::RuntimeOptions& options, int rank, int processes) {
   TITAN_CHECK(options.plugin != "cpu",
-              "compile.mode = \"graph\" over ", processes,
+              "compile.enable = true over ", processes,
               " processes needs a plugin that joins them into one client, but compile.plugin = \"cpu\" runs its "
               "collectives within one process only (its client knows only its own devices); launch one process "
               "(its [parallelism] degrees split the step over the plugin's devices), or set compile.enable = false "

@@ -13,28 +13,18 @@
 #include <string>
 #include <vector>
 
-#include "titan/dist/dist_config.h"
+#include "titan/dist/parallel_dims.h"
 #include "titan/graph/ir/program.h"
 
 namespace titan::train {
 
-enum class MeshAxis { dp_replicate, dp_shard, tp };
+using dist::MeshAxis;
 
-// The devices as a mesh [dp_replicate, dp_shard, tp], tp innermost (TorchTitan's order): device
-// (r, s, t) is number (r * dp_shard + s) * tp + t.
-struct GraphMesh {
-  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
-  int64_t devices() const { return dp_replicate * dp_shard * tp; }
-  int64_t dp() const { return dp_replicate * dp_shard; }
-  int64_t size(MeshAxis axis) const;
-  // "dp_replicate 2 x dp_shard 2 x tp 1 (4 devices)"
-  std::string describe() const;
-};
-
-// The mesh the [parallelism] keys ask for over `devices` PJRT devices (data_parallel_shard_degree
-// = -1 takes the devices the others leave). Degrees that do not multiply to the device count, and
-// the parallelisms graph mode does not split (context, pipeline, expert), are errors naming the key.
-GraphMesh graph_mesh(const dist::ParallelismConfig& p, int64_t devices);
+// Graph mode's device mesh is the job's ParallelDims resolved over the plugin's devices
+// (MeshUnits::devices): [dp_replicate, dp_shard, tp], tp innermost (TorchTitan's order), device
+// (r, s, t) being number (r * dp_shard + s) * tp + t. Its other degrees are 1 (train/
+// layout_checks.h refuses the parallelisms graph mode does not split).
+using GraphMesh = dist::ParallelDims;
 
 // The sharding that splits dim d of a tensor over the axes dims[d] (the first the major one) and
 // replicates it over the axes no dim names.

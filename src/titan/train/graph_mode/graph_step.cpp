@@ -80,7 +80,7 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   const auto t0 = std::chrono::steady_clock::now();
   CapturedStep out;
   graph::Program program;
-  const int64_t devices = options.mesh.devices();
+  const int64_t devices = options.mesh.size();
   program.set_partitions(devices);
   program.set_scan_layers(options.scan_layers);
   // Between blocks the residual stream stays split along the batch as the batch is (FSDP's data
@@ -222,10 +222,10 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
       options_(std::move(options)),
       log_(log),
       runner_(std::move(runner)),
-      custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels, options_.mesh.devices())) {
+      custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels, options_.mesh.size())) {
   options_.custom_kernels = custom_kernels_.on;
   TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
-  const int64_t devices = options_.mesh.devices();
+  const int64_t devices = options_.mesh.size();
   partitions_ = local_partitions(runner_.client(), devices, options_.processes);
   steps_taken_ = optimizer_.state(params_.front().first).step;
   for (const auto& [name, p] : params_) {
@@ -267,11 +267,11 @@ int64_t GraphStep::state_bytes(int device) const {
 }
 
 Tensor GraphStep::download_state(size_t i) const {
-  if (options_.mesh.devices() == 1) return runner_.download(state_[0][i]);
+  if (options_.mesh.size() == 1) return runner_.download(state_[0][i]);
   std::vector<Tensor> pieces;
   for (const auto& device : state_) pieces.push_back(runner_.download(device[i]));
   if (options_.processes != nullptr && options_.processes->size() > 1)
-    return gather_whole(pieces, partitions_, state_shardings_[i], options_.mesh.devices(), *options_.processes);
+    return gather_whole(pieces, partitions_, state_shardings_[i], options_.mesh.size(), *options_.processes);
   return graph::unshard(pieces, state_shardings_[i]);
 }
 
@@ -288,7 +288,7 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   const std::string key = key_of(batches);
   // This process's devices, and the program's partitions: more where other processes hold some.
   const int devices = static_cast<int>(state_.size());
-  const int64_t partitions = options_.mesh.devices();
+  const int64_t partitions = options_.mesh.size();
   if (key != key_ || executable_ == nullptr) {
     captured_ = capture_train_step(model_, optimizer_, params_, batches, options_);
     host_buffers_.clear();
@@ -365,11 +365,11 @@ void GraphStep::log_collectives(const std::string& optimized_text, const std::ve
     return;
   }
   const GraphMesh& mesh = options_.mesh;
-  collectives_ = graph::count_collectives(optimized_text, mesh.devices());
+  collectives_ = graph::count_collectives(optimized_text, mesh.size());
   double param_bytes = 0;
   for (const auto& [name, p] : params_) param_bytes += static_cast<double>(p.nbytes());
   const data::Batch& b = batches.front();
-  const double tokens = static_cast<double>(b.inputs.numel()) / static_cast<double>(mesh.dp());
+  const double tokens = static_cast<double>(b.inputs.numel()) / static_cast<double>(mesh.degree(MeshAxis::dp));
   planned_ = train::planned_traffic(mesh, param_bytes, static_cast<int64_t>(batches.size()), model_.num_layers(),
                                     tokens * static_cast<double>(options_.model_dim) * 4.0);
   const auto mib = [](double bytes) {

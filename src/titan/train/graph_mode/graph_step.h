@@ -1,5 +1,5 @@
 #pragma once
-// Graph mode's training step ([compile] enable = true, mode = "graph"): forward, backward,
+// Graph mode's training step ([compile] enable = true): forward, backward,
 // gradient clipping and AdamW captured once as one StableHLO program (graph/), compiled by a PJRT
 // plugin and replayed every step. The parameters and AdamW's moments live on the device between
 // steps, donated to each run and replaced by its results (input/output aliasing); the host copies
@@ -38,7 +38,7 @@ struct GraphStepOptions {
   bool custom_kernels = true;
   // The devices the step is split over ([parallelism] degrees; train/graph_mode/graph_sharding.h), and the
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
-  GraphMesh mesh = {};
+  GraphMesh mesh = GraphMesh();
   std::map<std::string, int64_t> tp_splits = {};
   // The tensor-parallel layout's sequence parallelism (parallel::TpLayout's options): the residual
   // stream between blocks splits along the sequence over tp too (carry_sharding).

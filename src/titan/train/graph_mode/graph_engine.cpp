@@ -1,0 +1,145 @@
+#include "titan/train/graph_mode/graph_engine.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "titan/dist/tcp_store.h"
+#include "titan/parallel/tp_layout.h"
+#include "titan/train/graph_mode/graph_moe.h"
+#include "titan/train/graph_mode/graph_processes.h"
+#include "titan/train/graph_mode/graph_step.h"
+
+namespace titan::train {
+
+namespace {
+
+// The hidden size: the width of the token embedding's rows, 0 for a model without one.
+int64_t model_dim(const std::vector<std::pair<std::string, Tensor>>& params) {
+  for (const auto& [name, p] : params)
+    if (name.ends_with("tok_embeddings.weight") && p.dim() == 2) return p.size(1);
+  return 0;
+}
+
+class GraphEngine : public StepEngine {
+ public:
+  GraphEngine(const StepParts& parts, graph::Runner runner, const GraphMesh& mesh) : model_(parts.model) {
+    const JobConfig& c = parts.cfg;
+    if (mesh.degree(MeshAxis::tp) > 1) {
+      tp_ = std::make_unique<parallel::TpLayout>(
+          mesh.degree(MeshAxis::tp),
+          parallel::TensorParallelOptions{.sequence_parallel = c.parallelism.enable_sequence_parallel,
+                                          .loss_parallel = !c.parallelism.disable_loss_parallel});
+      parts.spec.plan_tp(parts.model, *tp_);
+    }
+    step_ = std::make_unique<GraphStep>(
+        parts.model, parts.optimizer, parts.named_params, std::move(runner),
+        GraphStepOptions{.max_norm = c.training.max_norm,
+                         .scan_layers = c.compile.scan_layers,
+                         .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint)
+                                                             : graph::ScanSaves::all,
+                         .custom_kernels = c.compile.custom_kernels,
+                         .mesh = mesh,
+                         .tp_splits = tp_ ? tp_->splits() : std::map<std::string, int64_t>{},
+                         .sequence_parallel = tp_ && tp_->options().sequence_parallel,
+                         .model_dim = model_dim(parts.named_params),
+                         .processes = parts.world.size() > 1 ? &parts.world : nullptr},
+        parts.log);
+    moe_ = std::make_unique<GraphMoeLayout>(parts.model, step_->custom_kernels().on);
+    if (const auto& note = moe_->note()) parts.log << "titan: " << *note << "\n";
+  }
+
+  StepStats step(int64_t micro_batches, const NextBatch& next_batch) override {
+    std::vector<data::Batch> batches;
+    for (int64_t i = 0; i < micro_batches; ++i) batches.push_back(next_batch());
+    const GraphStep::Result r = step_->run(batches);
+    StepStats stats{.loss = r.loss, .grad_norm = r.grad_norm, .extra = {}};
+    if (r.aux_loss) stats.extra.emplace_back("aux_loss", *r.aux_loss);
+    for (auto& scalar : model_.end_step()) stats.extra.push_back(std::move(scalar));
+    return stats;
+  }
+  void to_host() override { step_->to_host(); }
+  std::string describe() const override { return "graph, " + step_->runner().describe(); }
+  std::optional<int64_t> device_peak_bytes() const override {
+    const auto stats = step_->runner().client().memory_stats();
+    return stats ? stats->peak_bytes_in_use : std::nullopt;
+  }
+
+ private:
+  models::CausalLM& model_;
+  // Its hooks on the model are read while the step is captured.
+  std::unique_ptr<parallel::TpLayout> tp_;
+  std::unique_ptr<GraphStep> step_;
+  std::unique_ptr<GraphMoeLayout> moe_;
+};
+
+class GraphMode : public ExecutionMode {
+ public:
+  Layout lay_out(const dist::MeshDegrees& degrees, dist::ProcessGroup world, const JobConfig& c) override {
+    graph::RuntimeOptions runtime =
+        graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options, "compile.plugin_options");
+    // On the CPU plugin without a device count, as many devices as the degrees name, where the
+    // plugin's own default would be one per core.
+    bool counted = false;
+    for (const auto& option : runtime.client_options) counted = counted || option.name == "cpu_device_count";
+    if (runtime.plugin == "cpu" && !counted) runtime.client_options.push_back({"cpu_device_count", degrees.named_size()});
+    // Over several ranks the plugin joins the processes into one client, through a key-value
+    // store that rank 0 serves.
+    const bool joined = world.size() > 1;
+    if (joined) {
+      add_process_options(runtime, world.rank(), world.size());
+      runtime.store = dist::start_kv_store(world);
+    }
+    runner_.emplace(runtime);
+    plugin_ = c.compile.plugin;
+    const graph::pjrt::Client& client = runner_->client();
+    Layout layout{.dims = dist::ParallelDims(degrees, joined ? client.global_device_count() : client.device_count(),
+                                             dist::MeshUnits::devices),
+                  .mesh = nullptr};
+    // A plugin that did not join the processes is named before the model is built.
+    if (joined) local_partitions(client, layout.dims.size(), &world);
+    // Each process loads every device's rows and keeps whole tensors on the host; the plugin
+    // splits the step, so the eager side is one rank.
+    dist::ProcessGroup single = dist::ProcessGroup::single("world");
+    single.set_timeout_seconds(world.timeout_seconds());
+    layout.mesh = std::make_unique<dist::DeviceMesh>(std::move(single), dist::ParallelDims());
+    mesh_ = layout.dims;
+    return layout;
+  }
+
+  Checkpointing checkpointing(const JobConfig& c) const override {
+    if (!c.compile.scan_layers) return ExecutionMode::checkpointing(c);
+    // The layer loop checkpoints by itself (GraphStepOptions::scan_saves): no block is wrapped.
+    switch (scan_saves_for(c.activation_checkpoint)) {
+      case graph::ScanSaves::all: return {.summary = "off (the layer loop keeps every result its backward reads)"};
+      case graph::ScanSaves::inputs:
+        return {.summary = "full (the layer loop keeps each block's input and computes it again in backward)"};
+      case graph::ScanSaves::products:
+        return {.summary = "selective op (the layer loop keeps matrix products and attention, and recomputes the rest "
+                           "in backward)"};
+    }
+    return {};
+  }
+
+  std::string label() const override { return "graph on " + plugin_; }
+
+  std::unique_ptr<StepEngine> make_engine(const StepParts& parts) override {
+    TITAN_CHECK(runner_.has_value(), "graph mode: make_engine called before lay_out, or twice");
+    auto engine = std::make_unique<GraphEngine>(parts, std::move(*runner_), mesh_);
+    runner_.reset();
+    return engine;
+  }
+
+ private:
+  std::optional<graph::Runner> runner_;  // made by lay_out, until the engine takes it
+  GraphMesh mesh_;
+  std::string plugin_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutionMode> make_graph_mode() {
+  return std::make_unique<GraphMode>();
+}
+
+}  // namespace titan::train
