@@ -371,7 +371,6 @@ TEST(JobConfig, EveryValidationRule) {
        {"selective_ac_option = \"0\"", "positive integer"}},
       {{"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=2x"},
        {"selective_ac_option = \"2x\"", "positive integer"}},
-      {{"--compile.mode=graph"}, {"compile.mode", "compile.enable = true alone selects graph mode"}},
       {{"--metrics.log_freq=0"}, {"metrics.log_freq = 0", "must be > 0"}},
       {{"--metrics.save_tb_folder="}, {"metrics.save_tb_folder", "non-empty"}},
       {{"--metrics.peak_flops=-1"}, {"metrics.peak_flops = -1.0", "must be >= 0"}},
@@ -608,6 +607,9 @@ TEST(JobConfig, LrScheduleAndActivationCheckpointing) {
   EXPECT_EQ(parallel::ActivationCheckpointConfig{.mode = "full"}.every_k(), 1);
 
   EXPECT_EQ(with({"--compile.enable"}).compile.execution_mode(), "graph");
+  // Two keys for one bit once: compile.enable alone selects graph mode.
+  EXPECT_TITAN_ERROR(with({"--compile.mode=graph"}), "unknown key 'compile.mode'",
+                     "compile.enable = true alone selects graph mode");
 }
 
 }  // namespace

@@ -10,6 +10,14 @@ namespace {
 
 constexpr MeshAxis kAxes[] = {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::tp};
 
+// An axis's place in kAxes: its index in a device's mesh coordinate.
+size_t axis_index(MeshAxis axis) {
+  for (size_t i = 0; i < std::size(kAxes); ++i)
+    if (kAxes[i] == axis) return i;
+  TITAN_CHECK(false, "graph mode: the mesh has no axis ", dist::axis_name(axis), "; its axes are dp_replicate, dp_shard, tp");
+  return 0;
+}
+
 }  // namespace
 
 graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshAxis>>& dims) {
@@ -40,7 +48,7 @@ graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vect
       rest /= extent;
       for (size_t k = grid[g].size(); k-- > 0;) {
         const int64_t n = mesh.degree(grid[g][k]);
-        coord[static_cast<int>(grid[g][k])] = c % n;
+        coord[axis_index(grid[g][k])] = c % n;
         c /= n;
       }
     }
