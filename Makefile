@@ -40,11 +40,13 @@ build: deps $(BUILD)/build.ninja
 # make train ARGS="--training.steps=50". Run again, it resumes from its checkpoints: a finished
 # run trains no further and prints the sample again; more steps continue from the latest full
 # checkpoint. rm -rf outputs/llama3_debug/checkpoint starts over. CHECKPOINT is where the
-# config saves (job.dump_folder/checkpoint.folder).
+# config saves (job.dump_folder/checkpoint.folder). It builds the titan command only, not the tests
+# and benchmarks (make build).
 CONFIG     ?= configs/llama3/debug.toml
 ARGS       ?=
 CHECKPOINT ?= outputs/llama3_debug/checkpoint
-train: build
+train: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target titan_cli
 	$(BUILD)/titan train --config $(CONFIG) $(ARGS)
 	$(BUILD)/titan generate --checkpoint $(CHECKPOINT) --prompt "In the beginning" --max-new-tokens 64
 
