@@ -143,9 +143,9 @@ PY
 fi
 
 # The reference venv (PyPI's torch 2 and transformers 5, requirements-test.txt) is large, so it
-# is built once per requirements file in ~/.cache/titan and .venv links to it: every clone of
-# the project (CI's too) shares it. pip runs only to build it, so an offline machine that has it
-# does not need PyPI.
+# is built once per requirements file (by its hash: any edit, a comment's too, makes a new venv)
+# in ~/.cache/titan and .venv links to it: every clone of the project (CI's too) shares it. pip
+# runs only to build it, so an offline machine that has it does not need PyPI.
 if $reference; then
   want=$(sha256sum requirements-test.txt | cut -c1-16)
   shared=$cache/venv-$want
