@@ -1,4 +1,7 @@
-# titan.cpp — `make train` and `make test` do all the set-up on a fresh Debian machine.
+# titan.cpp — `make train` and `make test` do all the set-up on a fresh Debian machine. Each
+# target sets up only what it needs (scripts/setup.sh): make build and make train titan's Debian
+# packages and PJRT CPU plugins; make test and make bench the PyTorch reference venv (.venv) as
+# well; make fuzz, make lint and make format clang's tools.
 BUILD       ?= build
 BUILD_ASAN  ?= build-asan
 JOBS        ?= $(shell nproc)
@@ -9,12 +12,22 @@ CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build train test build-asan test-asan fuzz bench format lint clean
+.PHONY: all deps deps-test deps-tools deps-all build train test build-asan test-asan fuzz bench format lint \
+        clean
 
 all: build
 
 deps:
-	@scripts/setup.sh
+	@scripts/setup.sh build
+# The reference venv of the parity tests and the benchmarks (PyTorch 2, transformers 5: 5.7 GB).
+deps-test: deps
+	@scripts/setup.sh reference
+# clang, clang-format, clang-tidy.
+deps-tools:
+	@scripts/setup.sh tools
+# All of it (CI's set-up).
+deps-all:
+	@scripts/setup.sh all
 
 $(BUILD)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -27,15 +40,17 @@ build: deps $(BUILD)/build.ninja
 # make train ARGS="--training.steps=50". Run again, it resumes from its checkpoints: a finished
 # run trains no further and prints the sample again; more steps continue from the latest full
 # checkpoint. rm -rf outputs/llama3_debug/checkpoint starts over. CHECKPOINT is where the
-# config saves (job.dump_folder/checkpoint.folder).
+# config saves (job.dump_folder/checkpoint.folder). It builds the titan command only, not the tests
+# and benchmarks (make build).
 CONFIG     ?= configs/llama3/debug.toml
 ARGS       ?=
 CHECKPOINT ?= outputs/llama3_debug/checkpoint
-train: build
+train: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target titan_cli
 	$(BUILD)/titan train --config $(CONFIG) $(ARGS)
 	$(BUILD)/titan generate --checkpoint $(CHECKPOINT) --prompt "In the beginning" --max-new-tokens 64
 
-test: build
+test: deps-test build
 	cd $(BUILD) && ctest $(CTEST_FLAGS)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, caching allocator off so that
@@ -48,7 +63,7 @@ build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTITAN_SANITIZE=ON -DTITAN_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target titan_unit_tests
 
-test-asan: build-asan
+test-asan: deps-test build-asan
 	cd $(BUILD_ASAN) && TITAN_ALLOCATOR_CACHING=0 ASAN_OPTIONS=detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS) -L unit -E '$(ASAN_SKIP)'
@@ -56,21 +71,21 @@ test-asan: build-asan
 # Every parser of outside input under libFuzzer (clang, ASan + UBSan, in build-fuzz): the inputs
 # that once failed replayed, then each target fuzzed FUZZ_SECONDS from its seeds (fuzz/).
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz: deps deps-tools
 	JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # titan finds OpenBLAS's OpenMP build through its RUNPATH; PyTorch 2, the reference, brings its
 # own MKL and oneDNN, so the benchmarks set no library path. JAX, bench_train_step's other
 # reference, gets a venv of its own (.venv-jax) here, so that `make test` never downloads it.
-bench: build
+bench: deps-test build
 	scripts/setup_jax.sh
 	TITAN_PYTHON=$(CURDIR)/.venv/bin/python TITAN_JAX_PYTHON=$(CURDIR)/.venv-jax/bin/python \
 	  scripts/run_benchmarks.sh $(BUILD)
 
-format:
+format: deps-tools
 	find src tests bench -name '*.h' -o -name '*.cpp' | xargs clang-format -i
 
-lint: $(BUILD)/build.ninja
+lint: deps deps-tools $(BUILD)/build.ninja
 	find src -name '*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
 
 clean:

@@ -22,7 +22,7 @@ def main():
     try:
         import tokenizers
     except ImportError as e:
-        print(json.dumps({"error": f"cannot import tokenizers ({e}); run make deps"}))
+        print(json.dumps({"error": f"cannot import tokenizers ({e}); run make deps-test"}))
         return
     results = {}
     corpora = {}

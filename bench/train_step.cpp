@@ -4,8 +4,11 @@
 //
 // A step is train::train_step, the trainer's own: forward -> ops::cross_entropy -> backward ->
 // clip_grad_norm_ -> AdamW step; PyTorch's is the same sequence (bench/train_step_torch.py) in each
-// of its variants: eager and torch.compile (per transformer block, as TorchTitan compiles), in f32
-// and, for information, under bf16 autocast. Every round runs in a fresh process (this binary with
+// of its variants (kTrainStepTorch): eager, torch.compile per transformer block (as TorchTitan
+// compiles, for FSDP) and torch.compile of the whole model (as a user on one device compiles), in
+// f32 and under bf16 autocast. titan is measured against the best of them: titan f32 against the
+// best f32 variant (and, in a second ratio, against the best of all), titan bf16 against the best of
+// all; each ratio names the variant it is against. Every round runs in a fresh process (this binary with
 // --worker, or the script), so that the resident-set figures of one round are not inflated by
 // another's and the sides are measured alike; titan and PyTorch rounds alternate, so load from
 // other processes falls on all, and the figures are medians.
@@ -278,6 +281,12 @@ json run_jax_round(const Config& c, const std::string& variant, int threads, int
 // config's remaining compiled rounds, and the larger configs', be skipped: on a few cores
 // inductor's compile of a large model can take longer than all the other rounds together.
 constexpr double kCompileBudgetSeconds = 150;
+
+// PyTorch's variants here (bench/train_step_torch.py): bench::kTorchAll's, plus "compile model",
+// torch.compile(model) of the whole model, which runs a one-device step faster than compiling each
+// block ("compile", TorchTitan's way, which FSDP needs).
+const std::vector<std::string> kTrainStepTorch = {"eager",      "compile",      "compile model",
+                                                  "eager bf16", "compile bf16", "compile model bf16"};
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // The rounds of one side of one config.
@@ -657,9 +666,9 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
         "matmuls at precision HIGHEST: no TF32); JAX: bench/train_step_jax.py, jax.jit whole (f32 at "
         "matmul precision highest; each block recomputed in the backward, jax.checkpoint, as titan's scan "
         "does); torch: bench/train_step_torch.py on the device (eager; compile = torch.compile per block; "
-        "bf16 = autocast). peak GiB: the device allocator's high-water mark (PJRT memory stats, JAX "
-        "memory_stats, torch.cuda.max_memory_allocated; torch: its least variant). MFU: model FLOPs over "
-        "the datasheet dense rate of the precision.");
+        "compile model = torch.compile of the whole model; bf16 = autocast). peak GiB: the device "
+        "allocator's high-water mark (PJRT memory stats, JAX memory_stats, torch.cuda.max_memory_allocated; "
+        "torch: its least variant). MFU: model FLOPs over the datasheet dense rate of the precision.");
     for (const DeviceResult& r : results)
       for (const auto& [variant, side] : r.torch) {
         for (const std::string& e : side.errors)
@@ -689,7 +698,7 @@ int bench_main(int argc, char** argv) {
   // by "train_step/<S|M|L>"; --rounds=N and --steps=N override the defaults; --no_ac skips the
   // activation-checkpointing rounds; --attention=reference runs titan with the attention that
   // materialises the scores (splash, titan's default, never does); --torch=eager,compile picks
-  // PyTorch's variants (default: all of bench::kTorchAll); --precision=bf16 runs titan as
+  // PyTorch's variants (default: all of kTrainStepTorch); --precision=bf16 runs titan as
   // training.mixed_precision_param = "bfloat16" does, against the best of every PyTorch variant
   // (f32 and bf16), with its share of the measured bf16 GEMM peak. Every round also runs titan's
   // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
@@ -698,7 +707,7 @@ int bench_main(int argc, char** argv) {
   // --device=cuda runs the step on that accelerator instead (device_main): titan graph, JAX and
   // torch there, configs S-XL.
   int rounds = 3;
-  std::vector<std::string> variants = bench::kTorchAll;
+  std::vector<std::string> variants = kTrainStepTorch;
   std::vector<std::string> jax_variants = {"f32", "bf16"};
   std::string attention = "splash";
   std::optional<int> steps_override;
@@ -723,9 +732,10 @@ int bench_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--torch"); !v.empty()) {
       variants = comma_list(v);
       for (const std::string& t : variants)
-        TITAN_CHECK(std::find(bench::kTorchAll.begin(), bench::kTorchAll.end(), t) != bench::kTorchAll.end(),
+        TITAN_CHECK(std::find(kTrainStepTorch.begin(), kTrainStepTorch.end(), t) != kTrainStepTorch.end(),
                     "bench_train_step: --torch takes PyTorch's variants, comma-separated, out of \"eager\", "
-                    "\"compile\", \"eager bf16\" and \"compile bf16\"; got '",
+                    "\"compile\", \"compile model\", \"eager bf16\", \"compile bf16\" and \"compile model "
+                    "bf16\"; got '",
                     t, "' in '", v, "'");
     }
     if (auto v = flag_value(a, "--jax"); !v.empty()) {
@@ -986,6 +996,7 @@ int bench_main(int argc, char** argv) {
       " attention; torch: TorchTitan's Llama 3 (nn.RMSNorm, F.scaled_dot_product_attention is_causal, "
       "F.silu) forward, F.cross_entropy, backward, clip_grad_norm_ 1.0, torch.optim.AdamW (see optimizer "
       "above); compile: torch.compile(block, fullgraph=True) per transformer block, as TorchTitan does; "
+      "compile model: torch.compile(model), the whole model, as a user on one device does; "
       "bf16: forward and loss under torch.autocast(\"cpu\", bfloat16). Both lr 8e-4, betas (0.9, 0.95), "
       "weight decay 0.1, one fixed random batch. torch ms, GFLOP/s, %SGEMM, by round, torch/floor: of the "
       "best torch f32 variant. bf16 variants run in round 1 only (information).");

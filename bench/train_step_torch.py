@@ -6,11 +6,14 @@ Argument: a JSON file {"threads", "warmup", "steps", "seed", "variant", "config"
 "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "seq", "batch"}}. A step is the
 model's forward -> F.cross_entropy -> backward -> clip_grad_norm_ (max norm 1) ->
 torch.optim.AdamW(fused=True where this build runs it on the CPU, else foreach) step, with
-TorchTitan's lr, betas and weight decay, on one fixed random batch. The variant (VARIANTS in
-bench/torch_reference.py) decides the rest: "compile" compiles each transformer block with
-torch.compile(fullgraph=True) as TorchTitan does (default inductor backend; the first step
-compiles forward and backward, and is a warm-up step, so out of the timings); "bf16" runs forward
-and loss under torch.autocast(device, dtype=torch.bfloat16). "device" (default "cpu"; "cuda" for
+TorchTitan's lr, betas and weight decay, on one fixed random batch. The variant (the names of
+kTrainStepTorch in bench/train_step.cpp) decides the rest: "compile" compiles each transformer
+block with torch.compile(fullgraph=True) as TorchTitan does (it compiles per block so that FSDP can
+wrap each); "compile model" compiles the whole model with torch.compile(model), as a user training
+on one device does (one graph for the forward, one for the backward: embedding, every block, the
+final norm and the output head); both use the default inductor backend, and the first step
+compiles forward and backward, a warm-up step, so out of the timings; "bf16" runs forward and loss
+under torch.autocast(device, dtype=torch.bfloat16). "device" (default "cpu"; "cuda" for
 bench_train_step --device=cuda) is where the model, the batch and the optimizer live; the model is
 initialised on the CPU first, so that both devices start from the same weights.
 
@@ -63,10 +66,15 @@ def main():
     model.init_weights(gen)
     model.to(device)
     inputs, labels = inputs.to(device), labels.to(device)
-    compiled = variant.startswith("compile")
-    if compiled:
+    compiled = ""
+    if variant.startswith("compile model"):
+        # The parameters stay the module's own: the optimizer and clipping below see the same ones.
+        model = torch.compile(model)
+        compiled = "torch.compile(model), the whole model"
+    elif variant.startswith("compile"):
         for i, block in enumerate(model.layers):
             model.layers.register_module(str(i), torch.compile(block, fullgraph=True))
+        compiled = "torch.compile(block, fullgraph=True) per transformer block"
     opt, optimizer = make_adamw(torch, model.parameters(), compiled=False, lr=8e-4, betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1)
     autocast = (torch.autocast(device, dtype=torch.bfloat16) if variant.endswith("bf16")
@@ -98,7 +106,7 @@ def main():
     on_device = {"device_name": torch.cuda.get_device_name(), "device_peak_bytes": torch.cuda.max_memory_allocated()
                  } if cuda else {}
     print(json.dumps({**environment(torch), **on_device, "variant": variant, "optimizer": optimizer,
-                      "compile": "torch.compile(block, fullgraph=True) per transformer block" if compiled else "",
+                      "compile": compiled,
                       "step_seconds": seconds[request["warmup"]:], "first_step_seconds": seconds[0],
                       "losses": losses, "rss_baseline": rss_baseline, "rss_peak": rss_peak}))
     return 0

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Fails when a file under src/titan/ includes a layer its own layer may not use.
 
-The table below is DESIGN.md's "Layers (bottom up)" as the build enforces it (ctest runs this
-script: test `layers`). A layer may use the layers its row lists and, transitively, whatever
-those may use: ops may use kernels, so nn, which may use ops, may include a kernel header too.
-With that closure a direct-include check is enough for the layer rule: any header a file reaches
+The table below is docs/architecture.md's "Layers, bottom up" as the build enforces it (ctest
+runs this script: test `layers`). A layer may use the layers its row lists and, transitively,
+whatever those may use: ops may use kernels, so nn, which may use ops, may include a kernel header
+too. With that closure a direct-include check is enough for the layer rule: any header a file reaches
 through a chain was itself checked against a layer this one may use.
 
 The model rule is stricter and follows chains: the model's math (every file under models/ but the
@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-# Bottom up, as DESIGN.md lists them.
+# Bottom up, as docs/architecture.md lists them.
 MAY_USE = {
     "core": [],
     "kernels": ["core"],
@@ -117,8 +117,8 @@ def check(root):
         where = file.relative_to(root)
         if layer not in MAY_USE:
             problems.append(f"{where}: folder src/titan/{layer}/ is not a layer of the table; add it to "
-                            f"MAY_USE in scripts/check_layers.py (and DESIGN.md's layer table) or move "
-                            f"the file into a layer's folder")
+                            f"MAY_USE in scripts/check_layers.py (and docs/architecture.md's layer table) "
+                            f"or move the file into a layer's folder")
             continue
         may = sorted(allowed[layer]) or ["std only"]
         for number, target, used in includes(file):
@@ -126,7 +126,8 @@ def check(root):
                 problems.append(f"{where}:{number}: includes \"{target}\": layer {layer}/ may use "
                                 f"{', '.join(may)}, not {used}/. Move what it needs down into a layer "
                                 f"{layer}/ may use, or move this code up; if the design is wrong, change "
-                                f"DESIGN.md's table and MAY_USE in scripts/check_layers.py together")
+                                f"docs/architecture.md's table and MAY_USE in scripts/check_layers.py "
+                                f"together")
         if is_model_math(relative):
             chain = forbidden_chain(str(file.relative_to(src)), src, chains)
             if chain:
@@ -138,8 +139,8 @@ def check(root):
     for problem in problems:
         print(problem)
     if problems:
-        print(f"check_layers: {len(problems)} violation(s) of the layer table (DESIGN.md, "
-              f"\"Layers (bottom up)\")")
+        print(f"check_layers: {len(problems)} violation(s) of the layer table (docs/architecture.md, "
+              f"\"Layers, bottom up\")")
         return 1
     return 0
 

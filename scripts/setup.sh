@@ -1,31 +1,74 @@
 #!/usr/bin/env bash
-# Installs what the build and the tests need, if missing: Debian packages (as root through
-# apt-get; otherwise prints the command) and a Python venv for the PyTorch reference tests.
+# Installs what is missing for one or more parts of the project, each named on the command line:
+#   build      (the default) what titan needs to build and run: Debian packages (compilers,
+#              libraries, MPI, the test and benchmark frameworks) and the PJRT CPU plugins (.pjrt).
+#              make build and make train; no PyTorch.
+#   tools      clang, clang-format and clang-tidy: make fuzz, make lint, make format.
+#   reference  the PyTorch 2 + transformers 5 reference venv (.venv, requirements-test.txt, 5.7 GB):
+#              make test and make bench.
+#   all        the three (CI's set-up).
+# Debian packages are installed as root through apt-get; otherwise the command is printed.
+# Downloads are made once per pinned list in ~/.cache/titan ($TITAN_VENV_CACHE), which every clone
+# links to, so an offline machine that has them needs no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build ccache pkg-config
-      libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
-      libgtest-dev libgmock-dev libbenchmark-dev
-      python3 python3-venv
-      libprotobuf-dev protobuf-compiler
-      libpcre2-dev libicu-dev
-      libtcmalloc-minimal4  # the process malloc (cmake/dependencies.cmake says why)
-      libdnnl-dev  # oneDNN: bf16 matmuls on AVX512-BF16 and AMX (training.mixed_precision_param)
-      openmpi-bin libopenmpi-dev
-      clang-format clang-tidy
-      clang libclang-rt-dev)  # libFuzzer and the sanitizers' runtimes for make fuzz
-
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+build=false tools=false reference=false
+(($#)) || set -- build
+for part in "$@"; do
+  case $part in
+    build) build=true ;;
+    tools) tools=true ;;
+    reference) reference=true ;;
+    all) build=true tools=true reference=true ;;
+    *)
+      echo "usage: scripts/setup.sh [build] [tools] [reference] [all]   (default: build)" >&2
+      exit 2
+      ;;
+  esac
 done
-if ((${#missing[@]})); then
+cache=${TITAN_VENV_CACHE:-$HOME/.cache/titan}
+mkdir -p "$cache"
+
+PKGS=()
+if $build; then
+  PKGS+=(build-essential cmake ninja-build ccache pkg-config
+         libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
+         libgtest-dev libgmock-dev libbenchmark-dev  # the build configures the tests and benchmarks
+         python3 python3-pip  # the layer check (a test); pip download fetches the PJRT plugins
+         libprotobuf-dev protobuf-compiler
+         libpcre2-dev libicu-dev
+         libtcmalloc-minimal4  # the process malloc (cmake/dependencies.cmake says why)
+         libdnnl-dev  # oneDNN: bf16 matmuls on AVX512-BF16 and AMX (training.mixed_precision_param)
+         openmpi-bin libopenmpi-dev)
+fi
+if $tools; then
+  PKGS+=(clang-format clang-tidy
+         clang libclang-rt-dev)  # libFuzzer and the sanitizers' runtimes for make fuzz
+fi
+if $reference; then
+  PKGS+=(python3 python3-venv)
+fi
+
+installed() {
+  missing=()
+  for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]} == 0))
+}
+if ! installed; then
   if [[ $(id -u) -eq 0 ]]; then
-    echo "setup: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # One apt-get at a time: make -j may run two parts' set-up together.
+    (
+      flock 9
+      if ! installed; then
+        echo "setup: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}"
+      fi
+    ) 9>"$cache/apt.lock"
   else
     echo "setup: missing Debian packages; run:" >&2
     echo "  sudo apt-get install -y ${missing[*]}" >&2
@@ -33,58 +76,33 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# The reference venv (PyPI's torch 2 and transformers 5, requirements-test.txt) is large, so it
-# is built once per requirements file in ~/.cache/titan and .venv links to it: every clone of
-# the project (CI's too) shares it. pip runs only to build it, so an offline machine that has it
-# does not need PyPI.
-want=$(sha256sum requirements-test.txt | cut -c1-16)
-shared=${TITAN_VENV_CACHE:-$HOME/.cache/titan}/venv-$want
-mkdir -p "$(dirname "$shared")"
-(
-  flock 9
-  if [[ ! -f $shared/.complete ]]; then
-    rm -rf "$shared"
-    echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 2.9 GB to download, 5.7 GB installed)"
-    /usr/bin/python3 -m venv "$shared"
-    if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
-      echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
-      echo "  $shared/bin/python -m pip install -r requirements-test.txt" >&2
-      exit 1
-    fi
-    touch "$shared/.complete"
-  fi
-) 9>"$shared.lock"
-if [[ "$(readlink .venv 2>/dev/null)" != "$shared" ]]; then
-  rm -rf .venv
-  ln -s "$shared" .venv
-fi
-.venv/bin/python -c "import torch, transformers" ||
-  { echo "setup: torch or transformers is not importable from .venv ($shared); remove it and rerun" >&2; exit 1; }
-
 # Graph mode's PJRT plugins and the PJRT C API header, from PyPI wheels (titan dlopens the plugin;
-# no Python at run time). Like the venv, unpacked once per pinned list in ~/.cache/titan and
-# linked as .pjrt. Layout (src/titan/graph/pjrt/plugin.cpp resolves the names):
+# no Python at run time), fetched with Debian's pip (no venv). Unpacked once per pinned list in
+# ~/.cache/titan and linked as .pjrt. Layout (src/titan/graph/pjrt/plugin.cpp resolves the names):
 #   include/pjrt_c_api.h            the header titan compiles against (API 0.81)
 #   cpu/pjrt_c_api_cpu_plugin.so     the default CPU plugin (API 0.115)
 #   cpu-xla-cpu-pjrt/xla_cpu_pjrt.so a second CPU plugin (API 0.81): the loader is tested on both
 # Neither wheel is an official Google release (README.md, Graph mode).
-PJRT_WHEELS=(xla-cpu-pjrt==0.0.1 lammps-jax-pjrt-cpu==0.11.2)
-want=$(printf '%s\n' "${PJRT_WHEELS[@]}" | sha256sum | cut -c1-16)
-pjrt=${TITAN_VENV_CACHE:-$HOME/.cache/titan}/pjrt-$want
-(
-  flock 9
-  if [[ ! -f $pjrt/.complete ]]; then
-    rm -rf "$pjrt"
-    echo "setup: fetching the PJRT CPU plugins into $pjrt (${PJRT_WHEELS[*]}: about 125 MB)"
-    mkdir -p "$pjrt/wheels"
-    if ! .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps -d "$pjrt/wheels" \
-           "${PJRT_WHEELS[@]}"; then
-      echo "setup: pip download of ${PJRT_WHEELS[*]} failed; run it by hand:" >&2
-      echo "  .venv/bin/python -m pip download --no-deps -d $pjrt/wheels ${PJRT_WHEELS[*]}" >&2
-      exit 1
-    fi
-    # Only the plugins, the header and the licences: the wheels' Python wrappers are not used.
-    python3 - "$pjrt" <<'PY'
+if $build; then
+  PJRT_WHEELS=(xla-cpu-pjrt==0.0.1 lammps-jax-pjrt-cpu==0.11.2)
+  want=$(printf '%s\n' "${PJRT_WHEELS[@]}" | sha256sum | cut -c1-16)
+  pjrt=$cache/pjrt-$want
+  (
+    flock 9
+    if [[ ! -f $pjrt/.complete ]]; then
+      rm -rf "$pjrt"
+      echo "setup: fetching the PJRT CPU plugins into $pjrt (${PJRT_WHEELS[*]}: about 125 MB)"
+      mkdir -p "$pjrt/wheels"
+      # Debian's pip: PEP 668 keeps it from installing into the system's Python, not from
+      # downloading, and the wheels are unpacked below rather than installed.
+      if ! /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps -d "$pjrt/wheels" \
+             "${PJRT_WHEELS[@]}"; then
+        echo "setup: pip download of ${PJRT_WHEELS[*]} failed; run it by hand:" >&2
+        echo "  /usr/bin/python3 -m pip download --no-deps -d $pjrt/wheels ${PJRT_WHEELS[*]}" >&2
+        exit 1
+      fi
+      # Only the plugins, the header and the licences: the wheels' Python wrappers are not used.
+      /usr/bin/python3 - "$pjrt" <<'PY'
 import pathlib, sys, zipfile
 root = pathlib.Path(sys.argv[1])
 wanted = {
@@ -113,12 +131,42 @@ for prefix, members in wanted.items():
     installed.append(wheels[0].name)
 (root / "WHEELS").write_text("".join(name + "\n" for name in installed))
 PY
-    rm -rf "$pjrt/wheels"
-    touch "$pjrt/.complete"
+      rm -rf "$pjrt/wheels"
+      touch "$pjrt/.complete"
+    fi
+  ) 9>"$pjrt.lock"
+  if [[ "$(readlink .pjrt 2>/dev/null)" != "$pjrt" ]]; then
+    rm -rf .pjrt
+    ln -s "$pjrt" .pjrt
   fi
-) 9>"$pjrt.lock"
-if [[ "$(readlink .pjrt 2>/dev/null)" != "$pjrt" ]]; then
-  rm -rf .pjrt
-  ln -s "$pjrt" .pjrt
+  echo "setup: PJRT plugins in .pjrt from $(paste -sd' ' .pjrt/WHEELS)"
 fi
-echo "setup: PJRT plugins in .pjrt from $(paste -sd' ' .pjrt/WHEELS)"
+
+# The reference venv (PyPI's torch 2 and transformers 5, requirements-test.txt) is large, so it
+# is built once per requirements file (by its hash: any edit, a comment's too, makes a new venv)
+# in ~/.cache/titan and .venv links to it: every clone of the project (CI's too) shares it. pip
+# runs only to build it, so an offline machine that has it does not need PyPI.
+if $reference; then
+  want=$(sha256sum requirements-test.txt | cut -c1-16)
+  shared=$cache/venv-$want
+  (
+    flock 9
+    if [[ ! -f $shared/.complete ]]; then
+      rm -rf "$shared"
+      echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 2.9 GB to download, 5.7 GB installed)"
+      /usr/bin/python3 -m venv "$shared"
+      if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
+        echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
+        echo "  $shared/bin/python -m pip install -r requirements-test.txt" >&2
+        exit 1
+      fi
+      touch "$shared/.complete"
+    fi
+  ) 9>"$shared.lock"
+  if [[ "$(readlink .venv 2>/dev/null)" != "$shared" ]]; then
+    rm -rf .venv
+    ln -s "$shared" .venv
+  fi
+  .venv/bin/python -c "import torch, transformers" ||
+    { echo "setup: torch or transformers is not importable from .venv ($shared); remove it and rerun" >&2; exit 1; }
+fi

@@ -333,7 +333,7 @@ nlohmann::json run_torch_script(const std::string& script, const nlohmann::json&
   const std::string python = python_path();
   if (access(python.c_str(), X_OK) != 0)
     return {{"error", "no Python interpreter at " + python +
-                          " (set TITAN_PYTHON, or run `make deps` to create .venv with torch)"}};
+                          " (set TITAN_PYTHON, or run `make deps-test` to create .venv with torch)"}};
   return run_python_script(python, script, request);
 }
 

@@ -154,7 +154,7 @@ class BpeTokenizerTest : public ::testing::Test {
     char buf[1 << 16];
     for (size_t n; pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
     int status = pipe != nullptr ? pclose(pipe) : -1;
-    EXPECT_EQ(status, 0) << cmd << "\n(is tokenizers installed in the venv? run make deps)";
+    EXPECT_EQ(status, 0) << cmd << "\n(is tokenizers installed in the venv? run make deps-test)";
     if (status != 0) return {};
     nlohmann::json j = nlohmann::json::parse(out);
     return {j["ids"].get<std::vector<Ids>>(), j["decoded"].get<std::vector<std::string>>()};

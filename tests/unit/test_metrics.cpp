@@ -189,7 +189,8 @@ TEST(Tensorboard, ReadByTensorboardItself) {
   for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
   int status = pclose(pipe);
   // stderr is left to the terminal: a warning from TensorBoard must not corrupt the JSON.
-  ASSERT_EQ(status, 0) << cmd << "\n" << out << "\n(is tensorboard installed in the venv? run make deps)";
+  ASSERT_EQ(status, 0) << cmd << "\n"
+                       << out << "\n(is tensorboard installed in the venv? run make deps-test)";
   nlohmann::json j = nlohmann::json::parse(out);
 
   for (const char* tag :

@@ -1,5 +1,5 @@
-// The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert (bench comes
-// with its issue).
+// The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert. The benchmarks
+// are programs of their own (bench/, build/bench/bench_*).
 #include <exception>
 #include <iostream>
 #include <new>

@@ -79,9 +79,6 @@ double philox_normal_f64(uint64_t seed, uint64_t index) {
   auto r = block(seed, index);
   return box_muller(r[0], r[1], r[2], r[3]);
 }
-float philox_normal(uint64_t seed, uint64_t index) {
-  return static_cast<float>(philox_normal_f64(seed, index));
-}
 
 namespace {
 template <typename T, typename F>

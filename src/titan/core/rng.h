@@ -32,7 +32,6 @@ class Generator {
 // Element `index` of the stream `seed`: uniform in [0, 1) (24-bit resolution for float).
 float philox_uniform(uint64_t seed, uint64_t index);
 // Standard normal (Box-Muller on a pair of uniforms drawn from one Philox block).
-float philox_normal(uint64_t seed, uint64_t index);
 double philox_normal_f64(uint64_t seed, uint64_t index);
 double philox_uniform_f64(uint64_t seed, uint64_t index);
 

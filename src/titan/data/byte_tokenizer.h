@@ -1,7 +1,8 @@
 #pragma once
 // A byte-level tokenizer: every byte is its own token, so any input (binary, invalid UTF-8,
-// NUL) encodes and decodes exactly, with no vocabulary file. It serves until the BPE tokenizer
-// of the data issue lands; the trainer sizes the model's vocabulary from vocab_size().
+// NUL) encodes and decodes exactly, with no vocabulary file. It is the tokenizer of a config whose
+// model.tokenizer_path is empty (data/tokenizer.h); the trainer sizes the model's vocabulary from
+// vocab_size().
 #include <cstdint>
 #include <span>
 #include <string>

@@ -116,7 +116,6 @@ Value logical_or(const Value& a, const Value& b) { return binary("or", a, b); }
 Value neg(const Value& x) { return unary("negate", x); }
 Value exp(const Value& x) { return unary("exponential", x); }
 Value log(const Value& x) { return unary("log", x); }
-Value log1p(const Value& x) { return unary("log_plus_one", x); }
 Value sqrt(const Value& x) { return unary("sqrt", x); }
 Value rsqrt(const Value& x) { return unary("rsqrt", x); }
 Value tanh(const Value& x) { return unary("tanh", x); }

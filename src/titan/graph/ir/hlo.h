@@ -30,7 +30,6 @@ Value pow(const Value& a, const Value& b);
 Value neg(const Value& x);
 Value exp(const Value& x);
 Value log(const Value& x);
-Value log1p(const Value& x);
 Value sqrt(const Value& x);
 Value rsqrt(const Value& x);
 Value tanh(const Value& x);
