@@ -79,17 +79,20 @@ class DecoderBase : public CausalLM {
   // non-persistent buffers: derived, so never saved.
   void add_head(TensorOptions opts);
 
-  // Blocks [first, last) over h, every one under `mask`. It is kept for backward by activation
-  // checkpointing and graph mode's loop, so what it captures it holds by value (run_blocks.h).
+  // Blocks [first, last) over h, every one under `mask`. Activation checkpointing and graph mode's
+  // loop re-run a block's call in backward, so the call holds what it captures by value
+  // (run_blocks.h).
   virtual Tensor forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) = 0;
   // Every block over h under no-grad, block i appending to cache slot i.
   virtual Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) = 0;
 
+  // The final norm and the output projection (or the embedding, tied) over the last block's h;
+  // a family whose head differs (a final logit soft-cap) overrides it.
+  virtual Tensor logits(const Tensor& h);
+
   const ops::RopeTable& rope() const { return rope_; }
 
  private:
-  Tensor logits(const Tensor& h);
-
   DecoderArgs args_;
   AttentionKernel kernel_;
   ops::RopeTable rope_;

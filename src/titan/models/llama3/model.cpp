@@ -43,6 +43,7 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& r
 
 namespace {
 
+// Validates first: the base allocates the embedding before any block exists.
 common::DecoderArgs decoder_args(const ModelArgs& args) {
   args.validate();
   return {.family = "llama3",

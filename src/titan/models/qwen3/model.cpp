@@ -51,6 +51,7 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& r
 
 namespace {
 
+// Validates first: the base allocates the embedding before any block exists.
 common::DecoderArgs decoder_args(const ModelArgs& args) {
   args.validate();
   return {.family = "qwen3",
