@@ -1,8 +1,9 @@
 #pragma once
 // Apart from registry.h so that a family's model code can compute it without seeing the
-// TrainSpec, whose parallelize() brings in parallel/ (DESIGN.md: models/*/model knows no process
-// group).
+// TrainSpec, whose parallelize() brings in parallel/ (docs/architecture.md: nothing in models/
+// but its wiring files knows a process group).
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace titan::models {
@@ -28,5 +29,15 @@ struct ModelSummary {
   // What an expert-parallel plan splits: the experts of each MoE layer; 0 without MoE layers.
   int64_t num_experts = 0;
 };
+
+// A parameter count as a description shows it: "123.46M", "8.03B".
+inline std::string fmt_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  return buf;
+}
 
 }  // namespace titan::models

@@ -23,8 +23,6 @@
 
 namespace titan::models {
 
-// How parallelize() spreads and wraps a built model ([activation_checkpoint] and the
-// [parallelism] plans).
 // How a pipeline splits the model ([parallelism]'s pipeline keys).
 struct PipelineOptions {
   std::string schedule = "1F1B";
@@ -33,6 +31,8 @@ struct PipelineOptions {
   std::vector<std::string> split_points = {};
 };
 
+// How parallelize() spreads and wraps a built model ([activation_checkpoint] and the
+// [parallelism] plans).
 struct ParallelizeOptions {
   std::string activation_checkpoint_mode = "none";  // "none" | "full" | "selective"
   int64_t activation_checkpoint_every_k = 1;        // selective: every k-th block

@@ -1,6 +1,49 @@
 #include "titan/models/common/parallelize.h"
 
+#include "titan/parallel/activation_checkpoint.h"
+
 namespace titan::models::common {
+
+Parallelized parallelize_decoder(DecoderBase& model, const ParallelizeOptions& options, const DecoderPlans& plans) {
+  Parallelized out;
+  dist::DeviceMesh* mesh = options.mesh;
+  if (mesh != nullptr && mesh->degree(dist::MeshAxis::tp) > 1) {
+    out.tp = std::make_unique<parallel::TensorParallel>(model, (*mesh)[dist::MeshAxis::tp], options.tp);
+    plans.apply_tp(model, *out.tp);
+  }
+  if (mesh != nullptr && plans.apply_ep && mesh->degree(dist::MeshAxis::ep) > 1) {
+    out.ep = std::make_unique<parallel::ExpertParallel>((*mesh)[dist::MeshAxis::ep]);
+    plans.apply_ep(*out.ep);
+  }
+  if (mesh != nullptr) {
+    out.cp = apply_context_parallel(model, model.attentions(), *mesh, options.seq_len, options.block_q,
+                                    options.block_kv);
+    out.pp = apply_pipeline(model, *mesh, options.pipeline, {"tok_embeddings"}, {"norm", "output"});
+  }
+  // A tied output reads the embedding's weight, which only the first stage's rank holds.
+  TITAN_CHECK(!out.pp || model.output ||
+                  out.pp->schedule().rank_of_stage(0) == out.pp->schedule().rank_of_stage(out.pp->spans().size() - 1),
+              "pipeline parallelism: this ", model.family(), " flavor ties its output projection to the token "
+              "embedding (tie_embeddings), and its first and last stages run on different ranks; train a flavor "
+              "without tied embeddings, or use the ZBVZeroBubble schedule, which puts both stages on rank 0");
+  parallel::apply_activation_checkpointing(
+      model.blocks(), parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
+      options.activation_checkpoint_every_k);
+  if (mesh != nullptr)
+    out.fsdp = parallel::apply_fsdp(model, model.blocks(), *mesh, options.fsdp, blocks_run_here(out.pp.get()));
+  return out;
+}
+
+void apply_decoder_tp(DecoderBase& model, parallel::TpStyles& tp, const std::function<void()>& blocks_plan) {
+  tp.vocab_embedding(*model.tok_embeddings);
+  blocks_plan();
+  tp.norm(*model.norm);
+  tp.enter_split_region(*model.norm);
+  if (model.output)
+    tp.vocab_output(*model.output);
+  else
+    tp.tied_vocab_output(*model.tok_embeddings);
+}
 
 void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Attention& attention) {
   const int64_t n = tp.degree();

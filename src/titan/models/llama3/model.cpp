@@ -1,11 +1,7 @@
 #include "titan/models/llama3/model.h"
 
-#include <cmath>
-
-#include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
 #include "titan/models/common/run_blocks.h"
-#include "titan/nn/init.h"
 #include "titan/ops/arith.h"
 
 namespace titan::models::llama3 {
@@ -45,58 +41,39 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& r
 
 // ---- Transformer --------------------------------------------------------------------------------
 
+namespace {
+
+// Validates first: the base allocates the embedding before any block exists.
+common::DecoderArgs decoder_args(const ModelArgs& args) {
+  args.validate();
+  return {.family = "llama3",
+          .vocab_size = args.vocab_size,
+          .dim = args.dim,
+          .n_layers = args.n_layers,
+          .head_dim = args.head_dim(),
+          .max_seq_len = args.max_seq_len,
+          .norm_eps = args.norm_eps,
+          .rope_theta = args.rope_theta,
+          .rope_scaling = args.rope_scaling_if_used()};
+}
+
+}  // namespace
+
 Transformer::Transformer(const ModelArgs& args, TensorOptions opts, AttentionKernel kernel)
-    : args_(args), kernel_(kernel) {
-  args_.validate();
-  tok_embeddings =
-      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args_.vocab_size, args_.dim, opts));
-  layers = register_module("layers", std::make_shared<nn::ModuleList<TransformerBlock>>());
-  for (int64_t i = 0; i < args_.n_layers; ++i)
-    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
-  output = register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
-  rope_ = ops::RopeTable::build(args_.head_dim(), args_.max_seq_len, args_.rope_theta,
-                                args_.rope_scaling_if_used());
-  rope_.cos = register_buffer("rope_cos", rope_.cos, false);
-  rope_.sin = register_buffer("rope_sin", rope_.sin, false);
+    : Decoder(decoder_args(args), opts, kernel,
+              [&](int64_t i) { return std::make_shared<TransformerBlock>(i, args, opts, kernel); }),
+      args_(args) {}
+
+Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
+  return common::run_blocks(*layers, first, last, h,
+                            [this, mask](TransformerBlock& block, const Tensor& x) { return block(x, rope(), mask); });
 }
 
-Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
-  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
-              "llama3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
-              "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  return forward_layers(tokens, document_ids, Tensor(), 0, args_.n_layers);
-}
-
-Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden,
-                                   int64_t first, int64_t last) {
-  common::check_layer_span(tokens, hidden, first, last, args_.n_layers, args_.max_seq_len, "llama3");
-  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
-  Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
-  h = common::run_blocks(*layers, first, last, h,
-                         [this, mask](TransformerBlock& block, const Tensor& x) { return block(x, rope_, mask); });
-  return last == args_.n_layers ? (*output)((*norm)(h)) : h;
-}
-
-Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
-  autograd::NoGradGuard no_grad;
-  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && cache.reach(tokens.size(1)) <= args_.max_seq_len,
-              "llama3 Transformer::forward_cached: expected tokens [batch, seq >= 1] reaching no further than "
-              "max_seq_len (", args_.max_seq_len, ") from the cache's position, got ", tokens.desc(), " reaching ",
-              cache.reach(tokens.dim() == 2 ? tokens.size(1) : 1), "; the model has no positions beyond its max_seq_len");
-  // Read only when the tokens start the sequence (see Attention::forward_cached); for one token
-  // it is a single tile.
-  const auto mask = common::layer_mask(tokens, Tensor(), kernel_);
-  Tensor h = (*tok_embeddings)(tokens);
+Tensor Transformer::forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) {
+  Tensor out = h;
   int64_t layer = 0;
-  for (const auto& block : *layers) h = (*block)(h, rope_, mask, cache, layer++);
-  cache.advance(tokens.size(1));
-  return (*output)((*norm)(h));
-}
-
-void Transformer::reset_parameters(Generator& gen) {
-  const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-  nn::init::trunc_normal_(output->weight, 0.0, std, -3 * std, 3 * std, gen);
+  for (const auto& block : *layers) out = (*block)(out, rope(), mask, cache, layer++);
+  return out;
 }
 
 }  // namespace titan::models::llama3

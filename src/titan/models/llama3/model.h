@@ -6,12 +6,10 @@
 #include <memory>
 
 #include "titan/attention/block_mask.h"
-#include "titan/models/causal_lm.h"
 #include "titan/models/common/attention.h"
+#include "titan/models/common/decoder.h"
 #include "titan/models/common/feed_forward.h"
 #include "titan/models/llama3/model_args.h"
-#include "titan/nn/embedding.h"
-#include "titan/nn/linear.h"
 #include "titan/nn/norm.h"
 #include "titan/ops/rope.h"
 
@@ -49,41 +47,21 @@ class TransformerBlock : public nn::Module {
   std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
 };
 
-class Transformer : public CausalLM {
+// The skeleton (embedding, norm, output, RoPE tables, forwards) is common::Decoder's; Llama's own
+// are its block and Llama 3.1's RoPE frequency scaling.
+class Transformer : public common::Decoder<TransformerBlock> {
  public:
   // Parameters of dtype `opts.dtype` (f32 to train; f64 for gradient checks), all zero until
   // init_weights(gen).
   explicit Transformer(const ModelArgs& args, TensorOptions opts = {}, AttentionKernel kernel = {});
 
-  // tokens [B, S] (i32/i64), S <= args.max_seq_len -> logits [B, S, vocab_size].
-  // With document_ids [B, S] defined, a token attends only within its document.
-  Tensor forward(const Tensor& tokens, const Tensor& document_ids = {});
-  Tensor operator()(const Tensor& tokens, const Tensor& document_ids) override {
-    return run_forward(tokens, [this, document_ids](const Tensor& in) { return forward(in, document_ids); });
-  }
-  using CausalLM::operator();
-  int64_t num_layers() const override { return args_.n_layers; }
-  int64_t hidden_size() const override { return args_.dim; }
-  Tensor forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden, int64_t first,
-                        int64_t last) override;
-  // tokens [B, S] at positions [cache.position(), + S), within max_seq_len.
-  Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
-  // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. (The token
-  // embedding's normal(0, 1) and the norms' ones are those modules' own defaults.)
-  void reset_parameters(Generator& gen) override;
-
-  std::shared_ptr<nn::Embedding> tok_embeddings;
-  std::shared_ptr<nn::ModuleList<TransformerBlock>> layers;
-  std::shared_ptr<nn::RMSNorm> norm;
-  std::shared_ptr<nn::Linear> output;
 
  private:
+  Tensor forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) override;
+  Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) override;
+
   ModelArgs args_;
-  AttentionKernel kernel_;
-  ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
 };
 
 }  // namespace titan::models::llama3

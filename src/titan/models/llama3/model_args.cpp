@@ -1,6 +1,5 @@
 #include "titan/models/llama3/model_args.h"
 
-#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -85,15 +84,6 @@ const std::map<std::string, ModelArgs>& flavors() {
     return t;
   }();
   return table;
-}
-
-std::string fmt_count(double n) {
-  char buf[32];
-  if (n >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  return buf;
 }
 
 }  // namespace

@@ -1,13 +1,8 @@
 #include "titan/models/qwen3/model.h"
 
-#include <cmath>
-
-#include "titan/autograd/grad_mode.h"
 #include "titan/models/common/init.h"
 #include "titan/models/common/run_blocks.h"
-#include "titan/nn/init.h"
 #include "titan/ops/arith.h"
-#include "titan/ops/linalg.h"
 
 namespace titan::models::qwen3 {
 
@@ -54,41 +49,46 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& r
 
 // ---- Transformer --------------------------------------------------------------------------------
 
+namespace {
+
+// Validates first: the base allocates the embedding before any block exists.
+common::DecoderArgs decoder_args(const ModelArgs& args) {
+  args.validate();
+  return {.family = "qwen3",
+          .vocab_size = args.vocab_size,
+          .dim = args.dim,
+          .n_layers = args.n_layers,
+          .head_dim = args.head_dim,
+          .max_seq_len = args.max_seq_len,
+          .norm_eps = args.norm_eps,
+          .rope_theta = args.rope_theta,
+          .tie_embeddings = args.tie_embeddings};
+}
+
+}  // namespace
+
 Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::AttentionKernel kernel)
-    : args_(args), kernel_(kernel) {
-  args_.validate();
-  tok_embeddings =
-      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args_.vocab_size, args_.dim, opts));
-  layers = register_module("layers", std::make_shared<nn::ModuleList<TransformerBlock>>());
-  for (int64_t i = 0; i < args_.n_layers; ++i)
-    layers->push_back(std::make_shared<TransformerBlock>(i, args_, opts, kernel_));
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
-  if (!args_.tie_embeddings)
-    output =
-        register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
-  rope_ = ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta);
-  rope_.cos = register_buffer("rope_cos", rope_.cos, false);
-  rope_.sin = register_buffer("rope_sin", rope_.sin, false);
-}
+    : Decoder(decoder_args(args), opts, kernel,
+              [&](int64_t i) { return std::make_shared<TransformerBlock>(i, args, opts, kernel); }),
+      args_(args) {}
 
-Tensor Transformer::forward(const Tensor& tokens, const Tensor& document_ids) {
-  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) <= args_.max_seq_len,
-              "qwen3 Transformer: expected tokens [batch, seq] with seq <= max_seq_len (", args_.max_seq_len,
-              "), got ", tokens.desc(), "; build the model with a larger max_seq_len");
-  return forward_layers(tokens, document_ids, Tensor(), 0, args_.n_layers);
-}
-
-Tensor Transformer::forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden,
-                                   int64_t first, int64_t last) {
-  common::check_layer_span(tokens, hidden, first, last, args_.n_layers, args_.max_seq_len, "qwen3");
-  const auto mask = common::layer_mask(tokens, document_ids, kernel_);
+Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
-  h = common::run_blocks(*layers, first, last, h, [this, mask, pass](TransformerBlock& block, const Tensor& x) {
-    return block(x, rope_, mask, pass);
+  Tensor out = common::run_blocks(*layers, first, last, h, [this, mask, pass](TransformerBlock& block, const Tensor& x) {
+    return block(x, rope(), mask, pass);
   });
   last_pass_ = pass;
-  return last == args_.n_layers ? logits(h) : h;
+  return out;
+}
+
+Tensor Transformer::forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) {
+  // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
+  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
+  if (pass) pass->aux_loss_weight = 0;
+  Tensor out = h;
+  int64_t layer = 0;
+  for (const auto& block : *layers) out = (*block)(out, rope(), mask, pass, cache, layer++);
+  return out;
 }
 
 std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
@@ -99,28 +99,6 @@ std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
                               ? args_.aux_loss_coeff
                               : args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
   return pass;
-}
-
-Tensor Transformer::logits(const Tensor& h) {
-  Tensor normed = (*norm)(h);
-  return output ? (*output)(normed) : ops::linear(normed, tok_embeddings->weight);
-}
-
-Tensor Transformer::forward_cached(const Tensor& tokens, KVCache& cache) {
-  autograd::NoGradGuard no_grad;
-  TITAN_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && cache.reach(tokens.size(1)) <= args_.max_seq_len,
-              "qwen3 Transformer::forward_cached: expected tokens [batch, seq >= 1] reaching no further than "
-              "max_seq_len (", args_.max_seq_len, ") from the cache's position, got ", tokens.desc(), " reaching ",
-              cache.reach(tokens.dim() == 2 ? tokens.size(1) : 1), "; the model has no positions beyond its max_seq_len");
-  const auto mask = common::layer_mask(tokens, Tensor(), kernel_);
-  // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
-  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  if (pass) pass->aux_loss_weight = 0;
-  Tensor h = (*tok_embeddings)(tokens);
-  int64_t layer = 0;
-  for (const auto& block : *layers) h = (*block)(h, rope_, mask, pass, cache, layer++);
-  cache.advance(tokens.size(1));
-  return logits(h);
 }
 
 Tensor Transformer::auxiliary_loss() {
@@ -182,11 +160,6 @@ void Transformer::put_step_records(std::vector<Tensor> records) {
     (*layers)[l].moe->put_records({first, first + static_cast<std::ptrdiff_t>(records_per_layer_[l])});
     at += records_per_layer_[l];
   }
-}
-
-void Transformer::reset_parameters(Generator& gen) {
-  const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-  nn::init::trunc_normal_(output ? output->weight : tok_embeddings->weight, 0.0, std, -3 * std, 3 * std, gen);
 }
 
 }  // namespace titan::models::qwen3

@@ -6,12 +6,10 @@
 #include <memory>
 
 #include "titan/attention/block_mask.h"
-#include "titan/models/causal_lm.h"
 #include "titan/models/common/attention.h"
+#include "titan/models/common/decoder.h"
 #include "titan/models/common/feed_forward.h"
 #include "titan/models/qwen3/model_args.h"
-#include "titan/nn/embedding.h"
-#include "titan/nn/linear.h"
 #include "titan/nn/moe/moe.h"
 #include "titan/nn/norm.h"
 #include "titan/ops/rope.h"
@@ -50,27 +48,14 @@ class TransformerBlock : public nn::Module {
   std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
 };
 
-class Transformer : public CausalLM {
+// The skeleton (embedding, norm, output or tied embedding, RoPE tables, forwards) is
+// common::Decoder's; Qwen's own are its block and the MoE pass its forwards thread through it.
+class Transformer : public common::Decoder<TransformerBlock> {
  public:
   // Parameters of dtype `opts.dtype` (f32 to train; f64 for gradient checks), all zero until
   // init_weights(gen).
   explicit Transformer(const ModelArgs& args, TensorOptions opts = {}, common::AttentionKernel kernel = {});
 
-  // tokens [B, S] (i32/i64), S <= args.max_seq_len -> logits [B, S, vocab_size].
-  // With document_ids [B, S] defined, a token attends only within its document.
-  Tensor forward(const Tensor& tokens, const Tensor& document_ids = {});
-  Tensor operator()(const Tensor& tokens, const Tensor& document_ids) override {
-    return run_forward(tokens, [this, document_ids](const Tensor& in) { return forward(in, document_ids); });
-  }
-  using CausalLM::operator();
-  int64_t num_layers() const override { return args_.n_layers; }
-  int64_t hidden_size() const override { return args_.dim; }
-  Tensor forward_layers(const Tensor& tokens, const Tensor& document_ids, const Tensor& hidden, int64_t first,
-                        int64_t last) override;
-  // tokens [B, S] at positions [cache.position(), + S), within max_seq_len.
-  Tensor forward_cached(const Tensor& tokens, KVCache& cache) override;
-  int64_t vocab_size() const override { return args_.vocab_size; }
-  int64_t max_seq_len() const override { return args_.max_seq_len; }
   const ModelArgs& args() const { return args_; }
 
   // MoE: aux_loss_coeff times the load-balancing loss of the last forward (args.load_balance_loss:
@@ -83,25 +68,15 @@ class Transformer : public CausalLM {
   std::vector<Tensor> take_step_records() override;
   void put_step_records(std::vector<Tensor> records) override;
 
-  // TorchTitan's final projection: truncated normal with std dim^-0.5, cut at 3 std. Tied, that
-  // is the embedding's init too: the projection's scale is the one that sets the first loss.
-  void reset_parameters(Generator& gen) override;
-
-  std::shared_ptr<nn::Embedding> tok_embeddings;
-  std::shared_ptr<nn::ModuleList<TransformerBlock>> layers;
-  std::shared_ptr<nn::RMSNorm> norm;
-  std::shared_ptr<nn::Linear> output;  // null when the embeddings are tied
-
  private:
-  ModelArgs args_;
-  common::AttentionKernel kernel_;
-  ops::RopeTable rope_;  // cos/sin registered as non-persistent buffers: derived, so never saved
-  std::shared_ptr<nn::moe::MoEPass> last_pass_;
-  std::vector<size_t> records_per_layer_;  // what take_step_records took from each layer
-
+  Tensor forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) override;
+  Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) override;
   // A pass for one forward: MoE layers report into it (nothing for a dense model).
   std::shared_ptr<nn::moe::MoEPass> new_pass() const;
-  Tensor logits(const Tensor& h);
+
+  ModelArgs args_;
+  std::shared_ptr<nn::moe::MoEPass> last_pass_;
+  std::vector<size_t> records_per_layer_;  // what take_step_records took from each layer
 };
 
 }  // namespace titan::models::qwen3

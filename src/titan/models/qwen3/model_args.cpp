@@ -1,6 +1,5 @@
 #include "titan/models/qwen3/model_args.h"
 
-#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -100,15 +99,6 @@ const std::map<std::string, ModelArgs>& flavors(Family family) {
       {"235B-A22B", sparse(4096, 94, 64, 12288, 1536)},
   };
   return family == Family::dense ? dense_table : moe_table;
-}
-
-std::string fmt_count(double n) {
-  char buf[32];
-  if (n >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  return buf;
 }
 
 }  // namespace

@@ -4,11 +4,9 @@
 
 namespace titan::models::qwen3 {
 
-// Applies the job's parallel plans to a built Qwen 3 (dense or MoE) in TorchTitan's order: tensor
-// parallelism (common/parallelize.h; MoE experts replicated across tp; a tied output
-// shares the embedding's vocabulary split), expert parallelism (each ep rank holds a slice of
-// every MoE layer's experts), context parallelism, activation checkpointing of the blocks, then
-// FSDP when the mesh shards.
+// Applies the job's parallel plans to a built Qwen 3 (dense or MoE) in TorchTitan's order
+// (common::parallelize_decoder), with apply_tp's tensor-parallel plan (MoE experts replicated
+// across tp) and expert parallelism (each ep rank holds a slice of every MoE layer's experts).
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options);
 // The tensor-parallel plan alone, stated to `tp` (eager's TensorParallel or graph mode's TpLayout).
 void apply_tp(CausalLM& model, parallel::TpStyles& tp);
