@@ -68,9 +68,9 @@ void check_model_layout(const JobConfig& c, const dist::ParallelDims& dims, cons
       uneven += "\n  its feed-forward hidden size " + std::to_string(summary.ffn_hidden_dim) +
                 " does not split into " + std::to_string(tp) + " equal parts";
     if (summary.vocab_size % tp != 0)
-      uneven += "\n  its vocabulary (tok_embeddings.weight): dim 0 of size " + std::to_string(summary.vocab_size) +
-                " does not split into " + std::to_string(tp) +
-                " equal parts (model.vocab_size can round it up to a multiple)";
+      uneven += "\n  its vocabulary of " + std::to_string(summary.vocab_size) + " (tok_embeddings.weight: dim 0 of size " +
+                std::to_string(summary.vocab_size) + " does not split into " + std::to_string(tp) +
+                " equal parts; model.vocab_size can round it up to a multiple)";
     config::require(uneven.empty(), "parallelism.tensor_parallel_degree = ", tp, ": model ", model,
                     " cannot be split evenly:", uneven, "\nchoose a degree that divides them");
     config::require(!c.compile.graph() || static_cast<bool>(spec.plan_tp), "parallelism.tensor_parallel_degree = ",
