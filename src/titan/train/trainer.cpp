@@ -151,6 +151,11 @@ struct Trainer::State {
   void log_setup(const Data& data);
   // The loader's next micro-batch; under context parallelism, this rank's tokens of it.
   data::Batch next_batch();
+  // The layout's data-parallel ranks or devices this process feeds: 1 in eager mode, every one in
+  // graph mode, where one process loads the rows of all its devices.
+  int64_t devices_fed() const {
+    return dims.degree(dist::MeshAxis::batch) / mesh->degree(dist::MeshAxis::batch);
+  }
   // The plans that split parameters (tensor, expert parallelism), for initialisation and
   // checkpoints.
   std::vector<const parallel::ParameterSlices*> slice_plans() const;
@@ -196,10 +201,9 @@ Trainer::State::Data Trainer::State::build_data() {
   // Expert-parallel ranks read batches of their own, as data-parallel ones do; a process that
   // feeds several of the layout's devices (graph mode) loads the rows of each.
   dist::ProcessGroup& batch = (*mesh)[dist::MeshAxis::batch];
-  const int64_t devices_fed = dims.degree(dist::MeshAxis::batch) / batch.size();
   loader = std::make_unique<data::DataLoader>(
       d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
-                                            .local_batch_size = c.training.local_batch_size * devices_fed,
+                                            .local_batch_size = c.training.local_batch_size * devices_fed(),
                                             .seed = static_cast<uint64_t>(c.training.seed),
                                             .dp_rank = batch.rank(),
                                             .dp_world = batch.size(),
@@ -335,7 +339,6 @@ void Trainer::State::build_metrics() {
 void Trainer::State::log_setup(const Data& d) {
   const JobConfig& c = cfg;
   const int64_t dp_size = (*mesh)[dist::MeshAxis::dp].size();
-  const int64_t devices_fed = dims.degree(dist::MeshAxis::batch) / (*mesh)[dist::MeshAxis::batch].size();
   log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
       << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << summary.description << "\n"
       << "titan: " << summary.num_params << " parameters, " << summary.flops_per_token / 1e9
@@ -358,7 +361,7 @@ void Trainer::State::log_setup(const Data& d) {
       << "\n"
       << "titan: batch " << c.training.local_batch_size << " x " << plan.gradient_accumulation_steps
       << " micro-batches"
-      << (devices_fed > 1 ? " per data-parallel device (" + std::to_string(devices_fed) + " of them)" : "")
+      << (devices_fed() > 1 ? " per data-parallel device (" + std::to_string(devices_fed()) + " of them)" : "")
       << ", " << num_threads() << " threads, peak " << peak.flops_per_second / 1e9
       << " GFLOP/s (" << peak.source << ")\n";
   if (const std::string w = kernels::cpu::blas_kernel_warning(); !w.empty() && world.rank() == 0) warn(w);
