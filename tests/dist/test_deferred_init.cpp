@@ -101,15 +101,17 @@ void expect_deferred_equals_eager(const char* what, Args args) {
   for (const auto& [name, w] : want) {
     ASSERT_TRUE(got.contains(name)) << what << ": " << name;
     const Tensor& g = got.at(name);
-    const std::optional<parallel::RowShard> rows = fsdp.row_shard(name);
-    if (!rows) {
+    const std::optional<parallel::ShardBox> box = fsdp.shard_box(name);
+    if (!box) {
       EXPECT_TRUE(same_bits(g, w)) << what << ": buffer " << name;
       continue;
     }
-    EXPECT_EQ(rows->global_shape, w.sizes()) << what << ": " << name;
-    EXPECT_TRUE(same_bits(g.narrow(0, 0, rows->rows), w.narrow(0, rows->row_offset, rows->rows)))
-        << what << ": rows " << rows->row_offset << ".." << rows->row_offset + rows->rows << " of " << name;
-    const Tensor padding = g.narrow(0, rows->rows, g.size(0) - rows->rows);
+    EXPECT_EQ(box->global_shape, w.sizes()) << what << ": " << name;
+    EXPECT_TRUE(same_bits(box->valid(g), box->of(w)))
+        << what << ": box at " << shape_str(box->offsets) << " of " << shape_str(box->sizes) << " of " << name;
+    // Everything outside the valid corner is zero padding.
+    Tensor padding = g.detach().clone();
+    box->valid(padding).zero_();
     EXPECT_TRUE(same_bits(padding, Tensor::zeros(padding.sizes(), {.dtype = padding.dtype()})))
         << what << ": padding of " << name;
   }
@@ -175,13 +177,12 @@ TEST(DeferredInit, SlicesShardedByFsdpGetTheirBoxOfTheWholeInit) {
                             });
     EXPECT_EQ(gen.offset(), whole_gen.offset());
     for (const auto& [name, shard] : fsdp.named_shards()) {
-      const parallel::RowShard rows = *fsdp.row_shard(name);
+      const parallel::ShardBox box = *fsdp.shard_box(name);
       const parallel::GlobalSlice& slice = slices.at(name);
       Tensor expected = want.at(name);
       for (int64_t d = 0; d < expected.dim(); ++d)
-        expected = expected.narrow(d, slice.offsets[d] + (d == 0 ? rows.row_offset : 0),
-                                   d == 0 ? rows.rows : rows.global_shape[d]);
-      EXPECT_TRUE(same_bits(shard.detach().narrow(0, 0, rows.rows), expected))
+        expected = expected.narrow(d, slice.offsets[d] + box.offsets[d], box.sizes[d]);
+      EXPECT_TRUE(same_bits(box.valid(shard.detach()), expected))
           << "part " << part << ", rank " << world.rank() << ": " << name;
     }
   }

@@ -33,25 +33,26 @@ TEST(DeviceMesh, ReplicateTimesShardGroups) {
   EXPECT_DOUBLE_EQ(mesh[MeshAxis::dp].all_reduce(1.0, ReduceOp::sum), n);
 }
 
-// ep varies fastest; "batch" (dp x ep) holds every rank that reads data of its own, in the order
-// dp coordinate, then ep coordinate.
-TEST(DeviceMesh, ExpertParallelAndBatchGroups) {
+// ep is dp_shard's inner part and efsdp its outer (TorchTitan's layout): on n ranks, dp_shard n
+// holds ep pairs of neighbours, efsdp the ranks with the same parity; dp is every rank.
+TEST(DeviceMesh, ExpertParallelBorrowsDpShardsRanks) {
   const int n = world().size();
   const int r = world().rank();
   if (n % 2 != 0) GTEST_SKIP() << "ep 2 needs an even world";
-  DeviceMesh mesh(world(), {.ep = 2});
-  const int64_t shard = n / 2;
-  EXPECT_EQ(mesh.degree(MeshAxis::dp), shard);
-  EXPECT_EQ(mesh.degree(MeshAxis::batch), n);
+  DeviceMesh mesh(world(), {.dp_shard = -1, .ep = 2});
+  EXPECT_EQ(mesh.degree(MeshAxis::dp_shard), n);
+  EXPECT_EQ(mesh.degree(MeshAxis::dp), n);
+  EXPECT_EQ(mesh.degree(MeshAxis::efsdp), n / 2);
   EXPECT_EQ(mesh[MeshAxis::ep].world_ranks(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
   EXPECT_EQ(mesh.coordinate(MeshAxis::ep), r % 2);
-  std::vector<int> dp_ranks, batch_ranks;
-  for (int64_t k = 0; k < shard; ++k) dp_ranks.push_back(static_cast<int>(2 * k + r % 2));
-  for (int k = 0; k < n; ++k) batch_ranks.push_back(k);
-  EXPECT_EQ(mesh[MeshAxis::dp].world_ranks(), dp_ranks);
-  EXPECT_EQ(mesh[MeshAxis::batch].world_ranks(), batch_ranks);
-  EXPECT_EQ(mesh.coordinate(MeshAxis::batch), r);
-  EXPECT_DOUBLE_EQ(mesh[MeshAxis::batch].all_reduce(1.0, ReduceOp::sum), n);
+  std::vector<int> efsdp_ranks, every;
+  for (int k = 0; k < n / 2; ++k) efsdp_ranks.push_back(2 * k + r % 2);
+  for (int k = 0; k < n; ++k) every.push_back(k);
+  EXPECT_EQ(mesh[MeshAxis::efsdp].world_ranks(), efsdp_ranks);
+  EXPECT_EQ(mesh.coordinate(MeshAxis::efsdp), r / 2);
+  EXPECT_EQ(mesh[MeshAxis::dp].world_ranks(), every);
+  EXPECT_EQ(mesh[MeshAxis::dp_shard].world_ranks(), every);
+  EXPECT_DOUBLE_EQ(mesh[MeshAxis::efsdp].all_reduce(1.0, ReduceOp::sum), n / 2);
 }
 
 TEST(DeviceMesh, ImpossibleLayoutsAreClearErrors) {

@@ -142,11 +142,11 @@ struct EpLayout {
   std::vector<std::string> overrides = {};
 };
 
+// ep borrows from dp_shard (TorchTitan's layout): every rank is a data-parallel rank.
 std::vector<std::string> ep_overrides(const EpLayout& l, int n) {
-  const int64_t dp = n / l.ep;
   std::vector<std::string> o = {local_batch(n), "--parallelism.expert_parallel_degree=" + std::to_string(l.ep),
                                 "--parallelism.data_parallel_replicate_degree=" + std::to_string(l.replicate),
-                                "--parallelism.data_parallel_shard_degree=" + std::to_string(dp / l.replicate)};
+                                "--parallelism.data_parallel_shard_degree=" + std::to_string(n / l.replicate)};
   o.insert(o.end(), l.overrides.begin(), l.overrides.end());
   return o;
 }
@@ -154,7 +154,7 @@ std::vector<std::string> ep_overrides(const EpLayout& l, int n) {
 std::vector<EpLayout> layouts_for(int n) {
   std::vector<EpLayout> out;
   if (n == 2) {
-    out.push_back({"EP 2", 2, 1});
+    out.push_back({"EP 2 x dp_shard 2", 2, 1});
     // Recomputation re-runs the all-to-alls inside backward; the experts' gradients accumulate
     // over micro-batches and are scaled once.
     out.push_back({"EP 2, full activation checkpointing, 2 micro-batches",
@@ -164,9 +164,10 @@ std::vector<EpLayout> layouts_for(int n) {
                     "--training.local_batch_size=" + std::to_string(kGlobalBatch / 4)}});
   }
   if (n == 4) {
-    out.push_back({"EP 4", 4, 1});
-    out.push_back({"EP 2 x FSDP 2", 2, 1});
-    out.push_back({"EP 2 x DDP 2", 2, 2});
+    out.push_back({"EP 4 x dp_shard 4", 4, 1});
+    // The experts FSDP-sharded over efsdp 2, the rest over all 4.
+    out.push_back({"EP 2 x dp_shard 4", 2, 1});
+    out.push_back({"EP 2 x dp_shard 2 x dp_replicate 2 (HSDP)", 2, 2});
   }
   return out;
 }
@@ -220,7 +221,8 @@ TEST(ExpertParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
           << layout.what << ", validation " << i;
     }
     if (world.rank() == 0) {
-      EXPECT_NE(log.str().find("expert parallel over " + std::to_string(layout.ep) + " ranks"), std::string::npos)
+      EXPECT_NE(log.str().find("expert parallel over " + std::to_string(layout.ep) + " of the dp_shard ranks"),
+                std::string::npos)
           << log.str();
     }
   }
@@ -290,7 +292,7 @@ TEST(ExpertParallel, CheckpointsResumeAcrossLayouts) {
     std::ostringstream log;
     return Trainer(small_config(join(join(ep_overrides(layout, n), plain), o), kMoeConfig), log, world).train();
   };
-  const EpLayout saver = layouts[1];  // EP 2 x FSDP 2 on 4 ranks, EP 2 with recomputation on 2
+  const EpLayout saver = layouts[1];  // EP 2 x dp_shard 4 on 4 ranks, EP 2 with recomputation on 2
   c.fresh();
   ep_run(saver, c.save);
   const TrainResult on_one = c.one_rank(join(plain, c.resume), kMoeConfig);
@@ -372,7 +374,7 @@ TEST(ExpertParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "ep needs ranks";
-  const std::vector<std::string> ep_all = {local_batch(n), "--parallelism.data_parallel_shard_degree=1",
+  const std::vector<std::string> ep_all = {local_batch(n), "--parallelism.data_parallel_shard_degree=-1",
                                            "--parallelism.expert_parallel_degree=" + std::to_string(n)};
   const std::string dense = error_of([&] {
     std::ostringstream log;
@@ -388,7 +390,7 @@ TEST(ExpertParallel, LayoutsThatDoNotSplitAreRefusedBeforeBuilding) {
   if (n == 4) {
     const std::string with_tp = error_of([&] {
       std::ostringstream log;
-      Trainer(small_config({local_batch(2), "--parallelism.data_parallel_shard_degree=1",
+      Trainer(small_config({local_batch(2), "--parallelism.data_parallel_shard_degree=2",
                             "--parallelism.expert_parallel_degree=2", "--parallelism.tensor_parallel_degree=2"},
                            kMoeConfig),
               log, world);

@@ -168,17 +168,17 @@ TEST(TensorParallel, ShardedInitialisationEqualsTheSlicesOfOneRanks) {
     EXPECT_EQ(gen.offset(), whole_gen.offset()) << name;
     // Each parameter's local values (FSDP's valid rows, else the TP slice) against that box of the
     // whole one.
-    std::map<std::string, std::pair<Tensor, int64_t>> local;  // name -> values, FSDP row offset
+    std::map<std::string, std::pair<Tensor, Shape>> local;  // name -> values, FSDP piece's offsets
     if (parts.fsdp)
-      for (const auto& ps : parts.fsdp->param_shards()) local[ps.name] = {ps.valid, ps.where.row_offset};
+      for (const auto& ps : parts.fsdp->param_shards()) local[ps.name] = {ps.where.valid(ps.shard), ps.where.offsets};
     else
-      for (const auto& [p, t] : model->named_parameters()) local[p] = {t, 0};
+      for (const auto& [p, t] : model->named_parameters()) local[p] = {t, Shape(t.dim(), 0)};
     ASSERT_FALSE(local.empty());
     for (const auto& [p, values] : local) {
       Tensor box = want.at(p);
       const std::optional<parallel::GlobalSlice> slice = parts.tp->slice_of(p);
       for (int64_t d = 0; d < box.dim(); ++d) {
-        const int64_t offset = (slice ? slice->offsets[d] : 0) + (d == 0 ? values.second : 0);
+        const int64_t offset = (slice ? slice->offsets[d] : 0) + values.second[d];
         box = box.narrow(d, offset, values.first.size(d));
       }
       EXPECT_EQ(box.contiguous().to_vector<float>(), values.first.contiguous().to_vector<float>())

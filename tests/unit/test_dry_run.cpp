@@ -39,8 +39,8 @@ TEST(DryRun, StartUpHoldsThisRanksShareOnly) {
        4,
        {"--parallelism.tensor_parallel_degree=2", "--moe.load_balance_bias=false"},
        2},
-      // ep and FSDP cut the experts 4 ways, FSDP alone the rest.
-      {"qwen3/debug_moe.toml", 4, {"--parallelism.expert_parallel_degree=2"}, 2},
+      // ep 2 borrows from dp_shard 4: ep and efsdp cut the experts 4 ways, FSDP the rest 4 ways.
+      {"qwen3/debug_moe.toml", 4, {"--parallelism.expert_parallel_degree=2"}, 4},
       // pp 2 keeps half the layers (rank 0: the embedding too) and FSDP shards them 4 ways.
       {"llama3/debug.toml", 8, {"--parallelism.pipeline_parallel_degree=2"}, 8},
       // cp ranks hold the same parameters.

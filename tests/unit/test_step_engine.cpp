@@ -27,16 +27,24 @@ TEST(ParallelDims, ResolvesOnceAndNamesEveryAxis) {
   const ParallelDims dims({.dp_replicate = 2, .dp_shard = -1, .tp = 2}, 8);
   EXPECT_EQ(dims.degree(MeshAxis::dp_shard), 2);
   EXPECT_EQ(dims.degree(MeshAxis::dp), 4);
-  EXPECT_EQ(dims.degree(MeshAxis::batch), 4);
   EXPECT_EQ(dims.model_parallel(), 2);
   EXPECT_EQ(dims.size(), 8);
   EXPECT_EQ(dims.describe(), "dp_replicate 2 x dp_shard 2 x tp 2 (8 ranks)");
-  // Expert-parallel ranks read batches of their own.
-  EXPECT_EQ(ParallelDims({.dp_shard = 2, .ep = 2}, 4).degree(MeshAxis::batch), 4);
-  // Without -1, as many as the degrees multiply to; -1 counts one.
+  // Expert parallelism borrows dp_shard's ranks (TorchTitan's layout): ep 2 x dp_shard 2 is 2
+  // ranks, and the experts are sharded over what ep leaves of dp_shard.
+  const ParallelDims ep({.dp_shard = -1, .ep = 2}, 4);
+  EXPECT_EQ(ep.size(), 4);
+  EXPECT_EQ(ep.degree(MeshAxis::dp_shard), 4);
+  EXPECT_EQ(ep.degree(MeshAxis::ep), 2);
+  EXPECT_EQ(ep.degree(MeshAxis::efsdp), 2);
+  EXPECT_EQ(ep.degree(MeshAxis::dp), 4);
+  EXPECT_EQ(ep.describe(), "dp_replicate 1 x dp_shard 4 (ep 2 within it) (4 ranks)");
+  EXPECT_EQ(ParallelDims({.dp_shard = 2, .ep = 2}, 2).degree(MeshAxis::efsdp), 1);
+  // Without -1, as many as the degrees multiply to; -1 counts one, or ep's ranks.
   EXPECT_EQ(ParallelDims({.pp = 2, .tp = 3}).size(), 6);
   EXPECT_EQ((MeshDegrees{.dp_replicate = 2, .tp = 2}).named_size(), 4);
-  EXPECT_EQ(axis_name(MeshAxis::batch), std::string("batch"));
+  EXPECT_EQ((MeshDegrees{.tp = 2, .ep = 4}).named_size(), 8);
+  EXPECT_EQ(axis_name(MeshAxis::efsdp), std::string("efsdp"));
 }
 
 TEST(ParallelDims, ErrorsNameTheKeysAndWhatWasSplit) {
@@ -46,6 +54,9 @@ TEST(ParallelDims, ErrorsNameTheKeysAndWhatWasSplit) {
                      "cpu_device_count");
   EXPECT_TITAN_ERROR(ParallelDims({.dp_shard = 2, .cp = 2}, 2), "needs 4 ranks, but 2 were launched");
   EXPECT_TITAN_ERROR(ParallelDims({.pp = 0}, 2), "degree of pp is 0");
+  EXPECT_TITAN_ERROR(ParallelDims({.dp_shard = 2, .ep = 4}, 2), "borrows its ranks from dp_shard",
+                     "expert_parallel_degree = 4 must divide data_parallel_shard_degree = 2");
+  EXPECT_TITAN_ERROR(ParallelDims({.dp_shard = -1, .ep = 0}, 2), "degree of ep is 0");
 }
 
 // Eager mode lays the degrees out over the world's ranks; the mesh it makes is the same layout.

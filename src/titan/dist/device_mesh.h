@@ -1,10 +1,10 @@
 #pragma once
 // DeviceMesh: the world's ranks laid out as a ParallelDims says (parallel_dims.h), as a grid in
-// the order pp, dp_replicate, dp_shard, cp, tp, ep (row-major: ep varies fastest), with one
-// process group per axis: mesh[MeshAxis::dp_shard] holds the ranks that differ only in their
-// dp_shard coordinate. MeshAxis::dp is dp_replicate x dp_shard flattened, the group data-parallel
-// ranks average gradients over; MeshAxis::batch is dp_replicate x dp_shard x ep flattened, the
-// ranks that read different micro-batches; it is dp's group when ep is 1.
+// the order pp, dp_replicate, dp_shard, cp, tp (row-major: tp varies fastest), with one process
+// group per axis: mesh[MeshAxis::dp_shard] holds the ranks that differ only in their dp_shard
+// coordinate. The derived axes: ep and efsdp split dp_shard's coordinate (efsdp x ep + ep, ep
+// inner), and dp is dp_replicate x dp_shard flattened, the ranks that read different micro-batches
+// and average gradients.
 #include <memory>
 #include <vector>
 

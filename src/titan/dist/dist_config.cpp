@@ -34,7 +34,8 @@ void declare_keys(config::Keys<ParallelismConfig>& keys) {
       .add("context_parallel_degree", &C::context_parallel_degree, config::at_least_one(),
            "ranks each sequence is split over (ring attention)")
       .add("expert_parallel_degree", &C::expert_parallel_degree, config::at_least_one(),
-           "ranks the experts of MoE layers are split over");
+           "of the data_parallel_shard_degree ranks, how many the experts of MoE layers are split over "
+           "(TorchTitan's layout: a divisor of dp_shard; everything else stays FSDP-sharded over all of dp_shard)");
 }
 
 void declare_keys(config::Keys<CommConfig>& keys) {

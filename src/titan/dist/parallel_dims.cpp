@@ -13,14 +13,15 @@ constexpr const char* kKeys[] = {"pipeline_parallel_degree", "data_parallel_repl
                                  "tensor_parallel_degree",     "expert_parallel_degree"};
 
 // The data-parallel degrees always, the others where they split anything: "dp_replicate 1 x
-// dp_shard 4 x tp 2".
+// dp_shard 4 (ep 2 within it) x tp 2".
 std::string layout(const std::array<int64_t, 6>& d) {
   std::ostringstream os;
   bool first = true;
-  for (size_t i = 0; i < d.size(); ++i) {
+  for (size_t i = 0; i < kMeshDims.size(); ++i) {
     const MeshAxis axis = kMeshDims[i];
     if (d[i] == 1 && axis != MeshAxis::dp_replicate && axis != MeshAxis::dp_shard) continue;
     os << (first ? "" : " x ") << axis_name(axis) << " " << d[i];
+    if (axis == MeshAxis::dp_shard && d[5] > 1) os << " (ep " << d[5] << " within it)";
     first = false;
   }
   return os.str();
@@ -44,8 +45,8 @@ const char* axis_name(MeshAxis axis) {
     case MeshAxis::cp: return "cp";
     case MeshAxis::tp: return "tp";
     case MeshAxis::ep: return "ep";
+    case MeshAxis::efsdp: return "efsdp";
     case MeshAxis::dp: return "dp";
-    case MeshAxis::batch: return "batch";
   }
   return "?";
 }
@@ -84,7 +85,7 @@ MeshDegrees MeshDegrees::from_config(const ParallelismConfig& p) {
 }
 
 int64_t MeshDegrees::named_size() const {
-  return pp * dp_replicate * (dp_shard == -1 ? 1 : dp_shard) * cp * tp * ep;
+  return pp * dp_replicate * (dp_shard == -1 ? ep : dp_shard) * cp * tp;
 }
 
 ParallelDims::ParallelDims(const MeshDegrees& degrees)
@@ -97,11 +98,11 @@ ParallelDims::ParallelDims(const MeshDegrees& m, int64_t size, MeshUnits units) 
                                   : "the " + std::to_string(size) + " devices of the plugin";
   int64_t others = 1;
   for (size_t i = 0; i < d.size(); ++i) {
-    if (kMeshDims[i] == MeshAxis::dp_shard && d[i] == -1) continue;
-    config::require(d[i] >= 1, keys(d), ": degree of ", axis_name(kMeshDims[i]), " is ", d[i],
-                    "; every degree must be at least 1 (data_parallel_shard_degree may be -1: the ",
+    if (i == 2 && d[i] == -1) continue;
+    config::require(d[i] >= 1, keys(d), ": degree of ", i < kMeshDims.size() ? axis_name(kMeshDims[i]) : "ep",
+                    " is ", d[i], "; every degree must be at least 1 (data_parallel_shard_degree may be -1: the ",
                     ranks ? "ranks" : "devices", " left over)");
-    others *= d[i];
+    if (i < kMeshDims.size()) others *= d[i];
   }
   if (d[2] == -1) {
     config::require(size % others == 0, keys(d), ": the other degrees (", layout(d), ") multiply to ", others,
@@ -112,7 +113,7 @@ ParallelDims::ParallelDims(const MeshDegrees& m, int64_t size, MeshUnits units) 
     d[2] = size / others;
   }
   int64_t product = 1;
-  for (int64_t x : d) product *= x;
+  for (size_t i = 0; i < kMeshDims.size(); ++i) product *= d[i];
   if (ranks)
     config::require(product == size, keys(d), ": ", layout(d), " needs ", product, " ranks, but ", size,
                     " were launched; make the [parallelism] degrees multiply to ", size,
@@ -122,14 +123,20 @@ ParallelDims::ParallelDims(const MeshDegrees& m, int64_t size, MeshUnits units) 
                     " devices) do not multiply to ", whole,
                     "; set data_parallel_shard_degree = -1 to take the devices the others leave, or change the "
                     "degrees (the CPU plugin's count is compile.plugin_options \"cpu_device_count=N\")");
+  config::require(d[2] % d[5] == 0, keys(d), ": expert parallelism borrows its ranks from dp_shard (as "
+                  "TorchTitan's does: the experts are split over ep, everything else sharded over all of dp_shard), so ",
+                  "expert_parallel_degree = ", d[5], " must divide data_parallel_shard_degree = ", d[2],
+                  "; raise data_parallel_shard_degree to a multiple of ", d[5],
+                  " (-1 takes the ranks the others leave) or lower expert_parallel_degree");
   degrees_ = d;
 }
 
 int64_t ParallelDims::degree(MeshAxis axis) const {
-  const auto i = static_cast<size_t>(axis);
-  if (i < degrees_.size()) return degrees_[i];
-  const int64_t dp = degrees_[1] * degrees_[2];
-  return axis == MeshAxis::dp ? dp : dp * degrees_[5];
+  switch (axis) {
+    case MeshAxis::efsdp: return degrees_[2] / degrees_[5];
+    case MeshAxis::dp: return degrees_[1] * degrees_[2];
+    default: return degrees_[static_cast<size_t>(axis)];
+  }
 }
 
 std::string ParallelDims::describe() const {

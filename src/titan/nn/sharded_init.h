@@ -14,9 +14,9 @@
 // An init function refuses a meta handle (core/meta.h) that has no target.
 //
 // Composition: the target describes the box in the logical tensor, whatever split it. FSDP alone
-// gives (its shard's valid rows, the handle's shape, offsets {row_offset, 0, ...}); a
-// tensor-parallel slice at `tp_offsets` of a `global_shape` tensor, then FSDP-sharded, gives
-// (the same dest, global_shape, tp_offsets + {row_offset, 0, ...}). parallel/deferred_init.h
+// gives (its padded shard, the handle's shape, the box of its piece); a tensor-parallel slice at
+// `tp_offsets` of a `global_shape` tensor, then FSDP-sharded, gives (the same dest, global_shape,
+// tp_offsets + the piece's offsets). parallel/deferred_init.h
 // builds these.
 #include <cstdint>
 #include <unordered_map>

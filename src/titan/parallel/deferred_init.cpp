@@ -63,12 +63,10 @@ nn::init::ShardTargets shard_targets(nn::Module& model, const FullyShard* fsdp, 
       continue;
     }
     const FullyShard::ParamShard& s = it->second;
-    nn::init::ShardTarget t{.dest = s.valid,
+    nn::init::ShardTarget t{.dest = s.shard,
                             .global_shape = s.where.global_shape,
-                            .offsets = Shape(p.sizes().size(), 0),
-                            .sizes = s.where.global_shape};
-    t.offsets[0] = s.where.row_offset;
-    t.sizes[0] = s.where.rows;
+                            .offsets = s.where.offsets,
+                            .sizes = s.where.sizes};
     if (slice) {
       for (size_t d = 0; d < t.offsets.size(); ++d) t.offsets[d] += slice->offsets[d];
       t.global_shape = slice->global_shape;

@@ -15,10 +15,10 @@
 //
 // Tensor parallelism composes through `slice_of`: a TP plan narrows a parameter's handle to its
 // local slice (a meta handle of the local shape) and says, by parameter name, which box of the
-// logical tensor that slice is. FSDP then shards the local tensor on dim 0, so a rank's values are
-// the local rows [row_offset, row_offset + rows) of the slice: the box
-//   offsets = slice.offsets + {row_offset, 0, ...},  sizes = {rows, local_shape[1], ...}
-// of slice.global_shape, written into the shard's valid rows. Without FSDP the box is the whole
+// logical tensor that slice is. FSDP then shards the local tensor (its rows, or a grid of its
+// leading dims: parallel/shard_grid.h), so a rank's values are the box `where` of the slice:
+//   offsets = slice.offsets + where.offsets,  sizes = where.sizes
+// of slice.global_shape, written into the shard's leading corner. Without FSDP the box is the whole
 // local slice, written into the (materialised) handle itself. shard_targets() builds exactly these
 // nn::init::ShardTargets, for a caller that wants to add targets of its own before initialising.
 #include <functional>
@@ -43,8 +43,8 @@ using SliceOf = std::function<std::optional<GlobalSlice>(const std::string& name
 // buffer is refused: it is computed at construction (build it under MetaScope(false)).
 void materialize_meta_tensors(nn::Module& model, const FullyShard* fsdp = nullptr);
 
-// Where init must write each parameter on this rank: FSDP's parameters into their shards' valid
-// rows, sliced parameters (slice_of) as their box of the logical tensor; parameters neither sharded
+// Where init must write each parameter on this rank: FSDP's parameters into their shards'
+// leading corners, sliced parameters (slice_of) as their box of the logical tensor; parameters neither sharded
 // nor sliced get no target (init fills their handles as usual). Handles must hold memory or
 // belong to `fsdp` (call materialize_meta_tensors first).
 nn::init::ShardTargets shard_targets(nn::Module& model, const FullyShard* fsdp = nullptr,

@@ -90,31 +90,13 @@ std::optional<GlobalSlice> ExpertParallel::slice_of(const std::string& name) con
   return it->second;
 }
 
-void ExpertParallel::reduce_gradients(const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::vector<Tensor> shared;
+void ExpertParallel::scale_expert_gradients(const std::vector<std::pair<std::string, Tensor>>& named) {
   const double scale = 1.0 / static_cast<double>(group_.size());
   autograd::NoGradGuard no_grad;
   for (const auto& [name, t] : named) {
-    if (!is_expert(name)) {
-      shared.push_back(t);
-      continue;
-    }
     Tensor grad = t.grad();
-    if (grad.defined()) grad.copy_(ops::scale(grad, scale));
+    if (is_expert(name) && grad.defined()) grad.copy_(ops::scale(grad, scale));
   }
-  all_reduce_gradients(shared, dist::ReduceOp::avg, group_);
-}
-
-std::vector<Tensor> ExpertParallel::norm_params(
-    const std::vector<std::pair<std::string, Tensor>>& named) const {
-  std::vector<Tensor> out;
-  for (const auto& [name, t] : named)
-    if (is_expert(name) || group_.rank() == 0) out.push_back(t);
-  return out;
-}
-
-double ExpertParallel::sum_norm_partials(double partial) {
-  return group_.all_reduce(partial, dist::ReduceOp::sum);
 }
 
 }  // namespace titan::parallel

@@ -1,9 +1,9 @@
 #pragma once
 // Expert parallelism over the mesh's ep ranks (GShard's, as TorchTitan applies it): rank r of ep
 // holds experts [r E/ep, (r+1) E/ep) of every MoE layer, and the layer's token dispatch becomes
-// an exchange between the ep ranks. The router's weight and everything outside the experts stay
-// whole on every rank, and every ep rank reads its own micro-batches (the trainer's "batch"
-// group), so that each is a data-parallel rank for the parameters outside the experts.
+// an exchange between the ep ranks. The ep ranks are dp_shard ranks (dist/parallel_dims.h): each
+// reads its own micro-batches, FSDP shards everything outside the experts over all of dp_shard,
+// and the experts over efsdp (the dp_shard ranks that hold the same experts).
 //
 // One layer's dispatch (AllToAllTokenDispatcher):
 //   sort the (token, choice) pairs by expert -> rows grouped by destination rank, as the experts
@@ -14,9 +14,9 @@
 // at once: none of it is hidden under computation.
 //
 // Gradients: backward's all-to-all brings every ep rank's tokens' gradients to the experts, so an
-// expert's gradient is the sum over the ep ranks' losses; the objective is their mean, so it is
-// scaled by 1/ep. The parameters outside the experts are averaged over ep, as data parallelism
-// averages over dp (after dp's own reduction).
+// expert's gradient is the sum over the ep ranks' losses; FSDP averages it over efsdp, and the
+// objective is the mean over all of dp_shard, so it is scaled by 1/ep on top. FSDP's average over
+// dp_shard is already right for the parameters outside the experts.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -57,14 +57,12 @@ class ExpertParallel final : public ParameterSlices {
   const dist::ProcessGroup& slice_group() const override { return group_; }
   dist::ProcessGroup& group() { return group_; }
 
-  // After the step's backward and data parallelism's reduction, on the optimizer's tensors by
-  // parameter name: experts' gradients scaled by 1/ep, the others averaged over ep.
-  void reduce_gradients(const std::vector<std::pair<std::string, Tensor>>& named);
-  // Which of `named` count towards this rank's share of the gradient norm: the experts always,
-  // the others on ep rank 0 only (the other ranks hold copies); summed over ep by
-  // sum_norm_partials.
-  std::vector<Tensor> norm_params(const std::vector<std::pair<std::string, Tensor>>& named) const;
-  double sum_norm_partials(double partial);
+  // After the step's backward and FSDP's reduction, on the optimizer's tensors by parameter name:
+  // the experts' gradients scaled by 1/ep.
+  void scale_expert_gradients(const std::vector<std::pair<std::string, Tensor>>& named);
+  // Parameters outside the experts are not the same on every ep rank (FSDP shards them over
+  // dp_shard, which holds the ep ranks), so each rank saves its own.
+  bool replicates_the_rest() const override { return false; }
 
  private:
   dist::ProcessGroup group_;

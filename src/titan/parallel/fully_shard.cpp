@@ -24,12 +24,54 @@ Shape with_rows(Shape shape, int64_t rows) {
   return shape;
 }
 
+// [p0, .., pk, c0, .., ck] <-> [p0, c0, .., pk, ck]: the ranks' pieces, in rank order (the
+// grid's row-major order), against the padded tensor's layout.
+Shape interleaved(const Shape& parts, const Shape& chunk) {
+  Shape out;
+  for (size_t d = 0; d < parts.size(); ++d) out.insert(out.end(), {parts[d], chunk[d]});
+  return out;
+}
+Shape padded_shape(const ShardGrid& g) {
+  Shape out;
+  for (size_t d = 0; d < g.parts.size(); ++d) out.push_back(g.parts[d] * g.chunk[d]);
+  return out;
+}
+
+// The pieces [ranks, chunk...] (gathered) as the padded tensor, contiguous.
+Tensor pieces_to_padded(const Tensor& pieces, const ShardGrid& g) {
+  Shape split = g.parts, order;
+  split.insert(split.end(), g.chunk.begin(), g.chunk.end());
+  const int64_t k = static_cast<int64_t>(g.parts.size());
+  for (int64_t d = 0; d < k; ++d) order.insert(order.end(), {d, k + d});
+  return pieces.view(split).permute(order).contiguous().view(padded_shape(g));
+}
+
+// The padded tensor as the pieces [ranks * chunk0, chunk1, ...], contiguous (to scatter).
+Tensor padded_to_pieces(const Tensor& padded, const ShardGrid& g) {
+  Shape order;
+  const int64_t k = static_cast<int64_t>(g.parts.size());
+  for (int64_t d = 0; d < k; ++d) order.push_back(2 * d);
+  for (int64_t d = 0; d < k; ++d) order.push_back(2 * d + 1);
+  int64_t ranks = 1;
+  for (int64_t p : g.parts) ranks *= p;
+  return padded.contiguous().view(interleaved(g.parts, g.chunk)).permute(order).contiguous().view(
+      with_rows(g.chunk, ranks * g.chunk[0]));
+}
+
+// The leading corner of `t` of `sizes`.
+Tensor corner(Tensor t, const Shape& sizes) {
+  for (size_t d = 0; d < sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), 0, sizes[d]);
+  return t;
+}
+
 }  // namespace
 
 FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,
-                       dist::ProcessGroup replicate_group, FullyShardOptions options)
+                       dist::ProcessGroup replicate_group, FullyShardOptions options,
+                       std::optional<OwnShardGroup> own)
     : shard_group_(std::move(shard_group)),
       replicate_group_(std::move(replicate_group)),
+      own_(std::move(own)),
       options_(options) {
   std::map<const nn::Module*, std::string> block_names;
   for (auto& [name, m] : root.named_modules()) block_names.emplace(m, name);
@@ -43,8 +85,6 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
   units_.emplace_back().module = &root;
   const size_t root_unit = units_.size() - 1;
 
-  const int64_t n = shard_group_.size();
-  const int64_t rank = shard_group_.rank();
   autograd::NoGradGuard no_grad;
   MemoryOwnerScope owner(MemoryCategory::parameters);
   std::vector<dist::Work> works;
@@ -55,19 +95,19 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
     // Every rank keeps rows of rank 0's values, whatever each initialised. A meta parameter has
     // none yet: its zero shard is filled later (param_shards), so the model is never whole.
     const bool meta = p.is_meta();
+    dist::ProcessGroup& group = own_ && own_->holds(name) ? own_->group : shard_group_;
     if (!meta) {
       replicate_group_.broadcast(p, 0).wait();
-      shard_group_.broadcast(p, 0).wait();
+      group.broadcast(p, 0).wait();
     }
-    const int64_t shard_rows = (p.size(0) + n - 1) / n;
+    const ShardGrid grid = plan_shard_grid(p.sizes(), group.size());
     Param param{.name = name,
                 .full = p,
-                .shard = Tensor::zeros(with_rows(p.sizes(), shard_rows), p.options()),
-                .rows = p.size(0),
-                .shard_rows = shard_rows};
-    const int64_t valid = valid_rows(param);
-    if (valid > 0 && !meta)
-      param.shard.narrow(0, 0, valid).copy_(p.narrow(0, rank * param.shard_rows, valid));
+                .shard = Tensor::zeros(grid.chunk, p.options()),
+                .group = &group,
+                .grid = grid,
+                .box = grid_box(p.sizes(), grid, group.rank())};
+    if (!meta) param.box.valid(param.shard).copy_(param.box.of(p));
     param.shard.requires_grad_(true);
     size_t unit = root_unit;
     for (size_t u = 0; u < root_unit; ++u)
@@ -121,19 +161,14 @@ FullyShard::~FullyShard() {
     for (uint64_t id : u.hooks) u.module->remove_hook(id);
 }
 
-int64_t FullyShard::valid_rows(const Param& p) const {
-  return std::clamp<int64_t>(p.rows - shard_group_.rank() * p.shard_rows, 0, p.shard_rows);
-}
-
 void FullyShard::start_gather(Unit& u) {
   if (u.gathered_or_gathering) return;
   u.gathered_or_gathering = true;
-  const int64_t n = shard_group_.size();
   MemoryOwnerScope owner(MemoryCategory::parameters);  // the block's parameters, whole again
   for (size_t i : u.params) {
     const Param& p = params_[i];
-    Tensor buf = Tensor::empty(with_rows(p.full.sizes(), n * p.shard_rows), p.shard.options());
-    u.pending.push_back(shard_group_.all_gather(buf, p.shard));
+    Tensor buf = Tensor::empty(with_rows(p.grid.chunk, p.group->size() * p.grid.chunk[0]), p.shard.options());
+    u.pending.push_back(p.group->all_gather(buf, p.shard));
     u.gathered.push_back(buf);
   }
 }
@@ -145,9 +180,17 @@ void FullyShard::finish_gather(Unit& u) {
   for (dist::Work& w : u.pending) w.wait();
   stats_.gather_wait_seconds += seconds_since(t0);
   u.pending.clear();
-  // The padding rows sit after the parameter's own, so the parameter is the buffer's head.
+  // Rows: the padding rows sit after the parameter's own, so the parameter is the buffer's head.
+  // A grid's pieces are reordered into the tensor's layout (and its padding cut) first.
   for (size_t k = 0; k < u.params.size(); ++k) {
-    TensorImpl& impl = *params_[u.params[k]].full.impl();
+    const Param& p = params_[u.params[k]];
+    if (!p.grid.rows_only()) {
+      MemoryOwnerScope owner(MemoryCategory::parameters);
+      Tensor whole = pieces_to_padded(u.gathered[k], p.grid);
+      if (whole.sizes() != p.full.sizes()) whole = corner(whole, p.full.sizes()).contiguous();
+      u.gathered[k] = whole;
+    }
+    TensorImpl& impl = *p.full.impl();
     impl.storage = u.gathered[k].storage();
     impl.offset = 0;
   }
@@ -177,20 +220,24 @@ void FullyShard::before_block_backward(size_t i) {
 }
 
 void FullyShard::start_reduce(Unit& u) {
-  const int64_t n = shard_group_.size();
   MemoryOwnerScope owner(MemoryCategory::gradients);  // the padded input and this rank's shard
   for (size_t i : u.params) {
     Param& p = params_[i];
     Tensor g = p.full.grad();
+    const Shape padded = padded_shape(p.grid);
     Tensor in;
-    if (g.defined() && g.is_contiguous() && p.rows == n * p.shard_rows) {
+    if (g.defined() && p.grid.rows_only() && g.is_contiguous() && g.sizes() == padded) {
       in = g;
     } else {
-      in = Tensor::zeros(with_rows(p.full.sizes(), n * p.shard_rows), p.shard.options());
-      if (g.defined()) in.narrow(0, 0, p.rows).copy_(g);
+      Tensor whole = g;
+      if (!g.defined() || g.sizes() != padded) {
+        whole = Tensor::zeros(padded, p.shard.options());
+        if (g.defined()) corner(whole, g.sizes()).copy_(g);
+      }
+      in = p.grid.rows_only() ? whole.contiguous() : padded_to_pieces(whole, p.grid);
     }
     u.reduced.push_back(Tensor::empty(p.shard.sizes(), p.shard.options()));
-    u.reducing.push_back(shard_group_.reduce_scatter(u.reduced.back(), in, dist::ReduceOp::avg));
+    u.reducing.push_back(p.group->reduce_scatter(u.reduced.back(), in, dist::ReduceOp::avg));
     p.full.set_grad(Tensor());
   }
 }
@@ -236,23 +283,15 @@ std::vector<Tensor> FullyShard::shards() const {
 std::vector<FullyShard::ParamShard> FullyShard::param_shards() const {
   std::vector<ParamShard> out;
   for (const Param& p : params_) {
-    const RowShard where = row_shard(p);
-    out.push_back({.name = p.name,
-                   .param = p.full,
-                   .valid = p.shard.detach().narrow(0, 0, where.rows),
-                   .where = where});
+    out.push_back({.name = p.name, .param = p.full, .shard = p.shard.detach(), .where = p.box});
   }
   return out;
 }
 
-std::optional<RowShard> FullyShard::row_shard(const std::string& name) const {
+std::optional<ShardBox> FullyShard::shard_box(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;
-  return row_shard(params_[it->second]);
-}
-
-RowShard FullyShard::row_shard(const Param& p) const {
-  return RowShard{.row_offset = shard_group_.rank() * p.shard_rows, .rows = valid_rows(p), .global_shape = p.full.sizes()};
+  return params_[it->second].box;
 }
 
 nn::StateDict FullyShard::state_dict() const {
@@ -295,13 +334,17 @@ int64_t FullyShard::shard_bytes() const {
 
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
                                        FullyShardOptions options,
-                                       const std::function<bool(const nn::Module& block)>& runs_here) {
+                                       const std::function<bool(const nn::Module& block)>& runs_here,
+                                       const std::function<bool(const std::string& name)>& experts) {
   const DataParallelStyle style = data_parallel_style(mesh);
   if (style != DataParallelStyle::fsdp && style != DataParallelStyle::hsdp) return nullptr;
   std::vector<nn::Module*> blocks;
   for (const auto& [name, block] : layers.named_children())
     if (!runs_here || runs_here(*block)) blocks.push_back(block.get());
-  return std::make_unique<FullyShard>(root, blocks, mesh[dist::MeshAxis::dp_shard], mesh[dist::MeshAxis::dp_replicate], options);
+  std::optional<OwnShardGroup> own;
+  if (experts) own = OwnShardGroup{.holds = experts, .group = mesh[dist::MeshAxis::efsdp]};
+  return std::make_unique<FullyShard>(root, blocks, mesh[dist::MeshAxis::dp_shard], mesh[dist::MeshAxis::dp_replicate],
+                                      options, std::move(own));
 }
 
 }  // namespace titan::parallel

@@ -1,7 +1,10 @@
 #pragma once
 // FSDP (ZeRO-3) over the dp_shard ranks, as PyTorch's fully_shard (FSDP2): each parameter is
-// split on dim 0 into one equal shard per rank (the last ones padded with zero rows when the
-// rows do not divide), and only shards persist. The optimizer steps the shards; the model's own
+// split into one equal shard per rank, and only shards persist. FSDP2 splits dim 0 (the last
+// shards padded with zero rows when the rows do not divide); so does this, unless that leaves a
+// rank more than 1% over its share, when the split is a grid over the leading dims
+// (parallel/shard_grid.h: 128 experts over 1024 ranks, 8 pieces of each), so that every rank
+// holds about numel / ranks of every parameter at any rank count. The optimizer steps the shards; the model's own
 // parameter handles hold no memory outside the forward and backward of the unit they belong to.
 //
 // Units: each block given (a transformer block) is one; the root unit holds every parameter
@@ -40,8 +43,18 @@
 #include "titan/dist/device_mesh.h"
 #include "titan/dist/process_group.h"
 #include "titan/nn/module.h"
+#include "titan/parallel/shard_grid.h"
 
 namespace titan::parallel {
+
+// Parameters sharded over a group of their own instead of the shard group: TorchTitan's experts,
+// sharded over efsdp (the dp_shard ranks that hold the same experts) while everything else is
+// sharded over all of dp_shard. The shard group's other ranks hold the other parts of these
+// parameters (ep's other experts), so a sum over the shard group still counts each element once.
+struct OwnShardGroup {
+  std::function<bool(const std::string& name)> holds;
+  dist::ProcessGroup group;
+};
 
 struct FullyShardOptions {
   // Free each block's gathered parameters after its forward and gather them again for its
@@ -51,14 +64,6 @@ struct FullyShardOptions {
   // unit's reduce-scatter once its gradients are complete. Off, each waits until needed
   // (benchmarks measure what the overlap hides).
   bool overlap = true;
-};
-
-// This rank's part of a parameter: rows [row_offset, row_offset + rows) of a tensor of
-// global_shape. rows may be 0 (more ranks than rows); the shard tensor holds padding after them.
-struct RowShard {
-  int64_t row_offset = 0;
-  int64_t rows = 0;
-  Shape global_shape;
 };
 
 // Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers and in
@@ -76,14 +81,16 @@ class FullyShard {
   // A meta parameter (the model built under a MetaScope, core/meta.h) gets a zero shard and no
   // collective: its values are written into the shards afterwards, from param_shards() (see
   // parallel/deferred_init.h).
+  // Parameters `own` holds are sharded over own.group (and broadcast over it alone).
   FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,
-             dist::ProcessGroup replicate_group, FullyShardOptions options = {});
+             dist::ProcessGroup replicate_group, FullyShardOptions options = {},
+             std::optional<OwnShardGroup> own = std::nullopt);
   ~FullyShard();
   FullyShard(const FullyShard&) = delete;
   FullyShard& operator=(const FullyShard&) = delete;
 
   // The shards by parameter name (Module::named_parameters' names and order): what the
-  // optimizer updates. Leaves that require grad, shaped [ceil(rows / N), ...].
+  // optimizer updates. Leaves that require grad, shaped as their grid's chunk (padded).
   std::vector<std::pair<std::string, Tensor>> named_shards() const;
   std::vector<Tensor> shards() const;
 
@@ -92,8 +99,8 @@ class FullyShard {
   struct ParamShard {
     std::string name = {};
     Tensor param = {};  // the module's handle, of the shape FSDP sharded (where.global_shape)
-    Tensor valid = {};  // the shard's first where.rows rows: no padding; may have no rows
-    RowShard where = {};
+    Tensor shard = {};  // padded: where's values in its leading corner
+    ShardBox where = {};
   };
   std::vector<ParamShard> param_shards() const;
 
@@ -111,7 +118,7 @@ class FullyShard {
 
   // Where this rank's shard of the parameter named `name` (any of its state-dict names) sits;
   // nullopt for a name that is not a sharded parameter (a buffer).
-  std::optional<RowShard> row_shard(const std::string& name) const;
+  std::optional<ShardBox> shard_box(const std::string& name) const;
   // Parameters as their shards (padded shapes), under every state-dict name, and the root's
   // persistent buffers as they are: this rank's state for a checkpoint.
   nn::StateDict state_dict() const;
@@ -135,15 +142,16 @@ class FullyShard {
   struct Param {
     std::string name;
     Tensor full;   // the module's handle; its storage is swapped between gathered and none
-    Tensor shard;  // [shard_rows, ...]
-    int64_t rows = 0;
-    int64_t shard_rows = 0;
+    Tensor shard;  // of grid.chunk's shape
+    dist::ProcessGroup* group = nullptr;  // the shard group, or own_'s
+    ShardGrid grid;
+    ShardBox box;  // this rank's
   };
   struct Unit {
     std::string name;
     nn::Module* module = nullptr;
     std::vector<size_t> params;
-    std::vector<Tensor> gathered;  // per param: [N * shard_rows, ...] while gathered or gathering
+    std::vector<Tensor> gathered;  // per param, while gathered or gathering: the pieces, then the tensor
     std::vector<dist::Work> pending;
     bool gathered_or_gathering = false;
     std::vector<uint64_t> hooks;
@@ -160,11 +168,10 @@ class FullyShard {
   void prefetch(size_t unit);
   void before_block_backward(size_t unit);
   void start_reduce(Unit& u);
-  int64_t valid_rows(const Param& p) const;
-  RowShard row_shard(const Param& p) const;
 
   dist::ProcessGroup shard_group_;
   dist::ProcessGroup replicate_group_;
+  std::optional<OwnShardGroup> own_;
   FullyShardOptions options_;
   std::vector<Param> params_;
   std::vector<Unit> units_;  // blocks in forward order, then the root unit
@@ -178,11 +185,14 @@ class FullyShard {
 
 // TorchTitan's apply_fsdp: every child of `layers` (the model's blocks) a unit of its own, the
 // rest of `root` the root unit, sharded over mesh[dist::MeshAxis::dp_shard] and replicated over
-// mesh[dist::MeshAxis::dp_replicate] (HSDP when both exceed 1). Null when dp_shard is 1: nothing to shard.
+// mesh[dist::MeshAxis::dp_replicate] (HSDP when both exceed 1); the parameters `experts` names
+// (split over ep) sharded over mesh[dist::MeshAxis::efsdp] instead. Null when dp_shard is 1:
+// nothing to shard.
 // `runs_here`, when set, picks the blocks this rank runs (a pipeline stage's); the others' (empty)
 // parameters join the root unit.
 std::unique_ptr<FullyShard> apply_fsdp(nn::Module& root, nn::Module& layers, dist::DeviceMesh& mesh,
                                        FullyShardOptions options = {},
-                                       const std::function<bool(const nn::Module& block)>& runs_here = nullptr);
+                                       const std::function<bool(const nn::Module& block)>& runs_here = nullptr,
+                                       const std::function<bool(const std::string& name)>& experts = nullptr);
 
 }  // namespace titan::parallel

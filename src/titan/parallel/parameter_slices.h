@@ -25,9 +25,11 @@ class ParameterSlices {
   // The box of the whole tensor that this rank's slice of the parameter named `name` (as in
   // Module::named_parameters) is; nullopt for a parameter the plan leaves whole.
   virtual std::optional<GlobalSlice> slice_of(const std::string& name) const = 0;
-  // The ranks the slices are spread over; a parameter left whole is the same on all of them, so
-  // their rank 0 alone saves it.
+  // The ranks the slices are spread over.
   virtual const dist::ProcessGroup& slice_group() const = 0;
+  // Whether a parameter the plan leaves whole is the same on every rank of slice_group, so that
+  // their rank 0 alone saves it (tensor parallelism); not so where FSDP shards it over them.
+  virtual bool replicates_the_rest() const { return true; }
 };
 
 // Narrows the handle `p` (of the parameter `name`, for errors) in place to its `part`-th of

@@ -133,34 +133,36 @@ void CheckpointManager::load_model(checkpoint::Reader& reader, nn::Module& model
 std::optional<CheckpointManager::Box> CheckpointManager::box_of(const std::string& param,
                                                                 const Tensor& t) const {
   parallel::FullyShard* fsdp = parts_.fsdp;
-  std::optional<parallel::RowShard> rows = fsdp && t.dim() > 0 ? fsdp->row_shard(param) : std::nullopt;
+  std::optional<parallel::ShardBox> piece = fsdp && t.dim() > 0 ? fsdp->shard_box(param) : std::nullopt;
   std::optional<parallel::GlobalSlice> slice;
-  // A plan's slices are saved by every rank of its group, what it leaves whole by its rank 0.
+  // A plan's slices are saved by every rank of its group, what it leaves whole (and the same on
+  // all of them) by its rank 0.
   bool saves = parts_.replica_writer;
   for (const parallel::ParameterSlices* plan : parts_.slices) {
     std::optional<parallel::GlobalSlice> mine = t.dim() > 0 ? plan->slice_of(param) : std::nullopt;
     TITAN_CHECK(!(mine && slice), "checkpoint: parameter ", param, " is sliced by two parallel plans");
     if (mine)
       slice = std::move(mine);
-    else
+    else if (plan->replicates_the_rest())
       saves = saves && plan->slice_group().rank() == 0;
   }
   // Under pipeline parallelism only the rank of the tensor's stage holds it (the others' are
   // empty, or stale buffers), so that rank saves it and only it loads it.
   const bool held = !parts_.pp || parts_.pp->holds(param);
-  if (!rows && !slice && !parts_.pp) return std::nullopt;
+  if (!piece && !slice && !parts_.pp) return std::nullopt;
   if (!held && t.dim() > 0) {
     const std::optional<parallel::GlobalSlice> before = parts_.pp->slice_of(param);
     return Box{.data = t.narrow(0, 0, 0),
                .offsets = Shape(t.sizes().size(), 0),
                .global_shape = slice ? slice->global_shape : before ? before->global_shape : t.sizes()};
   }
-  Box b{.data = rows ? t.narrow(0, 0, rows->rows) : t,
+  Box b{.data = piece ? piece->valid(t) : t,
         .offsets = slice ? slice->offsets : Shape(t.sizes().size(), 0),
-        .global_shape = slice ? slice->global_shape : rows ? rows->global_shape : t.sizes(),
+        .global_shape = slice ? slice->global_shape : piece ? piece->global_shape : t.sizes(),
         // A tensor FSDP did not shard is the same on every rank of its shard group.
-        .saves = held && saves && (rows || !fsdp || fsdp->shard_rank() == 0)};
-  if (rows) b.offsets[0] += rows->row_offset;
+        .saves = held && saves && (piece || !fsdp || fsdp->shard_rank() == 0)};
+  if (piece)
+    for (size_t d = 0; d < piece->offsets.size(); ++d) b.offsets[d] += piece->offsets[d];
   return b;
 }
 

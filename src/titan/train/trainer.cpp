@@ -154,7 +154,7 @@ struct Trainer::State {
   // The layout's data-parallel ranks or devices this process feeds: 1 in eager mode, every one in
   // graph mode, where one process loads the rows of all its devices.
   int64_t devices_fed() const {
-    return dims.degree(dist::MeshAxis::batch) / mesh->degree(dist::MeshAxis::batch);
+    return dims.degree(dist::MeshAxis::dp) / mesh->degree(dist::MeshAxis::dp);
   }
   // The plans that split parameters (tensor, expert parallelism), for initialisation and
   // checkpoints.
@@ -188,7 +188,7 @@ void Trainer::State::lay_out(const dist::MeshDegrees& degrees) {
   mesh = std::move(layout.mesh);
   dp_style = parallel::data_parallel_style(*mesh);
   // Every data-parallel rank or device of the layout takes its own rows of the global batch.
-  plan = plan_batches(cfg.training, dims.degree(dist::MeshAxis::batch));
+  plan = plan_batches(cfg.training, dims.degree(dist::MeshAxis::dp));
 }
 
 Trainer::State::Data Trainer::State::build_data() {
@@ -198,9 +198,9 @@ Trainer::State::Data Trainer::State::build_data() {
   d.options = c.data.options("training");
   d.dataset = data::load_dataset(d.options, *d.tokenizer);
   d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
-  // Expert-parallel ranks read batches of their own, as data-parallel ones do; a process that
-  // feeds several of the layout's devices (graph mode) loads the rows of each.
-  dist::ProcessGroup& batch = (*mesh)[dist::MeshAxis::batch];
+  // Every data-parallel rank (expert-parallel ones are among them) reads batches of its own; a
+  // process that feeds several of the layout's devices (graph mode) loads the rows of each.
+  dist::ProcessGroup& batch = (*mesh)[dist::MeshAxis::dp];
   loader = std::make_unique<data::DataLoader>(
       d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
                                             .local_batch_size = c.training.local_batch_size * devices_fed(),
@@ -266,11 +266,11 @@ std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() cons
 }
 
 void Trainer::State::install_global_expert_counts() {
-  // Every rank that routes tokens of its own (data, expert and context parallel ranks) counts
+  // Every rank that routes tokens of its own (data and context parallel ranks) counts
   // them; the expert bias and the expert-load figures need the step's global counts, the same on
   // every rank. Tensor-parallel ranks route the same tokens.
   std::vector<dist::ProcessGroup> groups;
-  for (const dist::MeshAxis axis : {dist::MeshAxis::batch, dist::MeshAxis::cp})
+  for (const dist::MeshAxis axis : {dist::MeshAxis::dp, dist::MeshAxis::cp})
     if ((*mesh)[axis].size() > 1) groups.push_back((*mesh)[axis]);
   if (groups.empty()) return;
   for (const auto& [name, m] : model->named_modules())
@@ -378,9 +378,10 @@ void Trainer::State::log_setup(const Data& d) {
         << "states sharded over " << mesh->degree(dist::MeshAxis::dp_shard) << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
   if (plans.ep)
-    log << "titan: expert parallel over " << mesh->degree(dist::MeshAxis::ep) << " ranks ("
+    log << "titan: expert parallel over " << mesh->degree(dist::MeshAxis::ep) << " of the dp_shard ranks ("
         << summary.num_experts / mesh->degree(dist::MeshAxis::ep) << " of the " << summary.num_experts
-        << " experts of every MoE layer on each; tokens dispatched by all-to-all, batches of their own)\n";
+        << " experts of every MoE layer on each, FSDP-sharded over the " << mesh->degree(dist::MeshAxis::efsdp)
+        << " ranks that hold the same experts; tokens dispatched by all-to-all)\n";
   if (plans.cp)
     log << "titan: context parallel over " << mesh->degree(dist::MeshAxis::cp) << " ranks (ring attention; each holds "
         << c.training.seq_len / mesh->degree(dist::MeshAxis::cp)
@@ -417,9 +418,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.build_optimizer();
   s.build_metrics();
   s.log_setup(data);
-  // Expert-parallel ranks validate batches of their own too.
   s.validator = make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id,
-                               (*s.mesh)[dist::MeshAxis::batch], s.log);
+                               (*s.mesh)[dist::MeshAxis::dp], s.log);
   s.checkpointer = std::make_unique<CheckpointManager>(
       c,
       Checkpointed{.model = *s.model,
@@ -466,11 +466,11 @@ TrainResult Trainer::train() {
         s.memory_snapshots->run_step(step, [&] { return s.engine->step(accum, [&] { return s.next_batch(); }); });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
-    // The loss and the model's figures of the global batch: every data-parallel and
-    // expert-parallel rank saw an equal share of it. Extremes ("..._min", "..._max") combine as
+    // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
+    // share of it. Extremes ("..._min", "..._max") combine as
     // such, the rest as means. So did every cp rank of its tokens. Pipeline stages hold the figures
     // of their own layers (the loss is already the step's on every stage).
-    for (const dist::MeshAxis axis : {dist::MeshAxis::batch, dist::MeshAxis::cp, dist::MeshAxis::pp}) {
+    for (const dist::MeshAxis axis : {dist::MeshAxis::dp, dist::MeshAxis::cp, dist::MeshAxis::pp}) {
       dist::ProcessGroup& group = (*s.mesh)[axis];
       if (group.size() == 1) continue;
       if (axis != dist::MeshAxis::pp) loss_mean = group.all_reduce(loss_mean, dist::ReduceOp::avg);

@@ -30,7 +30,10 @@ Parallelized parallelize_decoder(DecoderBase& model, const ParallelizeOptions& o
       model.blocks(), parallel::parse_activation_checkpoint_mode(options.activation_checkpoint_mode),
       options.activation_checkpoint_every_k);
   if (mesh != nullptr)
-    out.fsdp = parallel::apply_fsdp(model, model.blocks(), *mesh, options.fsdp, blocks_run_here(out.pp.get()));
+    out.fsdp = parallel::apply_fsdp(model, model.blocks(), *mesh, options.fsdp, blocks_run_here(out.pp.get()),
+                                    out.ep ? std::function<bool(const std::string&)>(
+                                                 [ep = out.ep.get()](const std::string& name) { return ep->is_expert(name); })
+                                           : nullptr);
   return out;
 }
 

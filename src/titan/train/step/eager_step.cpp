@@ -94,15 +94,13 @@ StepParallelism step_parallelism(const StepParts& parts) {
     sync.loss = [tp](const Tensor& logits, const Tensor& labels) { return tp->loss(logits, labels); };
   }
   if (parallel::ExpertParallel* ep = plans.ep.get()) {
-    // After data parallelism's reduction: the experts' gradients scaled, the others averaged over ep.
+    // After FSDP's reduction (the experts' over efsdp, the rest over all of dp_shard, ep's ranks
+    // included): the experts' gradients scaled by 1/ep. Their shards and the others' are disjoint
+    // over dp_shard, so FSDP's sum of the norm's partials counts each element once.
     sync.reduce = [ep, &named, dp_reduce = sync.reduce] {
       if (dp_reduce) dp_reduce();
-      ep->reduce_gradients(named);
+      ep->scale_expert_gradients(named);
     };
-    sync.sum_norm_partials = [ep, dp_sum = sync.sum_norm_partials](double partial) {
-      return ep->sum_norm_partials(dp_sum ? dp_sum(partial) : partial);
-    };
-    sync.norm_params = ep->norm_params(named);
   }
   if (parallel::PipelineParallel* pp = plans.pp.get()) {
     // Each rank holds its stages' parameters: their norms add up over pp.
