@@ -73,7 +73,7 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
   // 8 experts do not split over 3 ep ranks.
   try {
     dry("qwen3/debug_moe.toml", 3,
-        {"--parallelism.expert_parallel_degree=3", "--parallelism.data_parallel_shard_degree=1"});
+        {"--parallelism.expert_parallel_degree=3", "--parallelism.data_parallel_shard_degree=-1"});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("parallelism.expert_parallel_degree = 3"), std::string::npos)
@@ -86,7 +86,7 @@ TEST(DryRun, ALayoutThatDoesNotSplitIsRefusedNamingTheKey) {
 // none yet, and a dense model has no experts to cap.
 TEST(DryRun, CapacityFactorWithExpertParallelismOrNoExpertsIsRefused) {
   EXPECT_TITAN_ERROR(dry("qwen3/debug_moe.toml", 2,
-                         {"--parallelism.expert_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1",
+                         {"--parallelism.expert_parallel_degree=2", "--parallelism.data_parallel_shard_degree=-1",
                           "--moe.capacity_factor=1.25"}),
                      "moe.capacity_factor = 1.25", "parallelism.expert_parallel_degree = 2",
                      "set capacity_factor = 0");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "support/graph_harness.h"
 #include "support/small_run.h"
@@ -257,6 +258,31 @@ TEST(GraphMeshSharding, MapsMeshAxesToTilesAndDevices) {
   EXPECT_TRUE(parameter_sharding(fsdp4, {6, 3}, false, std::nullopt).replicated());
   // When only the tp dim divides by both, FSDP joins tp there, tp the major axis.
   EXPECT_EQ(parameter_sharding(tp2_fsdp2, {8, 3}, false, 0).attr(), "{devices=[4,1]0,2,1,3}");
+}
+
+// Where no single dim divides dp_shard, FSDP splits a grid of dims whose parts divide them
+// (parallel/shard_grid.h) instead of replicating: dp_shard's coordinate spreads over them, the
+// first dim its major part; dp_replicate still replicates.
+TEST(GraphMeshSharding, SplitsDpShardOverSeveralDimsWhereNoneDivides) {
+  const GraphMesh fsdp4({.dp_shard = 4});
+  EXPECT_EQ(parameter_sharding(fsdp4, {2, 6}, false, std::nullopt).attr(), "{devices=[2,2]0,1,2,3}");
+  const GraphMesh hsdp({.dp_replicate = 2, .dp_shard = 4});
+  EXPECT_EQ(parameter_sharding(hsdp, {2, 6}, false, std::nullopt).attr(),
+            "{devices=[2,2,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}");
+  // A stack of 8 experts over 16 devices: 8 x 2 pieces, its layer dim whole; each device a 16th.
+  const GraphMesh fsdp16({.dp_shard = 16});
+  const Shape experts = {3, 8, 4, 6};
+  const graph::Sharding stacked = parameter_sharding(fsdp16, experts, true, std::nullopt);
+  EXPECT_EQ(stacked.tiles, (Shape{1, 8, 2, 1}));
+  for (const auto& [mesh, shape, is_stack] : {std::tuple{fsdp4, Shape{2, 6}, false}, std::tuple{hsdp, Shape{2, 6}, false},
+                                              std::tuple{fsdp16, experts, true}}) {
+    const Tensor whole = test::rand_f32(shape, 2);
+    const graph::Sharding sharding = parameter_sharding(mesh, shape, is_stack, std::nullopt);
+    std::vector<Tensor> pieces;
+    for (int64_t d = 0; d < mesh.size(); ++d) pieces.push_back(graph::shard_of(whole, sharding, d));
+    EXPECT_EQ(pieces[0].numel() * mesh.size() / sharding.replicas, whole.numel()) << sharding.attr();
+    EXPECT_TRUE(test::tensors_close(graph::unshard(pieces, sharding), whole, 0, sharding.attr()));
+  }
 }
 
 // shard_of and unshard follow a sharding's device order and replicas: every device's piece put

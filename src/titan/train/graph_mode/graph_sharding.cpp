@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
+#include "titan/parallel/shard_grid.h"
 
 namespace titan::train {
 
@@ -20,37 +21,55 @@ size_t axis_index(MeshAxis axis) {
 
 }  // namespace
 
-graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshAxis>>& dims) {
-  std::vector<MeshAxis> unused;
-  for (MeshAxis a : kAxes) {
-    bool named = false;
-    for (const auto& axes : dims) named = named || std::find(axes.begin(), axes.end(), a) != axes.end();
-    if (!named) unused.push_back(a);
-  }
+graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshSplit>>& dims) {
+  // Each grid dim's entries with their parts resolved, then one of what the dims leave of each axis.
+  std::vector<std::vector<MeshSplit>> grid;
+  int64_t given[std::size(kAxes)] = {1, 1, 1};
   graph::Sharding out;
-  for (const auto& axes : dims) {
+  for (const auto& splits : dims) {
+    std::vector<MeshSplit>& g = grid.emplace_back();
     int64_t n = 1;
-    for (MeshAxis a : axes) n *= mesh.degree(a);
+    for (const MeshSplit& s : splits) {
+      const int64_t parts = s.parts > 0 ? s.parts : mesh.degree(s.axis);
+      given[axis_index(s.axis)] *= parts;
+      g.emplace_back(s.axis, parts);
+      n *= parts;
+    }
     out.tiles.push_back(n);
   }
-  for (MeshAxis a : unused) out.replicas *= mesh.degree(a);
+  std::vector<MeshSplit>& left = grid.emplace_back();
+  for (MeshAxis a : kAxes) {
+    const int64_t degree = mesh.degree(a), g = given[axis_index(a)];
+    TITAN_CHECK(degree % g == 0, "graph mode: a sharding splits axis ", dist::axis_name(a), " into ", g,
+                " parts, which do not divide its degree ", degree);
+    left.emplace_back(a, degree / g);
+    out.replicas *= degree / g;
+  }
   if (out.replicas == mesh.size()) return {};
   // Each place in the grid [tiles..., replicas], row-major, is a coordinate per grid dim; a dim's
-  // coordinate spreads over its axes, the first the major one, and gives the device's mesh position.
-  std::vector<std::vector<MeshAxis>> grid = dims;
-  grid.push_back(unused);
+  // coordinate spreads over its entries, the last the minor one, and an axis's coordinate gathers
+  // its entries' in grid order, the first the major one.
+  std::vector<const MeshSplit*> entries;
+  for (const auto& g : grid)
+    for (const MeshSplit& s : g) entries.push_back(&s);
+  std::vector<int64_t> sub(entries.size());
   for (int64_t place = 0; place < mesh.size(); ++place) {
-    int64_t rest = place, coord[3] = {0, 0, 0};
+    int64_t rest = place;
+    size_t e = entries.size();
     for (size_t g = grid.size(); g-- > 0;) {
       int64_t extent = 1;
-      for (MeshAxis a : grid[g]) extent *= mesh.degree(a);
+      for (const MeshSplit& s : grid[g]) extent *= s.parts;
       int64_t c = rest % extent;
       rest /= extent;
       for (size_t k = grid[g].size(); k-- > 0;) {
-        const int64_t n = mesh.degree(grid[g][k]);
-        coord[axis_index(grid[g][k])] = c % n;
-        c /= n;
+        sub[--e] = c % grid[g][k].parts;
+        c /= grid[g][k].parts;
       }
+    }
+    int64_t coord[std::size(kAxes)] = {0, 0, 0};
+    for (size_t i = 0; i < entries.size(); ++i) {
+      int64_t& c = coord[axis_index(entries[i]->axis)];
+      c = c * entries[i]->parts + sub[i];
     }
     out.devices.push_back((coord[0] * mesh.degree(MeshAxis::dp_shard) + coord[1]) * mesh.degree(MeshAxis::tp) + coord[2]);
   }
@@ -60,7 +79,7 @@ graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vect
 graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bool stacked,
                                    std::optional<int64_t> tp_dim) {
   const int64_t first = stacked ? 1 : 0, rank = static_cast<int64_t>(shape.size());
-  std::vector<std::vector<MeshAxis>> dims(shape.size());
+  std::vector<std::vector<MeshSplit>> dims(shape.size());
   std::optional<int64_t> split;
   if (tp_dim && mesh.degree(MeshAxis::tp) > 1) {
     split = *tp_dim + first;
@@ -72,6 +91,17 @@ graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bo
     std::optional<int64_t> fsdp;
     for (int64_t d = first; d < rank && !fsdp; ++d)
       if (d != split && shape[d] % mesh.degree(MeshAxis::dp_shard) == 0) fsdp = d;
+    if (!fsdp) {
+      const parallel::ShardGrid grid = parallel::plan_shard_grid(
+          shape, mesh.degree(MeshAxis::dp_shard), {.first_dim = first, .skip_dim = split, .exact = true});
+      bool gridded = false;
+      for (int64_t d = 0; d < rank; ++d)
+        if (grid.parts[d] > 1) {
+          dims[d].emplace_back(MeshAxis::dp_shard, grid.parts[d]);
+          gridded = true;
+        }
+      if (gridded) return mesh_sharding(mesh, dims);
+    }
     if (!fsdp && split && shape[*split] % (mesh.degree(MeshAxis::tp) * mesh.degree(MeshAxis::dp_shard)) == 0) fsdp = split;
     if (fsdp) dims[*fsdp].push_back(MeshAxis::dp_shard);
   }
@@ -79,20 +109,20 @@ graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bo
 }
 
 graph::Sharding batch_sharding(const GraphMesh& mesh, int64_t rank) {
-  std::vector<std::vector<MeshAxis>> dims(rank);
+  std::vector<std::vector<MeshSplit>> dims(rank);
   dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};
   return mesh_sharding(mesh, dims);
 }
 
 graph::Sharding carry_sharding(const GraphMesh& mesh, bool sequence_parallel) {
-  std::vector<std::vector<MeshAxis>> dims(3);
+  std::vector<std::vector<MeshSplit>> dims(3);
   dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};
   if (sequence_parallel && mesh.degree(MeshAxis::tp) > 1) dims[1] = {MeshAxis::tp};
   return mesh_sharding(mesh, dims);
 }
 
 graph::Sharding activation_sharding(const GraphMesh& mesh, const Shape& shape, std::optional<int64_t> split_dim) {
-  std::vector<std::vector<MeshAxis>> dims(shape.size());
+  std::vector<std::vector<MeshSplit>> dims(shape.size());
   if (!shape.empty() && shape[0] % mesh.degree(MeshAxis::dp) == 0) dims[0] = {MeshAxis::dp_replicate, MeshAxis::dp_shard};
   if (split_dim && *split_dim > 0 && *split_dim < static_cast<int64_t>(shape.size()) && shape[*split_dim] % mesh.degree(MeshAxis::tp) == 0)
     dims[*split_dim].push_back(MeshAxis::tp);

@@ -26,14 +26,24 @@ using dist::MeshAxis;
 // layout_checks.h refuses the parallelisms graph mode does not split).
 using GraphMesh = dist::ParallelDims;
 
+// A dim's share of a mesh axis: `parts` of its degree (0: all of it). An axis split over several
+// dims (dp_shard over an expert stack's experts and rows) spreads its coordinate over them, the
+// first the major part.
+struct MeshSplit {
+  MeshSplit(MeshAxis a, int64_t p = 0) : axis(a), parts(p) {}  // NOLINT: a whole axis reads as the axis
+  MeshAxis axis;
+  int64_t parts;
+};
+
 // The sharding that splits dim d of a tensor over the axes dims[d] (the first the major one) and
-// replicates it over the axes no dim names.
-graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshAxis>>& dims);
+// replicates it over what the dims leave of each axis.
+graph::Sharding mesh_sharding(const GraphMesh& mesh, const std::vector<std::vector<MeshSplit>>& dims);
 
 // A parameter's (and its moments') sharding: split on tp along `tp_dim` (the plan's, of the
 // parameter; a stack's dims shift by its layer dim), FSDP on dp_shard along the first other dim
-// that divides, after the layer dim of a stack (`stacked`); along the tp dim when none does but it
-// divides by both. Replicated where nothing divides.
+// that divides, after the layer dim of a stack (`stacked`); when none does, over a grid of the
+// other dims whose parts divide them (parallel/shard_grid.h: 8 experts over 16 devices as 8 x 2
+// pieces), else along the tp dim when it divides by both. Replicated where nothing divides.
 graph::Sharding parameter_sharding(const GraphMesh& mesh, const Shape& shape, bool stacked,
                                    std::optional<int64_t> tp_dim);
 
