@@ -35,7 +35,10 @@ void declare_keys(config::Keys<ParallelismConfig>& keys) {
            "ranks each sequence is split over (ring attention)")
       .add("expert_parallel_degree", &C::expert_parallel_degree, config::at_least_one(),
            "of the data_parallel_shard_degree ranks, how many the experts of MoE layers are split over "
-           "(TorchTitan's layout: a divisor of dp_shard; everything else stays FSDP-sharded over all of dp_shard)");
+           "(TorchTitan's layout: a divisor of dp_shard; everything else stays FSDP-sharded over all of dp_shard)")
+      .add("expert_tensor_parallel_degree", &C::expert_tensor_parallel_degree, config::at_least_one(),
+           "tensor-parallel ranks each expert is split over (TorchTitan's ETP); titan keeps experts whole over "
+           "tp, so only 1");
 }
 
 void declare_keys(config::Keys<CommConfig>& keys) {

@@ -28,6 +28,9 @@ struct ParallelismConfig {
   std::string pipeline_parallel_split_points = "";
   int64_t context_parallel_degree = 1;
   int64_t expert_parallel_degree = 1;
+  // TorchTitan's key, so that its MoE configs carry over: titan never splits experts over the
+  // tensor-parallel ranks, which is its value 1.
+  int64_t expert_tensor_parallel_degree = 1;
 };
 
 struct CommConfig {

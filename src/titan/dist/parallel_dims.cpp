@@ -76,6 +76,9 @@ MeshDegrees MeshDegrees::from_config(const ParallelismConfig& p) {
                std::to_string(p.pipeline_parallel_microbatch_size) +
                ": there are no pipeline stages to feed; drop the key";
   config::require(refused.empty(), "[parallelism] sets keys that do nothing in this layout:", refused);
+  config::require(p.expert_tensor_parallel_degree == 1, "parallelism.expert_tensor_parallel_degree = ",
+                  p.expert_tensor_parallel_degree,
+                  ": titan keeps each expert whole over the tensor-parallel ranks (TorchTitan's value 1); set it to 1");
   return {.pp = p.pipeline_parallel_degree,
           .dp_replicate = p.data_parallel_replicate_degree,
           .dp_shard = p.data_parallel_shard_degree,
