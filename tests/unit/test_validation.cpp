@@ -94,7 +94,7 @@ TEST(Validation, SectionHasTorchTitansKeysAndDefaults) {
   EXPECT_EQ(defaults.dataset, "kjv");
   EXPECT_EQ(defaults.dataset_path, "");
   EXPECT_EQ(defaults.local_batch_size, 8);
-  EXPECT_EQ(defaults.seq_len, 2048);
+  EXPECT_EQ(defaults.seq_len, -1);  // training.seq_len
   EXPECT_EQ(defaults.freq, 10);
   EXPECT_EQ(defaults.steps, -1);
   const JobConfig c = parse_job_config(
@@ -240,6 +240,22 @@ TEST(Validation, ConsoleAndMetricsJsonlHoldEachPass) {
     EXPECT_EQ(records[i].at("validation/tokens").get<int64_t>(), 3 * 4 * kSeqLen);
     EXPECT_FALSE(records[i].contains("loss"));
   }
+}
+
+// TorchTitan's validator takes the training length when none is given: a shipped config with a
+// shorter training.seq_len validates without naming validation.seq_len.
+TEST(Validation, SeqLenLeftUnsetFollowsTrainingSeqLen) {
+  const JobConfig shipped = load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml",
+                                            {"--training.seq_len=64", "--validation.enable=true"});
+  EXPECT_EQ(shipped.validation.seq_len, -1);
+  EXPECT_EQ(shipped.validation.seq_len_with(shipped.training.seq_len), 64);
+  std::ostringstream log;
+  const TrainResult r = Trainer(config({"--validation.enable", "--validation.seq_len=-1"}), log).train();
+  ASSERT_FALSE(r.validations.empty());
+  EXPECT_EQ(r.validations.back().tokens, 3 * 4 * kSeqLen);
+  EXPECT_NE(log.str().find("batches of 4 x " + std::to_string(kSeqLen) + " tokens per rank"),
+            std::string::npos)
+      << log.str();
 }
 
 TEST(Validation, ImpossibleSettingsAreClearErrorsBeforeTraining) {

@@ -102,8 +102,9 @@ std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::Data
                                           const data::Dataset& training_data,
                                           const data::Tokenizer& tokenizer, int32_t eos_id,
                                           dist::ProcessGroup dp, std::ostream& log) {
-  const ValidationConfig& v = cfg.validation;
-  if (!v.enable) return nullptr;
+  if (!cfg.validation.enable) return nullptr;
+  ValidationConfig v = cfg.validation;
+  v.seq_len = v.seq_len_with(cfg.training.seq_len);
   const data::DatasetOptions options = v.dataset_options(cfg.data);
   // Both read in [training]'s format: the same path gives the same tokens.
   const bool shared = options.path == training_options.path;
