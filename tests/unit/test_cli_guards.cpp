@@ -277,6 +277,21 @@ TEST_F(CliGuards, ConfigProblemsCarryNoSourceLocations) {
   }
 }
 
+// Whatever a message ends with, the printed error ends in exactly one newline: the shell's prompt
+// starts a line of its own, and no empty line is left.
+TEST(ErrorLine, EndsInExactlyOneNewline) {
+  EXPECT_EQ(as_error_line("titan: error: bad"), "titan: error: bad\n");
+  EXPECT_EQ(as_error_line("titan: error: bad\n"), "titan: error: bad\n");
+  EXPECT_EQ(as_error_line("titan: error: usage:\n  a\n\n \r\n"), "titan: error: usage:\n  a\n");
+}
+
+TEST_F(CliGuards, AnErrorEndsInOneNewline) {
+  const CliRun r = train({"--training.steps=3", "--lr_scheduler.warmup_steps=10"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("warmup_steps"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.err.ends_with("got 10\n")) << r.err;
+}
+
 TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
   ASSERT_EQ(train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false"}).rc, 0);
   const fs::path ckpt = dir_ / "ckpt";
