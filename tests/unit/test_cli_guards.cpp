@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/test_util.h"
@@ -229,6 +230,25 @@ TEST_F(CliGuards, TrainRefusesAReadOnlyCheckpointFolderBeforeTheFirstStep) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find(read_only.string() + " is not writable"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "a step ran first: " << r.out;
+}
+
+// Under /proc no folder can be made, even by root.
+TEST_F(CliGuards, TrainRefusesUnwritableProfilingFoldersBeforeTheFirstStep) {
+  for (const auto& [enable, key, what] :
+       {std::tuple{"--profiling.enable_profiling=true", "save_traces_folder", "trace folder"},
+        {"--profiling.enable_memory_snapshot=true", "save_memory_snapshot_folder",
+         "memory snapshot folder"}}) {
+    const CliRun r = train({"--checkpoint.enable=false", enable, "--profiling.profile_freq=1",
+                            std::string("--profiling.") + key + "=/proc/titan_unwritable"});
+    EXPECT_EQ(r.rc, 1) << key;
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find(std::string(what) + " (job.dump_folder/profiling." + key +
+                         ") /proc/titan_unwritable "
+                         "cannot be created"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("unexpected"), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(CliGuards, TrainRefusesAConfigThatIsNoFileOrNamesNoModel) {
