@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "support/test_util.h"
@@ -248,6 +249,35 @@ TEST_F(CliGuards, TrainRefusesUnwritableProfilingFoldersBeforeTheFirstStep) {
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.err.find("unexpected"), std::string::npos) << r.err;
+  }
+}
+
+// --print-schedule shows only a layout that training would run: the same checks refuse the rest.
+TEST_F(CliGuards, PrintScheduleRefusesWhatTrainingRefuses) {
+  const auto print = [&](const std::vector<std::string>& keys) {
+    std::vector<std::string> a = {"train", "--config", "configs/llama3/debug.toml", "--print-schedule"};
+    a.insert(a.end(), keys.begin(), keys.end());
+    return titan(a);
+  };
+  const CliRun ok = print({"--parallelism.pipeline_parallel_degree=2"});
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_NE(ok.out.find("titan: "), std::string::npos) << ok.out;
+  for (const auto& [keys, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--parallelism.pipeline_parallel_degree=64"},
+            "64 stages need at least 64 layers, the model has 6"},
+           {{"--parallelism.pipeline_parallel_degree=2",
+             "--parallelism.pipeline_parallel_split_points=layers.99"},
+            "\"layers.99\" is not a layer"},
+           {{"--parallelism.pipeline_parallel_degree=3",
+             "--parallelism.pipeline_parallel_split_points=layers.2,layers.2"},
+            "\"layers.2\" is not a layer \"layers.<i>\" after the previous split point"},
+           {{"--parallelism.pipeline_parallel_degree=2",
+             "--parallelism.pipeline_parallel_schedule=ZBVZeroBubble",
+             "--parallelism.data_parallel_shard_degree=2"},
+            "zero-bubble"}}) {
+    const CliRun r = print(keys);
+    EXPECT_EQ(r.rc, 1) << keys.back() << "\n" << r.out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
 }
 
