@@ -64,7 +64,6 @@ inline constexpr const char* kRunLockFile = "titan-train.lock";
 
 class CheckpointManager {
  public:
-  // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
   // With checkpointing enabled, every rank that saves creates the folder and checks that it is
   // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
   // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
