@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -340,6 +341,41 @@ TEST_F(CliGuards, AnErrorEndsInOneNewline) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("warmup_steps"), std::string::npos) << r.err;
   EXPECT_TRUE(r.err.ends_with("got 10\n")) << r.err;
+}
+
+// A save that cannot write (here a file size limit, as a full disk refuses the next byte) ends
+// the run with its error on a line of its own, not after a half-written "titan: checkpoint" line.
+TEST_F(CliGuards, AFailedCheckpointWriteIsReportedOnALineOfItsOwn) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::vector<std::string> args = train_args({"--checkpoint.interval=1", "--training.steps=1"});
+  args.insert(args.begin(), TITAN_CLI);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], 1);
+    ::dup2(pipe_fds[1], 2);
+    // Past the limit a write fails with EFBIG instead of raising SIGXFSZ.
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit small = {.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0 || ::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
+    ::execv(TITAN_CLI, argv.data());
+    std::_Exit(127);
+  }
+  ASSERT_GE(pid, 0);
+  ::close(pipe_fds[1]);
+  const std::string out = read_all(pipe_fds[0]);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  const size_t error = out.find("titan: error: ");
+  ASSERT_NE(error, std::string::npos) << out;
+  EXPECT_TRUE(error == 0 || out[error - 1] == '\n') << out;
+  EXPECT_TRUE(out.ends_with("\n")) << out;
 }
 
 TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {

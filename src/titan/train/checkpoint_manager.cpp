@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -491,7 +492,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       checkpoint::save(dir, pieces, state);
     if (writer_) purge(step);
   };
-  log_ << "titan: checkpoint " << dir.string()
+  // The line is written whole once the save is done (or handed to the writer): a write that fails
+  // leaves no half line for its error to follow.
+  std::ostringstream line;
+  line << "titan: checkpoint " << dir.string()
        << (hf           ? " (Hugging Face, "
            : model_only ? " (model only, "
                         : " (")
@@ -502,10 +506,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       trace::set_thread_name("checkpoint writer");
       write();
     });
-    log_ << " copied in " << seconds_since(t0) << " s, writing in the background\n";
+    log_ << line.str() << " copied in " << seconds_since(t0) << " s, writing in the background\n";
   } else {
     write();
-    log_ << " saved in " << seconds_since(t0) << " s\n";
+    log_ << line.str() << " saved in " << seconds_since(t0) << " s\n";
   }
 }
 
