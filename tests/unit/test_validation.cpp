@@ -272,7 +272,12 @@ TEST(Validation, ImpossibleSettingsAreClearErrorsBeforeTraining) {
                      "too few for one batch of 100000 windows", "lower validation.local_batch_size");
   EXPECT_TITAN_ERROR(
       Trainer(config({"--validation.enable", "--validation.dataset_path=/nonexistent/v.txt"}), log),
-      "/nonexistent/v.txt");
+      "validation.dataset_path: '/nonexistent/v.txt' does not exist");
+  // Without dataset_path, dataset names the data: the error names the key that was set.
+  EXPECT_TITAN_ERROR(
+      Trainer(config({"--validation.enable", "--validation.dataset=nosuch", "--validation.dataset_path="}),
+              log),
+      "validation.dataset: 'nosuch' does not exist");
 }
 
 }  // namespace
