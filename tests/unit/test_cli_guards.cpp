@@ -389,6 +389,17 @@ TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("loaded " + (ckpt / "step-1").string()), std::string::npos) << r.out;
+  // Saving step 2 again replaced nothing of the folder skipped: it was moved aside, whole.
+  EXPECT_NE(r.out.find("moved " + (ckpt / "step-2").string() + " (no complete checkpoint) aside to "),
+            std::string::npos)
+      << r.out;
+  std::vector<fs::path> aside;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.path().filename().string().starts_with("step-2.incomplete-")) aside.push_back(e.path());
+  ASSERT_EQ(aside.size(), 1u) << r.out;
+  EXPECT_FALSE(fs::exists(aside[0] / checkpoint::kMetadataFile));
+  EXPECT_FALSE(fs::is_empty(aside[0]));
+  EXPECT_TRUE(fs::exists(ckpt / "step-2" / checkpoint::kMetadataFile));
 }
 
 TEST_F(CliGuards, InterruptedTrainExitsWith75AfterSavingACheckpoint) {

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -227,8 +228,10 @@ int64_t CheckpointManager::load() {
     log_ << "titan: skipping " << e.path().string() << ": it holds no " << checkpoint::kMetadataFile
          << " (nor a Hugging Face " << checkpoint::kHfConfigFile
          << "), so it is no complete checkpoint; it was copied in part or edited. Resuming from an earlier "
-            "one; delete it, or restore its "
-         << checkpoint::kMetadataFile << ", to use it\n";
+            "one. Nothing in it is deleted: should this run save step "
+         << *step << ", it first moves the folder aside to " << e.path().filename().string()
+         << ".incomplete-<UTC time>. To use it, stop the run and restore its " << checkpoint::kMetadataFile
+         << "\n";
   }
   if (c.load_step >= 0) {
     auto it = found.find(c.load_step);
@@ -477,6 +480,7 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   for (const auto& [name, p] : pieces) bytes += static_cast<double>(p.data.nbytes());
   if (collective) bytes = world_.all_reduce(bytes, dist::ReduceOp::sum);
   const fs::path dir = folder_ / step_name(step);
+  if (writer_) set_aside_incomplete(dir);
   last_saved_ = step;
   span.arg("bytes", bytes).arg("async", async);
   auto write = [this, dir, step, hf, collective, bytes, pieces = std::move(pieces),
@@ -517,6 +521,25 @@ void CheckpointManager::wait() {
   if (!pending_.valid()) return;
   trace::Span span("checkpoint wait", "checkpoint");
   pending_.get();
+}
+
+void CheckpointManager::set_aside_incomplete(const fs::path& dir) const {
+  std::error_code ec;
+  if (!fs::exists(dir, ec) || fs::exists(dir / checkpoint::kMetadataFile, ec) || checkpoint::is_hf_dir(dir))
+    return;
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  fs::path aside = dir;
+  aside += std::string(".incomplete-") + stamp;
+  fs::rename(dir, aside, ec);
+  TITAN_CHECK(!ec, "checkpoint: cannot move ", dir.string(), ", which is no complete checkpoint, aside to ",
+              aside.string(), " before saving its step there: ", ec.message(),
+              "; move or delete it yourself, then run again");
+  log_ << "titan: moved " << dir.string() << " (no complete checkpoint) aside to " << aside.string()
+       << " before saving its step there\n";
 }
 
 void CheckpointManager::purge(int64_t saved) const {
