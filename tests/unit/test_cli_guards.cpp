@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "support/test_util.h"
@@ -231,6 +234,54 @@ TEST_F(CliGuards, TrainRefusesAReadOnlyCheckpointFolderBeforeTheFirstStep) {
   EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "a step ran first: " << r.out;
 }
 
+// Under /proc no folder can be made, even by root.
+TEST_F(CliGuards, TrainRefusesUnwritableProfilingFoldersBeforeTheFirstStep) {
+  for (const auto& [enable, key, what] :
+       {std::tuple{"--profiling.enable_profiling=true", "save_traces_folder", "trace folder"},
+        {"--profiling.enable_memory_snapshot=true", "save_memory_snapshot_folder",
+         "memory snapshot folder"}}) {
+    const CliRun r = train({"--checkpoint.enable=false", enable, "--profiling.profile_freq=1",
+                            std::string("--profiling.") + key + "=/proc/titan_unwritable"});
+    EXPECT_EQ(r.rc, 1) << key;
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find(std::string(what) + " (job.dump_folder/profiling." + key +
+                         ") /proc/titan_unwritable "
+                         "cannot be created"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("unexpected"), std::string::npos) << r.err;
+  }
+}
+
+// --print-schedule shows only a layout that training would run: the same checks refuse the rest.
+TEST_F(CliGuards, PrintScheduleRefusesWhatTrainingRefuses) {
+  const auto print = [&](const std::vector<std::string>& keys) {
+    std::vector<std::string> a = {"train", "--config", "configs/llama3/debug.toml", "--print-schedule"};
+    a.insert(a.end(), keys.begin(), keys.end());
+    return titan(a);
+  };
+  const CliRun ok = print({"--parallelism.pipeline_parallel_degree=2"});
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_NE(ok.out.find("titan: "), std::string::npos) << ok.out;
+  for (const auto& [keys, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--parallelism.pipeline_parallel_degree=64"},
+            "64 stages need at least 64 layers, the model has 6"},
+           {{"--parallelism.pipeline_parallel_degree=2",
+             "--parallelism.pipeline_parallel_split_points=layers.99"},
+            "\"layers.99\" is not a layer"},
+           {{"--parallelism.pipeline_parallel_degree=3",
+             "--parallelism.pipeline_parallel_split_points=layers.2,layers.2"},
+            "\"layers.2\" is not a layer \"layers.<i>\" after the previous split point"},
+           {{"--parallelism.pipeline_parallel_degree=2",
+             "--parallelism.pipeline_parallel_schedule=ZBVZeroBubble",
+             "--parallelism.data_parallel_shard_degree=2"},
+            "zero-bubble"}}) {
+    const CliRun r = print(keys);
+    EXPECT_EQ(r.rc, 1) << keys.back() << "\n" << r.out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliGuards, TrainRefusesAConfigThatIsNoFileOrNamesNoModel) {
   CliRun r = titan({"train", "--config", dir_.string()});
   EXPECT_EQ(r.rc, 1);
@@ -277,6 +328,56 @@ TEST_F(CliGuards, ConfigProblemsCarryNoSourceLocations) {
   }
 }
 
+// Whatever a message ends with, the printed error ends in exactly one newline: the shell's prompt
+// starts a line of its own, and no empty line is left.
+TEST(ErrorLine, EndsInExactlyOneNewline) {
+  EXPECT_EQ(as_error_line("titan: error: bad"), "titan: error: bad\n");
+  EXPECT_EQ(as_error_line("titan: error: bad\n"), "titan: error: bad\n");
+  EXPECT_EQ(as_error_line("titan: error: usage:\n  a\n\n \r\n"), "titan: error: usage:\n  a\n");
+}
+
+TEST_F(CliGuards, AnErrorEndsInOneNewline) {
+  const CliRun r = train({"--training.steps=3", "--lr_scheduler.warmup_steps=10"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("warmup_steps"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.err.ends_with("got 10\n")) << r.err;
+}
+
+// A save that cannot write (here a file size limit, as a full disk refuses the next byte) ends
+// the run with its error on a line of its own, not after a half-written "titan: checkpoint" line.
+TEST_F(CliGuards, AFailedCheckpointWriteIsReportedOnALineOfItsOwn) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::vector<std::string> args = train_args({"--checkpoint.interval=1", "--training.steps=1"});
+  args.insert(args.begin(), TITAN_CLI);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], 1);
+    ::dup2(pipe_fds[1], 2);
+    // Past the limit a write fails with EFBIG instead of raising SIGXFSZ.
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit small = {.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0 || ::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
+    ::execv(TITAN_CLI, argv.data());
+    std::_Exit(127);
+  }
+  ASSERT_GE(pid, 0);
+  ::close(pipe_fds[1]);
+  const std::string out = read_all(pipe_fds[0]);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  const size_t error = out.find("titan: error: ");
+  ASSERT_NE(error, std::string::npos) << out;
+  EXPECT_TRUE(error == 0 || out[error - 1] == '\n') << out;
+  EXPECT_TRUE(out.ends_with("\n")) << out;
+}
+
 TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
   ASSERT_EQ(train({"--checkpoint.interval=1", "--checkpoint.last_save_model_only=false"}).rc, 0);
   const fs::path ckpt = dir_ / "ckpt";
@@ -288,6 +389,17 @@ TEST_F(CliGuards, ResumeSaysWhichStepFolderItSkipsAndWhy) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("loaded " + (ckpt / "step-1").string()), std::string::npos) << r.out;
+  // Saving step 2 again replaced nothing of the folder skipped: it was moved aside, whole.
+  EXPECT_NE(r.out.find("moved " + (ckpt / "step-2").string() + " (no complete checkpoint) aside to "),
+            std::string::npos)
+      << r.out;
+  std::vector<fs::path> aside;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.path().filename().string().starts_with("step-2.incomplete-")) aside.push_back(e.path());
+  ASSERT_EQ(aside.size(), 1u) << r.out;
+  EXPECT_FALSE(fs::exists(aside[0] / checkpoint::kMetadataFile));
+  EXPECT_FALSE(fs::is_empty(aside[0]));
+  EXPECT_TRUE(fs::exists(ckpt / "step-2" / checkpoint::kMetadataFile));
 }
 
 TEST_F(CliGuards, InterruptedTrainExitsWith75AfterSavingACheckpoint) {

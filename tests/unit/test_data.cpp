@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -478,7 +479,17 @@ TEST(DataLoader, ResumesExactlyFromItsState) {
 
 TEST(DataLoader, RejectsWhatCannotBeLoaded) {
   EXPECT_TITAN_ERROR(DataLoader(iota_tokens(100), {.seq_len = 100, .local_batch_size = 1}),
-                     "seq_len 100 is larger than the corpus", "101", "holds 100");
+                     "seq_len 100 is larger than the corpus", "seq_len + 1 tokens", "holds 100",
+                     "at most 99");
+  // The largest seq_len: told as it is, without a sum that overflows.
+  EXPECT_TITAN_ERROR(
+      DataLoader(iota_tokens(100), {.seq_len = std::numeric_limits<int64_t>::max(), .local_batch_size = 1}),
+      "seq_len 9223372036854775807 is larger than the corpus", "holds 100");
+  try {
+    DataLoader(iota_tokens(100), {.seq_len = std::numeric_limits<int64_t>::max(), .local_batch_size = 1});
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("-9223372036854775808"), std::string::npos) << e.what();
+  }
   EXPECT_TITAN_ERROR(DataLoader(iota_tokens(100), {.seq_len = 0, .local_batch_size = 1}), "seq_len");
   EXPECT_TITAN_ERROR(DataLoader(iota_tokens(100), {.seq_len = 4, .local_batch_size = 0}), "local_batch_size");
   EXPECT_TITAN_ERROR(

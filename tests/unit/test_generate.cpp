@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "support/test_util.h"
@@ -16,8 +17,8 @@
 #include "titan/models/registry.h"
 #include "titan/rl/generate.h"
 #include "titan/rl/saved_model.h"
-#include "titan/train/hf_interop.h"
 #include "titan/train/config/job_config.h"
+#include "titan/train/hf_interop.h"
 
 namespace titan::rl {
 namespace {
@@ -80,6 +81,10 @@ TEST(Generate, StopsAtTheEndOfTheContext) {
   EXPECT_EQ(r.stop, StopReason::context_full);
   r = generate(*model, std::vector<int64_t>(24, 3), greedy(10));
   EXPECT_EQ(r.tokens.size(), 1u);
+  EXPECT_EQ(r.stop, StopReason::context_full);
+  // As many new tokens as int64 holds: the cache is still sized by the context, without overflow.
+  r = generate(*model, std::vector<int64_t>(22, 3), greedy(std::numeric_limits<int64_t>::max()));
+  EXPECT_EQ(r.tokens.size(), 3u);
   EXPECT_EQ(r.stop, StopReason::context_full);
 }
 

@@ -167,6 +167,24 @@ TEST_F(GenerateCommand, BadInputsAreClearErrors) {
           "--precision must be float32 or bfloat16, got 'fp8'");
 }
 
+// Prompt and new tokens share the model's context (32 here): more new tokens than that is refused
+// by the flag's name, up to the largest number the flag takes.
+TEST_F(GenerateCommand, MaxNewTokensBeyondTheContextIsRefused) {
+  const fs::path hf = dir_ / "hf";
+  write_hf_folder(hf, false);
+  for (const std::string n : {"33", "9223372036854775807"}) {
+    const CliRun r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,4", "--max-new-tokens", n});
+    EXPECT_EQ(r.rc, 1) << n;
+    EXPECT_NE(r.err.find("--max-new-tokens " + n + " is more than the model's context of 32 positions"),
+              std::string::npos)
+        << r.err;
+  }
+  const CliRun r = generate({"--checkpoint", hf.string(), "--prompt-ids", "3,4", "--max-new-tokens", "32",
+                             "--temperature", "0", "--output", "json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("stop_reason"), "context_full");
+}
+
 // What convert writes from an HF folder, and the folder itself, generate from: greedy from the
 // same ids gives the ids rl::generate gives in-process on the weights written.
 TEST_F(GenerateCommand, ConvertedHfFolderGivesTheIdsOfInProcessGeneration) {

@@ -328,6 +328,17 @@ TEST(GraphMeshSharding, DegreesThatDoNotFitTheDevicesAreNamed) {
                      "context_parallel_degree = 2");
 }
 
+// The log is the console: graph mode's start-up lines leave its number format as it was, so that
+// `titan train` prints the final loss as precisely over several devices as over one.
+TEST(GraphParallel, TheLogKeepsItsNumberFormat) {
+  if (!on_cpu_plugin()) GTEST_SKIP() << "4 devices come from the CPU plugin's device count";
+  std::ostringstream log;
+  Trainer(small_config(graph_run(kLayouts[0].keys, 1)), log).train();
+  ASSERT_NE(log.str().find("on paper"), std::string::npos) << log.str();
+  EXPECT_EQ(log.precision(), 6);
+  EXPECT_EQ(log.flags() & std::ios::floatfield, std::ios::fmtflags{});
+}
+
 // Before anything compiles: the device count against the degrees, and the model's heads against tp.
 TEST(GraphParallel, LayoutsThatCannotSplitAreNamedBeforeCompiling) {
   if (!on_cpu_plugin()) GTEST_SKIP() << "device counts of the CPU plugin";

@@ -8,15 +8,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
 #include "support/tiny_llama3.h"
 #include "support/tiny_qwen3.h"
+#include "titan/graph/runner.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/nn/moe/moe.h"
@@ -221,6 +221,19 @@ TEST(GraphTrain, MissingPluginIsAClearError) {
 TEST(GraphTrain, MalformedPluginOptionsAreRefusedByKey) {
   EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--compile.plugin_options=cpu_device_count"}))),
                      "compile.plugin_options", "cpu_device_count", "name=value");
+}
+
+// A device count below one, or not a whole number, would reach the plugin as a size.
+TEST(GraphTrain, PluginOptionValuesAreCheckedWhereTheyAreParsed) {
+  for (const std::string count : {"-1", "0", "1.5", "four"})
+    EXPECT_TITAN_ERROR(
+        graph::parse_runtime_options("cpu", "cpu_device_count=" + count, "--plugin-options"),
+        "--plugin-options: option 'cpu_device_count' = " + count + " is not a whole number >= 1");
+  EXPECT_TITAN_ERROR(graph::parse_runtime_options("cpu", "x=99999999999999999999", "compile.plugin_options"),
+                     "compile.plugin_options: option 'x' = 99999999999999999999 is out of the range");
+  const graph::RuntimeOptions ok = graph::parse_runtime_options("cpu", "cpu_device_count=4", "k");
+  ASSERT_EQ(ok.client_options.size(), 1u);
+  EXPECT_EQ(std::get<int64_t>(ok.client_options[0].value), 4);
 }
 
 TEST(GraphTrain, PluginKeysOutsideGraphModeAreRefused) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "support/test_util.h"
@@ -231,6 +232,54 @@ TEST(HfConfig, RopeItCannotComputeIsRefusedNamingTheFilesKey) {
   no_experts.erase("num_local_experts");
   EXPECT_TITAN_ERROR(qwen3::parse_hf_config(qwen3::Family::moe, no_experts),
                      "\"num_local_experts\" (transformers 5) or \"num_experts\" (transformers 4) is missing");
+}
+
+// A file's value is a user's input: the refusal names the key, what it holds and what titan reads,
+// and none of titan's own check expressions or source files.
+TEST(HfConfig, RefusedValuesAreNamedByTheFilesKeyWithoutTitansSource) {
+  const auto refusal = [](const std::function<void()>& parse) {
+    try {
+      parse();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("[check"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find(".cpp"), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "not refused";
+    return std::string();
+  };
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    json biased = fixture("llama", kV5);
+    biased[bias] = true;
+    EXPECT_NE(refusal([&] { llama3::parse_hf_config(biased); })
+                  .find("config.json: \"" + std::string(bias) +
+                        "\" is true; titan's llama3 has no biases, so it "
+                        "reads only false"),
+              std::string::npos);
+  }
+  for (const char* key : {"attention_bias", "use_sliding_window"}) {
+    json qwen = fixture("qwen3", kV5);
+    qwen[key] = true;
+    EXPECT_NE(refusal([&] {
+                qwen3::parse_hf_config(qwen3::Family::dense, qwen);
+              }).find("config.json: \"" + std::string(key) + "\" is true"),
+              std::string::npos);
+  }
+  json not_boolean = fixture("llama", kV5);
+  not_boolean["tie_word_embeddings"] = "yes";
+  EXPECT_NE(refusal([&] {
+              llama3::parse_hf_config(not_boolean);
+            }).find("\"tie_word_embeddings\" must be true or false, got \"yes\""),
+            std::string::npos);
+  json heads = fixture("llama", kV5);
+  heads["num_key_value_heads"] = 3;
+  EXPECT_NE(refusal([&] { llama3::parse_hf_config(heads); }).find("num_key_value_heads (3)"),
+            std::string::npos);
+  json type = fixture("qwen3", kV5);
+  type["model_type"] = "llama";
+  EXPECT_NE(
+      refusal([&] { qwen3::parse_hf_config(qwen3::Family::dense, type); }).find("model_type is \"llama\""),
+      std::string::npos);
 }
 
 TEST(HfConfig, AFlavorThatDiffersIsNamedByTheFilesKeys) {

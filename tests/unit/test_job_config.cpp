@@ -356,6 +356,9 @@ TEST(JobConfig, EveryValidationRule) {
       {{"--checkpoint.keep_latest_k=-1"}, {"checkpoint.keep_latest_k = -1", "must be >= 0"}},
       {{"--checkpoint.load_step=-2"}, {"checkpoint.load_step = -2", "must be >= 0 or -1"}},
       {{"--checkpoint.export_dtype=int8"}, {"checkpoint.export_dtype = \"int8\"", "\"bfloat16\""}},
+      // TorchTitan's choice, which titan refuses with the config rather than after building the model.
+      {{"--checkpoint.export_dtype=float16"},
+       {"checkpoint.export_dtype = \"float16\": titan has no float16 tensors yet", "\"bfloat16\""}},
       {{"--checkpoint.async_mode=yes"}, {"checkpoint.async_mode = \"yes\"", "\"async_with_pinned_mem\""}},
       {{"--checkpoint.folder="}, {"checkpoint.folder = \"\"", "non-empty"}},
       {{"--checkpoint.last_save_in_hf=true", "--checkpoint.last_save_model_only=false"},

@@ -94,7 +94,7 @@ TEST(Validation, SectionHasTorchTitansKeysAndDefaults) {
   EXPECT_EQ(defaults.dataset, "kjv");
   EXPECT_EQ(defaults.dataset_path, "");
   EXPECT_EQ(defaults.local_batch_size, 8);
-  EXPECT_EQ(defaults.seq_len, 2048);
+  EXPECT_EQ(defaults.seq_len, -1);  // training.seq_len
   EXPECT_EQ(defaults.freq, 10);
   EXPECT_EQ(defaults.steps, -1);
   const JobConfig c = parse_job_config(
@@ -242,6 +242,22 @@ TEST(Validation, ConsoleAndMetricsJsonlHoldEachPass) {
   }
 }
 
+// TorchTitan's validator takes the training length when none is given: a shipped config with a
+// shorter training.seq_len validates without naming validation.seq_len.
+TEST(Validation, SeqLenLeftUnsetFollowsTrainingSeqLen) {
+  const JobConfig shipped = load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml",
+                                            {"--training.seq_len=64", "--validation.enable=true"});
+  EXPECT_EQ(shipped.validation.seq_len, -1);
+  EXPECT_EQ(shipped.validation.seq_len_with(shipped.training.seq_len), 64);
+  std::ostringstream log;
+  const TrainResult r = Trainer(config({"--validation.enable", "--validation.seq_len=-1"}), log).train();
+  ASSERT_FALSE(r.validations.empty());
+  EXPECT_EQ(r.validations.back().tokens, 3 * 4 * kSeqLen);
+  EXPECT_NE(log.str().find("batches of 4 x " + std::to_string(kSeqLen) + " tokens per rank"),
+            std::string::npos)
+      << log.str();
+}
+
 TEST(Validation, ImpossibleSettingsAreClearErrorsBeforeTraining) {
   EXPECT_TITAN_ERROR(config({"--validation.enable", "--validation.seq_len=64"}),
                      "validation.seq_len = 64 exceeds training.seq_len = 32");
@@ -256,7 +272,12 @@ TEST(Validation, ImpossibleSettingsAreClearErrorsBeforeTraining) {
                      "too few for one batch of 100000 windows", "lower validation.local_batch_size");
   EXPECT_TITAN_ERROR(
       Trainer(config({"--validation.enable", "--validation.dataset_path=/nonexistent/v.txt"}), log),
-      "/nonexistent/v.txt");
+      "validation.dataset_path: '/nonexistent/v.txt' does not exist");
+  // Without dataset_path, dataset names the data: the error names the key that was set.
+  EXPECT_TITAN_ERROR(
+      Trainer(config({"--validation.enable", "--validation.dataset=nosuch", "--validation.dataset_path="}),
+              log),
+      "validation.dataset: 'nosuch' does not exist");
 }
 
 }  // namespace

@@ -8,14 +8,15 @@
 #include <optional>
 #include <string>
 
+#include "titan/core/autocast.h"
+#include "titan/core/config_schema.h"
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
-#include "titan/core/autocast.h"
-#include "titan/train/metrics/peak_flops.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/rl/generate.h"
 #include "titan/rl/graph_decoder.h"
 #include "titan/rl/saved_model.h"
+#include "titan/train/metrics/peak_flops.h"
 
 namespace titan::apps {
 
@@ -63,6 +64,7 @@ struct Options {
   std::optional<std::string> tokenizer;
   std::string mode = "eager", plugin = "cpu", plugin_options, precision = "float32";
   bool has_plugin = false;
+  bool has_max_new_tokens = false;  // the default may exceed a small model's context; it stops there
   rl::GenerateOptions generate = {.max_new_tokens = 64,
                                   .sampling = {.temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 0}};
 };
@@ -115,6 +117,7 @@ Options parse(const std::vector<std::string>& args) {
       o.output = value(i);
     } else if (a == "--max-new-tokens") {
       o.generate.max_new_tokens = number<int64_t>(a, value(i));
+      o.has_max_new_tokens = true;
     } else if (a == "--temperature") {
       s.temperature = number<double>(a, value(i));
     } else if (a == "--top-k") {
@@ -201,6 +204,13 @@ int generate_command(const std::vector<std::string>& args) {
   if (tokenizer)
     TITAN_CHECK(tokenizer->vocab_size() <= vocab, "titan generate: the ", tokenizer->description(), " has ",
                 tokenizer->vocab_size(), " ids but the model of ", saved.dir.string(), " only ", vocab);
+  // Prompt and new tokens share the context, so asking for more than it holds is a mistake (the
+  // default, which a small model's context may not hold, stops at its end as any run does).
+  config::require(!o.has_max_new_tokens || o.generate.max_new_tokens <= model->max_seq_len(),
+                  "titan generate: --max-new-tokens ", o.generate.max_new_tokens,
+                  " is more than the model's context of ", model->max_seq_len(),
+                  " positions (its max_seq_len), which the prompt and the new tokens share; give at most ",
+                  model->max_seq_len(), " (generation stops at the end of the context anyway)");
   std::cerr << "titan: loaded " << saved.dir.string() << " (" << saved.config.name << " "
             << saved.config.flavor << ", context " << model->max_seq_len() << ", "
             << (tokenizer ? tokenizer->description() : std::string("no tokenizer")) << ")\n";

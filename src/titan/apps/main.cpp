@@ -145,12 +145,16 @@ int main(int argc, char** argv) {
     } catch (...) {
       what = "an unknown exception (please report: titan should have named what is wrong)";
     }
+    // What this rank wrote before goes out first, so that the error is the last thing shown.
+    std::cout.flush();
     if (titan::dist::launched_by_mpi()) {
-      std::cerr << "titan: rank " << titan::dist::launch_rank() << ": error: " << what << std::endl;
+      std::cerr << titan::as_error_line("titan: rank " + std::to_string(titan::dist::launch_rank()) +
+                                        ": error: " + what)
+                << std::flush;
       // The other ranks may be waiting for this one: end them all now.
       titan::dist::abort_job(1);
     } else {
-      std::cerr << "titan: error: " << what << "\n";
+      std::cerr << titan::as_error_line("titan: error: " + what);
     }
     return 1;
   }

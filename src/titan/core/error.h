@@ -20,6 +20,13 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
+// `message` as one printed error: its trailing whitespace (newlines a message ends with, or a
+// usage text's) replaced by exactly one newline, so that what follows starts a line of its own.
+inline std::string as_error_line(std::string message) {
+  message.erase(message.find_last_not_of(" \t\r\n") + 1);
+  return message + "\n";
+}
+
 namespace detail {
 template <typename... Parts>
 [[noreturn]] void fail(const char* file, int line, const char* cond, const Parts&... parts) {

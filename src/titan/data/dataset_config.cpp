@@ -13,7 +13,8 @@ DatasetOptions DatasetConfig::options(const std::string& section) const {
                    .text_field = dataset_field,
                    .split = dataset_split == "file" ? DocumentSplit::file : DocumentSplit::blank_line,
                    .bad_data = bad_data == "skip" ? BadData::skip : BadData::error,
-                   .path_key = section + ".dataset_path"};
+                   // The key the user set: dataset names a path too when dataset_path is empty.
+                   .path_key = section + (dataset_path.empty() ? ".dataset" : ".dataset_path")};
   if (dataset_path.empty() && dataset == "kjv") {
     for (fs::path candidate : {fs::path("data/kjv.txt.gz"), fs::path(TITAN_SOURCE_DIR) / "data/kjv.txt.gz"})
       if (fs::exists(candidate)) {

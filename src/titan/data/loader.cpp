@@ -33,9 +33,13 @@ DataLoader::DataLoader(TokenStream tokens, LoaderOptions options)
   TITAN_CHECK(o.dp_world >= 1 && o.dp_rank >= 0 && o.dp_rank < o.dp_world,
               "DataLoader: dp_rank must lie in [0, dp_world) with dp_world >= 1, got dp_rank ", o.dp_rank,
               " and dp_world ", o.dp_world);
-  TITAN_CHECK(num_tokens() >= o.seq_len + 1, "DataLoader: seq_len ", o.seq_len,
-              " is larger than the corpus: a window needs seq_len + 1 = ", o.seq_len + 1,
-              " tokens and the stream holds ", num_tokens(), "; lower seq_len or give more text");
+  // Without computing seq_len + 1, which overflows for the largest seq_len.
+  TITAN_CHECK(
+      num_tokens() - 1 >= o.seq_len, "DataLoader: seq_len ", o.seq_len,
+      " is larger than the corpus: a window needs seq_len + 1 tokens (the labels reach one further) and "
+      "the stream holds ",
+      num_tokens(), "; lower seq_len to at most ", std::max<int64_t>(num_tokens() - 1, 1),
+      " or give more text");
   num_windows_ = (num_tokens() - 1) / o.seq_len;
 }
 

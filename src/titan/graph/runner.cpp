@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
+
+#include "titan/core/config_schema.h"
 
 namespace titan::graph {
 
@@ -21,13 +24,21 @@ RuntimeOptions parse_runtime_options(const std::string& plugin, const std::strin
     if (b == std::string::npos) continue;
     item = item.substr(b, e - b + 1);
     const size_t eq = item.find('=');
-    TITAN_CHECK(eq != std::string::npos && eq > 0, key, ": item '", item,
-                "' is not name=value; write e.g. \"cpu_device_count=1\"");
+    config::require(eq != std::string::npos && eq > 0, key, ": item '", item,
+                    "' is not name=value; write e.g. \"cpu_device_count=1\"");
     const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-    TITAN_CHECK(!value.empty(), key, ": option '", name, "' has no value");
+    config::require(!value.empty(), key, ": option '", name, "' has no value");
     char* end = nullptr;
+    errno = 0;
     const long long i = std::strtoll(value.c_str(), &end, 10);
-    if (*end == '\0') {
+    const bool integer = *end == '\0';
+    config::require(!integer || errno != ERANGE, key, ": option '", name, "' = ", value,
+                    " is out of the range of a 64-bit integer");
+    // The CPU plugin makes this many devices; a count below one would reach it as a size.
+    config::require(name != "cpu_device_count" || (integer && i >= 1), key,
+                    ": option 'cpu_device_count' = ", value,
+                    " is not a whole number >= 1; give the number of CPU devices, e.g. cpu_device_count=4");
+    if (integer) {
       out.client_options.push_back({name, static_cast<int64_t>(i)});
     } else if (value == "true" || value == "false") {
       out.client_options.push_back({name, value == "true"});

@@ -50,6 +50,13 @@ int64_t stages_per_rank(const std::string& schedule, int64_t ranks, size_t split
   return per_rank;
 }
 
+PipelineLayout pipeline_layout(const std::string& schedule, int64_t ranks, int64_t micro_batches,
+                               int64_t n_layers, const std::vector<std::string>& split_points) {
+  const int64_t per_rank = stages_per_rank(schedule, ranks, split_points.size());
+  return {.schedule = make_schedule(schedule, ranks, micro_batches, per_rank),
+          .spans = split_layers(n_layers, ranks * per_rank, split_points)};
+}
+
 PipelineParallel::PipelineParallel(nn::Module& root, PipelineSchedule schedule, std::vector<StageSpan> spans,
                                    dist::ProcessGroup group, std::string layers_prefix)
     : root_(root),

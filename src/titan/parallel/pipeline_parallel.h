@@ -42,6 +42,15 @@ std::vector<StageSpan> split_layers(int64_t n_layers, int64_t num_stages, const 
 // for ZBVZeroBubble. Throws, naming the keys, when the split points do not fit the schedule.
 int64_t stages_per_rank(const std::string& schedule, int64_t ranks, size_t split_points);
 
+// The schedule `schedule` of `micro_batches` over `ranks` pipeline ranks and its stages' spans
+// over `n_layers` layers: what training runs and --print-schedule shows, checked as above.
+struct PipelineLayout {
+  PipelineSchedule schedule;
+  std::vector<StageSpan> spans;
+};
+PipelineLayout pipeline_layout(const std::string& schedule, int64_t ranks, int64_t micro_batches,
+                               int64_t n_layers, const std::vector<std::string>& split_points);
+
 class PipelineParallel {
  public:
   // The plan over `group` (mesh[dist::MeshAxis::pp]): stage s runs `spans[s]` on schedule.rank_of_stage(s).

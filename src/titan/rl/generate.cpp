@@ -65,8 +65,9 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
 
   GenerateResult r;
   r.prompt_tokens = P;
-  // The last new token is never fed back, so the cache needs one position less than the sequence.
-  const int64_t max_len = std::min(P + opts.max_new_tokens - 1, context);
+  // The last new token is never fed back, so the cache needs one position less than the sequence;
+  // the context bounds it (P <= context, so no sum below overflows whatever max_new_tokens is).
+  const int64_t max_len = P + std::min(opts.max_new_tokens - 1, context - P);
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = decoder.prefill(prompt, max_len);
   r.prefill_seconds = seconds_since(t0);

@@ -2,10 +2,12 @@
 
 #include <charconv>
 #include <chrono>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -81,10 +83,8 @@ CheckpointManager::CheckpointManager(const JobConfig& cfg, Checkpointed parts, s
       folder_(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder),
       world_(std::move(world)),
       writer_(world_.rank() == 0) {
-  const std::string& d = cfg.checkpoint.export_dtype;
-  TITAN_CHECK(d == "float32" || d == "bfloat16", "checkpoint.export_dtype = \"", d,
-              "\": titan has no float16 tensors yet; use \"float32\" or \"bfloat16\"");
-  export_dtype_ = d == "bfloat16" ? kBF16 : kF32;
+  // float16 is refused with the config ([checkpoint]'s checks).
+  export_dtype_ = cfg.checkpoint.export_dtype == "bfloat16" ? kBF16 : kF32;
   if (cfg.checkpoint.enable && cfg.checkpoint.last_save_in_hf) {
     hf_adapter_ = &models::hf_adapter(cfg.model.name);
     hf_config_ = hf_adapter_->hf_config(
@@ -230,8 +230,10 @@ int64_t CheckpointManager::load() {
     log_ << "titan: skipping " << e.path().string() << ": it holds no " << checkpoint::kMetadataFile
          << " (nor a Hugging Face " << checkpoint::kHfConfigFile
          << "), so it is no complete checkpoint; it was copied in part or edited. Resuming from an earlier "
-            "one; delete it, or restore its "
-         << checkpoint::kMetadataFile << ", to use it\n";
+            "one. Nothing in it is deleted: should this run save step "
+         << *step << ", it first moves the folder aside to " << e.path().filename().string()
+         << ".incomplete-<UTC time>. To use it, stop the run and restore its " << checkpoint::kMetadataFile
+         << "\n";
   }
   if (c.load_step >= 0) {
     auto it = found.find(c.load_step);
@@ -480,6 +482,7 @@ void CheckpointManager::save(int64_t step, bool model_only) {
   for (const auto& [name, p] : pieces) bytes += static_cast<double>(p.data.nbytes());
   if (collective) bytes = world_.all_reduce(bytes, dist::ReduceOp::sum);
   const fs::path dir = folder_ / step_name(step);
+  if (writer_) set_aside_incomplete(dir);
   last_saved_ = step;
   span.arg("bytes", bytes).arg("async", async);
   auto write = [this, dir, step, hf, collective, bytes, pieces = std::move(pieces),
@@ -495,7 +498,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       checkpoint::save(dir, pieces, state);
     if (writer_) purge(step);
   };
-  log_ << "titan: checkpoint " << dir.string()
+  // The line is written whole once the save is done (or handed to the writer): a write that fails
+  // leaves no half line for its error to follow.
+  std::ostringstream line;
+  line << "titan: checkpoint " << dir.string()
        << (hf           ? " (Hugging Face, "
            : model_only ? " (model only, "
                         : " (")
@@ -506,10 +512,10 @@ void CheckpointManager::save(int64_t step, bool model_only) {
       trace::set_thread_name("checkpoint writer");
       write();
     });
-    log_ << " copied in " << seconds_since(t0) << " s, writing in the background\n";
+    log_ << line.str() << " copied in " << seconds_since(t0) << " s, writing in the background\n";
   } else {
     write();
-    log_ << " saved in " << seconds_since(t0) << " s\n";
+    log_ << line.str() << " saved in " << seconds_since(t0) << " s\n";
   }
 }
 
@@ -517,6 +523,25 @@ void CheckpointManager::wait() {
   if (!pending_.valid()) return;
   trace::Span span("checkpoint wait", "checkpoint");
   pending_.get();
+}
+
+void CheckpointManager::set_aside_incomplete(const fs::path& dir) const {
+  std::error_code ec;
+  if (!fs::exists(dir, ec) || fs::exists(dir / checkpoint::kMetadataFile, ec) || checkpoint::is_hf_dir(dir))
+    return;
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  fs::path aside = dir;
+  aside += std::string(".incomplete-") + stamp;
+  fs::rename(dir, aside, ec);
+  TITAN_CHECK(!ec, "checkpoint: cannot move ", dir.string(), ", which is no complete checkpoint, aside to ",
+              aside.string(), " before saving its step there: ", ec.message(),
+              "; move or delete it yourself, then run again");
+  log_ << "titan: moved " << dir.string() << " (no complete checkpoint) aside to " << aside.string()
+       << " before saving its step there\n";
 }
 
 void CheckpointManager::purge(int64_t saved) const {

@@ -64,7 +64,6 @@ inline constexpr const char* kRunLockFile = "titan-train.lock";
 
 class CheckpointManager {
  public:
-  // Checks the [checkpoint] keys that only matter here (export_dtype) before any step is run.
   // With checkpointing enabled, every rank that saves creates the folder and checks that it is
   // writable, and rank 0 locks it (kRunLockFile) until destroyed: a second run into the same
   // folder is refused, naming the pid and host of the first. Every rank of `world` loads. Under
@@ -133,6 +132,9 @@ class CheckpointManager {
   // Loads the weights of Hugging Face folder `dir` into the model, after checking that its
   // config.json describes this run's model.
   void restore_hf(const std::filesystem::path& dir);
+  // Moves step folder `dir` aside (to <dir>.incomplete-<UTC time>, saying so) when it exists
+  // without being a complete checkpoint, so that saving its step loses nothing of it.
+  void set_aside_incomplete(const std::filesystem::path& dir) const;
   // Deletes all but the newest keep_latest_k checkpoints, never the one just saved at `saved`.
   void purge(int64_t saved) const;
 

@@ -565,11 +565,20 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
 void print_pipeline_schedule(const JobConfig& cfg, std::ostream& out) {
   validate(cfg);
   const dist::ParallelismConfig& p = cfg.parallelism;
-  const int64_t pp = dist::MeshDegrees::from_config(p).pp;
-  const parallel::PipelineSchedule schedule = parallel::make_schedule(
-      p.pipeline_parallel_schedule, pp, cfg.training.local_batch_size / p.pipeline_parallel_microbatch_size,
-      parallel::stages_per_rank(p.pipeline_parallel_schedule, pp, split_list(p.pipeline_parallel_split_points).size()));
-  out << "titan: " << parallel::describe_schedule(schedule) << "\n" << parallel::format_schedule(schedule);
+  // Training's checks of the layout and of the model, so that no schedule is shown for a job that
+  // would not run; the ranks are the fewest the degrees need (data_parallel_shard_degree -1: 1).
+  const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(p);
+  refuse_unsupported(cfg, degrees);
+  const dist::ParallelDims dims(degrees);
+  const models::TrainSpec& spec = models::get_train_spec(cfg.model.name);
+  const models::ModelSummary summary = spec.summarize(cfg.model, cfg.training.seq_len);
+  check_model_layout(cfg, dims, spec, summary);
+  const parallel::PipelineLayout layout =
+      parallel::pipeline_layout(p.pipeline_parallel_schedule, dims.degree(dist::MeshAxis::pp),
+                                cfg.training.local_batch_size / p.pipeline_parallel_microbatch_size,
+                                summary.n_layers, split_list(p.pipeline_parallel_split_points));
+  out << "titan: " << parallel::describe_schedule(layout.schedule) << "\n"
+      << parallel::format_schedule(layout.schedule);
 }
 
 }  // namespace titan::train

@@ -32,11 +32,12 @@ class EvalMode {
 data::DataLoader make_loader(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id,
                              const dist::ProcessGroup& dp) {
   const int64_t per_batch = cfg.local_batch_size * dp.size();
-  TITAN_CHECK(tokens.size() >= per_batch * cfg.seq_len + 1, "validation: the validation set holds ",
-              tokens.size(), " tokens, too few for one batch of ", per_batch,
-              " windows (validation.local_batch_size ", cfg.local_batch_size, " x ", dp.size(),
-              " data-parallel ranks) of validation.seq_len + 1 = ", cfg.seq_len + 1,
-              " tokens; lower validation.local_batch_size or validation.seq_len, or give a "
+  // tokens >= per_batch * seq_len + 1, without the product, which can overflow.
+  TITAN_CHECK(tokens.size() >= 1 && (tokens.size() - 1) / per_batch >= cfg.seq_len,
+              "validation: the validation set holds ", tokens.size(), " tokens, too few for one batch of ",
+              per_batch, " windows (validation.local_batch_size ", cfg.local_batch_size, " x ", dp.size(),
+              " data-parallel ranks) of validation.seq_len ", cfg.seq_len,
+              " tokens and one more; lower validation.local_batch_size or validation.seq_len, or give a "
               "larger validation set");
   return data::DataLoader(std::move(tokens), {.seq_len = cfg.seq_len,
                                               .local_batch_size = cfg.local_batch_size,
@@ -55,8 +56,8 @@ Validator::Validator(const ValidationConfig& cfg, data::TokenStream tokens, int3
   const int64_t whole = loader_.num_windows() / per_batch;
   TITAN_CHECK(cfg_.steps <= whole, "validation.steps = ", cfg_.steps, " batches of ", per_batch,
               " windows exceed the validation set, which holds ", whole, " (", loader_.num_windows(),
-              " windows of validation.seq_len + 1 = ", cfg_.seq_len + 1,
-              " tokens); lower validation.steps, or set it to -1 to read the whole set once");
+              " windows of validation.seq_len ", cfg_.seq_len,
+              " tokens and one more); lower validation.steps, or set it to -1 to read the whole set once");
   batches_ = cfg_.steps == -1 ? whole : cfg_.steps;
 }
 
@@ -102,8 +103,9 @@ std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::Data
                                           const data::Dataset& training_data,
                                           const data::Tokenizer& tokenizer, int32_t eos_id,
                                           dist::ProcessGroup dp, std::ostream& log) {
-  const ValidationConfig& v = cfg.validation;
-  if (!v.enable) return nullptr;
+  if (!cfg.validation.enable) return nullptr;
+  ValidationConfig v = cfg.validation;
+  v.seq_len = v.seq_len_with(cfg.training.seq_len);
   const data::DatasetOptions options = v.dataset_options(cfg.data);
   // Both read in [training]'s format: the same path gives the same tokens.
   const bool shared = options.path == training_options.path;

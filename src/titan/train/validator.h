@@ -38,6 +38,7 @@ class Validator {
   // batches carry document ids, as training's do under attention.document_masking. A pass is
   // validation.steps batches, or (-1) all the whole batches the set holds; windows after the last
   // whole batch are left out. Throws when the set holds no whole batch, or fewer than steps.
+  // cfg.seq_len is a length here: make_validator resolves -1 (training.seq_len).
   Validator(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id, dist::ProcessGroup dp);
 
   // After every freq-th step and after `last_step`.

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "titan/core/config_schema.h"
 #include "titan/core/error.h"
 
 namespace titan::models::common::hf {
@@ -44,7 +45,7 @@ const char* layout_name(ConfigLayout layout) {
 ConfigLayout parse_layout(const std::string& name, const std::string& option) {
   for (ConfigLayout layout : {ConfigLayout::transformers4, ConfigLayout::transformers5})
     if (name == layout_name(layout)) return layout;
-  TITAN_CHECK(
+  config::require(
       false, option, " is \"", name,
       "\"; expected \"transformers5\" (config.json as transformers 5 writes it: rope_parameters, dtype, "
       "num_local_experts) or \"transformers4\" (rope_theta, rope_scaling, torch_dtype, num_experts: for "
@@ -99,9 +100,9 @@ json merged_config(const json& file, const json& ours, ConfigLayout layout) {
 ConfigFields::ConfigFields(const json& config, std::string architecture, std::string prefix)
     : j_(config), architecture_(std::move(architecture)), prefix_(std::move(prefix)) {
   // A prefix names an object ("rope_parameters.").
-  TITAN_CHECK(config.is_object(), "config.json: expected a JSON object",
-              prefix_.empty() ? "" : " as \"" + prefix_.substr(0, prefix_.size() - 1) + "\"", ", got ",
-              config.type_name());
+  config::require(config.is_object(), "config.json: expected a JSON object",
+                  prefix_.empty() ? "" : " as \"" + prefix_.substr(0, prefix_.size() - 1) + "\"", ", got ",
+                  config.type_name());
 }
 
 const json* ConfigFields::find(const std::string& key) const {
@@ -111,31 +112,32 @@ const json* ConfigFields::find(const std::string& key) const {
 
 int64_t ConfigFields::integer(const std::string& key, std::optional<int64_t> fallback) const {
   const json* v = find(key);
-  TITAN_CHECK(v || fallback, "config.json: \"", name(key), "\" is missing; ", architecture_, " needs it");
+  config::require(v || fallback, "config.json: \"", name(key), "\" is missing; ", architecture_, " needs it");
   if (!v) return *fallback;
-  TITAN_CHECK(v->is_number_integer(), "config.json: \"", name(key), "\" must be an integer, got ", v->dump());
+  config::require(v->is_number_integer(), "config.json: \"", name(key), "\" must be an integer, got ",
+                  v->dump());
   return v->get<int64_t>();
 }
 
 double ConfigFields::number(const std::string& key, std::optional<double> fallback) const {
   const json* v = find(key);
-  TITAN_CHECK(v || fallback, "config.json: \"", name(key), "\" is missing; ", architecture_, " needs it");
+  config::require(v || fallback, "config.json: \"", name(key), "\" is missing; ", architecture_, " needs it");
   if (!v) return *fallback;
-  TITAN_CHECK(v->is_number(), "config.json: \"", name(key), "\" must be a number, got ", v->dump());
+  config::require(v->is_number(), "config.json: \"", name(key), "\" must be a number, got ", v->dump());
   return v->get<double>();
 }
 
 bool ConfigFields::boolean(const std::string& key, bool fallback) const {
   const json* v = find(key);
   if (!v) return fallback;
-  TITAN_CHECK(v->is_boolean(), "config.json: \"", name(key), "\" must be true or false, got ", v->dump());
+  config::require(v->is_boolean(), "config.json: \"", name(key), "\" must be true or false, got ", v->dump());
   return v->get<bool>();
 }
 
 std::string ConfigFields::string(const std::string& key, const std::string& fallback) const {
   const json* v = find(key);
   if (!v) return fallback;
-  TITAN_CHECK(v->is_string(), "config.json: \"", name(key), "\" must be a string, got ", v->dump());
+  config::require(v->is_string(), "config.json: \"", name(key), "\" must be a string, got ", v->dump());
   return v->get<std::string>();
 }
 
@@ -144,19 +146,22 @@ std::vector<int64_t> ConfigFields::integers(const std::string& key) const {
   if (!v) return {};
   bool ok = v->is_array();
   for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_number_integer();
-  TITAN_CHECK(ok, "config.json: \"", name(key), "\" must be a list of integers, got ", v->dump());
+  config::require(ok, "config.json: \"", name(key), "\" must be a list of integers, got ", v->dump());
   return v->get<std::vector<int64_t>>();
 }
 
 std::string ConfigFields::renamed(RenamedKey key, bool required) const {
   const json* old = find(key.v4);
   const json* now = find(key.v5);
-  TITAN_CHECK(!old || !now || *old == *now, "config.json: \"", name(key.v4), "\" (", old->dump(), ") and \"",
-              name(key.v5), "\" (", now->dump(),
-              ") disagree; transformers 4 reads the first, transformers 5 the second: keep the one of the "
-              "version that wrote the weights and delete the other");
-  TITAN_CHECK(old || now || !required, "config.json: \"", name(key.v5), "\" (transformers 5) or \"",
-              name(key.v4), "\" (transformers 4) is missing; ", architecture_, " needs it");
+  // config::require evaluates its message: the values are shown only where both are there.
+  if (old && now)
+    config::require(
+        *old == *now, "config.json: \"", name(key.v4), "\" (", old->dump(), ") and \"", name(key.v5), "\" (",
+        now->dump(),
+        ") disagree; transformers 4 reads the first, transformers 5 the second: keep the one of the "
+        "version that wrote the weights and delete the other");
+  config::require(old || now || !required, "config.json: \"", name(key.v5), "\" (transformers 5) or \"",
+                  name(key.v4), "\" (transformers 4) is missing; ", architecture_, " needs it");
   return now ? key.v5 : old ? key.v4 : "";
 }
 
@@ -164,8 +169,9 @@ Rope ConfigFields::rope(double default_theta) const {
   const json* parameters = find("rope_parameters");
   const json* scaling = find("rope_scaling");
   for (const auto& [key, v] : {std::pair{"rope_parameters", parameters}, std::pair{"rope_scaling", scaling}})
-    TITAN_CHECK(!v || v->is_object(), "config.json: \"", name(key), "\" must be an object or null, got ",
-                v->dump());
+    if (v)
+      config::require(v->is_object(), "config.json: \"", name(key), "\" must be an object or null, got ",
+                      v->dump());
   std::optional<Rope> v5, v4;
   if (parameters) {
     const ConfigFields p(*parameters, architecture_, name("rope_parameters."));
@@ -175,8 +181,9 @@ Rope ConfigFields::rope(double default_theta) const {
               .where = name("rope_parameters"),
               .type_key = name("rope_parameters.rope_type")};
     for (const auto& [key, value] : v5->parameters.items())
-      TITAN_CHECK(!value.is_object(), "config.json: \"", name("rope_parameters."), key,
-                  "\" is an object, as for RoPE per layer type; titan's models use one RoPE in every layer");
+      config::require(
+          !value.is_object(), "config.json: \"", name("rope_parameters."), key,
+          "\" is an object, as for RoPE per layer type; titan's models use one RoPE in every layer");
   }
   if (!parameters || find("rope_theta") || scaling) {
     v4 = Rope{.theta = number("rope_theta", default_theta),
@@ -214,10 +221,10 @@ Rope ConfigFields::rope(double default_theta) const {
     if (v4->parameters.value(key, json()) != v5->parameters.value(key, json()))
       disagree(name("rope_scaling.") + key, shown(&v4->parameters, key, ""), name("rope_parameters.") + key,
                shown(&v5->parameters, key, ""));
-  TITAN_CHECK(differ.empty(), "config.json: ", joined(differ, "; "),
-              ". The file holds RoPE both in transformers 4's keys (rope_theta, rope_scaling) and in "
-              "transformers 5's (rope_parameters); keep those of the version that wrote the weights and "
-              "delete the others");
+  config::require(differ.empty(), "config.json: ", joined(differ, "; "),
+                  ". The file holds RoPE both in transformers 4's keys (rope_theta, rope_scaling) and in "
+                  "transformers 5's (rope_parameters); keep those of the version that wrote the weights and "
+                  "delete the others");
   return *v5;
 }
 
@@ -257,8 +264,8 @@ std::string matching_flavor(const std::string& family, const json& file,
       closest_diff = std::move(diff);
     }
   }
-  TITAN_CHECK(false, "config.json describes no ", family, " flavor (", joined(flavors), "); the closest, ",
-              closest, ", differs in ", joined(closest_diff));
+  config::require(false, "config.json describes no ", family, " flavor (", joined(flavors),
+                  "); the closest, ", closest, ", differs in ", joined(closest_diff));
   return {};
 }
 

@@ -106,14 +106,13 @@ std::unique_ptr<parallel::PipelineParallel> apply_pipeline(CausalLM& model, dist
                                                            const std::vector<std::string>& last) {
   const int64_t pp = mesh.degree(dist::MeshAxis::pp);
   if (pp == 1) return nullptr;
-  const int64_t per_rank = parallel::stages_per_rank(options.schedule, pp, options.split_points.size());
-  parallel::PipelineSchedule schedule =
-      parallel::make_schedule(options.schedule, pp, options.micro_batches, per_rank);
-  auto plan = std::make_unique<parallel::PipelineParallel>(
-      model, std::move(schedule), parallel::split_layers(model.num_layers(), pp * per_rank, options.split_points),
-      mesh[dist::MeshAxis::pp]);
+  parallel::PipelineLayout layout = parallel::pipeline_layout(options.schedule, pp, options.micro_batches,
+                                                              model.num_layers(), options.split_points);
+  const auto last_stage = static_cast<int64_t>(layout.spans.size()) - 1;
+  auto plan = std::make_unique<parallel::PipelineParallel>(model, std::move(layout.schedule),
+                                                           std::move(layout.spans), mesh[dist::MeshAxis::pp]);
   for (const std::string& name : first) plan->place(name, 0);
-  for (const std::string& name : last) plan->place(name, pp * per_rank - 1);
+  for (const std::string& name : last) plan->place(name, last_stage);
   plan->apply();
   return plan;
 }

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "titan/core/config_schema.h"
 #include "titan/core/error.h"
 #include "titan/models/common/hf_config.h"
 #include "titan/models/common/hf_names.h"
@@ -48,12 +49,12 @@ ops::RopeScaling parse_rope_scaling(const hf::Rope& rope) {
   s.low_freq_factor = f.number("low_freq_factor");
   s.high_freq_factor = f.number("high_freq_factor");
   s.original_max_position = f.integer("original_max_position_embeddings");
-  TITAN_CHECK(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
-                  s.original_max_position > 0,
-              "config.json: \"", rope.where,
-              "\" of rope_type \"llama3\" needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
-              "original_max_position_embeddings > 0, got ",
-              rope.parameters.dump());
+  config::require(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                      s.original_max_position > 0,
+                  "config.json: \"", rope.where,
+                  "\" of rope_type \"llama3\" needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                  "original_max_position_embeddings > 0, got ",
+                  rope.parameters.dump());
   return s;
 }
 
@@ -97,8 +98,8 @@ json to_hf_config(const ModelArgs& a, ConfigLayout layout) {
 HfConfig parse_hf_config(const json& j) {
   const hf::ConfigFields f(j, kArchitecture);
   const std::string type = f.string("model_type", "");
-  TITAN_CHECK(type == "llama", "config.json: model_type is \"", type,
-              "\"; titan's llama3 reads \"llama\" (LlamaForCausalLM) checkpoints");
+  config::require(type == "llama", "config.json: model_type is \"", type,
+                  "\"; titan's llama3 reads \"llama\" (LlamaForCausalLM) checkpoints");
   HfConfig c;
   ModelArgs& a = c.args;
   a.dim = f.integer("hidden_size");
@@ -115,31 +116,34 @@ HfConfig parse_hf_config(const json& j) {
   c.layout = hf::layout_of(j);
   // Unused (the weights say their dtype), but a file giving two is contradicting itself.
   f.renamed(hf::kDtypeKey, false);
-  TITAN_CHECK(a.dim > 0 && a.n_heads > 0 && a.dim % a.n_heads == 0, "config.json: num_attention_heads (",
-              a.n_heads, ") must divide hidden_size (", a.dim, ")");
-  TITAN_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "config.json: num_key_value_heads (",
-              a.n_kv_heads, ") must divide num_attention_heads (", a.n_heads, ")");
+  config::require(a.dim > 0 && a.n_heads > 0 && a.dim % a.n_heads == 0, "config.json: num_attention_heads (",
+                  a.n_heads, ") must divide hidden_size (", a.dim, ")");
+  config::require(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "config.json: num_key_value_heads (",
+                  a.n_kv_heads, ") must divide num_attention_heads (", a.n_heads, ")");
   const int64_t head_dim = f.integer("head_dim", a.dim / a.n_heads);
-  TITAN_CHECK(head_dim == a.dim / a.n_heads, "config.json: head_dim ", head_dim,
-              " differs from hidden_size / num_attention_heads = ", a.dim / a.n_heads,
-              "; titan's llama3 derives head_dim from those two");
-  TITAN_CHECK(head_dim % 2 == 0, "config.json: head_dim ", head_dim, " must be even (RoPE rotates pairs)");
+  config::require(head_dim == a.dim / a.n_heads, "config.json: head_dim ", head_dim,
+                  " differs from hidden_size / num_attention_heads = ", a.dim / a.n_heads,
+                  "; titan's llama3 derives head_dim from those two");
+  config::require(head_dim % 2 == 0, "config.json: head_dim ", head_dim,
+                  " must be even (RoPE rotates pairs)");
   const std::string act = f.string("hidden_act", "silu");
-  TITAN_CHECK(act == "silu", "config.json: hidden_act \"", act,
-              "\"; titan's llama3 computes SwiGLU (\"silu\")");
-  TITAN_CHECK(!f.boolean("attention_bias", false) && !f.boolean("mlp_bias", false),
-              "config.json: attention_bias and mlp_bias must be false; titan's llama3 has no biases");
-  TITAN_CHECK(rope.type == "llama3" || rope.type == "default", "config.json: \"", rope.type_key, "\" is \"",
-              rope.type,
-              "\"; titan's llama3 implements Llama 3.1's \"llama3\" RoPE scaling, or none (\"default\")");
+  config::require(act == "silu", "config.json: hidden_act \"", act,
+                  "\"; titan's llama3 computes SwiGLU (\"silu\")");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    config::require(!f.boolean(bias, false), "config.json: \"", bias,
+                    "\" is true; titan's llama3 has no biases, so it reads only false (or no such key)");
+  config::require(rope.type == "llama3" || rope.type == "default", "config.json: \"", rope.type_key,
+                  "\" is \"", rope.type,
+                  "\"; titan's llama3 implements Llama 3.1's \"llama3\" RoPE scaling, or none (\"default\")");
   a.use_scaled_rope = rope.type == "llama3";
   if (a.use_scaled_rope) a.rope_scaling = parse_rope_scaling(rope);
-  TITAN_CHECK(a.n_layers > 0 && a.ffn_dim > 0 && a.vocab_size > 0 && a.max_seq_len > 0 && a.rope_theta > 0 &&
-                  a.norm_eps >= 0,
-              "config.json: num_hidden_layers, intermediate_size, vocab_size, max_position_embeddings and "
-              "rope_theta must be positive and rms_norm_eps not negative, got ",
-              a.n_layers, ", ", a.ffn_dim, ", ", a.vocab_size, ", ", a.max_seq_len, ", ", a.rope_theta,
-              " and ", a.norm_eps);
+  config::require(
+      a.n_layers > 0 && a.ffn_dim > 0 && a.vocab_size > 0 && a.max_seq_len > 0 && a.rope_theta > 0 &&
+          a.norm_eps >= 0,
+      "config.json: num_hidden_layers, intermediate_size, vocab_size, max_position_embeddings and "
+      "rope_theta must be positive and rms_norm_eps not negative, got ",
+      a.n_layers, ", ", a.ffn_dim, ", ", a.vocab_size, ", ", a.max_seq_len, ", ", a.rope_theta, " and ",
+      a.norm_eps);
   a.validate();
   return c;
 }

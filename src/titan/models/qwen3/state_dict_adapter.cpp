@@ -3,6 +3,7 @@
 #include <optional>
 #include <vector>
 
+#include "titan/core/config_schema.h"
 #include "titan/core/error.h"
 #include "titan/models/common/hf_config.h"
 #include "titan/models/common/hf_names.h"
@@ -138,8 +139,8 @@ ModelArgs parse_hf_config(Family family, const json& j) {
   const char* name = family_name(family);
   const hf::ConfigFields f(j, architecture(family));
   const std::string type = f.string("model_type", "");
-  TITAN_CHECK(type == name, "config.json: model_type is \"", type, "\"; titan's ", name, " reads \"", name,
-              "\" (", architecture(family), ") checkpoints");
+  config::require(type == name, "config.json: model_type is \"", type, "\"; titan's ", name, " reads \"",
+                  name, "\" (", architecture(family), ") checkpoints");
   ModelArgs a;
   a.dim = f.integer("hidden_size");
   a.ffn_dim = f.integer("intermediate_size");
@@ -154,35 +155,37 @@ ModelArgs parse_hf_config(Family family, const json& j) {
   // Unused (the weights say their dtype), but a file giving two is contradicting itself.
   f.renamed(hf::kDtypeKey, false);
   a.tie_embeddings = f.boolean("tie_word_embeddings", false);
-  TITAN_CHECK(
+  config::require(
       a.dim > 0 && a.ffn_dim > 0 && a.n_layers > 0 && a.n_heads > 0 && a.vocab_size > 0 &&
           a.max_seq_len > 0 && a.rope_theta > 0 && a.norm_eps >= 0,
       "config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size, "
       "max_position_embeddings and rope_theta must be positive and rms_norm_eps not negative, got ",
       a.dim, ", ", a.ffn_dim, ", ", a.n_layers, ", ", a.n_heads, ", ", a.vocab_size, ", ", a.max_seq_len,
       ", ", a.rope_theta, " and ", a.norm_eps);
-  TITAN_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "config.json: num_key_value_heads (",
-              a.n_kv_heads, ") must divide num_attention_heads (", a.n_heads, ")");
+  config::require(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "config.json: num_key_value_heads (",
+                  a.n_kv_heads, ") must divide num_attention_heads (", a.n_heads, ")");
   // Qwen3Config's default; Qwen3MoeConfig has none, and its attention takes hidden / heads.
   a.head_dim = f.integer("head_dim", family == Family::dense ? 128 : a.dim / a.n_heads);
-  TITAN_CHECK(a.head_dim > 0 && a.head_dim % 2 == 0, "config.json: head_dim ", a.head_dim,
-              " must be positive and even (RoPE rotates pairs)");
+  config::require(a.head_dim > 0 && a.head_dim % 2 == 0, "config.json: head_dim ", a.head_dim,
+                  " must be positive and even (RoPE rotates pairs)");
   const std::string act = f.string("hidden_act", "silu");
-  TITAN_CHECK(act == "silu", "config.json: hidden_act \"", act, "\"; titan's ", name,
-              " computes SwiGLU (\"silu\")");
-  TITAN_CHECK(!f.boolean("attention_bias", false), "config.json: attention_bias must be false; titan's ",
-              name, " has no biases");
-  TITAN_CHECK(!f.boolean("use_sliding_window", false),
-              "config.json: use_sliding_window must be false; titan's ", name,
-              " attends over the whole causal context in every layer");
+  config::require(act == "silu", "config.json: hidden_act \"", act, "\"; titan's ", name,
+                  " computes SwiGLU (\"silu\")");
+  config::require(!f.boolean("attention_bias", false), "config.json: \"attention_bias\" is true; titan's ",
+                  name, " has no biases, so it reads only false (or no such key)");
+  config::require(
+      !f.boolean("use_sliding_window", false), "config.json: \"use_sliding_window\" is true; titan's ", name,
+      " attends over the whole causal context in every layer, so it reads only false (or no such key)");
   if (const json* types = f.find("layer_types")) {
-    TITAN_CHECK(types->is_array(), "config.json: \"layer_types\" must be a list, got ", types->dump());
+    config::require(types->is_array(), "config.json: \"layer_types\" must be a list, got ", types->dump());
     for (const json& type : *types)
-      TITAN_CHECK(type == "full_attention", "config.json: \"layer_types\" holds ", type.dump(), "; titan's ",
-                  name, " attends over the whole causal context in every layer (\"full_attention\")");
+      config::require(type == "full_attention", "config.json: \"layer_types\" holds ", type.dump(),
+                      "; titan's ", name,
+                      " attends over the whole causal context in every layer (\"full_attention\")");
   }
-  TITAN_CHECK(rope.type == "default", "config.json: \"", rope.type_key, "\" is \"", rope.type, "\"; titan's ",
-              name, " implements plain RoPE (rope_type \"default\"), as Qwen 3 is trained");
+  config::require(rope.type == "default", "config.json: \"", rope.type_key, "\" is \"", rope.type,
+                  "\"; titan's ", name,
+                  " implements plain RoPE (rope_type \"default\"), as Qwen 3 is trained");
   if (family == Family::moe) {
     nn::moe::MoEArgs m;
     const std::string experts = f.renamed(hf::kNumExpertsKey, true);
@@ -190,21 +193,21 @@ ModelArgs parse_hf_config(Family family, const json& j) {
     m.top_k = f.integer("num_experts_per_tok");
     m.hidden_dim = f.integer("moe_intermediate_size");
     m.norm_topk_prob = f.boolean("norm_topk_prob", false);
-    TITAN_CHECK(m.num_experts > 0 && m.top_k > 0 && m.top_k <= m.num_experts && m.hidden_dim > 0,
-                "config.json: ", experts, " (", m.num_experts, "), num_experts_per_tok (", m.top_k,
-                ") and moe_intermediate_size (", m.hidden_dim,
-                ") must be positive, with num_experts_per_tok <= ", experts);
+    config::require(m.num_experts > 0 && m.top_k > 0 && m.top_k <= m.num_experts && m.hidden_dim > 0,
+                    "config.json: ", experts, " (", m.num_experts, "), num_experts_per_tok (", m.top_k,
+                    ") and moe_intermediate_size (", m.hidden_dim,
+                    ") must be positive, with num_experts_per_tok <= ", experts);
     const int64_t step = f.integer("decoder_sparse_step", 1);
-    TITAN_CHECK(step == 1, "config.json: decoder_sparse_step is ", step,
-                "; titan's qwen3_moe has a mixture of ",
-                "experts in every layer, so it reads only decoder_sparse_step 1");
+    config::require(step == 1, "config.json: decoder_sparse_step is ", step,
+                    "; titan's qwen3_moe has a mixture of ",
+                    "experts in every layer, so it reads only decoder_sparse_step 1");
     const std::vector<int64_t> dense_layers = f.integers("mlp_only_layers");
-    TITAN_CHECK(
-        dense_layers.empty(), "config.json: mlp_only_layers is ", j["mlp_only_layers"].dump(),
+    config::require(
+        dense_layers.empty(), "config.json: mlp_only_layers is ", json(dense_layers).dump(),
         "; titan's qwen3_moe has a mixture of experts in every layer, so it reads only an empty list");
     a.aux_loss_coeff = f.number("router_aux_loss_coef", 0.001);
-    TITAN_CHECK(a.aux_loss_coeff >= 0, "config.json: router_aux_loss_coef must not be negative, got ",
-                a.aux_loss_coeff);
+    config::require(a.aux_loss_coeff >= 0, "config.json: router_aux_loss_coef must not be negative, got ",
+                    a.aux_loss_coeff);
     a.moe = m;
   }
   a.validate();

@@ -23,13 +23,18 @@ void declare_keys(config::Keys<CheckpointConfig>& keys) {
       .add("export_dtype", &C::export_dtype, config::one_of({"float32", "bfloat16", "float16"}),
            "dtype of a model-only final save")
       .add("async_mode", &C::async_mode, config::one_of({"disabled", "async", "async_with_pinned_mem"}),
-           "write checkpoints in the background (async_with_pinned_mem: as async, since a CPU run has no device "
+           "write checkpoints in the background (async_with_pinned_mem: as async, since a CPU run has no "
+           "device "
            "copy to pin)")
       .add("keep_latest_k", &C::keep_latest_k, config::non_negative(),
            "delete all but the latest k checkpoints; 0: keep all")
       .add("load_step", &C::load_step, config::or_minus_one(config::non_negative()),
            "step to resume from; -1: the latest")
       .check([](const C& c, config::Problems& problems) {
+        if (c.export_dtype == "float16")
+          problems.add(
+              "checkpoint.export_dtype = \"float16\": titan has no float16 tensors yet; use \"float32\" or "
+              "\"bfloat16\"");
         if (!c.last_save_in_hf && c.hf_config_format != C{}.hf_config_format)
           problems.add("checkpoint.hf_config_format = \"" + c.hf_config_format +
                        "\" applies to the Hugging Face export only, and checkpoint.last_save_in_hf is false; set "

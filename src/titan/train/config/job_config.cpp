@@ -59,7 +59,8 @@ config::Schema<JobConfig> make_schema() {
     if (par.tensor_parallel_degree > 1 && par.enable_sequence_parallel)
       for (const auto& [key, seq] :
            {std::pair<const char*, int64_t>{"training.seq_len", c.training.seq_len},
-            {"validation.seq_len", c.validation.enable && !c.compile.graph() ? c.validation.seq_len : 0}})
+            {"validation.seq_len",
+             c.validation.enable && !c.compile.graph() ? c.validation.seq_len_with(c.training.seq_len) : 0}})
         if (seq % par.tensor_parallel_degree != 0)
           problems.add(std::string(key) + " = " + std::to_string(seq) +
                        " does not divide by parallelism.tensor_parallel_degree = " +

@@ -20,8 +20,9 @@ void declare_keys(config::Keys<ValidationConfig>& keys) {
            "empty: the dataset's own")
       .add("local_batch_size", &C::local_batch_size, config::positive(),
            "sequences per rank per validation batch")
-      .add("seq_len", &C::seq_len, config::positive(),
-           "tokens per validation sequence; at most training.seq_len, the positions the model is built for")
+      .add("seq_len", &C::seq_len, config::or_minus_one(config::positive()),
+           "tokens per validation sequence; at most training.seq_len, the positions the model is built for; "
+           "-1: training.seq_len")
       .add("freq", &C::freq, config::positive(), "validate after every this many steps, and after the last")
       .add("steps", &C::steps, config::or_minus_one(config::positive()),
            "validation batches (local_batch_size sequences on each rank) per validation; -1: the whole "

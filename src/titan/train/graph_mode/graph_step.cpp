@@ -372,9 +372,15 @@ void GraphStep::log_collectives(const std::string& optimized_text, const std::ve
   const double tokens = static_cast<double>(b.inputs.numel()) / static_cast<double>(mesh.degree(MeshAxis::dp));
   planned_ = train::planned_traffic(mesh, param_bytes, static_cast<int64_t>(batches.size()), model_.num_layers(),
                                     tokens * static_cast<double>(options_.model_dim) * 4.0);
+  // Formatted apart: the log is the console, whose later figures (the final loss) keep its own precision.
   const auto mib = [](double bytes) {
     std::ostringstream out;
     out << std::fixed << std::setprecision(2) << bytes / (1 << 20) << " MiB";
+    return out.str();
+  };
+  const auto ratio = [](double r) {
+    std::ostringstream out;
+    out << std::setprecision(3) << r << "x";
     return out.str();
   };
   log_ << "titan: graph mode: collectives per step, from the compiled program:";
@@ -385,7 +391,7 @@ void GraphStep::log_collectives(const std::string& optimized_text, const std::ve
        << mib(collectives_.traffic_bytes()) << ", the layout needs " << mib(planned_.total()) << " on paper (FSDP "
        << mib(planned_.fsdp) << ", HSDP " << mib(planned_.hsdp) << ", TP "
        << (options_.model_dim > 0 ? mib(planned_.tp) : std::string("not estimated")) << ")";
-  if (planned_.total() > 0) log_ << ": " << std::setprecision(3) << collectives_.traffic_bytes() / planned_.total() << "x";
+  if (planned_.total() > 0) log_ << ": " << ratio(collectives_.traffic_bytes() / planned_.total());
   log_ << "\n";
 }
 

@@ -4,6 +4,7 @@
 #include <ostream>
 #include <string>
 
+#include "titan/core/file_lock.h"
 #include "titan/core/memory_snapshot.h"
 
 namespace titan::train {
@@ -14,7 +15,10 @@ MemorySnapshots::MemorySnapshots(const JobConfig& cfg, int rank, std::ostream& l
       rank_(rank),
       folder_(std::filesystem::path(cfg.job.dump_folder) / cfg.profiling.save_memory_snapshot_folder),
       log_(log) {
-  if (enabled_) CpuAllocator::instance().start_recording();
+  if (!enabled_) return;
+  // Found now rather than after the first snapshot's step, as the trace folder is.
+  check_writable(folder_, "memory snapshot folder (job.dump_folder/profiling.save_memory_snapshot_folder)");
+  CpuAllocator::instance().start_recording();
 }
 
 MemorySnapshots::~MemorySnapshots() {

@@ -2,6 +2,8 @@
 
 #include <ostream>
 
+#include "titan/core/file_lock.h"
+
 namespace titan::train {
 
 StepProfiler::StepProfiler(const ProfilingConfig& cfg, const std::string& dump_folder, int rank,
@@ -10,7 +12,10 @@ StepProfiler::StepProfiler(const ProfilingConfig& cfg, const std::string& dump_f
       folder_(std::filesystem::path(dump_folder) / cfg.save_traces_folder),
       rank_(rank),
       log_(log) {
-  if (cfg_.enable_profiling) trace::set_thread_name("training loop");
+  if (!cfg_.enable_profiling) return;
+  trace::set_thread_name("training loop");
+  // Found now rather than after the first traced step.
+  check_writable(folder_, "trace folder (job.dump_folder/profiling.save_traces_folder)");
 }
 
 // A step that threw leaves recording on; the next run in this process must not find it so.
