@@ -190,6 +190,19 @@ TEST(GraphStacked, MoeLayersAreWrittenOnceForAnyDepth) {
   EXPECT_GT(occurrences(text(5, false), "titan_grouped_swiglu_fwd"), occurrences(text(2, false), "titan_grouped_swiglu_fwd"));
 }
 
+// After the loop the step reads each layer's reports (its counts, its term of the loss): a few ops
+// per layer, never a sum over every layer's choices for each layer's term of the global loss.
+TEST(GraphStacked, MoeReportsCostTheStepOpsLinearInDepth) {
+  const auto ops = [](int64_t layers) {
+    const auto model = tiny_moe(layers);
+    const auto params = model->named_parameters();
+    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = true}).ops;
+  };
+  const int64_t two = ops(2), four = ops(4), six = ops(6);
+  EXPECT_EQ(six - four, four - two);
+  EXPECT_LE(four - two, 2 * 20) << "at most 20 ops per layer";
+}
+
 // Trained in the layer loop, each MoE layer chooses with its own expert bias and gets back its own
 // expert counts (which update its bias between steps) and its part of the pooled load-balancing
 // loss, as when every layer is recorded.

@@ -29,12 +29,12 @@ std::function<Tensor(const Tensor&)> global_weights(const std::shared_ptr<Pooled
   return [pooled, weight, experts, dtype](const Tensor& x) {
     double tokens = 0;
     for (const auto& [l, n] : pooled->tokens) tokens += static_cast<double>(n);
-    Tensor choices;
-    for (const auto& [l, counts] : pooled->tokens_per_expert) {
-      const Tensor c = counts.to(dtype);
-      choices = choices.defined() ? ops::add(choices, c) : c;
-    }
-    return ops::mul(ops::scale(choices, weight * static_cast<double>(experts) / (tokens * tokens)), x);
+    if (!pooled->summed.defined())
+      for (const auto& [l, counts] : pooled->tokens_per_expert) {
+        const Tensor c = counts.to(dtype);
+        pooled->summed = pooled->summed.defined() ? ops::add(pooled->summed, c) : c;
+      }
+    return ops::mul(ops::scale(pooled->summed, weight * static_cast<double>(experts) / (tokens * tokens)), x);
   };
 }
 
@@ -51,7 +51,7 @@ Tensor attach_per_layer_loss(const Tensor& out, const Routing& routing, int64_t 
 
 Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
                           const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses) {
-  pooled->tokens_per_expert.emplace(layer, routing.tokens_per_expert);
+  if (pooled->tokens_per_expert.emplace(layer, routing.tokens_per_expert).second) pooled->summed = Tensor();
   pooled->tokens.emplace(layer, routing.scores.size(0));
   return losses.attach(out, ops::sum(routing.scores, 0),
                        global_weights(pooled, weight, routing.scores.size(-1), routing.scores.dtype()), layer);
@@ -65,6 +65,7 @@ std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer, const std::s
   out.push_back(Tensor::scalar<int64_t>(pooled->tokens.at(layer)));
   pooled->tokens_per_expert.erase(layer);
   pooled->tokens.erase(layer);
+  pooled->summed = Tensor();
   return out;
 }
 
@@ -79,6 +80,7 @@ void count_loss(LoadBalanceLoss scope, const std::vector<Tensor>& taken, int64_t
               "host count of tokens that take_loss gave, got ", taken.size(), " tensors");
   pooled->tokens_per_expert[layer] = taken[1];
   pooled->tokens[layer] = static_cast<int64_t>(taken[2].item());
+  pooled->summed = Tensor();
   losses.count(term, global_weights(pooled, weight, term.size(-1), term.dtype()), layer);
 }
 

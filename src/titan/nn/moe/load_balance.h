@@ -32,6 +32,9 @@ LoadBalanceLoss load_balance_loss_from_name(const std::string& name);
 struct PooledChoices {
   std::map<int64_t, Tensor> tokens_per_expert;  // [experts] i64
   std::map<int64_t, int64_t> tokens;
+  // Every layer's choices summed, by the first weighing (total(), once every layer has reported)
+  // for all the layers' terms: one sum rather than one per layer (a captured step's ops).
+  Tensor summed = {};
 };
 
 // Layer `layer`'s per-layer loss, counted with `weight`.
