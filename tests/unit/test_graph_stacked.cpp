@@ -182,12 +182,14 @@ TEST(GraphStacked, MoeLayersAreWrittenOnceForAnyDepth) {
   const auto text = [](int64_t layers, bool scan) {
     const auto model = tiny_moe(layers);
     const auto params = model->named_parameters();
-    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = scan}).text;
+    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = scan})
+        .text;
   };
   const size_t two = occurrences(text(2, true), "titan_grouped_swiglu_fwd");
   EXPECT_GE(two, 1u);
   EXPECT_EQ(occurrences(text(5, true), "titan_grouped_swiglu_fwd"), two);
-  EXPECT_GT(occurrences(text(5, false), "titan_grouped_swiglu_fwd"), occurrences(text(2, false), "titan_grouped_swiglu_fwd"));
+  EXPECT_GT(occurrences(text(5, false), "titan_grouped_swiglu_fwd"),
+            occurrences(text(2, false), "titan_grouped_swiglu_fwd"));
 }
 
 // After the loop the step reads each layer's reports (its counts, its term of the loss): a few ops
@@ -196,7 +198,8 @@ TEST(GraphStacked, MoeReportsCostTheStepOpsLinearInDepth) {
   const auto ops = [](int64_t layers) {
     const auto model = tiny_moe(layers);
     const auto params = model->named_parameters();
-    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = true}).ops;
+    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = true})
+        .ops;
   };
   const int64_t two = ops(2), four = ops(4), six = ops(6);
   EXPECT_EQ(six - four, four - two);

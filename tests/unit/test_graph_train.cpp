@@ -356,8 +356,8 @@ void expect_moe_run_matches(const std::string& name, const TrainResult& run, con
     EXPECT_LE(relative(run.losses[i], eager.losses[i]), 1e-4) << name << ", step " << i + 1;
   }
   EXPECT_LT(run.losses.back(), 0.8 * run.losses.front()) << name;
-  std::cout << "qwen3 MoE graph (" << name << ") vs eager, 10 steps: largest relative loss difference " << worst
-            << "\n";
+  std::cout << "qwen3 MoE graph (" << name << ") vs eager, 10 steps: largest relative loss difference "
+            << worst << "\n";
   const std::vector<nlohmann::json> e = moe_metrics(eager_name), g = moe_metrics(name);
   ASSERT_EQ(g.size(), 10u) << name;
   ASSERT_EQ(e.size(), 10u) << eager_name;
@@ -368,7 +368,8 @@ void expect_moe_run_matches(const std::string& name, const TrainResult& run, con
           << name << " at step " << i + 1;
     }
     for (const char* key : {"moe/tokens_min", "moe/tokens_max"})
-      EXPECT_EQ(g[i].at(key).get<double>(), e[i].at(key).get<double>()) << name << ": " << key << " at step " << i + 1;
+      EXPECT_EQ(g[i].at(key).get<double>(), e[i].at(key).get<double>())
+          << name << ": " << key << " at step " << i + 1;
     EXPECT_NEAR(g[i].at("moe/tokens_cv").get<double>(), e[i].at("moe/tokens_cv").get<double>(), 1e-9)
         << name << " at step " << i + 1;
     EXPECT_FALSE(g[i].contains("moe/dropped")) << "nothing is dropped without a capacity factor";
@@ -385,15 +386,18 @@ TEST(GraphTrain, Qwen3MoeMatchesEagerDroplessLayer) {
   const TrainResult eager = run(moe_config("eager", {}));
   std::string sorted_log, capacity_log;
   const TrainResult loop = run(moe_config("loop", kGraph)),
-                    graph = run_logged(moe_config("graph", with(kGraph, {"--compile.scan_layers=false"})), sorted_log),
-                    capacity = run_logged(moe_config("capacity", with(kGraph, {"--compile.custom_kernels=false"})),
-                                          capacity_log);
+                    graph = run_logged(moe_config("graph", with(kGraph, {"--compile.scan_layers=false"})),
+                                       sorted_log),
+                    capacity =
+                        run_logged(moe_config("capacity", with(kGraph, {"--compile.custom_kernels=false"})),
+                                   capacity_log);
   EXPECT_NE(sorted_log.find("MoE layers: dropless, tokens sorted by expert"), std::string::npos) << sorted_log;
   EXPECT_NE(capacity_log.find("MoE layers: room for every token"), std::string::npos) << capacity_log;
   for (const auto& [name, result] : {std::pair{"loop", &loop}, {"graph", &graph}, {"capacity", &capacity}})
     expect_moe_run_matches(name, *result, "eager", eager);
   // The loop and the layers one by one differ by XLA's rounding only.
-  for (size_t i = 0; i < 10; ++i) EXPECT_LE(relative(loop.losses[i], graph.losses[i]), 1e-5) << "step " << i + 1;
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_LE(relative(loop.losses[i], graph.losses[i]), 1e-5) << "step " << i + 1;
 }
 
 // The layer loop carries each layer's expert counts and load-balancing term out of its body: without
@@ -401,9 +405,10 @@ TEST(GraphTrain, Qwen3MoeMatchesEagerDroplessLayer) {
 // backward reads from every layer's counts), and with the bias but no auxiliary loss, its runs keep
 // to eager's as closely.
 TEST(GraphTrain, Qwen3MoeLayerLoopMatchesEagerWithEveryBalancing) {
-  for (const auto& [name, balancing] : {std::pair<std::string, std::vector<std::string>>{
-                                            "global", {"--moe.load_balance_bias=false", "--moe.load_balance_loss=global"}},
-                                        {"no_aux", {"--moe.aux_loss_coeff=0"}}}) {
+  for (const auto& [name, balancing] :
+       {std::pair<std::string, std::vector<std::string>>{
+            "global", {"--moe.load_balance_bias=false", "--moe.load_balance_loss=global"}},
+        {"no_aux", {"--moe.aux_loss_coeff=0"}}}) {
     const TrainResult eager = run(moe_config(name + "_eager", balancing)),
                       loop = run(moe_config(name + "_loop", with(kGraph, balancing)));
     expect_moe_run_matches(name + "_loop", loop, name + "_eager", eager);
@@ -421,8 +426,7 @@ TEST(GraphTrain, Qwen3MoeCapacityDropsAlikeAndCountsPerLayer) {
                                     "--metrics.enable_jsonl=true", "--job.dump_folder=" + dump.string()}),
                         "qwen3/debug_moe.toml");
   };
-  const TrainResult eager = run(config("cap_eager", {})),
-                    graph = run(config("cap_graph", kGraph));
+  const TrainResult eager = run(config("cap_eager", {})), graph = run(config("cap_graph", kGraph));
   for (size_t i = 0; i < eager.losses.size(); ++i)
     EXPECT_LE(relative(graph.losses[i], eager.losses[i]), 1e-4) << "step " << i + 1;
   for (const char* name : {"cap_eager", "cap_graph"}) {

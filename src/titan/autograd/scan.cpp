@@ -216,13 +216,14 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   });
   Tensor out = graph::tensor_of(forward.carry[0]);
   const graph::Value inputs_saved = forward.stacked[0];
-  const auto residuals_end = forward.stacked.begin() + 1 + static_cast<std::ptrdiff_t>(tape->saved.size());
-  const std::vector<graph::Value> residuals(forward.stacked.begin() + 1, residuals_end);
+  const size_t first_report = 1 + tape->saved.size();
+  const std::vector<graph::Value> residuals(forward.stacked.begin() + 1,
+                                            forward.stacked.begin() + static_cast<std::ptrdiff_t>(first_report));
   if (outputs.give)
     for (int64_t i = 0; i < n; ++i) {
       std::vector<Tensor> values = reported;
       for (size_t k = 0; k < of_body.size(); ++k)
-        values[of_body[k]] = graph::tensor_of(program.row(*(residuals_end + static_cast<std::ptrdiff_t>(k)), i));
+        values[of_body[k]] = graph::tensor_of(program.row(forward.stacked[first_report + k], i));
       outputs.give(static_cast<size_t>(i), std::move(values));
     }
 
@@ -272,9 +273,10 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
     std::vector<Tensor> out{graph::tensor_of(backward.carry[0])};
     graph::Program& program = graph::current_program();
     for (int64_t i = 0; i < n; ++i)
-      for (size_t j = 0, t = 0; j < first.size(); ++j)
-        out.push_back(t < trained.size() && trained[t] == j ? graph::tensor_of(program.row(backward.stacked[t++], i))
-                                                            : Tensor());
+      for (size_t j = 0, t = 0; j < first.size(); ++j) {
+        const bool has_grad = t < trained.size() && trained[t] == j;
+        out.push_back(has_grad ? graph::tensor_of(program.row(backward.stacked[t++], i)) : Tensor());
+      }
     return out;
   });
   return out;

@@ -17,8 +17,8 @@ namespace titan::models::common {
 // carries out of its body (autograd::BlockOutputs): take from the block whose code the loop ran,
 // give to each block its own.
 template <class Block, class Apply, class Take, class Give>
-Tensor run_blocks(nn::ModuleList<Block>& layers, int64_t first, int64_t last, const Tensor& h, Apply apply, Take take,
-                  Give give) {
+Tensor run_blocks(nn::ModuleList<Block>& layers, int64_t first, int64_t last, const Tensor& h, Apply apply,
+                  Take take, Give give) {
   std::vector<std::vector<Tensor>> tensors;
   for (int64_t i = first; i < last; ++i) {
     tensors.emplace_back();
@@ -28,11 +28,15 @@ Tensor run_blocks(nn::ModuleList<Block>& layers, int64_t first, int64_t last, co
   }
   const autograd::BlockOutputs outputs{
       .take = [&layers, first, take] { return take(layers[static_cast<size_t>(first)]); },
-      .give = [&layers, first, give](size_t i, std::vector<Tensor> values) {
-        give(layers[static_cast<size_t>(first) + i], std::move(values));
-      }};
+      .give =
+          [&layers, first, give](size_t i, std::vector<Tensor> values) {
+            give(layers[static_cast<size_t>(first) + i], std::move(values));
+          }};
   return autograd::scan_blocks(
-      h, tensors, [&layers, first, apply](size_t i, const Tensor& x) { return apply(layers[static_cast<size_t>(first) + i], x); },
+      h, tensors,
+      [&layers, first, apply](size_t i, const Tensor& x) {
+        return apply(layers[static_cast<size_t>(first) + i], x);
+      },
       outputs);
 }
 
@@ -40,7 +44,8 @@ Tensor run_blocks(nn::ModuleList<Block>& layers, int64_t first, int64_t last, co
 template <class Block, class Apply>
 Tensor run_blocks(nn::ModuleList<Block>& layers, int64_t first, int64_t last, const Tensor& h, Apply apply) {
   return run_blocks(
-      layers, first, last, h, apply, [](Block&) { return std::vector<Tensor>{}; }, [](Block&, std::vector<Tensor>) {});
+      layers, first, last, h, apply, [](Block&) { return std::vector<Tensor>{}; },
+      [](Block&, std::vector<Tensor>) {});
 }
 
 }  // namespace titan::models::common

@@ -24,8 +24,8 @@ std::function<Tensor(const Tensor&)> per_layer_weights(double weight) {
 
 // A layer's term of the global loss (its scores summed over its tokens, [experts]) weighed by
 // weight * E * C_e / N^2 over all layers in `pooled`, once the forward is done.
-std::function<Tensor(const Tensor&)> global_weights(const std::shared_ptr<PooledChoices>& pooled, double weight,
-                                                    int64_t experts, DType dtype) {
+std::function<Tensor(const Tensor&)> global_weights(const std::shared_ptr<PooledChoices>& pooled,
+                                                    double weight, int64_t experts, DType dtype) {
   return [pooled, weight, experts, dtype](const Tensor& x) {
     double tokens = 0;
     for (const auto& [l, n] : pooled->tokens) tokens += static_cast<double>(n);
@@ -54,11 +54,12 @@ Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t lay
   if (pooled->tokens_per_expert.emplace(layer, routing.tokens_per_expert).second) pooled->summed = Tensor();
   pooled->tokens.emplace(layer, routing.scores.size(0));
   return losses.attach(out, ops::sum(routing.scores, 0),
-                       global_weights(pooled, weight, routing.scores.size(-1), routing.scores.dtype()), layer);
+                       global_weights(pooled, weight, routing.scores.size(-1), routing.scores.dtype()),
+                       layer);
 }
 
-std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer, const std::shared_ptr<PooledChoices>& pooled,
-                              nn::AuxiliaryLosses& losses) {
+std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer,
+                              const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses) {
   std::vector<Tensor> out{losses.take(layer)};
   if (scope == LoadBalanceLoss::per_layer) return out;
   out.push_back(pooled->tokens_per_expert.at(layer));
@@ -76,7 +77,8 @@ void count_loss(LoadBalanceLoss scope, const std::vector<Tensor>& taken, int64_t
     losses.count(term, per_layer_weights(weight), layer);
     return;
   }
-  TITAN_CHECK(taken.size() == 3 && !taken[2].is_lazy(), "moe::count_loss: expected the term, the choices and a ",
+  TITAN_CHECK(taken.size() == 3 && !taken[2].is_lazy(),
+              "moe::count_loss: expected the term, the choices and a ",
               "host count of tokens that take_loss gave, got ", taken.size(), " tensors");
   pooled->tokens_per_expert[layer] = taken[1];
   pooled->tokens[layer] = static_cast<int64_t>(taken[2].item());

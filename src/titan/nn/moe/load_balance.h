@@ -52,8 +52,8 @@ Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t lay
 // the global loss, its choices and a host scalar of its tokens); count_loss counts layer `layer`'s
 // (rows of the loop's stacks, in the same order) as attach_*_loss would have, without sending a
 // gradient, which reaches the term through attach in the backward's writing of the layer.
-std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer, const std::shared_ptr<PooledChoices>& pooled,
-                              nn::AuxiliaryLosses& losses);
+std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer,
+                              const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
 void count_loss(LoadBalanceLoss scope, const std::vector<Tensor>& taken, int64_t layer, double weight,
                 const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
 

@@ -69,7 +69,8 @@ std::vector<Tensor> MoE::take_loop_reports(MoEPass& pass) {
     records_.resize(records_.size() - 2);
   }
   if (pass.aux_loss_weight > 0) {
-    const std::vector<Tensor> loss = take_loss(pass.load_balance_loss, layer_id_, pass.pooled_choices, pass.aux_losses);
+    const std::vector<Tensor> loss =
+        take_loss(pass.load_balance_loss, layer_id_, pass.pooled_choices, pass.aux_losses);
     out.insert(out.end(), loss.begin(), loss.end());
   }
   return out;
@@ -85,8 +86,8 @@ void MoE::give_loop_reports(MoEPass& pass, std::vector<Tensor> reports) {
     at += 2;
   }
   if (pass.aux_loss_weight > 0)
-    count_loss(pass.load_balance_loss, {at, reports.end()}, layer_id_, pass.aux_loss_weight, pass.pooled_choices,
-               pass.aux_losses);
+    count_loss(pass.load_balance_loss, {at, reports.end()}, layer_id_, pass.aux_loss_weight,
+               pass.pooled_choices, pass.aux_losses);
 }
 
 std::vector<int64_t> MoE::end_step() {
