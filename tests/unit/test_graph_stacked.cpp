@@ -7,8 +7,11 @@
 #include "support/graph_harness.h"
 #include "support/test_util.h"
 #include "support/tiny_llama3.h"
+#include "support/tiny_qwen3.h"
+#include "titan/autograd/grad_mode.h"
 #include "titan/graph/lazy.h"
 #include "titan/models/llama3/model.h"
+#include "titan/models/qwen3/model.h"
 #include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/graph_mode/stacked_state.h"
 
@@ -148,6 +151,93 @@ TEST(GraphStacked, StackedStateTrainsAsThePerParameterOne) {
         << a[i].first;
     EXPECT_EQ(stacked_opt->state(a[i].first).step, 3);
   }
+}
+
+// A tiny Qwen 3 MoE with the expert bias and the global load-balancing loss, the routers' biases
+// differing from layer to layer enough to change their choices.
+std::unique_ptr<models::qwen3::Transformer> tiny_moe(int64_t layers) {
+  models::qwen3::ModelArgs args = test::tiny_qwen3_args(/*moe=*/true, layers);
+  args.moe->load_balance_bias = true;
+  args.moe->bias_update_rate = 0.05;
+  args.load_balance_loss = nn::moe::LoadBalanceLoss::global;
+  auto model = std::make_unique<models::qwen3::Transformer>(args);
+  test::randomise(*model, 7);
+  const autograd::NoGradGuard no_grad;
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<float> bias;
+    for (int64_t e = 0; e < 4; ++e) bias.push_back(0.2F * static_cast<float>((e + 3 * l) % 4) - 0.3F);
+    (*model->layers)[static_cast<size_t>(l)].moe->router->expert_bias.copy_(Tensor::from_vector(bias, {4}));
+  }
+  return model;
+}
+
+data::Batch tiny_batch() {
+  std::vector<int64_t> ids(16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 11);
+  return {Tensor::from_vector(ids, {2, 8}), Tensor::from_vector(ids, {2, 8})};
+}
+
+// MoE layers loop too: their routing, grouped products and reports are written once for any depth.
+TEST(GraphStacked, MoeLayersAreWrittenOnceForAnyDepth) {
+  const auto text = [](int64_t layers, bool scan) {
+    const auto model = tiny_moe(layers);
+    const auto params = model->named_parameters();
+    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = scan})
+        .text;
+  };
+  const size_t two = occurrences(text(2, true), "titan_grouped_swiglu_fwd");
+  EXPECT_GE(two, 1u);
+  EXPECT_EQ(occurrences(text(5, true), "titan_grouped_swiglu_fwd"), two);
+  EXPECT_GT(occurrences(text(5, false), "titan_grouped_swiglu_fwd"),
+            occurrences(text(2, false), "titan_grouped_swiglu_fwd"));
+}
+
+// After the loop the step reads each layer's reports (its counts, its term of the loss): a few ops
+// per layer, never a sum over every layer's choices for each layer's term of the global loss.
+TEST(GraphStacked, MoeReportsCostTheStepOpsLinearInDepth) {
+  const auto ops = [](int64_t layers) {
+    const auto model = tiny_moe(layers);
+    const auto params = model->named_parameters();
+    return capture_train_step(*model, optim::AdamW(params), params, {tiny_batch()}, {.scan_layers = true})
+        .ops;
+  };
+  const int64_t two = ops(2), four = ops(4), six = ops(6);
+  EXPECT_EQ(six - four, four - two);
+  EXPECT_LE(four - two, 2 * 20) << "at most 20 ops per layer";
+}
+
+// Trained in the layer loop, each MoE layer chooses with its own expert bias and gets back its own
+// expert counts (which update its bias between steps) and its part of the pooled load-balancing
+// loss, as when every layer is recorded.
+TEST(GraphStacked, MoeLayersInTheLoopTrainAsRecordedOneByOne) {
+  struct Run {
+    std::vector<GraphStep::Result> steps;
+    std::vector<std::vector<int64_t>> counts;  // per step and layer
+  };
+  const auto train = [](bool scan) {
+    const auto model = tiny_moe(3);
+    optim::AdamW optimizer(model->named_parameters(), optim::AdamWOptions{.lr = 1e-2});
+    std::ostringstream log;
+    GraphStep step(*model, optimizer, model->named_parameters(),
+                   {.runtime = test::test_runtime_options(), .scan_layers = scan}, log);
+    Run r;
+    for (int s = 0; s < 3; ++s) {
+      r.steps.push_back(step.run({tiny_batch()}));
+      for (size_t l = 0; l < 3; ++l) r.counts.push_back((*model->layers)[l].moe->end_step());
+    }
+    return r;
+  };
+  const Run loop = train(true), each = train(false);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_LE(std::abs(loop.steps[s].loss - each.steps[s].loss), 1e-5 * std::abs(each.steps[s].loss)) << s;
+    ASSERT_TRUE(loop.steps[s].aux_loss.has_value());
+    EXPECT_NEAR(*loop.steps[s].aux_loss, *each.steps[s].aux_loss, 1e-6) << s;
+    EXPECT_NEAR(loop.steps[s].grad_norm, each.steps[s].grad_norm, 1e-4 * each.steps[s].grad_norm) << s;
+  }
+  EXPECT_EQ(loop.counts, each.counts);
+  // The layers' biases differ, and so do their choices: a loop reading one layer's for all would
+  // not match.
+  EXPECT_NE(each.counts[0], each.counts[1]);
 }
 
 }  // namespace

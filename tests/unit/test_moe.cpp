@@ -422,7 +422,8 @@ TEST(AuxiliaryLosses, TermsCountOnceByKeyAndReceiveTheirWeightedGradient) {
   Tensor a = rand_f64({3}, 30), out_in = rand_f64({2}, 31);
   Tensor term = ops::sum(ops::square(a));
   Tensor out = losses.attach(out_in, term, 0.5, 7);
-  losses.attach(out_in, term, 0.5, 7);  // a re-run replaces, never adds
+  // A re-run (checkpointing, a layer loop's backward) neither adds nor replaces the term counted.
+  losses.attach(out_in, ops::scale(term, 2.0), 0.5, 7);
   Tensor total = losses.total();
   EXPECT_NEAR(total.item(), 0.5 * term.item(), 1e-15);
   // d/da of (3 * total + sum(out)) = 3 * 0.5 * 2a, and out passes its gradient through.
@@ -430,6 +431,21 @@ TEST(AuxiliaryLosses, TermsCountOnceByKeyAndReceiveTheirWeightedGradient) {
       autograd::grad({ops::sum(out) + total * 3.0}, {Tensor::ones({}, {.dtype = kF64})}, {a, out_in});
   EXPECT_TRUE(tensors_close(g[0], a.detach() * 3.0, 1e-15, "term's gradient"));
   EXPECT_TRUE(tensors_close(g[1], Tensor::ones({2}, {.dtype = kF64}), 0, "out's gradient"));
+}
+
+// A layer loop takes the term its body attached and counts each layer's under the layer's key.
+TEST(AuxiliaryLosses, ATakenTermCountsAgainUnderItsLayersKeys) {
+  nn::AuxiliaryLosses losses;
+  const Tensor term = ops::sum(ops::square(rand_f64({3}, 32)));
+  losses.attach(rand_f64({2}, 33), term, 0.5, 0);
+  const Tensor taken = losses.take(0);
+  EXPECT_EQ(taken.item(), term.item());
+  EXPECT_EQ(losses.total().item(), 0.0) << "a taken term no longer counts";
+  const auto half = [](const Tensor& x) { return ops::scale(x, 0.5); };
+  losses.count(taken, half, 0);
+  losses.count(ops::scale(taken, 3.0), half, 1);
+  EXPECT_NEAR(losses.total().item(), 0.5 * 4.0 * term.item(), 1e-12);
+  EXPECT_TITAN_ERROR(losses.take(2), "no term under key 2");
 }
 
 }  // namespace

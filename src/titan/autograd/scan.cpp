@@ -161,7 +161,7 @@ Tensor keep_carry(const Tensor& h) {
 }  // namespace
 
 Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
-                   const std::function<Tensor(size_t, const Tensor&)>& run) {
+                   const std::function<Tensor(size_t, const Tensor&)>& run, const BlockOutputs& outputs) {
   if (!loopable(x, blocks)) {
     Tensor h = keep_carry(x);
     for (size_t i = 0; i < blocks.size(); ++i) h = keep_carry(run(i, h));
@@ -187,6 +187,9 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
   // block records its graph as backward will (grad mode on, h_i requiring grad), so that the two
   // writings of it match op for op.
   auto tape = std::make_shared<Tape>();
+  // What the body's block reported (outputs.take), and which of it are values of the body.
+  std::vector<Tensor> reported;
+  std::vector<size_t> of_body;
   // Over several devices, the carried activations (and their gradients) keep the program's layout
   // between blocks; the constraints sit outside the blocks' writing, which the tape compares.
   const std::optional<graph::Sharding> carry = program.carry_sharding();
@@ -203,17 +206,37 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
     }
     std::vector<graph::Value> ys{h_in};
     ys.insert(ys.end(), tape->saved.begin(), tape->saved.end());
+    if (outputs.take) reported = outputs.take();
+    for (size_t k = 0; k < reported.size(); ++k)
+      if (reported[k].is_lazy()) {
+        of_body.push_back(k);
+        ys.push_back(graph::value_of(reported[k], "scan_blocks"));
+      }
     return std::pair{std::vector<graph::Value>{keep(check_out(y))}, ys};
   });
   Tensor out = graph::tensor_of(forward.carry[0]);
   const graph::Value inputs_saved = forward.stacked[0];
-  const std::vector<graph::Value> residuals(forward.stacked.begin() + 1, forward.stacked.end());
+  const size_t first_report = 1 + tape->saved.size();
+  const std::vector<graph::Value> residuals(forward.stacked.begin() + 1,
+                                            forward.stacked.begin() + static_cast<std::ptrdiff_t>(first_report));
+  if (outputs.give)
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<Tensor> values = reported;
+      for (size_t k = 0; k < of_body.size(); ++k)
+        values[of_body[k]] = graph::tensor_of(program.row(forward.stacked[first_report + k], i));
+      outputs.give(static_cast<size_t>(i), std::move(values));
+    }
 
   std::vector<Tensor> inputs{x};
   for (const auto& block : blocks) inputs.insert(inputs.end(), block.begin(), block.end());
   const DType autocast = autocast_dtype();
+  // The blocks' tensors that get gradients; the others (buffers) are only read.
+  std::vector<size_t> trained;
+  for (size_t j = 0; j < first.size(); ++j)
+    if (first[j].requires_grad()) trained.push_back(j);
   record("scan_blocks", inputs, {out},
-         [first, stacked, inputs_saved, residuals, tape, n, run, autocast, check_out, keep](const GradContext& ctx) {
+         [first, stacked, inputs_saved, residuals, tape, n, run, autocast, check_out, keep,
+          trained](const GradContext& ctx) {
     // Backward, last block first: write block i again from h_i, taking what the forward saved
     // instead of computing it, differentiate it w.r.t. h_i and its parameters, and stack the
     // parameters' gradients.
@@ -234,12 +257,14 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
           }
           check_out(y);
           std::vector<Tensor> wrt{h};
-          wrt.insert(wrt.end(), first.begin(), first.end());
+          for (const size_t j : trained) wrt.push_back(first[j]);
           const std::vector<Tensor> g = grad({y}, {graph::tensor_of(keep(dy[0]))}, wrt);
           std::vector<graph::Value> grads;
-          for (size_t j = 0; j < first.size(); ++j)
-            grads.push_back(g[j + 1].defined() ? graph::value_of(g[j + 1], "scan_blocks")
-                                               : hlo::constant(0.0, first[j].sizes(), first[j].dtype()));
+          for (size_t t = 0; t < trained.size(); ++t) {
+            const Tensor& p = first[trained[t]];
+            grads.push_back(g[t + 1].defined() ? graph::value_of(g[t + 1], "scan_blocks")
+                                               : hlo::constant(0.0, p.sizes(), p.dtype()));
+          }
           return std::pair{std::vector<graph::Value>{keep(graph::value_of(g[0], "scan_blocks"))}, grads};
         },
         /*reverse=*/true);
@@ -248,7 +273,10 @@ Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& bloc
     std::vector<Tensor> out{graph::tensor_of(backward.carry[0])};
     graph::Program& program = graph::current_program();
     for (int64_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < first.size(); ++j) out.push_back(graph::tensor_of(program.row(backward.stacked[j], i)));
+      for (size_t j = 0, t = 0; j < first.size(); ++j) {
+        const bool has_grad = t < trained.size() && trained[t] == j;
+        out.push_back(has_grad ? graph::tensor_of(program.row(backward.stacked[t++], i)) : Tensor());
+      }
     return out;
   });
   return out;

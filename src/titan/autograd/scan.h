@@ -26,7 +26,25 @@ namespace titan::autograd {
 // value the blocks' parameters are rows 0..n-1 of (graph::Program::row: graph mode's stacked
 // training state), else their concatenation; backward hands back the blocks' gradients as rows of
 // the stacked gradients, so that a stacked update can take them whole.
+//
+// A block's tensors that do not require grad (an MoE router's expert bias, a buffer) are read per
+// block alike and get no gradient.
+//
+// What a block hands to code after the blocks besides its output (an MoE layer's expert counts and
+// its part of the load-balancing loss), which the loop must carry out of its body: take() removes
+// the values the block just left where it reports them, give(i, values) puts block i's there.
+// Unrolled, neither is called, as each block leaves its own. In the loop, take() runs after the
+// body's writing of the block (block 0's code on row i of the weights) and gives values of the body,
+// which the loop stacks [n, ...]; then give(i, row i of each stack) for every block, in order. A
+// value that is not of the program (a count the capture knows) is given as it is to every block.
+// The backward's second writing of the block runs its code again: a block must not report twice in
+// one forward (an MoE layer reports on its first run of a pass only).
+struct BlockOutputs {
+  std::function<std::vector<Tensor>()> take = nullptr;
+  std::function<void(size_t, std::vector<Tensor>)> give = nullptr;
+};
+
 Tensor scan_blocks(const Tensor& x, const std::vector<std::vector<Tensor>>& blocks,
-                   const std::function<Tensor(size_t, const Tensor&)>& run);
+                   const std::function<Tensor(size_t, const Tensor&)>& run, const BlockOutputs& outputs = {});
 
 }  // namespace titan::autograd

@@ -35,8 +35,7 @@ Tensor AuxiliaryLosses::attach(const Tensor& out, const Tensor& term, std::funct
               "AuxiliaryLosses::attach: the term must be a floating tensor, got ",
               term.defined() ? term.desc() : std::string("an undefined tensor"));
   TITAN_CHECK(out.defined(), "AuxiliaryLosses::attach: `out` is undefined; attach to the module's output");
-  state_->terms[key] = {term.detach(), weigh};
-  state_->dtype = term.dtype();
+  if (!state_->terms.contains(key)) count(term, weigh, key);
   Tensor result = out.detach();
   autograd::record("attach_auxiliary_loss", {out, term}, {result},
          [state = state_, weigh = std::move(weigh), shape = term.sizes()](const autograd::GradContext& g) {
@@ -47,6 +46,19 @@ Tensor AuxiliaryLosses::attach(const Tensor& out, const Tensor& term, std::funct
            return std::vector<Tensor>{g[0], d};
          });
   return result;
+}
+
+Tensor AuxiliaryLosses::take(int64_t key) {
+  const auto it = state_->terms.find(key);
+  TITAN_CHECK(it != state_->terms.end(), "AuxiliaryLosses::take: no term under key ", key);
+  Tensor value = it->second.value;
+  state_->terms.erase(it);
+  return value;
+}
+
+void AuxiliaryLosses::count(const Tensor& term, std::function<Tensor(const Tensor& x)> weigh, int64_t key) {
+  state_->terms[key] = {term.detach(), std::move(weigh)};
+  state_->dtype = term.dtype();
 }
 
 Tensor AuxiliaryLosses::total() const {

@@ -28,7 +28,8 @@ class AuxiliaryLosses {
   // `out` (a new handle to the same data) whose backward also sends weight * dL/d(total) to
   // `term`, a one-element tensor with the graph of what it was computed from. Counts
   // weight * term towards total() under `key`: a second attach under one key (the forward re-run
-  // by checkpointing) replaces the first.
+  // by activation checkpointing, or by a layer loop's backward) only sends the gradient; the term
+  // counted is the first's.
   Tensor attach(const Tensor& out, const Tensor& term, double weight, int64_t key);
 
   // As above for a term of any shape whose weights depend on what the rest of the forward does
@@ -39,6 +40,13 @@ class AuxiliaryLosses {
   // is tensor arithmetic, so the terms may live on any device (a captured step's included).
   Tensor attach(const Tensor& out, const Tensor& term, std::function<Tensor(const Tensor& x)> weigh,
                 int64_t key);
+
+  // A layer loop (autograd/scan.h) runs one layer's code for every layer, inside its body: take()
+  // removes the term under `key` and returns it (a value of the body), and count() counts each
+  // layer's (rows of the loop's stack, weighed as attach's) under that layer's key, replacing any.
+  // The gradient reaches the terms through attach in the backward's writing of the layer.
+  Tensor take(int64_t key);
+  void count(const Tensor& term, std::function<Tensor(const Tensor& x)> weigh, int64_t key);
 
   // The sum of the weighted terms over the keys, a 0-d tensor of the terms' dtype (f32 when none
   // was attached). With grad mode on it carries a node whose gradient reaches every attached term,

@@ -91,10 +91,6 @@ void check_model_layout(const JobConfig& c, const dist::ParallelDims& dims, cons
                     " with parallelism.expert_parallel_degree = ", ep,
                     ": the all-to-all dispatcher has no capacity yet; set capacity_factor = 0");
   }
-  if (c.compile.graph() && summary.num_experts > 0)
-    config::require(!c.compile.scan_layers, "compile.scan_layers = true: model ", model,
-                    " has MoE layers, whose expert loads and load-balancing losses graph mode's layer loop does not "
-                    "carry out of its body yet; set compile.scan_layers = false (every layer recorded)");
   if (const int64_t pp = dims.degree(MeshAxis::pp); pp > 1) {
     const std::string key = "parallelism.pipeline_parallel_degree = " + std::to_string(pp);
     config::require(dims.degree(MeshAxis::cp) == 1, key, " with parallelism.context_parallel_degree = ",

@@ -74,9 +74,15 @@ Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::Atte
 
 Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
   std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  Tensor out = common::run_blocks(*layers, first, last, h, [this, mask, pass](TransformerBlock& block, const Tensor& x) {
-    return block(x, rope(), mask, pass);
-  });
+  Tensor out = common::run_blocks(
+      *layers, first, last, h,
+      [this, mask, pass](TransformerBlock& block, const Tensor& x) { return block(x, rope(), mask, pass); },
+      [pass](TransformerBlock& block) {
+        return block.moe ? block.moe->take_loop_reports(*pass) : std::vector<Tensor>{};
+      },
+      [pass](TransformerBlock& block, std::vector<Tensor> reports) {
+        if (block.moe) block.moe->give_loop_reports(*pass, std::move(reports));
+      });
   last_pass_ = pass;
   return out;
 }

@@ -27,11 +27,14 @@ enum class LoadBalanceLoss { per_layer, global };
 // "per_layer" or "global" ([moe] load_balance_loss); anything else is an error naming both.
 LoadBalanceLoss load_balance_loss_from_name(const std::string& name);
 
-// The choices of every MoE layer of one forward pass, by layer, so that a layer re-run by
-// activation checkpointing replaces its own report.
+// The choices of every MoE layer of one forward pass, by layer; a layer re-run by activation
+// checkpointing (or by a layer loop's backward) keeps its first report.
 struct PooledChoices {
   std::map<int64_t, Tensor> tokens_per_expert;  // [experts] i64
   std::map<int64_t, int64_t> tokens;
+  // Every layer's choices summed, by the first weighing (total(), once every layer has reported)
+  // for all the layers' terms: one sum rather than one per layer (a captured step's ops).
+  Tensor summed = {};
 };
 
 // Layer `layer`'s per-layer loss, counted with `weight`.
@@ -43,5 +46,15 @@ Tensor attach_per_layer_loss(const Tensor& out, const Routing& routing, int64_t 
 // choices, N: the tokens, both over all layers in `pooled`), which the global loss is linear in.
 Tensor attach_global_loss(const Tensor& out, const Routing& routing, int64_t layer, double weight,
                           const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
+
+// For a layer loop (autograd/scan.h), which runs one layer's code inside its body for every layer:
+// take_loss removes what attach_*_loss reported for `layer` (values of the body: its term and, for
+// the global loss, its choices and a host scalar of its tokens); count_loss counts layer `layer`'s
+// (rows of the loop's stacks, in the same order) as attach_*_loss would have, without sending a
+// gradient, which reaches the term through attach in the backward's writing of the layer.
+std::vector<Tensor> take_loss(LoadBalanceLoss scope, int64_t layer,
+                              const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
+void count_loss(LoadBalanceLoss scope, const std::vector<Tensor>& taken, int64_t layer, double weight,
+                const std::shared_ptr<PooledChoices>& pooled, nn::AuxiliaryLosses& losses);
 
 }  // namespace titan::nn::moe

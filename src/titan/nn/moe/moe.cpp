@@ -36,7 +36,8 @@ Tensor MoE::forward(const Tensor& x, MoEPass& pass) {
   TokenDispatcher::Dispatched d = dispatcher->dispatch(tokens, r.ids, args_.num_experts);
   Tensor out = dispatcher->combine((*experts)(d.rows, d.rows_per_expert), r.weights, d);
 
-  if (is_training() && pass.layers_run.insert(layer_id_).second) {
+  // A re-run (activation checkpointing, a layer loop's backward) reports nothing again.
+  if (pass.layers_run.insert(layer_id_).second && is_training()) {
     records_.push_back(r.tokens_per_expert);
     records_.push_back(d.slots.dropped.defined() ? d.slots.dropped : Tensor::scalar<int64_t>(0));
   }
@@ -57,6 +58,36 @@ void MoE::put_records(std::vector<Tensor> records) {
   TITAN_CHECK(records.size() % 2 == 0, "moe::MoE::put_records: expected (tokens per expert, dropped) pairs, got ",
               records.size(), " tensors");
   records_.insert(records_.end(), records.begin(), records.end());
+}
+
+std::vector<Tensor> MoE::take_loop_reports(MoEPass& pass) {
+  std::vector<Tensor> out;
+  if (is_training()) {
+    TITAN_CHECK(records_.size() >= 2, "moe::MoE::take_loop_reports: layer ", layer_id_,
+                " recorded nothing in the loop's body");
+    out.assign(records_.end() - 2, records_.end());
+    records_.resize(records_.size() - 2);
+  }
+  if (pass.aux_loss_weight > 0) {
+    const std::vector<Tensor> loss =
+        take_loss(pass.load_balance_loss, layer_id_, pass.pooled_choices, pass.aux_losses);
+    out.insert(out.end(), loss.begin(), loss.end());
+  }
+  return out;
+}
+
+void MoE::give_loop_reports(MoEPass& pass, std::vector<Tensor> reports) {
+  pass.layers_run.insert(layer_id_);
+  auto at = reports.begin();
+  if (is_training()) {
+    TITAN_CHECK(reports.size() >= 2, "moe::MoE::give_loop_reports: ", reports.size(),
+                " reports where take_loop_reports gives a record pair first");
+    records_.insert(records_.end(), at, at + 2);
+    at += 2;
+  }
+  if (pass.aux_loss_weight > 0)
+    count_loss(pass.load_balance_loss, {at, reports.end()}, layer_id_, pass.aux_loss_weight,
+               pass.pooled_choices, pass.aux_losses);
 }
 
 std::vector<int64_t> MoE::end_step() {

@@ -80,6 +80,14 @@ class MoE : public Module {
   // reads them as in eager mode.
   std::vector<Tensor> take_records();
   void put_records(std::vector<Tensor> records);
+
+  // Graph mode's layer loop (autograd/scan.h) runs the first layer's code for every layer inside
+  // its body. take_loop_reports, on that layer, removes what its forward reported into `pass` and
+  // its records (values of the body); give_loop_reports, on layer i, puts layer i's there (rows of
+  // the loop's stacks of them), as if layer i had run, so that its records, expert loads and
+  // load-balancing loss are read after the loop as after layers run one by one.
+  std::vector<Tensor> take_loop_reports(MoEPass& pass);
+  void give_loop_reports(MoEPass& pass, std::vector<Tensor> reports);
   // Replaceable: makes this process's counts the step's global ones in place (a sum over the
   // ranks that routed other tokens), so that every rank updates the bias alike. Unset: local.
   std::function<void(std::vector<int64_t>&)> count_reducer = nullptr;
