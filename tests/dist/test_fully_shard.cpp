@@ -257,6 +257,7 @@ TEST(FullyShard, UnevenShardsOnThreeRanksMatchOneRankAndResumeAcrossTwo) {
   // The balancing terms see each rank's own batch (see LossesMatchOneRankOnTheSameGlobalBatch).
   auto on = [](int ranks) {
     return std::vector<std::string>{"--moe.load_balance_bias=false", "--moe.aux_loss_coeff=0",
+                                    "--training.global_batch_size=6",
                                     "--training.local_batch_size=" + std::to_string(6 / ranks),
                                     "--parallelism.data_parallel_shard_degree=" + std::to_string(ranks)};
   };
