@@ -39,6 +39,9 @@ void materialize_meta_tensors(nn::Module& model, const FullyShard* fsdp) {
   const MemoryOwnerScope owner(MemoryCategory::parameters);
   for (const auto& [name, p] : model.named_parameters())
     if (!sharded.contains(name)) materialize(p);
+  // A shard's valid rows view its storage: materialising them gives the whole shard, padding
+  // included, zeroed memory.
+  for (const auto& [name, s] : sharded) materialize(s.valid);
 }
 
 nn::init::ShardTargets shard_targets(nn::Module& model, const FullyShard* fsdp, const SliceOf& slice_of) {

@@ -8,6 +8,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/memory_owner.h"
+#include "titan/core/meta.h"
 
 namespace titan::parallel {
 
@@ -53,13 +54,15 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
                 "fully_shard: parameter ", name, " is ", p.desc(),
                 "; FSDP shards contiguous f32 or f64 parameters of at least one dimension on dim 0");
     // Every rank keeps rows of rank 0's values, whatever each initialised. A meta parameter has
-    // none yet: its zero shard is filled later (param_shards), so the model is never whole.
+    // none yet: its shard is meta too, given memory and values later (param_shards), so nothing
+    // proportional to the model is allocated before a memory plan has been checked.
     const bool meta = p.is_meta();
     if (!meta) {
       replicate_group_.broadcast(p, 0).wait();
       shard_group_.broadcast(p, 0).wait();
     }
     const int64_t shard_rows = (p.size(0) + n - 1) / n;
+    const MetaScope shard_is_meta(meta);
     Param param{.name = name,
                 .full = p,
                 .shard = Tensor::zeros(with_rows(p.sizes(), shard_rows), p.options()),
