@@ -43,6 +43,11 @@ const std::vector<Case>& cases() {
       {"qwen3/debug_moe.toml", 4, {"--parallelism.expert_parallel_degree=2"}, 2},
       // pp 2 keeps half the layers (rank 0: the embedding too) and FSDP shards them 4 ways.
       {"llama3/debug.toml", 8, {"--parallelism.pipeline_parallel_degree=2"}, 8},
+      // Replicas hold it all, and DDP's buckets as much again.
+      {"llama3/debug.toml",
+       2,
+       {"--parallelism.data_parallel_replicate_degree=2", "--parallelism.data_parallel_shard_degree=1"},
+       1},
       // cp ranks hold the same parameters.
       {"llama3/debug.toml",
        8,

@@ -189,6 +189,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   } else {
     plan.grad_bytes = local;
   }
+  if (in.ddp) plan.bucket_bytes = local;
   // Without FSDP too, gradients accumulate whole across the micro-batches.
   if (in.micro_batches > 1) plan.held_grad_bytes = local;
   // bf16 products keep a bf16 copy of each weight they read for backward: of every weight, or,
@@ -201,7 +202,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
 void log_memory_plan(const MemoryPlan& p, std::ostream& log) {
   log << "titan: memory plan (" << p.scope << "): step peak " << gib(p.peak_bytes()) << " = parameters "
       << gib(p.param_bytes) << " + gathered for compute " << gib(p.gathered_bytes) << " + AdamW moments "
-      << gib(p.optimizer_bytes) << " + the larger of gradients " << gib(p.grad_bytes) << " and activations "
+      << gib(p.optimizer_bytes);
+  if (p.bucket_bytes > 0) log << " + DDP's gradient buckets " << gib(p.bucket_bytes);
+  log << " + the larger of gradients " << gib(p.grad_bytes) << " and activations "
       << gib(p.activation_bytes) << " (estimate)";
   if (p.held_grad_bytes > 0) log << " with earlier micro-batches' gradients " << gib(p.held_grad_bytes);
   log << "; start-up " << gib(p.startup_bytes()) << "\n" << std::flush;
@@ -235,7 +238,8 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
   const std::string what =
       "this rank needs about " + gib(plan.peak_bytes()) + " (" + plan.scope + ": parameters " + gib(plan.param_bytes) +
       ", gathered " + gib(plan.gathered_bytes) + ", gradients " + gib(plan.grad_bytes) + ", AdamW moments " +
-      gib(plan.optimizer_bytes) + ", activations " + gib(plan.activation_bytes) + " estimated) but " +
+      gib(plan.optimizer_bytes) + (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
+      ", activations " + gib(plan.activation_bytes) + " estimated) but " +
       gib(available.bytes) + " are available (" + available.source +
       "); spread the model over more ranks with FSDP (parallelism.data_parallel_shard_degree), turn on "
       "activation checkpointing (activation_checkpoint.mode = \"full\"), or lower training.local_batch_size or "

@@ -23,6 +23,7 @@ namespace titan::train {
 struct MemoryPlanInputs {
   models::CausalLM& model;             // built on meta, parallelized (tp/ep/pp slices applied)
   const parallel::FullyShard* fsdp;    // null without FSDP
+  bool ddp = false;                    // replicated data parallelism, whose gradient buckets persist
   const parallel::PipelineParallel* pp;  // null without pipeline stages
   int64_t pp_rank = 0;                 // this rank's place in the pipeline
   // What the optimizer steps: FSDP's shards, else the parameters.
@@ -45,14 +46,16 @@ struct MemoryPlan {
   // micro-batches before it under gradient accumulation.
   int64_t held_grad_bytes = 0;
   int64_t optimizer_bytes = 0;   // AdamW's two moments
+  int64_t bucket_bytes = 0;      // DDP's flat gradient buckets, made at start-up and kept
   int64_t activation_bytes = 0;  // an estimate of what a step keeps for backward (memory_plan.cpp)
-  // Deferred initialisation and the optimizer: the parameters this rank keeps and their moments.
-  int64_t startup_bytes() const { return param_bytes + optimizer_bytes; }
+  // Deferred initialisation and the optimizer: the parameters this rank keeps, their moments and
+  // DDP's buckets.
+  int64_t startup_bytes() const { return param_bytes + optimizer_bytes + bucket_bytes; }
   // The most a step holds at once: parameters, gathered copies and moments throughout, and at
   // backward's start the activations (with the gradients held), or at its end the gradients, by
   // which time backward has freed the activations.
   int64_t peak_bytes() const {
-    return param_bytes + gathered_bytes + optimizer_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes);
+    return startup_bytes() + gathered_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes);
   }
 };
 

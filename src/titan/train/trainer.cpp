@@ -315,6 +315,7 @@ MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
   const MemoryPlan memory = train::plan_memory(
       {.model = *model,
        .fsdp = plans.fsdp.get(),
+       .ddp = dp_style == parallel::DataParallelStyle::ddp,
        .pp = plans.pp.get(),
        .pp_rank = mesh->coordinate(dist::MeshAxis::pp),
        .optimized = optimized,
