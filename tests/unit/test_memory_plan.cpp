@@ -2,6 +2,7 @@
 // holds, and its check against the memory available.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -100,6 +101,13 @@ TEST(MemoryPlan, AvailableMemoryIsThisMachinesAtMost) {
   while (meminfo >> key >> kib >> unit)
     if (key == "MemTotal:") total = kib * 1024;
   EXPECT_LE(a.bytes, total);
+
+  // Four ranks of this node share it.
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  const AvailableMemory shared = available_memory();
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  EXPECT_LE(shared.bytes, total / 4);
+  EXPECT_NE(shared.source.find("shared by the 4 ranks of this node"), std::string::npos) << shared.source;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "titan/train/memory_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -224,6 +225,16 @@ AvailableMemory available_memory() {
     a.bytes = *limit;
     a.source = "this process's cgroup memory limit";
   }
+  // The ranks a launcher started on this node share its memory (Open MPI's and MPICH's counts).
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* value = std::getenv(name)) {
+      const int64_t ranks = std::atoll(value);
+      if (ranks > 1) {
+        a.bytes /= ranks;
+        a.source += ", shared by the " + std::to_string(ranks) + " ranks of this node";
+      }
+      break;
+    }
   return a;
 }
 

@@ -65,7 +65,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in);
 void log_memory_plan(const MemoryPlan& plan, std::ostream& log);
 
 // The memory this process may use: the smaller of /proc/meminfo's MemAvailable and the cgroup
-// (v2 memory.max, v1 memory.limit_in_bytes) limit when one is set; and where the figure comes from.
+// (v2 memory.max, v1 memory.limit_in_bytes) limit when one is set, divided among the ranks the MPI
+// launcher started on this node; and where the figure comes from.
 struct AvailableMemory {
   int64_t bytes = 0;  // 0: unknown (no /proc/meminfo)
   std::string source;
