@@ -324,15 +324,16 @@ TEST_F(CliGuards, AMemoryPlanOverTheMachinesMemoryIsRefusedUnlessToldToWarn) {
     return extra;
   };
   for (const std::vector<std::string>& args :
-       {with({"--dry-run=1"}), with({"--training.dataset_path=" + (dir_ / "corpus.txt").string(), "--training.seq_len=1024",
-                                     "--job.dump_folder=" + dir_.string()})}) {
+       {with({"--dry-run=1"}), with({"--training.dataset_path=" + (dir_ / "corpus.txt").string(),
+                                     "--training.seq_len=1024", "--job.dump_folder=" + dir_.string()})}) {
     const CliRun r = titan(args);
     EXPECT_EQ(r.rc, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("titan: memory plan (rank 0 of 1, eager): step peak "), std::string::npos) << r.out;
-    for (const char* part : {"training.memory_check = \"refuse\": this rank needs about", "parameters 262.8 GiB",
-                             "AdamW moments 525.7 GiB", "GiB are available (", "parallelism.data_parallel_shard_degree",
-                             "activation_checkpoint.mode", "training.local_batch_size", "training.seq_len",
-                             "training.memory_check = \"warn\" goes ahead"})
+    for (const char* part :
+         {"training.memory_check = \"refuse\": this rank needs about", "parameters 262.8 GiB",
+          "AdamW moments 525.7 GiB", "GiB are available (", "parallelism.data_parallel_shard_degree",
+          "activation_checkpoint.mode", "training.local_batch_size", "training.seq_len",
+          "training.memory_check = \"warn\" goes ahead"})
       EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
   }
   const CliRun warned = titan(with({"--dry-run=1", "--training.memory_check=warn"}));
@@ -352,7 +353,8 @@ TEST_F(CliGuards, ALogRedirectedToAFileHoldsTheStartUpLinesOfARunKilledBeforeIts
   // A step long enough (8 x 128 tokens: a tenth of a second on a fast core) that the file is read
   // between the start-up lines and the first step's line, whose flush would otherwise write them.
   const pid_t pid = spawn(
-      train_args({"--training.steps=1000000", "--training.seq_len=128", "--training.local_batch_size=8"}), fd, false);
+      train_args({"--training.steps=1000000", "--training.seq_len=128", "--training.local_batch_size=8"}), fd,
+      false);
   ::close(fd);
   ASSERT_GE(pid, 0);
   std::string text;
@@ -363,8 +365,10 @@ TEST_F(CliGuards, ALogRedirectedToAFileHoldsTheStartUpLinesOfARunKilledBeforeIts
   ::kill(pid, SIGKILL);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_NE(text.find("titan: step eager"), std::string::npos) << "no start-up line reached the file in 60 s: '" << text << "'";
-  EXPECT_EQ(text.find("\nstep "), std::string::npos) << "the start-up lines reached the file with the first step's only";
+  ASSERT_NE(text.find("titan: step eager"), std::string::npos)
+      << "no start-up line reached the file in 60 s: '" << text << "'";
+  EXPECT_EQ(text.find("\nstep "), std::string::npos)
+      << "the start-up lines reached the file with the first step's only";
   for (const char* line : {"titan: memory plan (", "titan: memory check (", "titan: job ", "titan: model ",
                            "titan: batch ", "titan: step eager"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;

@@ -7,8 +7,8 @@
 
 #include "support/paths.h"
 #include "support/test_util.h"
-#include "titan/train/config/job_config.h"
 #include "titan/core/allocator.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
 namespace titan::train {
@@ -69,7 +69,8 @@ TEST(DryRun, PlanCountsThisRanksShareOnly) {
     EXPECT_EQ(r.plan.optimizer_bytes, 2 * r.plan.param_bytes) << what;
     EXPECT_EQ(r.startup_peak_bytes, 0) << "measured without being asked to initialise";
     EXPECT_NE(log.find("dry run of rank 0 of " + std::to_string(c.ranks)), std::string::npos) << log;
-    EXPECT_NE(log.find("memory plan (rank 0 of " + std::to_string(c.ranks) + ", eager)"), std::string::npos) << log;
+    EXPECT_NE(log.find("memory plan (rank 0 of " + std::to_string(c.ranks) + ", eager)"), std::string::npos)
+        << log;
   }
 }
 
@@ -98,7 +99,8 @@ TEST(DryRun, ALargeLayoutIsPlannedWithoutAllocatingTheModel) {
   EXPECT_GT(static_cast<double>(r.plan.param_bytes), whole / 64) << log;
   EXPECT_LT(static_cast<double>(r.plan.param_bytes), 1.01 * whole / 64) << log;
   EXPECT_NE(log.find("whose float32 values alone would take 875.79"), std::string::npos) << log;
-  EXPECT_NE(log.find("warning: training.memory_check = \"warn\": this rank needs about"), std::string::npos) << log;
+  EXPECT_NE(log.find("warning: training.memory_check = \"warn\": this rank needs about"), std::string::npos)
+      << log;
 
   // Over a billion ranks every rank holds a row of each parameter at most: a plan, at once.
   CpuAllocator::instance().reset_peak();

@@ -26,13 +26,14 @@ JobConfig debug_config(std::vector<std::string> overrides) {
   const std::filesystem::path corpus = dir / "corpus.txt";
   if (!std::filesystem::exists(corpus)) {
     std::ofstream f(corpus);
-    for (int i = 0; i < 2000; ++i) f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
+    for (int i = 0; i < 2000; ++i)
+      f << "In the beginning God created the heaven and the earth. " << i << "\n\n";
   }
-  overrides.insert(overrides.begin(), {"--training.dataset_path=" + corpus.string(), "--training.steps=1",
-                                       "--training.local_batch_size=4", "--training.seq_len=128",
-                                       "--lr_scheduler.warmup_steps=0", "--checkpoint.enable=false",
-                                       "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                       "--job.dump_folder=" + dir.string()});
+  overrides.insert(
+      overrides.begin(),
+      {"--training.dataset_path=" + corpus.string(), "--training.steps=1", "--training.local_batch_size=4",
+       "--training.seq_len=128", "--lr_scheduler.warmup_steps=0", "--checkpoint.enable=false",
+       "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11", "--job.dump_folder=" + dir.string()});
   return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", overrides);
 }
 
@@ -47,7 +48,8 @@ TEST(MemoryPlan, StepPeakIsWithinThirtyPercentOfAMeasuredStep) {
       {"--training.local_batch_size=8", "--training.seq_len=256"},
       {"--training.gradient_accumulation_steps=2"},
   };
-  if (!kernels::cpu::onednn_bf16_isa().empty()) cases.push_back({"--training.mixed_precision_param=bfloat16"});
+  if (!kernels::cpu::onednn_bf16_isa().empty())
+    cases.push_back({"--training.mixed_precision_param=bfloat16"});
   for (const std::vector<std::string>& overrides : cases) {
     const JobConfig cfg = debug_config(overrides);
     std::ostringstream log;
@@ -61,13 +63,18 @@ TEST(MemoryPlan, StepPeakIsWithinThirtyPercentOfAMeasuredStep) {
     std::string what;
     for (const std::string& o : overrides) what += o + " ";
     const double ratio = static_cast<double>(plan.peak_bytes()) / static_cast<double>(measured);
-    EXPECT_GT(ratio, 0.7) << what << "plan " << plan.peak_bytes() << " bytes, measured " << measured << "\n" << log.str();
-    EXPECT_LT(ratio, 1.3) << what << "plan " << plan.peak_bytes() << " bytes, measured " << measured << "\n" << log.str();
+    EXPECT_GT(ratio, 0.7) << what << "plan " << plan.peak_bytes() << " bytes, measured " << measured << "\n"
+                          << log.str();
+    EXPECT_LT(ratio, 1.3) << what << "plan " << plan.peak_bytes() << " bytes, measured " << measured << "\n"
+                          << log.str();
   }
 }
 
 MemoryPlan plan_of(int64_t peak) {
-  return {.scope = "rank 0 of 1, eager", .param_bytes = peak / 4, .optimizer_bytes = peak / 2, .activation_bytes = peak / 4};
+  return {.scope = "rank 0 of 1, eager",
+          .param_bytes = peak / 4,
+          .optimizer_bytes = peak / 2,
+          .activation_bytes = peak / 4};
 }
 
 TEST(MemoryPlan, OverTheAvailableMemoryRefusesWithTheFiguresOrWarnsAsAsked) {
@@ -81,9 +88,10 @@ TEST(MemoryPlan, OverTheAvailableMemoryRefusesWithTheFiguresOrWarnsAsAsked) {
       << log.str();
 
   EXPECT_TITAN_ERROR(check_memory_plan(plan_of(int64_t{4} << 30), available, "refuse", log, warn),
-                     "training.memory_check = \"refuse\"", "this rank needs about 4.00 GiB", "AdamW moments 2.00 GiB",
-                     "1.00 GiB are available (a test's figure)", "parallelism.data_parallel_shard_degree",
-                     "activation_checkpoint.mode", "training.local_batch_size", "training.seq_len",
+                     "training.memory_check = \"refuse\"", "this rank needs about 4.00 GiB",
+                     "AdamW moments 2.00 GiB", "1.00 GiB are available (a test's figure)",
+                     "parallelism.data_parallel_shard_degree", "activation_checkpoint.mode",
+                     "training.local_batch_size", "training.seq_len",
                      "training.memory_check = \"warn\" goes ahead");
   EXPECT_TRUE(warnings.empty());
   check_memory_plan(plan_of(int64_t{4} << 30), available, "warn", log, warn);

@@ -75,8 +75,9 @@ Tensor head_weight(models::common::DecoderBase& decoder) {
 //   every block of this rank        T x block_saves(block)
 //   a checkpointed block instead    T x hidden x 4 (its input), plus, once, T x block_saves of the
 //                                   largest block while backward recomputes it
-//   the head (last stage)           T x (dim x operand bytes + 2 x vocab slice x 4): the product's
-//                                   input, the logits the loss keeps and their gradient
+//   the head (last stage)           T x (dim x 4 + dim x operand bytes + 2 x vocab slice x 4): the
+//                                   final norm's input, the product's, the logits the loss keeps
+//                                   and their gradient
 // Checkpointed blocks: all under "full", every k-th under "selective" k; under "selective" "op"
 // (graph mode's layer loop) every block keeps its products' outputs only. A pipeline rank holds
 // peak_in_flight (micro-batch, stage) units at once, a unit being its layers over the stages it
@@ -93,8 +94,8 @@ int64_t activation_bytes(const MemoryPlanInputs& in) {
   int64_t per_token = 0, largest_checkpointed = 0, local = 0;
   for (const auto& [name, block] : decoder->blocks().named_children()) {
     const BlockSaves s = block_saves(*block, operand_bytes, ac.per_op());
-    if (s.param_bytes == 0) continue;  // another pipeline stage's
-    if (every_k > 0 && local++ % every_k == 0) {
+    if (s.param_bytes == 0) continue;             // another pipeline stage's
+    if (every_k > 0 && ++local % every_k == 0) {  // the k-th, 2k-th, ... as apply_activation_checkpointing
       per_token += hidden * kActivationBytes;
       largest_checkpointed = std::max(largest_checkpointed, s.per_token);
     } else {
@@ -153,7 +154,8 @@ std::optional<int64_t> cgroup_limit() {
     const std::optional<int64_t> l = read_limit(file);
     if (l && *l > 0 && *l < (int64_t{1} << 60)) limit = limit ? std::min(*limit, *l) : *l;
   };
-  for (const std::string& dir : {"/sys/fs/cgroup" + v2_path, std::string("/sys/fs/cgroup")}) take(dir + "/memory.max");
+  for (const std::string& dir : {"/sys/fs/cgroup" + v2_path, std::string("/sys/fs/cgroup")})
+    take(dir + "/memory.max");
   for (const std::string& dir : {"/sys/fs/cgroup/memory" + v1_path, std::string("/sys/fs/cgroup/memory")})
     take(dir + "/memory.limit_in_bytes");
   return limit;
@@ -205,8 +207,8 @@ void log_memory_plan(const MemoryPlan& p, std::ostream& log) {
       << gib(p.param_bytes) << " + gathered for compute " << gib(p.gathered_bytes) << " + AdamW moments "
       << gib(p.optimizer_bytes);
   if (p.bucket_bytes > 0) log << " + DDP's gradient buckets " << gib(p.bucket_bytes);
-  log << " + the larger of gradients " << gib(p.grad_bytes) << " and activations "
-      << gib(p.activation_bytes) << " (estimate)";
+  log << " + the larger of gradients " << gib(p.grad_bytes) << " and activations " << gib(p.activation_bytes)
+      << " (estimate)";
   if (p.held_grad_bytes > 0) log << " with earlier micro-batches' gradients " << gib(p.held_grad_bytes);
   log << "; start-up " << gib(p.startup_bytes()) << "\n" << std::flush;
 }
@@ -238,8 +240,9 @@ AvailableMemory available_memory() {
   return a;
 }
 
-void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available, const std::string& memory_check,
-                       std::ostream& log, const std::function<void(const std::string&)>& warn) {
+void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
+                       const std::string& memory_check, std::ostream& log,
+                       const std::function<void(const std::string&)>& warn) {
   // "mem <figure>": how every log names a figure that varies from run to run.
   log << "titan: memory check (training.memory_check = \"" << memory_check << "\"): peak "
       << gib(plan.peak_bytes()) << " of mem " << (available.bytes > 0 ? gib(available.bytes) : "unknown")
@@ -247,13 +250,15 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
       << std::flush;
   if (available.bytes == 0 || plan.peak_bytes() <= available.bytes) return;
   const std::string what =
-      "this rank needs about " + gib(plan.peak_bytes()) + " (" + plan.scope + ": parameters " + gib(plan.param_bytes) +
-      ", gathered " + gib(plan.gathered_bytes) + ", gradients " + gib(plan.grad_bytes) + ", AdamW moments " +
-      gib(plan.optimizer_bytes) + (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
-      ", activations " + gib(plan.activation_bytes) + " estimated) but " +
-      gib(available.bytes) + " are available (" + available.source +
+      "this rank needs about " + gib(plan.peak_bytes()) + " (" + plan.scope + ": parameters " +
+      gib(plan.param_bytes) + ", gathered " + gib(plan.gathered_bytes) + ", gradients " +
+      gib(plan.grad_bytes) + ", AdamW moments " + gib(plan.optimizer_bytes) +
+      (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") + ", activations " +
+      gib(plan.activation_bytes) + " estimated) but " + gib(available.bytes) + " are available (" +
+      available.source +
       "); spread the model over more ranks with FSDP (parallelism.data_parallel_shard_degree), turn on "
-      "activation checkpointing (activation_checkpoint.mode = \"full\"), or lower training.local_batch_size or "
+      "activation checkpointing (activation_checkpoint.mode = \"full\"), or lower training.local_batch_size "
+      "or "
       "training.seq_len";
   config::require(memory_check != "refuse", "training.memory_check = \"refuse\": ", what,
                   "; training.memory_check = \"warn\" goes ahead anyway");

@@ -21,27 +21,27 @@ namespace titan::train {
 
 // What a memory plan is computed from: a rank's model after its parallel plans, and its step.
 struct MemoryPlanInputs {
-  models::CausalLM& model;             // built on meta, parallelized (tp/ep/pp slices applied)
-  const parallel::FullyShard* fsdp;    // null without FSDP
-  bool ddp = false;                    // replicated data parallelism, whose gradient buckets persist
+  models::CausalLM& model;               // built on meta, parallelized (tp/ep/pp slices applied)
+  const parallel::FullyShard* fsdp;      // null without FSDP
+  bool ddp = false;                      // replicated data parallelism, whose gradient buckets persist
   const parallel::PipelineParallel* pp;  // null without pipeline stages
-  int64_t pp_rank = 0;                 // this rank's place in the pipeline
+  int64_t pp_rank = 0;                   // this rank's place in the pipeline
   // What the optimizer steps: FSDP's shards, else the parameters.
   const std::vector<std::pair<std::string, Tensor>>& optimized;
-  int64_t sequences_per_forward = 1;   // local_batch_size, or the pipeline's micro-batch size
-  int64_t tokens_per_sequence = 1;     // seq_len over the context-parallel degree
-  int64_t micro_batches = 1;           // gradient accumulation steps
+  int64_t sequences_per_forward = 1;  // local_batch_size, or the pipeline's micro-batch size
+  int64_t tokens_per_sequence = 1;    // seq_len over the context-parallel degree
+  int64_t micro_batches = 1;          // gradient accumulation steps
   parallel::ActivationCheckpointConfig checkpointing = {};
-  DType matmul_dtype = kF32;           // training.mixed_precision_param
-  bool reshard_after_forward = true;   // parallelism.fsdp_reshard_after_forward
-  std::string scope;                   // what the plan is for, for the log
+  DType matmul_dtype = kF32;          // training.mixed_precision_param
+  bool reshard_after_forward = true;  // parallelism.fsdp_reshard_after_forward
+  std::string scope;                  // what the plan is for, for the log
 };
 
 struct MemoryPlan {
   std::string scope;
-  int64_t param_bytes = 0;      // the parameters this rank keeps: FSDP's shards, else its slices
-  int64_t gathered_bytes = 0;   // parameters held whole for compute at once (FSDP's all-gathers, bf16 copies)
-  int64_t grad_bytes = 0;       // gradients at their most, at the end of backward
+  int64_t param_bytes = 0;     // the parameters this rank keeps: FSDP's shards, else its slices
+  int64_t gathered_bytes = 0;  // parameters held whole for compute at once (FSDP's all-gathers, bf16 copies)
+  int64_t grad_bytes = 0;      // gradients at their most, at the end of backward
   // Of those, what exists while a forward's activations are all held: the gradients of the
   // micro-batches before it under gradient accumulation.
   int64_t held_grad_bytes = 0;
@@ -76,7 +76,8 @@ AvailableMemory available_memory();
 // Compares the plan's peak with `available`, saying so in `log`. Over it, training.memory_check =
 // "refuse" throws a config error with the figures and what to change; "warn" hands that text to
 // `warn` and goes on.
-void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available, const std::string& memory_check,
-                       std::ostream& log, const std::function<void(const std::string&)>& warn);
+void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
+                       const std::string& memory_check, std::ostream& log,
+                       const std::function<void(const std::string&)>& warn);
 
 }  // namespace titan::train

@@ -312,21 +312,21 @@ data::Batch Trainer::State::next_batch() {
 MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
   const JobConfig& c = cfg;
   const std::vector<std::pair<std::string, Tensor>> optimized = optimized_params();
-  const MemoryPlan memory = train::plan_memory(
-      {.model = *model,
-       .fsdp = plans.fsdp.get(),
-       .ddp = dp_style == parallel::DataParallelStyle::ddp,
-       .pp = plans.pp.get(),
-       .pp_rank = mesh->coordinate(dist::MeshAxis::pp),
-       .optimized = optimized,
-       .sequences_per_forward =
-           plans.pp ? c.parallelism.pipeline_parallel_microbatch_size : c.training.local_batch_size,
-       .tokens_per_sequence = c.training.seq_len / dims.degree(dist::MeshAxis::cp),
-       .micro_batches = plan.gradient_accumulation_steps,
-       .checkpointing = c.activation_checkpoint,
-       .matmul_dtype = matmul_dtype(c.training),
-       .reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never",
-       .scope = scope});
+  const MemoryPlan memory =
+      train::plan_memory({.model = *model,
+                          .fsdp = plans.fsdp.get(),
+                          .ddp = dp_style == parallel::DataParallelStyle::ddp,
+                          .pp = plans.pp.get(),
+                          .pp_rank = mesh->coordinate(dist::MeshAxis::pp),
+                          .optimized = optimized,
+                          .sequences_per_forward = plans.pp ? c.parallelism.pipeline_parallel_microbatch_size
+                                                            : c.training.local_batch_size,
+                          .tokens_per_sequence = c.training.seq_len / dims.degree(dist::MeshAxis::cp),
+                          .micro_batches = plan.gradient_accumulation_steps,
+                          .checkpointing = c.activation_checkpoint,
+                          .matmul_dtype = matmul_dtype(c.training),
+                          .reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never",
+                          .scope = scope});
   log_memory_plan(memory, log);
   check_memory_plan(memory, available_memory(), c.training.memory_check, log,
                     [this](const std::string& text) { warn(text); });
@@ -575,7 +575,8 @@ TrainResult Trainer::train() {
   return result;
 }
 
-DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log, DryRunOptions options) {
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log,
+                     DryRunOptions options) {
   validate(cfg);
   Trainer::State s(cfg, log, dist::ProcessGroup::simulated(rank, world_size));
   const JobConfig& c = s.cfg;

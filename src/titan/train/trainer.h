@@ -52,7 +52,8 @@ struct DryRunOptions {
 // against this machine's memory as a training run's is (training.memory_check). Nothing
 // proportional to the model is allocated, so it shows what a rank of a layout this machine could
 // never launch needs (405B over thousands of ranks).
-DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log, DryRunOptions options = {});
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log,
+                     DryRunOptions options = {});
 
 // Prints the table of the pipeline schedule [parallelism] asks for (one row per pp rank, one
 // column per time slot; F forward, B backward, I input gradients, W weight gradients), with its
