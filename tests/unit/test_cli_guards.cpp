@@ -425,6 +425,67 @@ TEST_F(CliGuards, InterruptedTrainExitsWith75AfterSavingACheckpoint) {
   EXPECT_NE(titan({"train", "--help"}).out.find("75 when SIGINT/SIGTERM stopped the run"), std::string::npos);
 }
 
+// A layout that cannot fit this machine (Llama 3 70B on one rank: over a TB) is refused with the
+// plan's figures and what to change, by a dry run and by training alike, before anything
+// proportional to the model is allocated; training.memory_check = "warn" lets the dry run go ahead.
+TEST_F(CliGuards, AMemoryPlanOverTheMachinesMemoryIsRefusedUnlessToldToWarn) {
+  const std::vector<std::string> seventy_b = {"train", "--config", "configs/llama3/70b.toml",
+                                              "--parallelism.tensor_parallel_degree=1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), seventy_b.begin(), seventy_b.end());
+    return extra;
+  };
+  for (const std::vector<std::string>& args :
+       {with({"--dry-run=1"}), with({"--training.dataset_path=" + (dir_ / "corpus.txt").string(),
+                                     "--training.seq_len=1024", "--job.dump_folder=" + dir_.string()})}) {
+    const CliRun r = titan(args);
+    EXPECT_EQ(r.rc, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("titan: memory plan (rank 0 of 1, eager): step peak "), std::string::npos) << r.out;
+    for (const char* part :
+         {"training.memory_check = \"refuse\": this rank needs about", "parameters 262.8 GiB",
+          "AdamW moments 525.7 GiB", "GiB are available (", "parallelism.data_parallel_shard_degree",
+          "activation_checkpoint.mode", "training.local_batch_size", "training.seq_len",
+          "training.memory_check = \"warn\" goes ahead"})
+      EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+  }
+  const CliRun warned = titan(with({"--dry-run=1", "--training.memory_check=warn"}));
+  EXPECT_EQ(warned.rc, 0) << warned.err;
+  EXPECT_NE(warned.out.find("titan: warning: training.memory_check = \"warn\": this rank needs about"),
+            std::string::npos)
+      << warned.out;
+  EXPECT_NE(warned.out.find("float32 values alone would take 262.8"), std::string::npos) << warned.out;
+}
+
+// Redirected to a file, as under SLURM or nohup, the log's start-up lines are on disk as they are
+// written: a run killed before its first step (for memory, say) leaves them behind.
+TEST_F(CliGuards, ALogRedirectedToAFileHoldsTheStartUpLinesOfARunKilledBeforeItsFirstStep) {
+  const fs::path log = dir_ / "train.log";
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  // A step long enough (8 x 128 tokens: a tenth of a second on a fast core) that the file is read
+  // between the start-up lines and the first step's line, whose flush would otherwise write them.
+  const pid_t pid = spawn(
+      train_args({"--training.steps=1000000", "--training.seq_len=128", "--training.local_batch_size=8"}), fd,
+      false);
+  ::close(fd);
+  ASSERT_GE(pid, 0);
+  std::string text;
+  for (int i = 0; i < 6000 && text.find("titan: step eager") == std::string::npos; ++i) {
+    ::usleep(10000);
+    text = slurp(log);
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_NE(text.find("titan: step eager"), std::string::npos)
+      << "no start-up line reached the file in 60 s: '" << text << "'";
+  EXPECT_EQ(text.find("\nstep "), std::string::npos)
+      << "the start-up lines reached the file with the first step's only";
+  for (const char* line : {"titan: memory plan (", "titan: memory check (", "titan: job ", "titan: model ",
+                           "titan: batch ", "titan: step eager"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+}
+
 TEST_F(CliGuards, GenerateReadsTheFinalHuggingFaceSaveOfATrainingRun) {
   CliRun r = train({"--checkpoint.last_save_model_only=true", "--checkpoint.last_save_in_hf=true"});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -1,5 +1,8 @@
 // The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert. The benchmarks
 // are programs of their own (bench/, build/bench/bench_*).
+#include <unistd.h>
+
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -30,8 +33,9 @@ constexpr const char* kUsage =
     "  --print-schedule   prints the pipeline schedule's table (a row per pp rank, a column per time\n"
     "                     slot: F forward, B backward, I input and W weight gradients), its bubble, and exits\n"
     "  --dry-run=N[:R]    builds rank R (default 0) of a job of N ranks as [parallelism] lays it out\n"
-    "                     (mesh, model on meta, plans, its shards, optimizer state), without launching\n"
-    "                     the others or reading data; prints the start-up memory of that rank and exits\n"
+    "                     (mesh, model on meta, plans), without launching the others, reading data or\n"
+    "                     allocating the model; prints that rank's memory plan, checks it against this\n"
+    "                     machine's memory as training does (training.memory_check) and exits\n"
     "  exit status: 0 when training.steps are done; 75 when SIGINT/SIGTERM stopped the run after\n"
     "  a step and saved a checkpoint there (run the same command again to resume); 1 on an error;\n"
     "  128+N when a second signal N ended it at once, without a checkpoint\n"
@@ -41,6 +45,9 @@ constexpr const char* kUsage =
     "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n";
 
 int train(const std::vector<std::string>& args) {
+  // A log redirected to a file (SLURM, nohup) gets each line when it is written, as a terminal
+  // does, so that a run killed for memory leaves every line it printed on disk.
+  if (!isatty(STDOUT_FILENO)) setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   std::string config;
   bool print = false, print_schedule = false;
   int dry_ranks = 0, dry_rank = 0;  // 0 ranks: no dry run

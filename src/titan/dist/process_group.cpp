@@ -282,8 +282,10 @@ ProcessGroup ProcessGroup::simulated(int rank, int size, const std::string& name
   impl->name = name;
   impl->rank = rank;
   impl->size = size;
+  // No member list: the other ranks do not exist, and a list of them would cost memory in
+  // proportion to the layout a dry run describes (a billion ranks: 4 GB per group).
   impl->world_ranks.clear();
-  for (int r = 0; r < size; ++r) impl->world_ranks.push_back(r);
+  if (size == 1) impl->world_ranks.push_back(0);
   impl->simulated = size > 1;
   return ProcessGroup(impl);
 }

@@ -54,7 +54,7 @@ class ProcessGroup {
   int rank() const;  // this process's rank within the group
   int size() const;
   const std::string& name() const;
-  // The world rank of each member, by group rank.
+  // The world rank of each member, by group rank; empty for a simulated group of several ranks.
   const std::vector<int>& world_ranks() const;
   double timeout_seconds() const;
   // Applies to collectives started after the call.

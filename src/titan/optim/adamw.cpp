@@ -45,6 +45,12 @@ AdamW::AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOpt
   }
 }
 
+int64_t AdamW::state_bytes(const std::vector<std::pair<std::string, Tensor>>& params) {
+  int64_t bytes = 0;
+  for (const auto& [name, p] : params) bytes += 2 * static_cast<int64_t>(p.nbytes());  // exp_avg, exp_avg_sq
+  return bytes;
+}
+
 void AdamW::step(double grad_scale) {
   TITAN_CHECK(grad_scale > 0 && std::isfinite(grad_scale),
               "AdamW::step: grad_scale must be finite and > 0, got ", grad_scale);

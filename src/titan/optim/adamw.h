@@ -42,6 +42,9 @@ class AdamW {
   // `params` as Module::named_parameters() lists them: contiguous f32 or f64 leaves on the CPU,
   // unique names and tensors. The moments are allocated here, so memory use is known up front.
   explicit AdamW(const std::vector<std::pair<std::string, Tensor>>& params, AdamWOptions opts = {});
+  // The bytes of the moments the constructor would allocate for `params` (meta tensors count
+  // their shapes): what a memory plan counts before any of them exists.
+  static int64_t state_bytes(const std::vector<std::pair<std::string, Tensor>>& params);
 
   // Updates every parameter that has a gradient; the others are left alone. Each gradient is
   // read multiplied by grad_scale (optim::clip_coefficient, to clip without rewriting the

@@ -39,6 +39,8 @@ void materialize_meta_tensors(nn::Module& model, const FullyShard* fsdp) {
   const MemoryOwnerScope owner(MemoryCategory::parameters);
   for (const auto& [name, p] : model.named_parameters())
     if (!sharded.contains(name)) materialize(p);
+  // The whole shard, padding included, in zeroed memory.
+  for (const auto& [name, s] : sharded) materialize(s.shard);
 }
 
 nn::init::ShardTargets shard_targets(nn::Module& model, const FullyShard* fsdp, const SliceOf& slice_of) {

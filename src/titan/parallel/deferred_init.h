@@ -1,6 +1,6 @@
 #pragma once
 // Deferred initialisation: a model built under a MetaScope (core/meta.h) holds shapes and no
-// memory; it is sharded (FSDP gives each rank zero shards), and then each rank writes only the
+// memory; it is sharded (FSDP gives each rank meta shards), and then each rank writes only the
 // values it owns, equal bit for bit to that part of the same model built and initialised whole on
 // one rank with the same generator. No rank ever holds the whole model.
 //
@@ -9,7 +9,7 @@
 //     const MetaScope meta;                     // parameters and persistent buffers: meta
 //     model = std::make_shared<Transformer>(args);
 //   }
-//   auto fsdp = parallel::apply_fsdp(*model, *model->layers, mesh);   // zero shards, no collective
+//   auto fsdp = parallel::apply_fsdp(*model, *model->layers, mesh);   // meta shards, no collective
 //   Generator gen(seed);
 //   parallel::deferred_init(*model, gen, fsdp.get());                  // model->init_weights(gen)
 //
@@ -37,10 +37,11 @@ namespace titan::parallel {
 // the whole logical tensor.
 using SliceOf = std::function<std::optional<GlobalSlice>(const std::string& name, const Tensor& param)>;
 
-// Gives every meta tensor of `model` that FSDP does not own zeroed memory, in place (so every
-// alias sees it): persistent buffers (their values come from init_weights, or stay zero, as an
-// eager build's), and parameters outside `fsdp` (whole local tensors). A meta non-persistent
-// buffer is refused: it is computed at construction (build it under MetaScope(false)).
+// Gives every meta tensor of `model` zeroed memory, in place (so every alias sees it): persistent
+// buffers (their values come from init_weights, or stay zero, as an eager build's), parameters
+// outside `fsdp` (whole local tensors) and the shards `fsdp` made of meta parameters. A meta
+// non-persistent buffer is refused: it is computed at construction (build it under
+// MetaScope(false)).
 void materialize_meta_tensors(nn::Module& model, const FullyShard* fsdp = nullptr);
 
 // Where init must write each parameter on this rank: FSDP's parameters into their shards'

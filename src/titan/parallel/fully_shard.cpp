@@ -8,6 +8,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/memory_owner.h"
+#include "titan/core/meta.h"
 
 namespace titan::parallel {
 
@@ -93,7 +94,8 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
                 "fully_shard: parameter ", name, " is ", p.desc(),
                 "; FSDP shards contiguous f32 or f64 parameters of at least one dimension on dim 0");
     // Every rank keeps rows of rank 0's values, whatever each initialised. A meta parameter has
-    // none yet: its zero shard is filled later (param_shards), so the model is never whole.
+    // none yet: its shard is meta too, given memory and values later (param_shards), so nothing
+    // proportional to the model is allocated before a memory plan has been checked.
     const bool meta = p.is_meta();
     dist::ProcessGroup& group = own_ && own_->holds(name) ? own_->group : shard_group_;
     if (!meta) {
@@ -101,6 +103,7 @@ FullyShard::FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks,
       group.broadcast(p, 0).wait();
     }
     const ShardGrid grid = plan_shard_grid(p.sizes(), group.size());
+    const MetaScope shard_is_meta(meta);
     Param param{.name = name,
                 .full = p,
                 .shard = Tensor::zeros(grid.chunk, p.options()),

@@ -78,8 +78,9 @@ class FullyShard {
   // Shards every parameter of `root` across `shard_group` (each rank keeps its rows of the
   // values rank 0 holds, so all start from rank 0's initialisation) and installs the hooks.
   // `blocks` are modules inside `root`, run in this order in forward. Collective over both groups.
-  // A meta parameter (the model built under a MetaScope, core/meta.h) gets a zero shard and no
-  // collective: its values are written into the shards afterwards, from param_shards() (see
+  // A meta parameter (the model built under a MetaScope, core/meta.h) gets a meta shard and no
+  // collective: shard_bytes() and named_shards() say what this rank will hold before it holds it;
+  // the shards are given zeroed memory and their values afterwards, through param_shards() (see
   // parallel/deferred_init.h).
   // Parameters `own` holds are sharded over own.group (and broadcast over it alone).
   FullyShard(nn::Module& root, const std::vector<nn::Module*>& blocks, dist::ProcessGroup shard_group,

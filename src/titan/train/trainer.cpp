@@ -33,6 +33,7 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/layout_checks.h"
+#include "titan/train/memory_plan.h"
 #include "titan/train/metrics/memory_snapshot.h"
 #include "titan/train/metrics/metrics.h"
 #include "titan/train/metrics/peak_flops.h"
@@ -92,12 +93,14 @@ struct Trainer::State {
       : cfg(std::move(c)),
         world(std::move(w)),
         null_log(&null_buffer),
-        log(world.rank() == 0 ? l : null_log),
+        log(logs() ? l : null_log),
         rng(static_cast<uint64_t>(cfg.training.seed)) {}
+  // Whether this process writes the log: world rank 0, or the one rank a dry run simulates.
+  bool logs() const { return world.rank() == 0 || world.is_simulated(); }
   // Rank 0 writes warnings to the log with everything else; the other ranks, whose log goes
   // nowhere, to stderr with their rank.
   void warn(const std::string& text) const {
-    if (world.rank() == 0)
+    if (logs())
       log << "titan: warning: " << text << "\n";
     else
       std::cerr << "titan: rank " << world.rank() << ": warning: " << text << "\n";
@@ -143,7 +146,17 @@ struct Trainer::State {
   void lay_out(const dist::MeshDegrees& degrees);
   struct Data;
   Data build_data();
+  // The model on meta, its parallel plans applied: shapes only, nothing proportional to it.
   void build_model(const data::Tokenizer& tokenizer);
+  // This rank's memory plan of the model as built: logged, and checked against the memory the
+  // process may use (training.memory_check).
+  MemoryPlan plan_memory(const std::string& scope);
+  // Deferred initialisation: this rank's shards and slices allocated and given their values.
+  void initialise();
+  // What the optimizer steps: FSDP's shards, else the parameters.
+  std::vector<std::pair<std::string, Tensor>> optimized_params() const {
+    return plans.fsdp ? plans.fsdp->named_shards() : model->named_parameters();
+  }
   // Under parallelism, makes every MoE layer's step counts the global ones (nn::moe::MoE::count_reducer).
   void install_global_expert_counts();
   void build_optimizer();
@@ -244,6 +257,9 @@ void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
                               .micro_batches = c.training.local_batch_size / c.parallelism.pipeline_parallel_microbatch_size,
                               .split_points = split_list(c.parallelism.pipeline_parallel_split_points)}});
   }
+}
+
+void Trainer::State::initialise() {
   {
     MemoryOwnerScope owner(MemoryCategory::parameters);
     // A plan's slice first; a parameter outside this rank's pipeline stages is the empty box of it.
@@ -293,9 +309,32 @@ data::Batch Trainer::State::next_batch() {
   return b;
 }
 
+MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
+  const JobConfig& c = cfg;
+  const std::vector<std::pair<std::string, Tensor>> optimized = optimized_params();
+  const MemoryPlan memory =
+      train::plan_memory({.model = *model,
+                          .fsdp = plans.fsdp.get(),
+                          .ddp = dp_style == parallel::DataParallelStyle::ddp,
+                          .pp = plans.pp.get(),
+                          .pp_rank = mesh->coordinate(dist::MeshAxis::pp),
+                          .optimized = optimized,
+                          .sequences_per_forward = plans.pp ? c.parallelism.pipeline_parallel_microbatch_size
+                                                            : c.training.local_batch_size,
+                          .tokens_per_sequence = c.training.seq_len / dims.degree(dist::MeshAxis::cp),
+                          .micro_batches = plan.gradient_accumulation_steps,
+                          .checkpointing = c.activation_checkpoint,
+                          .matmul_dtype = matmul_dtype(c.training),
+                          .reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never",
+                          .scope = scope});
+  log_memory_plan(memory, log);
+  check_memory_plan(memory, available_memory(), c.training.memory_check, log,
+                    [this](const std::string& text) { warn(text); });
+  return memory;
+}
+
 void Trainer::State::build_optimizer() {
-  // The optimizer steps what this rank holds: the shards under FSDP, else the parameters.
-  named_params = plans.fsdp ? plans.fsdp->named_shards() : model->named_parameters();
+  named_params = optimized_params();
   const auto& named = named_params;
   for (auto& [n, p] : named) params.push_back(p);
   if (dp_style == parallel::DataParallelStyle::ddp)
@@ -415,6 +454,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
   s.lay_out(degrees);
   const State::Data data = s.build_data();
   s.build_model(*data.tokenizer);
+  s.plan_memory(s.mode->memory_plan_scope(s.world.rank(), s.world.size()));
+  s.initialise();
   s.build_optimizer();
   s.build_metrics();
   s.log_setup(data);
@@ -534,10 +575,9 @@ TrainResult Trainer::train() {
   return result;
 }
 
-DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log) {
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log,
+                     DryRunOptions options) {
   validate(cfg);
-  CpuAllocator::instance().reset_peak();
-  const int64_t before = CpuAllocator::instance().stats().allocated_bytes;
   Trainer::State s(cfg, log, dist::ProcessGroup::simulated(rank, world_size));
   const JobConfig& c = s.cfg;
   // The layout of the ranks, as eager mode lays it out: what a rank of it builds and holds.
@@ -546,19 +586,20 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
   s.lay_out(degrees);
   // The byte tokenizer: the model's vocabulary is the config's, and no data is read.
   s.build_model(*data::load_tokenizer(""));
-  s.build_optimizer();
-  DryRunReport r{.world_size = world_size, .rank = rank};
-  r.peak_bytes = CpuAllocator::instance().stats().peak_allocated_bytes - before;
-  for (const Tensor& p : s.params) r.param_bytes += static_cast<int64_t>(p.nbytes());
-  r.training_bytes = 4 * r.param_bytes;  // parameters, gradients and two moments of the same size
-  const double gb = 1.0 / (1 << 30);
   log << "titan: dry run of rank " << rank << " of " << world_size << " (" << s.dims.describe() << "), model "
-      << c.model.name << "/" << c.model.flavor << ": " << s.summary.num_params / 1e9 << " B parameters\n"
-      << "titan: this rank holds " << r.param_bytes * gb << " GiB of parameters; training keeps "
-      << r.training_bytes * gb << " GiB (parameters, gradients, AdamW moments)\n"
-      << "titan: start-up peak " << r.peak_bytes * gb
-      << " GiB = " << static_cast<double>(r.peak_bytes) / static_cast<double>(r.training_bytes)
-      << " of what training keeps (the whole model would be " << 4.0 * s.summary.num_params * gb << " GiB)\n";
+      << c.model.name << "/" << c.model.flavor << ": " << s.summary.num_params / 1e9
+      << " B parameters, whose float32 values alone would take "
+      << 4.0 * static_cast<double>(s.summary.num_params) / (1 << 30) << " GiB on one rank\n";
+  DryRunReport r{.world_size = world_size,
+                 .rank = rank,
+                 .plan = s.plan_memory(s.mode->memory_plan_scope(rank, world_size))};
+  if (options.initialise) {
+    CpuAllocator::instance().reset_peak();
+    const int64_t before = CpuAllocator::instance().stats().allocated_bytes;
+    s.initialise();
+    s.build_optimizer();
+    r.startup_peak_bytes = CpuAllocator::instance().stats().peak_allocated_bytes - before;
+  }
   return r;
 }
 

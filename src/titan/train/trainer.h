@@ -10,6 +10,7 @@
 
 #include "titan/dist/process_group.h"
 #include "titan/train/config/job_config.h"
+#include "titan/train/memory_plan.h"
 #include "titan/train/metrics/metrics.h"
 #include "titan/train/stop_on_signal.h"
 
@@ -28,22 +29,31 @@ struct TrainResult {
   bool interrupted = false;  // stopped by a signal before training.steps
 };
 
-// What a dry run measured: one rank of a job laid out as its config says, built without the
-// other ranks.
+// What a dry run found: one rank of a job laid out as its config says, built without the other
+// ranks.
 struct DryRunReport {
   int world_size = 1;
   int rank = 0;
-  int64_t peak_bytes = 0;      // the allocator's high-water mark while building and initialising
-  int64_t param_bytes = 0;     // this rank's parameters (its shards and slices)
-  int64_t training_bytes = 0;  // what training keeps per rank: parameters, gradients, AdamW's moments
+  MemoryPlan plan;  // computed on meta
+  // With DryRunOptions::initialise: the allocator's high-water mark while this rank's shards were
+  // initialised and its optimizer state made; 0 otherwise.
+  int64_t startup_peak_bytes = 0;
+};
+
+struct DryRunOptions {
+  // Also initialise this rank's shards and make its optimizer (allocating them), measuring what
+  // start-up really holds; a small model's test, not the command's.
+  bool initialise = false;
 };
 
 // Builds rank `rank` of a job of `world_size` ranks as `cfg` lays it out: the device mesh, the
-// model on meta, its parallel plans, this rank's initialised shards and its optimizer state,
-// without launching the other ranks (their process groups are simulated) and without data. Nothing
-// larger than this rank's part is allocated, so it shows what start-up costs a rank of a layout
-// this machine could never launch (405B over thousands of ranks). Logs the figures to `log`.
-DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log);
+// model on meta and its parallel plans, without launching the other ranks (their process groups
+// are simulated) and without data, and prints its memory plan (memory_plan.h) to `log`, checked
+// against this machine's memory as a training run's is (training.memory_check). Nothing
+// proportional to the model is allocated, so it shows what a rank of a layout this machine could
+// never launch needs (405B over thousands of ranks).
+DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostream& log,
+                     DryRunOptions options = {});
 
 // Prints the table of the pipeline schedule [parallelism] asks for (one row per pp rank, one
 // column per time slot; F forward, B backward, I input gradients, W weight gradients), with its

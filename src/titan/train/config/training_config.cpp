@@ -19,7 +19,10 @@ void declare_keys(config::Keys<TrainingConfig>& keys) {
            "accumulation, weights, activations, reductions and optimizer; needs AVX512-BF16 or AMX)")
       .add("mixed_precision_reduce", &C::mixed_precision_reduce, config::one_of({"float32"}),
            "dtype FSDP reduce-scatters and averages gradients in; float32 only (bf16 reduction is not built)")
-      .add("seed", &C::seed, config::non_negative(), "seed of initialisation and data order");
+      .add("seed", &C::seed, config::non_negative(), "seed of initialisation and data order")
+      .add("memory_check", &C::memory_check, config::one_of({"refuse", "warn"}),
+           "when this rank's memory plan exceeds the memory available at start-up: refuse (stop with the "
+           "figures) or warn (go ahead)");
 }
 
 BatchPlan plan_batches(const TrainingConfig& t, int64_t dp_degree) {

@@ -21,6 +21,9 @@ struct TrainingConfig {
   std::string mixed_precision_param = "float32";
   std::string mixed_precision_reduce = "float32";
   int64_t seed = 0;
+  // What start-up does when the memory plan's peak exceeds the memory available (train/memory_plan.h):
+  // "refuse" stops with the figures, "warn" goes ahead.
+  std::string memory_check = "refuse";
 };
 
 void declare_keys(config::Keys<TrainingConfig>& keys);

@@ -123,6 +123,14 @@ class GraphMode : public ExecutionMode {
 
   std::string label() const override { return "graph on " + plugin_; }
 
+  // The process keeps the whole model on the host and the plugin lays out each device's share of
+  // the step itself: the plan is one device's micro-batch with the whole model's state.
+  std::string memory_plan_scope(int, int) const override {
+    return "graph mode, one device of the layout: its micro-batch's activations, with the parameters, "
+           "gradients and moments counted whole as this process keeps them on the host; the plugin's device "
+           "buffers are not counted";
+  }
+
   std::unique_ptr<StepEngine> make_engine(const StepParts& parts) override {
     TITAN_CHECK(runner_.has_value(), "graph mode: make_engine called before lay_out, or twice");
     auto engine = std::make_unique<GraphEngine>(parts, std::move(*runner_), mesh_);

@@ -92,6 +92,11 @@ class ExecutionMode {
   // The metrics line's note of where steps run; empty for the host.
   virtual std::string label() const { return ""; }
 
+  // What the memory plan of process `rank` of `size` counts (train/memory_plan.h), for the log.
+  virtual std::string memory_plan_scope(int rank, int size) const {
+    return "rank " + std::to_string(rank) + " of " + std::to_string(size) + ", eager";
+  }
+
   // Called once, after the model, the optimizer and any checkpoint are loaded.
   virtual std::unique_ptr<StepEngine> make_engine(const StepParts& parts) = 0;
 };
