@@ -12,8 +12,8 @@
 //   a2a time  seconds from the start of each all-to-all to its completion, summed per step.
 //   hidden    each dispatch waits for its all-to-all at once: none of it is hidden under
 //             computation, and the figure printed is the share of the step it takes.
-//   grads     the gradients outside the experts are then averaged over ep (an all-reduce),
-//             counted apart.
+//   other     ep borrows dp_shard's ranks (TorchTitan's layout), so everything outside the
+//             experts is FSDP-sharded over them: its all-gathers and reduce-scatters, counted apart.
 // With more ranks than cores, step times measure communication and memory, not speed-up.
 #include <chrono>
 #include <cstdio>
@@ -31,6 +31,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/comm_ops.h"
 #include "titan/parallel/expert_parallel.h"
+#include "titan/parallel/fully_shard.h"
 #include "titan/train/step/eager_step.h"
 
 namespace {
@@ -44,7 +45,7 @@ struct Figures {
   double step_seconds = 0;
   double a2a_bytes = 0;    // per step
   double a2a_seconds = 0;  // per step
-  double other_bytes = 0;  // per step: the gradient all-reduce over ep
+  double other_bytes = 0;  // per step: FSDP's all-gathers and reduce-scatters over dp_shard
   double other_seconds = 0;
   double peak_bytes = 0;
   double analytical_a2a_bytes = 0;  // per step, uniform routing
@@ -61,7 +62,7 @@ Figures measure(dist::ProcessGroup world) {
   Generator gen(1);
   std::shared_ptr<models::CausalLM> model = spec.build(cfg, kSeq, gen);
   const int64_t n = world.size();
-  dist::DeviceMesh mesh(world, {.dp_shard = 1, .ep = n});
+  dist::DeviceMesh mesh(world, {.dp_shard = -1, .ep = n});
   models::Parallelized parts = spec.parallelize(*model, {.mesh = &mesh, .seq_len = kSeq});
   int64_t moe_layers = 0, dim = 0, top_k = 0;
   for (const auto& [name, m] : model->named_modules())
@@ -70,7 +71,7 @@ Figures measure(dist::ProcessGroup world) {
       dim = moe->router->gate->in_features();
       top_k = moe->router->top_k();
     }
-  auto named = model->named_parameters();
+  auto named = parts.fsdp ? parts.fsdp->named_shards() : model->named_parameters();
   std::vector<Tensor> params;
   for (auto& [name, p] : named) params.push_back(p);
   optim::AdamW optimizer(named);
@@ -80,12 +81,14 @@ Figures measure(dist::ProcessGroup world) {
     return data::Batch{tokens.narrow(1, 0, kSeq).contiguous(), tokens.narrow(1, 1, kSeq).contiguous()};
   };
   train::StepParallelism sync;
-  if (parts.ep) {
-    parallel::ExpertParallel& ep = *parts.ep;
-    sync = {.reduce = [&] { ep.reduce_gradients(named); },
-            .sum_norm_partials = [&](double partial) { return ep.sum_norm_partials(partial); },
-            .norm_params = ep.norm_params(named)};
-  }
+  if (parallel::FullyShard* fsdp = parts.fsdp.get())
+    sync = {.before_backward = [fsdp](bool last) { fsdp->set_gradient_sync(last); },
+            .reduce =
+                [&, fsdp] {
+                  fsdp->reduce_gradients();
+                  if (parts.ep) parts.ep->scale_expert_gradients(named);
+                },
+            .sum_norm_partials = [fsdp](double partial) { return fsdp->sum_over_shards(partial); }};
   train::train_step(*model, optimizer, params, 1.0, 1, next, sync);
   CpuAllocator::instance().reset_peak();
   parallel::reset_comm_stats();
@@ -133,7 +136,7 @@ int run_ranks(dist::ProcessGroup& world) {
               one.step_seconds, step / one.step_seconds);
   std::printf(
       "  all-to-all: %.3f s per step, %.0f%% of the step; hidden under compute: 0%% (each dispatch waits at "
-      "once)\n  gradient all-reduce over ep: %.2f MiB, %.3f s per step, not hidden\n",
+      "once)\n  FSDP over dp_shard (ep's ranks): %.2f MiB sent, %.3f s waited per step\n",
       a2a_seconds, 100 * a2a_seconds / step, other_bytes * mib, other_seconds);
   return 0;
 }
