@@ -192,8 +192,12 @@ TEST(FullyShard, GridPiecesGatherAndReduceAsTheWholeTensor) {
         << name;
     // On 4 ranks: a as 2 x 2 pieces; b (35 elements a rank by its rows, 26.25 its share) on its
     // last dim. On 2, b likewise (60 elements, not 70).
-    if (n == 4) EXPECT_EQ(shard.sizes(), name == "a" ? Shape({1, 3}) : Shape({3, 5, 2})) << name;
-    if (n == 2) EXPECT_EQ(shard.sizes(), name == "a" ? Shape({1, 6}) : Shape({3, 5, 4})) << name;
+    if (n == 4) {
+      EXPECT_EQ(shard.sizes(), name == "a" ? Shape({1, 3}) : Shape({3, 5, 2})) << name;
+    }
+    if (n == 2) {
+      EXPECT_EQ(shard.sizes(), name == "a" ? Shape({1, 6}) : Shape({3, 5, 4})) << name;
+    }
   }
 }
 
@@ -279,7 +283,9 @@ TEST(FullyShard, UnevenShardsOnThreeRanksMatchOneRankAndResumeAcrossTwo) {
     if (world.rank() < saver) {
       const TrainResult r = Trainer(small_config(join(on(saver), c.save), config), log, saving).train();
       expect_one_rank(r, 0, "FSDP over " + std::to_string(saver) + " ranks");
-      if (world.rank() == 0) EXPECT_NE(log.str().find("FSDP"), std::string::npos) << log.str();
+      if (world.rank() == 0) {
+        EXPECT_NE(log.str().find("FSDP"), std::string::npos) << log.str();
+      }
     }
     world.barrier().wait();
     if (world.rank() < resumer) {

@@ -64,7 +64,9 @@ TEST(ShardGrid, EveryRankWithinAFewPercentOfItsShare) {
       const ShardGrid g = plan_shard_grid(shape, ranks);
       const double ideal = share(shape, ranks);
       // A rank holds at least one element; a small tensor's share may be less.
-      if (ideal >= 64) EXPECT_LE(g.shard_numel(), 1.05 * ideal) << shape_str(shape) << " over " << ranks;
+      if (ideal >= 64) {
+        EXPECT_LE(g.shard_numel(), 1.05 * ideal) << shape_str(shape) << " over " << ranks;
+      }
       if (share(shape, 1) <= 1e5) expect_tiles_once(shape, g, ranks);
     }
 }
