@@ -19,6 +19,7 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 #include "titan/optim/adamw.h"
+#include "titan/parallel/activation_checkpoint.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/train/trainer.h"
 #include "trainer_fixture.h"
@@ -199,6 +200,37 @@ TEST(FullyShard, GridPiecesGatherAndReduceAsTheWholeTensor) {
       EXPECT_EQ(shard.sizes(), name == "a" ? Shape({1, 6}) : Shape({3, 5, 4})) << name;
     }
   }
+}
+
+// With activation checkpointing each block's gradients are released as the block below starts
+// its backward (autograd::release_leaves), so a rank holds about two blocks' whole gradients at
+// once, not the whole model's until the end of backward: a step's peak stays well under the
+// model's bytes, where holding every gradient whole would exceed them.
+TEST(FullyShard, ActivationCheckpointingReducesEachBlocksGradientsDuringBackward) {
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() == 1) GTEST_SKIP() << "one rank has nothing to shard";
+  models::llama3::ModelArgs args = tiny_llama3_args();
+  args.n_layers = 8;
+  Generator gen(1);
+  models::llama3::Transformer model(args);
+  model.init_weights(gen);
+  int64_t whole = 0;
+  for (const auto& [name, p] : model.named_parameters()) whole += static_cast<int64_t>(p.nbytes());
+  parallel::apply_activation_checkpointing(*model.layers, parallel::ActivationCheckpointMode::full);
+  std::vector<nn::Module*> blocks;
+  for (const auto& [name, block] : model.layers->named_children()) blocks.push_back(block.get());
+  parallel::FullyShard fsdp(model, blocks, world, dist::ProcessGroup::single());
+  const Tensor tokens = Tensor::arange(32).reshape({2, 16});
+  CpuAllocator::instance().reset_peak();
+  const int64_t before = CpuAllocator::instance().stats().allocated_bytes;
+  ops::cross_entropy(model(tokens), tokens).backward();
+  const int64_t peak = CpuAllocator::instance().stats().peak_allocated_bytes - before;
+  fsdp.reduce_gradients();
+  if (world.rank() == 0)
+    std::cout << "FSDP + full activation checkpointing, 8 blocks: backward's peak " << peak << " bytes, the model "
+              << whole << "\n";
+  EXPECT_LT(static_cast<double>(peak), 0.85 * static_cast<double>(whole));
+  for (const Tensor& s : fsdp.shards()) EXPECT_TRUE(s.grad().defined());
 }
 
 TEST(FullyShard, CheckpointSavedOnAllRanksLoadsOnFewer) {

@@ -74,8 +74,10 @@ class CliGuards : public ::testing::Test {
   CliRun train(const std::vector<std::string>& extra = {}) const { return titan(train_args(extra)); }
 
   // Starts `titan ARGS` from the source tree with its stdout (and stderr too, with `both`) on
-  // `fd`, which the caller closes after; returns its pid.
-  static pid_t spawn(std::vector<std::string> args, int fd, bool both) {
+  // `fd`, which the caller closes after; returns its pid. `in_child`, when given, runs in the
+  // child before titan starts (a resource limit); it returns false to give up.
+  static pid_t spawn(std::vector<std::string> args, int fd, bool both,
+                     const std::function<bool()>& in_child = nullptr) {
     args.insert(args.begin(), TITAN_CLI);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -84,7 +86,7 @@ class CliGuards : public ::testing::Test {
     if (pid == 0) {
       ::dup2(fd, 1);
       if (both) ::dup2(fd, 2);
-      if (::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
+      if ((in_child && !in_child()) || ::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
       ::execv(TITAN_CLI, argv.data());
       std::_Exit(127);
     }
@@ -348,22 +350,12 @@ TEST_F(CliGuards, AnErrorEndsInOneNewline) {
 TEST_F(CliGuards, AFailedCheckpointWriteIsReportedOnALineOfItsOwn) {
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
-  std::vector<std::string> args = train_args({"--checkpoint.interval=1", "--training.steps=1"});
-  args.insert(args.begin(), TITAN_CLI);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipe_fds[1], 1);
-    ::dup2(pipe_fds[1], 2);
+  const pid_t pid = spawn(train_args({"--checkpoint.interval=1", "--training.steps=1"}), pipe_fds[1], true, [] {
     // Past the limit a write fails with EFBIG instead of raising SIGXFSZ.
     ::signal(SIGXFSZ, SIG_IGN);
     const rlimit small = {.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
-    if (::setrlimit(RLIMIT_FSIZE, &small) != 0 || ::chdir(TITAN_SOURCE_DIR) != 0) std::_Exit(127);
-    ::execv(TITAN_CLI, argv.data());
-    std::_Exit(127);
-  }
+    return ::setrlimit(RLIMIT_FSIZE, &small) == 0;
+  });
   ASSERT_GE(pid, 0);
   ::close(pipe_fds[1]);
   const std::string out = read_all(pipe_fds[0]);

@@ -138,6 +138,8 @@ class GraphTask {
         split_(split) {}
 
   void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads);
+  // release_leaves' work, in the pass that owns leaves (the outermost).
+  void release(const std::shared_ptr<Node>& leaf);
   const Node* running() const { return running_; }
   const Split* split() const { return split_; }
 
@@ -165,6 +167,10 @@ class GraphTask {
   // Whether leaves accumulate as soon as complete: false once the pass has seen a node that
   // rebuilds a graph, whose gradients may reach a leaf after its counted ones have.
   bool eager_leaves_ = true;
+  // Leaves release() let accumulate as soon as complete, and those it ran out of the queue's order
+  // (skipped when the queue reaches them).
+  std::unordered_set<Node*> released_;
+  std::unordered_set<Node*> ran_early_;
   std::unordered_map<Node*, Pending> pending_;
   std::unordered_set<Node*> seen_;
   std::unordered_set<Node*> queued_;
@@ -233,8 +239,25 @@ void GraphTask::run(const std::vector<Tensor>& roots, const std::vector<Tensor>&
   while (!ready_.empty()) {
     std::shared_ptr<Node> node = ready_.top();
     ready_.pop();
-    execute(node);
+    if (ran_early_.erase(node.get()) == 0) execute(node);
   }
+}
+
+void GraphTask::release(const std::shared_ptr<Node>& leaf) {
+  if (parent_) {
+    parent_->release(leaf);
+    return;
+  }
+  if (split_ && split_->is_weight_leaf(leaf.get())) return;  // W accumulates those
+  auto it = pending_.find(leaf.get());
+  if (it == pending_.end()) return;  // no gradient yet (it accumulates at the end), or done
+  if (it->second.deps > 0) {
+    released_.insert(leaf.get());
+    return;
+  }
+  if (queued_.contains(leaf.get())) ran_early_.insert(leaf.get());
+  queued_.insert(leaf.get());
+  execute(leaf);
 }
 
 void GraphTask::execute(const std::shared_ptr<Node>& node) {
@@ -295,7 +318,8 @@ void GraphTask::execute(const std::shared_ptr<Node>& node) {
 // One consumer of e's node is done with it.
 void GraphTask::finished_consumer(const Edge& e) {
   if (--pending_[e.node.get()].deps > 0) return;
-  if (eager_leaves_ && e.node->next_edges.empty() && queued_.insert(e.node.get()).second)
+  const bool now = eager_leaves_ || released_.contains(e.node.get());
+  if (now && e.node->next_edges.empty() && queued_.insert(e.node.get()).second)
     execute(e.node);
   else
     push(e.node);
@@ -384,6 +408,12 @@ void backward_rebuilt(const std::vector<Tensor>& outputs, const std::vector<Tens
   GraphTask task(/*retain_graph=*/false, nullptr, parent, parent->running()->sequence_nr + 1,
                  parent->split());
   run_task(task, roots, seeds);
+}
+
+void release_leaves(const std::vector<Tensor>& leaves) {
+  if (t_current == nullptr) return;
+  for (const Tensor& t : leaves)
+    if (t.requires_grad() && t.is_leaf()) t_current->release(gradient_edge(t).node);
 }
 
 std::vector<Tensor> backward_split(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

@@ -28,6 +28,16 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // leaves reached only inside the rebuilt graph. Outputs that do not require grad are skipped.
 void backward_rebuilt(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads);
 
+// For a caller inside a backward (a hook) that knows no more gradient will reach these leaves in
+// it: FSDP, once a block's backward has run, as its parameters are used in that block alone. A
+// pass with rebuilt graphs (activation checkpointing) accumulates every leaf at its end, since a
+// later rebuilt graph may still send it a gradient; a released leaf whose gradient is in instead
+// accumulates now (or as soon as its counted contributions are, if some are still to come), so
+// its post-accumulate hooks (FSDP's reduce-scatter) run while backward goes on. A gradient that
+// reaches a released leaf after it accumulated is an error naming it, never lost. Outside a
+// backward, or for leaves already accumulated, nothing happens.
+void release_leaves(const std::vector<Tensor>& leaves);
+
 // ---- Split backward, for zero-bubble pipeline schedules (ZB-H1, ZBV) --------------------------
 // A pipeline stage's backward in two parts: B, the gradients of the stage's input (which the
 // previous stage waits for) with every activation gradient they pass through, and W, the

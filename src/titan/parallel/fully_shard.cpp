@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 
+#include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/memory_owner.h"
 #include "titan/core/meta.h"
@@ -217,7 +218,16 @@ void FullyShard::prefetch(size_t unit) {
 void FullyShard::before_block_backward(size_t i) {
   // Every node of block i + 1 has run (the engine runs nodes newest first): its gradients are
   // on their way to the accumulators, which need no parameter values.
-  if (i + 1 < units_.size() - 1) free_unit(units_[i + 1]);
+  if (i + 1 < units_.size() - 1) {
+    free_unit(units_[i + 1]);
+    // Its parameters are used in it alone, so their gradients are complete: accumulated now, they
+    // start the unit's reduce-scatter while backward goes on, with activation checkpointing too
+    // (whose passes would otherwise accumulate every leaf at their end, holding the whole model's
+    // gradients unsharded).
+    std::vector<Tensor> leaves;
+    for (size_t p : units_[i + 1].params) leaves.push_back(params_[p].full);
+    autograd::release_leaves(leaves);
+  }
   finish_gather(units_[i]);
   if (i > 0) prefetch(i - 1);
 }

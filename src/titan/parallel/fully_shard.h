@@ -23,11 +23,12 @@
 // starts as soon as the last of its parameters' gradients is accumulated (a post-accumulate
 // hook), while backward goes on through the units below it, and the full gradients are dropped
 // there; reduce_gradients() after the step's last backward starts what is left, waits, and with a
-// replicate group (HSDP) averages the shards' gradients across it. The autograd engine
-// accumulates a leaf as soon as it is complete only in a graph without activation
-// checkpointing (autograd/engine.cpp says why); with it, every accumulation and so every
-// reduce-scatter comes at the end of backward. Under gradient accumulation only the last
-// micro-batch's backward reduces (set_gradient_sync).
+// replicate group (HSDP) averages the shards' gradients across it. With activation checkpointing
+// the autograd engine would accumulate every leaf at the end of backward (autograd/engine.cpp
+// says why); block i + 1's gradient hook releases its parameters' accumulation
+// (autograd::release_leaves) as block i's backward starts, so a rank holds about two units'
+// whole gradients at once either way. A block's parameters must be used in that block alone.
+// Under gradient accumulation only the last micro-batch's backward reduces (set_gradient_sync).
 //
 // Collectives overlap computation only as far as MPI progresses them: the nonblocking
 // collectives of dist/ advance when this rank calls into MPI, which FSDP does at every hook.

@@ -183,11 +183,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const bool checkpointed = in.checkpointing.mode != "none";
   if (in.fsdp) {
     plan.gathered_bytes = in.reshard_after_forward ? two_units : local;
-    // Whole gradients wait for their reduce-scatter until the end of backward under activation
-    // checkpointing (the engine accumulates leaves last there; fully_shard.h), across the
-    // micro-batches of gradient accumulation and across a pipeline's; otherwise each unit's
-    // go as soon as they are complete.
-    const bool held = checkpointed || in.micro_batches > 1 || in.pp;
+    // Whole gradients wait for their reduce-scatter across the micro-batches of gradient
+    // accumulation and across a pipeline's; otherwise each unit's go as soon as they are complete
+    // (under activation checkpointing too: fully_shard.h), two units at most at once.
+    const bool held = in.micro_batches > 1 || in.pp;
     plan.grad_bytes = plan.param_bytes + (held ? local : two_units);
   } else {
     plan.grad_bytes = local;
