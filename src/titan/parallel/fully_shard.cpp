@@ -233,6 +233,14 @@ void FullyShard::before_block_backward(size_t i) {
 }
 
 void FullyShard::start_reduce(Unit& u) {
+  // A reduce-scatter's input (the unit's whole gradients) lives until it completes: the earlier
+  // units' are waited for, so that one unit's is in flight at a time, overlapping the backward of
+  // the block below it, as FSDP2's reduce-scatter stream does.
+  auto t0 = Clock::now();
+  for (Unit& other : units_)
+    if (&other != &u)
+      for (dist::Work& w : other.reducing) w.wait();
+  stats_.reduce_seconds += seconds_since(t0);
   MemoryOwnerScope owner(MemoryCategory::gradients);  // the padded input and this rank's shard
   for (size_t i : u.params) {
     Param& p = params_[i];

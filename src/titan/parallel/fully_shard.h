@@ -26,8 +26,8 @@
 // replicate group (HSDP) averages the shards' gradients across it. With activation checkpointing
 // the autograd engine would accumulate every leaf at the end of backward (autograd/engine.cpp
 // says why); block i + 1's gradient hook releases its parameters' accumulation
-// (autograd::release_leaves) as block i's backward starts, so a rank holds about two units'
-// whole gradients at once either way. A block's parameters must be used in that block alone.
+// (autograd::release_leaves) as block i's backward starts. A unit's reduce-scatter waits for the
+// one before it, so a rank holds about two units' whole gradients at once either way. A block's parameters must be used in that block alone.
 // Under gradient accumulation only the last micro-batch's backward reduces (set_gradient_sync).
 //
 // Collectives overlap computation only as far as MPI progresses them: the nonblocking
@@ -67,8 +67,8 @@ struct FullyShardOptions {
   bool overlap = true;
 };
 
-// Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers and in
-// reduce_gradients (what the overlap did not hide).
+// Time spent in collectives, for benchmarks: seconds blocked waiting for all-gathers and for
+// reduce-scatters (what the overlap did not hide).
 struct FullyShardStats {
   double gather_wait_seconds = 0;
   double reduce_seconds = 0;
