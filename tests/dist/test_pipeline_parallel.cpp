@@ -102,9 +102,10 @@ TEST(PipelineParallel, LossesMatchOneRankOnTheSameGlobalBatch) {
     layouts.push_back({"PP 2 x FSDP 2, 1F1B", 2, "1F1B", {}, {one_sequence}});
     layouts.push_back({"PP 2 x DDP 2, ZBH1", 2, "ZBH1", {}, {one_sequence, "--parallelism.data_parallel_replicate_degree=2"}});
     layouts.push_back({"PP 2 x TP 2, Interleaved1F1B", 2, "Interleaved1F1B", {}, {one_sequence}, 2});
-    layouts.push_back({"PP 2 x EP 2, ZBH1, Qwen 3 MoE with the expert bias",
+    // ep borrows dp_shard's ranks, so FSDP runs, which the zero-bubble schedules refuse.
+    layouts.push_back({"PP 2 x EP 2 (within dp_shard 2), 1F1B, Qwen 3 MoE with the expert bias",
                        2,
-                       "ZBH1",
+                       "1F1B",
                        {"--moe.load_balance_bias=true", "--moe.aux_loss_coeff=0"},
                        {one_sequence},
                        1,

@@ -216,7 +216,8 @@ TEST(HfLlama3Adapter, ConfigsItCannotComputeAreErrorsNamingTheKey) {
                      "\"num_hidden_layers\" must be an integer, got \"2\"");
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("model_type", "mistral")), "model_type is \"mistral\"");
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("hidden_act", "gelu")), "hidden_act \"gelu\"");
-  EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("attention_bias", true)), "attention_bias and mlp_bias");
+  EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("attention_bias", true)), "\"attention_bias\" is true",
+                     "has no biases");
   EXPECT_TITAN_ERROR(llama3::parse_hf_config(with("rope_scaling", json{{"type", "yarn"}, {"factor", 4}})),
                      "\"rope_scaling.type\" is \"yarn\"");
   EXPECT_TITAN_ERROR(

@@ -303,8 +303,9 @@ TEST_P(HfQwen3, ConfigsItCannotComputeAreErrorsNamingTheKey) {
   EXPECT_TITAN_ERROR(parse(with(good, "num_attention_heads", 0)), "num_attention_heads");
   EXPECT_TITAN_ERROR(parse(with(good, "head_dim", 63)), "head_dim 63", "even");
   EXPECT_TITAN_ERROR(parse(with(good, "hidden_act", "gelu")), "hidden_act \"gelu\"");
-  EXPECT_TITAN_ERROR(parse(with(good, "attention_bias", true)), "attention_bias must be false");
-  EXPECT_TITAN_ERROR(parse(with(good, "use_sliding_window", true)), "use_sliding_window must be false");
+  EXPECT_TITAN_ERROR(parse(with(good, "attention_bias", true)), "\"attention_bias\" is true", "has no biases");
+  EXPECT_TITAN_ERROR(parse(with(good, "use_sliding_window", true)), "\"use_sliding_window\" is true",
+                     "whole causal context");
   EXPECT_TITAN_ERROR(parse(with(good, "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}})),
                      "\"rope_scaling.rope_type\" is \"yarn\"");
   EXPECT_TITAN_ERROR(parse(with(good, "rope_scaling", "yarn")), "\"rope_scaling\" must be an object or null");
