@@ -8,6 +8,7 @@
 #include "support/test_util.h"
 #include "support/tiny_llama3.h"
 #include "titan/core/rng.h"
+#include "titan/data/tokenizer.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/models/registry.h"
 #include "titan/ops/loss.h"
@@ -107,7 +108,8 @@ TEST(ExecutionMode, EagerEngineStepsAsTrainStep) {
                                                              .ddp = nullptr,
                                                              .mesh = mesh,
                                                              .world = world,
-                                                             .log = log});
+                                                             .log = log,
+                                                             .tokenizer = *data::load_tokenizer("")});
     EXPECT_EQ(engine->describe(), "eager");
     EXPECT_EQ(engine->device_peak_bytes(), std::nullopt);
     return engine->step(2, [&] { return batch; }).loss;

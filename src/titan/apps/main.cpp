@@ -100,7 +100,7 @@ int train(const std::vector<std::string>& args) {
     return 0;
   }
   titan::train::StopOnSignal stop_on_signal;
-  titan::train::Trainer trainer(cfg, std::cout);
+  titan::train::Trainer trainer(cfg, std::cout, titan::dist::world());
   titan::train::TrainResult r = trainer.train();
   const int status = r.interrupted ? kInterruptedExit : 0;
   if (titan::dist::world().rank() != 0) return status;

@@ -73,8 +73,10 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
   r.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (int64_t length = P;; ++length) {
-    const int64_t token = sampler.sample(logits.narrow(0, 0, vocab));
+    const Tensor row = logits.narrow(0, 0, vocab);
+    const int64_t token = sampler.sample(row);
     r.tokens.push_back(token);
+    r.logprobs.push_back(log_prob(row, token, opts.sampling.temperature));
     if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), token) != opts.eos_ids.end()) {
       r.stop = StopReason::eos;
       break;

@@ -30,6 +30,9 @@ const char* stop_reason_name(StopReason r);
 
 struct GenerateResult {
   std::vector<int64_t> tokens;  // the new tokens, without the prompt
+  // log_prob of each new token under the sampling temperature (1 when greedy), over the ids it
+  // was drawn from (GenerateOptions::vocab_size).
+  std::vector<double> logprobs;
   StopReason stop = StopReason::max_new_tokens;
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0;  // the forward over the prompt

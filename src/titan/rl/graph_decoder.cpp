@@ -42,19 +42,23 @@ GraphDecoder::GraphDecoder(models::CausalLM& model, const GraphDecoderOptions& o
     if (const auto* e = dynamic_cast<const nn::Embedding*>(m)) kept_f32.insert(e->weight.impl());
     if (const auto* r = dynamic_cast<const nn::moe::TopKRouter*>(m)) kept_f32.insert(r->gate->weight.impl());
   }
-  for (const auto& [name, p] : params_) {
-    weights_.push_back(runner_.upload(p.contiguous()));
+  for (const auto& [name, p] : params_)
     product_only_.push_back(p.dtype() == kF32 && linear.count(p.impl()) && !kept_f32.count(p.impl()));
-  }
-  for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
-    buffer_tensors_.push_back(b);
-    buffers_.push_back(runner_.upload(b.contiguous()));
-  }
+  for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) buffer_tensors_.push_back(b);
+  reload_weights();
   if (log_) {
     *log_ << "titan: generating in graph mode on " << runner_.describe() << "\n"
           << "titan: graph mode: titan's kernels as custom calls: " << kernels.note << "\n";
     if (moe) *log_ << "titan: " << *moe << "\n";
   }
+}
+
+void GraphDecoder::reload_weights() {
+  weights_.clear();
+  weights_bf16_.clear();
+  buffers_.clear();
+  for (const auto& [name, p] : params_) weights_.push_back(runner_.upload(p.contiguous()));
+  for (const Tensor& b : buffer_tensors_) buffers_.push_back(runner_.upload(b.contiguous()));
 }
 
 GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len, bool decode) {

@@ -41,6 +41,10 @@ class GraphDecoder : public Decoder {
   Tensor prefill(std::span<const int64_t> prompt, int64_t max_len) override;
   Tensor decode(int64_t token) override;
 
+  // Uploads the model's weights and buffers as they are now, for the programs compiled so far and
+  // any later (GRPO's weight sync after its updates); a bf16 copy is made again at first use.
+  void reload_weights();
+
   // Positions the cache holds on the device for the current sequence.
   int64_t cache_len() const { return cache_len_; }
   // Programs compiled so far (one per shape and precision).

@@ -26,6 +26,17 @@ void validate(const SamplingOptions& opts) {
               " must be in (0, 1] (the probability mass of the most likely tokens kept; 1: all)");
 }
 
+double log_prob(const Tensor& logits, int64_t token, double temperature) {
+  TITAN_CHECK(logits.dim() == 1 && token >= 0 && token < logits.numel(), "log_prob: token ", token,
+              " is not an id of logits ", logits.desc());
+  const std::vector<double> x = logits.to_vector<double>();
+  const double t = temperature > 0 ? temperature : 1.0;
+  const double top = x[static_cast<size_t>(argmax(x))];
+  double total = 0;
+  for (double v : x) total += std::exp((v - top) / t);
+  return (x[static_cast<size_t>(token)] - top) / t - std::log(total);
+}
+
 Sampler::Sampler(const SamplingOptions& opts) : opts_(opts), gen_(opts.seed) {
   validate(opts);
 }

@@ -22,6 +22,11 @@ struct SamplingOptions {
 // (0, 1].
 void validate(const SamplingOptions& opts);
 
+// log softmax(logits / temperature)[token] over the whole row, in double: the probability a draw at
+// that temperature gives the token before top-k or top-p cut the vocabulary. Temperature 0 (greedy)
+// is taken as 1. What GRPO's rollouts record of each token they draw.
+double log_prob(const Tensor& logits, int64_t token, double temperature);
+
 class Sampler {
  public:
   // Checks `opts` (validate).

@@ -317,7 +317,7 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
   // A model-only load takes weights from any export: cast from its dtype, ignoring optimizer state.
   reader.load(targets, {.scope = model_only ? kModel : "", .allow_cast = model_only});
   // First, since it is the one part that still checks its value (against this run's corpus).
-  if (!model_only) parts_.loader.set_state(position);
+  if (!model_only && parts_.loader) parts_.loader->set_state(position);
   if (parts_.fsdp)
     parts_.fsdp->load_state_dict(model_state);
   else
@@ -330,9 +330,9 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
     log_ << " (step " << step << ")";
   }
   log_ << " in " << seconds_since(t0) << " s\n";
-  if (!model_only && windows != parts_.loader.num_windows())
+  if (!model_only && parts_.loader && windows != parts_.loader->num_windows())
     log_ << "titan: warning: that checkpoint was saved reading a stream of " << windows
-         << " windows, this run's has " << parts_.loader.num_windows()
+         << " windows, this run's has " << parts_.loader->num_windows()
          << " (another dataset or seq_len): the data position is kept, but it points elsewhere now\n";
   if (state.contains("config")) {
     std::string changes = config_changes(state["config"], to_json(cfg_));
@@ -468,13 +468,14 @@ void CheckpointManager::save(int64_t step, bool model_only) {
         p.data = Tensor::empty(p.data.sizes(), {.dtype = dtype}).copy_(p.data);
     }
   }
-  const data::LoaderState position = parts_.loader.get_state();
+  // GRPO draws no batches from a loader: its prompts' order is a function of the step.
+  const data::LoaderState position = parts_.loader ? parts_.loader->get_state() : data::LoaderState{};
   json state = {
       {"step", step},
       {"model_only", model_only},
       {"rng", {{"seed", parts_.rng.seed()}, {"offset", parts_.rng.offset()}}},
       {"data",
-       {{"epoch", position.epoch}, {"index", position.index}, {"windows", parts_.loader.num_windows()}}},
+       {{"epoch", position.epoch}, {"index", position.index}, {"windows", parts_.loader ? parts_.loader->num_windows() : 0}}},
       {"lr_scheduler", {{"step", parts_.scheduler.current_step()}}},
       {"config", to_json(cfg_)}};
   if (collective) state["ranks"] = world_.size();

@@ -41,7 +41,7 @@ struct Checkpointed {
   nn::Module& model;
   optim::AdamW& optimizer;
   optim::LrScheduler& scheduler;
-  data::DataLoader& loader;
+  data::DataLoader* loader;  // null where the step draws no batches from a loader (GRPO)
   Generator& rng;
   // Under FSDP the model's parameters live in its shards, and so do the optimizer's moments.
   parallel::FullyShard* fsdp = nullptr;

@@ -172,7 +172,7 @@ struct Trainer::State {
   // The plans that split parameters (tensor, expert parallelism), for initialisation and
   // checkpoints.
   std::vector<const parallel::ParameterSlices*> slice_plans() const;
-  StepParts step_parts() {
+  StepParts step_parts(const data::Tokenizer& tokenizer) {
     return {.cfg = cfg,
             .spec = *spec,
             .model = *model,
@@ -182,7 +182,9 @@ struct Trainer::State {
             .ddp = data_parallel.get(),
             .mesh = *mesh,
             .world = world,
-            .log = log};
+            .log = log,
+            .tokenizer = tokenizer,
+            .start_step = start_step};
   }
 };
 
@@ -208,6 +210,8 @@ Trainer::State::Data Trainer::State::build_data() {
   const JobConfig& c = cfg;
   Data d;
   d.tokenizer = data::load_tokenizer(c.model.tokenizer_path);
+  // GRPO's engine reads its prompts itself.
+  if (c.training.objective == "grpo") return d;
   d.options = c.data.options("training");
   d.dataset = data::load_dataset(d.options, *d.tokenizer);
   d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
@@ -387,10 +391,12 @@ void Trainer::State::log_setup(const Data& d) {
     log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
   log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
       << "; activation checkpointing " << mode->checkpointing(c).summary << "\n"
-      << "titan: data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files
-      << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
-      << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
-      << "\n"
+      << "titan: ";
+  if (loader)
+    log << "data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files << " files, "
+        << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
+        << loader->num_windows() << " windows of " << c.training.seq_len << "; ";
+  log << d.tokenizer->description() << "\n"
       << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
@@ -443,11 +449,15 @@ void Trainer::State::log_setup(const Data& d) {
     log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
 }
 
-Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
+Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, MakeEngine objective_engine)
     : state_(std::make_unique<State>(std::move(cfg), log, std::move(world))) {
   State& s = *state_;
   const JobConfig& c = s.cfg;
   validate(c);
+  TITAN_CHECK(static_cast<bool>(objective_engine) == (c.training.objective == "grpo"),
+              "Trainer: training.objective = \"", c.training.objective, "\" ",
+              objective_engine ? "has its step in train/; pass no objective engine"
+                               : "needs its engine (rl::objective_engine), which was not passed");
   const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(c.parallelism);
   refuse_unsupported(c, degrees);
   s.mode = make_execution_mode(c);
@@ -466,7 +476,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
       Checkpointed{.model = *s.model,
                    .optimizer = *s.optimizer,
                    .scheduler = *s.scheduler,
-                   .loader = *s.loader,
+                   .loader = s.loader.get(),
                    .rng = s.rng,
                    .fsdp = s.plans.fsdp.get(),
                    .slices = s.slice_plans(),
@@ -477,7 +487,8 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)
       s.log, s.world);
   s.start_step = s.checkpointer->load();
   // After the load: a step that keeps the state on a device uploads it as loaded.
-  s.engine = s.mode->make_engine(s.step_parts());
+  s.engine = objective_engine ? objective_engine(s.step_parts(*data.tokenizer))
+                              : s.mode->make_engine(s.step_parts(*data.tokenizer));
   s.log << "titan: step " << s.engine->describe() << "\n";
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
@@ -495,7 +506,7 @@ TrainResult Trainer::train() {
   const int64_t accum = s.plan.gradient_accumulation_steps;
   // Per device, as TorchTitan counts them: the ranks or devices that split one model (its pipeline
   // stages, tensor slices and sequence chunks) share its tokens, so that tps and MFU stay per device.
-  const int64_t tokens_per_step =
+  const int64_t batch_tokens =
       c.training.local_batch_size * c.training.seq_len * accum / s.dims.model_parallel();
   // Steps and validation multiply in the configured precision (core/autocast.h).
   const AutocastGuard precision(matmul_dtype(c.training));
@@ -534,7 +545,7 @@ TrainResult Trainer::train() {
                                                              .loss = loss_mean,
                                                              .grad_norm = grad_norm,
                                                              .lr = lr,
-                                                             .tokens = tokens_per_step,
+                                                             .tokens = stats.tokens > 0 ? stats.tokens : batch_tokens,
                                                              .step_seconds = seconds,
                                                              .flops_per_token = s.summary.flops_per_token,
                                                              .extra = stats.extra});

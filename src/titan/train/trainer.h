@@ -12,6 +12,7 @@
 #include "titan/train/config/job_config.h"
 #include "titan/train/memory_plan.h"
 #include "titan/train/metrics/metrics.h"
+#include "titan/train/step/step_engine.h"
 #include "titan/train/stop_on_signal.h"
 
 namespace titan::train {
@@ -68,7 +69,10 @@ class Trainer {
   // Collective: every rank of `world` constructs its Trainer and calls train(). Only world rank 0
   // writes to `log`, metrics files and checkpoints; other ranks print warnings to stderr,
   // prefixed with their rank.
-  Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world = dist::world());
+  // `objective_engine` makes the step of an objective that lives above train/ (training.objective
+  // = "grpo": rl::objective_engine), which is required for it and refused for any other.
+  Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world = dist::world(),
+          MakeEngine objective_engine = nullptr);
   ~Trainer();
   TrainResult train();
 

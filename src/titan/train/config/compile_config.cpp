@@ -15,20 +15,19 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
            "for backward follows [activation_checkpoint]); false: every block recorded")
       .add("custom_kernels", &CompileConfig::custom_kernels, {},
            "graph mode on a CPU plugin with the FFI extension: titan's splash attention kernels run as custom "
-           "calls inside the program; false: XLA's lowering of every op")
-      .check([](const CompileConfig& c, config::Problems& problems) {
-        if (c.graph()) return;
-        if (!c.scan_layers)
-          problems.add("compile.scan_layers = false is read only in graph mode; set compile.enable = true or leave "
-                       "it out");
-        if (!c.custom_kernels)
-          problems.add("compile.custom_kernels = false is read only in graph mode; set compile.enable = true or "
-                       "leave it out");
-        if (c.plugin != "cpu")
-          problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; set compile.enable = true or leave it out");
-        if (!c.plugin_options.empty())
-          problems.add("compile.plugin_options is read only in graph mode; set compile.enable = true or leave it out");
-      });
+           "calls inside the program; false: XLA's lowering of every op");
+}
+
+void check_graph_keys(const CompileConfig& c, bool graph_decoder, config::Problems& problems) {
+  if (c.graph()) return;
+  const std::string fix = "set compile.enable = true (or grpo.generator = \"graph\") or leave it out";
+  if (!c.scan_layers)
+    problems.add("compile.scan_layers = false is read only by graph mode's training step; set compile.enable = true or "
+                 "leave it out");
+  if (graph_decoder) return;
+  if (!c.custom_kernels) problems.add("compile.custom_kernels = false is read only in graph mode; " + fix);
+  if (c.plugin != "cpu") problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; " + fix);
+  if (!c.plugin_options.empty()) problems.add("compile.plugin_options is read only in graph mode; " + fix);
 }
 
 }  // namespace titan::train

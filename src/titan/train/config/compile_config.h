@@ -26,6 +26,10 @@ struct CompileConfig {
   bool graph() const { return enable; }
 };
 
+// Refuses the keys only graph mode reads when nothing runs in graph mode: neither the training
+// step (enable) nor, with `graph_decoder`, GRPO's rollouts.
+void check_graph_keys(const CompileConfig& c, bool graph_decoder, config::Problems& problems);
+
 void declare_keys(config::Keys<CompileConfig>& keys);
 
 }  // namespace titan::train

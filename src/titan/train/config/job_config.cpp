@@ -16,6 +16,44 @@ void declare_keys(config::Keys<JobSection>& keys) {
 
 namespace {
 
+// What training.objective = "grpo" reads and refuses: its prompts replace the dataset, its own
+// held-out accuracy replaces validation, and its update is eager data parallelism (the rollouts
+// alone may run in graph mode). Under any other objective a [grpo] key would be read by nothing.
+void check_objective(const JobConfig& c, const config::Origins& origins, config::Problems& problems) {
+  if (c.training.objective != "grpo") {
+    for (const auto& [key, where] : origins)
+      if (key.starts_with("grpo."))
+        problems.add(key + " (" + where + ") is read only under training.objective = \"grpo\", and the objective is \"" +
+                     c.training.objective + "\"; remove the key or set the objective");
+    return;
+  }
+  if (c.grpo.prompts_path.empty())
+    problems.add("grpo.prompts_path is empty: GRPO needs a JSONL file of prompts, one {\"" + c.grpo.prompt_field +
+                 "\": ..., \"" + c.grpo.answer_field + "\": ...} per line");
+  for (const char* key : {"training.dataset", "training.dataset_path", "training.dataset_field", "training.dataset_split"})
+    if (origins.contains(key))
+      problems.add(std::string(key) + " (" + origins.at(key) +
+                   ") is not read under training.objective = \"grpo\", whose data are grpo.prompts_path's prompts; "
+                   "remove it");
+  if (c.validation.enable)
+    problems.add("validation.enable = true: GRPO measures held-out greedy accuracy instead (grpo.eval_path, "
+                 "grpo.eval_every); set validation.enable = false");
+  if (c.compile.graph())
+    problems.add("compile.enable = true: GRPO's update runs eagerly; its rollouts run in graph mode with "
+                 "grpo.generator = \"graph\"; set compile.enable = false");
+  const auto& par = c.parallelism;
+  for (const auto& [key, degree] : {std::pair<const char*, int64_t>{"tensor_parallel_degree", par.tensor_parallel_degree},
+                                    {"context_parallel_degree", par.context_parallel_degree},
+                                    {"pipeline_parallel_degree", par.pipeline_parallel_degree}})
+    if (degree > 1)
+      problems.add("parallelism." + std::string(key) + " = " + std::to_string(degree) +
+                   ": GRPO splits its rollouts and updates over data-parallel ranks only (FSDP, HSDP, DDP); set it "
+                   "to 1");
+  if (c.grpo.group_size == 1 && c.grpo.advantage_norm == "unbiased_std")
+    problems.add("grpo.group_size = 1 with grpo.advantage_norm = \"unbiased_std\": one sample has no unbiased std; "
+                 "raise group_size");
+}
+
 using C = JobConfig;
 
 config::Schema<JobConfig> make_schema() {
@@ -39,8 +77,9 @@ config::Schema<JobConfig> make_schema() {
   s.section("metrics", "what is logged and where").part(&C::metrics);
   s.section("profiling", "Chrome/Perfetto traces of training steps").part(&C::profiling);
   s.section("validation", "loss on held-out data during training").part(&C::validation);
+  s.section("grpo", "GRPO post-training (training.objective = \"grpo\")").part(&C::grpo);
 
-  s.check([](const C& c, const config::Origins&, config::Problems& problems) {
+  s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
     const auto& par = c.parallelism;
     // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas alone
     // already have to divide the batch.
@@ -82,6 +121,8 @@ config::Schema<JobConfig> make_schema() {
                      " for sequence parallelism; pick a multiple of " +
                      std::to_string(cp * par.tensor_parallel_degree));
     }
+    check_objective(c, origins, problems);
+    check_graph_keys(c.compile, c.training.objective == "grpo" && c.grpo.generator == "graph", problems);
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) +
                    " exceeds training.seq_len = " + std::to_string(c.training.seq_len) +

@@ -18,6 +18,7 @@
 #include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/train/config/checkpoint_config.h"
 #include "titan/train/config/compile_config.h"
+#include "titan/train/config/grpo_config.h"
 #include "titan/train/config/metrics_config.h"
 #include "titan/train/config/profiling_config.h"
 #include "titan/train/config/training_config.h"
@@ -47,6 +48,7 @@ struct JobConfig {
   MetricsConfig metrics;
   ProfilingConfig profiling;
   ValidationConfig validation;
+  GrpoConfig grpo;
 };
 
 // Reads `toml_path`, applies `overrides` (command-line words: "--section.key=value", or

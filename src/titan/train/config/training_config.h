@@ -10,6 +10,9 @@
 namespace titan::train {
 
 struct TrainingConfig {
+  // What the steps optimise: "causal_lm" (next-token cross-entropy over the dataset), or "grpo"
+  // (post-training on [grpo]'s prompts and rewards, rl/grpo_engine.h).
+  std::string objective = "causal_lm";
   int64_t local_batch_size = 8;
   // -1: local_batch_size x data-parallel degree x gradient_accumulation_steps.
   int64_t global_batch_size = -1;

@@ -111,6 +111,23 @@ StepParallelism step_parallelism(const StepParts& parts) {
   return sync;
 }
 
+double apply_gradients(optim::AdamW& optimizer, const std::vector<Tensor>& params, double max_norm,
+                       const StepParallelism& sync) {
+  {
+    trace::Span span("gradient reduce", "phase");
+    if (sync.reduce) sync.reduce();
+  }
+  trace::Span span("optimizer", "phase");
+  // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
+  // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
+  double partial = optim::grad_norm_partial(sync.norm_params.empty() ? params : sync.norm_params, 2.0);
+  if (sync.sum_norm_partials) partial = sync.sum_norm_partials(partial);
+  const double norm = optim::grad_norm_from_partial(partial, 2.0);
+  // Clipped inside the update: the gradients stay as backward left them.
+  optimizer.step(optim::clip_coefficient(max_norm, norm));
+  return norm;
+}
+
 StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std::vector<Tensor>& params,
                      double max_norm, int64_t micro_batches, const NextBatch& next_batch,
                      const StepParallelism& sync) {
@@ -122,19 +139,8 @@ StepStats train_step(models::CausalLM& model, optim::AdamW& optimizer, const std
   } else {
     sums = run_micro_batches(model, micro_batches, next_batch, sync);
   }
-  {
-    trace::Span span("gradient reduce", "phase");
-    if (sync.reduce) sync.reduce();
-  }
-  trace::Span span("optimizer", "phase");
   StepStats stats;
-  // Replicated parameters: after reduce_gradients every rank holds the same whole gradients, so
-  // this rank's norm is the global one. Sharded ones: the ranks' partial sums make it up.
-  double partial = optim::grad_norm_partial(sync.norm_params.empty() ? params : sync.norm_params, 2.0);
-  if (sync.sum_norm_partials) partial = sync.sum_norm_partials(partial);
-  stats.grad_norm = optim::grad_norm_from_partial(partial, 2.0);
-  // Clipped inside the update: the gradients stay as backward left them.
-  optimizer.step(optim::clip_coefficient(max_norm, stats.grad_norm));
+  stats.grad_norm = apply_gradients(optimizer, params, max_norm, sync);
   stats.loss = sums.loss / static_cast<double>(micro_batches);
   if (sums.has_aux) stats.extra.emplace_back("aux_loss", sums.aux / static_cast<double>(micro_batches));
   for (auto& scalar : sums.extra) stats.extra.push_back(std::move(scalar));

@@ -49,6 +49,12 @@ struct StepParallelism {
 // their norms over pp.
 StepParallelism step_parallelism(const StepParts& parts);
 
+// The end of an optimizer step once backward has run: the gradient reduction of `sync`; clipping to
+// max_norm over the global norm, inside the AdamW step (the gradients are left unclipped). Returns
+// the global norm before clipping.
+double apply_gradients(optim::AdamW& optimizer, const std::vector<Tensor>& params, double max_norm,
+                       const StepParallelism& sync);
+
 // One optimizer step as the eager engine takes each: gradients dropped; per micro-batch forward ->
 // cross-entropy plus the model's auxiliary loss -> backward (of the loss over `micro_batches`);
 // the gradient reduction of `sync`; clipping to max_norm over the global norm, inside the AdamW

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "titan/data/loader.h"
+#include "titan/data/tokenizer.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/registry.h"
@@ -33,6 +34,9 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   // The model's figures (CausalLM::end_step), after "aux_loss" (its mean) when it has one.
   Scalars extra;
+  // The tokens this rank's forwards read, where the engine decides them (GRPO's rollouts); 0: the
+  // configured batch's.
+  int64_t tokens = 0;
 };
 
 using NextBatch = std::function<data::Batch()>;
@@ -66,7 +70,13 @@ struct StepParts {
   dist::DeviceMesh& mesh;       // this process's ranks
   dist::ProcessGroup& world;
   std::ostream& log;
+  const data::Tokenizer& tokenizer;
+  int64_t start_step = 0;  // the step a resume continues after; 0: a fresh start
 };
+
+// Makes the engine of an objective whose step lives above train/ (rl/grpo_engine.h), in place of
+// the execution mode's.
+using MakeEngine = std::function<std::unique_ptr<StepEngine>(const StepParts& parts)>;
 
 class ExecutionMode {
  public:
