@@ -77,7 +77,8 @@ TEST(RewardNumeric, ParsesSignsDecimalsAndThousandsSeparators) {
   EXPECT_EQ(rl::parse_number(".5"), 0.5);
   EXPECT_EQ(rl::parse_number("-0.25"), -0.25);
   EXPECT_EQ(rl::parse_number("7."), 7);
-  for (const char* bad : {"", "-", ".", ",", "1,23", "1234,567", ",123", "12a", "1 2", "1e3", "inf", "nan", "--1"})
+  for (const char* bad :
+       {"", "-", ".", ",", "1,23", "1234,567", ",123", "12a", "1 2", "1e3", "inf", "nan", "--1"})
     EXPECT_EQ(rl::parse_number(bad), std::nullopt) << bad;
 }
 
@@ -96,7 +97,10 @@ TEST(RewardNumeric, AbsoluteAndRelativeTolerance) {
   RewardOptions absolute = with_kind("numeric");
   absolute.tolerance = 0.1;
   // The bounds are inclusive as written, though 3 - 2.9 > 0.1 in binary.
-  EXPECT_EQ(score(absolute, {{"p", "3.05", "3"}, {"p", "2.9", "3"}, {"p", "3.1", "3"}, {"p", "3.2", "3"},
+  EXPECT_EQ(score(absolute, {{"p", "3.05", "3"},
+                             {"p", "2.9", "3"},
+                             {"p", "3.1", "3"},
+                             {"p", "3.2", "3"},
                              {"p", "2.8999", "3"}}),
             (std::vector<double>{1, 1, 1, 0, 0}));
   EXPECT_EQ(score(with_kind("numeric"), {{"p", "1000.000000001", "1000"}, {"p", "1,000.0", "1000"}}),
@@ -104,8 +108,11 @@ TEST(RewardNumeric, AbsoluteAndRelativeTolerance) {
   RewardOptions relative = absolute;
   relative.tolerance = 0.01;
   relative.relative = true;
-  EXPECT_EQ(score(relative, {{"p", "1,009", "1000"}, {"p", "1011", "1000"}, {"p", "-990", "-1000"},
-                             {"p", "0.5", "0"}, {"p", "0", "0"}}),
+  EXPECT_EQ(score(relative, {{"p", "1,009", "1000"},
+                             {"p", "1011", "1000"},
+                             {"p", "-990", "-1000"},
+                             {"p", "0.5", "0"},
+                             {"p", "0", "0"}}),
             (std::vector<double>{1, 0, 1, 0, 1}));
 }
 
@@ -174,7 +181,8 @@ TEST(RewardProgram, ReadsEachInputAsJsonWithEveryCharacterIntact) {
       "python3 -c 'import sys, json\n"
       "for line in sys.stdin:\n"
       "    d = json.loads(line)\n"
-      "    print(1 if d[\"completion\"] == d[\"answer\"] and d[\"prompt\"] == \"q\" else len(d[\"completion\"]) + 10)'";
+      "    print(1 if d[\"completion\"] == d[\"answer\"] and d[\"prompt\"] == \"q\" else "
+      "len(d[\"completion\"]) + 10)'";
   EXPECT_EQ(score(program(command), {{"q", tricky, tricky}, {"q", "ab\xff", "x"}, {"q", "same", "same"}}),
             (std::vector<double>{1, 13, 1}));
 }
@@ -222,8 +230,8 @@ TEST(RewardProgram, PastTheTimeoutItsWholeGroupIsKilledAndReaped) {
   // The shell starts a sleep in the background and waits: both must go.
   const std::string command = "sleep 30 & echo $$ $! > '" + pids + "'; wait";
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_TITAN_ERROR(score(program(command, 0.5), batch(2, 4)), "ran longer than grpo.reward_timeout_seconds = 0.5",
-                     "killed");
+  EXPECT_TITAN_ERROR(score(program(command, 0.5), batch(2, 4)),
+                     "ran longer than grpo.reward_timeout_seconds = 0.5", "killed");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 3.0);
   std::ifstream in(pids);
@@ -238,15 +246,17 @@ TEST(RewardProgram, PastTheTimeoutItsWholeGroupIsKilledAndReaped) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     state = process_state(sleeper);
   }
-  EXPECT_TRUE(state == 0 || state == 'Z') << "the background sleep " << sleeper << " is still running: " << state;
+  EXPECT_TRUE(state == 0 || state == 'Z')
+      << "the background sleep " << sleeper << " is still running: " << state;
 }
 
 TEST(RewardProgram, AProgramThatNeverReadsItsStdinDoesNotDeadlockOrRaiseSigpipe) {
   // 4 MB of input, far more than a pipe holds; the program writes its scores without reading a
   // byte and exits, so titan's writes fail with EPIPE.
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(score(program("awk 'BEGIN { for (i = 0; i < 2000; i++) print 1 }' < /dev/null", 20), batch(2000, 2000)),
-            std::vector<double>(2000, 1.0));
+  EXPECT_EQ(
+      score(program("awk 'BEGIN { for (i = 0; i < 2000; i++) print 1 }' < /dev/null", 20), batch(2000, 2000)),
+      std::vector<double>(2000, 1.0));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
   // The SIGPIPE those writes raised is neither pending nor left blocked.
   sigset_t pending, mask;
@@ -258,8 +268,9 @@ TEST(RewardProgram, AProgramThatNeverReadsItsStdinDoesNotDeadlockOrRaiseSigpipe)
 
 TEST(RewardProgram, MuchStderrBeforeReadingDoesNotDeadlock) {
   // 2 MB on stderr before it reads its stdin: titan must drain stderr while it writes.
-  EXPECT_EQ(score(program("head -c 2000000 /dev/zero | tr '\\0' x >&2; awk '{ print 0.5 }'", 20), batch(500, 2000)),
-            std::vector<double>(500, 0.5));
+  EXPECT_EQ(
+      score(program("head -c 2000000 /dev/zero | tr '\\0' x >&2; awk '{ print 0.5 }'", 20), batch(500, 2000)),
+      std::vector<double>(500, 0.5));
 }
 
 TEST(RewardProgram, OutputWithoutEndIsStopped) {
@@ -267,7 +278,8 @@ TEST(RewardProgram, OutputWithoutEndIsStopped) {
 }
 
 TEST(RewardProgram, DescribeNamesTheCommand) {
-  EXPECT_NE(rl::make_reward(program("python3 score.py"))->describe().find("python3 score.py"), std::string::npos);
+  EXPECT_NE(rl::make_reward(program("python3 score.py"))->describe().find("python3 score.py"),
+            std::string::npos);
   RewardOptions o;
   o.marker = "####";
   EXPECT_NE(rl::make_reward(o)->describe().find("####"), std::string::npos);

@@ -59,7 +59,8 @@ class NumericReward : public Reward {
     for (const RewardInput& in : inputs) {
       const std::optional<double> want = parse_number(trim(in.answer));
       // A bad reference is the prompt file's fault, not the model's: scoring it 0 would hide it.
-      TITAN_CHECK(want, "grpo.reward_kind = \"numeric\": the answer \"", in.answer, "\" of prompt \"", in.prompt,
+      TITAN_CHECK(want, "grpo.reward_kind = \"numeric\": the answer \"", in.answer, "\" of prompt \"",
+                  in.prompt,
                   "\" is not a number; give numeric answers in the prompt file, or use grpo.reward_kind = "
                   "\"exact\"");
       const std::optional<std::string> text = final_answer(in.completion, marker_);
@@ -73,7 +74,8 @@ class NumericReward : public Reward {
   // 0.1000000000000001 in binary; a few units in the last place of the numbers cover that.
   bool within(double got, double want) const {
     const double allowed = relative_ ? tolerance_ * std::abs(want) : tolerance_;
-    const double rounding = 4 * std::numeric_limits<double>::epsilon() * std::max(std::abs(got), std::abs(want));
+    const double rounding =
+        4 * std::numeric_limits<double>::epsilon() * std::max(std::abs(got), std::abs(want));
     return std::abs(got - want) <= allowed + rounding;
   }
 
@@ -109,8 +111,9 @@ class RegexReward : public Reward {
   }
 
   std::string describe() const override {
-    return regex_.mark_count() > 0 ? "regex: group 1 of the last match of \"" + pattern_ + "\" equals the answer"
-                                   : "regex: the completion matches \"" + pattern_ + "\"";
+    return regex_.mark_count() > 0
+               ? "regex: group 1 of the last match of \"" + pattern_ + "\" equals the answer"
+               : "regex: the completion matches \"" + pattern_ + "\"";
   }
 
  private:
@@ -154,7 +157,8 @@ void refuse_unread_options(const RewardOptions& opts) {
   for (const Option& o : options) {
     const bool read = std::find(o.read_by.begin(), o.read_by.end(), opts.kind) != o.read_by.end();
     std::string readers;
-    for (std::string_view k : o.read_by) readers += (readers.empty() ? "\"" : " or \"") + std::string(k) + "\"";
+    for (std::string_view k : o.read_by)
+      readers += (readers.empty() ? "\"" : " or \"") + std::string(k) + "\"";
     TITAN_CHECK(read || !o.set, o.key, " is set but grpo.reward_kind = \"", opts.kind,
                 "\" does not read it (only ", readers, " does); remove it or change grpo.reward_kind");
   }
@@ -191,19 +195,22 @@ std::optional<double> parse_number(std::string_view text) {
 }
 
 std::unique_ptr<Reward> make_reward(const RewardOptions& opts) {
-  TITAN_CHECK(opts.kind == "exact" || opts.kind == "numeric" || opts.kind == "regex" || opts.kind == "program",
-              "grpo.reward_kind = \"", opts.kind,
-              "\" is not a reward; use \"exact\", \"numeric\", \"regex\" or \"program\"");
+  TITAN_CHECK(
+      opts.kind == "exact" || opts.kind == "numeric" || opts.kind == "regex" || opts.kind == "program",
+      "grpo.reward_kind = \"", opts.kind,
+      "\" is not a reward; use \"exact\", \"numeric\", \"regex\" or \"program\"");
   refuse_unread_options(opts);
   if (opts.kind == "exact") return std::make_unique<ExactReward>(opts.marker);
   if (opts.kind == "numeric") {
-    TITAN_CHECK(std::isfinite(opts.tolerance) && opts.tolerance >= 0, "grpo.reward_tolerance = ", opts.tolerance,
+    TITAN_CHECK(std::isfinite(opts.tolerance) && opts.tolerance >= 0,
+                "grpo.reward_tolerance = ", opts.tolerance,
                 " must be a finite number >= 0 (0: the answer exactly)");
     return std::make_unique<NumericReward>(opts.marker, opts.tolerance, opts.relative);
   }
   if (opts.kind == "regex") {
-    TITAN_CHECK(!opts.pattern.empty(), "grpo.reward_kind = \"regex\" needs grpo.reward_pattern (an ECMAScript "
-                                       "regular expression; with a group, group 1 is compared with the answer)");
+    TITAN_CHECK(!opts.pattern.empty(),
+                "grpo.reward_kind = \"regex\" needs grpo.reward_pattern (an ECMAScript "
+                "regular expression; with a group, group 1 is compared with the answer)");
     return std::make_unique<RegexReward>(opts.pattern);
   }
   return make_program_reward(opts.command, opts.timeout_seconds);

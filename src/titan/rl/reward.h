@@ -17,13 +17,13 @@ struct RewardInput {
 };
 
 struct RewardOptions {
-  std::string kind = "exact";  // "exact" | "numeric" | "regex" | "program"
-  std::string marker = "";     // exact, numeric: the final answer follows its last occurrence
-  double tolerance = 0;        // numeric: the largest accepted |x - answer|
-  bool relative = false;       // numeric: tolerance is a fraction of |answer|
-  std::string pattern;         // regex (ECMAScript)
-  std::string command;         // program: run through /bin/sh -c
-  double timeout_seconds = 30; // program: per score() call
+  std::string kind = "exact";   // "exact" | "numeric" | "regex" | "program"
+  std::string marker = "";      // exact, numeric: the final answer follows its last occurrence
+  double tolerance = 0;         // numeric: the largest accepted |x - answer|
+  bool relative = false;        // numeric: tolerance is a fraction of |answer|
+  std::string pattern;          // regex (ECMAScript)
+  std::string command;          // program: run through /bin/sh -c
+  double timeout_seconds = 30;  // program: per score() call
 };
 
 class Reward {

@@ -53,7 +53,8 @@ class ProgramReward : public Reward {
     if (inputs.empty()) return {};
     std::string input;
     for (const RewardInput& in : inputs) {
-      const nlohmann::json line = {{"prompt", in.prompt}, {"completion", in.completion}, {"answer", in.answer}};
+      const nlohmann::json line = {
+          {"prompt", in.prompt}, {"completion", in.completion}, {"answer", in.answer}};
       // A sampled completion may cut a UTF-8 character in two: such bytes become U+FFFD, as a
       // tokenizer's decode shows them, instead of failing the step.
       input += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -62,20 +63,24 @@ class ProgramReward : public Reward {
     const size_t n = inputs.size();
     const ShellRun run = run_shell(command_, input, {timeout_seconds_, 4096 + kOutputBytesPerInput * n});
     TITAN_CHECK(!run.timed_out, what(), " ran longer than grpo.reward_timeout_seconds = ", timeout_seconds_,
-                " on ", n, " inputs and was killed; it must read one JSON line per input, write one number per "
+                " on ", n,
+                " inputs and was killed; it must read one JSON line per input, write one number per "
                 "line and exit (raise grpo.reward_timeout_seconds if it is just slow)",
                 stderr_tail(run));
     TITAN_CHECK(!run.output_overflow, what(), " wrote more than ", run.out.size(), " bytes for ", n,
                 " inputs and was killed; expected one number per line", stderr_tail(run));
     TITAN_CHECK(run.signal == 0, what(), " was killed by signal ", run.signal, " (", ::strsignal(run.signal),
                 "); expected it to exit with status 0", stderr_tail(run));
-    TITAN_CHECK(run.exit_status != 127, what(), " was not found: /bin/sh exited with status 127; give a command "
-                "on the PATH or its full path", stderr_tail(run));
+    TITAN_CHECK(run.exit_status != 127, what(),
+                " was not found: /bin/sh exited with status 127; give a command "
+                "on the PATH or its full path",
+                stderr_tail(run));
     TITAN_CHECK(run.exit_status == 0, what(), " exited with status ", run.exit_status,
                 "; expected status 0 after one number per input line", stderr_tail(run));
     const std::vector<std::string_view> lines = lines_of(run.out);
     TITAN_CHECK(lines.size() == n, what(), " wrote ", lines.size(), " lines for ", n,
-                " inputs; expected one number per line, one line per JSON line of its stdin", stderr_tail(run));
+                " inputs; expected one number per line, one line per JSON line of its stdin",
+                stderr_tail(run));
     std::vector<double> scores;
     scores.reserve(n);
     for (size_t i = 0; i < n; ++i) {
@@ -108,11 +113,13 @@ class ProgramReward : public Reward {
 }  // namespace
 
 std::unique_ptr<Reward> make_program_reward(const std::string& command, double timeout_seconds) {
-  TITAN_CHECK(command.find_first_not_of(" \t\r\n") != std::string::npos,
-              "grpo.reward_kind = \"program\" needs grpo.reward_command: a shell command that reads one JSON line "
-              "per completion ({\"prompt\", \"completion\", \"answer\"}) and writes one score per line");
-  TITAN_CHECK(std::isfinite(timeout_seconds) && timeout_seconds > 0, "grpo.reward_timeout_seconds = ",
-              timeout_seconds, " must be a finite number of seconds > 0 (the longest one batch's scoring may take)");
+  TITAN_CHECK(
+      command.find_first_not_of(" \t\r\n") != std::string::npos,
+      "grpo.reward_kind = \"program\" needs grpo.reward_command: a shell command that reads one JSON line "
+      "per completion ({\"prompt\", \"completion\", \"answer\"}) and writes one score per line");
+  TITAN_CHECK(std::isfinite(timeout_seconds) && timeout_seconds > 0,
+              "grpo.reward_timeout_seconds = ", timeout_seconds,
+              " must be a finite number of seconds > 0 (the longest one batch's scoring may take)");
   return std::make_unique<ProgramReward>(command, timeout_seconds);
 }
 

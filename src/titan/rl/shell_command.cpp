@@ -209,7 +209,8 @@ ShellRun run_shell(const std::string& command, std::string_view input, const She
       const int ready = ::poll(fds.data(), fds.size(), milliseconds_until(deadline));
       TITAN_CHECK(ready >= 0 || errno == EINTR, "reward program: poll failed (", std::strerror(errno), ")");
       if (in_write.open()) {
-        const ssize_t n = ::write(in_write.get(), input.data() + written, std::min(kChunk, input.size() - written));
+        const ssize_t n =
+            ::write(in_write.get(), input.data() + written, std::min(kChunk, input.size() - written));
         if (n > 0) written += static_cast<size_t>(n);
         // EPIPE: it closed its stdin (or exited) without reading it all, which is its business;
         // its output says whether it scored every line.
