@@ -277,6 +277,15 @@ TEST(RewardProgram, OutputWithoutEndIsStopped) {
   EXPECT_TITAN_ERROR(score(program("yes 1", 20), batch(3, 4)), "wrote more than", "3 inputs");
 }
 
+TEST(RewardProgram, AnExitStatusLostToAnIgnoredSigchldIsAnErrorNotAScore) {
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, &old);
+  EXPECT_TITAN_ERROR(score(program("cat > /dev/null; exit 3"), batch(1, 4)), "SIGCHLD");
+  sigaction(SIGCHLD, &old, nullptr);
+}
+
 TEST(RewardProgram, DescribeNamesTheCommand) {
   EXPECT_NE(rl::make_reward(program("python3 score.py"))->describe().find("python3 score.py"),
             std::string::npos);

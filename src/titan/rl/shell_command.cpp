@@ -114,6 +114,9 @@ class Child {
     }
     if (r == 0) return std::nullopt;
     pid_ = -1;
+    // SIGCHLD set to SIG_IGN reaps children unasked: their exit status is lost.
+    TITAN_CHECK(r > 0, "reward program: cannot learn how it exited (waitpid: ", std::strerror(errno),
+                "); the process ignores SIGCHLD, which reward programs need");
     return status;
   }
 
