@@ -274,7 +274,11 @@ TEST(RewardProgram, MuchStderrBeforeReadingDoesNotDeadlock) {
 }
 
 TEST(RewardProgram, OutputWithoutEndIsStopped) {
-  EXPECT_TITAN_ERROR(score(program("yes 1", 20), batch(3, 4)), "wrote more than", "3 inputs");
+  // A few KiB a score is plenty; the limit stops it well before the timeout.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TITAN_ERROR(score(program("yes 1", 20), batch(3, 4)), "wrote more than 4864 bytes", "3 inputs");
+  EXPECT_TITAN_ERROR(score(program("cat /dev/zero", 20), batch(3, 4)), "wrote more than 4864 bytes");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
 }
 
 TEST(RewardProgram, AnExitStatusLostToAnIgnoredSigchldIsAnErrorNotAScore) {

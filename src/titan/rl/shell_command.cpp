@@ -160,20 +160,15 @@ pid_t spawn_shell(const std::string& command, const Fd& in, const Fd& out, const
   return pid;
 }
 
-// Appends what `fd` has ready to `into`; closes `fd` at its end.
-void drain(Fd& fd, std::string& into) {
+// Appends one read of `fd` to `into` (one only: a command that writes without end must not keep
+// the caller from its deadline); closes `fd` at its end.
+void read_some(Fd& fd, std::string& into) {
   char buf[kChunk];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n > 0) {
-      into.append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
-    fd.reset();  // end of file, or an error that no retry mends
-    return;
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) < 0 && errno == EINTR) {
   }
+  if (n > 0) into.append(buf, static_cast<size_t>(n));
+  if (n == 0 || (n < 0 && errno != EAGAIN)) fd.reset();  // its end, or an error no retry mends
 }
 
 int milliseconds_until(Clock::time_point deadline) {
@@ -219,16 +214,16 @@ ShellRun run_shell(const std::string& command, std::string_view input, const She
         // its output says whether it scored every line.
         if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) in_write.reset();
       }
-      if (out_read.open()) drain(out_read, run.out);
-      if (err_read.open()) drain(err_read, err);
+      if (out_read.open()) read_some(out_read, run.out);
+      if (err_read.open()) read_some(err_read, err);
       if (err.size() > 2 * kErrTailBytes) err.erase(0, err.size() - kErrTailBytes);
       run.output_overflow = run.out.size() > limits.max_output_bytes;
       run.timed_out = Clock::now() >= deadline;
     }
   }
   in_write.reset();
-  // Its stdout and stderr are closed; the shell may still be running (or a process it started
-  // holds them no longer): wait for its exit up to the deadline.
+  // Its stdout and stderr are at their end, but the shell may not have exited yet: wait for it up
+  // to the deadline.
   std::optional<int> status;
   while (!run.timed_out && !run.output_overflow && !(status = child.try_reap())) {
     if (Clock::now() >= deadline) {
