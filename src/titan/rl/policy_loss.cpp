@@ -29,8 +29,9 @@ std::vector<double> group_advantages(std::span<const double> rewards, int64_t gr
     const double mean = group[0] + offset / static_cast<double>(group_size);
     double squares = 0;
     for (double r : group) squares += (r - mean) * (r - mean);
+    // A group of equal rewards stays at zeros, also with eps = 0 (where 0 / 0 would be NaN).
     double scale = 1;
-    if (norm != AdvantageNorm::none) {
+    if (norm != AdvantageNorm::none && squares > 0) {
       const double dof = static_cast<double>(norm == AdvantageNorm::std ? group_size : group_size - 1);
       scale = 1 / (std::sqrt(squares / dof) + eps);
     }

@@ -14,8 +14,9 @@ namespace titan::rl {
 enum class AdvantageNorm { none, std, unbiased_std };
 
 // rewards: consecutive groups of group_size (the G samples of one prompt). Per reward,
-// A = r - mean(its group), divided by (std + eps) per `norm`. A group whose rewards are all equal
-// gets zeros. rewards.size() must be a multiple of group_size; unbiased_std needs group_size >= 2.
+// A = r - mean(its group), divided by (std + eps) per `norm` (eps >= 0). A group whose rewards are
+// all equal gets zeros. rewards.size() must be a multiple of group_size; unbiased_std needs
+// group_size >= 2.
 std::vector<double> group_advantages(std::span<const double> rewards, int64_t group_size, AdvantageNorm norm,
                                      double eps = 1e-6);
 

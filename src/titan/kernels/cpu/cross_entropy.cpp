@@ -168,35 +168,35 @@ template <typename T>
 void row_entropy(const T* logits, const T* lse, int64_t rows, int64_t vocab, T inv_temperature, T* out) {
   const int64_t seg = kCrossEntropyChunkBytes / static_cast<int64_t>(sizeof(T)) * kSegmentChunks;
   const int64_t per_row = segments_per_row(vocab, seg);
+  // Sums in double: f32 sums over a segment of 16k similar terms drift by 1e-4 relative.
   struct Sums {
-    T weighted = 0;  // sum of p_j * (lse - z_j)
-    T mass = 0;      // sum of p_j: 1 but for lse's rounding
+    double weighted = 0;  // sum of p_j * (lse - z_j)
+    double mass = 0;      // sum of p_j: 1 but for lse's rounding
   };
   std::vector<Sums> parts(static_cast<size_t>(rows * per_row));
   for_each_segment(rows, vocab, seg, [&](int64_t r, int64_t piece, int64_t b, int64_t e) {
     const T* x = logits + r * vocab;
     const T l = lse[r];
-    T w = 0, m = 0;
+    double w = 0, m = 0;
     // p = 0 (a -inf logit, or one far below the max) adds nothing, and must not add 0 * inf.
 #pragma omp simd reduction(+ : w, m)
     for (int64_t j = b; j < e; ++j) {
       const T z = x[j] * inv_temperature;
       const T p = vexp(z - l);
-      w += p > T(0) ? p * (l - z) : T(0);
-      m += p;
+      w += p > T(0) ? static_cast<double>(p * (l - z)) : 0.0;
+      m += static_cast<double>(p);
     }
     parts[piece] = {w, m};
   });
-  // With S = sum p_j, the normalised p_j / S give H = W / S + log S exactly: an error ε in lse
-  // scales every p_j by e^-ε and would otherwise shift H by about ε * (H - 1), which at a
-  // vocabulary of 100k in f32 is past 1e-5 of H.
+  // With S = sum p_j, the normalised p_j / S give H = W / S + log S exactly: an error e in lse
+  // scales every p_j by exp(-e) and would otherwise shift H by about e * (H - 1).
   for (int64_t r = 0; r < rows; ++r) {
-    T w = 0, m = 0;
+    double w = 0, m = 0;
     for (int64_t k = 0; k < per_row; ++k) {
       w += parts[r * per_row + k].weighted;
       m += parts[r * per_row + k].mass;
     }
-    out[r] = w / m + std::log(m);
+    out[r] = static_cast<T>(w / m + std::log(m));
   }
 }
 
