@@ -14,8 +14,8 @@ namespace {
 constexpr double kTol = 1e-5;
 
 TEST(ParityRl, TokenLogProbs) {
-  for (const char* name : {"tlp_129_t1", "tlp_5000_3d_i32_t07", "tlp_32000_t13", "tlp_100003_few_rows_t06",
-                           "tlp_all_ignored"}) {
+  for (const char* name :
+       {"tlp_129_t1", "tlp_5000_3d_i32_t07", "tlp_32000_t13", "tlp_100003_few_rows_t06", "tlp_all_ignored"}) {
     ParityCase c = load_parity_case(name);
     Tensor x = c.input("in.x");
     Tensor lp = ops::token_log_probs(x, c["in.t"], c.attr("temperature"),
@@ -27,8 +27,8 @@ TEST(ParityRl, TokenLogProbs) {
 }
 
 TEST(ParityRl, TokenEntropy) {
-  for (const char* name : {"entropy_129_t1", "entropy_5000_3d_t07_masked", "entropy_32000_t13",
-                           "entropy_100003_t06"}) {
+  for (const char* name :
+       {"entropy_129_t1", "entropy_5000_3d_t07_masked", "entropy_32000_t13", "entropy_100003_t06"}) {
     ParityCase c = load_parity_case(name);
     Tensor h = ops::token_entropy(c["in.x"], c.attr("temperature"));
     EXPECT_TRUE(tensors_close(h, c["out.h"], kTol, name));
@@ -67,7 +67,8 @@ TEST(ParityRl, PolicyLoss) {
     EXPECT_TRUE(tensors_close(logp.grad(), c["grad.logp"], kTol, std::string(name) + " grad logp"));
     EXPECT_EQ(stats.tokens, static_cast<int64_t>(c["out.tokens"].item())) << name;
     EXPECT_NEAR(stats.clip_fraction, c["out.clip_fraction"].item(), 1e-12) << name;
-    EXPECT_NEAR(stats.ratio_mean, c["out.ratio_mean"].item(), kTol * std::abs(c["out.ratio_mean"].item())) << name;
+    EXPECT_NEAR(stats.ratio_mean, c["out.ratio_mean"].item(), kTol * std::abs(c["out.ratio_mean"].item()))
+        << name;
     EXPECT_NEAR(stats.kl_mean, c["out.kl_mean"].item(), kTol * std::abs(c["out.kl_mean"].item())) << name;
   }
 }

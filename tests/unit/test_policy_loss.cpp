@@ -26,7 +26,9 @@ Tensor mask_of_lengths() {
   return Tensor::from_vector<float>(m, {kB, kT});
 }
 
-Tensor logp_leaf(uint64_t seed) { return test::rand_f32({kB, kT}, seed, -3, -0.1).requires_grad_(); }
+Tensor logp_leaf(uint64_t seed) {
+  return test::rand_f32({kB, kT}, seed, -3, -0.1).requires_grad_();
+}
 
 TEST(PolicyLoss, AtRatioOneTheGradientIsReinforce) {
   // old_logp == logp: r = 1 sits inside every clip, so d/dlogp of -r*A is -A * mask / normaliser.
@@ -72,7 +74,8 @@ TEST(PolicyLoss, GradientMatchesFiniteDifferences) {
   const Tensor mask = Tensor::from_vector<double>(std::vector<double>(kB * kT, 1.0), {kB, kT});
   const PolicyLossOptions opts{.clip_low = 0.1, .clip_high = 0.2, .dual_clip = 1.5, .kl_coef = 0.3};
   auto res = autograd::gradcheck(
-      [&](auto& v) { return std::vector<Tensor>{rl::policy_loss(v[0], old, adv, mask, ref, opts, 9)}; }, {logp});
+      [&](auto& v) { return std::vector<Tensor>{rl::policy_loss(v[0], old, adv, mask, ref, opts, 9)}; },
+      {logp});
   EXPECT_TRUE(res.ok) << res.message;
 }
 
@@ -82,8 +85,8 @@ TEST(PolicyLoss, MaskedTokensAreSkippedWhateverTheirValues) {
   const Tensor old = Tensor::from_vector<float>({-1.1f, -1.f, NAN, -1.f}, {2, 2});
   const Tensor mask = Tensor::from_vector<float>({1.f, 0.f, 0.f, 0.f}, {2, 2});
   const Tensor ref = Tensor::from_vector<float>({-1.f, NAN, NAN, NAN}, {2, 2});
-  Tensor loss = rl::policy_loss(logp, old, Tensor::from_vector<float>({1.f, 1.f}, {2}), mask, ref,
-                                {.kl_coef = 0.1}, 1);
+  Tensor loss =
+      rl::policy_loss(logp, old, Tensor::from_vector<float>({1.f, 1.f}, {2}), mask, ref, {.kl_coef = 0.1}, 1);
   EXPECT_TRUE(std::isfinite(loss.item()));
   loss.backward();
   const std::vector<float> g = logp.grad().to_vector<float>();
@@ -97,21 +100,24 @@ TEST(PolicyLoss, BadInputsNameTheProblem) {
   const Tensor old = logp.detach();
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor(), {.kl_coef = 0.1}, 5), "kl_coef is 0.1",
                      "ref_logp is undefined", "set kl_coef = 0");
-  EXPECT_TITAN_ERROR(rl::policy_loss(logp, Tensor::zeros({kB, kT + 1}), adv, mask, Tensor(), {}, 5), "old_logp",
-                     "[3, 5]", "f32[3, 6]");
+  EXPECT_TITAN_ERROR(rl::policy_loss(logp, Tensor::zeros({kB, kT + 1}), adv, mask, Tensor(), {}, 5),
+                     "old_logp", "[3, 5]", "f32[3, 6]");
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, Tensor::zeros({kB, kT}), mask, Tensor(), {}, 5), "advantages",
                      "[3]", "f32[3, 5]");
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, Tensor::zeros({kB}), Tensor(), {}, 5), "mask", "[3, 5]");
-  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor::zeros({kB}), {.kl_coef = 0.1}, 5), "ref_logp",
-                     "[3, 5]");
-  EXPECT_TITAN_ERROR(rl::policy_loss(logp.view({kB * kT}), old, adv, mask, Tensor(), {}, 5), "logp must be [B, T]");
+  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor::zeros({kB}), {.kl_coef = 0.1}, 5),
+                     "ref_logp", "[3, 5]");
+  EXPECT_TITAN_ERROR(rl::policy_loss(logp.view({kB * kT}), old, adv, mask, Tensor(), {}, 5),
+                     "logp must be [B, T]");
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask * 0.5, Tensor(), {}, 5), "mask must hold 0 or 1",
                      "0.5 at [0, 0]");
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor(), {}, 0), "normaliser", "got 0");
   EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor(), {.dual_clip = 1}, 5), "dual_clip",
                      "c > 1", "got 1");
-  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor(), {.clip_low = 1}, 5), "clip_low", "[0, 1)");
-  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old.to(kI64), adv, mask, Tensor(), {}, 5), "old_logp", "f32 or f64");
+  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old, adv, mask, Tensor(), {.clip_low = 1}, 5), "clip_low",
+                     "[0, 1)");
+  EXPECT_TITAN_ERROR(rl::policy_loss(logp, old.to(kI64), adv, mask, Tensor(), {}, 5), "old_logp",
+                     "f32 or f64");
 }
 
 TEST(GroupAdvantages, CentresAndScalesEachGroup) {
@@ -130,8 +136,8 @@ TEST(GroupAdvantages, CentresAndScalesEachGroup) {
 
 TEST(GroupAdvantages, BadGroupsAreRefusedWithTheReason) {
   const std::vector<double> rewards = {1, 0, 1};
-  EXPECT_TITAN_ERROR(rl::group_advantages(rewards, 1, AdvantageNorm::unbiased_std), "group of 1",
-                     "G - 1 = 0", "at least 2 completions");
+  EXPECT_TITAN_ERROR(rl::group_advantages(rewards, 1, AdvantageNorm::unbiased_std), "group of 1", "G - 1 = 0",
+                     "at least 2 completions");
   EXPECT_TITAN_ERROR(rl::group_advantages(rewards, 2, AdvantageNorm::none), "3 rewards", "groups of 2");
   EXPECT_TITAN_ERROR(rl::group_advantages(rewards, 0, AdvantageNorm::none), "group_size", "got 0");
   EXPECT_EQ(rl::group_advantages(rewards, 1, AdvantageNorm::std), (std::vector<double>{0, 0, 0}));

@@ -44,7 +44,8 @@ TEST(TokenLogProbs, AtTemperatureOneIsMinusEachRowsCrossEntropy) {
       EXPECT_EQ(lp[r], 0.0);
       continue;
     }
-    const double ce = ops::cross_entropy(x.narrow(0, r, 1), t.narrow(0, r, 1), -100, ops::Reduction::sum).item();
+    const double ce =
+        ops::cross_entropy(x.narrow(0, r, 1), t.narrow(0, r, 1), -100, ops::Reduction::sum).item();
     EXPECT_NEAR(lp[r], -ce, 1e-12) << r;
   }
   // At a temperature: the logits divided by it first.
@@ -90,8 +91,8 @@ TEST(TokenLogProbs, BadInputsNameTheProblem) {
                      "target 5", "position [1]", "[0, 5)");
   EXPECT_TITAN_ERROR(ops::token_log_probs(x, Tensor::from_vector<int64_t>({0, 1, 2}, {3}), 0.0),
                      "token_log_probs", "temperature", "positive", "got 0");
-  EXPECT_TITAN_ERROR(ops::token_log_probs(x, Tensor::from_vector<int64_t>({0, 1, 2}, {3}), -1.0), "temperature",
-                     "got -1");
+  EXPECT_TITAN_ERROR(ops::token_log_probs(x, Tensor::from_vector<int64_t>({0, 1, 2}, {3}), -1.0),
+                     "temperature", "got -1");
   EXPECT_TITAN_ERROR(ops::token_log_probs(x, Tensor::zeros({4}, {.dtype = kI64})), "token_log_probs",
                      "f32[3, 5]", "i64[4]");
   EXPECT_TITAN_ERROR(ops::token_entropy(x, NAN), "token_entropy", "temperature");

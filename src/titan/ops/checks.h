@@ -16,8 +16,8 @@ inline void check_float(const char* op, const char* arg, const Tensor& t) {
 // token_log_probs); names the op and what is wrong otherwise. Returns V. Leaves the device to the
 // caller: graph mode lowers some of these ops.
 inline int64_t check_class_logits(const char* op, const Tensor& logits, const Tensor& targets) {
-  TITAN_CHECK(logits.dtype() == kF32 || logits.dtype() == kF64, op, ": logits must be an f32 or f64 tensor, got ",
-              logits.desc());
+  TITAN_CHECK(logits.dtype() == kF32 || logits.dtype() == kF64, op,
+              ": logits must be an f32 or f64 tensor, got ", logits.desc());
   TITAN_CHECK(targets.dtype() == kI32 || targets.dtype() == kI64, op,
               ": targets must be class indices (i32 or i64), got ", targets.desc());
   TITAN_CHECK(logits.dim() >= 1, op, ": logits must have a class dim (the last), got ", logits.desc());

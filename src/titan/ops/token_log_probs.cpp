@@ -1,6 +1,7 @@
 #include "titan/ops/token_log_probs.h"
 
 #include <cmath>
+#include <vector>
 
 #include "titan/autograd/node.h"
 #include "titan/kernels/cpu/cross_entropy.h"
@@ -19,11 +20,14 @@ double inverse_temperature(const char* op, double temperature) {
   return 1.0 / temperature;
 }
 
-Shape row_shape(const Tensor& logits) { return Shape(logits.sizes().begin(), logits.sizes().end() - 1); }
+Shape row_shape(const Tensor& logits) {
+  return Shape(logits.sizes().begin(), logits.sizes().end() - 1);
+}
 
 }  // namespace
 
-Tensor token_log_probs(const Tensor& logits, const Tensor& targets, double temperature, int64_t ignore_index) {
+Tensor token_log_probs(const Tensor& logits, const Tensor& targets, double temperature,
+                       int64_t ignore_index) {
   const OpSpan span("token_log_probs", logits, targets);
   check_cpu("token_log_probs", logits);
   check_cpu("token_log_probs", targets);
@@ -75,7 +79,8 @@ Tensor token_entropy(const Tensor& logits, double temperature) {
   kernels::cpu::dispatch_float(logits.dtype(), [&](auto t) {
     using T = decltype(t);
     kernels::cpu::row_logsumexp<T>(ld.data<T>(), rows, vocab, static_cast<T>(inv_t), lse.data<T>());
-    kernels::cpu::row_entropy<T>(ld.data<T>(), lse.data<T>(), rows, vocab, static_cast<T>(inv_t), out.data<T>());
+    kernels::cpu::row_entropy<T>(ld.data<T>(), lse.data<T>(), rows, vocab, static_cast<T>(inv_t),
+                                 out.data<T>());
   });
   return out;
 }

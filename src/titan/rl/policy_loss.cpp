@@ -13,8 +13,8 @@ std::vector<double> group_advantages(std::span<const double> rewards, int64_t gr
                                      double eps) {
   TITAN_CHECK(group_size >= 1, "group_advantages: group_size must be at least 1, got ", group_size);
   const int64_t n = static_cast<int64_t>(rewards.size());
-  TITAN_CHECK(n % group_size == 0, "group_advantages: ", n, " rewards do not split into groups of ", group_size,
-              "; pass group_size rewards (completions) for every prompt");
+  TITAN_CHECK(n % group_size == 0, "group_advantages: ", n, " rewards do not split into groups of ",
+              group_size, "; pass group_size rewards (completions) for every prompt");
   TITAN_CHECK(norm != AdvantageNorm::unbiased_std || group_size >= 2,
               "group_advantages: the unbiased std of a group of 1 divides by G - 1 = 0; draw at least 2 "
               "completions per prompt, or normalise by none or the population std");
@@ -120,25 +120,29 @@ struct Batch {
   }
 };
 
-std::vector<double> values_of(const Tensor& t) { return t.detach().to(kF64).to_vector<double>(); }
+std::vector<double> values_of(const Tensor& t) {
+  return t.detach().to(kF64).to_vector<double>();
+}
 
 void check_input(const char* name, const Tensor& t, const Shape& shape) {
   TITAN_CHECK(t.defined(), "policy_loss: ", name, " is undefined; pass a tensor of shape ", shape_str(shape));
   check_cpu("policy_loss", t);
-  TITAN_CHECK(t.dtype() == kF32 || t.dtype() == kF64, "policy_loss: ", name, " must be f32 or f64, got ", t.desc());
+  TITAN_CHECK(t.dtype() == kF32 || t.dtype() == kF64, "policy_loss: ", name, " must be f32 or f64, got ",
+              t.desc());
   TITAN_CHECK(t.sizes() == shape, "policy_loss: ", name, " must have shape ", shape_str(shape),
               " (logp's [B, T], or [B] for advantages), got ", t.desc());
 }
 
 void check_options(const PolicyLossOptions& o) {
   TITAN_CHECK(std::isfinite(o.clip_low) && o.clip_low >= 0 && o.clip_low < 1,
-              "policy_loss: clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got ", o.clip_low);
+              "policy_loss: clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got ",
+              o.clip_low);
   TITAN_CHECK(std::isfinite(o.clip_high) && o.clip_high >= 0, "policy_loss: clip_high must be >= 0, got ",
               o.clip_high);
   TITAN_CHECK(o.dual_clip == 0 || (std::isfinite(o.dual_clip) && o.dual_clip > 1),
               "policy_loss: dual_clip must be 0 (off) or a finite c > 1, got ", o.dual_clip);
-  TITAN_CHECK(std::isfinite(o.kl_coef) && o.kl_coef >= 0, "policy_loss: kl_coef must be finite and >= 0, got ",
-              o.kl_coef);
+  TITAN_CHECK(std::isfinite(o.kl_coef) && o.kl_coef >= 0,
+              "policy_loss: kl_coef must be finite and >= 0, got ", o.kl_coef);
   TITAN_CHECK(o.log_ratio_clamp > 0, "policy_loss: log_ratio_clamp must be > 0, got ", o.log_ratio_clamp);
 }
 
@@ -178,8 +182,9 @@ Tensor policy_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& adv
   double sum = 0, ratios = 0, kls = 0;
   int64_t count = 0, clipped = 0;
   for (int64_t i = 0; i < b.rows * b.cols; ++i) {
-    TITAN_CHECK(b.mask[i] == 0 || b.mask[i] == 1, "policy_loss: mask must hold 0 or 1 (token valid or not), got ",
-                b.mask[i], " at [", i / b.cols, ", ", i % b.cols, "]");
+    TITAN_CHECK(b.mask[i] == 0 || b.mask[i] == 1,
+                "policy_loss: mask must hold 0 or 1 (token valid or not), got ", b.mask[i], " at [",
+                i / b.cols, ", ", i % b.cols, "]");
     if (b.mask[i] == 0) continue;
     const TokenLoss t = token_loss(b.token(i), opts);
     sum += t.value;
@@ -190,7 +195,9 @@ Tensor policy_loss(const Tensor& logp, const Tensor& old_logp, const Tensor& adv
   }
   if (stats) {
     const double n = count > 0 ? static_cast<double>(count) : 1;
-    *stats = {.clip_fraction = static_cast<double>(clipped) / n, .ratio_mean = ratios / n, .kl_mean = kls / n,
+    *stats = {.clip_fraction = static_cast<double>(clipped) / n,
+              .ratio_mean = ratios / n,
+              .kl_mean = kls / n,
               .tokens = count};
   }
   Tensor out = Tensor::full({}, sum / normaliser, logp.options());

@@ -27,8 +27,8 @@ struct PolicyLossOptions {
   double log_ratio_clamp = 20;             // |logp - old_logp| is clamped to this before exp
 };
 
-// Over this call's valid tokens (mask 1); a caller with several ranks or micro-batches combines
-// them weighted by `tokens`.
+// Over this call's valid tokens (mask 1; the means are 0 when there are none); a caller with
+// several ranks or micro-batches combines them weighted by `tokens`.
 struct PolicyLossStats {
   double clip_fraction = 0;  // share of tokens where a clip (either, or the dual clip) was taken
   double ratio_mean = 0;     // mean of exp(clamped logp - old_logp)

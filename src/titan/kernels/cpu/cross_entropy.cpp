@@ -143,8 +143,8 @@ void scaled_softmax_minus_onehot(const T* logits, const I* targets, const T* lse
 template <typename T, typename I>
 void cross_entropy_backward(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
                             int64_t ignore_index, T scale, T* dlogits) {
-  scaled_softmax_minus_onehot(logits, targets, lse, rows, vocab, ignore_index, T(1),
-                              [scale](int64_t) { return scale; }, dlogits);
+  scaled_softmax_minus_onehot(
+      logits, targets, lse, rows, vocab, ignore_index, T(1), [scale](int64_t) { return scale; }, dlogits);
 }
 
 template <typename T, typename I>
@@ -160,8 +160,9 @@ void token_log_probs_forward(const T* logits, const I* targets, int64_t rows, in
 template <typename T, typename I>
 void softmax_onehot_backward(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
                              int64_t ignore_index, T inv_temperature, const T* scale, T* dlogits) {
-  scaled_softmax_minus_onehot(logits, targets, lse, rows, vocab, ignore_index, inv_temperature,
-                              [scale](int64_t r) { return scale[r]; }, dlogits);
+  scaled_softmax_minus_onehot(
+      logits, targets, lse, rows, vocab, ignore_index, inv_temperature,
+      [scale](int64_t r) { return scale[r]; }, dlogits);
 }
 
 template <typename T>
@@ -200,12 +201,13 @@ void row_entropy(const T* logits, const T* lse, int64_t rows, int64_t vocab, T i
   }
 }
 
-#define TITAN_INSTANTIATE(T, I)                                                                             \
-  template CrossEntropySums cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T*,  \
-                                                        int64_t);                                           \
-  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T, T*); \
-  template void token_log_probs_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T, T*, T*);      \
-  template void softmax_onehot_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T,     \
+#define TITAN_INSTANTIATE(T, I)                                                                            \
+  template CrossEntropySums cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T*, \
+                                                        int64_t);                                          \
+  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T,   \
+                                             T*);                                                          \
+  template void token_log_probs_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T, T*, T*);   \
+  template void softmax_onehot_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T,  \
                                               const T*, T*);
 TITAN_FOR_EACH_FLOAT_INDEX(TITAN_INSTANTIATE)
 #undef TITAN_INSTANTIATE
