@@ -152,5 +152,6 @@ CASES = {
     "pl_kl": _policy_loss(clip_high=0.28, kl_coef=0.05, with_ref=True),
     "pl_kl_dual_clip": _policy_loss(clip_low=0.1, clip_high=0.3, dual_clip=2.5, kl_coef=0.1, with_ref=True),
     "pl_ref_without_kl": _policy_loss(with_ref=True),
-    "pl_tight_clamp": _policy_loss(clip_high=0.28, dual_clip=3.0, log_ratio_clamp=1.5),
+    "pl_tight_clamp": _policy_loss(clip_high=0.28, log_ratio_clamp=1.0),
+    "pl_tight_clamp_dual_clip": _policy_loss(clip_high=0.28, dual_clip=3.0, log_ratio_clamp=1.5),
 }

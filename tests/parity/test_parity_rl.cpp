@@ -50,7 +50,7 @@ TEST(ParityRl, GroupAdvantages) {
 
 TEST(ParityRl, PolicyLoss) {
   for (const char* name : {"pl_symmetric", "pl_asymmetric", "pl_dual_clip", "pl_kl", "pl_kl_dual_clip",
-                           "pl_ref_without_kl", "pl_tight_clamp"}) {
+                           "pl_ref_without_kl", "pl_tight_clamp", "pl_tight_clamp_dual_clip"}) {
     ParityCase c = load_parity_case(name);
     const rl::PolicyLossOptions opts{.clip_low = c.attr("clip_low"),
                                      .clip_high = c.attr("clip_high"),
