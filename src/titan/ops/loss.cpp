@@ -8,6 +8,7 @@
 #include "titan/kernels/cpu/cross_entropy.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/index_check.h"
+#include "titan/ops/checks.h"
 #include "titan/ops/op_span.h"
 
 namespace titan::ops {
@@ -94,18 +95,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     check_cpu("cross_entropy", logits);
     check_cpu("cross_entropy", targets);
   }
-  TITAN_CHECK(logits.dtype() == kF32 || logits.dtype() == kF64,
-              "cross_entropy: logits must be an f32 or f64 tensor, got ", logits.desc());
-  TITAN_CHECK(targets.dtype() == kI32 || targets.dtype() == kI64,
-              "cross_entropy: targets must be class indices (i32 or i64), got ", targets.desc());
-  TITAN_CHECK(logits.dim() >= 1, "cross_entropy: logits must have a class dim (the last), got ",
-              logits.desc());
-  const Shape row_shape(logits.sizes().begin(), logits.sizes().end() - 1);
-  TITAN_CHECK(targets.sizes() == row_shape, "cross_entropy: logits ", logits.desc(),
-              " need targets of shape ", shape_str(row_shape),
-              " (the logits' shape without the class dim), got ", targets.desc());
-  const int64_t vocab = logits.size(-1), rows = targets.numel();
-  TITAN_CHECK(vocab > 0, "cross_entropy: logits ", logits.desc(), " have no classes");
+  const int64_t vocab = check_class_logits("cross_entropy", logits, targets), rows = targets.numel();
   if (lazy) return cross_entropy_lowered(logits, targets, ignore_index, reduction);
   Tensor lc = logits.contiguous(), tc = targets.contiguous();
   kernels::cpu::check_index_range("cross_entropy", "target", tc, vocab, ignore_index);

@@ -42,8 +42,9 @@ MaxSum<T> merge(MaxSum<T> a, MaxSum<T> b) {
   return {m, sa + sb};
 }
 
+// The max is taken over the raw logits: with inv_t > 0 it scales to the max of the scaled ones.
 template <typename T>
-MaxSum<T> max_sum_exp(const T* x, int64_t n, int64_t chunk) {
+MaxSum<T> max_sum_exp(const T* x, int64_t n, T inv_t, int64_t chunk) {
   MaxSum<T> acc;
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
     const T* p = x + c0;
@@ -52,10 +53,11 @@ MaxSum<T> max_sum_exp(const T* x, int64_t n, int64_t chunk) {
     // Spelled as a select: GCC 12 leaves std::max(m, p[i]) scalar here, 20x slower.
 #pragma omp simd reduction(max : m)
     for (int64_t i = 0; i < len; ++i) m = p[i] > m ? p[i] : m;
+    m *= inv_t;
     const T shift = shift_of(m);
     T s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < len; ++i) s += vexp(p[i] - shift);
+    for (int64_t i = 0; i < len; ++i) s += vexp(p[i] * inv_t - shift);
     acc = merge(acc, {m, s});
   }
   return acc;
@@ -85,39 +87,43 @@ bool ignored(I t, int64_t ignore_index) {
 }
 }  // namespace
 
-template <typename T, typename I>
-CrossEntropySums cross_entropy_forward(const T* logits, const I* targets, int64_t rows, int64_t vocab,
-                                       int64_t ignore_index, T* lse, int64_t chunk) {
+template <typename T>
+void row_logsumexp(const T* logits, int64_t rows, int64_t vocab, T inv_temperature, T* lse, int64_t chunk) {
   chunk = std::max<int64_t>(chunk, 1);
   const int64_t seg = chunk * kSegmentChunks;
   const int64_t per_row = segments_per_row(vocab, seg);
   std::vector<MaxSum<T>> parts(static_cast<size_t>(rows * per_row));
   for_each_segment(rows, vocab, seg, [&](int64_t r, int64_t piece, int64_t b, int64_t e) {
-    parts[piece] = max_sum_exp(logits + r * vocab + b, e - b, chunk);
+    parts[piece] = max_sum_exp(logits + r * vocab + b, e - b, inv_temperature, chunk);
   });
-  std::vector<double> row_loss(static_cast<size_t>(rows));
   parallel_for(0, rows, std::max<int64_t>(1, 4096 / per_row), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       MaxSum<T> acc = parts[r * per_row];
       for (int64_t k = 1; k < per_row; ++k) acc = merge(acc, parts[r * per_row + k]);
       lse[r] = shift_of(acc.m) + std::log(acc.s);
-      row_loss[r] = ignored(targets[r], ignore_index)
-                        ? 0.0
-                        : static_cast<double>(lse[r]) -
-                              static_cast<double>(logits[r * vocab + static_cast<int64_t>(targets[r])]);
     }
   });
+}
+
+template <typename T, typename I>
+CrossEntropySums cross_entropy_forward(const T* logits, const I* targets, int64_t rows, int64_t vocab,
+                                       int64_t ignore_index, T* lse, int64_t chunk) {
+  row_logsumexp(logits, rows, vocab, T(1), lse, chunk);
   CrossEntropySums sums;
   for (int64_t r = 0; r < rows; ++r) {
-    sums.loss += row_loss[r];
-    sums.count += ignored(targets[r], ignore_index) ? 0 : 1;
+    if (ignored(targets[r], ignore_index)) continue;
+    sums.loss += static_cast<double>(lse[r]) -
+                 static_cast<double>(logits[r * vocab + static_cast<int64_t>(targets[r])]);
+    ++sums.count;
   }
   return sums;
 }
 
-template <typename T, typename I>
-void cross_entropy_backward(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
-                            int64_t ignore_index, T scale, T* dlogits) {
+namespace {
+// (softmax at the temperature - onehot) * scale_of(r), one pass; ignored rows get zeros.
+template <typename T, typename I, typename Scale>
+void scaled_softmax_minus_onehot(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
+                                 int64_t ignore_index, T inv_t, const Scale& scale_of, T* dlogits) {
   const int64_t seg = kCrossEntropyChunkBytes / static_cast<int64_t>(sizeof(T)) * kSegmentChunks;
   for_each_segment(rows, vocab, seg, [&](int64_t r, int64_t, int64_t b, int64_t e) {
     const T* x = logits + r * vocab;
@@ -126,18 +132,88 @@ void cross_entropy_backward(const T* logits, const I* targets, const T* lse, int
       std::fill(d + b, d + e, T(0));
       return;
     }
-    const T l = lse[r];
-    for (int64_t j = b; j < e; ++j) d[j] = vexp(x[j] - l) * scale;
+    const T l = lse[r], scale = scale_of(r);
+    for (int64_t j = b; j < e; ++j) d[j] = vexp(x[j] * inv_t - l) * scale;
     const int64_t t = static_cast<int64_t>(targets[r]);
     if (t >= b && t < e) d[t] -= scale;
   });
+}
+}  // namespace
+
+template <typename T, typename I>
+void cross_entropy_backward(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
+                            int64_t ignore_index, T scale, T* dlogits) {
+  scaled_softmax_minus_onehot(
+      logits, targets, lse, rows, vocab, ignore_index, T(1), [scale](int64_t) { return scale; }, dlogits);
+}
+
+template <typename T, typename I>
+void token_log_probs_forward(const T* logits, const I* targets, int64_t rows, int64_t vocab,
+                             int64_t ignore_index, T inv_temperature, T* lse, T* out) {
+  row_logsumexp(logits, rows, vocab, inv_temperature, lse);
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = ignored(targets[r], ignore_index)
+                 ? T(0)
+                 : logits[r * vocab + static_cast<int64_t>(targets[r])] * inv_temperature - lse[r];
+}
+
+template <typename T, typename I>
+void softmax_onehot_backward(const T* logits, const I* targets, const T* lse, int64_t rows, int64_t vocab,
+                             int64_t ignore_index, T inv_temperature, const T* scale, T* dlogits) {
+  scaled_softmax_minus_onehot(
+      logits, targets, lse, rows, vocab, ignore_index, inv_temperature,
+      [scale](int64_t r) { return scale[r]; }, dlogits);
+}
+
+template <typename T>
+void row_entropy(const T* logits, const T* lse, int64_t rows, int64_t vocab, T inv_temperature, T* out) {
+  const int64_t seg = kCrossEntropyChunkBytes / static_cast<int64_t>(sizeof(T)) * kSegmentChunks;
+  const int64_t per_row = segments_per_row(vocab, seg);
+  // Sums in double: f32 sums over a segment of 16k similar terms drift by 1e-4 relative.
+  struct Sums {
+    double weighted = 0;  // sum of p_j * (lse - z_j)
+    double mass = 0;      // sum of p_j: 1 but for lse's rounding
+  };
+  std::vector<Sums> parts(static_cast<size_t>(rows * per_row));
+  for_each_segment(rows, vocab, seg, [&](int64_t r, int64_t piece, int64_t b, int64_t e) {
+    const T* x = logits + r * vocab;
+    const T l = lse[r];
+    double w = 0, m = 0;
+    // p = 0 (a -inf logit, or one far below the max) adds nothing, and must not add 0 * inf.
+#pragma omp simd reduction(+ : w, m)
+    for (int64_t j = b; j < e; ++j) {
+      const T z = x[j] * inv_temperature;
+      const T p = vexp(z - l);
+      w += p > T(0) ? static_cast<double>(p * (l - z)) : 0.0;
+      m += static_cast<double>(p);
+    }
+    parts[piece] = {w, m};
+  });
+  // With S = sum p_j, the normalised p_j / S give H = W / S + log S exactly: an error e in lse
+  // scales every p_j by exp(-e) and would otherwise shift H by about e * (H - 1).
+  for (int64_t r = 0; r < rows; ++r) {
+    double w = 0, m = 0;
+    for (int64_t k = 0; k < per_row; ++k) {
+      w += parts[r * per_row + k].weighted;
+      m += parts[r * per_row + k].mass;
+    }
+    out[r] = static_cast<T>(w / m + std::log(m));
+  }
 }
 
 #define TITAN_INSTANTIATE(T, I)                                                                            \
   template CrossEntropySums cross_entropy_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T*, \
                                                         int64_t);                                          \
-  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T, T*);
+  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T,   \
+                                             T*);                                                          \
+  template void token_log_probs_forward<T, I>(const T*, const I*, int64_t, int64_t, int64_t, T, T*, T*);   \
+  template void softmax_onehot_backward<T, I>(const T*, const I*, const T*, int64_t, int64_t, int64_t, T,  \
+                                              const T*, T*);
 TITAN_FOR_EACH_FLOAT_INDEX(TITAN_INSTANTIATE)
 #undef TITAN_INSTANTIATE
+template void row_logsumexp<float>(const float*, int64_t, int64_t, float, float*, int64_t);
+template void row_logsumexp<double>(const double*, int64_t, int64_t, double, double*, int64_t);
+template void row_entropy<float>(const float*, const float*, int64_t, int64_t, float, float*);
+template void row_entropy<double>(const double*, const double*, int64_t, int64_t, double, double*);
 
 }  // namespace titan::kernels::cpu
