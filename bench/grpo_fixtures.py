@@ -3,16 +3,18 @@
 addition task. No hub is reachable here, so both are made from nothing, deterministically.
 
   grpo_fixtures.py model DIR [--hidden 64 --layers 2 --heads 4 --kv-heads 2 --seed 0]
-                             [--sft-data prompts.jsonl --sft-steps 300 --sft-lr 3e-3]
+                             [--sft-data prompts.jsonl --sft-steps 300 --sft-lr 3e-3 --threads 1]
       config.json, model.safetensors, generation_config.json, tokenizer.json and
       tokenizer_config.json. The tokenizer is data/kjv_tokenizer's format without merges: a
       byte-level BPE whose ids 0-255 are the bytes, 256 <|begin_of_text|> (bos, prepended) and 257
       <|end_of_text|> (eos), so every digit is one token. titan's BpeTokenizer and transformers
       read it alike (bos first). Random weights, or with --sft-data trained that many steps
-      (64 sums a step, AdamW) on "prompt answer<eos>", the loss on the answer and eos.
-  grpo_fixtures.py addition DIR [--digits 2 --train 512 --eval 128 --seed 0]
+      (64 sums a step, AdamW) on "prompt answer<eos>", the loss on the answer and eos; one
+      thread by default, the fastest for GEMMs this small (2000 steps: about a minute).
+  grpo_fixtures.py addition DIR [--digits 2 --train 4096 --eval 256 --seed 0]
       DIR/prompts.jsonl and DIR/eval.jsonl, lines {"prompt": "12+34=", "answer": "46"}, no pair
-      in both files.
+      in both files. The tiny model learns 512 training sums by heart in 2000 supervised steps
+      (97% reward) and gets 7% of the held-out ones; from 8000, 1500 steps reach 22% held out.
 
 Needs transformers and tokenizers (.venv or .venv-rl).
 """
@@ -87,6 +89,7 @@ def supervise(model, args):
     import torch
     from transformers import AutoTokenizer
 
+    torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.dir)
     with open(args.sft_data) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -140,11 +143,12 @@ def main(argv=None):
     model.add_argument("--sft-data", help="a prompts.jsonl to train it on first (default: left random)")
     model.add_argument("--sft-steps", type=int, default=300)
     model.add_argument("--sft-lr", type=float, default=3e-3)
+    model.add_argument("--threads", type=int, default=1, help="torch threads of the supervised steps")
     addition = kinds.add_parser("addition", help="prompts.jsonl and eval.jsonl of sums")
     addition.add_argument("dir")
     addition.add_argument("--digits", type=int, default=2)
-    addition.add_argument("--train", type=int, default=512)
-    addition.add_argument("--eval", type=int, default=128)
+    addition.add_argument("--train", type=int, default=4096)
+    addition.add_argument("--eval", type=int, default=256)
     addition.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.kind == "model":
