@@ -29,12 +29,13 @@ Threads: on the 2-core host shared with other jobs, a 156k-parameter model stepp
 with --threads 1 and 0.8-4 s with --threads 2 (OpenMP's threads waiting on each other for tiny
 GEMMs): run the reference at each thread count and compare titan with the best.
 
-The reward ("exact" with an empty marker in titan): the completion's first line, trimmed, equals
-the answer, trimmed: 1, else 0.
+The reward ("exact" with an empty marker in titan): the completion from its first non-blank
+character to the end of that line, trimmed, equals the answer, trimmed: 1, else 0.
 
   grpo_trl.py --self-test   makes a tiny random model and sums (bench/grpo_fixtures.py) in a
                             temporary folder, runs 3 steps twice in child processes and checks
-                            their JSON lines, the same seed's two runs alike.
+                            their JSON lines, the same seed's two runs alike, and the reward
+                            on titan's own test cases.
 """
 import argparse
 import contextlib
@@ -51,8 +52,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# titan's whitespace (src/titan/rl/reward.cpp): str.strip() would also drop Unicode spaces.
+WHITESPACE = " \t\r\n\f\v"
+
+
 def exact_reward(completion, answer):
-    return 1.0 if completion.split("\n", 1)[0].strip() == answer.strip() else 0.0
+    """titan's "exact" reward without a marker: from the completion's first non-blank character to
+    the end of that line, trimmed, equals the answer, trimmed."""
+    first_line = completion.lstrip(WHITESPACE).split("\n", 1)[0]
+    return 1.0 if first_line.strip(WHITESPACE) == answer.strip(WHITESPACE) else 0.0
 
 
 def read_jsonl(path):
@@ -186,7 +194,7 @@ def run(args):
                           else "r - group mean"),
             "top_k": None, "top_p": 1.0, "optimizer": "AdamW", "betas": [args.beta1, args.beta2],
             "adam_eps": args.adam_eps, "weight_decay": args.weight_decay, "max_grad_norm": args.max_grad_norm,
-            "lr_schedule": "constant", "reward": "exact: first line of the completion, trimmed == answer, trimmed"},
+            "lr_schedule": "constant", "reward": "exact: the completion's first non-blank line, trimmed == the answer, trimmed"},
     }
     print(json.dumps(result))
 
@@ -206,6 +214,12 @@ def self_test():
                    "--threads", "2", "--seed", "1"]
         outs = [subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout for _ in range(2)]
     failures = []
+    # titan's own cases (tests/unit/test_reward.cpp, RewardExact without a marker).
+    cases = [("579", "579", 1.0), ("  579 \n123+1=124", "579", 1.0), ("5790", "579", 0.0), ("", "579", 0.0),
+             ("\t x y \r\nz", "x y", 1.0), ("\n\n  13\n14", " 13\n", 1.0), ("13\u00a0", "13", 0.0)]
+    for completion, answer, want in cases:
+        if exact_reward(completion, answer) != want:
+            failures.append(f"exact_reward({completion!r}, {answer!r}) is not {want}")
     results = []
     for out in outs:
         lines = out.splitlines()
