@@ -20,8 +20,9 @@ What matches titan's GRPO (issue 47): one optimizer step per batch of rollouts (
 no mini-batches), no KL term (beta 0, no reference model), the per-token clipped ratio with
 separate low and high epsilon (DAPO), the loss summed over the valid completion tokens of the
 whole batch and divided by their count (loss_type "dapo"), sampling at --temperature with no top-k
-or top-p. The advantage is r - mean of the group, divided by the group's unbiased std + 1e-4 with
---scale-rewards group (TRL has no population-std option), undivided with none. AdamW with the
+or top-p. The defaults are titan's (rl::PolicyLossOptions): both epsilons 0.2. The advantage is r - mean of
+the group, divided by the group's unbiased std + 1e-4 with --scale-rewards group (TRL has no
+population-std option: titan's unbiased_std, whose eps is 1e-6), undivided with none. AdamW with the
 betas, eps, weight decay and gradient clipping given, at a constant learning rate. bf16 is off
 unless --bf16 (autocast on the CPU).
 
@@ -265,7 +266,8 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (default: float32)")
     parser.add_argument("--epsilon", type=float, default=0.2, help="low clip: ratio >= 1 - epsilon")
-    parser.add_argument("--epsilon-high", type=float, default=0.28, help="high clip: ratio <= 1 + this")
+    parser.add_argument("--epsilon-high", type=float, default=0.2,
+                        help="high clip: ratio <= 1 + this (DAPO's paper: 0.28)")
     parser.add_argument("--scale-rewards", choices=("group", "none"), default="group",
                         help="group: divide the advantage by the group's unbiased std + 1e-4")
     parser.add_argument("--beta1", type=float, default=0.9)
