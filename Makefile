@@ -12,7 +12,7 @@ CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-tools deps-all build train test build-asan test-asan fuzz bench format lint \
+.PHONY: all deps deps-test deps-rl deps-tools deps-all build train test build-asan test-asan fuzz bench format lint \
         clean
 
 all: build
@@ -22,6 +22,9 @@ deps:
 # The reference venv of the parity tests and the benchmarks (PyTorch 2, transformers 5: 5.7 GB).
 deps-test: deps
 	@scripts/setup.sh reference
+# The GRPO benchmark's TRL reference venv (.venv-rl, bench/requirements-rl.txt: bench/grpo_trl.py).
+deps-rl:
+	@scripts/setup.sh rl
 # clang, clang-format, clang-tidy.
 deps-tools:
 	@scripts/setup.sh tools

@@ -6,23 +6,26 @@
 #   tools      clang, clang-format and clang-tidy: make fuzz, make lint, make format.
 #   reference  the PyTorch 2 + transformers 5 reference venv (.venv, requirements-test.txt, 5.7 GB):
 #              make test and make bench.
-#   all        the three (CI's set-up).
+#   rl         the GRPO benchmark's TRL venv (.venv-rl, bench/requirements-rl.txt: PyTorch 2,
+#              transformers 5 and trl; as large as .venv): bench/grpo_trl.py. Not part of all.
+#   all        build, tools and reference (CI's set-up).
 # Debian packages are installed as root through apt-get; otherwise the command is printed.
 # Downloads are made once per pinned list in ~/.cache/titan ($TITAN_VENV_CACHE), which every clone
 # links to, so an offline machine that has them needs no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=false tools=false reference=false
+build=false tools=false reference=false rl=false
 (($#)) || set -- build
 for part in "$@"; do
   case $part in
     build) build=true ;;
     tools) tools=true ;;
     reference) reference=true ;;
+    rl) rl=true ;;
     all) build=true tools=true reference=true ;;
     *)
-      echo "usage: scripts/setup.sh [build] [tools] [reference] [all]   (default: build)" >&2
+      echo "usage: scripts/setup.sh [build] [tools] [reference] [rl] [all]   (default: build)" >&2
       exit 2
       ;;
   esac
@@ -46,7 +49,7 @@ if $tools; then
   PKGS+=(clang-format clang-tidy
          clang libclang-rt-dev)  # libFuzzer and the sanitizers' runtimes for make fuzz
 fi
-if $reference; then
+if $reference || $rl; then
   PKGS+=(python3 python3-venv)
 fi
 
@@ -142,31 +145,42 @@ PY
   echo "setup: PJRT plugins in .pjrt from $(paste -sd' ' .pjrt/WHEELS)"
 fi
 
-# The reference venv (PyPI's torch 2 and transformers 5, requirements-test.txt) is large, so it
-# is built once per requirements file (by its hash: any edit, a comment's too, makes a new venv)
-# in ~/.cache/titan and .venv links to it: every clone of the project (CI's too) shares it. pip
-# runs only to build it, so an offline machine that has it does not need PyPI.
-if $reference; then
-  want=$(sha256sum requirements-test.txt | cut -c1-16)
-  shared=$cache/venv-$want
+# The Python venvs (PyPI's torch 2 and transformers 5) are large, so each is built once per
+# requirements file (by its hash: any edit, a comment's too, makes a new venv) in ~/.cache/titan
+# and a link in the clone points to it: every clone of the project (CI's too) shares it. pip runs
+# only to build it, so an offline machine that has it does not need PyPI.
+#   venv NAME REQUIREMENTS LINK MODULES...: builds or reuses the venv and checks that MODULES import.
+venv() {
+  local name=$1 requirements=$2 link=$3
+  shift 3
+  local want shared
+  want=$(sha256sum "$requirements" | cut -c1-16)
+  shared=$cache/$name-$want
   (
     flock 9
     if [[ ! -f $shared/.complete ]]; then
       rm -rf "$shared"
-      echo "setup: creating $shared (PyPI torch 2 with its CUDA libraries: about 2.9 GB to download, 5.7 GB installed)"
+      echo "setup: creating $shared from $requirements (PyPI torch 2 with its CUDA libraries: about 2.9 GB to download, 5.7 GB installed)"
       /usr/bin/python3 -m venv "$shared"
-      if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
-        echo "setup: pip install -r requirements-test.txt failed; run it by hand:" >&2
-        echo "  $shared/bin/python -m pip install -r requirements-test.txt" >&2
+      if ! "$shared/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"; then
+        echo "setup: pip install -r $requirements failed; run it by hand:" >&2
+        echo "  $shared/bin/python -m pip install -r $requirements" >&2
         exit 1
       fi
       touch "$shared/.complete"
     fi
   ) 9>"$shared.lock"
-  if [[ "$(readlink .venv 2>/dev/null)" != "$shared" ]]; then
-    rm -rf .venv
-    ln -s "$shared" .venv
+  if [[ "$(readlink "$link" 2>/dev/null)" != "$shared" ]]; then
+    rm -rf "$link"
+    ln -s "$shared" "$link"
   fi
-  .venv/bin/python -c "import torch, transformers" ||
-    { echo "setup: torch or transformers is not importable from .venv ($shared); remove it and rerun" >&2; exit 1; }
+  local IFS=,
+  "$link/bin/python" -c "import $*" ||
+    { echo "setup: one of $* is not importable from $link ($shared); remove it and rerun" >&2; exit 1; }
+}
+if $reference; then
+  venv venv requirements-test.txt .venv torch transformers
+fi
+if $rl; then
+  venv venv-rl bench/requirements-rl.txt .venv-rl torch transformers trl
 fi
