@@ -15,6 +15,7 @@
 #include "titan/apps/tokenizer_command.h"
 #include "titan/core/error.h"
 #include "titan/dist/process_group.h"
+#include "titan/rl/grpo_engine.h"
 #include "titan/train/config/job_config.h"
 #include "titan/train/trainer.h"
 
@@ -100,7 +101,7 @@ int train(const std::vector<std::string>& args) {
     return 0;
   }
   titan::train::StopOnSignal stop_on_signal;
-  titan::train::Trainer trainer(cfg, std::cout, titan::dist::world());
+  titan::train::Trainer trainer(cfg, std::cout, titan::dist::world(), titan::rl::objective_engine(cfg));
   titan::train::TrainResult r = trainer.train();
   const int status = r.interrupted ? kInterruptedExit : 0;
   if (titan::dist::world().rank() != 0) return status;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "titan/core/autocast.h"
 
@@ -93,6 +94,75 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
   }
   r.decode_seconds = seconds_since(t0);
   return r;
+}
+
+std::vector<GenerateResult> generate_group(models::CausalLM& model, std::span<const int64_t> prompt,
+                                           std::span<const uint64_t> seeds, const GenerateOptions& opts) {
+  const int64_t P = static_cast<int64_t>(prompt.size()), context = model.max_seq_len();
+  const auto n = static_cast<int64_t>(seeds.size());
+  TITAN_CHECK(P >= 1 && P <= context, "generate_group: the prompt has ", P, " tokens; it needs 1 to ", context,
+              " (the model's max_seq_len)");
+  TITAN_CHECK(n >= 1, "generate_group: no seeds, so no rows to draw");
+  validate(opts);
+  TITAN_CHECK(opts.vocab_size <= model.vocab_size(), "generate_group: vocab_size = ", opts.vocab_size,
+              " is larger than the model's vocabulary of ", model.vocab_size(), " ids");
+  const int64_t vocab = opts.vocab_size > 0 ? opts.vocab_size : model.vocab_size();
+  std::vector<Sampler> samplers;
+  for (uint64_t seed : seeds) {
+    SamplingOptions o = opts.sampling;
+    o.seed = seed;
+    samplers.emplace_back(o);
+  }
+  const AutocastCastCache weights_in_bf16;
+  std::vector<GenerateResult> results(static_cast<size_t>(n));
+  const int64_t max_len = P + std::min(opts.max_new_tokens - 1, context - P);
+  models::KVCache cache(n, max_len);
+  std::vector<int64_t> fed;
+  fed.reserve(static_cast<size_t>(n * P));
+  for (int64_t r = 0; r < n; ++r) fed.insert(fed.end(), prompt.begin(), prompt.end());
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = model.forward_cached(Tensor::from_vector(fed, {n, P}), cache);
+  const double prefill = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  int64_t running = n;
+  for (int64_t length = P;; ++length) {
+    const Tensor last = logits.narrow(1, logits.size(1) - 1, 1).view({n, logits.size(2)});
+    fed.assign(static_cast<size_t>(n), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      GenerateResult& res = results[static_cast<size_t>(r)];
+      if (done[static_cast<size_t>(r)]) {
+        fed[static_cast<size_t>(r)] = res.tokens.back();
+        continue;
+      }
+      const Tensor row = last.narrow(0, r, 1).view({last.size(1)}).narrow(0, 0, vocab);
+      const int64_t token = samplers[static_cast<size_t>(r)].sample(row);
+      res.tokens.push_back(token);
+      res.logprobs.push_back(log_prob(row, token, opts.sampling.temperature));
+      fed[static_cast<size_t>(r)] = token;
+      std::optional<StopReason> stop;
+      if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), token) != opts.eos_ids.end())
+        stop = StopReason::eos;
+      else if (static_cast<int64_t>(res.tokens.size()) == opts.max_new_tokens)
+        stop = StopReason::max_new_tokens;
+      else if (length == context)
+        stop = StopReason::context_full;
+      if (stop) {
+        res.stop = *stop;
+        done[static_cast<size_t>(r)] = true;
+        --running;
+      }
+    }
+    if (running == 0) break;
+    logits = model.forward_cached(Tensor::from_vector(fed, {n, 1}), cache);
+  }
+  const double decode = seconds_since(t0);
+  for (GenerateResult& r : results) {
+    r.prompt_tokens = P;
+    r.prefill_seconds = prefill;
+    r.decode_seconds = decode;
+  }
+  return results;
 }
 
 GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt, const GenerateOptions& opts) {

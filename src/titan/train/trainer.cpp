@@ -124,6 +124,7 @@ struct Trainer::State {
   models::Parallelized plans;
   models::ModelSummary summary;
   std::unique_ptr<data::DataLoader> loader;
+  std::shared_ptr<const data::Tokenizer> tokenizer;  // the run's (an objective's engine keeps reading it)
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrScheduler> scheduler;
   std::unique_ptr<MetricsLogger> metrics;
@@ -172,7 +173,7 @@ struct Trainer::State {
   // The plans that split parameters (tensor, expert parallelism), for initialisation and
   // checkpoints.
   std::vector<const parallel::ParameterSlices*> slice_plans() const;
-  StepParts step_parts(const data::Tokenizer& tokenizer) {
+  StepParts step_parts() {
     return {.cfg = cfg,
             .spec = *spec,
             .model = *model,
@@ -183,7 +184,7 @@ struct Trainer::State {
             .mesh = *mesh,
             .world = world,
             .log = log,
-            .tokenizer = tokenizer,
+            .tokenizer = *tokenizer,
             .start_step = start_step};
   }
 };
@@ -209,7 +210,7 @@ void Trainer::State::lay_out(const dist::MeshDegrees& degrees) {
 Trainer::State::Data Trainer::State::build_data() {
   const JobConfig& c = cfg;
   Data d;
-  d.tokenizer = data::load_tokenizer(c.model.tokenizer_path);
+  d.tokenizer = tokenizer = data::load_tokenizer(c.model.tokenizer_path);
   // GRPO's engine reads its prompts itself.
   if (c.training.objective == "grpo") return d;
   d.options = c.data.options("training");
@@ -487,8 +488,7 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, Mak
       s.log, s.world);
   s.start_step = s.checkpointer->load();
   // After the load: a step that keeps the state on a device uploads it as loaded.
-  s.engine = objective_engine ? objective_engine(s.step_parts(*data.tokenizer))
-                              : s.mode->make_engine(s.step_parts(*data.tokenizer));
+  s.engine = objective_engine ? objective_engine(s.step_parts()) : s.mode->make_engine(s.step_parts());
   s.log << "titan: step " << s.engine->describe() << "\n";
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.

@@ -35,7 +35,7 @@ void declare_keys(config::Keys<GrpoConfig>& keys) {
       .add("ppo_epochs", &C::ppo_epochs, config::positive(), "passes over each step's rollouts")
       .add("mini_batches", &C::mini_batches, config::positive(),
            "optimizer steps per pass; each takes an equal share of every rank's rollouts")
-      .add("reward", &C::reward, config::one_of({"exact", "numeric", "regex", "program"}),
+      .add("reward_kind", &C::reward_kind, config::one_of({"exact", "numeric", "regex", "program"}),
            "exact: the answer after the last reward_marker equals answer_field's; numeric: the same as "
            "numbers within reward_tolerance; regex: reward_pattern matches (its group 1 equals the "
            "answer); program: reward_command scores JSON lines")

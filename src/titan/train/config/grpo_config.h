@@ -31,7 +31,7 @@ struct GrpoConfig {
   int64_t ppo_epochs = 1;
   int64_t mini_batches = 1;  // optimizer steps per epoch over one step's rollouts
   // Rewards (rl/reward.h).
-  std::string reward = "exact";  // exact | numeric | regex | program
+  std::string reward_kind = "exact";  // exact | numeric | regex | program
   std::string reward_marker = {};
   double reward_tolerance = 0;
   bool reward_relative = false;

@@ -19,21 +19,24 @@ namespace {
 // What training.objective = "grpo" reads and refuses: its prompts replace the dataset, its own
 // held-out accuracy replaces validation, and its update is eager data parallelism (the rollouts
 // alone may run in graph mode). Under any other objective a [grpo] key would be read by nothing.
-void check_objective(const JobConfig& c, const config::Origins& origins, config::Problems& problems) {
+void check_objective(const JobConfig& c, config::Problems& problems) {
+  // Keys compared with their defaults, not looked up among those written: a config written back
+  // (to_toml, a checkpoint's copy) carries every key.
+  const nlohmann::json ours = to_json(c), defaults = to_json(JobConfig{});
   if (c.training.objective != "grpo") {
-    for (const auto& [key, where] : origins)
-      if (key.starts_with("grpo."))
-        problems.add(key + " (" + where + ") is read only under training.objective = \"grpo\", and the objective is \"" +
+    for (const auto& [key, value] : ours.at("grpo").items())
+      if (value != defaults.at("grpo").at(key))
+        problems.add("grpo." + key + " = " + value.dump() + " is read only under training.objective = \"grpo\", and the objective is \"" +
                      c.training.objective + "\"; remove the key or set the objective");
     return;
   }
   if (c.grpo.prompts_path.empty())
     problems.add("grpo.prompts_path is empty: GRPO needs a JSONL file of prompts, one {\"" + c.grpo.prompt_field +
                  "\": ..., \"" + c.grpo.answer_field + "\": ...} per line");
-  for (const char* key : {"training.dataset", "training.dataset_path", "training.dataset_field", "training.dataset_split"})
-    if (origins.contains(key))
-      problems.add(std::string(key) + " (" + origins.at(key) +
-                   ") is not read under training.objective = \"grpo\", whose data are grpo.prompts_path's prompts; "
+  for (const char* key : {"dataset", "dataset_path", "dataset_field", "dataset_split"})
+    if (ours.at("training").at(key) != defaults.at("training").at(key))
+      problems.add("training." + std::string(key) + " = " + ours.at("training").at(key).dump() +
+                   " is not read under training.objective = \"grpo\", whose data are grpo.prompts_path's prompts; "
                    "remove it");
   if (c.validation.enable)
     problems.add("validation.enable = true: GRPO measures held-out greedy accuracy instead (grpo.eval_path, "
@@ -79,7 +82,7 @@ config::Schema<JobConfig> make_schema() {
   s.section("validation", "loss on held-out data during training").part(&C::validation);
   s.section("grpo", "GRPO post-training (training.objective = \"grpo\")").part(&C::grpo);
 
-  s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
+  s.check([](const C& c, const config::Origins&, config::Problems& problems) {
     const auto& par = c.parallelism;
     // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas alone
     // already have to divide the batch.
@@ -121,7 +124,7 @@ config::Schema<JobConfig> make_schema() {
                      " for sequence parallelism; pick a multiple of " +
                      std::to_string(cp * par.tensor_parallel_degree));
     }
-    check_objective(c, origins, problems);
+    check_objective(c, problems);
     check_graph_keys(c.compile, c.training.objective == "grpo" && c.grpo.generator == "graph", problems);
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) +
