@@ -33,6 +33,7 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/layout_checks.h"
+#include "titan/train/objective_data.h"
 #include "titan/train/memory_plan.h"
 #include "titan/train/metrics/memory_snapshot.h"
 #include "titan/train/metrics/metrics.h"
@@ -191,6 +192,7 @@ struct Trainer::State::Data {
   std::shared_ptr<const data::Tokenizer> tokenizer;
   data::DatasetOptions options;
   data::Dataset dataset;
+  std::optional<data::SftStats> sft;  // training.objective = "sft"
   int32_t eos_id = -1;  // where documents end, for document masking; -1: not masked
 };
 
@@ -209,7 +211,9 @@ Trainer::State::Data Trainer::State::build_data() {
   Data d;
   d.tokenizer = data::load_tokenizer(c.model.tokenizer_path);
   d.options = c.data.options("training");
-  d.dataset = data::load_dataset(d.options, *d.tokenizer);
+  ObjectiveData od = load_objective_data(c, d.options, *d.tokenizer, c.training.seq_len);
+  d.dataset = std::move(od.dataset);
+  d.sft = od.sft;
   d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
   // Every data-parallel rank (expert-parallel ones are among them) reads batches of its own; a
   // process that feeds several of the layout's devices (graph mode) loads the rows of each.
@@ -220,7 +224,8 @@ Trainer::State::Data Trainer::State::build_data() {
                                             .seed = static_cast<uint64_t>(c.training.seed),
                                             .dp_rank = batch.rank(),
                                             .dp_world = batch.size(),
-                                            .eos_id = d.eos_id});
+                                            .eos_id = d.eos_id},
+      d.dataset.loss_mask);
   return d;
 }
 
@@ -391,6 +396,7 @@ void Trainer::State::log_setup(const Data& d) {
       << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
       << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
       << "\n"
+      << "titan: " << describe_objective(c.training.objective, d.sft, c.training.seq_len) << "\n"
       << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +

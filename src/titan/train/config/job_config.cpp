@@ -18,6 +18,25 @@ namespace {
 
 using C = JobConfig;
 
+// The keys an objective does not read are refused where a user set them.
+void check_objective(const C& c, const config::Origins& origins, config::Problems& problems) {
+  const bool sft = c.training.objective == "sft";
+  for (const auto& [key, where] : origins) {
+    if (!sft && key.starts_with("sft."))
+      problems.add(key + " (" + where + ") is read only when training.objective = \"sft\", and it is \"" +
+                   c.training.objective + "\"; remove the key or set training.objective = \"sft\"");
+    if (sft && (key == "training.dataset_field" || key == "training.dataset_split"))
+      problems.add(key + " (" + where + ") is not read when training.objective = \"sft\": SFT reads JSONL " +
+                   "rows by sft.prompt_field and sft.completion_field; remove the key");
+  }
+  // Each cp rank's loss is the mean over its own share of a row, which under SFT may hold no
+  // completion token at all (a NaN mean) and weighs the shares unequally.
+  if (sft && c.parallelism.context_parallel_degree > 1)
+    problems.add("parallelism.context_parallel_degree = " + std::to_string(c.parallelism.context_parallel_degree) +
+                 " is not supported with training.objective = \"sft\" yet (a cp rank's share of a row may hold "
+                 "no completion token); set context_parallel_degree = 1");
+}
+
 config::Schema<JobConfig> make_schema() {
   config::Schema<JobConfig> s("job config");
   s.section("job", "what this run is and where its files go").part(&C::job);
@@ -39,8 +58,10 @@ config::Schema<JobConfig> make_schema() {
   s.section("metrics", "what is logged and where").part(&C::metrics);
   s.section("profiling", "Chrome/Perfetto traces of training steps").part(&C::profiling);
   s.section("validation", "loss on held-out data during training").part(&C::validation);
+  s.section("sft", "supervised fine-tuning's prompt/completion data (training.objective = \"sft\")").part(&C::sft);
 
-  s.check([](const C& c, const config::Origins&, config::Problems& problems) {
+  s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
+    check_objective(c, origins, problems);
     const auto& par = c.parallelism;
     // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas alone
     // already have to divide the batch.

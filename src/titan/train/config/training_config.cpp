@@ -4,9 +4,16 @@
 
 namespace titan::train {
 
+std::vector<std::string> training_objectives() {
+  return {"causal_lm", "sft"};
+}
+
 void declare_keys(config::Keys<TrainingConfig>& keys) {
   using C = TrainingConfig;
-  keys.add("local_batch_size", &C::local_batch_size, config::positive(), "sequences per rank per micro-batch")
+  keys.add("objective", &C::objective, config::one_of(training_objectives()),
+           "what the loss trains: causal_lm (every next token of the data) or sft (the completions of "
+           "prompt/completion examples, read as [sft] says)")
+      .add("local_batch_size", &C::local_batch_size, config::positive(), "sequences per rank per micro-batch")
       .add("global_batch_size", &C::global_batch_size, config::or_minus_one(config::positive()),
            "sequences per optimizer step over all ranks; -1: local x data-parallel x accumulation")
       .add("gradient_accumulation_steps", &C::gradient_accumulation_steps, config::at_least_one(),

@@ -4,12 +4,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "titan/core/config_schema.h"
 
 namespace titan::train {
 
+// What training.objective may name: causal_lm, the next token of every position of packed
+// documents; sft, the completion tokens of packed prompt/completion examples ([sft]).
+std::vector<std::string> training_objectives();
+
 struct TrainingConfig {
+  std::string objective = "causal_lm";
   int64_t local_batch_size = 8;
   // -1: local_batch_size x data-parallel degree x gradient_accumulation_steps.
   int64_t global_batch_size = -1;
