@@ -30,7 +30,7 @@ namespace titan::data {
 enum class OverLength { truncate, skip, error };
 
 struct SftOptions {
-  DatasetOptions files;  // path, bad_data and path_key; its text keys are not read
+  DatasetOptions files = {};  // path, bad_data and path_key; its text keys are not read
   std::string prompt_field = "prompt";
   std::string completion_field = "completion";
   OverLength over_length = OverLength::truncate;
