@@ -77,5 +77,20 @@ TEST(Sft, TensorParallelOnTwoRanksMatchesOneRank) {
   expect_one_rank_figures(tp, want, "SFT, tensor parallel 2");
 }
 
+TEST(Sft, PipelineOnTwoRanksMatchesOneRankOverTheSameMicroBatches) {
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() != 2) GTEST_SKIP() << "compares 2 ranks with 1";
+  // Two stages; the batch of 8 rows runs as the schedule's 2 micro-batches of 4, the last stage
+  // taking each one's loss.
+  const TrainResult one = on_rank_0(sft({local_batch(2)}));
+  const TrainResult pp = on_all_ranks(sft({local_batch(1), "--parallelism.pipeline_parallel_degree=2",
+                                           "--parallelism.pipeline_parallel_microbatch_size=4",
+                                           "--parallelism.data_parallel_shard_degree=1"}));
+  if (world.rank() != 0) return;
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+  expect_one_rank_figures(pp, {.losses = one.losses, .grad_norms = one.grad_norms, .validation_losses = {}},
+                          "SFT, pipeline parallel 2");
+}
+
 }  // namespace
 }  // namespace titan::train
