@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -228,6 +229,14 @@ TEST(SftConfig, KeysOfAnotherObjectiveAreRefused) {
                      "context_parallel_degree = 2 is not supported with training.objective = \"sft\"");
   EXPECT_TITAN_ERROR(parse_job_config("[training]\nobjective = \"dpo\"\n", "t.toml"), "training.objective",
                      "causal_lm", "sft");
+  // A key at its default is not refused: printed configs and checkpoints' copies hold every key.
+  EXPECT_NO_THROW(parse_job_config("[sft]\npacking = true\n", "t.toml"));
+  EXPECT_NO_THROW(parse_job_config(train::to_toml(defaults), "printed.toml"));
+  const train::JobConfig shipped = train::load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/sft/debug.toml");
+  EXPECT_EQ(shipped.training.objective, "sft");
+  EXPECT_EQ(shipped.sft.over_length, "error");
+  EXPECT_EQ(train::to_json(parse_job_config(train::to_toml(shipped), "printed.toml")), train::to_json(shipped));
+  EXPECT_EQ(train::to_json(train::job_config_from_json(train::to_json(shipped), "saved")), train::to_json(shipped));
 }
 
 // A loss over labels that carry none of the masked tokens: the per-position cross-entropies of
@@ -315,7 +324,8 @@ TEST(SftTrain, LossFallsAndTheLogSaysWhatWasPacked) {
   ASSERT_EQ(r.losses.size(), 12u);
   const double first = (r.losses[0] + r.losses[1]) / 2, last = (r.losses[10] + r.losses[11]) / 2;
   EXPECT_LT(last, 0.6 * first) << ::testing::PrintToString(r.losses);
-  EXPECT_NE(log.str().find("objective sft: 400 examples in "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("objective sft: 400 examples packed into "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("(0 truncated, 0 skipped), "), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("% of the rows' labels carry loss"), std::string::npos) << log.str();
 }
 

@@ -1,5 +1,6 @@
 #include "titan/train/objective_data.h"
 
+#include <iomanip>
 #include <sstream>
 
 namespace titan::train {
@@ -22,14 +23,17 @@ ObjectiveData load_objective_data(const JobConfig& cfg, const data::DatasetOptio
 }
 
 std::string describe_objective(const std::string& objective, const std::optional<data::SftStats>& sft,
-                               int64_t seq_len) {
+                               const data::DatasetStats& stats, int64_t seq_len) {
   std::ostringstream out;
   out << "objective " << objective;
   if (!sft) return out.str();
   const double labels = static_cast<double>(sft->rows * seq_len);
-  out << ": " << sft->examples << " examples in " << sft->rows
-      << " rows of " << seq_len << " tokens (" << sft->truncated << " truncated), "
-      << 100.0 * static_cast<double>(sft->loss_tokens) / labels << "% of the rows' labels carry loss";
+  int64_t skipped = 0;
+  for (const auto& [reason, n] : stats.skipped) skipped += n;
+  out << ": " << sft->examples << " examples packed into " << sft->rows << " rows of " << seq_len << " tokens ("
+      << sft->truncated << " truncated, " << skipped << " skipped), " << std::fixed
+      << std::setprecision(1) << 100.0 * static_cast<double>(sft->loss_tokens) / labels
+      << "% of the rows' labels carry loss";
   return out.str();
 }
 

@@ -22,9 +22,9 @@ struct ObjectiveData {
 ObjectiveData load_objective_data(const JobConfig& cfg, const data::DatasetOptions& options,
                                   const data::Tokenizer& tokenizer, int64_t seq_len);
 
-// For the log: "objective sft: 300 examples in 40 rows of 64 tokens (2 truncated), 31.2% of
-// the rows' labels carry loss".
+// For the log: "objective sft: 300 examples packed into 40 rows of 64 tokens (2 truncated, 1
+// skipped), 31.2% of the rows' labels carry loss"; `stats` counts the skips.
 std::string describe_objective(const std::string& objective, const std::optional<data::SftStats>& sft,
-                               int64_t seq_len);
+                               const data::DatasetStats& stats, int64_t seq_len);
 
 }  // namespace titan::train

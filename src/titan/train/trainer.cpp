@@ -396,7 +396,7 @@ void Trainer::State::log_setup(const Data& d) {
       << " files, " << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
       << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
       << "\n"
-      << "titan: " << describe_objective(c.training.objective, d.sft, c.training.seq_len) << "\n"
+      << "titan: " << describe_objective(c.training.objective, d.sft, d.dataset.stats, c.training.seq_len) << "\n"
       << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
@@ -446,7 +446,8 @@ void Trainer::State::log_setup(const Data& d) {
         << " by stage; " << parallel::describe_schedule(pp->schedule()) << "\n";
   }
   if (!d.dataset.stats.skipped.empty())
-    log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
+    log << "titan: data: " << d.dataset.stats.skipped_summary()
+        << (d.sft ? " (training.bad_data = skip, sft.over_length)\n" : " (training.bad_data = skip)\n");
 }
 
 Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world)

@@ -18,17 +18,31 @@ namespace {
 
 using C = JobConfig;
 
-// The keys an objective does not read are refused where a user set them.
+// The keys an objective does not read are refused when they hold other than their defaults (a
+// printed config or a checkpoint's copy holds every key).
 void check_objective(const C& c, const config::Origins& origins, config::Problems& problems) {
   const bool sft = c.training.objective == "sft";
-  for (const auto& [key, where] : origins) {
-    if (!sft && key.starts_with("sft."))
-      problems.add(key + " (" + where + ") is read only when training.objective = \"sft\", and it is \"" +
+  auto where = [&](const std::string& key) {
+    auto it = origins.find(key);
+    return it == origins.end() ? std::string() : " (" + it->second + ")";
+  };
+  const data::SftConfig s;
+  const std::vector<std::pair<std::string, bool>> sft_keys = {
+      {"sft.prompt_field", c.sft.prompt_field != s.prompt_field},
+      {"sft.completion_field", c.sft.completion_field != s.completion_field},
+      {"sft.over_length", c.sft.over_length != s.over_length},
+      {"sft.packing", c.sft.packing != s.packing}};
+  for (const auto& [key, changed] : sft_keys)
+    if (!sft && changed)
+      problems.add(key + where(key) + " is read only when training.objective = \"sft\", and it is \"" +
                    c.training.objective + "\"; remove the key or set training.objective = \"sft\"");
-    if (sft && (key == "training.dataset_field" || key == "training.dataset_split"))
-      problems.add(key + " (" + where + ") is not read when training.objective = \"sft\": SFT reads JSONL " +
-                   "rows by sft.prompt_field and sft.completion_field; remove the key");
-  }
+  const data::DatasetConfig d;
+  for (const auto& [key, changed] :
+       {std::pair<std::string, bool>{"training.dataset_field", c.data.dataset_field != d.dataset_field},
+        {"training.dataset_split", c.data.dataset_split != d.dataset_split}})
+    if (sft && changed)
+      problems.add(key + where(key) + " is not read when training.objective = \"sft\": SFT reads JSONL rows by " +
+                   "sft.prompt_field and sft.completion_field; remove the key");
   // Each cp rank's loss is the mean over its own share of a row, which under SFT may hold no
   // completion token at all (a NaN mean) and weighs the shares unequally.
   if (sft && c.parallelism.context_parallel_degree > 1)
