@@ -190,6 +190,22 @@ TEST_F(SftData, ChatRowsAndTextFilesAreRefused) {
   EXPECT_TITAN_ERROR(load(text, 8), text.string(), "is not JSONL", "training.objective = \"sft\"");
 }
 
+TEST_F(SftData, TheCommandRefusesChatRowsAndSftKeysOfAnotherObjective) {
+  const fs::path chat = write("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  test::CliRun r = test::run_titan(
+      {"train", "--config", "configs/sft/debug.toml", "--training.dataset_path=" + chat.string(), "--training.steps=20",
+       "--job.dump_folder=" + (dir_ / "out").string()},
+      dir_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("chat templates"), std::string::npos) << r.out << r.err;
+  r = test::run_titan({"train", "--config", "configs/llama3/debug.toml", "--sft.over_length=skip", "--training.steps=30",
+                       "--job.dump_folder=" + (dir_ / "out").string()},
+                      dir_);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("sft.over_length (override"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("read only when training.objective = \"sft\""), std::string::npos) << r.out << r.err;
+}
+
 TEST(SftLoader, RefusesAMaskThatGivesAWindowsFirstTokenLoss) {
   const data::TokenStream tokens(std::vector<int32_t>(9, 1));
   auto mask = std::make_shared<std::vector<uint8_t>>(9, 0);
