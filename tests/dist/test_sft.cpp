@@ -54,12 +54,13 @@ TEST(Sft, FsdpOnTwoRanksMatchesOneRankOverTheSameMicroBatches) {
   // The global batch of 8 rows as 2 micro-batches of 4: rows 0-3 are dp rank 0's, 4-7 rank 1's.
   const TrainResult one = on_rank_0(sft({local_batch(2)}));
   std::string log;
-  const TrainResult two = on_all_ranks(
-      sft({local_batch(2), "--parallelism.data_parallel_replicate_degree=1", "--parallelism.data_parallel_shard_degree=2"}),
-      &log);
+  const TrainResult two = on_all_ranks(sft({local_batch(2), "--parallelism.data_parallel_replicate_degree=1",
+                                            "--parallelism.data_parallel_shard_degree=2"}),
+                                       &log);
   if (world.rank() != 0) return;
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-  const double worst = expect_one_rank_figures(two, {.losses = one.losses, .grad_norms = one.grad_norms, .validation_losses = {}}, "SFT, FSDP");
+  const double worst = expect_one_rank_figures(
+      two, {.losses = one.losses, .grad_norms = one.grad_norms, .validation_losses = {}}, "SFT, FSDP");
   std::cout << "SFT, FSDP on 2 ranks vs 1: largest relative loss difference " << worst << "\n";
   EXPECT_NE(log.find("FSDP"), std::string::npos) << log;
   EXPECT_NE(log.find("objective sft: 400 examples"), std::string::npos) << log;

@@ -71,7 +71,7 @@ TEST_F(SftData, PacksWholeExamplesWithTheLossOnCompletionsAndEos) {
   // Rows of 8: the second example does not fit after the first (5 + 5 > 8) and starts row 1,
   // where the third (3) fits after it; then one padding token for the last window's label.
   EXPECT_EQ(all_ids(d.data.stream), (std::vector<int32_t>{kBos, 'a', 'b', 'c', kEos, kEos, kEos, kEos,  //
-                                                          kBos, 'd', 'e', 'f', kEos, kBos, 'g', kEos,  //
+                                                          kBos, 'd', 'e', 'f', kEos, kBos, 'g', kEos,   //
                                                           kEos}));
   ASSERT_TRUE(d.data.loss_mask);
   EXPECT_EQ(*d.data.loss_mask, (std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0,  //
@@ -84,12 +84,14 @@ TEST_F(SftData, PacksWholeExamplesWithTheLossOnCompletionsAndEos) {
   EXPECT_EQ(d.sft.truncated, 0);
   EXPECT_EQ(d.data.stats.documents, 3);
 
-  data::DataLoader loader(d.data.stream, {.seq_len = 8, .local_batch_size = 2, .shuffle = false, .eos_id = kEos},
+  data::DataLoader loader(d.data.stream,
+                          {.seq_len = 8, .local_batch_size = 2, .shuffle = false, .eos_id = kEos},
                           d.data.loss_mask);
   ASSERT_EQ(loader.num_windows(), 2);
   const data::Batch b = loader.next();
-  EXPECT_EQ(b.inputs.to_vector<int64_t>(), (std::vector<int64_t>{kBos, 'a', 'b', 'c', kEos, kEos, kEos, kEos,  //
-                                                                 kBos, 'd', 'e', 'f', kEos, kBos, 'g', kEos}));
+  EXPECT_EQ(b.inputs.to_vector<int64_t>(),
+            (std::vector<int64_t>{kBos, 'a', 'b', 'c', kEos, kEos, kEos, kEos,  //
+                                  kBos, 'd', 'e', 'f', kEos, kBos, 'g', kEos}));
   // A label is -100 unless its token is a completion's or the eos after one.
   const int64_t x = kIgnored;
   EXPECT_EQ(b.labels.to_vector<int64_t>(), (std::vector<int64_t>{x, x, 'c', kEos, x, x, x, x,  //
@@ -102,8 +104,8 @@ TEST_F(SftData, PacksWholeExamplesWithTheLossOnCompletionsAndEos) {
 TEST_F(SftData, WithoutPackingEachExampleHasARow) {
   const data::SftDataset d = load(write("three.jsonl", kThree), 8, {.packing = false});
   EXPECT_EQ(d.sft.rows, 3);
-  EXPECT_EQ(all_ids(d.data.stream), (std::vector<int32_t>{kBos, 'a', 'b', 'c', kEos, kEos, kEos, kEos,  //
-                                                          kBos, 'd', 'e', 'f', kEos, kEos, kEos, kEos,  //
+  EXPECT_EQ(all_ids(d.data.stream), (std::vector<int32_t>{kBos, 'a', 'b',  'c',  kEos, kEos, kEos, kEos,  //
+                                                          kBos, 'd', 'e',  'f',  kEos, kEos, kEos, kEos,  //
                                                           kBos, 'g', kEos, kEos, kEos, kEos, kEos, kEos,  //
                                                           kEos}));
 }
@@ -122,8 +124,8 @@ TEST_F(SftData, OverLongExamplesAreTruncatedSkippedOrRefused) {
   const fs::path path = write("long.jsonl",
                               "{\"prompt\": \"12+34=\", \"completion\": \"46xy\"}\n"
                               "{\"prompt\": \"1+\", \"completion\": \"1\"}\n");
-  EXPECT_TITAN_ERROR(load(path, 8, {.over_length = data::OverLength::error}), path.string(), "line 1", "12 tokens",
-                     "training.seq_len = 8", "sft.over_length");
+  EXPECT_TITAN_ERROR(load(path, 8, {.over_length = data::OverLength::error}), path.string(), "line 1",
+                     "12 tokens", "training.seq_len = 8", "sft.over_length");
 
   const data::SftDataset skipped = load(path, 8, {.over_length = data::OverLength::skip});
   EXPECT_EQ(skipped.sft.examples, 1);
@@ -142,7 +144,8 @@ TEST_F(SftData, OverLongExamplesAreTruncatedSkippedOrRefused) {
   // A prompt that fills the row leaves nothing to learn: skipped and counted.
   const data::SftDataset no_completion = load(path, 7);
   EXPECT_EQ(no_completion.sft.examples, 1);
-  EXPECT_EQ(no_completion.data.stats.skipped, (std::map<std::string, int64_t>{{"whose prompt fills seq_len", 1}}));
+  EXPECT_EQ(no_completion.data.stats.skipped,
+            (std::map<std::string, int64_t>{{"whose prompt fills seq_len", 1}}));
 }
 
 TEST_F(SftData, BadRowsAreErrorsNamingFileAndLineOrCountedSkips) {
@@ -161,22 +164,24 @@ TEST_F(SftData, BadRowsAreErrorsNamingFileAndLineOrCountedSkips) {
   std::istringstream lines(test::slurp(path));
   std::vector<std::string> all;
   for (std::string l; std::getline(lines, l);) all.push_back(l);
-  const std::vector<Case> cases = {{all[1], "is not a JSON object"},
-                                   {all[2], "has no field \"completion\" (sft.completion_field)"},
-                                   {all[3], "the field \"prompt\" (sft.prompt_field) is number, not a string"},
-                                   {all[4], "the completion is empty"},
-                                   {all[5], "is not a JSON object"}};
+  const std::vector<Case> cases = {
+      {all[1], "is not a JSON object"},
+      {all[2], "has no field \"completion\" (sft.completion_field)"},
+      {all[3], "the field \"prompt\" (sft.prompt_field) is number, not a string"},
+      {all[4], "the completion is empty"},
+      {all[5], "is not a JSON object"}};
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].line);
     const fs::path one = write("bad" + std::to_string(i) + ".jsonl", all[0] + "\n" + cases[i].line + "\n");
-    EXPECT_TITAN_ERROR(load(one, 8), one.string() + "' line 2", cases[i].what, "training.bad_data = \"skip\"");
+    EXPECT_TITAN_ERROR(load(one, 8), one.string() + "' line 2", cases[i].what,
+                       "training.bad_data = \"skip\"");
   }
   const data::SftDataset d = load(path, 8, {.files = {.bad_data = data::BadData::skip}});
   EXPECT_EQ(d.sft.examples, 1);
   EXPECT_EQ(d.data.stats.skipped, (std::map<std::string, int64_t>{{"not JSON objects", 2},
-                                                                   {"with a field not a string", 1},
-                                                                   {"with an empty completion", 1},
-                                                                   {"without a field", 1}}));
+                                                                  {"with a field not a string", 1},
+                                                                  {"with an empty completion", 1},
+                                                                  {"without a field", 1}}));
   EXPECT_TITAN_ERROR(load(write("none.jsonl", "not json\n"), 8, {.files = {.bad_data = data::BadData::skip}}),
                      "holds no example", "1 skipped");
 }
@@ -193,13 +198,13 @@ TEST_F(SftData, ChatRowsAndTextFilesAreRefused) {
 TEST_F(SftData, TheCommandRefusesChatRowsAndSftKeysOfAnotherObjective) {
   const fs::path chat = write("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
   test::CliRun r = test::run_titan(
-      {"train", "--config", "configs/sft/debug.toml", "--training.dataset_path=" + chat.string(), "--training.steps=20",
-       "--job.dump_folder=" + (dir_ / "out").string()},
+      {"train", "--config", "configs/sft/debug.toml", "--training.dataset_path=" + chat.string(),
+       "--training.steps=20", "--job.dump_folder=" + (dir_ / "out").string()},
       dir_);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("chat templates"), std::string::npos) << r.out << r.err;
-  r = test::run_titan({"train", "--config", "configs/llama3/debug.toml", "--sft.over_length=skip", "--training.steps=30",
-                       "--job.dump_folder=" + (dir_ / "out").string()},
+  r = test::run_titan({"train", "--config", "configs/llama3/debug.toml", "--sft.over_length=skip",
+                       "--training.steps=30", "--job.dump_folder=" + (dir_ / "out").string()},
                       dir_);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("sft.over_length (override"), std::string::npos) << r.out << r.err;
@@ -218,7 +223,9 @@ TEST(SftLoader, RefusesAMaskThatGivesAWindowsFirstTokenLoss) {
                      "8 flags for a stream of 9 tokens");
   (*mask)[4] = 0;
   (*mask)[3] = 1;
-  EXPECT_EQ(data::DataLoader(tokens, {.seq_len = 4, .local_batch_size = 1}, mask).next().labels.to_vector<int64_t>(),
+  EXPECT_EQ(data::DataLoader(tokens, {.seq_len = 4, .local_batch_size = 1}, mask)
+                .next()
+                .labels.to_vector<int64_t>(),
             (std::vector<int64_t>{kIgnored, kIgnored, 1, kIgnored}));
 }
 
@@ -231,8 +238,9 @@ TEST(SftConfig, KeysOfAnotherObjectiveAreRefused) {
   EXPECT_EQ(defaults.sft.over_length, "truncate");
   EXPECT_TRUE(defaults.sft.packing);
 
-  EXPECT_TITAN_ERROR(parse_job_config("[sft]\nover_length = \"skip\"\n", "t.toml"), "sft.over_length (t.toml:2)",
-                     "read only when training.objective = \"sft\"", "it is \"causal_lm\"");
+  EXPECT_TITAN_ERROR(parse_job_config("[sft]\nover_length = \"skip\"\n", "t.toml"),
+                     "sft.over_length (t.toml:2)", "read only when training.objective = \"sft\"",
+                     "it is \"causal_lm\"");
   EXPECT_TITAN_ERROR(parse_job_config("", "t.toml", {"--sft.packing=false"}), "sft.packing",
                      "read only when training.objective = \"sft\"");
   const train::JobConfig sft =
@@ -248,11 +256,14 @@ TEST(SftConfig, KeysOfAnotherObjectiveAreRefused) {
   // A key at its default is not refused: printed configs and checkpoints' copies hold every key.
   EXPECT_NO_THROW(parse_job_config("[sft]\npacking = true\n", "t.toml"));
   EXPECT_NO_THROW(parse_job_config(train::to_toml(defaults), "printed.toml"));
-  const train::JobConfig shipped = train::load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/sft/debug.toml");
+  const train::JobConfig shipped =
+      train::load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/sft/debug.toml");
   EXPECT_EQ(shipped.training.objective, "sft");
   EXPECT_EQ(shipped.sft.over_length, "error");
-  EXPECT_EQ(train::to_json(parse_job_config(train::to_toml(shipped), "printed.toml")), train::to_json(shipped));
-  EXPECT_EQ(train::to_json(train::job_config_from_json(train::to_json(shipped), "saved")), train::to_json(shipped));
+  EXPECT_EQ(train::to_json(parse_job_config(train::to_toml(shipped), "printed.toml")),
+            train::to_json(shipped));
+  EXPECT_EQ(train::to_json(train::job_config_from_json(train::to_json(shipped), "saved")),
+            train::to_json(shipped));
 }
 
 // A loss over labels that carry none of the masked tokens: the per-position cross-entropies of
@@ -301,8 +312,8 @@ TEST(SftLoss, MaskedTokensContributeNothingToTheGradients) {
   }
   data::SftPacked packed = data::pack_sft_examples(examples, 12, true, 10);
   const auto mask = std::make_shared<const std::vector<uint8_t>>(packed.loss);
-  data::DataLoader loader(data::TokenStream(packed.ids), {.seq_len = 12, .local_batch_size = 2, .shuffle = false},
-                          mask);
+  data::DataLoader loader(data::TokenStream(packed.ids),
+                          {.seq_len = 12, .local_batch_size = 2, .shuffle = false}, mask);
   const data::Batch b = loader.next();
   const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
   ASSERT_GT(std::count(labels.begin(), labels.end(), kIgnored), 0);
@@ -317,18 +328,21 @@ TEST(SftLoss, MaskedTokensContributeNothingToTheGradients) {
   for (size_t i = 0; i < masked.size(); ++i) EXPECT_TRUE(test::tensors_close(masked[i], reference[i], 1e-5));
 
   // The same batch with every label counted (causal_lm's): other gradients, so the check can fail.
-  data::DataLoader unmasked(data::TokenStream(packed.ids), {.seq_len = 12, .local_batch_size = 2, .shuffle = false});
+  data::DataLoader unmasked(data::TokenStream(packed.ids),
+                            {.seq_len = 12, .local_batch_size = 2, .shuffle = false});
   const std::vector<Tensor> all = gradients(model, unmasked.next(), ignore);
   EXPECT_GT(test::max_rel_error(all[0], masked[0]), 1e-3);
 }
 
 // The sample data: two-digit additions.
 std::vector<std::string> sft_overrides(std::vector<std::string> extra) {
-  std::vector<std::string> o = {"--training.objective=sft",
-                                "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) +
-                                    "/data/sft/addition_train.jsonl",
-                                "--model.tokenizer_path=", "--attention.document_masking=true",
-                                "--training.seq_len=32", "--optimizer.lr=3e-3"};
+  std::vector<std::string> o = {
+      "--training.objective=sft",
+      "--training.dataset_path=" + std::string(TITAN_SOURCE_DIR) + "/data/sft/addition_train.jsonl",
+      "--model.tokenizer_path=",
+      "--attention.document_masking=true",
+      "--training.seq_len=32",
+      "--optimizer.lr=3e-3"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }
@@ -347,9 +361,12 @@ TEST(SftTrain, LossFallsAndTheLogSaysWhatWasPacked) {
 
 TEST(SftTrain, ResumeEqualsUninterrupted) {
   const fs::path ckpt = test::fresh_temp_dir("sft_resume") / "ckpt";
-  const std::vector<std::string> saves = {"--checkpoint.enable=true", "--checkpoint.interval=3",
-                                          "--checkpoint.last_save_model_only=false", "--checkpoint.keep_latest_k=0",
-                                          "--checkpoint.folder=" + ckpt.string(), "--training.steps=6"};
+  const std::vector<std::string> saves = {"--checkpoint.enable=true",
+                                          "--checkpoint.interval=3",
+                                          "--checkpoint.last_save_model_only=false",
+                                          "--checkpoint.keep_latest_k=0",
+                                          "--checkpoint.folder=" + ckpt.string(),
+                                          "--training.steps=6"};
   const train::TrainResult straight = train::run(train::small_config(sft_overrides(saves)));
   ASSERT_EQ(straight.losses.size(), 6u);
   std::vector<std::string> resume = saves;
@@ -357,7 +374,8 @@ TEST(SftTrain, ResumeEqualsUninterrupted) {
   const train::TrainResult resumed = train::run(train::small_config(sft_overrides(resume)));
   EXPECT_EQ(resumed.resumed_from, 3);
   EXPECT_EQ(resumed.losses, std::vector<double>(straight.losses.begin() + 3, straight.losses.end()));
-  EXPECT_EQ(resumed.grad_norms, std::vector<double>(straight.grad_norms.begin() + 3, straight.grad_norms.end()));
+  EXPECT_EQ(resumed.grad_norms,
+            std::vector<double>(straight.grad_norms.begin() + 3, straight.grad_norms.end()));
 }
 
 // The compiled step reads the same -100 labels: its losses are eager's, to float32 rounding (see

@@ -130,13 +130,14 @@ void for_each_document_batch(std::span<const fs::path> files, const DatasetOptio
     };
     if (kind == FileKind::text) {
       std::vector<std::string_view> docs = split_documents(text, options.split);
-      if (docs.empty()) skip_or_throw(options, stats, "empty files", "dataset: '" + path.string() + "' holds no document");
+      if (docs.empty())
+        skip_or_throw(options, stats, "empty files", "dataset: '" + path.string() + "' holds no document");
       for (std::string_view doc : docs) {
         const size_t offset = static_cast<size_t>(doc.data() - text.data());
         if (size_t i = find_invalid_utf8(doc); i != std::string_view::npos) {
           skip_or_throw(options, stats, "not UTF-8",
-              "dataset: '" + path.string() + "': byte " + std::to_string(offset + i) + " (line " +
-                  std::to_string(line_of(text, offset + i)) + ") is not valid UTF-8");
+                        "dataset: '" + path.string() + "': byte " + std::to_string(offset + i) + " (line " +
+                            std::to_string(line_of(text, offset + i)) + ") is not valid UTF-8");
           continue;
         }
         ++stats.documents;
@@ -148,8 +149,8 @@ void for_each_document_batch(std::span<const fs::path> files, const DatasetOptio
                            auto field = j.find(options.text_field);
                            if (field == j.end() || !field->is_string()) {
                              skip_or_throw(options, stats, "without the text field",
-                                 where + " has no string field \"" + options.text_field +
-                                     "\" (training.dataset_field)");
+                                           where + " has no string field \"" + options.text_field +
+                                               "\" (training.dataset_field)");
                              return;
                            }
                            std::string doc = field->get<std::string>();

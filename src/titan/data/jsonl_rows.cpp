@@ -25,7 +25,8 @@ void for_each_jsonl_row(std::string_view text, const std::string& file, const Da
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = "dataset: '" + file + "' line " + std::to_string(line_no);
     if (size_t i = find_invalid_utf8(line); i != std::string_view::npos) {
-      skip_or_throw(options, stats, "not UTF-8", where + ": byte " + std::to_string(i) + " is not valid UTF-8");
+      skip_or_throw(options, stats, "not UTF-8",
+                    where + ": byte " + std::to_string(i) + " is not valid UTF-8");
       continue;
     }
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -3,10 +3,9 @@
 // file as JSON objects, and how a bad row is an error or a counted skip (training.bad_data).
 #include <cstddef>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "titan/data/dataset.h"
 

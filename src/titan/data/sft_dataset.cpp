@@ -1,5 +1,6 @@
 #include "titan/data/sft_dataset.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "titan/core/error.h"
@@ -18,16 +19,18 @@ struct PendingRow {
 };
 
 // The string field `name` of `row` into `out`, or the row skipped or refused.
-bool read_field(const nlohmann::json& row, const std::string& name, const std::string& key, const std::string& where,
-                const DatasetOptions& files, DatasetStats& stats, std::string& out) {
+bool read_field(const nlohmann::json& row, const std::string& name, const std::string& key,
+                const std::string& where, const DatasetOptions& files, DatasetStats& stats,
+                std::string& out) {
   auto field = row.find(name);
   if (field == row.end()) {
     skip_or_throw(files, stats, "without a field", where + " has no field \"" + name + "\" (" + key + ")");
     return false;
   }
   if (!field->is_string()) {
-    skip_or_throw(files, stats, "with a field not a string",
-                  where + ": the field \"" + name + "\" (" + key + ") is " + field->type_name() + ", not a string");
+    skip_or_throw(
+        files, stats, "with a field not a string",
+        where + ": the field \"" + name + "\" (" + key + ") is " + field->type_name() + ", not a string");
     return false;
   }
   out = field->get<std::string>();
@@ -43,26 +46,29 @@ std::vector<PendingRow> read_rows(const fs::path& path, const SftOptions& option
   ++stats.files;
   stats.bytes += static_cast<int64_t>(text.size());
   std::vector<PendingRow> rows;
-  for_each_jsonl_row(text, path.string(), files, stats, [&](const nlohmann::json& row, const std::string& where, size_t) {
-    TITAN_CHECK(!row.contains("messages"), where,
-                " holds chat messages (\"messages\"): titan renders no chat templates yet; give each example as "
-                "{\"",
-                options.prompt_field, "\": ..., \"", options.completion_field,
-                "\": ...} with the prompt's text already formatted");
-    PendingRow r{.where = where};
-    if (!read_field(row, options.prompt_field, "sft.prompt_field", where, files, stats, r.prompt) ||
-        !read_field(row, options.completion_field, "sft.completion_field", where, files, stats, r.completion))
-      return;
-    if (r.completion.empty()) {
-      skip_or_throw(files, stats, "with an empty completion", where + ": the completion is empty");
-      return;
-    }
-    rows.push_back(std::move(r));
-  });
+  for_each_jsonl_row(
+      text, path.string(), files, stats, [&](const nlohmann::json& row, const std::string& where, size_t) {
+        TITAN_CHECK(
+            !row.contains("messages"), where,
+            " holds chat messages (\"messages\"): titan renders no chat templates yet; give each example as "
+            "{\"",
+            options.prompt_field, "\": ..., \"", options.completion_field,
+            "\": ...} with the prompt's text already formatted");
+        PendingRow r{.where = where};
+        if (!read_field(row, options.prompt_field, "sft.prompt_field", where, files, stats, r.prompt) ||
+            !read_field(row, options.completion_field, "sft.completion_field", where, files, stats,
+                        r.completion))
+          return;
+        if (r.completion.empty()) {
+          skip_or_throw(files, stats, "with an empty completion", where + ": the completion is empty");
+          return;
+        }
+        rows.push_back(std::move(r));
+      });
   return rows;
 }
 
-// The example cut to `seq_len` tokens, or nothing when no label that carries loss is left.
+// Cuts the example to `seq_len` tokens; false when none of its labels that carry loss is left.
 bool truncate(SftExample& e, int64_t seq_len) {
   e.ids.resize(static_cast<size_t>(seq_len));
   e.loss.resize(static_cast<size_t>(seq_len));
@@ -87,7 +93,8 @@ SftExample make_sft_example(std::span<const int32_t> prompt, std::span<const int
   return e;
 }
 
-SftPacked pack_sft_examples(std::span<const SftExample> examples, int64_t seq_len, bool packing, int32_t pad) {
+SftPacked pack_sft_examples(std::span<const SftExample> examples, int64_t seq_len, bool packing,
+                            int32_t pad) {
   SftPacked out;
   auto pad_row = [&] {
     const size_t end = static_cast<size_t>(out.rows * seq_len);
@@ -129,16 +136,19 @@ SftDataset load_sft_dataset(const SftOptions& options, const Tokenizer& tokenize
       prompts.push_back(r.prompt);
       completions.push_back(r.completion);
     }
-    const std::vector<std::vector<int32_t>> p = tokenizer.encode_batch(prompts), c = tokenizer.encode_batch(completions);
+    const std::vector<std::vector<int32_t>> p = tokenizer.encode_batch(prompts),
+                                            c = tokenizer.encode_batch(completions);
     for (size_t i = 0; i < rows.size(); ++i) {
       ++stats.documents;
       SftExample e = make_sft_example(p[i], c[i], tokenizer);
       const auto n = static_cast<int64_t>(e.ids.size());
       if (n > options.seq_len) {
-        const std::string what = rows[i].where + ": the example is " + std::to_string(n) +
-                                 " tokens, longer than a row of training.seq_len = " + std::to_string(options.seq_len);
+        const std::string what =
+            rows[i].where + ": the example is " + std::to_string(n) +
+            " tokens, longer than a row of training.seq_len = " + std::to_string(options.seq_len);
         TITAN_CHECK(options.over_length != OverLength::error, what,
-                    "; raise training.seq_len, shorten the example, or set sft.over_length = \"truncate\" or \"skip\"");
+                    "; raise training.seq_len, shorten the example, or set sft.over_length = \"truncate\" or "
+                    "\"skip\"");
         if (options.over_length == OverLength::skip) {
           ++stats.skipped["longer than seq_len"];
           continue;
@@ -155,8 +165,8 @@ SftDataset load_sft_dataset(const SftOptions& options, const Tokenizer& tokenize
       examples.push_back(std::move(e));
     }
   }
-  TITAN_CHECK(!examples.empty(), "dataset: '", options.files.path, "' holds no example (", stats.files, " files",
-              stats.skipped.empty() ? "" : "; " + stats.skipped_summary(), ")");
+  TITAN_CHECK(!examples.empty(), "dataset: '", options.files.path, "' holds no example (", stats.files,
+              " files", stats.skipped.empty() ? "" : "; " + stats.skipped_summary(), ")");
   SftPacked packed = pack_sft_examples(examples, options.seq_len, options.packing, *tokenizer.eos_id());
   sft.rows = packed.rows;
   stats.tokens = static_cast<int64_t>(packed.ids.size());

@@ -39,7 +39,7 @@ struct SftOptions {
 };
 
 struct SftStats {
-  int64_t examples = 0;     // packed, truncated ones included
+  int64_t examples = 0;  // packed, truncated ones included
   int64_t truncated = 0;
   int64_t rows = 0;
   int64_t tokens = 0;       // of the examples, padding not counted

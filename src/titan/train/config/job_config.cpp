@@ -41,14 +41,16 @@ void check_objective(const C& c, const config::Origins& origins, config::Problem
        {std::pair<std::string, bool>{"training.dataset_field", c.data.dataset_field != d.dataset_field},
         {"training.dataset_split", c.data.dataset_split != d.dataset_split}})
     if (sft && changed)
-      problems.add(key + where(key) + " is not read when training.objective = \"sft\": SFT reads JSONL rows by " +
-                   "sft.prompt_field and sft.completion_field; remove the key");
+      problems.add(key + where(key) +
+                   " is not read when training.objective = \"sft\": SFT reads JSONL rows by sft.prompt_field and "
+                   "sft.completion_field; remove the key");
   // Each cp rank's loss is the mean over its own share of a row, which under SFT may hold no
   // completion token at all (a NaN mean) and weighs the shares unequally.
   if (sft && c.parallelism.context_parallel_degree > 1)
-    problems.add("parallelism.context_parallel_degree = " + std::to_string(c.parallelism.context_parallel_degree) +
-                 " is not supported with training.objective = \"sft\" yet (a cp rank's share of a row may hold "
-                 "no completion token); set context_parallel_degree = 1");
+    problems.add(
+        "parallelism.context_parallel_degree = " + std::to_string(c.parallelism.context_parallel_degree) +
+        " is not supported with training.objective = \"sft\" yet (a cp rank's share of a row may hold "
+        "no completion token); set context_parallel_degree = 1");
 }
 
 config::Schema<JobConfig> make_schema() {
@@ -72,7 +74,8 @@ config::Schema<JobConfig> make_schema() {
   s.section("metrics", "what is logged and where").part(&C::metrics);
   s.section("profiling", "Chrome/Perfetto traces of training steps").part(&C::profiling);
   s.section("validation", "loss on held-out data during training").part(&C::validation);
-  s.section("sft", "supervised fine-tuning's prompt/completion data (training.objective = \"sft\")").part(&C::sft);
+  s.section("sft", "supervised fine-tuning's prompt/completion data (training.objective = \"sft\")")
+      .part(&C::sft);
 
   s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
     check_objective(c, origins, problems);
