@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "titan/core/error.h"
+#include "titan/data/jsonl_rows.h"
 #include "titan/data/utf8.h"
 
 namespace titan::data {
@@ -21,10 +22,6 @@ constexpr size_t kBatchBytes = 4 << 20;
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-const char* bad_data_hint() {
-  return "; fix the data, or set training.bad_data = \"skip\" to skip and count such documents";
 }
 
 int64_t line_of(std::string_view text, size_t offset) {
@@ -59,12 +56,6 @@ class Batcher {
   std::vector<std::unique_ptr<std::string>> owned_;
   size_t bytes_ = 0;
 };
-
-// Either throws (BadData::error) or counts the skip.
-void bad(const DatasetOptions& options, DatasetStats& stats, const std::string& reason, const std::string& what) {
-  TITAN_CHECK(options.bad_data == BadData::skip, what, bad_data_hint());
-  ++stats.skipped[reason];
-}
 
 }  // namespace
 
@@ -139,51 +130,37 @@ void for_each_document_batch(std::span<const fs::path> files, const DatasetOptio
     };
     if (kind == FileKind::text) {
       std::vector<std::string_view> docs = split_documents(text, options.split);
-      if (docs.empty()) bad(options, stats, "empty files", "dataset: '" + path.string() + "' holds no document");
+      if (docs.empty())
+        skip_or_throw(options, stats, "empty files", "dataset: '" + path.string() + "' holds no document");
       for (std::string_view doc : docs) {
         const size_t offset = static_cast<size_t>(doc.data() - text.data());
         if (size_t i = find_invalid_utf8(doc); i != std::string_view::npos) {
-          bad(options, stats, "not UTF-8",
-              "dataset: '" + path.string() + "': byte " + std::to_string(offset + i) + " (line " +
-                  std::to_string(line_of(text, offset + i)) + ") is not valid UTF-8");
+          skip_or_throw(options, stats, "not UTF-8",
+                        "dataset: '" + path.string() + "': byte " + std::to_string(offset + i) + " (line " +
+                            std::to_string(line_of(text, offset + i)) + ") is not valid UTF-8");
           continue;
         }
         ++stats.documents;
         batcher.add(doc, done(offset + doc.size()));
       }
     } else {
-      size_t pos = 0;
-      for (int64_t line_no = 1; pos < text.size(); ++line_no) {
-        size_t end = text.find('\n', pos);
-        if (end == std::string::npos) end = text.size();
-        const std::string_view line(text.data() + pos, end - pos);
-        const size_t line_start = pos;
-        pos = end + 1;
-        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-        const std::string where = "dataset: '" + path.string() + "' line " + std::to_string(line_no);
-        if (size_t i = find_invalid_utf8(line); i != std::string_view::npos) {
-          bad(options, stats, "not UTF-8", where + ": byte " + std::to_string(i) + " is not valid UTF-8");
-          continue;
-        }
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded() || !j.is_object()) {
-          bad(options, stats, "not JSON objects", where + " is not a JSON object");
-          continue;
-        }
-        auto field = j.find(options.text_field);
-        if (field == j.end() || !field->is_string()) {
-          bad(options, stats, "without the text field",
-              where + " has no string field \"" + options.text_field + "\" (training.dataset_field)");
-          continue;
-        }
-        std::string doc = field->get<std::string>();
-        if (doc.empty()) {
-          bad(options, stats, "empty", where + ": the document is empty");
-          continue;
-        }
-        ++stats.documents;
-        batcher.add_owned(std::move(doc), done(line_start + line.size()));
-      }
+      for_each_jsonl_row(text, path.string(), options, stats,
+                         [&](const nlohmann::json& j, const std::string& where, size_t end) {
+                           auto field = j.find(options.text_field);
+                           if (field == j.end() || !field->is_string()) {
+                             skip_or_throw(options, stats, "without the text field",
+                                           where + " has no string field \"" + options.text_field +
+                                               "\" (training.dataset_field)");
+                             return;
+                           }
+                           std::string doc = field->get<std::string>();
+                           if (doc.empty()) {
+                             skip_or_throw(options, stats, "empty", where + ": the document is empty");
+                             return;
+                           }
+                           ++stats.documents;
+                           batcher.add_owned(std::move(doc), done(end));
+                         });
     }
     before += disk;
     batcher.flush(before);
@@ -218,7 +195,7 @@ Dataset load_dataset(const DatasetOptions& options, const Tokenizer& tokenizer) 
     try {
       shard = TokenShard::open(path);
     } catch (const Error& e) {
-      bad(options, stats, "damaged shards", e.what());
+      skip_or_throw(options, stats, "damaged shards", e.what());
       continue;
     }
     const TokenShardInfo& info = shard->info();

@@ -68,6 +68,9 @@ void for_each_document_batch(std::span<const std::filesystem::path> files, const
 struct Dataset {
   TokenStream stream;
   DatasetStats stats;
+  // Null: every label carries loss. Else one flag per token of the stream: 1 when the token, as a
+  // label, carries loss (SFT's completions, sft_dataset.h).
+  LossMask loss_mask = nullptr;
 };
 
 // Text and JSONL files are tokenized with `tokenizer`; shards must have been made by the same

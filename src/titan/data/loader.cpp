@@ -10,6 +10,9 @@
 namespace titan::data {
 
 namespace {
+// ops::cross_entropy's ignore_index.
+constexpr int64_t kIgnoreLabel = -100;
+
 // Uniform in [0, bound) from one Philox block at counter (i, epoch): a pure function of
 // (seed, epoch, i), so an epoch's order never depends on how far earlier epochs were read.
 uint64_t draw_below(uint64_t seed, int64_t epoch, int64_t i, uint64_t bound) {
@@ -24,8 +27,8 @@ uint64_t draw_below(uint64_t seed, int64_t epoch, int64_t i, uint64_t bound) {
 }
 }  // namespace
 
-DataLoader::DataLoader(TokenStream tokens, LoaderOptions options)
-    : tokens_(std::move(tokens)), options_(options) {
+DataLoader::DataLoader(TokenStream tokens, LoaderOptions options, LossMask loss_mask)
+    : tokens_(std::move(tokens)), options_(options), loss_mask_(std::move(loss_mask)) {
   const LoaderOptions& o = options_;
   TITAN_CHECK(o.seq_len >= 1, "DataLoader: seq_len must be at least 1, got ", o.seq_len);
   TITAN_CHECK(o.local_batch_size >= 1, "DataLoader: local_batch_size must be at least 1, got ",
@@ -41,6 +44,15 @@ DataLoader::DataLoader(TokenStream tokens, LoaderOptions options)
       num_tokens(), "; lower seq_len to at most ", std::max<int64_t>(num_tokens() - 1, 1),
       " or give more text");
   num_windows_ = (num_tokens() - 1) / o.seq_len;
+  if (loss_mask_) {
+    const std::vector<uint8_t>& mask = *loss_mask_;
+    TITAN_CHECK(static_cast<int64_t>(mask.size()) == num_tokens(), "DataLoader: the loss mask holds ",
+                mask.size(), " flags for a stream of ", num_tokens(), " tokens; it needs one per token");
+    for (int64_t w = 1; w <= num_windows_; ++w)
+      TITAN_CHECK(mask[static_cast<size_t>(w * o.seq_len)] == 0, "DataLoader: token ", w * o.seq_len,
+                  " starts a window and is the label of the one before it, yet the loss mask gives it loss; "
+                  "pack examples so that none crosses a multiple of seq_len = ", o.seq_len);
+  }
 }
 
 int64_t DataLoader::window_at(int64_t epoch, int64_t position) {
@@ -77,9 +89,10 @@ Batch DataLoader::next() {
     int64_t window = window_at(state_.epoch + global / num_windows_, global % num_windows_);
     tokens_.read(window * seq, seq + 1, window_ids.data());
     const int32_t* src = window_ids.data();
+    const uint8_t* loss = loss_mask_ ? loss_mask_->data() + window * seq : nullptr;
     for (int64_t t = 0; t < seq; ++t) {
       inputs[b * seq + t] = src[t];
-      labels[b * seq + t] = src[t + 1];
+      labels[b * seq + t] = !loss || loss[t + 1] ? src[t + 1] : kIgnoreLabel;
     }
     if (docs) {
       int32_t doc = 0;

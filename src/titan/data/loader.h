@@ -4,6 +4,10 @@
 // once per epoch. Each epoch visits the windows in a permutation that is a pure function of
 // (seed, epoch); a global batch is the next dp_world * local_batch_size windows of that order,
 // of which rank r takes the r-th slice. The position is two integers, the same on every rank.
+//
+// With a loss mask (SFT's packed examples, sft_dataset.h), a label whose token carries no loss is
+// -100, ops::cross_entropy's ignore_index. A window's last label is the next window's first token,
+// so the mask must give none of those loss: no label that carries loss is read across a window's end.
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +37,8 @@ struct LoaderState {
   bool operator==(const LoaderState&) const = default;
 };
 
-// i64 [local_batch_size, seq_len]; labels[b, t] is the token after inputs[b, t].
+// i64 [local_batch_size, seq_len]; labels[b, t] is the token after inputs[b, t], or -100 where
+// the loss mask says that token carries no loss.
 struct Batch {
   Tensor inputs;
   Tensor labels;
@@ -44,9 +49,9 @@ struct Batch {
 
 class DataLoader {
  public:
-  // Throws when the stream is shorter than one window (seq_len + 1 tokens) or an option is out
-  // of range.
-  DataLoader(TokenStream tokens, LoaderOptions options);
+  // Throws when the stream is shorter than one window (seq_len + 1 tokens), an option is out of
+  // range, or `loss_mask` (when given) is not one flag per token or gives a window's first token loss.
+  DataLoader(TokenStream tokens, LoaderOptions options, LossMask loss_mask = nullptr);
 
   // The next batch; at the end of an epoch it carries on into the next one's order, so a global
   // batch may hold windows of two epochs. Ranks read disjoint windows while a global batch is no
@@ -66,6 +71,7 @@ class DataLoader {
 
   TokenStream tokens_;
   LoaderOptions options_;
+  LossMask loss_mask_;
   int64_t num_windows_;
   LoaderState state_;
   // The order of one epoch, kept because a batch reads many positions of it.

@@ -8,6 +8,10 @@
 
 namespace titan::data {
 
+// One flag per token of a stream: 1 when the token, as a label, carries loss. Null where every
+// label does.
+using LossMask = std::shared_ptr<const std::vector<uint8_t>>;
+
 class TokenStream {
  public:
   TokenStream() = default;

@@ -33,6 +33,7 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/layout_checks.h"
+#include "titan/train/objective_data.h"
 #include "titan/train/memory_plan.h"
 #include "titan/train/metrics/memory_snapshot.h"
 #include "titan/train/metrics/metrics.h"
@@ -194,6 +195,7 @@ struct Trainer::State::Data {
   std::shared_ptr<const data::Tokenizer> tokenizer;
   data::DatasetOptions options;
   data::Dataset dataset;
+  std::optional<data::SftStats> sft;  // training.objective = "sft"
   int32_t eos_id = -1;  // where documents end, for document masking; -1: not masked
 };
 
@@ -214,7 +216,9 @@ Trainer::State::Data Trainer::State::build_data() {
   // GRPO's engine reads its prompts itself.
   if (c.training.objective == "grpo") return d;
   d.options = c.data.options("training");
-  d.dataset = data::load_dataset(d.options, *d.tokenizer);
+  ObjectiveData od = load_objective_data(c, d.options, *d.tokenizer, c.training.seq_len);
+  d.dataset = std::move(od.dataset);
+  d.sft = od.sft;
   d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
   // Every data-parallel rank (expert-parallel ones are among them) reads batches of its own; a
   // process that feeds several of the layout's devices (graph mode) loads the rows of each.
@@ -225,7 +229,8 @@ Trainer::State::Data Trainer::State::build_data() {
                                             .seed = static_cast<uint64_t>(c.training.seed),
                                             .dp_rank = batch.rank(),
                                             .dp_world = batch.size(),
-                                            .eos_id = d.eos_id});
+                                            .eos_id = d.eos_id},
+      d.dataset.loss_mask);
   return d;
 }
 
@@ -396,8 +401,12 @@ void Trainer::State::log_setup(const Data& d) {
   if (loader)
     log << "data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files << " files, "
         << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
-        << loader->num_windows() << " windows of " << c.training.seq_len << "; ";
-  log << d.tokenizer->description() << "\n"
+        << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
+        << "\n"
+        << "titan: " << describe_objective(c.training.objective, d.sft, d.dataset.stats, c.training.seq_len);
+  else
+    log << d.tokenizer->description();
+  log << "\n"
       << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
@@ -447,7 +456,8 @@ void Trainer::State::log_setup(const Data& d) {
         << " by stage; " << parallel::describe_schedule(pp->schedule()) << "\n";
   }
   if (!d.dataset.stats.skipped.empty())
-    log << "titan: data: " << d.dataset.stats.skipped_summary() << " (training.bad_data = skip)\n";
+    log << "titan: data: " << d.dataset.stats.skipped_summary()
+        << (d.sft ? " (training.bad_data = skip, sft.over_length)\n" : " (training.bad_data = skip)\n");
 }
 
 Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, MakeEngine objective_engine)

@@ -1,5 +1,6 @@
 #include "titan/train/validator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ostream>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/tensor_parallel.h"
 #include "titan/train/config/job_config.h"
+#include "titan/train/objective_data.h"
 
 namespace titan::train {
 
@@ -30,7 +32,7 @@ class EvalMode {
 
 // Checked before the loader exists, so that a set too small is reported as validation's.
 data::DataLoader make_loader(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id,
-                             const dist::ProcessGroup& dp) {
+                             const dist::ProcessGroup& dp, data::LossMask loss_mask) {
   const int64_t per_batch = cfg.local_batch_size * dp.size();
   // tokens >= per_batch * seq_len + 1, without the product, which can overflow.
   TITAN_CHECK(tokens.size() >= 1 && (tokens.size() - 1) / per_batch >= cfg.seq_len,
@@ -44,14 +46,23 @@ data::DataLoader make_loader(const ValidationConfig& cfg, data::TokenStream toke
                                               .shuffle = false,
                                               .dp_rank = dp.rank(),
                                               .dp_world = dp.size(),
-                                              .eos_id = eos_id});
+                                              .eos_id = eos_id},
+                          std::move(loss_mask));
+}
+
+// Labels other than -100 (ops::cross_entropy's ignore_index).
+int64_t count_loss_labels(const Tensor& labels) {
+  const int64_t* l = labels.data<int64_t>();
+  return labels.numel() - std::count(l, l + labels.numel(), int64_t{-100});
 }
 
 }  // namespace
 
 Validator::Validator(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id,
-                     dist::ProcessGroup dp)
-    : cfg_(cfg), dp_(std::move(dp)), loader_(make_loader(cfg_, std::move(tokens), eos_id, dp_)) {
+                     dist::ProcessGroup dp, data::LossMask loss_mask)
+    : cfg_(cfg),
+      dp_(std::move(dp)),
+      loader_(make_loader(cfg_, std::move(tokens), eos_id, dp_, std::move(loss_mask))) {
   const int64_t per_batch = cfg_.local_batch_size * dp_.size();
   const int64_t whole = loader_.num_windows() / per_batch;
   TITAN_CHECK(cfg_.steps <= whole, "validation.steps = ", cfg_.steps, " batches of ", per_batch,
@@ -74,7 +85,7 @@ ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, par
   const auto t0 = std::chrono::steady_clock::now();
   loader_.set_state({});
   // Each batch's mean as training computes its loss (the kernel sums in double, the mean is f32),
-  // weighted by its tokens and summed in double over batches and ranks.
+  // weighted by its labels that carry loss and summed in double over batches and ranks.
   double loss_sum = 0;
   int64_t tokens = 0;
   {
@@ -84,8 +95,9 @@ ValidationMetrics Validator::validate(int64_t step, models::CausalLM& model, par
       data::Batch batch = loader_.next();
       const Tensor logits = model(batch.inputs, batch.document_ids);
       const Tensor loss = tp ? tp->loss(logits, batch.labels) : ops::cross_entropy(logits, batch.labels);
-      loss_sum += loss.item() * static_cast<double>(batch.labels.numel());
-      tokens += batch.labels.numel();
+      const int64_t counted = count_loss_labels(batch.labels);
+      loss_sum += loss.item() * static_cast<double>(counted);
+      tokens += counted;
     }
   }
   if (fsdp) fsdp->reshard_all();
@@ -108,9 +120,11 @@ std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::Data
   v.seq_len = v.seq_len_with(cfg.training.seq_len);
   const data::DatasetOptions options = v.dataset_options(cfg.data);
   // Both read in [training]'s format: the same path gives the same tokens.
-  const bool shared = options.path == training_options.path;
-  const data::Dataset ds = shared ? training_data : data::load_dataset(options, tokenizer);
-  auto validator = std::make_unique<Validator>(v, ds.stream, eos_id, std::move(dp));
+  const bool shared = options.path == training_options.path &&
+                      (cfg.training.objective != "sft" || v.seq_len == cfg.training.seq_len);
+  const data::Dataset ds =
+      shared ? training_data : load_objective_data(cfg, options, tokenizer, v.seq_len).dataset;
+  auto validator = std::make_unique<Validator>(v, ds.stream, eos_id, std::move(dp), ds.loss_mask);
   log << "titan: validation every " << v.freq << " steps and after the last: " << v.dataset << " ("
       << options.path << ")" << (shared ? " (the training data)" : "") << ", " << validator->num_batches()
       << " batches of " << v.local_batch_size << " x " << v.seq_len << " tokens per rank";

@@ -38,8 +38,11 @@ class Validator {
   // batches carry document ids, as training's do under attention.document_masking. A pass is
   // validation.steps batches, or (-1) all the whole batches the set holds; windows after the last
   // whole batch are left out. Throws when the set holds no whole batch, or fewer than steps.
-  // cfg.seq_len is a length here: make_validator resolves -1 (training.seq_len).
-  Validator(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id, dist::ProcessGroup dp);
+  // cfg.seq_len is a length here: make_validator resolves -1 (training.seq_len). With a loss mask
+  // (SFT), labels that carry no loss are ignored, as in training, and the loss is the mean over
+  // the others.
+  Validator(const ValidationConfig& cfg, data::TokenStream tokens, int32_t eos_id, dist::ProcessGroup dp,
+            data::LossMask loss_mask = nullptr);
 
   // After every freq-th step and after `last_step`.
   bool should_validate(int64_t step, int64_t last_step) const;
@@ -62,8 +65,9 @@ class Validator {
 };
 
 // The trainer's validator: null unless validation.enable. The set is what validation.dataset and
-// dataset_path name, read in [training]'s format; when that is the training data, its tokens are
-// shared rather than read again. Logs what it validates on to `log`.
+// dataset_path name, read in [training]'s format and as training.objective reads data; when that is
+// the training data (under sft, packed to the same seq_len), its tokens are shared rather than read
+// again. Logs what it validates on to `log`.
 std::unique_ptr<Validator> make_validator(const JobConfig& cfg, const data::DatasetOptions& training_options,
                                           const data::Dataset& training_data,
                                           const data::Tokenizer& tokenizer, int32_t eos_id,

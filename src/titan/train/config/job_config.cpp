@@ -19,7 +19,7 @@ namespace {
 // What training.objective = "grpo" reads and refuses: its prompts replace the dataset, its own
 // held-out accuracy replaces validation, and its update is eager data parallelism (the rollouts
 // alone may run in graph mode). Under any other objective a [grpo] key would be read by nothing.
-void check_objective(const JobConfig& c, config::Problems& problems) {
+void check_grpo(const JobConfig& c, config::Problems& problems) {
   // Keys compared with their defaults, not looked up among those written: a config written back
   // (to_toml, a checkpoint's copy) carries every key.
   const nlohmann::json ours = to_json(c), defaults = to_json(JobConfig{});
@@ -59,6 +59,41 @@ void check_objective(const JobConfig& c, config::Problems& problems) {
 
 using C = JobConfig;
 
+// The keys an objective does not read are refused when they hold other than their defaults (a
+// printed config or a checkpoint's copy holds every key).
+void check_objective(const C& c, const config::Origins& origins, config::Problems& problems) {
+  const bool sft = c.training.objective == "sft";
+  auto where = [&](const std::string& key) {
+    auto it = origins.find(key);
+    return it == origins.end() ? std::string() : " (" + it->second + ")";
+  };
+  const data::SftConfig s;
+  const std::vector<std::pair<std::string, bool>> sft_keys = {
+      {"sft.prompt_field", c.sft.prompt_field != s.prompt_field},
+      {"sft.completion_field", c.sft.completion_field != s.completion_field},
+      {"sft.over_length", c.sft.over_length != s.over_length},
+      {"sft.packing", c.sft.packing != s.packing}};
+  for (const auto& [key, changed] : sft_keys)
+    if (!sft && changed)
+      problems.add(key + where(key) + " is read only when training.objective = \"sft\", and it is \"" +
+                   c.training.objective + "\"; remove the key or set training.objective = \"sft\"");
+  const data::DatasetConfig d;
+  for (const auto& [key, changed] :
+       {std::pair<std::string, bool>{"training.dataset_field", c.data.dataset_field != d.dataset_field},
+        {"training.dataset_split", c.data.dataset_split != d.dataset_split}})
+    if (sft && changed)
+      problems.add(key + where(key) +
+                   " is not read when training.objective = \"sft\": SFT reads JSONL rows by sft.prompt_field and "
+                   "sft.completion_field; remove the key");
+  // Each cp rank's loss is the mean over its own share of a row, which under SFT may hold no
+  // completion token at all (a NaN mean) and weighs the shares unequally.
+  if (sft && c.parallelism.context_parallel_degree > 1)
+    problems.add(
+        "parallelism.context_parallel_degree = " + std::to_string(c.parallelism.context_parallel_degree) +
+        " is not supported with training.objective = \"sft\" yet (a cp rank's share of a row may hold "
+        "no completion token); set context_parallel_degree = 1");
+}
+
 config::Schema<JobConfig> make_schema() {
   config::Schema<JobConfig> s("job config");
   s.section("job", "what this run is and where its files go").part(&C::job);
@@ -80,9 +115,12 @@ config::Schema<JobConfig> make_schema() {
   s.section("metrics", "what is logged and where").part(&C::metrics);
   s.section("profiling", "Chrome/Perfetto traces of training steps").part(&C::profiling);
   s.section("validation", "loss on held-out data during training").part(&C::validation);
+  s.section("sft", "supervised fine-tuning's prompt/completion data (training.objective = \"sft\")")
+      .part(&C::sft);
   s.section("grpo", "GRPO post-training (training.objective = \"grpo\")").part(&C::grpo);
 
-  s.check([](const C& c, const config::Origins&, config::Problems& problems) {
+  s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
+    check_objective(c, origins, problems);
     const auto& par = c.parallelism;
     // With data_parallel_shard_degree = -1 the degree is known at launch; the replicas alone
     // already have to divide the batch.
@@ -124,7 +162,7 @@ config::Schema<JobConfig> make_schema() {
                      " for sequence parallelism; pick a multiple of " +
                      std::to_string(cp * par.tensor_parallel_degree));
     }
-    check_objective(c, problems);
+    check_grpo(c, problems);
     check_graph_keys(c.compile, c.training.objective == "grpo" && c.grpo.generator == "graph", problems);
     if (c.validation.enable && c.validation.seq_len > c.training.seq_len)
       problems.add("validation.seq_len = " + std::to_string(c.validation.seq_len) +

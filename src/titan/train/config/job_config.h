@@ -12,6 +12,7 @@
 
 #include "titan/core/config_schema.h"
 #include "titan/data/dataset_config.h"
+#include "titan/data/sft_config.h"
 #include "titan/dist/dist_config.h"
 #include "titan/models/model_config.h"
 #include "titan/optim/optim_config.h"
@@ -48,6 +49,7 @@ struct JobConfig {
   MetricsConfig metrics;
   ProfilingConfig profiling;
   ValidationConfig validation;
+  data::SftConfig sft;  // read when training.objective = "sft"
   GrpoConfig grpo;
 };
 

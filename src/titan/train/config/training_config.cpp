@@ -4,11 +4,16 @@
 
 namespace titan::train {
 
+std::vector<std::string> training_objectives() {
+  return {"causal_lm", "sft", "grpo"};
+}
+
 void declare_keys(config::Keys<TrainingConfig>& keys) {
   using C = TrainingConfig;
-  keys.add("objective", &C::objective, config::one_of({"causal_lm", "grpo"}),
-           "causal_lm: next-token cross-entropy over the dataset; grpo: GRPO post-training on [grpo]'s prompts, "
-           "rollouts drawn by the model itself and scored by [grpo]'s reward")
+  keys.add("objective", &C::objective, config::one_of(training_objectives()),
+           "what the loss trains: causal_lm (every next token of the data), sft (the completions of "
+           "prompt/completion examples, read as [sft] says) or grpo (GRPO post-training on [grpo]'s prompts, "
+           "rollouts drawn by the model itself and scored by [grpo]'s reward)")
       .add("local_batch_size", &C::local_batch_size, config::positive(), "sequences per rank per micro-batch")
       .add("global_batch_size", &C::global_batch_size, config::or_minus_one(config::positive()),
            "sequences per optimizer step over all ranks; -1: local x data-parallel x accumulation")

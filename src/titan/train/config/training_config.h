@@ -4,14 +4,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "titan/core/config_schema.h"
 
 namespace titan::train {
 
+// What training.objective may name: causal_lm, the next token of every position of packed
+// documents; sft, the completion tokens of packed prompt/completion examples ([sft]); grpo,
+// GRPO post-training on [grpo]'s prompts (rl/grpo_engine.h).
+std::vector<std::string> training_objectives();
+
 struct TrainingConfig {
-  // What the steps optimise: "causal_lm" (next-token cross-entropy over the dataset), or "grpo"
-  // (post-training on [grpo]'s prompts and rewards, rl/grpo_engine.h).
   std::string objective = "causal_lm";
   int64_t local_batch_size = 8;
   // -1: local_batch_size x data-parallel degree x gradient_accumulation_steps.
