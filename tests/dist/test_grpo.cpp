@@ -34,11 +34,11 @@ JobConfig grpo_job(const std::string& name, const std::vector<std::string>& over
                                 "--model.tokenizer_path=", "--model.vocab_size=259", "--model.n_layers=1",
                                 "--training.seq_len=24", "--training.local_batch_size=4",
                                 "--training.steps=" + std::to_string(kGrpoSteps), "--optimizer.lr=3e-3",
-                                "--lr_scheduler.warmup_steps=0", "--grpo.prompts_per_step=4", "--grpo.group_size=4",
+                                "--lr_scheduler.warmup_steps=0", "--grpo.prompts_per_step=8", "--grpo.group_size=4",
                                 "--grpo.max_new_tokens=6", "--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
                                 "--grpo.temperature=1.5", "--grpo.mini_batches=2", "--training.seed=2",
                                 "--metrics.log_freq=100", "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (dir / "out").string(), "--comm.timeout_seconds=60"};
+                                "--job.dump_folder=" + (job_dir(0) / ("grpo_" + name) / "out").string(), "--comm.timeout_seconds=60"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return parse_job_config("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n", name + ".toml", o);
 }
@@ -79,7 +79,7 @@ void expect_as_one_rank(const TrainResult& got, const std::pair<std::vector<doub
 
 TEST(Grpo, FsdpAndDdpMatchOneRank) {
   const int n = dist::world().size();
-  if (4 % n != 0) GTEST_SKIP() << "the 4 prompts of a step split over 1, 2 or 4 ranks";
+  if (8 % (2 * n) != 0) GTEST_SKIP() << "a step's 8 prompts split into 2 mini-batches over 1, 2 or 4 ranks";
   const auto want = one_rank(grpo_job("one", {}));
   expect_as_one_rank(run(grpo_job("fsdp", {}), dist::world()), want, "FSDP over " + std::to_string(n) + " ranks");
   expect_as_one_rank(run(grpo_job("ddp", {"--parallelism.data_parallel_replicate_degree=" + std::to_string(n),

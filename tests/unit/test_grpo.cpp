@@ -199,7 +199,7 @@ TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
 
 TEST(GrpoStep, RefusesWhatItCannotRun) {
   EXPECT_TITAN_ERROR(OneProcess(grpo_config("odd", {"--grpo.mini_batches=3"})),
-                     "grpo.mini_batches = 3 does not divide the 8 completions");
+                     "grpo.prompts_per_step = 2 does not split into grpo.mini_batches = 3 x 1 data-parallel ranks");
   EXPECT_TITAN_ERROR(OneProcess(grpo_config("long", {"--grpo.max_new_tokens=24"})),
                      "more than the 1 that training.seq_len leaves before grpo.max_new_tokens");
 }

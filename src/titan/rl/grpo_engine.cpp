@@ -83,11 +83,12 @@ class GrpoStep : public train::StepEngine {
                     "training.objective = \"grpo\" splits its work over data-parallel ranks only; set the tensor, "
                     "context, pipeline and expert parallel degrees to 1");
     sync_ = train::step_parallelism(parts);
-    config::require(g_.prompts_per_step % dp_.size() == 0, "grpo.prompts_per_step = ", g_.prompts_per_step,
-                    " does not divide over the ", dp_.size(), " data-parallel ranks; pick a multiple of ", dp_.size());
+    // A mini-batch is the same prompts whatever the ranks: each rank takes an equal share of each.
+    const int64_t shares = g_.mini_batches * dp_.size();
+    config::require(g_.prompts_per_step % shares == 0, "grpo.prompts_per_step = ", g_.prompts_per_step,
+                    " does not split into grpo.mini_batches = ", g_.mini_batches, " x ", dp_.size(),
+                    " data-parallel ranks; pick a multiple of ", shares);
     rows_ = g_.prompts_per_step / dp_.size() * g_.group_size;
-    config::require(rows_ % g_.mini_batches == 0, "grpo.mini_batches = ", g_.mini_batches, " does not divide the ",
-                    rows_, " completions of each rank's step (prompts_per_step / ranks x group_size)");
     const std::optional<int32_t> eos = tokenizer_.eos_id();
     config::require(eos.has_value(), "GRPO needs a tokenizer with an end-of-sequence token, to end completions: ",
                     tokenizer_.description(), " has none");
@@ -250,11 +251,14 @@ class GrpoStep : public train::StepEngine {
 
   std::vector<Rollout> roll_out(Sums& sums) {
     autograd::NoGradGuard no_grad;
-    const int64_t per_rank = g_.prompts_per_step / dp_.size();
+    // Mini-batch m is the step's prompts [m * P / M, (m + 1) * P / M); rank r takes the r-th
+    // share of each, so that an update sees the same prompts on any number of ranks.
+    const int64_t per_mini = g_.prompts_per_step / g_.mini_batches, share = per_mini / dp_.size();
     std::vector<Rollout> out;
     out.reserve(static_cast<size_t>(rows_));
-    for (int64_t k = 0; k < per_rank; ++k) {
-      const int64_t position = (step_ - 1) * g_.prompts_per_step + dp_.rank() * per_rank + k;
+    for (int64_t k = 0; k < g_.prompts_per_step / dp_.size(); ++k) {
+      const int64_t position =
+          (step_ - 1) * g_.prompts_per_step + k / share * per_mini + dp_.rank() * share + k % share;
       const Prompt& prompt = prompt_at(position);
       std::vector<uint64_t> seeds;
       for (int64_t s = 0; s < g_.group_size; ++s)
