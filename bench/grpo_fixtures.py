@@ -69,7 +69,7 @@ def make_model(args):
 
     os.makedirs(args.dir, exist_ok=True)
     vocab = save_tokenizer(args.dir)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 4,
+    config = LlamaConfig(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate or args.hidden * 4,
                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
                          num_key_value_heads=args.kv_heads, max_position_embeddings=args.context,
                          rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
@@ -135,6 +135,7 @@ def main(argv=None):
     model = kinds.add_parser("model", help="a tiny random Llama with its tokenizer")
     model.add_argument("dir")
     model.add_argument("--hidden", type=int, default=64)
+    model.add_argument("--intermediate", type=int, default=0, help="the FFN's width (default: 4 x hidden)")
     model.add_argument("--layers", type=int, default=2)
     model.add_argument("--heads", type=int, default=4)
     model.add_argument("--kv-heads", type=int, default=2)

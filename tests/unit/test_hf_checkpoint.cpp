@@ -14,10 +14,13 @@
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/core/rng.h"
+#include "titan/models/registry.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/llama3/state_dict_adapter.h"
 #include "titan/ops/linalg.h"
 #include "titan/ops/rope.h"
+#include "titan/train/config/job_config.h"
 #include "titan/train/hf_interop.h"
 
 namespace titan {
@@ -273,6 +276,24 @@ TEST_F(HfFolder, TitanToHfToTitanIsBitIdenticalWithIdenticalLogits) {
   reloaded.load_state_dict(back);
   autograd::NoGradGuard no_grad;
   EXPECT_TRUE(test::same_bits(reloaded(tokens()), (*model)(tokens())));
+}
+
+// A checkpoint of titan train names its model by the job config, whose overrides of the flavor
+// (depth, vocabulary) the export keeps.
+TEST_F(HfFolder, ExportOfATrainedCheckpointKeepsTheConfigsDepthAndVocabulary) {
+  train::JobConfig job;
+  job.model.flavor = "debugmodel";
+  job.model.n_layers = 1;
+  job.model.vocab_size = 259;
+  Generator gen(2);
+  const auto model = models::get_train_spec("llama3").build(job.model, 64, gen);
+  checkpoint::Pieces pieces;
+  for (const auto& [name, t] : model->state_dict()) pieces.emplace("model." + name, checkpoint::whole(t));
+  checkpoint::save(dir / "step-3", pieces, {{"step", 3}, {"model_only", true}, {"config", train::to_json(job)}});
+  train::export_hf_checkpoint(dir / "step-3", dir / "hf", kF32);
+  const json config = read_json(dir / "hf" / "config.json");
+  EXPECT_EQ(config["num_hidden_layers"], 1);
+  EXPECT_EQ(config["vocab_size"], 259);
 }
 
 TEST_F(HfFolder, Bf16ExportRoundsOnceAndImportsAsStored) {
