@@ -63,14 +63,18 @@ TEST(GrpoLogProbs, GeneratorsRecordWhatTheTrainerComputesForTheSameTokens) {
   EXPECT_EQ(compiled.tokens, eager.tokens);
   expect_log_probs_match(*model, prompt, compiled, 0.8, "graph decoder");
 
-  // A batch of rows, each with its own seed: the first draws what generate() drew with seed 3.
+  // A batch of rows, each with its own prompt and seed: the first draws what generate() drew with
+  // seed 3.
+  const std::vector<int64_t> other = {1, 6, 2, 8};
+  const std::vector<std::span<const int64_t>> prompts = {prompt, prompt, other};
   const std::vector<uint64_t> seeds = {3, 4, 5};
-  const std::vector<GenerateResult> group = generate_group(*model, prompt, seeds, opts);
+  const std::vector<GenerateResult> group = generate_rows(*model, prompts, seeds, opts);
   ASSERT_EQ(group.size(), 3u);
   EXPECT_EQ(group[0].tokens, eager.tokens);
   for (size_t i = 0; i < group.size(); ++i)
-    expect_log_probs_match(*model, prompt, group[i], 0.8, "group row " + std::to_string(i));
-  EXPECT_NE(group[1].tokens, group[2].tokens);
+    expect_log_probs_match(*model, i == 2 ? other : prompt, group[i], 0.8, "row " + std::to_string(i));
+  EXPECT_NE(group[0].tokens, group[1].tokens);
+  EXPECT_EQ(group[2].tokens, generate(*model, other, {.max_new_tokens = 12, .sampling = {.temperature = 0.8, .seed = 5}}).tokens);
 }
 
 TEST(GrpoLogProbs, GreedyRowsRecordTheirProbabilityAtTemperatureOne) {

@@ -96,15 +96,19 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
   return r;
 }
 
-std::vector<GenerateResult> generate_group(models::CausalLM& model, std::span<const int64_t> prompt,
-                                           std::span<const uint64_t> seeds, const GenerateOptions& opts) {
-  const int64_t P = static_cast<int64_t>(prompt.size()), context = model.max_seq_len();
-  const auto n = static_cast<int64_t>(seeds.size());
-  TITAN_CHECK(P >= 1 && P <= context, "generate_group: the prompt has ", P, " tokens; it needs 1 to ", context,
+std::vector<GenerateResult> generate_rows(models::CausalLM& model, std::span<const std::span<const int64_t>> prompts,
+                                          std::span<const uint64_t> seeds, const GenerateOptions& opts) {
+  const auto n = static_cast<int64_t>(prompts.size());
+  TITAN_CHECK(n >= 1 && seeds.size() == prompts.size(), "generate_rows: ", prompts.size(), " prompts and ",
+              seeds.size(), " seeds; give one seed per prompt, and at least one");
+  const int64_t P = static_cast<int64_t>(prompts[0].size()), context = model.max_seq_len();
+  TITAN_CHECK(P >= 1 && P <= context, "generate_rows: the prompts have ", P, " tokens; they need 1 to ", context,
               " (the model's max_seq_len)");
-  TITAN_CHECK(n >= 1, "generate_group: no seeds, so no rows to draw");
+  for (std::span<const int64_t> p : prompts)
+    TITAN_CHECK(static_cast<int64_t>(p.size()) == P, "generate_rows: prompts of ", P, " and ", p.size(),
+                " tokens; rows drawn together start at one length");
   validate(opts);
-  TITAN_CHECK(opts.vocab_size <= model.vocab_size(), "generate_group: vocab_size = ", opts.vocab_size,
+  TITAN_CHECK(opts.vocab_size <= model.vocab_size(), "generate_rows: vocab_size = ", opts.vocab_size,
               " is larger than the model's vocabulary of ", model.vocab_size(), " ids");
   const int64_t vocab = opts.vocab_size > 0 ? opts.vocab_size : model.vocab_size();
   std::vector<Sampler> samplers;
@@ -119,7 +123,7 @@ std::vector<GenerateResult> generate_group(models::CausalLM& model, std::span<co
   models::KVCache cache(n, max_len);
   std::vector<int64_t> fed;
   fed.reserve(static_cast<size_t>(n * P));
-  for (int64_t r = 0; r < n; ++r) fed.insert(fed.end(), prompt.begin(), prompt.end());
+  for (std::span<const int64_t> p : prompts) fed.insert(fed.end(), p.begin(), p.end());
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward_cached(Tensor::from_vector(fed, {n, P}), cache);
   const double prefill = seconds_since(t0);

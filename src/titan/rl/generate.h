@@ -84,12 +84,13 @@ GenerateResult generate(Decoder& decoder, std::span<const int64_t> prompt, const
 GenerateResult generate(models::CausalLM& model, std::span<const int64_t> prompt,
                         const GenerateOptions& opts);
 
-// Continuations of one prompt, one per seed (each row draws with opts.sampling.seed = its seed),
-// drawn together: every forward runs all rows over a KVCache of that batch, so a step of GRPO's
-// rollouts multiplies [rows, dim] matrices where generate() multiplies vectors. A row that has
-// stopped is fed its last token again while the others go on; its result is as it stopped. Each
-// row's tokens are generate()'s with its seed, but for rounding differences of batched products.
-std::vector<GenerateResult> generate_group(models::CausalLM& model, std::span<const int64_t> prompt,
-                                           std::span<const uint64_t> seeds, const GenerateOptions& opts);
+// Continuations of several prompts of one length, row r continuing prompts[r] with its own
+// seeds[r] (opts.sampling.seed is ignored), drawn together: every forward runs all rows over a
+// KVCache of that batch, so a step of GRPO's rollouts multiplies [rows, dim] matrices where
+// generate() multiplies vectors. A row that has stopped is fed its last token again while the
+// others go on; its result is as it stopped. Each row's tokens are generate()'s with its seed, but
+// for rounding differences of batched products.
+std::vector<GenerateResult> generate_rows(models::CausalLM& model, std::span<const std::span<const int64_t>> prompts,
+                                          std::span<const uint64_t> seeds, const GenerateOptions& opts);
 
 }  // namespace titan::rl

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -255,24 +256,40 @@ class GrpoStep : public train::StepEngine {
     // share of each, so that an update sees the same prompts on any number of ranks.
     const int64_t per_mini = g_.prompts_per_step / g_.mini_batches, share = per_mini / dp_.size();
     std::vector<Rollout> out;
-    out.reserve(static_cast<size_t>(rows_));
+    std::vector<uint64_t> seeds;
     for (int64_t k = 0; k < g_.prompts_per_step / dp_.size(); ++k) {
       const int64_t position =
           (step_ - 1) * g_.prompts_per_step + k / share * per_mini + dp_.rank() * share + k % share;
       const Prompt& prompt = prompt_at(position);
-      std::vector<uint64_t> seeds;
-      for (int64_t s = 0; s < g_.group_size; ++s)
+      for (int64_t s = 0; s < g_.group_size; ++s) {
+        out.push_back({.prompt = &prompt, .tokens = {}, .logprobs = {}});
         seeds.push_back(mix(mix(static_cast<uint64_t>(cfg_.training.seed), static_cast<uint64_t>(step_)),
                             static_cast<uint64_t>(position * g_.group_size + s)));
-      // Eager generation draws a prompt's group as one batch; graph mode's decoder runs one row.
-      std::vector<GenerateResult> group;
-      if (graph_decoder_)
-        for (uint64_t seed : seeds) group.push_back(generate(*graph_decoder_, prompt.ids, generate_options(g_.temperature, seed)));
-      else
-        group = generate_group(generator(), prompt.ids, seeds, generate_options(g_.temperature, 0));
-      for (GenerateResult& r : group) {
-        sums[Sums::rollout_tokens] += static_cast<double>(r.tokens.size());
-        out.push_back({.prompt = &prompt, .tokens = std::move(r.tokens), .logprobs = std::move(r.logprobs)});
+      }
+    }
+    // Eager generation draws the completions of all prompts of one length as one batch; graph
+    // mode's decoder runs one row at a time.
+    std::map<size_t, std::vector<size_t>> by_length;
+    for (size_t i = 0; i < out.size(); ++i) by_length[out[i].prompt->ids.size()].push_back(i);
+    for (const auto& [length, rows] : by_length) {
+      std::vector<GenerateResult> drawn;
+      if (graph_decoder_) {
+        for (size_t i : rows)
+          drawn.push_back(generate(*graph_decoder_, out[i].prompt->ids, generate_options(g_.temperature, seeds[i])));
+      } else {
+        std::vector<std::span<const int64_t>> prompts;
+        std::vector<uint64_t> row_seeds;
+        for (size_t i : rows) {
+          prompts.emplace_back(out[i].prompt->ids);
+          row_seeds.push_back(seeds[i]);
+        }
+        drawn = generate_rows(generator(), prompts, row_seeds, generate_options(g_.temperature, 0));
+      }
+      for (size_t j = 0; j < rows.size(); ++j) {
+        Rollout& r = out[rows[j]];
+        sums[Sums::rollout_tokens] += static_cast<double>(drawn[j].tokens.size());
+        r.tokens = std::move(drawn[j].tokens);
+        r.logprobs = std::move(drawn[j].logprobs);
       }
     }
     return out;
@@ -320,14 +337,17 @@ class GrpoStep : public train::StepEngine {
     }
   }
 
-  // The rollouts as training rows of training.seq_len positions: inputs (the prompt and the
-  // completion but its last token, padded with eos), labels (-100 but under the completion),
-  // the generator's log-probabilities there, and each row's advantage.
+  // The rollouts as training rows as long as the longest (at most training.seq_len): inputs (the
+  // prompt and the completion but its last token, padded with eos), labels (-100 but under the
+  // completion), the generator's log-probabilities there, and each row's advantage.
   struct Rows {
     Tensor inputs, labels, old_logp, mask, advantages;
   };
   Rows rows_of(const std::vector<Rollout>& rollouts) const {
-    const int64_t R = static_cast<int64_t>(rollouts.size()), L = cfg_.training.seq_len;
+    const int64_t R = static_cast<int64_t>(rollouts.size());
+    int64_t L = 1;
+    for (const Rollout& r : rollouts)
+      L = std::max(L, static_cast<int64_t>(r.prompt->ids.size() + r.tokens.size()) - 1);
     std::vector<int64_t> inputs(static_cast<size_t>(R * L), eos_), labels(static_cast<size_t>(R * L), -100);
     std::vector<float> old(static_cast<size_t>(R * L), 0.f), mask(static_cast<size_t>(R * L), 0.f), adv;
     for (int64_t r = 0; r < R; ++r) {
@@ -434,7 +454,7 @@ class GrpoStep : public train::StepEngine {
     const double updates = static_cast<double>(g_.ppo_epochs * g_.mini_batches);
     stats.loss = loss_total / updates;
     if (has_aux) stats.extra.insert(stats.extra.begin(), {"aux_loss", aux_total / updates});
-    stats.tokens = rows_ * cfg_.training.seq_len * g_.ppo_epochs;
+    stats.tokens = rows_ * rows.inputs.size(1) * g_.ppo_epochs;
     return stats;
   }
 
