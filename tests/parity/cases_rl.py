@@ -9,7 +9,7 @@ f32 inputs and stored as f32 (f64 for advantages):
   experiments/rl) or unbiased (torch.std, as VeRL's compute_grpo_outcome_advantage).
 - policy_loss: VeRL's compute_policy_loss (core_algos.py: pg_losses1/2 with torch.maximum, dual
   clip with torch.min where A < 0) with DAPO's separate clip_low / clip_high, plus VeRL's k3
-  ("low_var_kl", without its clamps) times kl_coef, summed over the mask and divided by the
+  ("low_var_kl", with its clamps: d to +-20, k3 to +-10) times kl_coef, summed over the mask and divided by the
   normaliser. Gradients come from torch's autograd through those formulas.
 Vocabularies: 129 (odd), 5000 (several 1024-logit chunks, not a multiple of them), 32000 (two row
 segments, the second partial), 100003 (prime, a few rows split across threads).
@@ -92,6 +92,10 @@ def _policy_loss(clip_low=0.2, clip_high=0.2, dual_clip=0.0, kl_coef=0.0, with_r
         mask[-1] = 0
         mask[1, 3] = 0  # a hole, as a prompt token inside a packed row
         ref = (logp.double() + torch.randn(rows, cols, generator=gen, dtype=torch.float64) * 0.2).float()
+        # A few references far enough off for VeRL's clamps: d past +-20, k3 past 10.
+        off = torch.rand(rows, cols, generator=gen) < 0.05
+        ref[off] = logp[off] + torch.sign(_rand(gen, int(off.sum()))) * torch.tensor([3.0, 25.0])[
+            torch.randint(0, 2, (int(off.sum()),), generator=gen)]
         normaliser = float(mask.sum()) + 17  # other ranks' tokens count too
 
         lp = logp.double().requires_grad_()
@@ -107,8 +111,8 @@ def _policy_loss(clip_low=0.2, clip_high=0.2, dual_clip=0.0, kl_coef=0.0, with_r
             pg3 = -A * dual_clip
             pg = torch.where(A < 0, torch.min(pg3, clip1), clip1)
             clipped = clipped | ((A < 0) & (pg3 < clip1))
-        d = ref.double() - lp
-        k3 = torch.exp(d) - d - 1
+        d = torch.clamp(ref.double() - lp, -20, 20)
+        k3 = torch.clamp(torch.exp(d) - d - 1, -10, 10)
         per_token = pg + kl_coef * k3 if kl_coef > 0 else pg
         m = mask.double()
         loss = (per_token * m).sum() / normaliser

@@ -74,10 +74,18 @@ Branch branch_of(double r, double a, const PolicyLossOptions& o) {
 }
 
 // k3 = exp(d) - d - 1 with d = ref - logp: non-negative, unbiased for KL(policy || ref) under
-// samples from the policy, and low-variance (Schulman's estimator; VeRL's low_var_kl).
-double k3(const Token& t) {
-  const double d = *t.ref - t.logp;
-  return std::exp(d) - d - 1;
+// samples from the policy, and low-variance (Schulman's estimator; VeRL's low_var_kl). As VeRL,
+// d is clamped to +-20 and k3 to at most 10, so that one token the reference finds unlikely
+// cannot make the loss infinite in f32; past either clamp the term has no gradient.
+constexpr double kKlLogClamp = 20, kKlClamp = 10;
+struct K3 {
+  double value;
+  bool clamped;
+};
+K3 k3(const Token& t) {
+  const double raw = *t.ref - t.logp, d = std::clamp(raw, -kKlLogClamp, kKlLogClamp);
+  const double k = std::exp(d) - d - 1;
+  return {std::min(k, kKlClamp), d != raw || k > kKlClamp};
 }
 
 struct TokenLoss {
@@ -94,17 +102,18 @@ TokenLoss token_loss(const Token& t, const PolicyLossOptions& o) {
   const double pg = b == Branch::ratio     ? -t.adv * q.r
                     : b == Branch::clipped ? -t.adv * clipped_ratio(q.r, o)
                                            : -o.dual_clip * t.adv;
-  const double kl = t.ref ? k3(t) : 0;
+  const double kl = t.ref ? k3(t).value : 0;
   return {pg + (o.kl_coef > 0 ? o.kl_coef * kl : 0), q.r, kl, b != Branch::ratio};
 }
 
 // Backward, per token: d token_loss(t).value / d logp. Only the unclipped term moves with r, and
 // r = exp(clamp(logp - old_logp)) has dr/dlogp = r inside the clamp, 0 past it;
-// dk3/dlogp = 1 - exp(ref - logp).
+// dk3/dlogp = 1 - exp(ref - logp) inside its clamps, 0 past them.
 double token_loss_grad(const Token& t, const PolicyLossOptions& o) {
   const Ratio q = ratio_of(t, o);
   const double dpg = !q.clamped && branch_of(q.r, t.adv, o) == Branch::ratio ? -t.adv * q.r : 0;
-  const double dkl = t.ref && o.kl_coef > 0 ? o.kl_coef * (1 - std::exp(*t.ref - t.logp)) : 0;
+  const double dkl =
+      t.ref && o.kl_coef > 0 && !k3(t).clamped ? o.kl_coef * (1 - std::exp(*t.ref - t.logp)) : 0;
   return dpg + dkl;
 }
 

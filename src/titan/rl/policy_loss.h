@@ -41,7 +41,7 @@ struct PolicyLossStats {
 //   log_ratio = clamp(logp - old_logp, +-log_ratio_clamp), r = exp(log_ratio)
 //   pg = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A); with dual clip c and A < 0,
 //   pg = min(pg, -c * A)
-//   k3 = exp(ref - logp) - (ref - logp) - 1
+//   k3 = min(exp(d) - d - 1, 10) with d = clamp(ref - logp, +-20) (VeRL's low_var_kl)
 //   loss += mask * (pg + kl_coef * k3) / normaliser
 // logp [B, T] (f32 or f64; the only input that receives a gradient), old_logp and mask [B, T]
 // (mask entries 0 or 1), advantages [B] (one per sequence), ref_logp [B, T] or undefined (needed
