@@ -3,6 +3,7 @@
 // weights as they were, the same seed gives the same run, and the config's refusals.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -177,6 +178,40 @@ TEST(GrpoStep, MixedRewardsMoveTheWeightsAndTheSameSeedRepeatsTheRun) {
   }
   EXPECT_GT(moved, 0.0) << "no step had a group of mixed rewards; pick another seed";
   EXPECT_EQ(a.weights(), b.weights());
+}
+
+// max_staleness = 1: the generator (a copy) reads the weights every other step, so step 2 draws
+// with the weights step 1 started from and step 3 with fresh ones.
+TEST(GrpoStep, AStaleGeneratorLagsByTheStepsAllowed) {
+  OneProcess job(grpo_config("stale", {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
+                                       "--grpo.temperature=1.5", "--training.seed=2", "--grpo.max_staleness=1"}));
+  std::vector<train::StepStats> s;
+  for (int step = 0; step < 3; ++step) s.push_back(job.step());
+  EXPECT_LE(job.figure(s[0], "policy/logp_diff_max"), 1e-5);
+  ASSERT_GT(s[0].grad_norm, 0.0) << "step 1 moved nothing: pick another seed";
+  EXPECT_GT(job.figure(s[1], "policy/logp_diff_max"), 1e-4);
+  EXPECT_LE(job.figure(s[2], "policy/logp_diff_max"), 1e-5);
+}
+
+// Graph mode's decoder draws the rollouts one row at a time through the PJRT plugin, the eager
+// model draws them in batches: the same seeds give the same completions, so the same steps.
+TEST(GrpoStep, GraphGeneratorTakesTheEagerGeneratorsSteps) {
+  const std::vector<std::string> o = {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
+                                      "--grpo.temperature=1.5", "--training.seed=2"};
+  OneProcess eager(grpo_config("eager_generator", o));
+  std::vector<std::string> graph_o = o;
+  graph_o.push_back("--grpo.generator=graph");
+  if (const char* plugin = std::getenv("TITAN_GRAPH_PLUGIN"); plugin && *plugin)
+    graph_o.push_back(std::string("--compile.plugin=") + plugin);
+  if (const char* options = std::getenv("TITAN_GRAPH_PLUGIN_OPTIONS"); options && *options)
+    graph_o.push_back(std::string("--compile.plugin_options=") + options);
+  OneProcess graph(grpo_config("graph_generator", graph_o));
+  for (int step = 0; step < 2; ++step) {
+    const train::StepStats a = eager.step(), b = graph.step();
+    EXPECT_EQ(eager.figure(a, "response/length"), graph.figure(b, "response/length")) << "step " << step;
+    EXPECT_EQ(eager.figure(a, "reward/mean"), graph.figure(b, "reward/mean")) << "step " << step;
+    EXPECT_NEAR(a.loss, b.loss, 1e-5) << "step " << step;
+  }
 }
 
 TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {

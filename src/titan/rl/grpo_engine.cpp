@@ -156,7 +156,7 @@ class GrpoStep : public train::StepEngine {
 
   train::StepStats step(int64_t, const train::NextBatch&) override {
     ++step_;
-    if (generator_copy_ && (step_ - 1) % (g_.max_staleness + 1) == 0 && step_ > 1) refresh_generator();
+    if (step_ > 1 && (step_ - 1) % (g_.max_staleness + 1) == 0) refresh_generator();
     Sums sums;
     const auto t0 = Clock::now();
     std::vector<Rollout> rollouts = roll_out(sums);
@@ -166,7 +166,7 @@ class GrpoStep : public train::StepEngine {
     train::StepStats stats = update(rollouts, sums);
     const double train_seconds = seconds_since(t1);
     if (!eval_.empty() && g_.eval_every > 0 && step_ % g_.eval_every == 0) {
-      if (generator_copy_) refresh_generator();
+      refresh_generator();
       stats.extra.emplace_back("eval/accuracy", evaluate());
     }
     if (dp_.size() > 1) {
@@ -216,8 +216,10 @@ class GrpoStep : public train::StepEngine {
     if (fsdp_) fsdp_->reshard_all();
   }
 
+  // The generator reads the trained weights: a copy's are pulled in, and graph mode's decoder
+  // uploads its model's again (the eager model generating itself reads them as they are).
   void refresh_generator() {
-    pull_weights(*generator_copy_);
+    if (generator_copy_) pull_weights(*generator_copy_);
     if (graph_decoder_) graph_decoder_->reload_weights();
   }
 
