@@ -21,6 +21,7 @@
 #include "titan/rl/graph_decoder.h"
 #include "titan/rl/grpo_engine.h"
 #include "titan/train/config/job_config.h"
+#include "titan/train/trainer.h"
 
 namespace titan::rl {
 namespace {
@@ -212,6 +213,42 @@ TEST(GrpoStep, GraphGeneratorTakesTheEagerGeneratorsSteps) {
     EXPECT_EQ(eager.figure(a, "reward/mean"), graph.figure(b, "reward/mean")) << "step " << step;
     EXPECT_NEAR(a.loss, b.loss, 1e-5) << "step " << step;
   }
+}
+
+std::vector<double> train_grpo(const train::JobConfig& c) {
+  std::ostringstream log;
+  return train::Trainer(c, log, dist::ProcessGroup::single(), objective_engine(c)).train().losses;
+}
+
+// With the KL, a resumed run takes its reference from checkpoint.initial_load_path again: it
+// continues the uninterrupted run exactly. A run from random weights cannot resume with it.
+TEST(GrpoStep, ResumedRunWithTheKlReadsItsReferenceAgain) {
+  const std::vector<std::string> o = {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
+                                      "--grpo.temperature=1.5", "--training.seed=2", "--grpo.kl_coef=0.5",
+                                      "--checkpoint.enable", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=0",
+                                      "--lr_scheduler.warmup_steps=0", "--metrics.enable_jsonl=false"};
+  const fs::path dir = test::fresh_temp_dir("grpo_kl_resume");
+  std::vector<std::string> start = o;
+  start.insert(start.end(), {"--training.steps=1", "--job.dump_folder=" + (dir / "start").string(), "--grpo.kl_coef=0"});
+  train_grpo(grpo_config("kl_start", start));
+  std::vector<std::string> run = o;
+  run.insert(run.end(), {"--training.steps=3", "--job.dump_folder=" + (dir / "run").string(),
+                         "--checkpoint.initial_load_path=" + (dir / "start" / "checkpoint" / "step-1").string()});
+  const train::JobConfig c = grpo_config("kl_run", run);
+  const std::vector<double> straight = train_grpo(c);
+  ASSERT_EQ(straight.size(), 3u);
+  for (const char* step : {"step-2", "step-3"}) fs::remove_all(dir / "run" / "checkpoint" / step);
+  const std::vector<double> resumed = train_grpo(c);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0], straight[1]);
+  EXPECT_EQ(resumed[1], straight[2]);
+
+  std::vector<std::string> random = o;
+  random.insert(random.end(), {"--training.steps=2", "--job.dump_folder=" + (dir / "random").string()});
+  const train::JobConfig r = grpo_config("kl_random", random);
+  train_grpo(r);
+  fs::remove_all(dir / "random" / "checkpoint" / "step-2");
+  EXPECT_TITAN_ERROR(train_grpo(r), "on a resumed run that started from random weights");
 }
 
 TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {

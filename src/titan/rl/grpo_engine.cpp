@@ -17,6 +17,7 @@
 #include "titan/rl/policy_loss.h"
 #include "titan/rl/prompt_set.h"
 #include "titan/rl/reward.h"
+#include "titan/rl/saved_model.h"
 #include "titan/train/step/eager_step.h"
 
 namespace titan::rl {
@@ -125,9 +126,20 @@ class GrpoStep : public train::StepEngine {
       generator_copy_ = parts.spec.build(cfg_.model, cfg_.training.seq_len, init);
     }
     if (g_.kl_coef > 0) {
+      // The reference is the weights the job started from: the trained model's now, or, on a
+      // resume, those of checkpoint.initial_load_path again (the checkpoint keeps no reference).
       Generator init(0);
       reference_ = parts.spec.build(cfg_.model, cfg_.training.seq_len, init);
-      pull_weights(*reference_);
+      if (step_ == 0) {
+        pull_weights(*reference_);
+      } else {
+        config::require(!cfg_.checkpoint.initial_load_path.empty(), "grpo.kl_coef = ", g_.kl_coef,
+                        " on a resumed run that started from random weights: the KL's reference is the weights the "
+                        "job started from, which no checkpoint keeps; start from checkpoint.initial_load_path");
+        autograd::NoGradGuard no_grad;
+        const nn::StateDict from = load_saved_model(read_saved_model(cfg_.checkpoint.initial_load_path))->state_dict();
+        for (auto& [name, t] : reference_->state_dict()) t.copy_(from.at(name));
+      }
     }
     if (generator_copy_) pull_weights(*generator_copy_);
     if (g_.generator == "graph")
