@@ -264,6 +264,8 @@ TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "e.toml", {"--training.dataset_path=x"}),
                      "training.dataset_path = \"x\" is not read under training.objective = \"grpo\"");
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "f.toml", {"--compile.enable"}), "GRPO's update runs eagerly");
+  EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "k.toml", {"--training.gradient_accumulation_steps=2"}),
+                     "training.gradient_accumulation_steps are not read under training.objective = \"grpo\"");
   // The graph decoder reads [compile]'s plugin keys without graph mode's training step.
   EXPECT_NO_THROW(train::parse_job_config(grpo, "g.toml", {"--grpo.generator=graph", "--compile.plugin_options=a=1"}));
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "h.toml", {"--compile.plugin_options=a=1"}),

@@ -38,6 +38,10 @@ void check_grpo(const JobConfig& c, config::Problems& problems) {
       problems.add("training." + std::string(key) + " = " + ours.at("training").at(key).dump() +
                    " is not read under training.objective = \"grpo\", whose data are grpo.prompts_path's prompts; "
                    "remove it");
+  if (c.training.global_batch_size != -1 || c.training.gradient_accumulation_steps)
+    problems.add("training.global_batch_size and training.gradient_accumulation_steps are not read under training.objective "
+                 "= \"grpo\": a step's rows are grpo.prompts_per_step x grpo.group_size completions, taken "
+                 "training.local_batch_size at a time; remove them");
   if (c.validation.enable)
     problems.add("validation.enable = true: GRPO measures held-out greedy accuracy instead (grpo.eval_path, "
                  "grpo.eval_every); set validation.enable = false");
