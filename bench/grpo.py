@@ -3,7 +3,7 @@
 group size and steps, in one run (issue 47's target: titan's step >= 2x faster at equal or better
 reward).
 
-  .venv/bin/python bench/grpo.py [--steps 30 --sft-steps 400 --threads 1,2 --work DIR]
+  .venv/bin/python bench/grpo.py [--steps 100 --sft-steps 400 --threads 1,2 --bf16 --work DIR]
 
 What it does, all offline and from fixed seeds:
   1. two-digit sums (scripts/make_task_data.py): SFT pairs, GRPO prompts and held-out prompts;
@@ -79,12 +79,11 @@ def sft_config(a, w):
     return MODEL.format(tok=w["tok"]) + f"""[job]
 dump_folder = "{w['sft']}"
 [optimizer]
-lr = 3e-3
+lr = 1e-3
 weight_decay = 0.0
 [lr_scheduler]
 warmup_steps = 20
-decay_type = "cosine"
-min_lr_factor = 0.1
+min_lr_factor = 1.0
 [training]
 objective = "sft"
 dataset_path = "{w['data']}/sft.jsonl"
@@ -111,8 +110,8 @@ warmup_steps = 0
 min_lr_factor = 1.0
 [training]
 objective = "grpo"
-local_batch_size = {a.prompts * a.group}
-seq_len = 16
+local_batch_size = {min(64, a.prompts * a.group)}
+seq_len = {8 + a.max_new_tokens}
 steps = {a.steps}
 seed = 0
 max_norm = 1.0
@@ -176,11 +175,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--titan", default=os.path.join(ROOT, "build", "titan"))
     p.add_argument("--work", help="folder for the runs (default: a temporary one, removed)")
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=100)
     p.add_argument("--sft-steps", type=int, default=400)
-    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--group", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--bf16", action="store_true", help="also bf16 (titan's bf16 products, TRL's autocast)")
