@@ -28,17 +28,32 @@ JobConfig grpo_job(const std::string& name, const std::vector<std::string>& over
   fs::create_directories(dir);
   {
     std::ofstream f(dir / "prompts.jsonl");
-    for (int i = 0; i < 16; ++i) f << "{\"prompt\": \"" << i << "+" << 3 * i << "=\", \"answer\": \"" << 4 * i << "\"}\n";
+    for (int i = 0; i < 16; ++i)
+      f << "{\"prompt\": \"" << i << "+" << 3 * i << "=\", \"answer\": \"" << 4 * i << "\"}\n";
   }
-  std::vector<std::string> o = {"--training.objective=grpo", "--grpo.prompts_path=" + (dir / "prompts.jsonl").string(),
-                                "--model.tokenizer_path=", "--model.vocab_size=259", "--model.n_layers=1",
-                                "--training.seq_len=24", "--training.local_batch_size=4",
-                                "--training.steps=" + std::to_string(kGrpoSteps), "--optimizer.lr=3e-3",
-                                "--lr_scheduler.warmup_steps=0", "--grpo.prompts_per_step=8", "--grpo.group_size=4",
-                                "--grpo.max_new_tokens=6", "--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
-                                "--grpo.temperature=1.5", "--grpo.mini_batches=2", "--training.seed=2",
-                                "--metrics.log_freq=100", "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--job.dump_folder=" + (job_dir(0) / ("grpo_" + name) / "out").string(), "--comm.timeout_seconds=60"};
+  std::vector<std::string> o = {"--training.objective=grpo",
+                                "--grpo.prompts_path=" + (dir / "prompts.jsonl").string(),
+                                "--model.tokenizer_path=",
+                                "--model.vocab_size=259",
+                                "--model.n_layers=1",
+                                "--training.seq_len=24",
+                                "--training.local_batch_size=4",
+                                "--training.steps=" + std::to_string(kGrpoSteps),
+                                "--optimizer.lr=3e-3",
+                                "--lr_scheduler.warmup_steps=0",
+                                "--grpo.prompts_per_step=8",
+                                "--grpo.group_size=4",
+                                "--grpo.max_new_tokens=6",
+                                "--grpo.reward_kind=regex",
+                                "--grpo.reward_pattern=[0-9]",
+                                "--grpo.temperature=1.5",
+                                "--grpo.mini_batches=2",
+                                "--training.seed=2",
+                                "--metrics.log_freq=100",
+                                "--metrics.enable_jsonl=false",
+                                "--metrics.peak_flops=1e11",
+                                "--job.dump_folder=" + (job_dir(0) / ("grpo_" + name) / "out").string(),
+                                "--comm.timeout_seconds=60"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return parse_job_config("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n", name + ".toml", o);
 }
@@ -65,13 +80,15 @@ std::pair<std::vector<double>, std::vector<double>> one_rank(const JobConfig& cf
   return {{all.begin(), all.begin() + kGrpoSteps}, {all.begin() + kGrpoSteps, all.end()}};
 }
 
-void expect_as_one_rank(const TrainResult& got, const std::pair<std::vector<double>, std::vector<double>>& want,
+void expect_as_one_rank(const TrainResult& got,
+                        const std::pair<std::vector<double>, std::vector<double>>& want,
                         const std::string& what) {
   ASSERT_EQ(got.losses.size(), static_cast<size_t>(kGrpoSteps)) << what;
   double moved = 0;
   for (size_t i = 0; i < got.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], want.first[i], 1e-5) << what << ", step " << i + 1;
-    EXPECT_NEAR(got.grad_norms[i], want.second[i], 1e-4 * std::max(1.0, want.second[i])) << what << ", step " << i + 1;
+    EXPECT_NEAR(got.grad_norms[i], want.second[i], 1e-4 * std::max(1.0, want.second[i]))
+        << what << ", step " << i + 1;
     moved = std::max(moved, want.second[i]);
   }
   EXPECT_GT(moved, 0.0) << "no step had a group of mixed rewards: the comparison shows nothing";
@@ -81,7 +98,8 @@ TEST(Grpo, FsdpAndDdpMatchOneRank) {
   const int n = dist::world().size();
   if (8 % (2 * n) != 0) GTEST_SKIP() << "a step's 8 prompts split into 2 mini-batches over 1, 2 or 4 ranks";
   const auto want = one_rank(grpo_job("one", {}));
-  expect_as_one_rank(run(grpo_job("fsdp", {}), dist::world()), want, "FSDP over " + std::to_string(n) + " ranks");
+  expect_as_one_rank(run(grpo_job("fsdp", {}), dist::world()), want,
+                     "FSDP over " + std::to_string(n) + " ranks");
   expect_as_one_rank(run(grpo_job("ddp", {"--parallelism.data_parallel_replicate_degree=" + std::to_string(n),
                                           "--parallelism.data_parallel_shard_degree=1"}),
                          dist::world()),
@@ -90,12 +108,14 @@ TEST(Grpo, FsdpAndDdpMatchOneRank) {
 
 TEST(Grpo, ResumedRunContinuesTheUninterruptedOne) {
   // Every step saved; then the saves after step 1 removed, so that the same job resumes there.
-  const JobConfig cfg = grpo_job("resume", {"--checkpoint.enable", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=0"});
+  const JobConfig cfg =
+      grpo_job("resume", {"--checkpoint.enable", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=0"});
   const TrainResult straight = run(cfg, dist::world());
   dist::ProcessGroup& world = dist::world();
   if (world.rank() == 0)
     for (int64_t step = 2; step <= kGrpoSteps; ++step)
-      fs::remove_all(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder / ("step-" + std::to_string(step)));
+      fs::remove_all(fs::path(cfg.job.dump_folder) / cfg.checkpoint.folder /
+                     ("step-" + std::to_string(step)));
   world.barrier().wait();
   const TrainResult resumed = run(cfg, world);
   ASSERT_EQ(resumed.resumed_from, 1);

@@ -44,8 +44,8 @@ std::vector<double> trainer_log_probs(models::CausalLM& model, const std::vector
   return {all.begin() + static_cast<std::ptrdiff_t>(prompt.size()) - 1, all.end()};
 }
 
-void expect_log_probs_match(models::CausalLM& model, const std::vector<int64_t>& prompt, const GenerateResult& r,
-                            double temperature, const std::string& what) {
+void expect_log_probs_match(models::CausalLM& model, const std::vector<int64_t>& prompt,
+                            const GenerateResult& r, double temperature, const std::string& what) {
   ASSERT_EQ(r.logprobs.size(), r.tokens.size()) << what;
   const std::vector<double> trainer = trainer_log_probs(model, prompt, r.tokens, temperature);
   ASSERT_EQ(trainer.size(), r.tokens.size()) << what;
@@ -76,7 +76,9 @@ TEST(GrpoLogProbs, GeneratorsRecordWhatTheTrainerComputesForTheSameTokens) {
   for (size_t i = 0; i < group.size(); ++i)
     expect_log_probs_match(*model, i == 2 ? other : prompt, group[i], 0.8, "row " + std::to_string(i));
   EXPECT_NE(group[0].tokens, group[1].tokens);
-  EXPECT_EQ(group[2].tokens, generate(*model, other, {.max_new_tokens = 12, .sampling = {.temperature = 0.8, .seed = 5}}).tokens);
+  EXPECT_EQ(
+      group[2].tokens,
+      generate(*model, other, {.max_new_tokens = 12, .sampling = {.temperature = 0.8, .seed = 5}}).tokens);
 }
 
 TEST(GrpoLogProbs, GreedyRowsRecordTheirProbabilityAtTemperatureOne) {
@@ -105,7 +107,9 @@ struct OneProcess {
                                .log = log,
                                .tokenizer = *tokenizer});
   }
-  train::StepStats step() { return engine->step(1, [] { return data::Batch{}; }); }
+  train::StepStats step() {
+    return engine->step(1, [] { return data::Batch{}; });
+  }
   std::vector<std::vector<float>> weights() const {
     std::vector<std::vector<float>> w;
     for (const auto& [name, p] : named) w.push_back(p.to_vector<float>());
@@ -136,15 +140,23 @@ fs::path prompts_file(const std::string& name) {
   const fs::path dir = test::fresh_temp_dir("grpo_" + name);
   const fs::path path = dir / "prompts.jsonl";
   std::ofstream f(path);
-  for (int i = 0; i < 12; ++i) f << "{\"prompt\": \"" << i << "+" << 2 * i << "=\", \"answer\": \"" << 3 * i << "\"}\n";
+  for (int i = 0; i < 12; ++i)
+    f << "{\"prompt\": \"" << i << "+" << 2 * i << "=\", \"answer\": \"" << 3 * i << "\"}\n";
   return path;
 }
 
 train::JobConfig grpo_config(const std::string& name, const std::vector<std::string>& overrides) {
-  std::vector<std::string> o = {"--training.objective=grpo", "--grpo.prompts_path=" + prompts_file(name).string(),
-                                "--model.tokenizer_path=", "--model.vocab_size=259", "--model.n_layers=1",
-                                "--training.seq_len=24", "--training.local_batch_size=4", "--optimizer.weight_decay=0",
-                                "--optimizer.lr=1e-3", "--grpo.prompts_per_step=2", "--grpo.group_size=4",
+  std::vector<std::string> o = {"--training.objective=grpo",
+                                "--grpo.prompts_path=" + prompts_file(name).string(),
+                                "--model.tokenizer_path=",
+                                "--model.vocab_size=259",
+                                "--model.n_layers=1",
+                                "--training.seq_len=24",
+                                "--training.local_batch_size=4",
+                                "--optimizer.weight_decay=0",
+                                "--optimizer.lr=1e-3",
+                                "--grpo.prompts_per_step=2",
+                                "--grpo.group_size=4",
                                 "--grpo.max_new_tokens=6"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return train::parse_job_config("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n", name + ".toml", o);
@@ -184,8 +196,9 @@ TEST(GrpoStep, MixedRewardsMoveTheWeightsAndTheSameSeedRepeatsTheRun) {
 // max_staleness = 1: the generator (a copy) reads the weights every other step, so step 2 draws
 // with the weights step 1 started from and step 3 with fresh ones.
 TEST(GrpoStep, AStaleGeneratorLagsByTheStepsAllowed) {
-  OneProcess job(grpo_config("stale", {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
-                                       "--grpo.temperature=1.5", "--training.seed=2", "--grpo.max_staleness=1"}));
+  OneProcess job(
+      grpo_config("stale", {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
+                            "--grpo.temperature=1.5", "--training.seed=2", "--grpo.max_staleness=1"}));
   std::vector<train::StepStats> s;
   for (int step = 0; step < 3; ++step) s.push_back(job.step());
   EXPECT_LE(job.figure(s[0], "policy/logp_diff_max"), 1e-5);
@@ -223,17 +236,20 @@ std::vector<double> train_grpo(const train::JobConfig& c) {
 // With the KL, a resumed run takes its reference from checkpoint.initial_load_path again: it
 // continues the uninterrupted run exactly. A run from random weights cannot resume with it.
 TEST(GrpoStep, ResumedRunWithTheKlReadsItsReferenceAgain) {
-  const std::vector<std::string> o = {"--grpo.reward_kind=regex", "--grpo.reward_pattern=[0-9]",
-                                      "--grpo.temperature=1.5", "--training.seed=2", "--grpo.kl_coef=0.5",
-                                      "--checkpoint.enable", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=0",
-                                      "--lr_scheduler.warmup_steps=0", "--metrics.enable_jsonl=false"};
+  const std::vector<std::string> o = {
+      "--grpo.reward_kind=regex",    "--grpo.reward_pattern=[0-9]",  "--grpo.temperature=1.5",
+      "--training.seed=2",           "--grpo.kl_coef=0.5",           "--checkpoint.enable",
+      "--checkpoint.interval=1",     "--checkpoint.keep_latest_k=0", "--lr_scheduler.warmup_steps=0",
+      "--metrics.enable_jsonl=false"};
   const fs::path dir = test::fresh_temp_dir("grpo_kl_resume");
   std::vector<std::string> start = o;
-  start.insert(start.end(), {"--training.steps=1", "--job.dump_folder=" + (dir / "start").string(), "--grpo.kl_coef=0"});
+  start.insert(start.end(),
+               {"--training.steps=1", "--job.dump_folder=" + (dir / "start").string(), "--grpo.kl_coef=0"});
   train_grpo(grpo_config("kl_start", start));
   std::vector<std::string> run = o;
-  run.insert(run.end(), {"--training.steps=3", "--job.dump_folder=" + (dir / "run").string(),
-                         "--checkpoint.initial_load_path=" + (dir / "start" / "checkpoint" / "step-1").string()});
+  run.insert(run.end(),
+             {"--training.steps=3", "--job.dump_folder=" + (dir / "run").string(),
+              "--checkpoint.initial_load_path=" + (dir / "start" / "checkpoint" / "step-1").string()});
   const train::JobConfig c = grpo_config("kl_run", run);
   const std::vector<double> straight = train_grpo(c);
   ASSERT_EQ(straight.size(), 3u);
@@ -252,22 +268,28 @@ TEST(GrpoStep, ResumedRunWithTheKlReadsItsReferenceAgain) {
 }
 
 TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
-  EXPECT_TITAN_ERROR(train::parse_job_config("[model]\nname = \"llama3\"\n[grpo]\ngroup_size = 4\n", "a.toml"),
-                     "grpo.group_size = 4 is read only under training.objective = \"grpo\"");
-  EXPECT_TITAN_ERROR(train::parse_job_config("[model]\nname = \"llama3\"\n[training]\nobjective = \"grpo\"\n", "b.toml"),
-                     "grpo.prompts_path is empty");
-  const std::string grpo = "[model]\nname = \"llama3\"\n[training]\nobjective = \"grpo\"\n[grpo]\nprompts_path = \"p\"\n";
-  EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "c.toml", {"--parallelism.tensor_parallel_degree=2"}),
-                     "parallelism.tensor_parallel_degree = 2: GRPO splits its rollouts and updates over data-parallel");
+  EXPECT_TITAN_ERROR(
+      train::parse_job_config("[model]\nname = \"llama3\"\n[grpo]\ngroup_size = 4\n", "a.toml"),
+      "grpo.group_size = 4 is read only under training.objective = \"grpo\"");
+  EXPECT_TITAN_ERROR(
+      train::parse_job_config("[model]\nname = \"llama3\"\n[training]\nobjective = \"grpo\"\n", "b.toml"),
+      "grpo.prompts_path is empty");
+  const std::string grpo =
+      "[model]\nname = \"llama3\"\n[training]\nobjective = \"grpo\"\n[grpo]\nprompts_path = \"p\"\n";
+  EXPECT_TITAN_ERROR(
+      train::parse_job_config(grpo, "c.toml", {"--parallelism.tensor_parallel_degree=2"}),
+      "parallelism.tensor_parallel_degree = 2: GRPO splits its rollouts and updates over data-parallel");
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "d.toml", {"--validation.enable"}),
                      "GRPO measures held-out greedy accuracy instead");
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "e.toml", {"--training.dataset_path=x"}),
                      "training.dataset_path = \"x\" is not read under training.objective = \"grpo\"");
-  EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "f.toml", {"--compile.enable"}), "GRPO's update runs eagerly");
+  EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "f.toml", {"--compile.enable"}),
+                     "GRPO's update runs eagerly");
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "k.toml", {"--training.gradient_accumulation_steps=2"}),
                      "training.gradient_accumulation_steps are not read under training.objective = \"grpo\"");
   // The graph decoder reads [compile]'s plugin keys without graph mode's training step.
-  EXPECT_NO_THROW(train::parse_job_config(grpo, "g.toml", {"--grpo.generator=graph", "--compile.plugin_options=a=1"}));
+  EXPECT_NO_THROW(
+      train::parse_job_config(grpo, "g.toml", {"--grpo.generator=graph", "--compile.plugin_options=a=1"}));
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "h.toml", {"--compile.plugin_options=a=1"}),
                      "compile.plugin_options is read only in graph mode");
   // A config written back carries every key: it reads again.
@@ -276,8 +298,9 @@ TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
 }
 
 TEST(GrpoStep, RefusesWhatItCannotRun) {
-  EXPECT_TITAN_ERROR(OneProcess(grpo_config("odd", {"--grpo.mini_batches=3"})),
-                     "grpo.prompts_per_step = 2 does not split into grpo.mini_batches = 3 x 1 data-parallel ranks");
+  EXPECT_TITAN_ERROR(
+      OneProcess(grpo_config("odd", {"--grpo.mini_batches=3"})),
+      "grpo.prompts_per_step = 2 does not split into grpo.mini_batches = 3 x 1 data-parallel ranks");
   EXPECT_TITAN_ERROR(OneProcess(grpo_config("long", {"--grpo.max_new_tokens=24"})),
                      "more than the 1 that training.seq_len leaves before grpo.max_new_tokens");
 }

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -61,8 +61,20 @@ bool solved(double reward) {
 // The step's figures that sum over ranks, in one all-reduce.
 struct Sums {
   enum : size_t {
-    samples, reward, reward_sq, solved, groups, groups_equal, response_tokens, rollout_tokens, valid_tokens,
-    clipped, ratio, kl, entropy, count
+    samples,
+    reward,
+    reward_sq,
+    solved,
+    groups,
+    groups_equal,
+    response_tokens,
+    rollout_tokens,
+    valid_tokens,
+    clipped,
+    ratio,
+    kl,
+    entropy,
+    count
   };
   std::vector<double> v = std::vector<double>(count, 0.0);
   double& operator[](size_t i) { return v[i]; }
@@ -81,9 +93,10 @@ class GrpoStep : public train::StepEngine {
         log_(parts.log),
         step_(parts.start_step) {
     for (const auto& [name, p] : parts.named_params) params_.push_back(p);
-    config::require(!parts.plans.tp && !parts.plans.cp && !parts.plans.pp && !parts.plans.ep,
-                    "training.objective = \"grpo\" splits its work over data-parallel ranks only; set the tensor, "
-                    "context, pipeline and expert parallel degrees to 1");
+    config::require(
+        !parts.plans.tp && !parts.plans.cp && !parts.plans.pp && !parts.plans.ep,
+        "training.objective = \"grpo\" splits its work over data-parallel ranks only; set the tensor, "
+        "context, pipeline and expert parallel degrees to 1");
     sync_ = train::step_parallelism(parts);
     // A mini-batch is the same prompts whatever the ranks: each rank takes an equal share of each.
     const int64_t shares = g_.mini_batches * dp_.size();
@@ -92,7 +105,8 @@ class GrpoStep : public train::StepEngine {
                     " data-parallel ranks; pick a multiple of ", shares);
     rows_ = g_.prompts_per_step / dp_.size() * g_.group_size;
     const std::optional<int32_t> eos = tokenizer_.eos_id();
-    config::require(eos.has_value(), "GRPO needs a tokenizer with an end-of-sequence token, to end completions: ",
+    config::require(eos.has_value(),
+                    "GRPO needs a tokenizer with an end-of-sequence token, to end completions: ",
                     tokenizer_.description(), " has none");
     eos_ = *eos;
     // A prompt and its completion, fed back but for its last token, fit the model's positions.
@@ -133,11 +147,13 @@ class GrpoStep : public train::StepEngine {
       if (step_ == 0) {
         pull_weights(*reference_);
       } else {
-        config::require(!cfg_.checkpoint.initial_load_path.empty(), "grpo.kl_coef = ", g_.kl_coef,
-                        " on a resumed run that started from random weights: the KL's reference is the weights the "
-                        "job started from, which no checkpoint keeps; start from checkpoint.initial_load_path");
+        config::require(
+            !cfg_.checkpoint.initial_load_path.empty(), "grpo.kl_coef = ", g_.kl_coef,
+            " on a resumed run that started from random weights: the KL's reference is the weights the "
+            "job started from, which no checkpoint keeps; start from checkpoint.initial_load_path");
         autograd::NoGradGuard no_grad;
-        const nn::StateDict from = load_saved_model(read_saved_model(cfg_.checkpoint.initial_load_path))->state_dict();
+        const nn::StateDict from =
+            load_saved_model(read_saved_model(cfg_.checkpoint.initial_load_path))->state_dict();
         for (auto& [name, t] : reference_->state_dict()) t.copy_(from.at(name));
       }
     }
@@ -145,20 +161,24 @@ class GrpoStep : public train::StepEngine {
     if (g_.generator == "graph")
       graph_decoder_ = std::make_unique<GraphDecoder>(
           generator(),
-          GraphDecoderOptions{.runtime = graph::parse_runtime_options(cfg_.compile.plugin, cfg_.compile.plugin_options,
-                                                                      "compile.plugin_options"),
+          GraphDecoderOptions{.runtime = graph::parse_runtime_options(
+                                  cfg_.compile.plugin, cfg_.compile.plugin_options, "compile.plugin_options"),
                               .custom_kernels = cfg_.compile.custom_kernels},
           &log_);
-    log_ << "titan: grpo: " << prompts_.size() << " prompts (" << g_.prompts_path << "), " << g_.prompts_per_step
-         << " a step x " << g_.group_size << " completions of up to " << g_.max_new_tokens << " tokens at temperature "
-         << g_.temperature << "; reward " << reward_->describe() << "; advantages "
+    log_ << "titan: grpo: " << prompts_.size() << " prompts (" << g_.prompts_path << "), "
+         << g_.prompts_per_step << " a step x " << g_.group_size << " completions of up to "
+         << g_.max_new_tokens << " tokens at temperature " << g_.temperature << "; reward "
+         << reward_->describe() << "; advantages "
          << (g_.advantage_norm == "none" ? "r - mean" : "(r - mean) / (" + g_.advantage_norm + " + 1e-6)")
          << "; clip [1 - " << g_.clip_low << ", 1 + " << g_.clip_high << "]"
          << (g_.kl_coef > 0 ? ", k3 KL x " + std::to_string(g_.kl_coef) : ", no KL") << "; " << g_.ppo_epochs
-         << " epoch(s) x " << g_.mini_batches << " mini-batch(es) a step; generator: "
-         << (generator_copy_ ? "a whole copy" : "the trained model") << ", " << g_.generator
+         << " epoch(s) x " << g_.mini_batches
+         << " mini-batch(es) a step; generator: " << (generator_copy_ ? "a whole copy" : "the trained model")
+         << ", " << g_.generator
          << (g_.max_staleness > 0 ? ", weights up to " + std::to_string(g_.max_staleness) + " steps old" : "")
-         << (eval_.empty() ? "" : "; held-out: " + std::to_string(eval_.size()) + " prompts (" + g_.eval_path + ")")
+         << (eval_.empty()
+                 ? ""
+                 : "; held-out: " + std::to_string(eval_.size()) + " prompts (" + g_.eval_path + ")")
          << "\n";
     if (!eval_.empty() && g_.eval_every > 0) {
       const double accuracy = evaluate();
@@ -188,8 +208,10 @@ class GrpoStep : public train::StepEngine {
     }
     const double n = std::max(1.0, sums[Sums::samples]), tokens = std::max(1.0, sums[Sums::valid_tokens]);
     const double mean = sums[Sums::reward] / n;
-    const double slowest_rollout = dp_.size() > 1 ? dp_.all_reduce(rollout_seconds, dist::ReduceOp::max) : rollout_seconds;
-    const double slowest_train = dp_.size() > 1 ? dp_.all_reduce(train_seconds, dist::ReduceOp::max) : train_seconds;
+    const double slowest_rollout =
+        dp_.size() > 1 ? dp_.all_reduce(rollout_seconds, dist::ReduceOp::max) : rollout_seconds;
+    const double slowest_train =
+        dp_.size() > 1 ? dp_.all_reduce(train_seconds, dist::ReduceOp::max) : train_seconds;
     train::Scalars figures = {
         {"reward/mean", mean},
         {"reward/std", std::sqrt(std::max(0.0, sums[Sums::reward_sq] / n - mean * mean))},
@@ -199,7 +221,8 @@ class GrpoStep : public train::StepEngine {
         {"policy/clip_fraction", sums[Sums::clipped] / tokens},
         {"policy/ratio_mean", sums[Sums::ratio] / tokens},
         {"policy/kl", sums[Sums::kl] / tokens},
-        {"policy/entropy", sums[Sums::entropy] / std::max(1.0, sums[Sums::valid_tokens] / static_cast<double>(g_.ppo_epochs))},
+        {"policy/entropy",
+         sums[Sums::entropy] / std::max(1.0, sums[Sums::valid_tokens] / static_cast<double>(g_.ppo_epochs))},
         {"policy/logp_diff_max", logp_diff_max_},
         {"rollout/tokens_per_s", sums[Sums::rollout_tokens] / std::max(1e-9, slowest_rollout)},
         {"train/tokens_per_s", sums[Sums::valid_tokens] / std::max(1e-9, slowest_train)}};
@@ -209,9 +232,12 @@ class GrpoStep : public train::StepEngine {
   }
 
   std::string describe() const override {
-    return "grpo: rollouts by titan's sampler (" + g_.generator + "), then " + std::to_string(g_.ppo_epochs * g_.mini_batches) +
+    return "grpo: rollouts by titan's sampler (" + g_.generator + "), then " +
+           std::to_string(g_.ppo_epochs * g_.mini_batches) +
            " eager optimizer step(s) on the clipped ratio loss" +
-           (fsdp_ ? ", FSDP-sharded" : dp_.size() > 1 ? ", gradients averaged over " + std::to_string(dp_.size()) + " ranks" : "");
+           (fsdp_            ? ", FSDP-sharded"
+            : dp_.size() > 1 ? ", gradients averaged over " + std::to_string(dp_.size()) + " ranks"
+                             : "");
   }
 
  private:
@@ -289,7 +315,8 @@ class GrpoStep : public train::StepEngine {
       std::vector<GenerateResult> drawn;
       if (graph_decoder_) {
         for (size_t i : rows)
-          drawn.push_back(generate(*graph_decoder_, out[i].prompt->ids, generate_options(g_.temperature, seeds[i])));
+          drawn.push_back(
+              generate(*graph_decoder_, out[i].prompt->ids, generate_options(g_.temperature, seeds[i])));
       } else {
         std::vector<std::span<const int64_t>> prompts;
         std::vector<uint64_t> row_seeds;
@@ -316,11 +343,14 @@ class GrpoStep : public train::StepEngine {
     return tokenizer_.decode(ids);
   }
 
-  std::vector<double> rewards_of(const std::vector<const Prompt*>& prompts, const std::vector<std::vector<int64_t>>& tokens) {
+  std::vector<double> rewards_of(const std::vector<const Prompt*>& prompts,
+                                 const std::vector<std::vector<int64_t>>& tokens) {
     std::vector<RewardInput> inputs;
     inputs.reserve(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i)
-      inputs.push_back({.prompt = prompts[i]->text, .completion = completion_text(tokens[i]), .answer = prompts[i]->answer});
+      inputs.push_back({.prompt = prompts[i]->text,
+                        .completion = completion_text(tokens[i]),
+                        .answer = prompts[i]->answer});
     return reward_->score(inputs);
   }
 
@@ -332,7 +362,8 @@ class GrpoStep : public train::StepEngine {
       tokens.push_back(r.tokens);
     }
     const std::vector<double> rewards = rewards_of(prompts, tokens);
-    const std::vector<double> advantages = group_advantages(rewards, g_.group_size, advantage_norm(g_.advantage_norm));
+    const std::vector<double> advantages =
+        group_advantages(rewards, g_.group_size, advantage_norm(g_.advantage_norm));
     for (size_t i = 0; i < rollouts.size(); ++i) {
       Rollout& r = rollouts[i];
       r.reward = rewards[i];
@@ -430,7 +461,8 @@ class GrpoStep : public train::StepEngine {
             ref = label_log_probs((*reference_)(inputs), labels);
           }
           PolicyLossStats ps;
-          Tensor loss = policy_loss(logp, old, rows.advantages.narrow(0, start, n), mask, ref, loss_options, normaliser, &ps);
+          Tensor loss = policy_loss(logp, old, rows.advantages.narrow(0, start, n), mask, ref, loss_options,
+                                    normaliser, &ps);
           if (Tensor aux = model_.auxiliary_loss(); aux.defined()) {
             has_aux = true;
             aux_total += aux.item();
@@ -444,16 +476,19 @@ class GrpoStep : public train::StepEngine {
           if (epoch == 0) {
             autograd::NoGradGuard no_grad;
             const int64_t vocab = tokenizer_.vocab_size();
-            const Tensor within = logits.size(-1) == vocab ? logits : logits.narrow(-1, 0, vocab).contiguous();
+            const Tensor within =
+                logits.size(-1) == vocab ? logits : logits.narrow(-1, 0, vocab).contiguous();
             const std::vector<float> h = ops::token_entropy(within, g_.temperature).to_vector<float>();
             const std::vector<float> w = mask.contiguous().to_vector<float>();
             for (size_t i = 0; i < h.size(); ++i) sums[Sums::entropy] += w[i] * h[i];
             if (m == 0) {
               // Before this step's first update: the generator's log-probabilities against the
               // trainer's of the same tokens.
-              const std::vector<float> a = logp.contiguous().to_vector<float>(), b = old.contiguous().to_vector<float>();
+              const std::vector<float> a = logp.contiguous().to_vector<float>(),
+                                       b = old.contiguous().to_vector<float>();
               for (size_t i = 0; i < a.size(); ++i)
-                if (w[i] > 0) logp_diff_max_ = std::max(logp_diff_max_, static_cast<double>(std::fabs(a[i] - b[i])));
+                if (w[i] > 0)
+                  logp_diff_max_ = std::max(logp_diff_max_, static_cast<double>(std::fabs(a[i] - b[i])));
             }
           }
           if (sync_.before_backward) sync_.before_backward(start + n == first + per_mini);

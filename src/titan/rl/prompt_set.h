@@ -21,7 +21,7 @@ struct PromptFileOptions {
   std::string prompt_field = "prompt";
   std::string answer_field = "answer";
   std::string key = "grpo.prompts_path";  // what messages call `path`
-  int64_t limit = 0;                       // read the first this many; 0: all
+  int64_t limit = 0;                      // read the first this many; 0: all
   // Tokens a prompt may take: its rollouts add up to max_new_tokens after it within the model's
   // positions.
   int64_t max_prompt_tokens = 0;

@@ -42,7 +42,8 @@ void declare_keys(config::Keys<GrpoConfig>& keys) {
       .add("reward_marker", &C::reward_marker, {},
            "the final answer is the completion's text after the last marker, to the end of that line; "
            "empty: the completion's first line")
-      .add("reward_tolerance", &C::reward_tolerance, config::non_negative(), "numeric: the largest error scored 1")
+      .add("reward_tolerance", &C::reward_tolerance, config::non_negative(),
+           "numeric: the largest error scored 1")
       .add("reward_relative", &C::reward_relative, {}, "numeric: the tolerance is relative to the answer")
       .add("reward_pattern", &C::reward_pattern, {}, "regex: an ECMAScript regular expression")
       .add("reward_command", &C::reward_command, {},
@@ -53,7 +54,8 @@ void declare_keys(config::Keys<GrpoConfig>& keys) {
       .add("eval_path", &C::eval_path, {}, "JSONL of held-out prompts for greedy accuracy; empty: none")
       .add("eval_every", &C::eval_every, config::non_negative(),
            "evaluate before the first step and after every this many; 0: never")
-      .add("eval_prompts", &C::eval_prompts, config::non_negative(), "the first this many of eval_path; 0: all");
+      .add("eval_prompts", &C::eval_prompts, config::non_negative(),
+           "the first this many of eval_path; 0: all");
 }
 
 }  // namespace titan::train
