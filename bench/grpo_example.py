@@ -70,8 +70,11 @@ def main():
     parser.add_argument("--titan", default="build/titan", help="the titan binary (default build/titan)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # in order with the child processes' lines
+    titan = str(Path(args.titan).resolve())  # relative to where it is run from
     os.chdir(ROOT)
-    titan = str(Path(args.titan).resolve())
+    if not os.access(titan, os.X_OK):
+        print(f"FAIL: {titan} is no executable; build it (cmake --build build --target titan_cli) or pass --titan")
+        sys.exit(2)
 
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}")
     subprocess.check_call([sys.executable, "scripts/make_task_data.py", *DATA_ARGS, "--out", str(OUT / "data")])
