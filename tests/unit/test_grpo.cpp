@@ -267,6 +267,29 @@ TEST(GrpoStep, ResumedRunWithTheKlReadsItsReferenceAgain) {
   EXPECT_TITAN_ERROR(train_grpo(r), "on a resumed run that started from random weights");
 }
 
+// checkpoint.initial_load_path is read by a run that saves no checkpoints of its own.
+TEST(GrpoStep, StartsFromInitialLoadPathWithoutCheckpointing) {
+  const fs::path dir = test::fresh_temp_dir("grpo_initial_load_runs");
+  const std::vector<std::string> o = {"--lr_scheduler.warmup_steps=0", "--metrics.enable_jsonl=false",
+                                      "--training.steps=1"};
+  std::vector<std::string> save = o;
+  save.insert(save.end(), {"--checkpoint.enable", "--checkpoint.interval=1", "--job.dump_folder=" + (dir / "save").string()});
+  train_grpo(grpo_config("initial_save", save));
+  std::vector<std::string> missing = o;
+  missing.insert(missing.end(), {"--job.dump_folder=" + (dir / "missing").string(),
+                                 "--checkpoint.initial_load_path=" + (dir / "nowhere").string()});
+  EXPECT_ANY_THROW(train_grpo(grpo_config("initial_missing", missing)));
+  std::vector<std::string> load = o;
+  load.insert(load.end(), {"--job.dump_folder=" + (dir / "load").string(),
+                           "--checkpoint.initial_load_path=" + (dir / "save" / "checkpoint" / "step-1").string()});
+  std::ostringstream log;
+  const train::JobConfig c = grpo_config("initial_load", load);
+  train::Trainer(c, log, dist::ProcessGroup::single(), objective_engine(c)).train();
+  EXPECT_NE(log.str().find("titan: loaded the weights of " + (dir / "save" / "checkpoint" / "step-1").string()),
+            std::string::npos)
+      << log.str();
+}
+
 TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
   EXPECT_TITAN_ERROR(
       train::parse_job_config("[model]\nname = \"llama3\"\n[grpo]\ngroup_size = 4\n", "a.toml"),

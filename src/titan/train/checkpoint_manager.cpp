@@ -213,7 +213,18 @@ void CheckpointManager::load_whole_model_state(const nn::StateDict& state) {
 
 int64_t CheckpointManager::load() {
   const auto& c = cfg_.checkpoint;
-  if (!c.enable) return 0;
+  // Where the run starts when the folder holds nothing to resume: checkpoint.initial_load_path,
+  // read whether or not this run saves checkpoints of its own.
+  const auto initial = [&]() -> int64_t {
+    if (c.initial_load_path.empty()) return 0;
+    if (!checkpoint::is_hf_dir(c.initial_load_path)) return restore(c.initial_load_path, c.initial_load_model_only);
+    TITAN_CHECK(c.initial_load_model_only, "checkpoint.initial_load_path = ", c.initial_load_path,
+                " is a Hugging Face model folder: weights only, no optimizer or data state; set "
+                "checkpoint.initial_load_model_only = true");
+    restore_hf(c.initial_load_path);
+    return 0;
+  };
+  if (!c.enable) return initial();
   std::error_code ec;
   std::vector<fs::path> leftovers;
   for (const auto& e : fs::directory_iterator(folder_, ec))
@@ -266,14 +277,7 @@ int64_t CheckpointManager::load() {
     log_ << "titan: skipping " << it->second.string() << ": a " << (hf ? "Hugging Face" : "model-only")
          << " export holds no optimizer or data state to resume from\n";
   }
-  if (c.initial_load_path.empty()) return 0;
-  if (!checkpoint::is_hf_dir(c.initial_load_path))
-    return restore(c.initial_load_path, c.initial_load_model_only);
-  TITAN_CHECK(c.initial_load_model_only, "checkpoint.initial_load_path = ", c.initial_load_path,
-              " is a Hugging Face model folder: weights only, no optimizer or data state; set "
-              "checkpoint.initial_load_model_only = true");
-  restore_hf(c.initial_load_path);
-  return 0;
+  return initial();
 }
 
 int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
