@@ -10,16 +10,13 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/memory_owner.h"
 #include "titan/core/meta.h"
+#include "titan/core/stopwatch.h"
 
 namespace titan::parallel {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 Shape with_rows(Shape shape, int64_t rows) {
   shape[0] = rows;

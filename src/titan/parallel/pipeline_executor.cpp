@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "titan/autograd/engine.h"
+#include "titan/core/stopwatch.h"
 #include "titan/core/trace.h"
 
 namespace titan::parallel {
@@ -13,9 +14,6 @@ namespace titan::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // What moves between stages: a stage's activations forward, their gradient back.
 enum class Carry { activation = 0, gradient = 1 };

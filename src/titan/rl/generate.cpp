@@ -5,14 +5,11 @@
 #include <optional>
 
 #include "titan/core/autocast.h"
+#include "titan/core/stopwatch.h"
 
 namespace titan::rl {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The logits of the last position of logits [1, S, vocab].
 Tensor last_row(const Tensor& logits) {

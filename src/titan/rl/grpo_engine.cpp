@@ -9,6 +9,7 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
+#include "titan/core/stopwatch.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 #include "titan/ops/token_log_probs.h"
@@ -25,10 +26,6 @@ namespace titan::rl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // splitmix64's finaliser: a seed per (run seed, step, sample) that no two samples share.
 uint64_t mix(uint64_t a, uint64_t b) {

@@ -11,6 +11,7 @@
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
+#include "titan/core/stopwatch.h"
 #include "titan/core/trace.h"
 #include "titan/parallel/comm_ops.h"
 #include "titan/train/hf_interop.h"
@@ -67,10 +68,6 @@ std::string config_changes(const json& saved, const json& now) {
     }
   }
   return out;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
