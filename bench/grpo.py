@@ -3,7 +3,7 @@
 group size and steps, in one run (issue 47's target: titan's step >= 2x faster at equal or better
 reward).
 
-  .venv/bin/python bench/grpo.py [--steps 100 --sft-steps 400 --threads 1,2 --bf16 --work DIR]
+  .venv/bin/python bench/grpo.py [--steps 100 --sft-steps 400 --threads 1 --bf16 --work DIR]
 
 What it does, all offline and from fixed seeds:
   1. two-digit sums (scripts/make_task_data.py): SFT pairs, GRPO prompts and held-out prompts;
@@ -181,7 +181,7 @@ def main():
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--threads", default="1,2")
+    p.add_argument("--threads", default="1", help="thread counts to run each side at, e.g. 1,2 (2 threads on 2 shared cores ran TRL at 4-6 s a step)")
     p.add_argument("--bf16", action="store_true", help="also bf16 (titan's bf16 products, TRL's autocast)")
     a = p.parse_args()
     root = a.work or tempfile.mkdtemp(prefix="titan_grpo_bench_")
