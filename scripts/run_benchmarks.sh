@@ -45,5 +45,11 @@ if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
     fi
   done
 fi
+# GRPO against TRL: a Python driver, where TRL's own venv is set up (make deps-rl).
+root="$(dirname "$0")/.."
+if [[ -x $root/.venv-rl/bin/python && -x $root/.venv/bin/python ]]; then
+  echo -e "\n===== bench/grpo.py --bf16" | tee -a "$out"
+  "$root/.venv/bin/python" "$root/bench/grpo.py" --titan "$build/titan" --bf16 2>&1 | tee -a "$out" || status=1
+fi
 echo -e "\nresults in $out"
 exit $status
