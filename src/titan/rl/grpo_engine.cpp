@@ -415,12 +415,11 @@ class GrpoStep : public train::StepEngine {
             .advantages = Tensor::from_vector(adv, {R})};
   }
 
-  // log_softmax(logits / temperature) at the labels over the tokenizer's ids (the generator draws
-  // among those alone).
-  Tensor label_log_probs(const Tensor& logits, const Tensor& labels) const {
+  // The logits of the tokenizer's ids alone, as the generator draws among those: what the
+  // log-probabilities and the entropy are taken over.
+  Tensor tokenizer_logits(const Tensor& logits) const {
     const int64_t vocab = tokenizer_.vocab_size();
-    const Tensor within = logits.size(-1) == vocab ? logits : logits.narrow(-1, 0, vocab).contiguous();
-    return ops::token_log_probs(within, labels, g_.temperature);
+    return logits.size(-1) == vocab ? logits : logits.narrow(-1, 0, vocab).contiguous();
   }
 
   train::StepStats update(const std::vector<Rollout>& rollouts, Sums& sums) {
@@ -450,12 +449,12 @@ class GrpoStep : public train::StepEngine {
           const int64_t n = std::min(micro, first + per_mini - start);
           const Tensor inputs = rows.inputs.narrow(0, start, n), labels = rows.labels.narrow(0, start, n);
           const Tensor old = rows.old_logp.narrow(0, start, n), mask = rows.mask.narrow(0, start, n);
-          const Tensor logits = model_(inputs);
-          const Tensor logp = label_log_probs(logits, labels);
+          const Tensor logits = tokenizer_logits(model_(inputs));
+          const Tensor logp = ops::token_log_probs(logits, labels, g_.temperature);
           Tensor ref;
           if (reference_) {
             autograd::NoGradGuard no_grad;
-            ref = label_log_probs((*reference_)(inputs), labels);
+            ref = ops::token_log_probs(tokenizer_logits((*reference_)(inputs)), labels, g_.temperature);
           }
           PolicyLossStats ps;
           Tensor loss = policy_loss(logp, old, rows.advantages.narrow(0, start, n), mask, ref, loss_options,
@@ -472,10 +471,7 @@ class GrpoStep : public train::StepEngine {
           sums[Sums::kl] += ps.kl_mean * static_cast<double>(ps.tokens);
           if (epoch == 0) {
             autograd::NoGradGuard no_grad;
-            const int64_t vocab = tokenizer_.vocab_size();
-            const Tensor within =
-                logits.size(-1) == vocab ? logits : logits.narrow(-1, 0, vocab).contiguous();
-            const std::vector<float> h = ops::token_entropy(within, g_.temperature).to_vector<float>();
+            const std::vector<float> h = ops::token_entropy(logits, g_.temperature).to_vector<float>();
             const std::vector<float> w = mask.contiguous().to_vector<float>();
             for (size_t i = 0; i < h.size(); ++i) sums[Sums::entropy] += w[i] * h[i];
             if (m == 0) {
