@@ -1,10 +1,10 @@
 #include "titan/attention/reference.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "titan/attention/qkv_check.h"
+#include "titan/attention/scores.h"
 #include "titan/attention/splash_lowering.h"
 #include "titan/autograd/node.h"
 #include "titan/core/parallel.h"
@@ -44,11 +44,12 @@ struct Geometry {
   int64_t kv_ld() const { return Hkv * D; }
 };
 
-// out_h = softmax(scale * q_h k_h^T + mask) v_h for every (b, h). `probs`, when given, receives
-// each head's [S, S] probabilities for backward (zero where masked within the blocks read, unset
-// beyond them); otherwise one block of scratch per task holds them.
+// out_h = softmax(scores(q_h k_h^T) + mask) v_h for every (b, h), the scores capped where `cap`
+// is not 0. `probs`, when given, receives each head's [S, S] probabilities for backward (zero
+// where masked within the blocks read, unset beyond them); otherwise one block of scratch per task
+// holds them.
 template <typename T>
-void forward_heads(const Geometry& g, T scale, const T* q, const T* k, const T* v, T* out, T* probs) {
+void forward_heads(const Geometry& g, T scale, T cap, const T* q, const T* k, const T* v, T* out, T* probs) {
   // One (b, h) per task unit: BLAS runs single-threaded inside, on matrices that stay in cache.
   parallel_for(0, g.B * g.Hq, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(probs ? 0 : kRowBlock * g.S);
@@ -65,6 +66,7 @@ void forward_heads(const Geometry& g, T scale, const T* q, const T* k, const T* 
         for (int64_t r = r0; r < r1; ++r) {
           T* row = p + (r - r0) * g.S;
           const int64_t len = g.row_len(r);
+          if (cap != T(0)) cap_scores(row, len, cap);
           kernels::cpu::softmax_fwd<T>(SoftmaxKind::softmax, row, row, 1, len);
           std::fill(row + len, row + n, T(0));
         }
@@ -74,15 +76,17 @@ void forward_heads(const Geometry& g, T scale, const T* q, const T* k, const T* 
   });
 }
 
-// The gradients of forward_heads. dq (if wanted) is written in place. dk and dv (if wanted) are
+// The gradients of forward_heads. With a cap, each block's capped scores are computed again for
+// the cap's derivative, as the probabilities alone cannot give them where they underflow. dq (if
+// wanted) is written in place. dk and dv (if wanted) are
 // zero-initialised [B, S, Hq, D] buffers, one slot per query head, that each head's row blocks
 // accumulate into; the caller sums each group's slots. Per-query-head slots let every (b, h) run
 // in parallel without two tasks adding into one kv head.
 template <typename T>
-void backward_heads(const Geometry& g, T scale, const T* q, const T* k, const T* v, const T* probs,
+void backward_heads(const Geometry& g, T scale, T cap, const T* q, const T* k, const T* v, const T* probs,
                     const T* dout, T* dq, T* dk, T* dv) {
   parallel_for(0, g.B * g.Hq, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> ds(kRowBlock * g.S);
+    std::vector<T> ds(kRowBlock * g.S), capped(cap != T(0) ? kRowBlock * g.S : 0);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / g.Hq, h = bh % g.Hq, qo = g.q_offset(b, h), ld = g.q_ld();
       const T* kh = k + g.kv_offset(b, h);
@@ -93,10 +97,18 @@ void backward_heads(const Geometry& g, T scale, const T* q, const T* k, const T*
         const T* dob = dout + qo + r0 * ld;
         // dP = dO v^T, then dS = P * (dP - rowsum(dP * P)) row by row, in place.
         gemm<T>(false, true, m, n, g.D, T(1), dob, ld, vh, g.kv_ld(), T(0), ds.data(), g.S);
+        if (cap != T(0))
+          gemm<T>(false, true, m, n, g.D, scale, q + qo + r0 * ld, ld, kh, g.kv_ld(), T(0), capped.data(),
+                  g.S);
         for (int64_t r = r0; r < r1; ++r) {
           T* row = ds.data() + (r - r0) * g.S;
           const int64_t len = g.row_len(r);
           kernels::cpu::softmax_bwd<T>(SoftmaxKind::softmax, p + (r - r0) * g.S, row, row, 1, len);
+          if (cap != T(0)) {
+            T* s = capped.data() + (r - r0) * g.S;
+            cap_scores(s, len, cap);
+            for (int64_t j = 0; j < len; ++j) row[j] *= cap_grad_factor(s[j], T(1) / cap);
+          }
           std::fill(row + len, row + n, T(0));
         }
         if (dq)
@@ -116,12 +128,13 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
   check_qkv(op, q, k, v, opts.scale);
 
   const Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), opts.causal};
-  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(g.D)));
+  const Scores scores = scores_for(op, g.D, opts.scale, opts.softcap);
+  const double scale = scores.scale, cap = scores.softcap.value_or(0.0);
   if (graph::any_lazy({&q, &k, &v})) {
     // A window as wide as the sequence shows every key: the unmasked reference. Its products stay
     // in q's dtype, as the reference's GEMMs do whatever autocast says.
     const Mask rule = g.causal ? Mask::causal() : Mask::sliding_window(g.S, g.S);
-    return lowered_attention(op, q, k, v, BlockMask::build(rule, 1, g.S), scale, /*bf16_products=*/false);
+    return lowered_attention(op, q, k, v, BlockMask::build(rule, 1, g.S), scores, /*bf16_products=*/false);
   }
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
@@ -129,29 +142,30 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor probs = train ? Tensor::empty({g.B, g.Hq, g.S, g.S}, q.options()) : Tensor();
   kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
     using T = decltype(z);
-    forward_heads<T>(g, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(),
+    forward_heads<T>(g, T(scale), T(cap), qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(),
                      train ? probs.data<T>() : nullptr);
   });
   if (!train) return out;
 
-  autograd::record(op, {q, k, v}, {out}, [g, scale, qc, kc, vc, probs](const autograd::GradContext& ctx) {
-    Tensor dout = ops::dense(ctx[0]);
-    const TensorOptions o = qc.options();
-    Tensor dq = ctx.needs(0) ? Tensor::empty(qc.sizes(), o) : Tensor();
-    Tensor dk = ctx.needs(1) ? Tensor::zeros(qc.sizes(), o) : Tensor();
-    Tensor dv = ctx.needs(2) ? Tensor::zeros(qc.sizes(), o) : Tensor();
-    kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
-      using T = decltype(z);
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      backward_heads<T>(g, T(scale), qc.data<T>(), kc.data<T>(), vc.data<T>(), probs.data<T>(),
-                        dout.data<T>(), ptr(dq), ptr(dk), ptr(dv));
-    });
-    // Query head h = kv * group + j sits at [.., kv, j, ..] of the per-query-head slots.
-    auto per_kv_head = [&g](const Tensor& t) {
-      return !t.defined() || g.group() == 1 ? t : ops::sum(t.view({g.B, g.S, g.Hkv, g.group(), g.D}), 3);
-    };
-    return std::vector<Tensor>{dq, per_kv_head(dk), per_kv_head(dv)};
-  });
+  autograd::record(
+      op, {q, k, v}, {out}, [g, scale, cap, qc, kc, vc, probs](const autograd::GradContext& ctx) {
+        Tensor dout = ops::dense(ctx[0]);
+        const TensorOptions o = qc.options();
+        Tensor dq = ctx.needs(0) ? Tensor::empty(qc.sizes(), o) : Tensor();
+        Tensor dk = ctx.needs(1) ? Tensor::zeros(qc.sizes(), o) : Tensor();
+        Tensor dv = ctx.needs(2) ? Tensor::zeros(qc.sizes(), o) : Tensor();
+        kernels::cpu::dispatch_float(qc.dtype(), [&](auto z) {
+          using T = decltype(z);
+          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+          backward_heads<T>(g, T(scale), T(cap), qc.data<T>(), kc.data<T>(), vc.data<T>(), probs.data<T>(),
+                            dout.data<T>(), ptr(dq), ptr(dk), ptr(dv));
+        });
+        // Query head h = kv * group + j sits at [.., kv, j, ..] of the per-query-head slots.
+        auto per_kv_head = [&g](const Tensor& t) {
+          return !t.defined() || g.group() == 1 ? t : ops::sum(t.view({g.B, g.S, g.Hkv, g.group(), g.D}), 3);
+        };
+        return std::vector<Tensor>{dq, per_kv_head(dk), per_kv_head(dv)};
+      });
   return out;
 }
 

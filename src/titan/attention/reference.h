@@ -1,5 +1,5 @@
 #pragma once
-// The plain attention path: softmax(scale * q k^T + mask) v with every (batch, head)'s [S, S]
+// The plain attention path: softmax(scores(q k^T) + mask) v (scores.h) with every (batch, head)'s [S, S]
 // probability matrix materialised and kept for backward. It trains until splash attention
 // (block-sparse, never materialising scores) lands, and stays as the reference splash is checked
 // against.
@@ -10,8 +10,9 @@
 namespace titan::attention {
 
 struct AttentionOptions {
-  bool causal = true;                          // query i sees keys 0..i
-  std::optional<double> scale = std::nullopt;  // multiplies q k^T; unset: 1 / sqrt(head_dim)
+  bool causal = true;                            // query i sees keys 0..i
+  std::optional<double> scale = std::nullopt;    // multiplies q k^T; unset: 1 / sqrt(head_dim)
+  std::optional<double> softcap = std::nullopt;  // scores -> softcap * tanh(scores / softcap); unset: none
 };
 
 // q [B, S, Hq, D], k and v [B, S, Hkv, D] (f32 or f64, one dtype) -> [B, S, Hq, D], contiguous.

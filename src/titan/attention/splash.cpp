@@ -1,6 +1,5 @@
 #include "titan/attention/splash.h"
 
-#include <cmath>
 #include <vector>
 
 #include "titan/attention/qkv_check.h"
@@ -25,26 +24,26 @@ Tensor splash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   TITAN_CHECK(mask.batch() == 1 || mask.batch() == B, op, ": the BlockMask (", mask.mask().describe(),
               ") holds ", mask.batch(), " batch rows but q has ", B, "; build it for this batch");
 
-  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const Scores scores = scores_for(op, D, opts.scale, opts.softcap);
   // Decided here, once: backward multiplies as forward did, whatever autocast says when it runs.
   const bool bf16_products = matmul_operand_dtype(q.dtype()) == kBF16;
-  if (graph::any_lazy({&q, &k, &v})) return lowered_attention(op, q, k, v, mask, scale, bf16_products);
+  if (graph::any_lazy({&q, &k, &v})) return lowered_attention(op, q, k, v, mask, scores, bf16_products);
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
   Tensor out = Tensor::empty(q.sizes(), q.options());
   Tensor lse = Tensor::empty({B, Hq, S}, q.options());
-  splash_forward(qc, kc, vc, mask, scale, bf16_products, out, lse);
+  splash_forward(qc, kc, vc, mask, scores, bf16_products, out, lse);
   if (!autograd::needs_grad({&q, &k, &v})) return out;
 
   autograd::record(
       op, {q, k, v}, {out},
-      [mask, scale, bf16_products, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
+      [mask, scores, bf16_products, qc, kc, vc, o = out.detach(), lse](const autograd::GradContext& ctx) {
         Tensor dout = ops::dense(ctx[0]);
         auto grad_if = [&](size_t i, const Tensor& like) {
           return ctx.needs(i) ? Tensor::empty(like.sizes(), like.options()) : Tensor();
         };
         Tensor dq = grad_if(0, qc), dk = grad_if(1, kc), dv = grad_if(2, vc);
         Tensor delta = Tensor::empty(lse.sizes(), lse.options());
-        splash_backward(qc, kc, vc, mask, scale, bf16_products, o, lse, delta, dout, dq, dk, dv,
+        splash_backward(qc, kc, vc, mask, scores, bf16_products, o, lse, delta, dout, dq, dk, dv,
                         /*accumulate=*/false);
         return std::vector<Tensor>{dq, dk, dv};
       });

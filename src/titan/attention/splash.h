@@ -1,5 +1,5 @@
 #pragma once
-// Splash attention: block-sparse flash attention on the CPU. softmax(scale * q k^T + mask) v is
+// Splash attention: block-sparse flash attention on the CPU. softmax(scores(q k^T) + mask) v is
 // computed one block_q x block_kv tile at a time with an online softmax, so no [seq, seq] tensor
 // ever exists; forward keeps only each row's logsumexp, and backward recomputes the
 // probabilities tile by tile. The BlockMask decides the work: key blocks the mask hides from a
@@ -12,8 +12,11 @@
 
 namespace titan::attention {
 
+// The scores are scale * q k^T, capped to softcap * tanh(scores / softcap) when softcap is set
+// (Gemma 2's attn_logit_softcapping; scores.h), before the mask.
 struct SplashOptions {
-  std::optional<double> scale = std::nullopt;  // multiplies q k^T; unset: 1 / sqrt(head_dim)
+  std::optional<double> scale = std::nullopt;    // multiplies q k^T; unset: 1 / sqrt(head_dim)
+  std::optional<double> softcap = std::nullopt;  // finite, > 0; unset: no cap
 };
 
 // q [B, S, Hq, D], k and v [B, S, Hkv, D] (f32 or f64, one dtype) -> [B, S, Hq, D], contiguous;

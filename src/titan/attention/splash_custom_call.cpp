@@ -66,6 +66,11 @@ BlockMask block_mask_of(const ffi::Call& call, int64_t B, int64_t S, const Tenso
   return BlockMask::build(t.rule(), B, S, int_attr(call, "block_q"), int_attr(call, "block_kv"));
 }
 
+// The scores' rule: `scale`, and `softcap` where the call has one.
+Scores scores_of(const ffi::Call& call) {
+  return {call.scalar_attr("scale"), call.optional_scalar_attr("softcap")};
+}
+
 void forward_kernel(const ffi::Call& call) {
   TITAN_CHECK((call.num_args() == 3 || call.num_args() == 4) && call.num_results() == 2, kForward,
               " takes q, k, v (and document ids) and gives out and lse, got ", call.num_args(),
@@ -75,7 +80,7 @@ void forward_kernel(const ffi::Call& call) {
   check_like(kForward, "out", out, x.q.sizes(), x.q.dtype());
   check_like(kForward, "lse", lse, {x.B, x.Hq, x.S}, x.q.dtype());
   const Tensor ids = call.num_args() == 4 ? borrowed(call.arg(3)) : Tensor();
-  splash_forward(x.q, x.k, x.v, block_mask_of(call, x.B, x.S, ids), call.scalar_attr("scale"),
+  splash_forward(x.q, x.k, x.v, block_mask_of(call, x.B, x.S, ids), scores_of(call),
                  call.scalar_attr("bf16_products") != 0, out, lse);
 }
 
@@ -93,21 +98,23 @@ void backward_kernel(const ffi::Call& call) {
   check_like(kBackward, "dv", dv, x.k.sizes(), x.q.dtype());
   const Tensor ids = call.num_args() == 7 ? borrowed(call.arg(6)) : Tensor();
   const Tensor delta = Tensor::empty(lse.sizes(), lse.options());  // the kernel's scratch
-  splash_backward(x.q, x.k, x.v, block_mask_of(call, x.B, x.S, ids), call.scalar_attr("scale"),
+  splash_backward(x.q, x.k, x.v, block_mask_of(call, x.B, x.S, ids), scores_of(call),
                   call.scalar_attr("bf16_products") != 0, out, lse, delta, dout, dq, dk, dv,
                   /*accumulate=*/false);
 }
 
 std::vector<std::pair<std::string, double>> attrs_of(const SplashCallSpec& s) {
   auto d = [](int64_t x) { return static_cast<double>(x); };
-  return {{"causal", s.terms.causal ? 1.0 : 0.0},
-          {"window_left", d(s.terms.window_left)},
-          {"window_right", d(s.terms.window_right)},
-          {"chunk", d(s.terms.chunk)},
-          {"block_q", d(s.block_q)},
-          {"block_kv", d(s.block_kv)},
-          {"scale", s.scale},
-          {"bf16_products", s.bf16_products ? 1.0 : 0.0}};
+  std::vector<std::pair<std::string, double>> attrs{{"causal", s.terms.causal ? 1.0 : 0.0},
+                                                    {"window_left", d(s.terms.window_left)},
+                                                    {"window_right", d(s.terms.window_right)},
+                                                    {"chunk", d(s.terms.chunk)},
+                                                    {"block_q", d(s.block_q)},
+                                                    {"block_kv", d(s.block_kv)},
+                                                    {"scale", s.scores.scale},
+                                                    {"bf16_products", s.bf16_products ? 1.0 : 0.0}};
+  if (s.scores.softcap) attrs.emplace_back("softcap", *s.scores.softcap);
+  return attrs;
 }
 
 // The operands after the arrays: the document ids, when the rule has them.
@@ -122,7 +129,7 @@ void register_splash_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, kBackward, ffi::handler<backward_kernel>);
 }
 
-std::optional<SplashCallSpec> splash_call_spec(const BlockMask& mask, DType dtype, double scale,
+std::optional<SplashCallSpec> splash_call_spec(const BlockMask& mask, DType dtype, const Scores& scores,
                                                bool bf16_products) {
   if (dtype != kF32 && dtype != kF64) return std::nullopt;
   std::optional<MaskTerms> terms = mask.mask().terms();
@@ -130,7 +137,7 @@ std::optional<SplashCallSpec> splash_call_spec(const BlockMask& mask, DType dtyp
   return SplashCallSpec{.terms = std::move(*terms),
                         .block_q = mask.block_q(),
                         .block_kv = mask.block_kv(),
-                        .scale = scale,
+                        .scores = scores,
                         .bf16_products = bf16_products};
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/attention/block_mask.h"
+#include "titan/attention/scores.h"
 #include "titan/graph/ir/program.h"
 #include "titan/graph/pjrt/plugin.h"
 
@@ -21,14 +22,14 @@ void register_splash_calls(const graph::pjrt::Plugin& plugin);
 struct SplashCallSpec {
   MaskTerms terms = {};
   int64_t block_q = {}, block_kv = {};
-  double scale = {};
+  Scores scores = {};  // the cap travels only when set, so programs without one read as before
   bool bf16_products = false;
 };
 
 // The spec for `mask`, or nullopt where the custom calls cannot express it (a rule outside
 // MaskTerms) or the kernel cannot take `dtype` (it takes f32 and f64): those keep the pure
 // StableHLO lowering.
-std::optional<SplashCallSpec> splash_call_spec(const BlockMask& mask, DType dtype, double scale,
+std::optional<SplashCallSpec> splash_call_spec(const BlockMask& mask, DType dtype, const Scores& scores,
                                                bool bf16_products);
 
 // q [B, S, Hq, D], k and v [B, S, Hkv, D] -> {out [B, S, Hq, D], lse [B, Hq, S]}, as splash_forward.

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "titan/attention/scores.h"
 #include "titan/kernels/cpu/bf16_convert.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/tile_gemm.h"
@@ -241,30 +242,41 @@ std::vector<int64_t> heavy_first(int64_t rows, int64_t heads, const F& tiles) {
   return order;
 }
 
-// s[m, n] = scale * Q K^T for one tile (K^T packed by columns). Of a partial tile, at least each
-// row's span is written, with the pairs the mask hides there at -inf.
+// The scores' rule (scores.h) in the kernel's type: cap 0 for none.
+template <typename T>
+struct ScoreRule {
+  T scale, cap;
+};
+
+// s[m, n] = scale * Q K^T for one tile (K^T packed by columns), capped where the rule has a cap.
+// Of a partial tile, at least each row's span is written, with the pairs the mask hides there at
+// -inf.
 template <typename T, typename U>
-void scores(const Geometry& g, Span qs, Span ks, T scale, const U* Q, const U* kt, T* s,
+void scores(const Geometry& g, Span qs, Span ks, ScoreRule<T> rule, const U* Q, const U* kt, T* s,
             const TileShape* shape) {
-  product(qs.len, ks.len, g.D, scale, Strided<U>{Q, g.ldq(), 1}, kt, false, s, ks.len, query_bands(shape),
-          BandOf::columns);
-  if (!shape) return;
+  product(qs.len, ks.len, g.D, rule.scale, Strided<U>{Q, g.ldq(), 1}, kt, false, s, ks.len,
+          query_bands(shape), BandOf::columns);
+  if (!shape) {
+    if (rule.cap != T(0)) cap_scores(s, qs.len * ks.len, rule.cap);
+    return;
+  }
   for (int64_t r = 0; r < qs.len; ++r) {
     T* row = s + r * ks.len;
     const uint8_t* seen = shape->visible.data() + r * ks.len;
+    if (rule.cap != T(0)) cap_scores(row + shape->begin[r], shape->end[r] - shape->begin[r], rule.cap);
     for (int64_t j = shape->begin[r]; j < shape->end[r]; ++j)
       row[j] = seen[j] ? row[j] : -std::numeric_limits<T>::infinity();
   }
 }
 
-// out = softmax(scale * q k^T + mask) v, and each row's logsumexp for backward. Every mask rule
+// out = softmax(scores(q k^T) + mask) v, and each row's logsumexp for backward. Every mask rule
 // shows each query its own key, but a mask over part of the keys (ring attention's) may show a row
 // none: its sum stays 0, and it gets out 0 and lse -inf. Under bf16 (U) the products
 // read bf16 copies of q, k, v and of each tile's probabilities (as FlashAttention multiplies
 // them); the running max and sum, the rescaling and out stay T.
 template <typename T, typename U>
-void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v, T* out,
-             T* lse) {
+void forward(const Geometry& g, const BlockMask& bm, ScoreRule<T> rule, const T* q, const T* k, const T* v,
+             T* out, T* lse) {
   const int64_t bq = bm.block_q(), bk = bm.block_kv(), nq = bm.num_q_blocks(), ld = g.ldq();
   PackedBlocks<U> kt = packed_blocks<U>(g, g.Hkv, bk, Packing::Columns);
   PackedBlocks<U> vr = packed_blocks<U>(g, g.Hkv, bk, Packing::Rows);
@@ -286,7 +298,7 @@ void forward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const 
       T* s = w.p.data();
       const TileShape* shape = partial ? &w.shape : nullptr;
       if (partial) w.shape.build(bm.mask(), b, qs, ks);
-      scores(g, qs, ks, scale, Q, kt.at(b, hk, kb), s, shape);
+      scores(g, qs, ks, rule, Q, kt.at(b, hk, kb), s, shape);
       // Online softmax: rescale what the row has gathered so far to the new running max.
       for (int64_t r = 0; r < qs.len; ++r) {
         T* row = s + r * ks.len;
@@ -359,15 +371,16 @@ struct Saved {
 };
 
 // For one tile (`shape` built for it when it is partial, else null): P = exp(s - lse) in w.p, and
-// dS = P * (dO V^T - rowsum(dO * O)) in w.dp (the gradient of the scores before `scale`); of a
-// partial tile both are zero outside each row's span.
+// dS = P * (dO V^T - rowsum(dO * O)) in w.dp, times the cap's derivative where the rule has a cap
+// (the gradient of the scaled scores before the cap); of a partial tile both are zero outside
+// each row's span.
 template <typename T, typename U>
-void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T, U>& in, T scale, int64_t b, int64_t h,
-                Span qs, Span ks, const TileShape* shape, Scratch<T, U>& w) {
+void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T, U>& in, ScoreRule<T> rule, int64_t b,
+                int64_t h, Span qs, Span ks, const TileShape* shape, Scratch<T, U>& w) {
   const int64_t hk = h / g.group(), kb = ks.start / bm.block_kv();
   T* p = w.p.data();
   T* dp = w.dp.data();
-  scores(g, qs, ks, scale, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p, shape);
+  scores(g, qs, ks, rule, in.q + g.q_at(b, qs.start, h), in.kt.at(b, hk, kb), p, shape);
   product(qs.len, ks.len, g.D, T(1), Strided<U>{in.dout + g.q_at(b, qs.start, h), g.ldq(), 1},
           in.vt.at(b, hk, kb), false, dp, ks.len, query_bands(shape), BandOf::columns);
   const T* L = in.lse + g.stat_at(b, h, qs.start);
@@ -381,9 +394,18 @@ void tile_grads(const Geometry& g, const BlockMask& bm, const Saved<T, U>& in, T
       std::fill(x + j1, x + ks.len, T(0));
     }
     const T l = L[r], d = Dl[r];
+    if (rule.cap == T(0)) {
+      for (int64_t j = j0; j < j1; ++j) {
+        pr[j] = vexp(pr[j] - l);
+        dr[j] = pr[j] * (dr[j] - d);
+      }
+      continue;
+    }
+    const T inv_cap = T(1) / rule.cap;
     for (int64_t j = j0; j < j1; ++j) {
+      const T slope = cap_grad_factor(pr[j], inv_cap);
       pr[j] = vexp(pr[j] - l);
-      dr[j] = pr[j] * (dr[j] - d);
+      dr[j] = pr[j] * (dr[j] - d) * slope;
     }
   }
 }
@@ -423,7 +445,7 @@ std::vector<int64_t> split_key_blocks(const BlockMask& bm, int64_t b, int64_t pa
 // the slowest thread's delay. Under bf16 (U) the products read bf16 copies of q, k, v, dout and
 // of each tile's P and dS; D, P and dS are computed in T, and the gradients gathered in T.
 template <typename T, typename U>
-void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const T* k, const T* v,
+void backward(const Geometry& g, const BlockMask& bm, ScoreRule<T> rule, const T* q, const T* k, const T* v,
               const T* out, const T* lse, T* delta, const T* dout, T* dq, T* dk, T* dv, bool accumulate) {
   const int64_t bq = bm.block_q(), bk = bm.block_kv(), heads = g.B * g.Hkv;
   const int64_t runs =
@@ -466,7 +488,7 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
           const Span qs = block(qb, bq, g.S);
           const TileShape* shape = partial ? &w.shape : nullptr;
           if (partial) w.shape.build(bm.mask(), b, qs, ks);
-          tile_grads(g, bm, in, scale, b, h, qs, ks, shape, w);
+          tile_grads(g, bm, in, rule, b, h, qs, ks, shape, w);
           const int64_t n = qs.len * ks.len;
           const U* P = dV ? as_operand(w.p.data(), n, w.p_op.data()) : nullptr;
           const U* dS = dK || dQ ? as_operand(w.dp.data(), n, w.dp_op.data()) : nullptr;
@@ -477,10 +499,10 @@ void backward(const Geometry& g, const BlockMask& bm, T scale, const T* q, const
             product(ks.len, g.D, qs.len, T(1), Strided<U>{P, 1, ks.len}, dor.at(b, h, qb), true, dV, g.ldk(),
                     by_key, BandOf::terms);
           if (dK)
-            product(ks.len, g.D, qs.len, scale, Strided<U>{dS, 1, ks.len}, qr.at(b, h, qb), true, dK, g.ldk(),
-                    by_key, BandOf::terms);
+            product(ks.len, g.D, qs.len, rule.scale, Strided<U>{dS, 1, ks.len}, qr.at(b, h, qb), true, dK,
+                    g.ldk(), by_key, BandOf::terms);
           if (dQ)
-            product(qs.len, g.D, ks.len, scale, Strided<U>{dS, ks.len, 1}, kr.at(b, hk, kb), true,
+            product(qs.len, g.D, ks.len, rule.scale, Strided<U>{dS, ks.len, 1}, kr.at(b, hk, kb), true,
                     dQ + g.q_at(b, qs.start, h), g.ldq(), by_query, BandOf::terms);
         };
         for (int32_t qb : bm.full_q(b, kb)) tile(qb, false);
@@ -567,16 +589,21 @@ Geometry geometry(const Tensor& q, const Tensor& k) {
   return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
 }
 
+template <typename T>
+ScoreRule<T> rule_of(const Scores& s) {
+  return {T(s.scale), T(s.softcap.value_or(0.0))};
+}
+
 }  // namespace
 
-void splash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask, double scale,
-                    bool bf16_products, const Tensor& out, const Tensor& lse) {
+void splash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
+                    const Scores& scores, bool bf16_products, const Tensor& out, const Tensor& lse) {
   const Geometry g = geometry(q, k);
   kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
     using T = decltype(z);
     auto run = [&](auto u) {
-      forward<T, decltype(u)>(g, mask, T(scale), q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
-                              lse.data<T>());
+      forward<T, decltype(u)>(g, mask, rule_of<T>(scores), q.data<T>(), k.data<T>(), v.data<T>(),
+                              out.data<T>(), lse.data<T>());
     };
     if constexpr (std::is_same_v<T, float>)
       if (bf16_products) return run(bf16());
@@ -584,16 +611,16 @@ void splash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Blo
   });
 }
 
-void splash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask, double scale,
-                     bool bf16_products, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                     const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     bool accumulate) {
+void splash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const BlockMask& mask,
+                     const Scores& scores, bool bf16_products, const Tensor& out, const Tensor& lse,
+                     const Tensor& delta, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                     const Tensor& dv, bool accumulate) {
   const Geometry g = geometry(q, k);
   kernels::cpu::dispatch_float(q.dtype(), [&](auto z) {
     using T = decltype(z);
     auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     auto run = [&](auto u) {
-      backward<T, decltype(u)>(g, mask, T(scale), q.data<T>(), k.data<T>(), v.data<T>(), ptr(out),
+      backward<T, decltype(u)>(g, mask, rule_of<T>(scores), q.data<T>(), k.data<T>(), v.data<T>(), ptr(out),
                                lse.data<T>(), delta.data<T>(), dout.data<T>(), ptr(dq), ptr(dk), ptr(dv),
                                accumulate);
     };

@@ -24,7 +24,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // (B, Hkv) serves a whole group without repeating k or v.
 struct Setup {
   int64_t B = {}, S = {}, Hq = {}, Hkv = {}, D = {};
-  double scale = {};
+  Scores scores = {};
   DType dtype = {};    // of the inputs, outputs, gradients and softmax statistics
   DType operand = {};  // of the products' operands
   BlockMask mask;
@@ -79,11 +79,13 @@ Value finite_or_zero(const Value& x) {
   return hlo::select(hlo::compare(x, minus_inf, "EQ"), hlo::constant(0.0, x.shape, x.dtype), x);
 }
 
-// scale * q k^T of a tile (q [B, Hkv, G, n, D] from query q0, k [B, Hkv, m, D] from key k0, both
-// operands), with the pairs the rule hides, and keys past the sequence, at -inf.
+// The scores of a tile (scale * q k^T, capped where they have a cap; q [B, Hkv, G, n, D] from query
+// q0, k [B, Hkv, m, D] from key k0, both operands), with the pairs the rule hides, and keys past
+// the sequence, at -inf.
 Value masked_scores(const Setup& s, const Value& q, const Value& k, const Value& q0, const Value& k0) {
   const int64_t n = q.shape[3], m = k.shape[2];
-  const Value scores = hlo::mul(hlo::dot_general(q, k, {0, 1}, {0, 1}, {4}, {3}, s.dtype), s.scale);
+  const Value scores =
+      capped(s.scores, hlo::mul(hlo::dot_general(q, k, {0, 1}, {0, 1}, {4}, {3}, s.dtype), s.scores.scale));
   auto positions = [](const Value& start, int64_t len) {
     return hlo::add(hlo::iota({len}, 0, kI64), hlo::broadcast_in_dim(start, {len}, {}));
   };
@@ -139,10 +141,11 @@ Grads tile_grads(const Setup& s, const Value& q, const Value& k, const Value& v,
   const Value scores = masked_scores(s, q, k, q0, k0);
   const Value p = hlo::exp(hlo::sub(scores, per_row(lse, scores.shape)));
   const Value dp = hlo::dot_general(dout, v, {0, 1}, {0, 1}, {4}, {3}, s.dtype);
-  const Value ds = hlo::convert(hlo::mul(p, hlo::sub(dp, per_row(delta, dp.shape))), s.operand);
+  const Value ds = hlo::convert(
+      capped_grad(s.scores, scores, hlo::mul(p, hlo::sub(dp, per_row(delta, dp.shape)))), s.operand);
   const Value p_op = hlo::convert(p, s.operand);
-  return {hlo::mul(hlo::dot_general(ds, k, {0, 1}, {0, 1}, {4}, {2}, s.dtype), s.scale),
-          hlo::mul(hlo::dot_general(ds, q, {0, 1}, {0, 1}, {2, 3}, {2, 3}, s.dtype), s.scale),
+  return {hlo::mul(hlo::dot_general(ds, k, {0, 1}, {0, 1}, {4}, {2}, s.dtype), s.scores.scale),
+          hlo::mul(hlo::dot_general(ds, q, {0, 1}, {0, 1}, {2, 3}, {2, 3}, s.dtype), s.scores.scale),
           hlo::dot_general(p_op, dout, {0, 1}, {0, 1}, {2, 3}, {2, 3}, s.dtype)};
 }
 
@@ -297,9 +300,9 @@ Tensor called_attention(const char* op, const Tensor& q, const Tensor& k, const 
 }  // namespace
 
 Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const BlockMask& mask, double scale, bool bf16_products) {
+                         const BlockMask& mask, const Scores& scores, bool bf16_products) {
   if (graph::current_program().custom_kernels())
-    if (const auto spec = splash_call_spec(mask, q.dtype(), scale, bf16_products))
+    if (const auto spec = splash_call_spec(mask, q.dtype(), scores, bf16_products))
       return called_attention(op, q, k, v, *spec);
   const int64_t S = q.size(1);
   const bool blocked = S > kDenseMaxSeq;
@@ -308,7 +311,7 @@ Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const
                 .Hq = q.size(2),
                 .Hkv = k.size(2),
                 .D = q.size(3),
-                .scale = scale,
+                .scores = scores,
                 .dtype = q.dtype(),
                 .operand = bf16_products ? kBF16 : q.dtype(),
                 .mask = mask,

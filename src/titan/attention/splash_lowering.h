@@ -1,11 +1,12 @@
 #pragma once
-// Attention in graph mode: softmax(scale * q k^T + mask) v, forward and backward, as StableHLO of
+// Attention in graph mode: softmax(scores(q k^T) + mask) v (scores.h), forward and backward, as StableHLO of
 // the step being captured, for splash_attention and attention_reference given lazy tensors. The
 // mask rule is evaluated inside the program (Mask::visible) from iota positions and, for packed
 // documents, the step's document ids. Where the program allows custom kernels
 // (Program::custom_kernels) and the rule and dtype fit them, forward and backward are instead one
 // custom call each to splash's CPU kernels (splash_custom_call.h).
 #include "titan/attention/block_mask.h"
+#include "titan/attention/scores.h"
 #include "titan/core/tensor.h"
 
 namespace titan::attention {
@@ -25,6 +26,6 @@ inline constexpr int64_t kDenseMaxSeq = 64;
 // wanted. bf16_products: the products take bf16 operands with f32 sums, as splash's kernel does
 // under bf16 autocast; the softmax statistics, outputs and gradients stay in q's dtype.
 Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const BlockMask& mask, double scale, bool bf16_products);
+                         const BlockMask& mask, const Scores& scores, bool bf16_products);
 
 }  // namespace titan::attention

@@ -143,8 +143,8 @@ std::vector<Tensor> ring_backward(const RingMasks& masks, dist::ProcessGroup& gr
       const auto [kb, vb] = ring.held(s);
       // Step 0 always runs: it computes delta = rowsum(dO * O) for the steps after it.
       if (s == 0 || masks.step(s).visible_tiles() > 0)
-        attention::splash_backward(q, kb, vb, masks.step(s), scale, bf16, s == 0 ? out : Tensor(), lse, delta,
-                                   dout, dq, dk, dv, /*accumulate=*/true);
+        attention::splash_backward(q, kb, vb, masks.step(s), {.scale = scale}, bf16, s == 0 ? out : Tensor(),
+                                   lse, delta, dout, dq, dk, dv, /*accumulate=*/true);
     }
     sums_in.wait();
     if (s > 0) {
@@ -237,7 +237,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
     if (masks.step(s).visible_tiles() > 0) {
       const Timer timer(g_stats.compute_seconds);
       const auto [kb, vb] = ring.held(s);
-      attention::splash_forward(qc, kb, vb, masks.step(s), scale, bf16, part, part_lse);
+      attention::splash_forward(qc, kb, vb, masks.step(s), {.scale = scale}, bf16, part, part_lse);
       attention::merge_partial_attention(out, lse, part, part_lse);
     }
     moving.wait();

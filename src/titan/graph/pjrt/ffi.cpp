@@ -177,14 +177,21 @@ Array Call::result(int64_t i) const {
 }
 
 double Call::scalar_attr(std::string_view name) const {
+  if (const std::optional<double> x = optional_scalar_attr(name)) return *x;
   const abi::FfiAttrs& attrs = frame_->attrs;
   std::string present;
+  for (int64_t i = 0; i < attrs.size; ++i)
+    present += (present.empty() ? "" : ", ") + std::string(attrs.names[i]->ptr, attrs.names[i]->len);
+  TITAN_CHECK(false, "custom call: no attribute '", name,
+              "' in backend_config (it has: ", present.empty() ? "none" : present,
+              "): the program's custom_call must pass it");
+}
+
+std::optional<double> Call::optional_scalar_attr(std::string_view name) const {
+  const abi::FfiAttrs& attrs = frame_->attrs;
   for (int64_t i = 0; i < attrs.size; ++i) {
     const std::string_view attr_name(attrs.names[i]->ptr, attrs.names[i]->len);
-    if (attr_name != name) {
-      present += (present.empty() ? "" : ", ") + std::string(attr_name);
-      continue;
-    }
+    if (attr_name != name) continue;
     TITAN_CHECK(attrs.types[i] == abi::kAttrScalar, "custom call: attribute '", name, "' is of FFI kind ",
                 attrs.types[i], ", not a scalar (3): write it as `", name, " = 2.0 : f32` in backend_config");
     const auto* scalar = static_cast<const abi::FfiScalar*>(attrs.attrs[i]);
@@ -198,8 +205,7 @@ double Call::scalar_attr(std::string_view name) const {
     TITAN_CHECK(false, "custom call: attribute '", name, "' has XLA element type ", scalar->dtype,
                 ": give it as f32, f64, i32 or i64");
   }
-  TITAN_CHECK(false, "custom call: no attribute '", name, "' in backend_config (it has: ",
-              present.empty() ? "none" : present, "): the program's custom_call must pass it");
+  return std::nullopt;
 }
 
 namespace detail {

@@ -8,6 +8,7 @@
 // Handlers run on the plugin's threads with buffers the plugin owns: they must not keep pointers
 // past the call. XLA's FFI types stay out of this header (ffi_abi.h, graph/pjrt/'s sources only).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -68,6 +69,9 @@ class Call {
   Array result(int64_t i) const;
   // A numeric scalar attribute of backend_config, whatever its MLIR type (f32, f64, i32, i64).
   double scalar_attr(std::string_view name) const;
+  // The same for an attribute a call may leave out (one added to a call after programs were
+  // written without it): nullopt where absent.
+  std::optional<double> optional_scalar_attr(std::string_view name) const;
 
  private:
   const abi::FfiCallFrame* frame_ = nullptr;

@@ -65,4 +65,13 @@ inline T vexp(T x) {
     return exp_f64(x);
 }
 
+// tanh(x) = sign(x) (1 - e) / (1 + e) with e = e^(-2|x|) <= 1, so that no exp overflows: within a
+// few ulp of 1 absolutely (not of tanh(x) relatively for |x| far below 1), which is what a score
+// that is then exponentiated needs. tanh(+-inf) = +-1.
+template <typename T>
+inline T vtanh(T x) {
+  const T e = vexp(T(-2) * std::abs(x));
+  return std::copysign((T(1) - e) / (T(1) + e), x);
+}
+
 }  // namespace titan::kernels::cpu
