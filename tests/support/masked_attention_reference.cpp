@@ -6,16 +6,18 @@
 
 namespace titan::test {
 
-// softmax(scale q k^T + mask) v per (b, h) with the [S, S] scores materialised, and the gradients
-// of sum(out * dout): dV = P^T dO, dS = P (dO V^T - rowsum(dO V^T * P)), dQ = scale dS K,
-// dK = scale dS^T Q.
+// softmax(s + mask) v per (b, h) with the [S, S] scores materialised, and the gradients of
+// sum(out * dout): dV = P^T dO, dS = P (dO V^T - rowsum(dO V^T * P)), times 1 - tanh^2 of the
+// capped argument with a softcap, dQ = scale dS K, dK = scale dS^T Q.
 AttentionGrads masked_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& dout, const Visible& visible, double scale) {
+                                          const Tensor& dout, const Visible& visible, double scale,
+                                          std::optional<double> softcap) {
   const int64_t B = q.size(0), S = q.size(1), Hq = q.size(2), Hkv = k.size(2), D = q.size(3);
   const std::vector<double> Q = q.to_vector<double>(), K = k.to_vector<double>(), V = v.to_vector<double>(),
                             dO = dout.to_vector<double>();
   std::vector<double> O(Q.size()), dQ(Q.size()), dK(K.size()), dV(V.size());
-  std::vector<double> P(static_cast<size_t>(S * S)), dS(static_cast<size_t>(S * S));
+  std::vector<double> P(static_cast<size_t>(S * S)), dS(static_cast<size_t>(S * S)),
+      slope(static_cast<size_t>(S * S), 1.0);
   auto qi = [&](int64_t b, int64_t s, int64_t h) { return ((b * S + s) * Hq + h) * D; };
   auto ki = [&](int64_t b, int64_t s, int64_t h) { return ((b * S + s) * Hkv + h) * D; };
   for (int64_t b = 0; b < B; ++b)
@@ -29,6 +31,11 @@ AttentionGrads masked_attention_reference(const Tensor& q, const Tensor& k, cons
             s = 0;
             for (int64_t d = 0; d < D; ++d) s += Q[qi(b, i, h) + d] * K[ki(b, j, hk) + d];
             s *= scale;
+            if (softcap) {
+              const double t = std::tanh(s / *softcap);
+              s = *softcap * t;
+              slope[i * S + j] = 1 - t * t;
+            }
           }
           P[i * S + j] = s;
           top = std::max(top, s);
@@ -45,7 +52,8 @@ AttentionGrads masked_attention_reference(const Tensor& q, const Tensor& k, cons
           dS[i * S + j] = dp;
           dot += dp * P[i * S + j];
         }
-        for (int64_t j = 0; j < S; ++j) dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - dot);
+        for (int64_t j = 0; j < S; ++j)
+          dS[i * S + j] = P[i * S + j] * (dS[i * S + j] - dot) * slope[i * S + j];
       }
       for (int64_t i = 0; i < S; ++i)
         for (int64_t j = 0; j < S; ++j)

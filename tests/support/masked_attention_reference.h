@@ -4,6 +4,7 @@
 // while the test files are built at a lower level (tests/CMakeLists.txt).
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "titan/core/tensor.h"
 
@@ -17,9 +18,10 @@ struct AttentionGrads {
   Tensor out, dq, dk, dv;  // f64
 };
 
-// softmax(scale q k^T + mask) v per (b, h) of q [B, S, Hq, D] over k, v [B, S, Hkv, D], and the
-// gradients of sum(out * dout).
+// softmax(s + mask) v per (b, h) of q [B, S, Hq, D] over k, v [B, S, Hkv, D], and the gradients
+// of sum(out * dout); s = scale q k^T, or softcap * tanh(scale q k^T / softcap) with a softcap.
 AttentionGrads masked_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& dout, const Visible& visible, double scale);
+                                          const Tensor& dout, const Visible& visible, double scale,
+                                          std::optional<double> softcap = std::nullopt);
 
 }  // namespace titan::test

@@ -1,8 +1,10 @@
 // Attention in graph mode (attention/splash_lowering.cpp) against the eager kernels, forward and
-// gradients: both forms (one dense tile up to kDenseMaxSeq, tiles in loops beyond), causal,
+// gradients: both forms (one dense tile up to kDenseMaxSeq, tiles in loops beyond), logit
+// soft-capping with a custom scale, causal,
 // packed-document, sliding-window, chunked and per-row prefix-LM masks and an | and an & of rules, grouped-query heads, sequences that are not a
 // multiple of the tiles, f32 and bf16 products; the tiles of a mask whose document ids are values
 // of the captured step; and the rules without a lowering, refused by name.
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,17 +37,17 @@ using test::packed_ids;
 constexpr double kF32Tol = 1e-5;
 constexpr double kBf16Tol = 1e-2;
 
-void check(const Case& c) {
+void check(const Case& c, const attention::SplashOptions& opts = {}) {
   SCOPED_TRACE(c.name);
   std::vector<Tensor> inputs{test::rand_f32({c.B, c.S, c.Hq, c.D}, 1),
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 2),
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 3)};
   if (c.rule == Rule::document) inputs.push_back(packed_ids(c.B, c.S, 4));
-  auto fn = [&c](const std::vector<Tensor>& in) {
+  auto fn = [&c, &opts](const std::vector<Tensor>& in) {
     const Mask rule = test::attention_rule(c.rule, c.B, c.S, c.rule == Rule::document ? in[3] : Tensor());
     const AutocastGuard autocast(c.bf16 ? kBF16 : kF32);
     const BlockMask mask = BlockMask::build(rule, c.B, c.S, c.block_q, c.block_kv);
-    return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask)};
+    return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask, opts)};
   };
   const test::GraphEager r = test::run_eager_and_graph(fn, inputs);
   ASSERT_EQ(r.graph.size(), r.eager.size());
@@ -100,17 +102,33 @@ TEST(GraphAttention, Bf16ProductsTiled) {
   check({"bf16 tiled", 1, kTiled, 4, 2, 16, 32, 32, Rule::causal, true});
 }
 
+// Logit soft-capping with a scale of its own, under a window, GQA: the program carries both (a
+// cap of 0.5 at scores of spread ~0.5 bends them, so a program without it would differ).
+constexpr attention::SplashOptions kCapped{.scale = 0.6, .softcap = 0.5};
+TEST(GraphAttention, DenseSoftcapWindowScale) {
+  check({"dense softcap window", 2, kDense, 4, 2, 16, 16, 16, Rule::window, false}, kCapped);
+}
+TEST(GraphAttention, TiledSoftcapWindowScale) {
+  check({"tiled softcap window", 1, kTiled, 4, 1, 8, 32, 16, Rule::window, false}, kCapped);
+  check({"tiled softcap document", 2, kTiled, 2, 1, 8, 16, 32, Rule::document, false}, kCapped);
+}
+TEST(GraphAttention, Bf16ProductsSoftcap) {
+  check({"bf16 tiled softcap", 1, kTiled, 4, 2, 16, 32, 32, Rule::window, true}, kCapped);
+}
+
 TEST(GraphAttention, ReferenceCausalAndFull) {
-  for (bool causal : {true, false}) {
-    SCOPED_TRACE(causal ? "causal" : "full");
-    const std::vector<Tensor> inputs{test::rand_f32({2, 29, 4, 8}, 5), test::rand_f32({2, 29, 2, 8}, 6),
-                                     test::rand_f32({2, 29, 2, 8}, 7)};
-    auto fn = [causal](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{attention::attention_reference(in[0], in[1], in[2], {.causal = causal})};
-    };
-    const test::GraphEager r = test::run_eager_and_graph(fn, inputs);
-    for (size_t i = 0; i < r.eager.size(); ++i) EXPECT_TRUE(tensors_close(r.graph[i], r.eager[i], kF32Tol));
-  }
+  for (bool causal : {true, false})
+    for (const std::optional<double> softcap : {std::optional<double>(), std::optional<double>(0.5)}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "full") + (softcap ? ", softcap" : ""));
+      const std::vector<Tensor> inputs{test::rand_f32({2, 29, 4, 8}, 5), test::rand_f32({2, 29, 2, 8}, 6),
+                                       test::rand_f32({2, 29, 2, 8}, 7)};
+      auto fn = [causal, softcap](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{attention::attention_reference(
+            in[0], in[1], in[2], {.causal = causal, .scale = 0.6, .softcap = softcap})};
+      };
+      const test::GraphEager r = test::run_eager_and_graph(fn, inputs);
+      for (size_t i = 0; i < r.eager.size(); ++i) EXPECT_TRUE(tensors_close(r.graph[i], r.eager[i], kF32Tol));
+    }
 }
 
 // A value of a new capture, for the tests that only record.

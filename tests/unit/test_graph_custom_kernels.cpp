@@ -51,16 +51,16 @@ using test::packed_ids;
 // rounded at the same values).
 constexpr double kTol = 1e-5;
 
-test::GraphEager run_case(const Case& c, bool custom_kernels) {
+test::GraphEager run_case(const Case& c, bool custom_kernels, const attention::SplashOptions& opts = {}) {
   std::vector<Tensor> inputs{test::rand_f32({c.B, c.S, c.Hq, c.D}, 1),
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 2),
                              test::rand_f32({c.B, c.S, c.Hkv, c.D}, 3)};
   if (c.rule == Rule::document) inputs.push_back(packed_ids(c.B, c.S, 4));
-  auto fn = [&c](const std::vector<Tensor>& in) {
+  auto fn = [&c, &opts](const std::vector<Tensor>& in) {
     const Mask rule = test::attention_rule(c.rule, c.B, c.S, in.size() > 3 ? in[3] : Tensor());
     const AutocastGuard autocast(c.bf16 ? kBF16 : kF32);
     const BlockMask mask = BlockMask::build(rule, c.B, c.S, c.block_q, c.block_kv);
-    return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask)};
+    return std::vector<Tensor>{attention::splash_attention(in[0], in[1], in[2], mask, opts)};
   };
   return test::run_eager_and_graph(fn, inputs, true, false, custom_kernels);
 }
@@ -79,9 +79,11 @@ void expect_matches(const Case& c, const test::GraphEager& r) {
     EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), kTol) << c.name << " " << names[i];
 }
 
-void check_called(const Case& c) {
+void check_called(const Case& c, const attention::SplashOptions& opts = {}) {
   SCOPED_TRACE(c.name);
-  const test::GraphEager r = run_case(c, true);
+  const test::GraphEager r = run_case(c, true, opts);
+  // The cap is an attribute only where there is one: programs without it read as before.
+  EXPECT_EQ(has(r.module, "softcap"), opts.softcap.has_value());
   EXPECT_TRUE(has(r.module, "titan_splash_fwd")) << "forward did not run as a custom call";
   EXPECT_TRUE(has(r.module, "titan_splash_bwd")) << "backward did not run as a custom call";
   EXPECT_FALSE(has(r.module, "stablehlo.while")) << "XLA's tiles were lowered too";
@@ -104,6 +106,12 @@ TEST(GraphCustomKernels, SplashWindowAndChunks) {
 TEST(GraphCustomKernels, SplashShortSequenceOneTile) {
   SKIP_WITHOUT_CUSTOM_KERNELS();
   check_called({"short", 3, 7, 2, 1, 4, 128, 128, Rule::causal, false});
+}
+TEST(GraphCustomKernels, SplashSoftcapAndScale) {
+  SKIP_WITHOUT_CUSTOM_KERNELS();
+  check_called({"softcap window", 1, 83, 4, 2, 8, 32, 16, Rule::window, false},
+               {.scale = 0.6, .softcap = 0.5});
+  check_called({"bf16 softcap document", 2, 70, 4, 2, 16, 32, 32, Rule::document, true}, {.softcap = 0.5});
 }
 TEST(GraphCustomKernels, SplashBf16Products) {
   SKIP_WITHOUT_CUSTOM_KERNELS();

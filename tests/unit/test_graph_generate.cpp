@@ -208,6 +208,32 @@ TEST(GraphGenerate, DecodeAttentionAtAProgramPositionMatchesTheKernel) {
                      "at position 10 need keys up to 12");
 }
 
+// With a window, a cap and a scale: both graph forms match the host kernel, and the custom call
+// carries the options as attributes.
+TEST(GraphGenerate, DecodeAttentionWithWindowCapAndScaleMatchesTheKernel) {
+  const Tensor k = test::rand_f32({2, 30, 2, 4}, 4, -3, 3), v = test::rand_f32({2, 30, 2, 4}, 5, -3, 3);
+  const attention::DecodeOptions opts{.scale = 0.7, .softcap = 1.5, .window_left = 6};
+  for (bool custom : {false, true})
+    for (int64_t sq : {1, 3})
+      for (int64_t start : {int64_t{0}, int64_t{4}, 30 - sq}) {
+        const Tensor q = test::rand_f32({2, sq, 6, 4}, 6, -3, 3);
+        const test::GraphEager r = test::run_eager_and_graph(
+            [&opts](const std::vector<Tensor>& x) {
+              return std::vector<Tensor>{attention::decode_attention(x[0], x[1], x[2], x[3], opts)};
+            },
+            {q, k, v, Tensor::scalar<int64_t>(start)}, false, false, custom);
+        const std::string at = std::to_string(sq) + " queries at " + std::to_string(start) +
+                               (custom ? ", titan's kernel as a custom call" : ", XLA's lowering");
+        EXPECT_TRUE(test::tensors_close(r.graph[0], r.eager[0], custom ? 0 : 1e-5, at));
+        if (custom) EXPECT_EQ(test::occurrences(r.module, "softcap"), 1u) << at;
+        // A lone query at position 0 sees only itself, whatever the options.
+        const Tensor plain = attention::decode_attention(q, k, v, Tensor::scalar<int64_t>(start));
+        if (start > 0)
+          EXPECT_GT(test::max_relative_error(r.eager[0], plain), 1e-2)
+              << at << ": the options changed nothing";
+      }
+}
+
 TEST(GraphGenerate, APlacedCacheKeepsItsPositionToTheProgram) {
   models::KVCache host(1, 8);
   EXPECT_TITAN_ERROR(host.place_at(Tensor::scalar<int64_t>(3)), "0-d i64 value of the program");

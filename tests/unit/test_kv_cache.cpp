@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "support/test_util.h"
+#include "titan/attention/block_mask.h"
 #include "titan/attention/decode.h"
+#include "titan/attention/mask.h"
 #include "titan/attention/reference.h"
+#include "titan/attention/splash.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/models/kv_cache.h"
 #include "titan/models/llama3/model.h"
@@ -102,6 +107,51 @@ TEST(KvCache, DecodeAttentionEqualsTheLastRowsOfFullAttention) {
   EXPECT_LE(max_abs_diff(out, full.narrow(1, Skv - 3, 3)), 1e-6);
 }
 
+// A model trained with a sliding window, a logit cap and a scale of its own decodes with the same:
+// the last rows of the full forward under the window mask (splash attention, the same options),
+// for windows shorter than a score block, longer than the sequence, and of the query alone.
+TEST(KvCache, DecodeAttentionWithWindowCapAndScaleEqualsTheFullForward) {
+  autograd::NoGradGuard no_grad;
+  const int64_t B = 2, Skv = 150, Hq = 4, Hkv = 2, D = 8;
+  Tensor q = rand_f32({B, Skv, Hq, D}, 1, -2, 2), k = rand_f32({B, Skv, Hkv, D}, 2, -2, 2),
+         v = rand_f32({B, Skv, Hkv, D}, 3);
+  Tensor kbuf = Tensor::zeros({B, 160, Hkv, D}), vbuf = Tensor::zeros({B, 160, Hkv, D});
+  kbuf.narrow(1, 0, Skv).copy_(k);
+  vbuf.narrow(1, 0, Skv).copy_(v);
+  for (const int64_t left : {0, 5, 40, 200})
+    for (const std::optional<double> softcap : {std::optional<double>(), std::optional<double>(1.5)}) {
+      const attention::DecodeOptions opts{.scale = 0.6, .softcap = softcap, .window_left = left};
+      const std::string what = "window " + std::to_string(left) + (softcap ? ", softcap" : "");
+      const Tensor full = attention::splash_attention(
+          q, k, v, attention::BlockMask::build(attention::Mask::sliding_window(left), B, Skv, 32, 32),
+          {.scale = opts.scale, .softcap = softcap});
+      // One token, a chunk, and more rows than a score block (64) holds.
+      for (int64_t Sq : {1, 5, 67, 150}) {
+        const Tensor out = attention::decode_attention(q.narrow(1, Skv - Sq, Sq), k, v, opts);
+        EXPECT_LE(max_abs_diff(out, full.narrow(1, Skv - Sq, Sq)), 1e-5) << what << ", Sq " << Sq;
+      }
+      // At a position within a cache's buffers, whose later positions take no part.
+      const Tensor at =
+          attention::decode_attention(q.narrow(1, 90, 3), kbuf, vbuf, Tensor::scalar<int64_t>(90), opts);
+      const Tensor prefix = attention::splash_attention(
+          q.narrow(1, 0, 93).contiguous(), k.narrow(1, 0, 93).contiguous(), v.narrow(1, 0, 93).contiguous(),
+          attention::BlockMask::build(attention::Mask::sliding_window(left), B, 93, 32, 32),
+          {.scale = opts.scale, .softcap = softcap});
+      EXPECT_LE(max_abs_diff(at, prefix.narrow(1, 90, 3)), 1e-5) << what << ", at position 90";
+    }
+  // Without a window, the cap and scale against the reference path.
+  const Tensor full = attention::attention_reference(q, k, v, {.scale = 0.6, .softcap = 1.5});
+  const Tensor out =
+      attention::decode_attention(q.narrow(1, Skv - 4, 4), k, v, {.scale = 0.6, .softcap = 1.5});
+  EXPECT_LE(max_abs_diff(out, full.narrow(1, Skv - 4, 4)), 1e-5);
+  // The options change the result (else the comparisons above would prove nothing).
+  EXPECT_GT(max_abs_diff(out, attention::decode_attention(q.narrow(1, Skv - 4, 4), k, v, {.scale = 0.6})),
+            1e-2);
+  EXPECT_GT(max_abs_diff(out, attention::decode_attention(q.narrow(1, Skv - 4, 4), k, v,
+                                                          {.scale = 0.6, .softcap = 1.5, .window_left = 40})),
+            1e-2);
+}
+
 TEST(KvCache, DecodeAttentionChecksItsArguments) {
   Tensor q = rand_f32({1, 3, 4, 8}, 1), k = rand_f32({1, 2, 2, 8}, 2);
   EXPECT_TITAN_ERROR(attention::decode_attention(q, k, k), "1 <= Sq <= Skv");
@@ -109,6 +159,11 @@ TEST(KvCache, DecodeAttentionChecksItsArguments) {
   EXPECT_TITAN_ERROR(attention::decode_attention(q, k3, k3), "must be a multiple of key/value heads");
   Tensor kg = rand_f32({1, 5, 2, 8}, 4).requires_grad_();
   EXPECT_TITAN_ERROR(attention::decode_attention(q, kg, kg), "no backward", "NoGradGuard");
+  Tensor k5 = rand_f32({1, 5, 2, 8}, 5);
+  EXPECT_TITAN_ERROR(attention::decode_attention(q, k5, k5, {.window_left = -1}), "window_left must be >= 0");
+  EXPECT_TITAN_ERROR(attention::decode_attention(q, k5, k5, {.softcap = 0.0}),
+                     "softcap must be finite and > 0");
+  EXPECT_TITAN_ERROR(attention::decode_attention(q, k5, k5, {.scale = NAN}), "scale must be finite");
 }
 
 // ---- the model's cached forward --------------------------------------------------------------------

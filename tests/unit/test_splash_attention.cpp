@@ -1,9 +1,11 @@
 // Splash attention against an f64 reference (support/masked_attention_reference.h: the scores
-// materialised, softmax and its gradient by the formulas), for every mask rule and composition;
+// materialised, softmax and its gradient by the formulas), for every mask rule and composition,
+// with and without logit soft-capping;
 // the rules' tiles against their definitions; packed documents against each document alone; and
 // the errors a caller can make.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "support/test_util.h"
 #include "titan/attention/block_mask.h"
 #include "titan/attention/mask.h"
+#include "titan/attention/reference.h"
 #include "titan/attention/splash.h"
 #include "titan/autograd/engine.h"
 #include "titan/autograd/gradcheck.h"
@@ -288,6 +291,126 @@ TEST(SplashAttention, Gradcheck) {
         autograd::gradcheck(fn, {test::rand_f64({B, S, Hq, D}, 1), test::rand_f64({B, S, Hkv, D}, 2),
                                  test::rand_f64({B, S, Hkv, D}, 3)});
     EXPECT_TRUE(res.ok) << res.message;
+  }
+}
+
+// ---- logit soft-capping ----------------------------------------------------------------------------
+
+// q and k in [-2, 2] with D = 16 give scaled scores of spread ~2.7 at scale 0.5: a cap of 3 bends
+// most of them (tanh(0.9) = 0.72), so a kernel that skipped or misplaced the cap fails.
+constexpr double kCap = 3.0;
+
+// Every rule with its window or documents, GQA and multi-query heads, a custom and the default
+// scale, f32 and f64, against the f64 reference's formulas for the capped scores.
+TEST(SplashSoftcap, MatchesReferenceForEveryRuleGqaAndScale) {
+  std::mt19937 rng(21);
+  const int64_t B = 2, S = 83, D = 16;
+  const std::vector<Rule> all = rules(B, S, rng);
+  uint64_t seed = 300;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Rule& r = all[i];
+    const int64_t Hkv = i % 2 == 0 ? 2 : 1, Hq = 4;
+    const std::optional<double> scale = i % 3 == 0 ? std::nullopt : std::optional<double>(0.5);
+    const DType dtype = i % 4 == 3 ? kF64 : kF32;
+    SCOPED_TRACE(r.name + " Hkv=" + std::to_string(Hkv) + (scale ? " scale 0.5" : " default scale") + " " +
+                 std::string(dtype_name(dtype)));
+    Tensor q = randu({B, S, Hq, D}, ++seed, dtype, -2, 2), k = randu({B, S, Hkv, D}, ++seed, dtype, -2, 2);
+    Tensor v = randu({B, S, Hkv, D}, ++seed, dtype), dout = randu({B, S, Hq, D}, ++seed, dtype);
+    const AttentionGrads got =
+        run_splash(q, k, v, dout, BlockMask::build(r.mask, B, S, 16, 32), {.scale = scale, .softcap = kCap});
+    const double s = scale.value_or(0.25);
+    const AttentionGrads want = masked_attention_reference(q, k, v, dout, r.visible, s, kCap);
+    const double tol = dtype == kF64 ? 1e-11 : 1e-4;
+    EXPECT_TRUE(tensors_close(got.out, want.out, dtype == kF64 ? 1e-12 : 1e-5, "out"));
+    EXPECT_TRUE(tensors_close(got.dq, want.dq, tol, "dq"));
+    EXPECT_TRUE(tensors_close(got.dk, want.dk, tol, "dk"));
+    EXPECT_TRUE(tensors_close(got.dv, want.dv, tol, "dv"));
+    // The cap must matter at these scores, else the comparison proves nothing.
+    const AttentionGrads uncapped = masked_attention_reference(q, k, v, dout, r.visible, s);
+    EXPECT_GT(test::max_rel_error(uncapped.out, want.out), 1e-2);
+    EXPECT_GT(test::max_rel_error(uncapped.dq, want.dq), 1e-2);
+  }
+}
+
+// Splash's tiles and the reference path's materialised scores agree with a cap, causal, GQA.
+TEST(SplashSoftcap, EqualsTheReferencePath) {
+  const int64_t B = 2, S = 70, Hq = 6, Hkv = 2, D = 16;
+  Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
+  Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
+  for (const std::optional<double> scale : {std::optional<double>(), std::optional<double>(0.7)}) {
+    SCOPED_TRACE(scale ? "scale 0.7" : "default scale");
+    const AttentionGrads splash = run_splash(q, k, v, dout, BlockMask::build(Mask::causal(), B, S, 32, 16),
+                                             {.scale = scale, .softcap = kCap});
+    Tensor lq = q.detach().requires_grad_(), lk = k.detach().requires_grad_(),
+           lv = v.detach().requires_grad_();
+    Tensor out = attention::attention_reference(lq, lk, lv, {.scale = scale, .softcap = kCap});
+    const std::vector<Tensor> g = autograd::grad({out}, {dout}, {lq, lk, lv});
+    EXPECT_TRUE(tensors_close(splash.out, out.detach(), 1e-5, "out"));
+    EXPECT_TRUE(tensors_close(splash.dq, g[0], 1e-4, "dq"));
+    EXPECT_TRUE(tensors_close(splash.dk, g[1], 1e-4, "dk"));
+    EXPECT_TRUE(tensors_close(splash.dv, g[2], 1e-4, "dv"));
+  }
+}
+
+// Against finite differences in f64, splash under a window and documents and the reference path,
+// with a cap small enough that tanh is far from linear.
+TEST(SplashSoftcap, Gradcheck) {
+  const int64_t B = 2, S = 9, Hq = 4, Hkv = 2, D = 3;
+  std::mt19937 rng(19);
+  const BlockMask bm =
+      BlockMask::build(Mask::document(packed_ids(B, S, rng)) & Mask::sliding_window(3), B, S, 2, 3);
+  const std::vector<Tensor> inputs{test::rand_f64({B, S, Hq, D}, 1, true, -2, 2),
+                                   test::rand_f64({B, S, Hkv, D}, 2, true, -2, 2),
+                                   test::rand_f64({B, S, Hkv, D}, 3)};
+  auto splash = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        attention::splash_attention(in[0], in[1], in[2], bm, {.scale = 0.8, .softcap = 1.5})};
+  };
+  const auto res = autograd::gradcheck(splash, inputs);
+  EXPECT_TRUE(res.ok) << res.message;
+  for (bool causal : {true, false}) {
+    auto reference = [causal](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{attention::attention_reference(
+          in[0], in[1], in[2], {.causal = causal, .scale = 0.8, .softcap = 1.5})};
+    };
+    const auto ref = autograd::gradcheck(reference, inputs);
+    EXPECT_TRUE(ref.ok) << (causal ? "causal: " : "full: ") << ref.message;
+  }
+}
+
+// bf16 products with a cap, as Bf16AutocastMatchesF32 bounds them without one: the cap is applied
+// to f32 scores, so it adds no rounding of its own (measured 2.5e-3..5.2e-3, bound 1e-2).
+TEST(SplashSoftcap, Bf16AutocastMatchesF32) {
+  const int64_t B = 2, S = 150, Hq = 4, Hkv = 2, D = 64;
+  std::mt19937 rng(23);
+  const Mask mask = Mask::document(packed_ids(B, S, rng)) & Mask::sliding_window(40);
+  Tensor q = randu({B, S, Hq, D}, 1, kF32, -2, 2), k = randu({B, S, Hkv, D}, 2, kF32, -2, 2);
+  Tensor v = randu({B, S, Hkv, D}, 3, kF32), dout = randu({B, S, Hq, D}, 4, kF32);
+  const BlockMask bm = BlockMask::build(mask, B, S, 64, 32);
+  const SplashOptions opts{.softcap = kCap};
+  const AttentionGrads f32 = run_splash(q, k, v, dout, bm, opts);
+  AttentionGrads bf;
+  {
+    const AutocastGuard guard(kBF16);
+    bf = run_splash(q, k, v, dout, bm, opts);
+  }
+  const std::pair<const char*, std::pair<Tensor, Tensor>> outputs[] = {
+      {"out", {bf.out, f32.out}}, {"dq", {bf.dq, f32.dq}}, {"dk", {bf.dk, f32.dk}}, {"dv", {bf.dv, f32.dv}}};
+  for (const auto& [what, pair] : outputs) {
+    const double error = test::max_rel_error(pair.first, pair.second);
+    EXPECT_LT(error, 1e-2) << what;
+    EXPECT_GT(error, 1e-4) << what << ": as float32 gives; did bf16 run?";
+  }
+}
+
+TEST(SplashSoftcap, ErrorsSayWhatIsWrong) {
+  const BlockMask bm = BlockMask::build(Mask::causal(), 1, 8, 4, 4);
+  Tensor q = Tensor::zeros({1, 8, 2, 4}), k = Tensor::zeros({1, 8, 1, 4});
+  for (double cap : {0.0, -2.0, double(INFINITY)}) {
+    EXPECT_TITAN_ERROR(attention::splash_attention(q, k, k, bm, {.softcap = cap}), "splash_attention",
+                       "softcap must be finite and > 0");
+    EXPECT_TITAN_ERROR(attention::attention_reference(q, k, k, {.softcap = cap}), "attention_reference",
+                       "softcap must be finite and > 0");
   }
 }
 
