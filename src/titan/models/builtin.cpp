@@ -1,3 +1,4 @@
+#include "titan/models/hf/train_spec.h"
 #include "titan/models/llama3/train_spec.h"
 #include "titan/models/qwen3/train_spec.h"
 #include "titan/models/registry.h"
@@ -8,6 +9,7 @@ void register_builtin_models() {
   register_train_spec(llama3::train_spec());
   register_train_spec(qwen3::dense_train_spec());
   register_train_spec(qwen3::moe_train_spec());
+  register_train_spec(hf::train_spec());
 }
 
 }  // namespace titan::models

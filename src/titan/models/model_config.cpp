@@ -18,7 +18,13 @@ void declare_keys(config::Keys<ModelConfig>& keys) {
            "share the embedding with the output projection; unset: as the flavor does")
       .add("tokenizer_path", &C::tokenizer_path, {},
            "a folder holding a Hugging Face tokenizer.json (or the file); empty: the byte tokenizer")
+      .add("hf_config", &C::hf_config, {},
+           "name = \"hf\": the model's Hugging Face config.json, or a folder holding one; empty: "
+           "checkpoint.initial_load_path's")
       .check([](const C& c, config::Problems& problems) {
+        if (!c.hf_config.empty() && c.name != "hf")
+          problems.add("model.hf_config is read by model.name = \"hf\" only (this job trains \"" + c.name +
+                       "\"); remove it, or set model.name = \"hf\"");
         if (c.attn.document_masking && c.attention != "splash")
           problems.add(
               "attention.document_masking = true needs model.attention = \"splash\" (the reference path is "

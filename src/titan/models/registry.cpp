@@ -1,5 +1,6 @@
 #include "titan/models/registry.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -55,8 +56,10 @@ static std::string hf_families() {
   std::string out;
   for (const std::string& n : registered_models()) {
     const TrainSpec& s = get_train_spec(n);
-    if (s.state_dict_adapter)
-      out += (out.empty() ? "" : ", ") + n + " (\"" + s.state_dict_adapter->hf_model_type + "\")";
+    if (!s.state_dict_adapter) continue;
+    std::string types;
+    for (const std::string& t : s.state_dict_adapter->hf_model_types) types += (types.empty() ? "\"" : ", \"") + t + "\"";
+    out += (out.empty() ? "" : "; ") + n + " (" + types + ")";
   }
   return out.empty() ? "none" : out;
 }
@@ -70,19 +73,41 @@ const StateDictAdapter& hf_adapter(const std::string& name) {
   return *spec.state_dict_adapter;
 }
 
-const TrainSpec& train_spec_for_hf(const nlohmann::json& config, const std::string& where) {
+const TrainSpec& train_spec_for_hf(const nlohmann::json& config, const std::string& where,
+                                   const std::string& preferred) {
   TITAN_CHECK(config.is_object() && config.contains("model_type") && config["model_type"].is_string(), where,
               ": no \"model_type\" string; a Hugging Face config.json names its architecture there (e.g. "
               "\"llama\")");
   const std::string type = config["model_type"].get<std::string>();
-  const TrainSpec* found = nullptr;
+  std::vector<const TrainSpec*> readers;
   for (const std::string& n : registered_models()) {
     const TrainSpec& s = get_train_spec(n);
-    if (s.state_dict_adapter && s.state_dict_adapter->hf_model_type == type) found = &s;
+    if (!s.state_dict_adapter) continue;
+    const auto& types = s.state_dict_adapter->hf_model_types;
+    if (std::find(types.begin(), types.end(), type) != types.end()) readers.push_back(&s);
   }
-  TITAN_CHECK(found, where, ": model_type \"", type,
-              "\" is not one titan reads; families and the model_type they read: ", hf_families());
-  return *found;
+  TITAN_CHECK(!readers.empty(), where, ": model_type \"", type,
+              "\" is not one titan reads; families and the model_types they read: ", hf_families());
+  for (const TrainSpec* s : readers)
+    if (s->name == preferred) return *s;
+  if (readers.size() == 1) return *readers.front();
+  // A family with flavors takes a file of one of them (its names and presets stay TorchTitan's);
+  // any other size goes to the hf family.
+  const TrainSpec* generic = nullptr;
+  for (const TrainSpec* s : readers) {
+    if (s->flavors.empty()) {
+      generic = s;
+      continue;
+    }
+    try {
+      s->state_dict_adapter->from_hf_config(config);
+      return *s;
+    } catch (const Error&) {
+    }
+  }
+  TITAN_CHECK(generic != nullptr, where, ": model_type \"", type, "\" is read by several families, none of "
+              "which takes this file");
+  return *generic;
 }
 
 }  // namespace titan::models

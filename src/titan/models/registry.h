@@ -70,8 +70,8 @@ struct Parallelized {
 // How a family's models look to Hugging Face transformers: config.json, parameter names and
 // layouts. checkpoint/ reads and writes the HF folders; train/ and apps/ join the two.
 struct StateDictAdapter {
-  // config.json's "model_type" that this family reads and writes ("llama").
-  std::string hf_model_type;
+  // config.json's "model_type"s that this family reads ("llama"; the hf family's many).
+  std::vector<std::string> hf_model_types;
   // config.json (without the dtype, which the writer adds) of the model build() makes from
   // `cfg`, its flavor with the vocab override, in `layout`.
   std::function<nlohmann::json(const ModelConfig& cfg, common::hf::ConfigLayout layout)> hf_config;
@@ -124,6 +124,9 @@ std::vector<std::string> registered_models();
 // The adapter of family `name`; errors name the families that have one.
 const StateDictAdapter& hf_adapter(const std::string& name);
 // The family whose adapter reads config.json's "model_type" (`where` names the file in errors).
-const TrainSpec& train_spec_for_hf(const nlohmann::json& config, const std::string& where);
+// Where several do (llama3 and hf read "llama"), `preferred` when it is one of them, else a
+// family with flavors whose flavor config.json describes, else the hf family.
+const TrainSpec& train_spec_for_hf(const nlohmann::json& config, const std::string& where,
+                                   const std::string& preferred = "");
 
 }  // namespace titan::models

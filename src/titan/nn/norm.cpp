@@ -1,6 +1,7 @@
 #include "titan/nn/norm.h"
 
 #include "titan/nn/init.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/norm.h"
 
 namespace titan::nn {
@@ -11,17 +12,21 @@ void check_norm_args(const char* module, int64_t dim, double eps) {
 }
 }  // namespace
 
-RMSNorm::RMSNorm(int64_t dim, double eps, TensorOptions opts) : eps_(eps) {
+RMSNorm::RMSNorm(int64_t dim, double eps, TensorOptions opts, bool unit_offset)
+    : eps_(eps), unit_offset_(unit_offset) {
   check_norm_args("nn::RMSNorm", dim, eps);
-  weight = register_parameter("weight", Tensor::ones({dim}, opts));
+  weight = register_parameter("weight", unit_offset ? Tensor::zeros({dim}, opts) : Tensor::ones({dim}, opts));
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const {
-  return ops::rms_norm(x, weight, eps_);
+  return ops::rms_norm(x, unit_offset_ ? weight + 1.0 : weight, eps_);
 }
 
 void RMSNorm::reset_parameters(Generator&) {
-  init::ones_(weight);
+  if (unit_offset_)
+    init::zeros_(weight);
+  else
+    init::ones_(weight);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool elementwise_affine, bool with_bias, TensorOptions opts)

@@ -4,6 +4,7 @@
 #include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/activation.h"
 #include "titan/kernels/cpu/dispatch.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/checks.h"
 #include "titan/ops/custom_calls.h"
 #include "titan/ops/op_span.h"
@@ -46,6 +47,7 @@ Value activation_fwd(Activation act, const Value& x) {
     case Activation::silu: return hlo::mul(x, hlo::logistic(x));
     case Activation::gelu: return hlo::mul(x, normal_cdf(x));
     case Activation::gelu_tanh: return hlo::mul(x, hlo::logistic(gelu_tanh_u2(x)));
+    case Activation::tanh: return hlo::tanh(x);
   }
   throw Error("graph: unknown activation");
 }
@@ -71,6 +73,10 @@ Value activation_bwd(Activation act, const Value& x, const Value& dy) {
       const Value du2 =
           hlo::mul(hlo::add(hlo::mul(hlo::mul(x, x), 3 * kGeluTanhCubic), 1.0), 2 * kSqrt2OverPi);
       return hlo::mul(dy, hlo::mul(s, hlo::add(hlo::mul(hlo::mul(x, c), du2), 1.0)));
+    }
+    case Activation::tanh: {
+      const auto [s, c] = sigmoid_pair(hlo::mul(x, 2.0));
+      return hlo::mul(dy, hlo::mul(hlo::mul(s, c), 4.0));
     }
   }
   throw Error("graph: unknown activation");
@@ -148,6 +154,13 @@ Tensor pointwise(const char* op, Activation act, const Tensor& x) {
 Tensor sigmoid(const Tensor& x) { return pointwise("sigmoid", Activation::sigmoid, x); }
 
 Tensor silu(const Tensor& x) { return pointwise("silu", Activation::silu, x); }
+
+Tensor tanh(const Tensor& x) { return pointwise("tanh", Activation::tanh, x); }
+
+Tensor softcap(const Tensor& x, double cap) {
+  TITAN_CHECK(cap > 0, "softcap: the cap must be positive, got ", cap);
+  return tanh(scale(x, 1.0 / cap)) * cap;
+}
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   return approximate == GeluApproximation::tanh ? pointwise("gelu(tanh)", Activation::gelu_tanh, x)

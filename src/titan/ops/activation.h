@@ -5,6 +5,9 @@ namespace titan::ops {
 
 Tensor sigmoid(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x)
+Tensor tanh(const Tensor& x);
+// cap * tanh(x / cap): Gemma 2's soft-capping of logits.
+Tensor softcap(const Tensor& x, double cap);
 enum class GeluApproximation { none, tanh };  // none: exact erf form (PyTorch's default)
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
 // silu(gate) * up in one fused kernel (forward and backward): the SwiGLU feed-forward's core.

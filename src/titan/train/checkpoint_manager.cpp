@@ -345,14 +345,14 @@ int64_t CheckpointManager::restore(const fs::path& dir, bool model_only) {
 void CheckpointManager::restore_hf(const fs::path& dir) {
   auto t0 = std::chrono::steady_clock::now();
   checkpoint::HfReader reader(dir);
-  const models::TrainSpec& family = hf_family(reader);
+  const models::TrainSpec& family = hf_family(reader, cfg_.model.name);
   TITAN_CHECK(family.name == cfg_.model.name, "Hugging Face checkpoint ", dir.string(), ": its model_type \"",
               reader.config().value("model_type", ""), "\" is read by model '", family.name,
               "', this run trains model.name = \"", cfg_.model.name, "\"; set --model.name=", family.name);
   // Both sides as the family's flavor and vocabulary, so that what differs can be named. The
   // flavor is checked rather than taken from config.json: the rest of the job (learning rate,
   // batch, parallelism) was written for the flavor the config names.
-  const models::ModelConfig theirs = hf_model_config(reader);
+  const models::ModelConfig theirs = hf_model_config(reader, cfg_.model.name);
   const models::StateDictAdapter& adapter = *family.state_dict_adapter;
   // The expert bias of moe.load_balance_bias is ours alone: no config.json has a key for it, and
   // it starts at zero below, where routing is exactly the checkpoint's.
@@ -373,7 +373,7 @@ void CheckpointManager::restore_hf(const fs::path& dir) {
               " its output projection to the embedding (tie_word_embeddings), this run ",
               (ours.weight_tying.value_or(false) ? "does" : "does not"),
               "; set --model.weight_tying=", theirs.weight_tying.value_or(false) ? "true" : "false");
-  nn::StateDict state = load_hf_state(reader, std::nullopt);
+  nn::StateDict state = load_hf_state(reader, std::nullopt, cfg_.model.name);
   // Stored in bf16 or f32; the model's parameters have their own dtype.
   for (const auto& [name, t] : parts_.fsdp ? parts_.fsdp->state_dict() : parts_.model.state_dict()) {
     auto it = state.find(name);

@@ -60,17 +60,18 @@ void save_hf_model(const fs::path& dir, const models::StateDictAdapter& adapter,
   checkpoint::save_hf(dir, written, hf, dtype, carry_tokenizer(tokenizer_from));
 }
 
-const models::TrainSpec& hf_family(const checkpoint::HfReader& reader) {
-  return models::train_spec_for_hf(reader.config(), reader.config_path().string());
+const models::TrainSpec& hf_family(const checkpoint::HfReader& reader, const std::string& preferred) {
+  return models::train_spec_for_hf(reader.config(), reader.config_path().string(), preferred);
 }
 
-models::ModelConfig hf_model_config(const checkpoint::HfReader& reader) {
-  const models::StateDictAdapter& adapter = *hf_family(reader).state_dict_adapter;
+models::ModelConfig hf_model_config(const checkpoint::HfReader& reader, const std::string& preferred) {
+  const models::StateDictAdapter& adapter = *hf_family(reader, preferred).state_dict_adapter;
   return reading(reader, [&] { return adapter.from_hf_config(reader.config()); });
 }
 
-nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype) {
-  const models::StateDictAdapter& adapter = *hf_family(reader).state_dict_adapter;
+nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype,
+                            const std::string& preferred) {
+  const models::StateDictAdapter& adapter = *hf_family(reader, preferred).state_dict_adapter;
   std::map<std::string, Shape> expected = reading(reader, [&] { return adapter.hf_shapes(reader.config()); });
   // A tied model's folder may still store lm_head.weight (some save_pretrained versions write both
   // names): taken when it is the embedding's copy, refused when it is not.

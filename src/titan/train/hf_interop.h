@@ -20,17 +20,19 @@ void save_hf_model(const std::filesystem::path& dir, const models::StateDictAdap
                    const nlohmann::json& config, const nn::StateDict& state, DType dtype,
                    const std::filesystem::path& tokenizer_from = {});
 
-// The family that reads the folder's config.json (by its model_type).
-const models::TrainSpec& hf_family(const checkpoint::HfReader& reader);
+// The family that reads the folder's config.json (by its model_type; `preferred` where several
+// do, see models::train_spec_for_hf).
+const models::TrainSpec& hf_family(const checkpoint::HfReader& reader, const std::string& preferred = "");
 
 // The [model] keys (name, flavor, vocab_size) of the model the folder's config.json describes;
 // throws, naming the folder, when it is none of the family's flavors.
-models::ModelConfig hf_model_config(const checkpoint::HfReader& reader);
+models::ModelConfig hf_model_config(const checkpoint::HfReader& reader, const std::string& preferred = "");
 
 // Exactly the tensors the folder's config.json describes (anything missing, extra or misshaped
 // is an error naming the tensor and its file), by our names and in our layouts; cast to `dtype`,
 // or kept as stored when nullopt.
-nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype);
+nn::StateDict load_hf_state(const checkpoint::HfReader& reader, std::optional<DType> dtype,
+                            const std::string& preferred = "");
 
 // `titan convert --to hf`: the model of titan checkpoint `step_dir` (its "model.*" tensors; a
 // full checkpoint's optimizer state is left out) as the HF folder `out`, its config.json in

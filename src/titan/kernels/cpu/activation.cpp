@@ -99,6 +99,7 @@ void activation_fwd(Activation act, const T* x, T* y, int64_t n) {
     case Activation::silu: map1(x, y, n, [](T v) { return v * sigmoid(v).s; }); break;
     case Activation::gelu: map1(x, y, n, [](T v) { return v * normal_cdf(v); }); break;
     case Activation::gelu_tanh: map1(x, y, n, [](T v) { return v * sigmoid(gelu_tanh_u2(v)).s; }); break;
+    case Activation::tanh: map1(x, y, n, [](T v) { return std::tanh(v); }); break;
   }
 }
 
@@ -126,6 +127,14 @@ void activation_bwd(Activation act, const T* x, const T* dy, T* dx, int64_t n) {
         // d(2u)/dx = 2 sqrt(2/pi) (1 + 3 k x^2), k the cubic coefficient
         T du2 = static_cast<T>(2 * kSqrt2OverPi) * (T(1) + static_cast<T>(3 * kGeluTanhCubic) * v * v);
         return g * s * (T(1) + v * c * du2);
+      });
+      break;
+    case Activation::tanh:
+      // 1 - tanh(v)^2 = 4 sigmoid(2v) sigmoid(-2v), which keeps its relative accuracy where
+      // tanh(v) rounds to +-1.
+      map2(x, dy, dx, n, [](T v, T g) {
+        auto [s, c] = sigmoid(T(2) * v);
+        return g * T(4) * s * c;
       });
       break;
   }

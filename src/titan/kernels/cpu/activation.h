@@ -11,6 +11,7 @@ enum class Activation {
   silu,       // x * sigmoid(x)
   gelu,       // x * Phi(x), Phi the standard normal CDF (the exact erf form)
   gelu_tanh,  // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+  tanh,
 };
 
 template <typename T>

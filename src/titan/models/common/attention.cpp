@@ -36,24 +36,42 @@ void check_layer_span(const Tensor& tokens, const Tensor& hidden, int64_t first,
 }
 
 Attention::Attention(const AttentionArgs& args, double init_std, TensorOptions opts, AttentionKernel kernel)
-    : head_dim_(args.head_dim), rope_layout_(args.rope_layout), init_std_(init_std), kernel_(kernel) {
+    : head_dim_(args.head_dim),
+      rope_layout_(args.rope_layout),
+      qk_norm_full_width_(args.qk_norm_full_width),
+      scale_(args.scale),
+      softcap_(args.softcap),
+      sliding_window_(args.sliding_window),
+      init_std_(init_std),
+      kernel_(kernel) {
+  TITAN_CHECK(args.sliding_window >= 0, "Attention: sliding_window must be 0 (none) or positive, got ",
+              args.sliding_window);
   const int64_t q_dim = args.n_heads * head_dim_, kv_dim = args.n_kv_heads * head_dim_;
-  wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, false, opts));
-  wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
-  wv = register_module("wv", std::make_shared<nn::Linear>(args.dim, kv_dim, false, opts));
-  wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, false, opts));
+  wq = register_module("wq", std::make_shared<nn::Linear>(args.dim, q_dim, args.qkv_bias, opts));
+  wk = register_module("wk", std::make_shared<nn::Linear>(args.dim, kv_dim, args.qkv_bias, opts));
+  wv = register_module("wv", std::make_shared<nn::Linear>(args.dim, kv_dim, args.qkv_bias, opts));
+  wo = register_module("wo", std::make_shared<nn::Linear>(q_dim, args.dim, args.out_bias, opts));
   if (args.qk_norm_eps) {
-    q_norm = register_module("q_norm", std::make_shared<nn::RMSNorm>(head_dim_, *args.qk_norm_eps, opts));
-    k_norm = register_module("k_norm", std::make_shared<nn::RMSNorm>(head_dim_, *args.qk_norm_eps, opts));
+    const int64_t q_width = args.qk_norm_full_width ? q_dim : head_dim_,
+                  k_width = args.qk_norm_full_width ? kv_dim : head_dim_;
+    q_norm = register_module(
+        "q_norm", std::make_shared<nn::RMSNorm>(q_width, *args.qk_norm_eps, opts, args.qk_norm_unit_offset));
+    k_norm = register_module(
+        "k_norm", std::make_shared<nn::RMSNorm>(k_width, *args.qk_norm_eps, opts, args.qk_norm_unit_offset));
   }
 }
 
 Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, const Tensor& start_pos) {
   const int64_t B = x.size(0), S = x.size(1);
-  Tensor q = (*wq)(x).view({B, S, -1, head_dim_});
-  Tensor k = (*wk)(x).view({B, S, -1, head_dim_});
+  Tensor q = (*wq)(x), k = (*wk)(x);
+  if (q_norm && qk_norm_full_width_) {
+    q = (*q_norm)(q);
+    k = (*k_norm)(k);
+  }
+  q = q.view({B, S, -1, head_dim_});
+  k = k.view({B, S, -1, head_dim_});
   Tensor v = (*wv)(x).view({B, S, -1, head_dim_});
-  if (q_norm) {
+  if (q_norm && !qk_norm_full_width_) {
     q = (*q_norm)(q);
     k = (*k_norm)(k);
   }
@@ -68,9 +86,11 @@ Attention::Qkv Attention::project(const Tensor& x, const ops::RopeTable& rope, c
 }
 
 Tensor Attention::attend(const Qkv& qkv, const attention::BlockMask& mask) const {
-  // Both scale by 1/sqrt(head_dim).
-  return kernel_.splash ? attention::splash_attention(qkv.q, qkv.k, qkv.v, mask)
-                        : attention::attention_reference(qkv.q, qkv.k, qkv.v);
+  if (kernel_.splash)
+    return attention::splash_attention(qkv.q, qkv.k, qkv.v, mask, {.scale = scale_, .softcap = softcap_});
+  TITAN_CHECK(sliding_window_ == 0, "the reference attention path is causal only; ", path(),
+              " has a sliding window of ", sliding_window_, ": use model.attention = \"splash\"");
+  return attention::attention_reference(qkv.q, qkv.k, qkv.v, {.scale = scale_, .softcap = softcap_});
 }
 
 Tensor Attention::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
@@ -89,13 +109,21 @@ Tensor Attention::forward_cached(const Tensor& x, const ops::RopeTable& rope,
   auto [keys, values] = cache.append(layer, qkv.k, qkv.v);
   // A prompt that starts the sequence computes what training computes, with the same kernel (and
   // with splash, no [S, S] scores); later tokens read the keys before them from the cache.
-  Tensor out = starts ? attend(qkv, mask) : attention::decode_attention(qkv.q, keys, values, start);
+  Tensor out = starts ? attend(qkv, mask)
+                      : attention::decode_attention(
+                            qkv.q, keys, values, start,
+                            {.scale = scale_,
+                             .softcap = softcap_,
+                             .window_left = sliding_window_ > 0 ? std::optional<int64_t>(sliding_window_ - 1)
+                                                                : std::nullopt});
   return (*wo)(out.view({B, S, -1}));
 }
 
 void Attention::reset_parameters(Generator& gen) {
   for (const auto& w : {wq, wk, wv}) trunc_normal(w->weight, kInitStd, gen);
   trunc_normal(wo->weight, init_std_, gen);
+  for (const auto& w : {wq, wk, wv, wo})
+    if (w->bias.defined()) nn::init::zeros_(w->bias);
 }
 
 }  // namespace titan::models::common

@@ -31,6 +31,20 @@ struct AttentionArgs {
   ops::RopeLayout rope_layout = ops::RopeLayout::rotate_half;
   // Qwen 3's QK-norm: RMSNorm with this eps over each head of q and of k, before RoPE. Unset: none.
   std::optional<double> qk_norm_eps = std::nullopt;
+  // OLMo 2's: over all of q's and k's width instead of each head.
+  bool qk_norm_full_width = false;
+  // Gemma 3's: the QK-norms scale by (1 + weight) (nn::RMSNorm's unit_offset).
+  bool qk_norm_unit_offset = false;
+  bool qkv_bias = false;  // wq, wk and wv with biases (Qwen 2, Llama's attention_bias)
+  bool out_bias = false;  // wo with a bias
+  // What q k^T is multiplied by; unset: 1 / sqrt(head_dim).
+  std::optional<double> scale = std::nullopt;
+  // Gemma 2's attention logit soft-capping: scores become cap * tanh(scores / cap).
+  std::optional<double> softcap = std::nullopt;
+  // Hugging Face's sliding_window: a query sees itself and the window - 1 keys before it; 0: no
+  // window. The training forward's mask says it (the model builds one per window); decoding
+  // reads it here.
+  int64_t sliding_window = 0;
 };
 
 // The mask every layer of a forward shares: causal, and within documents when `document_ids`
@@ -73,7 +87,8 @@ class Attention : public nn::Module {
                     KVCache& cache, int64_t layer) {
     return run_forward(x, [&](const Tensor& in) { return forward_cached(in, rope, mask, cache, layer); });
   }
-  // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std; QK-norms at 1.
+  // TorchTitan's: wq, wk, wv truncated normal with std 0.02; wo with init_std; QK-norms at 1,
+  // biases at 0.
   void reset_parameters(Generator& gen) override;
 
   // q, k, v [B, S, heads, head_dim], rotated -> [B, S, q heads, head_dim].
@@ -85,6 +100,8 @@ class Attention : public nn::Module {
 
   std::shared_ptr<nn::Linear> wq, wk, wv, wo;
   std::shared_ptr<nn::RMSNorm> q_norm, k_norm;  // null without QK-norm
+  int64_t sliding_window() const { return sliding_window_; }
+  bool qk_norm_full_width() const { return qk_norm_full_width_; }
 
  private:
   struct Qkv {
@@ -98,6 +115,9 @@ class Attention : public nn::Module {
 
   int64_t head_dim_;
   ops::RopeLayout rope_layout_;
+  bool qk_norm_full_width_;
+  std::optional<double> scale_, softcap_;
+  int64_t sliding_window_;
   double init_std_;
   AttentionKernel kernel_;
   AttendFn attend_override_;

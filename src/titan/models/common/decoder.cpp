@@ -4,6 +4,8 @@
 
 #include "titan/autograd/grad_mode.h"
 #include "titan/nn/init.h"
+#include "titan/ops/activation.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/linalg.h"
 
 namespace titan::models::common {
@@ -15,11 +17,13 @@ DecoderBase::DecoderBase(const DecoderArgs& args, TensorOptions opts, AttentionK
 }
 
 void DecoderBase::add_head(TensorOptions opts) {
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(args_.dim, args_.norm_eps, opts));
+  norm = register_module("norm", make_norm(args_.dim, args_.norm, opts));
   if (!args_.tie_embeddings)
     output =
         register_module("output", std::make_shared<nn::Linear>(args_.dim, args_.vocab_size, false, opts));
-  rope_ = ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta, args_.rope_scaling);
+  rope_ = args_.rope_table ? *args_.rope_table
+                           : ops::RopeTable::build(args_.head_dim, args_.max_seq_len, args_.rope_theta,
+                                                   args_.rope_scaling);
   rope_.cos = register_buffer("rope_cos", rope_.cos, false);
   rope_.sin = register_buffer("rope_sin", rope_.sin, false);
 }
@@ -35,7 +39,7 @@ Tensor DecoderBase::forward_layers(const Tensor& tokens, const Tensor& document_
                                    int64_t first, int64_t last) {
   check_layer_span(tokens, hidden, first, last, args_.n_layers, args_.max_seq_len, args_.family.c_str());
   const auto mask = layer_mask(tokens, document_ids, kernel_);
-  Tensor h = first == 0 ? (*tok_embeddings)(tokens) : hidden;
+  Tensor h = first == 0 ? embed(tokens) : hidden;
   h = forward_blocks(h, first, last, mask);
   return last == args_.n_layers ? logits(h) : h;
 }
@@ -50,14 +54,21 @@ Tensor DecoderBase::forward_cached(const Tensor& tokens, KVCache& cache) {
   // Read only when the tokens start the sequence (see Attention::forward_cached); for one token
   // it is a single tile.
   const auto mask = layer_mask(tokens, Tensor(), kernel_);
-  Tensor h = forward_blocks_cached((*tok_embeddings)(tokens), mask, cache);
+  Tensor h = forward_blocks_cached(embed(tokens), mask, cache);
   cache.advance(tokens.size(1));
   return logits(h);
 }
 
+Tensor DecoderBase::embed(const Tensor& tokens) {
+  const Tensor h = (*tok_embeddings)(tokens);
+  return args_.embedding_scale == 1.0 ? h : h * args_.embedding_scale;
+}
+
 Tensor DecoderBase::logits(const Tensor& h) {
   Tensor normed = (*norm)(h);
-  return output ? (*output)(normed) : ops::linear(normed, tok_embeddings->weight);
+  Tensor out = output ? (*output)(normed) : ops::linear(normed, tok_embeddings->weight);
+  if (args_.logits_scale != 1.0) out = out * args_.logits_scale;
+  return args_.final_softcap ? ops::softcap(out, *args_.final_softcap) : out;
 }
 
 void DecoderBase::reset_parameters(Generator& gen) {

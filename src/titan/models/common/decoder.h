@@ -16,6 +16,7 @@
 #include "titan/attention/block_mask.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/common/attention.h"
+#include "titan/models/common/norm_args.h"
 #include "titan/nn/embedding.h"
 #include "titan/nn/linear.h"
 #include "titan/nn/norm.h"
@@ -31,10 +32,19 @@ struct DecoderArgs {
   int64_t n_layers = 0;
   int64_t head_dim = 0;     // the RoPE tables' width
   int64_t max_seq_len = 0;  // positions the RoPE tables cover
-  double norm_eps = 1e-5;   // the final norm's
+  NormArgs norm = {};       // the final norm's
   double rope_theta = 10000;
   std::optional<ops::RopeScaling> rope_scaling = std::nullopt;
+  // Set: the table itself, built by the family (any RoPE type); head_dim, rope_theta and
+  // rope_scaling are then not read.
+  std::optional<ops::RopeTable> rope_table = std::nullopt;
   bool tie_embeddings = false;  // the output projection is the token embedding
+  // What the embedding's output is multiplied by (Gemma's sqrt(dim), Granite's
+  // embedding_multiplier) and the logits are (Granite's 1 / logits_scaling).
+  double embedding_scale = 1.0;
+  double logits_scale = 1.0;
+  // Gemma 2's final logit soft-capping: logits become cap * tanh(logits / cap).
+  std::optional<double> final_softcap = std::nullopt;
 };
 
 class DecoderBase : public CausalLM {
@@ -68,7 +78,7 @@ class DecoderBase : public CausalLM {
   virtual std::vector<Attention*> attentions() = 0;
 
   std::shared_ptr<nn::Embedding> tok_embeddings;
-  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<nn::Norm> norm;
   std::shared_ptr<nn::Linear> output;  // null when the embeddings are tied
 
  protected:
@@ -86,11 +96,14 @@ class DecoderBase : public CausalLM {
   // Every block over h under no-grad, block i appending to cache slot i.
   virtual Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) = 0;
 
-  // The final norm and the output projection (or the embedding, tied) over the last block's h;
-  // a family whose head differs (a final logit soft-cap) overrides it.
-  virtual Tensor logits(const Tensor& h);
+  // The final norm and the output projection (or the embedding, tied) over the last block's h,
+  // scaled and soft-capped as DecoderArgs say.
+  Tensor logits(const Tensor& h);
+  // The token embedding, scaled as DecoderArgs say.
+  Tensor embed(const Tensor& tokens);
 
   const ops::RopeTable& rope() const { return rope_; }
+  const DecoderArgs& base_args() const { return args_; }
 
  private:
   DecoderArgs args_;

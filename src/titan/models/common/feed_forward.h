@@ -1,5 +1,6 @@
 #pragma once
-// The SwiGLU feed-forward of the Llama-family decoders: w2(silu(w1 x) * w3 x).
+// The feed-forward of the decoders: gated, w2(act(w1 x) * w3 x) (Llama's SwiGLU, Gemma's GeGLU),
+// or plain, w2(act(w1 x)) (GPT-NeoX's), with or without biases.
 #include <cstdint>
 #include <memory>
 
@@ -7,22 +8,32 @@
 
 namespace titan::models::common {
 
+enum class Activation { silu, gelu, gelu_tanh };
+
+struct FeedForwardArgs {
+  Activation activation = Activation::silu;
+  bool gated = true;  // w3 and the product; false: no w3
+  bool bias = false;  // every projection with a bias
+};
+
 class FeedForward : public nn::Module {
  public:
   // `init_std`: the std of w2 and w3 at initialisation (depth-scaled per block).
-  FeedForward(int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts = {});
+  FeedForward(int64_t dim, int64_t hidden_dim, double init_std, TensorOptions opts = {},
+              FeedForwardArgs args = {});
 
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) {
     return run_forward(x, [this](const Tensor& in) { return forward(in); });
   }
-  // TorchTitan's: w1 truncated normal with std 0.02; w2 and w3 with init_std.
+  // TorchTitan's: w1 truncated normal with std 0.02; w2 and w3 with init_std; biases at 0.
   void reset_parameters(Generator& gen) override;
 
-  std::shared_ptr<nn::Linear> w1, w2, w3;
+  std::shared_ptr<nn::Linear> w1, w2, w3;  // w3 null when not gated
 
  private:
   double init_std_;
+  Activation activation_;
 };
 
 }  // namespace titan::models::common

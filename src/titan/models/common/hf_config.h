@@ -66,6 +66,9 @@ class ConfigFields {
 
   // Null when absent or null.
   const nlohmann::json* find(const std::string& key) const;
+  // Whether the file has the key at all, null included (where null and absent differ: a default
+  // that null switches off).
+  bool has_key(const std::string& key) const { return j_.contains(key); }
   int64_t integer(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const;
   double number(const std::string& key, std::optional<double> fallback = std::nullopt) const;
   bool boolean(const std::string& key, bool fallback) const;

@@ -48,13 +48,16 @@ void apply_decoder_tp(DecoderBase& model, parallel::TpStyles& tp, const std::fun
     tp.tied_vocab_output(*model.tok_embeddings);
 }
 
-void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Attention& attention) {
+void apply_attention_tp(parallel::TpStyles& tp, nn::Module& attention_norm, Attention& attention) {
   const int64_t n = tp.degree();
   const int64_t heads = attention.wq->out_features() / attention.head_dim(),
                 kv_heads = attention.wk->out_features() / attention.head_dim();
   TITAN_CHECK(heads % n == 0 && kv_heads % n == 0, "tensor parallelism: ", attention.path(), " has ", heads,
               " query and ", kv_heads, " key/value heads, which do not split into ", n,
               " equal parts; parallelism.tensor_parallel_degree must divide both");
+  TITAN_CHECK(!attention.qk_norm_full_width(), "tensor parallelism: ", attention.path(),
+              " normalises q and k over all heads together (OLMo 2's QK-norm), which a split by heads "
+              "cannot compute on one rank; train it with parallelism.tensor_parallel_degree = 1");
   tp.norm(attention_norm);
   tp.enter_split_region(attention_norm);
   for (const auto& w : {attention.wq, attention.wk, attention.wv}) tp.colwise(*w);
@@ -65,15 +68,15 @@ void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Att
   tp.rowwise(*attention.wo);
 }
 
-void apply_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward) {
+void apply_feed_forward_tp(parallel::TpStyles& tp, nn::Module& ffn_norm, FeedForward& feed_forward) {
   tp.norm(ffn_norm);
   tp.enter_split_region(ffn_norm);
   tp.colwise(*feed_forward.w1);
-  tp.colwise(*feed_forward.w3);
+  if (feed_forward.w3) tp.colwise(*feed_forward.w3);
   tp.rowwise(*feed_forward.w2);
 }
 
-void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn) {
+void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::Module& ffn_norm, nn::Module& ffn) {
   tp.norm(ffn_norm);
   tp.replicated_region(ffn_norm, ffn);
 }

@@ -52,9 +52,9 @@ M& as_family(CausalLM& model, const char* who, const char* family) {
   return *typed;
 }
 
-void apply_attention_tp(parallel::TpStyles& tp, nn::RMSNorm& attention_norm, Attention& attention);
-void apply_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, FeedForward& feed_forward);
-void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::RMSNorm& ffn_norm, nn::Module& ffn);
+void apply_attention_tp(parallel::TpStyles& tp, nn::Module& attention_norm, Attention& attention);
+void apply_feed_forward_tp(parallel::TpStyles& tp, nn::Module& ffn_norm, FeedForward& feed_forward);
+void apply_replicated_feed_forward_tp(parallel::TpStyles& tp, nn::Module& ffn_norm, nn::Module& ffn);
 
 // Context parallelism over mesh[dist::MeshAxis::cp] (null when its degree is 1): every attention's kernel
 // becomes ring attention, and the root's RoPE tables ("rope_cos", "rope_sin") keep the rows of

@@ -52,7 +52,7 @@ common::DecoderArgs decoder_args(const ModelArgs& args) {
           .n_layers = args.n_layers,
           .head_dim = args.head_dim(),
           .max_seq_len = args.max_seq_len,
-          .norm_eps = args.norm_eps,
+          .norm = {.eps = args.norm_eps},
           .rope_theta = args.rope_theta,
           .rope_scaling = args.rope_scaling_if_used()};
 }

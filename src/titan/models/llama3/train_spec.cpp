@@ -50,7 +50,7 @@ TrainSpec train_spec() {
   spec.parallelize = parallelize;
   spec.plan_tp = apply_tp;
   spec.state_dict_adapter = StateDictAdapter{
-      .hf_model_type = "llama",
+      .hf_model_types = {"llama"},
       .hf_config = [](const ModelConfig& cfg,
                       ConfigLayout layout) { return to_hf_config(args_from(cfg), layout); },
       .from_hf_config = [](const nlohmann::json& c) { return matching_flavor(parse_hf_config(c)); },

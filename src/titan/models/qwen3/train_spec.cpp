@@ -55,7 +55,7 @@ TrainSpec train_spec(Family family) {
   spec.parallelize = parallelize;
   spec.plan_tp = apply_tp;
   spec.state_dict_adapter = StateDictAdapter{
-      .hf_model_type = spec.name,
+      .hf_model_types = {spec.name},
       .hf_config = [family](const ModelConfig& cfg,
                             ConfigLayout layout) { return to_hf_config(args_from(family, cfg), layout); },
       .from_hf_config =

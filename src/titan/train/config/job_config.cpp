@@ -188,6 +188,13 @@ config::Schema<JobConfig> make_schema() {
   return s;
 }
 
+// What one key's default is another key's value: the hf family's config.json is, unless given, the
+// one in the Hugging Face folder training starts from.
+JobConfig with_defaults_from_other_keys(JobConfig cfg) {
+  if (cfg.model.name == "hf" && cfg.model.hf_config.empty()) cfg.model.hf_config = cfg.checkpoint.initial_load_path;
+  return cfg;
+}
+
 }  // namespace
 
 const config::Schema<JobConfig>& job_config_schema() {
@@ -197,7 +204,7 @@ const config::Schema<JobConfig>& job_config_schema() {
 
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {
-  return job_config_schema().parse(toml_text, source_name, overrides);
+  return with_defaults_from_other_keys(job_config_schema().parse(toml_text, source_name, overrides));
 }
 
 JobConfig load_job_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
@@ -210,7 +217,7 @@ JobConfig load_job_config(const std::string& toml_path, const std::vector<std::s
         "job config " + toml_path + (origins.empty() ? " is empty: it" : "") +
         " names no model: the key model.name is missing; add a [model] section with name = \"llama3\" "
         "(or another registered family) and its flavor, as configs/llama3/debug.toml does");
-  return cfg;
+  return with_defaults_from_other_keys(std::move(cfg));
 }
 
 void validate(const JobConfig& cfg) {
