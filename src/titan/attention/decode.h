@@ -24,23 +24,23 @@ struct DecodeOptions {
 
 // q [B, Sq, Hq, D] at positions [Skv - Sq, Skv); k and v [B, Skv, Hkv, D] at positions
 // [0, Skv) -> [B, Sq, Hq, D], contiguous. Query i, at position p = Skv - Sq + i, sees keys 0 .. p
-// (causal by absolute position), or the window before p that `opts` gives. Hq must be a multiple of Hkv:
-// query head h reads kv head h / (Hq / Hkv) in place (grouped-query attention). k and v may be views into
-// larger buffers (a KVCache's): each position's [Hkv, D] must be dense, the batch stride is free.
-// Refused when grad mode is on and an input requires grad: there is no backward.
+// (causal by absolute position), or the window before p that `opts` gives. Hq must be a multiple
+// of Hkv: query head h reads kv head h / (Hq / Hkv) in place (grouped-query attention). k and v
+// may be views into larger buffers (a KVCache's): each position's [Hkv, D] must be dense, the
+// batch stride is free. Refused when grad mode is on and an input requires grad: there is no
+// backward.
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const DecodeOptions& opts = {});
 
 // The same for queries at positions [start, start + Sq), where `start` is a 0-d i64 tensor and k
 // and v hold at least start + Sq positions (a whole cache's buffers): query i sees keys 0 .. start
-// + i (or the window `opts` gives), and the keys after them take no part, whatever they hold, as long as it
-// is finite. On the host, k and v are cut to start + Sq and the kernel above runs. In a capture (graph mode's
-// decoding step, where the position is an input) it is the kernel above as a custom call
-// (`titan_decode_attention`, reading the cache's buffers in place and cutting them at the position
-// it is given; `opts` travel as its attributes, each only when set) where the program allows
-// custom kernels, else one masked softmax over all of k's positions per query, in q's dtype, as
-// the kernel computes. The custom call checks the position
-// against k's positions when it runs; the pure lowering cannot, so its caller keeps start + Sq
-// within them.
+// + i (or the window `opts` gives), and the keys after them take no part, whatever they hold, as
+// long as it is finite. On the host, k and v are cut to start + Sq and the kernel above runs. In a
+// capture (graph mode's decoding step, where the position is an input) it is the kernel above as
+// a custom call (`titan_decode_attention`, reading the cache's buffers in place and cutting them
+// at the position it is given; `opts` travel as its attributes, each only when set) where the
+// program allows custom kernels, else one masked softmax over all of k's positions per query, in
+// q's dtype, as the kernel computes. The custom call checks the position against k's positions
+// when it runs; the pure lowering cannot, so its caller keeps start + Sq within them.
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& start,
                         const DecodeOptions& opts = {});
 

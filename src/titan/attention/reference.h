@@ -1,8 +1,8 @@
 #pragma once
-// The plain attention path: softmax(scores(q k^T) + mask) v (scores.h) with every (batch, head)'s [S, S]
-// probability matrix materialised and kept for backward. It trains until splash attention
-// (block-sparse, never materialising scores) lands, and stays as the reference splash is checked
-// against.
+// The plain attention path: softmax(scores(q k^T) + mask) v (scores.h) with every (batch,
+// head)'s [S, S] probability matrix materialised and kept for backward. It trains until splash
+// attention (block-sparse, never materialising scores) lands, and stays as the reference splash is
+// checked against.
 #include <optional>
 
 #include "titan/core/tensor.h"
