@@ -28,6 +28,38 @@ FAMILIES = {"llama3": (transformers.LlamaForCausalLM, LLAMA3),
             "qwen3": (transformers.Qwen3ForCausalLM, QWEN3),
             "qwen3_moe": (transformers.Qwen3MoeForCausalLM, QWEN3_MOE)}
 
+# titan's hf family (one model read from config.json), one fixture per model_type, each with the
+# keys that mark its variant at values other than the defaults: windows (8) shorter than the
+# sequences (24 and 32 tokens), biases and soft-caps on, head_dim other than hidden / heads.
+BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, rms_norm_eps=1e-5,
+            bos_token_id=1, eos_token_id=2, pad_token_id=None)
+HF_DECODERS = {
+    "llama": (transformers.LlamaForCausalLM,
+              dict(BASE, attention_bias=True, mlp_bias=True, head_dim=24, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "default", "rope_theta": 5000.0})),
+    "mistral": (transformers.MistralForCausalLM, dict(BASE, sliding_window=8, head_dim=24)),
+    "qwen2": (transformers.Qwen2ForCausalLM,
+              dict(BASE, num_hidden_layers=3, use_sliding_window=True, sliding_window=8, max_window_layers=1)),
+    "qwen3": (transformers.Qwen3ForCausalLM,
+              dict(BASE, head_dim=24, attention_bias=True, use_sliding_window=True, sliding_window=8,
+                   max_window_layers=1)),
+    "gemma": (transformers.GemmaForCausalLM, dict(BASE, head_dim=24)),
+    "gemma2": (transformers.Gemma2ForCausalLM,
+               dict(BASE, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
+                    attn_logit_softcapping=5.0, final_logit_softcapping=10.0)),
+    "gemma3_text": (transformers.Gemma3ForCausalLM,
+                    dict(BASE, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
+                         layer_types=["sliding_attention", "full_attention"],
+                         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 100000.0},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})),
+    "olmo2": (transformers.Olmo2ForCausalLM, dict(BASE)),
+    "granite": (transformers.GraniteForCausalLM,
+                dict(BASE, embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.5,
+                     logits_scaling=4.0)),
+}
+FAMILIES.update({"hf_" + name: entry for name, entry in HF_DECODERS.items()})
+
 
 def new_model(family, **overrides):
     """The family's model with transformers' own initialisation (from torch's global generator)."""
@@ -39,6 +71,22 @@ def from_pretrained(family, folder, dtype=torch.float32):
     """The folder's model as transformers loads it, computing in `dtype` whatever it stores."""
     cls, _ = FAMILIES[family]
     return cls.from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
+
+
+def final_norm(model):
+    return model.gpt_neox.final_layer_norm if hasattr(model, "gpt_neox") else model.model.norm
+
+
+def scale_logits(model, factor):
+    """Multiplies the logits by `factor` through the final norm's scale (Gemma's is 1 + weight)."""
+    norm = final_norm(model)
+    with torch.no_grad():
+        if "Gemma" in type(norm).__name__:
+            norm.weight.copy_(factor * (1 + norm.weight) - 1)
+        else:
+            norm.weight.mul_(factor)
+            if getattr(norm, "bias", None) is not None:
+                norm.bias.mul_(factor)
 
 
 def tokens(family):

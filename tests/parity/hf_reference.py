@@ -25,7 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_families import FAMILIES, from_pretrained, new_model, randomize, tokens  # noqa: E402
+from hf_families import FAMILIES, from_pretrained, new_model, randomize, scale_logits, tokens  # noqa: E402
 from hf_generation import generate  # noqa: E402
 from hf_training import train  # noqa: E402
 from make_reference import write_safetensors  # noqa: E402
@@ -59,8 +59,7 @@ def reference(out):
         ref["out.logits_f32"] = logits_of(from_pretrained(family, bf16), family)["out.logits"]
         write_safetensors(os.path.join(root, "reference_bf16.safetensors"), ref, {})
 
-        with torch.no_grad():
-            model.model.norm.weight.mul_(GENERATE_LOGIT_SCALE)
+        scale_logits(model, GENERATE_LOGIT_SCALE)
         model.save_pretrained(os.path.join(root, "generate"))
         generate(family, model, root)
 

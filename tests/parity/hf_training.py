@@ -56,7 +56,8 @@ def run(model, inputs, targets, dtype, tensors):
         out.loss.backward()
         if s == 0 and tensors is not None:
             tensors["out.logits0"] = out.logits.detach()
-            grads = as_saved(model, {n: p.grad for n, p in model.named_parameters()})
+            # Copies: clip_grad_norm_ below scales the gradients in place.
+            grads = as_saved(model, {n: p.grad.clone() for n, p in model.named_parameters()})
             tensors.update({"grad." + n: g for n, g in grads.items()})
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["max_norm"])))
         opt.step()

@@ -24,9 +24,10 @@ namespace {
 // AdamW's update m / (sqrt(v) + eps) does not shrink with the gradient: an entry whose gradients
 // are a thousandth of the tensor's largest moves by lr as the largest does, while its gradient
 // carries the same absolute rounding as theirs, a thousand times more relative, which the update
-// passes on whole and the next steps build on. After 10 steps the weights differ by 2.6e-4 at
-// most (Qwen 3 MoE's lm_head, whose rows of tokens seldom seen get such gradients).
-constexpr double kFinalWeightTolerance = 1e-3;
+// passes on whole and the next steps build on. After 10 steps the weights differ by 1.9e-3 at
+// most (the hf family's Qwen 3 fixture's embedding, whose rows of tokens seldom seen get such
+// gradients; 2.6e-4 in the other fixtures).
+constexpr double kFinalWeightTolerance = 2.5e-3;
 
 void expect_close_by_hf_name(const ParityCase& ref, const std::string& prefix,
                              const nn::StateDict& ours_by_hf, double tol, const std::string& what) {
@@ -102,7 +103,7 @@ TEST_P(ParityHfTraining, TenBf16StepsMatchTorchAutocast) {
   const std::vector<double> torch_bf16 = ref["out.bf16_loss"].to_vector<double>();
   const std::vector<double> torch_f32 = ref["out.loss"].to_vector<double>();
   const AutocastGuard bf16(kBF16);
-  double largest_change = 0;
+  double largest_change = 0, torch_change = 0;
   for (int64_t s = 0; s < steps; ++s) {
     data::Batch b{tokens.narrow(0, s, 1).squeeze(0), targets.narrow(0, s, 1).squeeze(0)};
     const double loss =
@@ -113,10 +114,12 @@ TEST_P(ParityHfTraining, TenBf16StepsMatchTorchAutocast) {
     EXPECT_NEAR(loss, torch_bf16[s], 0.02 * torch_bf16[s]) << "step " << s + 1 << " against PyTorch bf16";
     EXPECT_NEAR(loss, torch_f32[s], 0.02 * torch_f32[s]) << "step " << s + 1 << " against float32";
     largest_change = std::max(largest_change, std::abs(loss - torch_f32[s]));
+    torch_change = std::max(torch_change, std::abs(torch_bf16[s] - torch_f32[s]));
   }
   // titan's float32 run matches torch_f32 to 1e-4 relative (TenStepsMatchTransformers): a bf16 run
-  // that matched it as closely would not have multiplied in bf16.
-  EXPECT_GT(largest_change, 1e-4 * torch_f32[0]) << "the bf16 run matches float32 too closely to be bf16";
+  // departs from it by as much as PyTorch's bf16 run departs from PyTorch's float32 one (0.3 to
+  // 3 times as much here), and one that departed by a tenth of that would not have multiplied in bf16.
+  EXPECT_GT(largest_change, 0.1 * torch_change) << "the bf16 run matches float32 too closely to be bf16";
 }
 
 }  // namespace
