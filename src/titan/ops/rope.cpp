@@ -119,7 +119,7 @@ RopeTable RopeTable::build(const RopeSpec& spec, int64_t max_seq) {
 }
 
 RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta, std::optional<RopeScaling> scaling) {
-  RopeSpec spec{.head_dim = head_dim, .rotary_dim = head_dim, .theta = theta, .scaling = {}};
+  RopeSpec spec{.head_dim = head_dim, .rotary_dim = head_dim, .theta = theta};
   if (scaling) spec.scaling = *scaling;
   return build(spec, max_seq);
 }

@@ -47,7 +47,7 @@ struct RopeYarn {
   bool truncate = true;  // round the ramp's ends outwards to whole dims
   // Absent: 0.1 ln(factor) + 1, or with mscale and mscale_all_dim both nonzero (DeepSeek) the ratio
   // 0.1 mscale ln(factor) + 1 over 0.1 mscale_all_dim ln(factor) + 1.
-  std::optional<double> attention_factor;
+  std::optional<double> attention_factor = std::nullopt;
   double mscale = 0.0;
   double mscale_all_dim = 0.0;
 };
@@ -57,11 +57,11 @@ struct RopeYarn {
 // attention factor, absent: sqrt(1 + ln(factor) / ln(original_max_position)) for factor > 1. As
 // with "dynamic", a table of max_seq positions uses the list a forward of max_seq tokens uses.
 struct RopeLongrope {
-  std::vector<double> short_factor;  // one per rotated pair
-  std::vector<double> long_factor;
+  std::vector<double> short_factor = {};  // one per rotated pair
+  std::vector<double> long_factor = {};
   int64_t original_max_position = 0;
   double factor = 1.0;
-  std::optional<double> attention_factor;
+  std::optional<double> attention_factor = std::nullopt;
 };
 
 // std::monostate: no scaling ("default").
@@ -77,7 +77,7 @@ struct RopeSpec {
   // frequencies are theta^(-2i / rotary_dim), as transformers computes them.
   int64_t rotary_dim = 0;
   double theta = 10000.0;
-  RopeScalingRule scaling;
+  RopeScalingRule scaling = {};
 
   int64_t rotated() const { return rotary_dim == 0 ? head_dim : rotary_dim; }
 };

@@ -100,12 +100,13 @@ ops::RopeSpec rope_spec(const Rope& rope, const RopeModelFields& model) {
   for (const auto& [k, v] : rope.parameters.items())
     config::require(k == "partial_rotary_factor" || known.contains(k), "config.json: \"", rope.where, ".", k,
                     "\" (", v.dump(), ") is not read for rope_type \"", rope.type, "\", which reads ",
-                    known.empty() ? std::string("no other key") : json(known).dump(),
-                    " and partial_rotary_factor; titan refuses keys it would ignore");
+                    known.empty() ? std::string("only partial_rotary_factor")
+                                  : json(known).dump() + " and partial_rotary_factor",
+                    "; titan refuses keys it would ignore");
 
   const Reader r(rope, model);
   ops::RopeSpec spec{
-      .head_dim = model.head_dim, .rotary_dim = rotary_dim(model, r), .theta = rope.theta, .scaling = {}};
+      .head_dim = model.head_dim, .rotary_dim = rotary_dim(model, r), .theta = rope.theta};
   const double mpe = static_cast<double>(model.max_position_embeddings);
   if (rope.type == "linear") {
     spec.scaling = ops::RopeLinear{.factor = r.positive("factor")};
