@@ -25,12 +25,12 @@ ops::RopeSpec spec_of(const ParityCase& c) {
   const json config = json::parse(c.file.metadata.at("config"));
   const std::string arch = c.file.metadata.at("architecture");
   const hf::ConfigFields f(config, arch);
-  hf::RopeModelFields model{.architecture = arch,
-                            .head_dim = f.integer("head_dim", f.integer("hidden_size") /
-                                                                  f.integer("num_attention_heads")),
-                            .max_position_embeddings = f.integer("max_position_embeddings"),
-                            .partial_rotary_factor = std::nullopt,
-                            .original_max_position_embeddings = std::nullopt};
+  hf::RopeModelFields model{
+      .architecture = arch,
+      .head_dim = f.integer("head_dim", f.integer("hidden_size") / f.integer("num_attention_heads")),
+      .max_position_embeddings = f.integer("max_position_embeddings"),
+      .partial_rotary_factor = std::nullopt,
+      .original_max_position_embeddings = std::nullopt};
   if (f.find("partial_rotary_factor")) model.partial_rotary_factor = f.number("partial_rotary_factor");
   if (f.find("original_max_position_embeddings"))
     model.original_max_position_embeddings = f.integer("original_max_position_embeddings");
@@ -38,7 +38,8 @@ ops::RopeSpec spec_of(const ParityCase& c) {
 }
 
 // titan's forward and backward against the family's apply_rotary_pos_emb, where the case has them.
-void check_apply(const ParityCase& c, const ops::RopeTable& table, ops::RopeLayout layout, const std::string& name) {
+void check_apply(const ParityCase& c, const ops::RopeTable& table, ops::RopeLayout layout,
+                 const std::string& name) {
   if (!c.file.tensors.count("in.x")) return;
   Tensor x = c.input("in.x");
   Tensor y = ops::rope(x, table, layout, static_cast<int64_t>(c.attr("start_pos")));
@@ -50,8 +51,8 @@ void check_apply(const ParityCase& c, const ops::RopeTable& table, ops::RopeLayo
 TEST(ParityRope, EveryRopeTypeFromConfigJsonMatchesTransformers) {
   for (const char* name :
        {"rope_hf_default", "rope_hf_linear", "rope_hf_dynamic_past", "rope_hf_dynamic_within", "rope_hf_yarn",
-        "rope_hf_yarn_mscale", "rope_hf_yarn_attention_factor", "rope_hf_longrope_long", "rope_hf_longrope_short",
-        "rope_hf_llama3", "rope_hf_neox_partial"}) {
+        "rope_hf_yarn_mscale", "rope_hf_yarn_attention_factor", "rope_hf_longrope_long",
+        "rope_hf_longrope_short", "rope_hf_llama3", "rope_hf_neox_partial"}) {
     SCOPED_TRACE(name);
     const ParityCase c = load_parity_case(name);
     const ops::RopeTable table = ops::RopeTable::build(spec_of(c), static_cast<int64_t>(c.attr("max_seq")));

@@ -133,10 +133,13 @@ TEST(GraphOps, RopePartialRotaryWithAnAttentionFactor) {
           kF32Tol, "partial rope " + what);
       // The start as a value of the program (graph mode's decoding step).
       const test::GraphEager r = test::run_eager_and_graph(
-          [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, v[1])}; },
+          [&](const std::vector<Tensor>& v) {
+            return std::vector<Tensor>{ops::rope(v[0], table, layout, v[1])};
+          },
           {x, Tensor::scalar<int64_t>(start)}, false);
       EXPECT_LE(test::max_relative_error(r.graph[0], r.eager[0]), kF32Tol) << "program start " << what;
-      EXPECT_TRUE(test::tensors_close(r.eager[0], ops::rope(x, table, layout, start), 0, "host start " + what));
+      EXPECT_TRUE(
+          test::tensors_close(r.eager[0], ops::rope(x, table, layout, start), 0, "host start " + what));
     }
   }
 }

@@ -28,7 +28,9 @@ ops::RopeSpec spec(const json& config, const hf::RopeModelFields& m = model()) {
   return hf::rope_spec(hf::ConfigFields(config, m.architecture).rope(10000.0), m);
 }
 
-json v5(json parameters) { return {{"rope_parameters", std::move(parameters)}}; }
+json v5(json parameters) {
+  return {{"rope_parameters", std::move(parameters)}};
+}
 
 TEST(HfRope, DefaultInBothLayouts) {
   for (const json& config : {v5({{"rope_type", "default"}, {"rope_theta", 5e5}}),
@@ -50,19 +52,20 @@ TEST(HfRope, TypeOrRopeType) {
 }
 
 TEST(HfRope, EveryType) {
-  const auto dynamic = std::get<ops::RopeDynamic>(spec(v5({{"rope_type", "dynamic"}, {"factor", 3.0}})).scaling);
+  const auto dynamic =
+      std::get<ops::RopeDynamic>(spec(v5({{"rope_type", "dynamic"}, {"factor", 3.0}})).scaling);
   EXPECT_EQ(dynamic.factor, 3.0);
   EXPECT_EQ(dynamic.max_position_embeddings, 4096);
 
   const auto yarn = std::get<ops::RopeYarn>(spec(v5({{"rope_type", "yarn"},
-                                                      {"factor", 4.0},
-                                                      {"original_max_position_embeddings", 1024},
-                                                      {"beta_fast", 0},
-                                                      {"beta_slow", 2},
-                                                      {"mscale", 0.7},
-                                                      {"mscale_all_dim", 0.5},
-                                                      {"truncate", false},
-                                                      {"attention_factor", 1.5}}))
+                                                     {"factor", 4.0},
+                                                     {"original_max_position_embeddings", 1024},
+                                                     {"beta_fast", 0},
+                                                     {"beta_slow", 2},
+                                                     {"mscale", 0.7},
+                                                     {"mscale_all_dim", 0.5},
+                                                     {"truncate", false},
+                                                     {"attention_factor", 1.5}}))
                                                 .scaling);
   EXPECT_EQ(yarn.factor, 4.0);
   EXPECT_EQ(yarn.original_max_position, 1024);
@@ -75,17 +78,19 @@ TEST(HfRope, EveryType) {
 
   // factor null: max_position_embeddings over the original; no original: max_position_embeddings.
   const auto derived = std::get<ops::RopeYarn>(
-      spec(v5({{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 1024}})).scaling);
+      spec(v5({{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 1024}}))
+          .scaling);
   EXPECT_EQ(derived.factor, 4.0);
   EXPECT_FALSE(derived.attention_factor.has_value());
-  EXPECT_EQ(std::get<ops::RopeYarn>(spec(v5({{"rope_type", "yarn"}, {"factor", 2.0}})).scaling).original_max_position,
+  EXPECT_EQ(std::get<ops::RopeYarn>(spec(v5({{"rope_type", "yarn"}, {"factor", 2.0}})).scaling)
+                .original_max_position,
             4096);
 
   const auto llama3 = std::get<ops::RopeScaling>(spec(v5({{"rope_type", "llama3"},
-                                                           {"factor", 8.0},
-                                                           {"low_freq_factor", 1.0},
-                                                           {"high_freq_factor", 4.0},
-                                                           {"original_max_position_embeddings", 8192}}))
+                                                          {"factor", 8.0},
+                                                          {"low_freq_factor", 1.0},
+                                                          {"high_freq_factor", 4.0},
+                                                          {"original_max_position_embeddings", 8192}}))
                                                      .scaling);
   EXPECT_EQ(llama3.factor, 8.0);
   EXPECT_EQ(llama3.original_max_position, 8192);
@@ -125,8 +130,8 @@ TEST(HfRope, PartialRotaryFactor) {
 }
 
 TEST(HfRope, ErrorsNameTheKeyAndValue) {
-  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "proportional"}})), "\"rope_parameters.rope_type\"", "\"proportional\"",
-                     "default, linear, dynamic, yarn, longrope and llama3");
+  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "proportional"}})), "\"rope_parameters.rope_type\"",
+                     "\"proportional\"", "default, linear, dynamic, yarn, longrope and llama3");
   EXPECT_TITAN_ERROR(spec({{"rope_scaling", {{"type", "su"}}}}), "\"rope_scaling.type\"", "\"su\"");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "linear"}})), "\"rope_parameters.factor\"", "missing");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "linear"}, {"factor", -2.0}})), "\"rope_parameters.factor\"",
@@ -135,13 +140,13 @@ TEST(HfRope, ErrorsNameTheKeyAndValue) {
                      "\"rope_scaling.factor\"", "number", "\"2\"");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "yarn"}, {"original_max_position_embeddings", 1024}})),
                      "\"rope_parameters.factor\"", "missing", "yarn");
-  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "llama3"},
-                              {"factor", 8.0},
-                              {"low_freq_factor", 4.0},
-                              {"high_freq_factor", 1.0}})),
-                     "\"rope_parameters.high_freq_factor\" (1)", "\"rope_parameters.low_freq_factor\" (4)");
-  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "longrope"}, {"short_factor", {1.0, 2.0}}, {"long_factor", {1.0, 2.0}}})),
-                     "\"rope_parameters.short_factor\"", "32 positive numbers", "[1.0,2.0]");
+  EXPECT_TITAN_ERROR(
+      spec(v5(
+          {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}})),
+      "\"rope_parameters.high_freq_factor\" (1)", "\"rope_parameters.low_freq_factor\" (4)");
+  EXPECT_TITAN_ERROR(
+      spec(v5({{"rope_type", "longrope"}, {"short_factor", {1.0, 2.0}}, {"long_factor", {1.0, 2.0}}})),
+      "\"rope_parameters.short_factor\"", "32 positive numbers", "[1.0,2.0]");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "default"}, {"mrope_section", {8, 12, 12}}})),
                      "\"rope_parameters.mrope_section\"", "[8,12,12]", "not read", "\"default\"");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}})),
@@ -150,8 +155,8 @@ TEST(HfRope, ErrorsNameTheKeyAndValue) {
                      "(0, 1]", "1.5");
   hf::RopeModelFields odd = model(64);
   odd.partial_rotary_factor = 0.3;  // 19 dims
-  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "default"}}), odd), "\"partial_rotary_factor\" 0.3", "head_dim 64",
-                     "rotates 19 dims");
+  EXPECT_TITAN_ERROR(spec(v5({{"rope_type", "default"}}), odd), "\"partial_rotary_factor\" 0.3",
+                     "head_dim 64", "rotates 19 dims");
   EXPECT_TITAN_ERROR(spec(v5({{"rope_theta", 0.0}})), "\"rope_theta\"", "positive", "0");
   EXPECT_TITAN_ERROR(spec(v5({}), model(0)), "head_dim 0");
 }

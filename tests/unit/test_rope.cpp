@@ -151,7 +151,8 @@ TEST(Rope, BadInputsNameTheOpAndShapes) {
 // ---- partial rotary and attention factors -----------------------------------------------------
 
 RopeSpec partial_spec(int64_t head_dim, int64_t rotary_dim, ops::RopeScalingRule scaling) {
-  return RopeSpec{.head_dim = head_dim, .rotary_dim = rotary_dim, .theta = 10000.0, .scaling = std::move(scaling)};
+  return RopeSpec{
+      .head_dim = head_dim, .rotary_dim = rotary_dim, .theta = 10000.0, .scaling = std::move(scaling)};
 }
 
 // YaRN scales cos and sin by its attention factor (here 0.1 ln 8 + 1 = 1.21): the map is no rotation.
@@ -173,7 +174,8 @@ std::vector<double> reference_rope(const Tensor& x, const RopeTable& t, RopeLayo
         const size_t k = static_cast<size_t>(pos * half + i);
         const double ci = c[k], si = transpose ? -double(s[k]) : double(s[k]);
         const size_t i0 = static_cast<size_t>(base + (layout == RopeLayout::interleaved ? 2 * i : i));
-        const size_t i1 = static_cast<size_t>(base + (layout == RopeLayout::interleaved ? 2 * i + 1 : i + half));
+        const size_t i1 =
+            static_cast<size_t>(base + (layout == RopeLayout::interleaved ? 2 * i + 1 : i + half));
         out[i0] = in[i0] * ci - in[i1] * si;
         out[i1] = in[i1] * ci + in[i0] * si;
       }
@@ -182,7 +184,8 @@ std::vector<double> reference_rope(const Tensor& x, const RopeTable& t, RopeLayo
   return out;
 }
 
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double err = 0;
   for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
@@ -196,16 +199,20 @@ TEST(Rope, PartialRotaryMatchesAnF64ReferenceForwardAndBackward) {
     EXPECT_EQ(table.rotary_dim, 6);
     for (RopeLayout layout : kLayouts) {
       for (int64_t start : {0, 21}) {
-        const std::string at = std::string(what) + (layout == RopeLayout::interleaved ? " interleaved" : " half") +
-                               " from " + std::to_string(start);
+        const std::string at = std::string(what) +
+                               (layout == RopeLayout::interleaved ? " interleaved" : " half") + " from " +
+                               std::to_string(start);
         Tensor x = rand_f64({2, 5, 3, 14}, 60);
         Tensor y = ops::rope(x, table, layout, start);
-        expect_near(y.to_vector<double>(), reference_rope(x, table, layout, start, false), 1e-14, at + " forward");
+        expect_near(y.to_vector<double>(), reference_rope(x, table, layout, start, false), 1e-14,
+                    at + " forward");
         // The passed-through dims are the input's, exactly.
-        EXPECT_TRUE(tensors_close(y.narrow(3, 6, 8).detach(), x.narrow(3, 6, 8).detach(), 0.0, at + " passed"));
+        EXPECT_TRUE(
+            tensors_close(y.narrow(3, 6, 8).detach(), x.narrow(3, 6, 8).detach(), 0.0, at + " passed"));
         Tensor w = rand_f64({2, 5, 3, 14}, 61, false);
         Tensor gx = autograd::grad({y}, {w}, {x})[0];
-        expect_near(gx.to_vector<double>(), reference_rope(w, table, layout, start, true), 1e-14, at + " backward");
+        expect_near(gx.to_vector<double>(), reference_rope(w, table, layout, start, true), 1e-14,
+                    at + " backward");
       }
     }
   }
@@ -216,7 +223,8 @@ TEST(Rope, PartialRotaryGradcheckWithAnAttentionFactor) {
   for (RopeLayout layout : kLayouts) {
     Tensor x = rand_f64({2, 7, 3, 10}, 62);
     auto res = autograd::gradcheck(
-        [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, 9)}; }, {x});
+        [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, 9)}; },
+        {x});
     EXPECT_TRUE(res.ok) << res.message;
   }
 }
@@ -232,8 +240,8 @@ TEST(Rope, BackwardIsTheTransposeWhenTheAttentionFactorIsNotOne) {
     Tensor y = ops::rope(x, table, layout, 50);
     Tensor gx = autograd::grad({y}, {w}, {x})[0];
     double lhs = 0, rhs = 0;
-    const std::vector<double> yv = y.to_vector<double>(), wv = w.to_vector<double>(), xv = x.to_vector<double>(),
-                              gv = gx.to_vector<double>();
+    const std::vector<double> yv = y.to_vector<double>(), wv = w.to_vector<double>(),
+                              xv = x.to_vector<double>(), gv = gx.to_vector<double>();
     for (size_t i = 0; i < yv.size(); ++i) {
       lhs += yv[i] * wv[i];
       rhs += xv[i] * gv[i];
@@ -269,12 +277,13 @@ TEST(RopeFrequencies, DynamicScalesThetaOnlyPastMaxPositionEmbeddings) {
     expect_near(ops::rope_frequencies(spec, max_seq).inv_freq, default_frequencies(10000.0, 16), 1e-15,
                 "within, " + std::to_string(max_seq));
   // At 300 positions: theta (2 * 300 / 100 - 1)^(16 / 14).
-  expect_near(ops::rope_frequencies(spec, 300).inv_freq, default_frequencies(10000.0 * std::pow(5.0, 16.0 / 14), 16),
-              1e-15, "past");
+  expect_near(ops::rope_frequencies(spec, 300).inv_freq,
+              default_frequencies(10000.0 * std::pow(5.0, 16.0 / 14), 16), 1e-15, "past");
 }
 
 TEST(RopeFrequencies, LongropeTakesTheLongFactorsPastTheOriginalLength) {
-  const ops::RopeLongrope s{.short_factor = {1, 2}, .long_factor = {4, 8}, .original_max_position = 64, .factor = 4};
+  const ops::RopeLongrope s{
+      .short_factor = {1, 2}, .long_factor = {4, 8}, .original_max_position = 64, .factor = 4};
   const RopeSpec spec = partial_spec(8, 4, s);
   const std::vector<double> base = default_frequencies(10000.0, 4);
   expect_near(ops::rope_frequencies(spec, 64).inv_freq, {base[0] / 1, base[1] / 2}, 1e-15, "short at 64");
@@ -303,17 +312,20 @@ TEST(RopeFrequencies, NamesAndBadSpecs) {
   EXPECT_EQ(ops::rope_type_name(ops::RopeScaling{}), "llama3");
   EXPECT_TITAN_ERROR(ops::rope_frequencies(partial_spec(8, 5, {}), 4), "rotary_dim 5", "even");
   EXPECT_TITAN_ERROR(ops::rope_frequencies(partial_spec(8, 10, {}), 4), "rotary_dim 10", "head_dim 8");
-  EXPECT_TITAN_ERROR(
-      ops::rope_frequencies(partial_spec(8, 8, ops::RopeLongrope{.short_factor = {1, 1}, .long_factor = {1, 1},
-                                                                 .original_max_position = 4}),
-                            4),
-      "\"longrope\"", "rotated pair (4)", "2 and 2");
-  EXPECT_TITAN_ERROR(ops::rope_frequencies(partial_spec(2, 2, ops::RopeDynamic{.factor = 2, .max_position_embeddings = 4}), 4),
-                     "\"dynamic\"", "rotated dims 2");
-  EXPECT_TITAN_ERROR(ops::rope_frequencies(partial_spec(8, 8, ops::RopeYarn{.factor = 2, .original_max_position = 4,
-                                                                             .attention_factor = -1}),
+  EXPECT_TITAN_ERROR(ops::rope_frequencies(partial_spec(8, 8,
+                                                        ops::RopeLongrope{.short_factor = {1, 1},
+                                                                          .long_factor = {1, 1},
+                                                                          .original_max_position = 4}),
                                            4),
-                     "\"yarn\"", "attention factor", "-1");
+                     "\"longrope\"", "rotated pair (4)", "2 and 2");
+  EXPECT_TITAN_ERROR(ops::rope_frequencies(
+                         partial_spec(2, 2, ops::RopeDynamic{.factor = 2, .max_position_embeddings = 4}), 4),
+                     "\"dynamic\"", "rotated dims 2");
+  EXPECT_TITAN_ERROR(
+      ops::rope_frequencies(
+          partial_spec(8, 8, ops::RopeYarn{.factor = 2, .original_max_position = 4, .attention_factor = -1}),
+          4),
+      "\"yarn\"", "attention factor", "-1");
   const RopeTable partial = RopeTable::build(partial_spec(8, 4, {}), 4);
   EXPECT_TITAN_ERROR(ops::rope(Tensor::zeros({1, 2, 3, 4}), partial, RopeLayout::rotate_half), "rope",
                      "f32[1, 2, 3, 4]", "head_dim 8");

@@ -55,7 +55,8 @@ Value rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout lay
 }
 
 // x [batch, seq, heads, head_dim] with its first rotary_dim dims rotated and the rest as they are.
-Value partly_rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout layout, int64_t rotary_dim) {
+Value partly_rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout layout,
+                     int64_t rotary_dim) {
   const int64_t head_dim = x.shape[3];
   if (rotary_dim == head_dim) return rotated(x, cos, sin, layout);
   return hlo::concatenate({rotated(hlo::narrow(x, 3, 0, rotary_dim), cos, sin, layout),
@@ -87,9 +88,8 @@ Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, 
   Tensor cd = graph::tensor_of(c), sd = graph::tensor_of(s);
   autograd::record("rope", {x}, {out}, [cd, sd, layout, rotary_dim](const autograd::GradContext& g) {
     const Value minus_sin = hlo::neg(graph::value_of(sd, "rope"));
-    return std::vector<Tensor>{graph::tensor_of(partly_rotated(graph::value_of(g[0], "rope backward"),
-                                                               graph::value_of(cd, "rope"), minus_sin, layout,
-                                                               rotary_dim))};
+    return std::vector<Tensor>{graph::tensor_of(partly_rotated(
+        graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout, rotary_dim))};
   });
   return out;
 }
@@ -118,7 +118,8 @@ RopeTable RopeTable::build(const RopeSpec& spec, int64_t max_seq) {
   return t;
 }
 
-RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta, std::optional<RopeScaling> scaling) {
+RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
+                           std::optional<RopeScaling> scaling) {
   RopeSpec spec{.head_dim = head_dim, .rotary_dim = head_dim, .theta = theta};
   if (scaling) spec.scaling = *scaling;
   return build(spec, max_seq);
@@ -133,9 +134,9 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
   TITAN_CHECK(table.cos.defined() && table.sin.defined(),
               "rope: the RopeTable is empty; make it with RopeTable::build");
   TITAN_CHECK(table.rotary_dim > 0 && table.rotary_dim % 2 == 0 && table.rotary_dim <= table.head_dim &&
-                  table.cos.dtype() == kF32 && table.cos.dim() == 2 && table.cos.size(1) == table.rotary_dim / 2 &&
-                  table.sin.sizes() == table.cos.sizes() && table.sin.dtype() == kF32 &&
-                  table.cos.is_contiguous() && table.sin.is_contiguous(),
+                  table.cos.dtype() == kF32 && table.cos.dim() == 2 &&
+                  table.cos.size(1) == table.rotary_dim / 2 && table.sin.sizes() == table.cos.sizes() &&
+                  table.sin.dtype() == kF32 && table.cos.is_contiguous() && table.sin.is_contiguous(),
               "rope: malformed table: head_dim ", table.head_dim, ", rotary_dim ", table.rotary_dim, ", cos ",
               table.cos.desc(), ", sin ", table.sin.desc(),
               "; expected an even rotary_dim within head_dim and contiguous f32 [max_seq, rotary_dim / 2]");

@@ -67,7 +67,9 @@ RopeFrequencies dynamic(const RopeSpec& spec, const RopeDynamic& s, int64_t max_
 }
 
 // YaRN's attention scale: 0.1 m ln(s) + 1, and 1 for s <= 1.
-double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+double yarn_mscale(double scale, double m) {
+  return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
 
 RopeFrequencies yarn(const RopeSpec& spec, const RopeYarn& s) {
   TITAN_CHECK(s.factor > 0 && s.original_max_position > 0 && s.beta_fast > 0 && s.beta_slow > 0,
@@ -107,9 +109,10 @@ RopeFrequencies yarn(const RopeSpec& spec, const RopeYarn& s) {
 
 RopeFrequencies longrope(const RopeSpec& spec, const RopeLongrope& s, int64_t max_seq) {
   const size_t pairs = static_cast<size_t>(spec.rotated() / 2);
-  TITAN_CHECK(s.short_factor.size() == pairs && s.long_factor.size() == pairs,
-              "RoPE \"longrope\" scaling needs short_factor and long_factor with one factor per rotated pair (",
-              pairs, "), got ", s.short_factor.size(), " and ", s.long_factor.size());
+  TITAN_CHECK(
+      s.short_factor.size() == pairs && s.long_factor.size() == pairs,
+      "RoPE \"longrope\" scaling needs short_factor and long_factor with one factor per rotated pair (",
+      pairs, "), got ", s.short_factor.size(), " and ", s.long_factor.size());
   TITAN_CHECK(s.original_max_position > 0 && s.factor > 0,
               "RoPE \"longrope\" scaling needs original_max_position > 0 and factor > 0, got ",
               s.original_max_position, " and ", s.factor);
@@ -117,8 +120,8 @@ RopeFrequencies longrope(const RopeSpec& spec, const RopeLongrope& s, int64_t ma
   const std::vector<double>& ext = long_context ? s.long_factor : s.short_factor;
   RopeFrequencies out{base_frequencies(spec.theta, spec.rotated())};
   for (size_t i = 0; i < pairs; ++i) {
-    TITAN_CHECK(ext[i] > 0, "RoPE \"longrope\" scaling: ", long_context ? "long_factor" : "short_factor", "[", i,
-                "] must be positive, got ", ext[i]);
+    TITAN_CHECK(ext[i] > 0, "RoPE \"longrope\" scaling: ", long_context ? "long_factor" : "short_factor", "[",
+                i, "] must be positive, got ", ext[i]);
     out.inv_freq[i] /= ext[i];
   }
   if (s.attention_factor)
@@ -132,11 +135,11 @@ RopeFrequencies longrope(const RopeSpec& spec, const RopeLongrope& s, int64_t ma
 }  // namespace
 
 std::string rope_type_name(const RopeScalingRule& rule) {
-  return std::visit(Overloaded{[](std::monostate) { return "default"; }, [](const RopeLinear&) { return "linear"; },
-                               [](const RopeDynamic&) { return "dynamic"; }, [](const RopeYarn&) { return "yarn"; },
-                               [](const RopeLongrope&) { return "longrope"; },
-                               [](const RopeScaling&) { return "llama3"; }},
-                    rule);
+  return std::visit(
+      Overloaded{[](std::monostate) { return "default"; }, [](const RopeLinear&) { return "linear"; },
+                 [](const RopeDynamic&) { return "dynamic"; }, [](const RopeYarn&) { return "yarn"; },
+                 [](const RopeLongrope&) { return "longrope"; }, [](const RopeScaling&) { return "llama3"; }},
+      rule);
 }
 
 RopeFrequencies rope_frequencies(const RopeSpec& spec, int64_t max_seq) {

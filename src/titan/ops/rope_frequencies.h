@@ -65,7 +65,8 @@ struct RopeLongrope {
 };
 
 // std::monostate: no scaling ("default").
-using RopeScalingRule = std::variant<std::monostate, RopeLinear, RopeDynamic, RopeYarn, RopeLongrope, RopeScaling>;
+using RopeScalingRule =
+    std::variant<std::monostate, RopeLinear, RopeDynamic, RopeYarn, RopeLongrope, RopeScaling>;
 
 // Hugging Face's name of the rule: "default", "linear", "dynamic", "yarn", "longrope", "llama3".
 std::string rope_type_name(const RopeScalingRule& rule);

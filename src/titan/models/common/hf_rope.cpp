@@ -1,6 +1,6 @@
 #include "titan/models/common/hf_rope.h"
 
-#include <algorithm>
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -15,9 +15,12 @@ namespace {
 // The keys each rope_type reads besides partial_rotary_factor (transformers' _validate_*_rope_parameters).
 const std::set<std::string>& keys_of(const std::string& type) {
   static const std::set<std::string> none, factor{"factor"},
-      yarn{"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-           "mscale", "mscale_all_dim", "truncate"},
-      longrope{"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
+      yarn{"factor",           "original_max_position_embeddings",
+           "attention_factor", "beta_fast",
+           "beta_slow",        "mscale",
+           "mscale_all_dim",   "truncate"},
+      longrope{"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+               "factor"},
       llama3{"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
   if (type == "linear" || type == "dynamic") return factor;
   if (type == "yarn") return yarn;
@@ -49,8 +52,8 @@ class Reader {
       return *model_.original_max_position_embeddings;
     }
     const int64_t v = f_.integer("original_max_position_embeddings", model_.max_position_embeddings);
-    config::require(v > 0, "config.json: \"", key("original_max_position_embeddings"), "\" must be positive, got ",
-                    v);
+    config::require(v > 0, "config.json: \"", key("original_max_position_embeddings"),
+                    "\" must be positive, got ", v);
     return v;
   }
 
@@ -77,7 +80,8 @@ class Reader {
 int64_t rotary_dim(const RopeModelFields& model, const Reader& r) {
   const bool own = r.fields().find("partial_rotary_factor") != nullptr;
   const std::string name = own ? r.key("partial_rotary_factor") : "partial_rotary_factor";
-  const double f = own ? r.fields().number("partial_rotary_factor") : model.partial_rotary_factor.value_or(1.0);
+  const double f =
+      own ? r.fields().number("partial_rotary_factor") : model.partial_rotary_factor.value_or(1.0);
   config::require(f > 0 && f <= 1, "config.json: \"", name, "\" must be in (0, 1], got ", f);
   // Python's int(): truncated, as transformers computes the width.
   const auto dim = static_cast<int64_t>(static_cast<double>(model.head_dim) * f);
@@ -105,14 +109,13 @@ ops::RopeSpec rope_spec(const Rope& rope, const RopeModelFields& model) {
                     "; titan refuses keys it would ignore");
 
   const Reader r(rope, model);
-  ops::RopeSpec spec{
-      .head_dim = model.head_dim, .rotary_dim = rotary_dim(model, r), .theta = rope.theta};
+  ops::RopeSpec spec{.head_dim = model.head_dim, .rotary_dim = rotary_dim(model, r), .theta = rope.theta};
   const double mpe = static_cast<double>(model.max_position_embeddings);
   if (rope.type == "linear") {
     spec.scaling = ops::RopeLinear{.factor = r.positive("factor")};
   } else if (rope.type == "dynamic") {
-    spec.scaling =
-        ops::RopeDynamic{.factor = r.positive("factor"), .max_position_embeddings = model.max_position_embeddings};
+    spec.scaling = ops::RopeDynamic{.factor = r.positive("factor"),
+                                    .max_position_embeddings = model.max_position_embeddings};
   } else if (rope.type == "yarn") {
     ops::RopeYarn s;
     s.original_max_position = r.original_max_position();
@@ -126,8 +129,8 @@ ops::RopeSpec rope_spec(const Rope& rope, const RopeModelFields& model) {
     s.beta_slow = r.fields().number("beta_slow", 1.0);
     if (s.beta_fast == 0) s.beta_fast = 32.0;
     if (s.beta_slow == 0) s.beta_slow = 1.0;
-    config::require(s.beta_fast > 0 && s.beta_slow > 0, "config.json: \"", r.key("beta_fast"), "\" (", s.beta_fast,
-                    ") and \"", r.key("beta_slow"), "\" (", s.beta_slow, ") must be positive");
+    config::require(s.beta_fast > 0 && s.beta_slow > 0, "config.json: \"", r.key("beta_fast"), "\" (",
+                    s.beta_fast, ") and \"", r.key("beta_slow"), "\" (", s.beta_slow, ") must be positive");
     s.truncate = r.fields().boolean("truncate", true);
     if (r.fields().find("attention_factor")) s.attention_factor = r.positive("attention_factor");
     s.mscale = r.fields().number("mscale", 0.0);
@@ -146,8 +149,8 @@ ops::RopeSpec rope_spec(const Rope& rope, const RopeModelFields& model) {
                        .low_freq_factor = r.positive("low_freq_factor"),
                        .high_freq_factor = r.positive("high_freq_factor"),
                        .original_max_position = r.original_max_position()};
-    config::require(s.high_freq_factor > s.low_freq_factor, "config.json: \"", r.key("high_freq_factor"), "\" (",
-                    s.high_freq_factor, ") must be greater than \"", r.key("low_freq_factor"), "\" (",
+    config::require(s.high_freq_factor > s.low_freq_factor, "config.json: \"", r.key("high_freq_factor"),
+                    "\" (", s.high_freq_factor, ") must be greater than \"", r.key("low_freq_factor"), "\" (",
                     s.low_freq_factor, ")");
     spec.scaling = s;
   }
