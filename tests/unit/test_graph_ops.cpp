@@ -114,6 +114,36 @@ TEST(GraphOps, RopeBothLayoutsAndAnOffset) {
   }
 }
 
+// The first 6 of 10 dims rotate, with YaRN's attention factor in the table (cos^2 + sin^2 != 1):
+// the backward is the forward's transpose, the last 4 dims and their gradient pass through.
+TEST(GraphOps, RopePartialRotaryWithAnAttentionFactor) {
+  const ops::RopeSpec spec{.head_dim = 10,
+                           .rotary_dim = 6,
+                           .theta = 10000.0,
+                           .scaling = ops::RopeYarn{.factor = 4.0, .original_max_position = 16}};
+  const ops::RopeTable table = ops::RopeTable::build(spec, 40);
+  const Tensor x = test::rand_f32({2, 7, 3, 10}, 18);
+  for (ops::RopeLayout layout : {ops::RopeLayout::rotate_half, ops::RopeLayout::interleaved}) {
+    for (int64_t start : {0, 30}) {
+      const std::string what =
+          std::string(layout == ops::RopeLayout::interleaved ? "interleaved" : "rotate_half") + " from " +
+          std::to_string(start);
+      expect_matches(
+          [&](const auto& v) { return std::vector<Tensor>{ops::rope(v[0], table, layout, start)}; }, {x},
+          kF32Tol, "partial rope " + what);
+      // The start as a value of the program (graph mode's decoding step).
+      const test::GraphEager r = test::run_eager_and_graph(
+          [&](const std::vector<Tensor>& v) {
+            return std::vector<Tensor>{ops::rope(v[0], table, layout, v[1])};
+          },
+          {x, Tensor::scalar<int64_t>(start)}, false);
+      EXPECT_LE(test::max_relative_error(r.graph[0], r.eager[0]), kF32Tol) << "program start " << what;
+      EXPECT_TRUE(
+          test::tensors_close(r.eager[0], ops::rope(x, table, layout, start), 0, "host start " + what));
+    }
+  }
+}
+
 TEST(GraphOps, EmbeddingWithRepeatedIds) {
   const Tensor w = test::rand_f32({11, 6}, 9);
   for (DType dt : {kI64, kI32}) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <vector>
 
 #include "titan/autograd/node.h"
@@ -17,35 +16,23 @@ namespace titan::ops {
 
 namespace {
 
-// Llama 3.1 ("rope_type": "llama3"): frequencies whose wavelength fits many times in the original
-// context keep their value, those longer than it are slowed by `factor`, and the band between
-// blends the two linearly in original_max_position / wavelength.
-double llama3_scaled(double freq, const RopeScaling& s) {
-  const double orig = static_cast<double>(s.original_max_position);
-  const double wavelen = 2 * std::numbers::pi / freq;
-  if (wavelen < orig / s.high_freq_factor) return freq;
-  if (wavelen > orig / s.low_freq_factor) return freq / s.factor;
-  const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-  return (1 - smooth) * freq / s.factor + smooth * freq;
-}
-
 void rotate(const Tensor& x, const Tensor& out, const RopeTable& table, RopeLayout layout, int64_t start_pos,
-            bool inverse) {
-  kernels::cpu::RopeGeometry geo{x.size(0), x.size(1), x.size(2), x.size(3), start_pos};
+            bool transpose) {
+  kernels::cpu::RopeGeometry geo{x.size(0), x.size(1), x.size(2), x.size(3), table.rotary_dim, start_pos};
   const bool interleaved = layout == RopeLayout::interleaved;
   const float* c = table.cos.data<float>();
   const float* s = table.sin.data<float>();
   if (x.dtype() == kF32)
-    kernels::cpu::rope<float>(x.data<float>(), out.data<float>(), c, s, geo, interleaved, inverse);
+    kernels::cpu::rope<float>(x.data<float>(), out.data<float>(), c, s, geo, interleaved, transpose);
   else
-    kernels::cpu::rope<double>(x.data<double>(), out.data<double>(), c, s, geo, interleaved, inverse);
+    kernels::cpu::rope<double>(x.data<double>(), out.data<double>(), c, s, geo, interleaved, transpose);
 }
 
 namespace hlo = graph::hlo;
 using graph::Value;
 
-// The kernel's rotation of x [batch, seq, heads, head_dim] by cos/sin [seq, half] (sin negated for
-// the inverse): pair (a, b) -> (a c - b s, b c + a s).
+// The kernel's rotation of x [batch, seq, heads, rotary_dim] by cos/sin [seq, rotary_dim / 2] (sin
+// negated for the transpose): pair (a, b) -> (a c - b s, b c + a s).
 Value rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout layout) {
   const int64_t b = x.shape[0], seq = x.shape[1], heads = x.shape[2], half = x.shape[3] / 2;
   const Shape halves{b, seq, heads, half};
@@ -67,6 +54,16 @@ Value rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout lay
   return hlo::reshape(hlo::concatenate({hlo::reshape(y0, one), hlo::reshape(y1, one)}, 4), x.shape);
 }
 
+// x [batch, seq, heads, head_dim] with its first rotary_dim dims rotated and the rest as they are.
+Value partly_rotated(const Value& x, const Value& cos, const Value& sin, RopeLayout layout,
+                     int64_t rotary_dim) {
+  const int64_t head_dim = x.shape[3];
+  if (rotary_dim == head_dim) return rotated(x, cos, sin, layout);
+  return hlo::concatenate({rotated(hlo::narrow(x, 3, 0, rotary_dim), cos, sin, layout),
+                           hlo::narrow(x, 3, rotary_dim, head_dim - rotary_dim)},
+                          3);
+}
+
 // The table enters the program once, whole (one input however many layers use it); the rows of
 // this call's positions are sliced in the program, at a fixed start or at `start`'s value (a
 // scalar i64 of the program: decoding's position). f64 inputs widen the f32 table, as the kernel.
@@ -86,56 +83,46 @@ Tensor rope_lowered(const Tensor& x, const RopeTable& table, RopeLayout layout, 
   const Value xv = graph::value_of(x, "rope");
   const Value c = table_rows(table.cos, "rope_cos", start_pos, start, seq, xv.dtype);
   const Value s = table_rows(table.sin, "rope_sin", start_pos, start, seq, xv.dtype);
-  Tensor out = graph::tensor_of(rotated(xv, c, s, layout));
+  const int64_t rotary_dim = table.rotary_dim;
+  Tensor out = graph::tensor_of(partly_rotated(xv, c, s, layout, rotary_dim));
   Tensor cd = graph::tensor_of(c), sd = graph::tensor_of(s);
-  autograd::record("rope", {x}, {out}, [cd, sd, layout](const autograd::GradContext& g) {
+  autograd::record("rope", {x}, {out}, [cd, sd, layout, rotary_dim](const autograd::GradContext& g) {
     const Value minus_sin = hlo::neg(graph::value_of(sd, "rope"));
-    return std::vector<Tensor>{graph::tensor_of(
-        rotated(graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout))};
+    return std::vector<Tensor>{graph::tensor_of(partly_rotated(
+        graph::value_of(g[0], "rope backward"), graph::value_of(cd, "rope"), minus_sin, layout, rotary_dim))};
   });
   return out;
 }
 
 }  // namespace
 
-RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
-                           std::optional<RopeScaling> scaling) {
-  TITAN_CHECK(head_dim > 0 && head_dim % 2 == 0,
-              "RopeTable::build: head_dim must be positive and even (dims rotate in pairs), got ", head_dim);
-  TITAN_CHECK(max_seq > 0, "RopeTable::build: max_seq must be positive, got ", max_seq);
-  TITAN_CHECK(theta > 0, "RopeTable::build: theta must be positive, got ", theta);
-  if (scaling) {
-    TITAN_CHECK(scaling->factor > 0 && scaling->original_max_position > 0 && scaling->low_freq_factor > 0 &&
-                    scaling->high_freq_factor > scaling->low_freq_factor,
-                "RopeTable::build: llama3 scaling needs factor > 0, original_max_position > 0 and "
-                "0 < low_freq_factor < high_freq_factor; got factor ",
-                scaling->factor, ", original_max_position ", scaling->original_max_position,
-                ", low_freq_factor ", scaling->low_freq_factor, ", high_freq_factor ",
-                scaling->high_freq_factor);
-  }
+RopeTable RopeTable::build(const RopeSpec& spec, int64_t max_seq) {
+  const RopeFrequencies f = rope_frequencies(spec, max_seq);
   // Computed here, whole on every rank, from nothing a rank's shard decides: real even while a
   // model is built under a MetaScope.
   const MetaScope real(false);
-  const int64_t half = head_dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    double f = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
-    inv_freq[static_cast<size_t>(i)] = scaling ? llama3_scaled(f, *scaling) : f;
-  }
-  RopeTable t{Tensor::empty({max_seq, half}), Tensor::empty({max_seq, half}), head_dim};
+  const int64_t half = spec.rotated() / 2;
+  RopeTable t{Tensor::empty({max_seq, half}), Tensor::empty({max_seq, half}), spec.head_dim, spec.rotated()};
   float* c = t.cos.data<float>();
   float* s = t.sin.data<float>();
   parallel_for(0, max_seq, std::max<int64_t>(1, 4096 / half), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       for (int64_t i = 0; i < half; ++i) {
         // The angle in f64: in f32 it would be off by ~pos * 6e-8 radians at long positions.
-        const double angle = static_cast<double>(p) * inv_freq[static_cast<size_t>(i)];
-        c[p * half + i] = static_cast<float>(std::cos(angle));
-        s[p * half + i] = static_cast<float>(std::sin(angle));
+        const double angle = static_cast<double>(p) * f.inv_freq[static_cast<size_t>(i)];
+        c[p * half + i] = static_cast<float>(f.attention_factor * std::cos(angle));
+        s[p * half + i] = static_cast<float>(f.attention_factor * std::sin(angle));
       }
     }
   });
   return t;
+}
+
+RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
+                           std::optional<RopeScaling> scaling) {
+  RopeSpec spec{.head_dim = head_dim, .rotary_dim = head_dim, .theta = theta};
+  if (scaling) spec.scaling = *scaling;
+  return build(spec, max_seq);
 }
 
 Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
@@ -146,13 +133,13 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
     check_float("rope", "x", x);
   TITAN_CHECK(table.cos.defined() && table.sin.defined(),
               "rope: the RopeTable is empty; make it with RopeTable::build");
-  const int64_t half = table.head_dim / 2;
-  TITAN_CHECK(table.head_dim > 0 && table.head_dim % 2 == 0 && table.cos.dtype() == kF32 &&
-                  table.cos.dim() == 2 && table.cos.size(1) == half &&
-                  table.sin.sizes() == table.cos.sizes() && table.sin.dtype() == kF32 &&
-                  table.cos.is_contiguous() && table.sin.is_contiguous(),
-              "rope: malformed table: head_dim ", table.head_dim, ", cos ", table.cos.desc(), ", sin ",
-              table.sin.desc(), "; expected an even head_dim and contiguous f32 [max_seq, head_dim / 2]");
+  TITAN_CHECK(table.rotary_dim > 0 && table.rotary_dim % 2 == 0 && table.rotary_dim <= table.head_dim &&
+                  table.cos.dtype() == kF32 && table.cos.dim() == 2 &&
+                  table.cos.size(1) == table.rotary_dim / 2 && table.sin.sizes() == table.cos.sizes() &&
+                  table.sin.dtype() == kF32 && table.cos.is_contiguous() && table.sin.is_contiguous(),
+              "rope: malformed table: head_dim ", table.head_dim, ", rotary_dim ", table.rotary_dim, ", cos ",
+              table.cos.desc(), ", sin ", table.sin.desc(),
+              "; expected an even rotary_dim within head_dim and contiguous f32 [max_seq, rotary_dim / 2]");
   check_cpu("rope", table.cos);
   check_cpu("rope", table.sin);
   TITAN_CHECK(x.dim() == 4 && x.size(3) == table.head_dim,
@@ -165,11 +152,11 @@ Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t 
   if (x.is_lazy()) return rope_lowered(x, table, layout, start_pos, Tensor());
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.sizes(), x.options());
-  rotate(xc, out, table, layout, start_pos, false);
+  rotate(xc, out, table, layout, start_pos, /*transpose=*/false);
   autograd::record("rope", {x}, {out}, [table, layout, start_pos](const autograd::GradContext& g) {
     Tensor gy = g[0].contiguous();
     Tensor gx = Tensor::empty(gy.sizes(), gy.options());
-    rotate(gy, gx, table, layout, start_pos, true);
+    rotate(gy, gx, table, layout, start_pos, /*transpose=*/true);
     return std::vector<Tensor>{gx};
   });
   return out;

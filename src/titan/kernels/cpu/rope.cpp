@@ -8,9 +8,9 @@ namespace titan::kernels::cpu {
 
 namespace {
 
-template <typename T, bool Interleaved, bool Inverse>
+template <typename T, bool Interleaved, bool Transpose>
 void rope_impl(const T* x, T* y, const float* cos, const float* sin, const RopeGeometry& g) {
-  const int64_t half = g.head_dim / 2, token = g.heads * g.head_dim;
+  const int64_t half = g.rotary_dim / 2, token = g.heads * g.head_dim;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(token, 1));
   parallel_for(0, g.batch * g.seq, grain, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -23,12 +23,13 @@ void rope_impl(const T* x, T* y, const float* cos, const float* sin, const RopeG
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {
           const T ci = static_cast<T>(c[i]);
-          const T si = Inverse ? -static_cast<T>(s[i]) : static_cast<T>(s[i]);
+          const T si = Transpose ? -static_cast<T>(s[i]) : static_cast<T>(s[i]);
           const int64_t i0 = Interleaved ? 2 * i : i, i1 = Interleaved ? 2 * i + 1 : i + half;
           const T a = xr[i0], b = xr[i1];
           yr[i0] = a * ci - b * si;
           yr[i1] = b * ci + a * si;
         }
+        std::copy(xr + g.rotary_dim, xr + g.head_dim, yr + g.rotary_dim);
       }
     }
   });
@@ -38,14 +39,14 @@ void rope_impl(const T* x, T* y, const float* cos, const float* sin, const RopeG
 
 template <typename T>
 void rope(const T* x, T* y, const float* cos, const float* sin, const RopeGeometry& g, bool interleaved,
-          bool inverse) {
+          bool transpose) {
   if (interleaved) {
-    if (inverse)
+    if (transpose)
       rope_impl<T, true, true>(x, y, cos, sin, g);
     else
       rope_impl<T, true, false>(x, y, cos, sin, g);
   } else {
-    if (inverse)
+    if (transpose)
       rope_impl<T, false, true>(x, y, cos, sin, g);
     else
       rope_impl<T, false, false>(x, y, cos, sin, g);
