@@ -47,7 +47,8 @@ class Bpe final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return bpe_.bos_id(); }
   std::optional<int32_t> eos_id() const override { return bpe_.eos_id(); }
   std::string description() const override {
-    return "BPE tokenizer " + source_ + " (" + std::to_string(vocab_size()) + " ids)";
+    return "BPE tokenizer " + source_ + " (" + (bpe_.byte_level() ? "byte-level" : "SentencePiece-style") + ", " +
+           std::to_string(vocab_size()) + " ids)";
   }
   uint32_t fingerprint() const override { return bpe_.fingerprint(); }
 
