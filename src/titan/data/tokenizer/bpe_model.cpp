@@ -86,8 +86,9 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
       std::snprintf(fallback, sizeof(fallback), "<0x%02X>", b);
       std::optional<int32_t> id = id_of(byte_level_ ? std::string(1, static_cast<char>(b)) : fallback);
       TITAN_CHECK(id.has_value(), where, " vocab lacks the token of byte ", b,
-                  byte_level_ ? "; a byte-level vocabulary holds all 256 bytes"
-                              : " (" + std::string(fallback) + "); byte_fallback needs all 256 <0xNN> tokens");
+                  byte_level_
+                      ? "; a byte-level vocabulary holds all 256 bytes"
+                      : " (" + std::string(fallback) + "); byte_fallback needs all 256 <0xNN> tokens");
       byte_ids_[b] = *id;
     }
   }
@@ -229,8 +230,7 @@ void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
       std::push_heap(heap.begin(), heap.end(), std::greater<>{});
     }
   };
-  for (int32_t i = 0; i < n; ++i)
-    symbols[i] = {first[i], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) symbols[i] = {first[i], i - 1, i + 1 < n ? i + 1 : -1};
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<>{});

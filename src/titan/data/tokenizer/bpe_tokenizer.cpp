@@ -83,12 +83,13 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
              pretokenizer_.byte_level()),
       decoder_(section(tokenizer, "decoder", source), source) {
   const JsonPath root{source, ""};
-  TITAN_CHECK(decoder_.byte_level() == pretokenizer_.byte_level(), source, ": decoder ",
-              section(tokenizer, "decoder", source).dump().substr(0, 200),
-              pretokenizer_.byte_level()
-                  ? " does not go with the ByteLevel pre-tokenizer; byte-level BPE needs the ByteLevel decoder"
-                  : " is ByteLevel, but the pre_tokenizer is not; titan reads byte-level BPE (ByteLevel in both) "
-                    "or SentencePiece-style BPE (ByteLevel in neither)");
+  TITAN_CHECK(
+      decoder_.byte_level() == pretokenizer_.byte_level(), source, ": decoder ",
+      section(tokenizer, "decoder", source).dump().substr(0, 200),
+      pretokenizer_.byte_level()
+          ? " does not go with the ByteLevel pre-tokenizer; byte-level BPE needs the ByteLevel decoder"
+          : " is ByteLevel, but the pre_tokenizer is not; titan reads byte-level BPE (ByteLevel in both) "
+            "or SentencePiece-style BPE (ByteLevel in neither)");
 
   pieces_.resize(model_.size());
   kinds_.assign(model_.size(), Kind::absent);
@@ -102,6 +103,7 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   const JsonPath added_at = root / "added_tokens";
   if (!added.is_null()) json_fields::array(added, added_at);
   const int32_t max_id = max_token_id(tokenizer, source);
+  std::vector<AddedToken> raw, normalized;  // as matched
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     const JsonPath at = added_at[i];
@@ -120,14 +122,19 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
       pieces_.resize(t.id + 1);
       kinds_.resize(t.id + 1, Kind::absent);
     }
+    // Hugging Face matches a token marked "normalized" in the normalized text as the normalizer
+    // writes it (Llama 2's "a b" as "▁a▁b"), and decodes it so too.
+    AddedToken spelled = t;
+    std::string scratch;
+    if (t.normalized && normalizer_.active()) spelled.content = normalizer_.apply(t.content, scratch);
     // The ByteLevel decoder reads an added token as any other token: through the alphabet when
     // its every character is in it, else as its text.
-    pieces_[t.id] = byte_level() ? byte_level_decode(t.content).value_or(t.content) : t.content;
+    pieces_[t.id] =
+        byte_level() ? byte_level_decode(spelled.content).value_or(spelled.content) : spelled.content;
     kinds_[t.id] = t.special ? Kind::special : Kind::token;
+    (t.normalized && normalizer_.active() ? normalized : raw).push_back(std::move(spelled));
     added_.push_back(std::move(t));
   }
-  std::vector<AddedToken> raw, normalized;
-  for (const AddedToken& t : added_) (t.normalized && normalizer_.active() ? normalized : raw).push_back(t);
   raw_matcher_ = AddedTokenMatcher(raw);
   normalized_matcher_ = AddedTokenMatcher(normalized);
 

@@ -21,7 +21,8 @@ std::string one_character(const nlohmann::json& config, const char* key, const J
 }
 
 void replace_all(std::string& token, std::string_view pattern, std::string_view content) {
-  for (size_t at = token.find(pattern); at != std::string::npos; at = token.find(pattern, at + content.size()))
+  for (size_t at = token.find(pattern); at != std::string::npos;
+       at = token.find(pattern, at + content.size()))
     token.replace(at, pattern.size(), content);
 }
 
@@ -57,15 +58,18 @@ void Decoder::add(const nlohmann::json& config, const std::string& source, const
       config.is_object() ? json_fields::field_or<std::string>(config, "type", "", at) : "";
   Step step{};
   if (type == "Sequence") {
-    const nlohmann::json& list = json_fields::array(json_fields::member(config, "decoders", at), at / "decoders");
+    const nlohmann::json& list =
+        json_fields::array(json_fields::member(config, "decoders", at), at / "decoders");
     for (size_t i = 0; i < list.size(); ++i) add(list[i], source, (at / "decoders")[i].path);
     return;
   } else if (type == "Replace") {
     const nlohmann::json& p = json_fields::member(config, "pattern", at);
-    TITAN_CHECK(p.is_object() && p.contains("String") && p["String"].is_string() && p["String"] != "",
-                (at / "pattern").str(), ": Replace pattern ", p.dump().substr(0, 200),
-                " is not supported; titan reads a non-empty {\"String\": ...} (a Regex pattern it cannot honour)");
-    step = {Step::Kind::replace, p["String"].get<std::string>(), json_fields::field<std::string>(config, "content", at)};
+    TITAN_CHECK(
+        p.is_object() && p.contains("String") && p["String"].is_string() && p["String"] != "",
+        (at / "pattern").str(), ": Replace pattern ", p.dump().substr(0, 200),
+        " is not supported; titan reads a non-empty {\"String\": ...} (a Regex pattern it cannot honour)");
+    step = {Step::Kind::replace, p["String"].get<std::string>(),
+            json_fields::field<std::string>(config, "content", at)};
   } else if (type == "ByteFallback") {
     step.kind = Step::Kind::byte_fallback;
   } else if (type == "Fuse") {
@@ -73,22 +77,25 @@ void Decoder::add(const nlohmann::json& config, const std::string& source, const
   } else if (type == "Strip") {
     step.kind = Step::Kind::strip;
     step.pattern = one_character(config, "content", at);
-    step.start = static_cast<size_t>(json_fields::as_integer(json_fields::member(config, "start", at), at / "start", 0));
-    step.stop = static_cast<size_t>(json_fields::as_integer(json_fields::member(config, "stop", at), at / "stop", 0));
+    step.start = static_cast<size_t>(
+        json_fields::as_integer(json_fields::member(config, "start", at), at / "start", 0));
+    step.stop =
+        static_cast<size_t>(json_fields::as_integer(json_fields::member(config, "stop", at), at / "stop", 0));
   } else if (type == "Metaspace") {
     step.kind = Step::Kind::metaspace;
     step.pattern = one_character(config, "replacement", at);
     // Files from before prepend_scheme said add_prefix_space, which meant "always".
     const std::string scheme = json_fields::field_or<std::string>(
-        config, "prepend_scheme", json_fields::field_or(config, "add_prefix_space", true, at) ? "always" : "never",
-        at);
-    TITAN_CHECK(scheme == "always" || scheme == "first" || scheme == "never", (at / "prepend_scheme").str(), ": \"",
-                scheme, "\" is not a prepend scheme; Hugging Face knows always, first and never");
+        config, "prepend_scheme",
+        json_fields::field_or(config, "add_prefix_space", true, at) ? "always" : "never", at);
+    TITAN_CHECK(scheme == "always" || scheme == "first" || scheme == "never", (at / "prepend_scheme").str(),
+                ": \"", scheme, "\" is not a prepend scheme; Hugging Face knows always, first and never");
     step.drop_first = scheme != "never";
   } else {
-    TITAN_CHECK(false, at.str(), ": decoder ", config.dump().substr(0, 300),
-                " is not supported; titan reads ByteLevel (byte-level BPE), or Replace with a String pattern, "
-                "ByteFallback, Fuse, Strip, Metaspace and Sequences of them (SentencePiece-style BPE)");
+    TITAN_CHECK(
+        false, at.str(), ": decoder ", config.dump().substr(0, 300),
+        " is not supported; titan reads ByteLevel (byte-level BPE), or Replace with a String pattern, "
+        "ByteFallback, Fuse, Strip, Metaspace and Sequences of them (SentencePiece-style BPE)");
   }
   steps_.push_back(std::move(step));
 }
@@ -136,8 +143,8 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
           size_t begin = 0, end = t.size();
           for (size_t i = 0; i < step.start && std::string_view(t).substr(begin).starts_with(c); ++i)
             begin += c.size();
-          for (size_t i = 0; i < step.stop && end >= begin + c.size() &&
-                             std::string_view(t).substr(0, end).ends_with(c);
+          for (size_t i = 0;
+               i < step.stop && end >= begin + c.size() && std::string_view(t).substr(0, end).ends_with(c);
                ++i)
             end -= c.size();
           t = t.substr(begin, end - begin);

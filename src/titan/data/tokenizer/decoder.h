@@ -31,8 +31,8 @@ class Decoder {
  private:
   struct Step {
     enum class Kind { replace, byte_fallback, fuse, strip, metaspace } kind;
-    std::string pattern;      // replace: what is replaced; strip, metaspace: the character
-    std::string content;      // replace: what goes instead
+    std::string pattern;         // replace: what is replaced; strip, metaspace: the character
+    std::string content;         // replace: what goes instead
     size_t start = 0, stop = 0;  // strip
     bool drop_first = false;     // metaspace: drop the character from the first token
   };

@@ -43,7 +43,8 @@ bool apply_nfc(std::string_view text, std::string& out) {
 
 // Every `pattern` in `text` (left to right, not overlapping) replaced by `content`, into `out`;
 // false when there is none, leaving `out` alone.
-bool apply_replace(std::string_view text, std::string_view pattern, std::string_view content, std::string& out) {
+bool apply_replace(std::string_view text, std::string_view pattern, std::string_view content,
+                   std::string& out) {
   size_t hit = text.find(pattern);
   if (hit == std::string_view::npos) return false;
   out.clear();
@@ -76,11 +77,12 @@ void Normalizer::add(const nlohmann::json& config, const std::string& source, co
     steps_.push_back({Step::Kind::prepend, "", json_fields::field<std::string>(config, "prepend", at)});
   } else if (type == "Replace") {
     const nlohmann::json& p = json_fields::member(config, "pattern", at);
-    TITAN_CHECK(p.is_object() && p.contains("String") && p["String"].is_string() && p["String"] != "",
-                (at / "pattern").str(), ": Replace pattern ", p.dump().substr(0, 200),
-                " is not supported; titan reads a non-empty {\"String\": ...} (a Regex pattern it cannot honour)");
-    steps_.push_back(
-        {Step::Kind::replace, p["String"].get<std::string>(), json_fields::field<std::string>(config, "content", at)});
+    TITAN_CHECK(
+        p.is_object() && p.contains("String") && p["String"].is_string() && p["String"] != "",
+        (at / "pattern").str(), ": Replace pattern ", p.dump().substr(0, 200),
+        " is not supported; titan reads a non-empty {\"String\": ...} (a Regex pattern it cannot honour)");
+    steps_.push_back({Step::Kind::replace, p["String"].get<std::string>(),
+                      json_fields::field<std::string>(config, "content", at)});
   } else {
     TITAN_CHECK(false, at.str(), ": normalizer ", config.dump().substr(0, 300),
                 " is not supported; titan reads null, NFC, Prepend, Replace with a String pattern, and "
@@ -94,9 +96,7 @@ std::string_view Normalizer::apply(std::string_view text, std::string& scratch) 
   for (const Step& step : steps_) {
     bool changed = false;
     switch (step.kind) {
-      case Step::Kind::nfc:
-        changed = apply_nfc(current, next);
-        break;
+      case Step::Kind::nfc: changed = apply_nfc(current, next); break;
       case Step::Kind::prepend:
         // As Hugging Face: an empty text stays empty.
         if (!current.empty()) {
@@ -104,9 +104,7 @@ std::string_view Normalizer::apply(std::string_view text, std::string& scratch) 
           changed = true;
         }
         break;
-      case Step::Kind::replace:
-        changed = apply_replace(current, step.pattern, step.content, next);
-        break;
+      case Step::Kind::replace: changed = apply_replace(current, step.pattern, step.content, next); break;
     }
     if (changed) {
       scratch.swap(next);

@@ -176,7 +176,8 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
         json_fields::field<std::string>(json_fields::object(step, step_at), "type", step_at);
     auto s = std::make_unique<Step>();
     if (type == "Split") {
-      s->behavior = split_behavior(json_fields::field_or<std::string>(step, "behavior", "", step_at), step_at);
+      s->behavior =
+          split_behavior(json_fields::field_or<std::string>(step, "behavior", "", step_at), step_at);
       TITAN_CHECK(!json_fields::field_or(step, "invert", false, step_at), step_at.str(),
                   ": Split with invert = true is not supported");
       const nlohmann::json& p = json_fields::member(step, "pattern", step_at);
@@ -184,8 +185,8 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
                   ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
       bool literal = p.contains("String");
       const char* kind = literal ? "String" : "Regex";
-      s->regex = std::make_unique<Regex>(json_fields::field<std::string>(p, kind, step_at / "pattern"), literal,
-                                         source);
+      s->regex = std::make_unique<Regex>(json_fields::field<std::string>(p, kind, step_at / "pattern"),
+                                         literal, source);
     } else if (type == "ByteLevel") {
       // The vocabulary is then spelled in the byte-level alphabet, so the text must reach the
       // model through ByteLevel, and no step may run after it on the translated text.
@@ -249,15 +250,15 @@ void Pretokenizer::split_from(size_t step, std::string_view text, bool at_start,
   };
   const Step& s = *steps_[step];
   if (s.kind == Step::Kind::split) {
-    cut(text, s.behavior, [&](auto&& on_match) { s.regex->for_each_match(text, on_match); }, next(text));
+    cut(
+        text, s.behavior, [&](auto&& on_match) { s.regex->for_each_match(text, on_match); }, next(text));
     return;
   }
   // Metaspace, as Hugging Face: spaces become the replacement first, so a text that began with
   // a space gets no second one in front.
   std::string word;
   word.reserve(text.size() + s.replacement.size());
-  const bool prepend =
-      s.prepend == Step::Prepend::always || (s.prepend == Step::Prepend::first && at_start);
+  const bool prepend = s.prepend == Step::Prepend::always || (s.prepend == Step::Prepend::first && at_start);
   if (prepend && !text.starts_with(' ') && !text.starts_with(s.replacement)) word = s.replacement;
   for (char c : text) {
     if (c == ' ') {

@@ -33,7 +33,8 @@ class Pretokenizer {
   // encoded (Metaspace's prepend_scheme "first" prepends only there). Words are views valid during
   // the call; without Metaspace they are views into `text` and cover it exactly. Bytes that are
   // not valid UTF-8 match no regex and so end up in words of their own.
-  void split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& on_word) const;
+  void split(std::string_view text, bool at_start,
+             const std::function<void(std::string_view)>& on_word) const;
 
  private:
   struct Step;
