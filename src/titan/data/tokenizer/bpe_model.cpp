@@ -80,16 +80,20 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
     present_[id] = true;
     ids_.emplace(std::move(*bytes), id);
   }
-  if (byte_level_ || byte_fallback_) {
+  if (byte_level_) {
+    for (int b = 0; b < 256; ++b) {
+      std::optional<int32_t> id = id_of(std::string(1, static_cast<char>(b)));
+      TITAN_CHECK(id.has_value(), where, " vocab lacks the token of byte ", b,
+                  "; a byte-level vocabulary holds all 256 bytes");
+      byte_ids_[b] = *id;
+    }
+  } else if (byte_fallback_) {
+    // Some files lack a few (older Gemma's <0x09>, renamed "\t"): a character with such a byte
+    // then goes to unk_token, as in Hugging Face.
     for (int b = 0; b < 256; ++b) {
       char fallback[8];
       std::snprintf(fallback, sizeof(fallback), "<0x%02X>", b);
-      std::optional<int32_t> id = id_of(byte_level_ ? std::string(1, static_cast<char>(b)) : fallback);
-      TITAN_CHECK(id.has_value(), where, " vocab lacks the token of byte ", b,
-                  byte_level_
-                      ? "; a byte-level vocabulary holds all 256 bytes"
-                      : " (" + std::string(fallback) + "); byte_fallback needs all 256 <0xNN> tokens");
-      byte_ids_[b] = *id;
+      byte_ids_[b] = id_of(fallback).value_or(-1);
     }
   }
   if (!byte_level_) {
@@ -192,8 +196,10 @@ void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& ids) cons
       if (unk_pending) ids.push_back(*unk_);
       unk_pending = false;
       ids.push_back(it->second);
-    } else if (byte_fallback_) {
-      // Every byte has its token (checked when the file was read), so no unk can be pending.
+    } else if (byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) {
+                 return byte_ids_[static_cast<unsigned char>(b)] >= 0;
+               })) {
+      // As Hugging Face: a pending unk is not put out first, and so follows these bytes.
       for (unsigned char b : c) ids.push_back(byte_ids_[b]);
     } else if (unk_) {
       if (unk_pending && !fuse_unk_) ids.push_back(*unk_);

@@ -1,13 +1,13 @@
 #pragma once
 // The BPE model of a tokenizer.json: the vocabulary and the ranked merges, applied to one
 // pre-tokenized word at a time. Two spellings:
-//   byte-level         tokens are spelled in GPT-2's byte alphabet and held as raw bytes (see
-//                      byte_level.h); a word's bytes are its first symbols.
-//   SentencePiece-style  tokens are held as spelled (text, "▁" for a space); a word's characters are
-//                      its first symbols, and a character missing from the vocabulary becomes
-//                      the <0xNN> tokens of its bytes (byte_fallback) or unk_token (fused with
-//                      neighbouring ones when fuse_unk is set), or nothing when there is neither,
-//                      as in Hugging Face.
+//   byte-level           tokens are spelled in GPT-2's byte alphabet and held as raw bytes (see
+//                        byte_level.h); a word's bytes are its first symbols.
+//   SentencePiece-style  tokens are held as spelled (text, "▁" for a space); a word's characters
+//                        are its first symbols, and a character missing from the vocabulary
+//                        becomes the <0xNN> tokens of its bytes (byte_fallback) or unk_token
+//                        (fused with neighbouring ones when fuse_unk is set), or nothing when
+//                        there is neither, as in Hugging Face.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,7 +63,8 @@ class BpeModel {
   std::vector<bool> present_;
   std::unordered_map<uint64_t, Merge> merges_;
   bool byte_level_ = true;
-  // Byte-level: the token of each byte. Otherwise, with byte_fallback: the <0xNN> token of each.
+  // Byte-level: the token of each byte. Otherwise, with byte_fallback: the <0xNN> token of each,
+  // -1 where the vocabulary lacks it.
   int32_t byte_ids_[256] = {};
   bool byte_fallback_ = false;
   std::optional<int32_t> unk_;

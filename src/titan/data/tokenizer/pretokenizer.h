@@ -7,8 +7,8 @@
 //              byte-level (words go to the model as bytes)
 //   Metaspace  SentencePiece-style: spaces become its replacement character, which is put in
 //              front of a word as prepend_scheme says, and cuts words when split is set
-//   null, and Sequences of them. Anything else is refused when the file is read, naming what was
-// found.
+// and Sequences of them; null (no pre-tokenizer) leaves the text one word. Anything else is
+// refused when the file is read, naming what was found.
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
