@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the repository's own files:
-configs, the bundled KJV tokenizer, the HF config fixtures, and small files in the formats titan
-writes (safetensors, token shards, checkpoint metadata). Run from anywhere; commit what it writes.
+configs, the bundled KJV tokenizer, the SentencePiece-style tokenizer fixtures, the HF config
+fixtures, and small files in the formats titan writes (safetensors, token shards, checkpoint
+metadata). Run from anywhere; commit what it writes.
 The Llama 3 and Qwen 3 tokenizers are cut down from /work/shared/tokenizers when it is there
 (their normalizers and pre-tokenizers are what the seeds are for, not their vocabularies)."""
 import json
@@ -117,6 +118,9 @@ def tokenizers() -> None:
     put("tokenizer_config", "objects", json.dumps({
         "bos_token": {"content": "<|begin_of_text|>", "lstrip": False}, "eos_token": None,
         "add_bos_token": False, "add_eos_token": True}))
+    for name in ("llama_legacy", "llama_metaspace", "gemma"):
+        fixture = ROOT / "tests/fixtures/tokenizers" / name / "tokenizer.json"
+        put("tokenizer_json", f"spm_{name}_small", trimmed_tokenizer(fixture, 400))
     for family in ("llama3", "qwen3"):
         folder = SHARED_TOKENIZERS / family
         if (folder / "tokenizer.json").exists():

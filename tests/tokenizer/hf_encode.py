@@ -1,4 +1,5 @@
-"""Hugging Face tokenizers' ids for a list of texts: the reference of tests/unit/test_bpe_tokenizer.cpp.
+"""Hugging Face tokenizers' ids for a list of texts: the reference of the tokenizer tests
+(tests/support/hf_tokenizer.cpp).
 
 usage: hf_encode.py TOKENIZER_JSON < texts.json
   texts.json   a JSON list of strings

@@ -3,10 +3,8 @@
 // pre-tokenizers disagree, for the real Llama 3 and Qwen 3 files (../shared/tokenizers/, skipped
 // when absent) and for a tokenizer trained here; exact round trips; clear refusals.
 #include <gtest/gtest.h>
-#include <unicode/unistr.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/hf_tokenizer.h"
 #include "support/test_util.h"
 #include "titan/data/text_dataset.h"
 #include "titan/data/tokenizer/bpe_tokenizer.h"
@@ -62,13 +61,6 @@ std::vector<std::string> corpus() {
       "https://example.com/path?query=1&b=%20#frag user@example.org",
       kjv_head(200000),
   };
-}
-
-// What Hugging Face's decode returns for `bytes`: each ill-formed UTF-8 sequence replaced by U+FFFD,
-// which titan's decode leaves to its caller.
-std::string replace_invalid_utf8(const std::string& bytes) {
-  std::string out;
-  return icu::UnicodeString::fromUTF8(bytes).toUTF8String(out);
 }
 
 // Random mixes of the fragments where regex engines, contractions, digits, whitespace and added
@@ -137,41 +129,8 @@ class BpeTokenizerTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  struct Reference {
-    std::vector<Ids> ids;
-    std::vector<std::string> decoded;
-  };
-
-  // Hugging Face's ids and decodings of `texts` with the tokenizer.json at `file`.
-  Reference hugging_face(const fs::path& file, const std::vector<std::string>& texts) {
-    fs::path input = dir_ / "texts.json";
-    std::ofstream(input) << nlohmann::json(texts).dump();
-    std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
-                      "/tests/tokenizer/hf_encode.py' '" + file.string() + "' < '" + input.string() + "'";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    EXPECT_NE(pipe, nullptr) << cmd;
-    std::string out;
-    char buf[1 << 16];
-    for (size_t n; pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
-    int status = pipe != nullptr ? pclose(pipe) : -1;
-    EXPECT_EQ(status, 0) << cmd << "\n(is tokenizers installed in the venv? run make deps-test)";
-    if (status != 0) return {};
-    nlohmann::json j = nlohmann::json::parse(out);
-    return {j["ids"].get<std::vector<Ids>>(), j["decoded"].get<std::vector<std::string>>()};
-  }
-
-  // Same ids as Hugging Face on every text, the same decoding, and encode_batch agreeing.
   void expect_parity(const BpeTokenizer& tok, const fs::path& file, const std::vector<std::string>& texts) {
-    Reference ref = hugging_face(file, texts);
-    ASSERT_EQ(ref.ids.size(), texts.size());
-    std::vector<std::string_view> views(texts.begin(), texts.end());
-    std::vector<Ids> batch = tok.encode_batch(views);
-    for (size_t i = 0; i < texts.size(); ++i) {
-      Ids ids = tok.encode(texts[i]);
-      ASSERT_EQ(ids, ref.ids[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
-      EXPECT_EQ(batch[i], ids) << "text " << i;
-      EXPECT_EQ(replace_invalid_utf8(tok.decode(ids)), ref.decoded[i]) << "text " << i;
-    }
+    test::expect_hf_parity(tok, file, texts, dir_);
   }
 
   fs::path dir_;
@@ -333,20 +292,18 @@ TEST_F(BpeTokenizerTest, RefusesWhatItCannotHonour) {
                        j["normalizer"] = {{"type", "Lowercase"}};
                      }),
                      "tokenizer.json", "normalizer", "Lowercase", "NFC");
-  EXPECT_TITAN_ERROR(load_with([](auto& j) {
-                       j["pre_tokenizer"] = {{"type", "Metaspace"}};
-                     }),
-                     "pre_tokenizer", "ByteLevel");
+  // SentencePiece-style steps around a byte-level vocabulary and decoder.
+  const nlohmann::ordered_json metaspace = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  EXPECT_TITAN_ERROR(load_with([&](auto& j) { j["pre_tokenizer"] = metaspace; }), "pre_tokenizer",
+                     "ByteLevel");
   EXPECT_TITAN_ERROR(
       load_with([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed"; }), "Removed",
       "Isolated");
   EXPECT_TITAN_ERROR(
       load_with([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; }),
       "(unclosed", "PCRE2");
-  EXPECT_TITAN_ERROR(load_with([](auto& j) {
-                       j["decoder"] = {{"type", "Metaspace"}};
-                     }),
-                     "decoder", "ByteLevel");
+  EXPECT_TITAN_ERROR(load_with([&](auto& j) { j["decoder"] = metaspace; }), "decoder", "ByteLevel");
   EXPECT_TITAN_ERROR(load_with([](auto& j) { j["model"]["type"] = "WordPiece"; }), "model", "BPE",
                      "WordPiece");
   EXPECT_TITAN_ERROR(load_with([](auto& j) { j["model"]["merges"].push_back("Ġc zz"); }), "merge", "Ġc zz",

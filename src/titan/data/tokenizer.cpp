@@ -22,12 +22,16 @@ namespace {
 
 class Bytes final : public Tokenizer {
  public:
-  std::vector<int32_t> encode(std::string_view text) const override { return bytes_.encode(text, false, false); }
+  std::vector<int32_t> encode(std::string_view text) const override {
+    return bytes_.encode(text, false, false);
+  }
   std::string decode(std::span<const int32_t> ids) const override { return bytes_.decode(ids); }
   int32_t vocab_size() const override { return bytes_.vocab_size(); }
   std::optional<int32_t> bos_id() const override { return bytes_.bos_id(); }
   std::optional<int32_t> eos_id() const override { return bytes_.eos_id(); }
-  std::string description() const override { return "byte tokenizer (" + std::to_string(vocab_size()) + " ids)"; }
+  std::string description() const override {
+    return "byte tokenizer (" + std::to_string(vocab_size()) + " ids)";
+  }
   // Its ids are fixed by this code, so a constant names them.
   uint32_t fingerprint() const override { return crc32c("titan byte tokenizer v1"); }
 
@@ -47,7 +51,8 @@ class Bpe final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return bpe_.bos_id(); }
   std::optional<int32_t> eos_id() const override { return bpe_.eos_id(); }
   std::string description() const override {
-    return "BPE tokenizer " + source_ + " (" + std::to_string(vocab_size()) + " ids)";
+    return "BPE tokenizer " + source_ + " (" + (bpe_.byte_level() ? "byte-level" : "SentencePiece-style") +
+           ", " + std::to_string(vocab_size()) + " ids)";
   }
   uint32_t fingerprint() const override { return bpe_.fingerprint(); }
 

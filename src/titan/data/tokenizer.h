@@ -1,7 +1,8 @@
 #pragma once
 // What datasets, the trainer and generation need of a tokenizer, whichever kind the config names:
 // model.tokenizer_path empty means the byte tokenizer, else a Hugging Face tokenizer.json (a
-// folder holding one, or the file).
+// folder holding one, or the file): byte-level BPE (Llama 3, Qwen) or SentencePiece-style BPE
+// (Llama 2, Mistral, Gemma), told apart by the file (data/tokenizer/bpe_tokenizer.h).
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 
 #include "titan/core/error.h"
 #include "titan/core/json_fields.h"
 #include "titan/data/tokenizer/byte_level.h"
+#include "titan/data/utf8.h"
 
 namespace titan::data {
 
@@ -40,8 +42,8 @@ std::atomic<uint64_t> next_cache_owner{1};
 
 }  // namespace
 
-BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32_t max_id)
-    : cache_owner_(next_cache_owner++) {
+BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32_t max_id, bool byte_level)
+    : byte_level_(byte_level), cache_owner_(next_cache_owner++) {
   const std::string where = source + ": model";
   const JsonPath at{source, "model"};
   TITAN_CHECK(model.is_object() && json_fields::field_or<std::string>(model, "type", "", at) == "BPE", where,
@@ -51,18 +53,24 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
     return !model.contains(key) || model[key].is_null() || model[key] == "";
   };
   TITAN_CHECK(null_or_empty("continuing_subword_prefix") && null_or_empty("end_of_word_suffix"), where,
-              " has a continuing_subword_prefix or end_of_word_suffix; byte-level BPE has neither");
-  TITAN_CHECK(!json_fields::field_or(model, "byte_fallback", false, at), where,
-              " has byte_fallback; byte-level BPE needs none");
+              " has a continuing_subword_prefix or end_of_word_suffix, which titan does not support (Llama, "
+              "Qwen, Mistral and Gemma have neither)");
   TITAN_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"] == 0, where,
               " has BPE dropout, which is for training and makes encoding random; titan encodes without it");
   ignore_merges_ = json_fields::field_or(model, "ignore_merges", false, at);
+  byte_fallback_ = json_fields::field_or(model, "byte_fallback", false, at);
+  TITAN_CHECK(!(byte_level_ && byte_fallback_), where,
+              " has byte_fallback with a ByteLevel pre-tokenizer; byte-level BPE needs none");
+  // The spelling of a token as the model holds it; nullopt when it cannot be.
+  auto held = [&](const std::string& spelled) -> std::optional<std::string> {
+    return byte_level_ ? byte_level_decode(spelled) : spelled;
+  };
 
   const nlohmann::json& vocab = json_fields::object(json_fields::member(model, "vocab", at), at / "vocab");
   for (const auto& [spelled, id_json] : vocab.items()) {
-    std::optional<std::string> bytes = byte_level_decode(spelled);
+    std::optional<std::string> bytes = held(spelled);
     TITAN_CHECK(bytes.has_value(), where, " token '", spelled,
-                "' is not spelled in the byte-level alphabet (titan reads byte-level BPE tokenizers)");
+                "' is not spelled in the byte-level alphabet, which the ByteLevel pre-tokenizer needs");
     const auto id = static_cast<int32_t>(json_fields::as_integer(id_json, at / "vocab" / spelled, 0, max_id));
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);
@@ -72,11 +80,31 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
     present_[id] = true;
     ids_.emplace(std::move(*bytes), id);
   }
-  for (int b = 0; b < 256; ++b) {
-    std::optional<int32_t> id = id_of(std::string(1, static_cast<char>(b)));
-    TITAN_CHECK(id.has_value(), where, " vocab lacks the token of byte ", b,
-                "; a byte-level vocabulary holds all 256 bytes");
-    byte_ids_[b] = *id;
+  if (byte_level_) {
+    for (int b = 0; b < 256; ++b) {
+      std::optional<int32_t> id = id_of(std::string(1, static_cast<char>(b)));
+      TITAN_CHECK(id.has_value(), where, " vocab lacks the token of byte ", b,
+                  "; a byte-level vocabulary holds all 256 bytes");
+      byte_ids_[b] = *id;
+    }
+  } else if (byte_fallback_) {
+    // Some files lack a few (older Gemma's <0x09>, renamed "\t"): a character with such a byte
+    // then goes to unk_token, as in Hugging Face.
+    for (int b = 0; b < 256; ++b) {
+      char fallback[8];
+      std::snprintf(fallback, sizeof(fallback), "<0x%02X>", b);
+      byte_ids_[b] = id_of(fallback).value_or(-1);
+    }
+  }
+  if (!byte_level_) {
+    const nlohmann::json& unk = json_fields::optional_member(model, "unk_token", at);
+    if (!unk.is_null()) {
+      const std::string text = json_fields::as_string(unk, at / "unk_token");
+      unk_ = id_of(text);
+      TITAN_CHECK(unk_.has_value(), (at / "unk_token").str(), ": '", text,
+                  "' is not in the vocab; name a token of model.vocab, or null for none");
+    }
+    fuse_unk_ = json_fields::field_or(model, "fuse_unk", false, at);
   }
 
   const nlohmann::json& merges = json_fields::array(json_fields::member(model, "merges", at), at / "merges");
@@ -98,9 +126,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     }
-    std::optional<int32_t> l = id_of(byte_level_decode(left).value_or("")),
-                           r = id_of(byte_level_decode(right).value_or("")),
-                           merged = id_of(byte_level_decode(left + right).value_or(""));
+    std::optional<int32_t> l = id_of(held(left).value_or("")), r = id_of(held(right).value_or("")),
+                           merged = id_of(held(left + right).value_or(""));
     TITAN_CHECK(l && r && merged, where, " merge ", rank, " (", left, " ", right,
                 ") names a token missing from the vocab");
     // A pair listed twice takes its last rank, as in Hugging Face.
@@ -113,8 +140,8 @@ const std::string* BpeModel::token(int32_t id) const {
   return &tokens_[id];
 }
 
-std::optional<int32_t> BpeModel::id_of(std::string_view bytes) const {
-  auto it = ids_.find(bytes);
+std::optional<int32_t> BpeModel::id_of(std::string_view token) const {
+  auto it = ids_.find(token);
   if (it == ids_.end()) return std::nullopt;
   return it->second;
 }
@@ -126,7 +153,7 @@ const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (word.size() == 1) {
+  if (byte_level_ && word.size() == 1) {
     out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
     return;
   }
@@ -154,6 +181,34 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   cache.ids.insert(cache.ids.end(), out.begin() + start, out.end());
 }
 
+void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& ids) const {
+  ids.clear();
+  if (byte_level_) {
+    for (unsigned char b : word) ids.push_back(byte_ids_[b]);
+    return;
+  }
+  bool unk_pending = false;
+  for (size_t i = 0; i < word.size();) {
+    const size_t length = std::max<size_t>(utf8_char_length(word, i), 1);
+    const std::string_view c = word.substr(i, length);
+    i += length;
+    if (auto it = ids_.find(c); it != ids_.end()) {
+      if (unk_pending) ids.push_back(*unk_);
+      unk_pending = false;
+      ids.push_back(it->second);
+    } else if (byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) {
+                 return byte_ids_[static_cast<unsigned char>(b)] >= 0;
+               })) {
+      // As Hugging Face: a pending unk is not put out first, and so follows these bytes.
+      for (unsigned char b : c) ids.push_back(byte_ids_[b]);
+    } else if (unk_) {
+      if (unk_pending && !fuse_unk_) ids.push_back(*unk_);
+      unk_pending = true;
+    }
+  }
+  if (unk_pending) ids.push_back(*unk_);
+}
+
 void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
   // The word as a linked list of symbols (a merge joins a symbol with its right neighbour, which
   // drops out), and a min-heap of candidate merges by (rank, position). An entry goes stale when
@@ -165,9 +220,12 @@ void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
     int32_t rank, pos;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  thread_local std::vector<int32_t> first;
   thread_local std::vector<Symbol> symbols;
   thread_local std::vector<Candidate> heap;
-  const int32_t n = static_cast<int32_t>(word.size());
+  symbols_of(word, first);
+  const int32_t n = static_cast<int32_t>(first.size());
+  if (n == 0) return;
   symbols.resize(n);
   heap.clear();
   auto push = [&](int32_t pos) {
@@ -178,8 +236,7 @@ void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
       std::push_heap(heap.begin(), heap.end(), std::greater<>{});
     }
   };
-  for (int32_t i = 0; i < n; ++i)
-    symbols[i] = {byte_ids_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) symbols[i] = {first[i], i - 1, i + 1 < n ? i + 1 : -1};
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<>{});

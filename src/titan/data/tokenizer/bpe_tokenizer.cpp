@@ -79,13 +79,17 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
                            const std::string& source, const std::string& config_source)
     : normalizer_(section(tokenizer, "normalizer", source), source),
       pretokenizer_(section(tokenizer, "pre_tokenizer", source), source),
-      model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source)) {
+      model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source),
+             pretokenizer_.byte_level()),
+      decoder_(section(tokenizer, "decoder", source), source) {
   const JsonPath root{source, ""};
-  const nlohmann::json& decoder = section(tokenizer, "decoder", source);
-  TITAN_CHECK(decoder.is_object() &&
-                  json_fields::field_or<std::string>(decoder, "type", "", root / "decoder") == "ByteLevel",
-              source, ": decoder ", decoder.dump().substr(0, 200),
-              " is not supported; titan reads byte-level BPE (decoder ByteLevel)");
+  TITAN_CHECK(
+      decoder_.byte_level() == pretokenizer_.byte_level(), source, ": decoder ",
+      section(tokenizer, "decoder", source).dump().substr(0, 200),
+      pretokenizer_.byte_level()
+          ? " does not go with the ByteLevel pre-tokenizer; byte-level BPE needs the ByteLevel decoder"
+          : " is ByteLevel, but the pre_tokenizer is not; titan reads byte-level BPE (ByteLevel in both) "
+            "or SentencePiece-style BPE (ByteLevel in neither)");
 
   pieces_.resize(model_.size());
   kinds_.assign(model_.size(), Kind::absent);
@@ -99,6 +103,7 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   const JsonPath added_at = root / "added_tokens";
   if (!added.is_null()) json_fields::array(added, added_at);
   const int32_t max_id = max_token_id(tokenizer, source);
+  std::vector<AddedToken> raw, normalized;  // as matched
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     const JsonPath at = added_at[i];
@@ -117,14 +122,19 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
       pieces_.resize(t.id + 1);
       kinds_.resize(t.id + 1, Kind::absent);
     }
+    // Hugging Face matches a token marked "normalized" in the normalized text as the normalizer
+    // writes it (Llama 2's "a b" as "▁a▁b"), and decodes it so too.
+    AddedToken spelled = t;
+    std::string scratch;
+    if (t.normalized && normalizer_.active()) spelled.content = normalizer_.apply(t.content, scratch);
     // The ByteLevel decoder reads an added token as any other token: through the alphabet when
     // its every character is in it, else as its text.
-    pieces_[t.id] = byte_level_decode(t.content).value_or(t.content);
+    pieces_[t.id] =
+        byte_level() ? byte_level_decode(spelled.content).value_or(spelled.content) : spelled.content;
     kinds_[t.id] = t.special ? Kind::special : Kind::token;
+    (t.normalized && normalizer_.active() ? normalized : raw).push_back(std::move(spelled));
     added_.push_back(std::move(t));
   }
-  std::vector<AddedToken> raw, normalized;
-  for (const AddedToken& t : added_) (t.normalized && normalizer_.active() ? normalized : raw).push_back(t);
   raw_matcher_ = AddedTokenMatcher(raw);
   normalized_matcher_ = AddedTokenMatcher(normalized);
 
@@ -150,11 +160,12 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
   return model_.id_of(token);
 }
 
-void BpeTokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   normalized_matcher_.split(
       text,
       [&](std::string_view plain) {
-        pretokenizer_.split(plain, [&](std::string_view word) { model_.encode_word(word, out); });
+        pretokenizer_.split(plain, at_start && plain.data() == text.data(),
+                            [&](std::string_view word) { model_.encode_word(word, out); });
       },
       [&](int32_t id) { out.push_back(id); });
 }
@@ -165,7 +176,10 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_specia
   if (add_special && add_bos_) out.push_back(*bos_);
   std::string scratch;
   raw_matcher_.split(
-      text, [&](std::string_view plain) { encode_normalized(normalizer_.apply(plain, scratch), out); },
+      text,
+      [&](std::string_view plain) {
+        encode_normalized(normalizer_.apply(plain, scratch), plain.data() == text.data(), out);
+      },
       [&](int32_t id) { out.push_back(id); });
   if (add_special && add_eos_) out.push_back(*eos_);
   return out;
@@ -183,14 +197,20 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
+  std::vector<std::string> tokens;
   for (size_t i = 0; i < ids.size(); ++i) {
     int32_t id = ids[i];
     TITAN_CHECK(id >= 0 && id < vocab_size() && kinds_[id] != Kind::absent, "decode: id ", id,
                 " at position ", i, " is not in the vocabulary (", vocab_size(), " ids)");
     if (skip_special && kinds_[id] == Kind::special) continue;
-    out += pieces_[id];
+    // The ByteLevel decoder's translation was done when the file was read.
+    if (byte_level()) {
+      out += pieces_[id];
+    } else {
+      tokens.push_back(pieces_[id]);
+    }
   }
-  return out;
+  return byte_level() ? out : decoder_.decode(std::move(tokens));
 }
 
 }  // namespace titan::data

@@ -1,8 +1,15 @@
 #pragma once
-// Byte-level BPE tokenizers read from Hugging Face tokenizer.json files (Llama 3, Qwen 2/3,
-// GPT-2 style), giving the ids Hugging Face tokenizers gives:
-//   text -> added tokens found whole (raw text) -> normalizer (NFC or none) -> added tokens marked
-//   "normalized" -> pre-tokenizer regexes -> merges per word -> ids.
+// BPE tokenizers read from Hugging Face tokenizer.json files, giving the ids (and the text back)
+// that Hugging Face tokenizers gives. Two kinds, told apart by the file:
+//   byte-level           pre-tokenizer ending in ByteLevel, decoder ByteLevel, vocabulary in GPT-2's
+//                        byte alphabet (Llama 3, Qwen 2/3, GPT-2)
+//   SentencePiece-style  no ByteLevel: spaces become "▁" through the normalizer (Prepend, Replace)
+//                        or a Metaspace pre-tokenizer, characters missing from the vocabulary go to
+//                        <0xNN> tokens (byte_fallback) or unk_token, and the decoder undoes it
+//                        (Replace, ByteFallback, Fuse, Strip, or Metaspace) (Llama 2, Mistral, Gemma)
+// The pipeline is the same for both:
+//   text -> added tokens found whole (raw text) -> normalizer -> added tokens marked "normalized"
+//   -> pre-tokenizer -> merges per word -> ids.
 // bos and eos come from tokenizer_config.json beside it. The post_processor is not read:
 // add_special = true wraps the ids in bos/eos as tokenizer_config.json's add_bos_token (default:
 // true when there is a bos) and add_eos_token (default: false) say.
@@ -16,6 +23,7 @@
 
 #include "titan/data/tokenizer/added_tokens.h"
 #include "titan/data/tokenizer/bpe_model.h"
+#include "titan/data/tokenizer/decoder.h"
 #include "titan/data/tokenizer/normalizer.h"
 #include "titan/data/tokenizer/pretokenizer.h"
 
@@ -36,12 +44,15 @@ class BpeTokenizer {
   // encode() of each text, in parallel over the texts.
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
                                                  bool add_special = false) const;
-  // The bytes the ids stand for, added tokens as their text; exactly the encoded text when `ids`
-  // came from encode(). Unlike Hugging Face, bytes that are not valid UTF-8 (a character cut
-  // between tokens) are returned as they are, not replaced. Throws on an id outside the
-  // vocabulary, naming it and its position.
+  // The text of the ids, added tokens as their text, as Hugging Face's decode gives it. Byte-level:
+  // exactly the encoded text when `ids` came from encode(). SentencePiece-style: what the decoder
+  // makes of the tokens (Llama 2's drops the one space its normalizer put in front). Unlike
+  // Hugging Face, bytes that are not valid UTF-8 (a character cut between tokens) are returned as
+  // they are, not replaced. Throws on an id outside the vocabulary, naming it and its position.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
+  // Which kind it is (see above).
+  bool byte_level() const { return decoder_.byte_level(); }
   // One past the largest id, added tokens included.
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
   std::optional<int32_t> bos_id() const { return bos_; }
@@ -49,21 +60,25 @@ class BpeTokenizer {
   // CRC-32C of tokenizer.json followed by tokenizer_config.json ("{}" when absent): the files
   // that define the ids.
   uint32_t fingerprint() const { return fingerprint_; }
-  // The id of an added token by its text, else of a vocabulary token by its bytes.
+  // The id of an added token by its text, else of a vocabulary token by its bytes (byte-level) or
+  // its spelling (SentencePiece-style: "▁the", "<0x0A>").
   std::optional<int32_t> token_id(std::string_view token) const;
 
  private:
   BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& source,
                const std::string& config_source);
-  void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
+  // `at_start`: `text` begins the text being encoded.
+  void encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
 
   Normalizer normalizer_;
   Pretokenizer pretokenizer_;
   BpeModel model_;
+  Decoder decoder_;
   std::vector<AddedToken> added_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher_;  // the others, matched after the normalizer
-  // By id: the bytes decode() gives, and what the id is.
+  // By id: what decode() gives for it (byte-level: its bytes; SentencePiece-style: its spelling, which
+  // the decoder reads), and what the id is.
   enum class Kind : uint8_t { absent, token, special };
   std::vector<std::string> pieces_;
   std::vector<Kind> kinds_;

@@ -146,8 +146,10 @@ nlohmann::ordered_json train_bpe(std::span<const std::string_view> texts, const 
       "tokenizer train: bos and eos must be two different, non-empty tokens");
   nlohmann::ordered_json pre_tokenizer = pre_tokenizer_config();
   Pretokenizer pretokenizer(pre_tokenizer, "tokenizer train");
+  // Its pre-tokenizer has no Metaspace, so the words are views into the texts, which outlive them.
   std::unordered_map<std::string_view, int64_t> counts;
-  for (std::string_view text : texts) pretokenizer.split(text, [&](std::string_view w) { ++counts[w]; });
+  for (std::string_view text : texts)
+    pretokenizer.split(text, /*at_start=*/true, [&](std::string_view w) { ++counts[w]; });
   // In byte order, so that the ids (and the ties they break) do not depend on hashing.
   std::vector<std::pair<std::string_view, int64_t>> sorted(counts.begin(), counts.end());
   std::sort(sorted.begin(), sorted.end());

@@ -5,6 +5,7 @@
 
 #include "titan/core/error.h"
 #include "titan/core/json_fields.h"
+#include "titan/data/utf8.h"
 
 namespace titan::data {
 
@@ -40,9 +41,36 @@ std::string with_white_space_property(std::string_view pattern) {
   return out;
 }
 
-}  // namespace
+// How a Split keeps its matches: as words of their own, or joined to the word before or after.
+enum class Behavior { isolated, merged_with_previous, merged_with_next };
 
-struct Pretokenizer::Regex {
+// Cuts `text` at the matches for_each_match reports (as on_match(begin, end), in order, none
+// empty) and calls on_piece with each piece, as Hugging Face's SplitDelimiterBehavior does:
+// MergedWithPrevious cuts after every match, MergedWithNext before every match.
+template <typename ForEachMatch, typename OnPiece>
+void cut(std::string_view text, Behavior behavior, ForEachMatch&& for_each_match, OnPiece&& on_piece) {
+  size_t gap = 0;
+  for_each_match([&](size_t begin, size_t end) {
+    switch (behavior) {
+      case Behavior::isolated:
+        if (begin > gap) on_piece(text.substr(gap, begin - gap));
+        on_piece(text.substr(begin, end - begin));
+        gap = end;
+        break;
+      case Behavior::merged_with_previous:
+        on_piece(text.substr(gap, end - gap));
+        gap = end;
+        break;
+      case Behavior::merged_with_next:
+        if (begin > gap) on_piece(text.substr(gap, begin - gap));
+        gap = begin;
+        break;
+    }
+  });
+  if (gap < text.size()) on_piece(text.substr(gap));
+}
+
+struct Regex {
   pcre2_code* code = nullptr;
 
   Regex(std::string_view pattern, bool literal, const std::string& source) {
@@ -69,13 +97,14 @@ struct Pretokenizer::Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // Isolated: every match is a word, and so is every stretch of text between matches.
-  void split(std::string_view text, const std::function<void(std::string_view)>& on_word) const {
+  // Calls on_match(begin, end) with each non-empty match in `text`, in order.
+  template <typename OnMatch>
+  void for_each_match(std::string_view text, OnMatch&& on_match) const {
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
         pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
     TITAN_CHECK(md != nullptr, "pre_tokenizer: out of memory for PCRE2 match data");
     auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0, gap = 0;
+    size_t pos = 0;
     while (pos < text.size()) {
       int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -93,17 +122,42 @@ struct Pretokenizer::Regex {
         while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
         continue;
       }
-      if (begin > gap) on_word(text.substr(gap, begin - gap));
-      on_word(text.substr(begin, end - begin));
-      pos = gap = end;
+      on_match(begin, end);
+      pos = end;
     }
-    if (gap < text.size()) on_word(text.substr(gap));
   }
 };
+
+}  // namespace
+
+struct Pretokenizer::Step {
+  enum class Kind { split, metaspace } kind = Kind::split;
+  // split
+  std::unique_ptr<Regex> regex;
+  Behavior behavior = Behavior::isolated;
+  // metaspace
+  enum class Prepend { always, first, never } prepend = Prepend::always;
+  std::string replacement;
+  bool split_words = true;
+};
+
+namespace {
+
+Behavior split_behavior(const std::string& name, const JsonPath& at) {
+  if (name == "Isolated") return Behavior::isolated;
+  if (name == "MergedWithPrevious") return Behavior::merged_with_previous;
+  if (name == "MergedWithNext") return Behavior::merged_with_next;
+  TITAN_CHECK(false, at.str(), ": Split behavior \"", name,
+              "\" is not supported; titan reads Isolated, MergedWithPrevious and MergedWithNext");
+  return Behavior::isolated;
+}
+
+}  // namespace
 
 Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& source) {
   const std::string where = source + ": pre_tokenizer";
   const JsonPath at{source, "pre_tokenizer"};
+  if (config.is_null()) return;
   auto type_of = [](const nlohmann::json& step, const JsonPath& step_at) {
     return step.is_object() ? json_fields::field_or<std::string>(step, "type", "", step_at) : "";
   };
@@ -115,20 +169,15 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
   } else {
     steps.emplace_back(config, at);
   }
-  // The vocabulary is spelled in the byte-level alphabet, so the text must reach the model through
-  // ByteLevel, and no step may run after it on the translated text.
-  TITAN_CHECK(
-      !steps.empty() && type_of(steps.back().first, steps.back().second) == "ByteLevel", where,
-      " must be ByteLevel or a Sequence ending in ByteLevel (titan reads byte-level BPE tokenizers); got ",
-      config.dump().substr(0, 300));
+  bool metaspace = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& [step, step_at] = steps[i];
     const std::string type =
         json_fields::field<std::string>(json_fields::object(step, step_at), "type", step_at);
+    auto s = std::make_unique<Step>();
     if (type == "Split") {
-      const std::string behavior = json_fields::field_or<std::string>(step, "behavior", "", step_at);
-      TITAN_CHECK(behavior == "Isolated", step_at.str(), ": Split behavior \"", behavior,
-                  "\" is not supported; titan reads Isolated");
+      s->behavior =
+          split_behavior(json_fields::field_or<std::string>(step, "behavior", "", step_at), step_at);
       TITAN_CHECK(!json_fields::field_or(step, "invert", false, step_at), step_at.str(),
                   ": Split with invert = true is not supported");
       const nlohmann::json& p = json_fields::member(step, "pattern", step_at);
@@ -136,19 +185,44 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
                   ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
       bool literal = p.contains("String");
       const char* kind = literal ? "String" : "Regex";
-      regexes_.push_back(std::make_unique<Regex>(
-          json_fields::field<std::string>(p, kind, step_at / "pattern"), literal, source));
+      s->regex = std::make_unique<Regex>(json_fields::field<std::string>(p, kind, step_at / "pattern"),
+                                         literal, source);
     } else if (type == "ByteLevel") {
+      // The vocabulary is then spelled in the byte-level alphabet, so the text must reach the
+      // model through ByteLevel, and no step may run after it on the translated text.
       TITAN_CHECK(i + 1 == steps.size(), where, " has ByteLevel before its last step");
+      TITAN_CHECK(!metaspace, where, " has both Metaspace and ByteLevel; titan reads one or the other");
       // A space in front of every word would change the text the views cover.
       TITAN_CHECK(!json_fields::field_or(step, "add_prefix_space", false, step_at), step_at.str(),
                   ": ByteLevel with add_prefix_space = true is not supported");
-      if (json_fields::field_or(step, "use_regex", true, step_at))
-        regexes_.push_back(std::make_unique<Regex>(kGpt2Pattern, false, source));
+      byte_level_ = true;
+      if (!json_fields::field_or(step, "use_regex", true, step_at)) continue;
+      s->regex = std::make_unique<Regex>(kGpt2Pattern, false, source);
+    } else if (type == "Metaspace") {
+      metaspace = true;
+      s->kind = Step::Kind::metaspace;
+      s->replacement = json_fields::field<std::string>(step, "replacement", step_at);
+      TITAN_CHECK(!s->replacement.empty() && utf8_char_length(s->replacement, 0) == s->replacement.size(),
+                  (step_at / "replacement").str(), ": must be one character; got \"", s->replacement, "\"");
+      // Files from before prepend_scheme said add_prefix_space, which meant "always".
+      const std::string scheme = json_fields::field_or<std::string>(
+          step, "prepend_scheme",
+          json_fields::field_or(step, "add_prefix_space", true, step_at) ? "always" : "never", step_at);
+      if (scheme == "always") {
+        s->prepend = Step::Prepend::always;
+      } else if (scheme == "first") {
+        s->prepend = Step::Prepend::first;
+      } else {
+        TITAN_CHECK(scheme == "never", (step_at / "prepend_scheme").str(), ": \"", scheme,
+                    "\" is not a prepend scheme; Hugging Face knows always, first and never");
+        s->prepend = Step::Prepend::never;
+      }
+      s->split_words = json_fields::field_or(step, "split", true, step_at);
     } else {
       TITAN_CHECK(false, step_at.str(), ": type ", type,
-                  " is not supported; titan reads Split, ByteLevel and Sequence");
+                  " is not supported; titan reads Split, ByteLevel, Metaspace and Sequence");
     }
+    steps_.push_back(std::move(s));
   }
 }
 
@@ -156,18 +230,54 @@ Pretokenizer::~Pretokenizer() = default;
 Pretokenizer::Pretokenizer(Pretokenizer&&) noexcept = default;
 Pretokenizer& Pretokenizer::operator=(Pretokenizer&&) noexcept = default;
 
-void Pretokenizer::split(std::string_view text, const std::function<void(std::string_view)>& on_word) const {
+void Pretokenizer::split(std::string_view text, bool at_start,
+                         const std::function<void(std::string_view)>& on_word) const {
   if (text.empty()) return;
-  split_from(0, text, on_word);
+  split_from(0, text, at_start, on_word);
 }
 
-void Pretokenizer::split_from(size_t step, std::string_view text,
+void Pretokenizer::split_from(size_t step, std::string_view text, bool at_start,
                               const std::function<void(std::string_view)>& on_word) const {
-  if (step == regexes_.size()) {
+  if (step == steps_.size()) {
     on_word(text);
-  } else {
-    regexes_[step]->split(text, [&](std::string_view w) { split_from(step + 1, w, on_word); });
+    return;
   }
+  // A piece still begins the encoded text when it begins `text` and `text` did.
+  auto next = [&](std::string_view whole) {
+    return [&, whole](std::string_view piece) {
+      split_from(step + 1, piece, at_start && piece.data() == whole.data(), on_word);
+    };
+  };
+  const Step& s = *steps_[step];
+  if (s.kind == Step::Kind::split) {
+    cut(
+        text, s.behavior, [&](auto&& on_match) { s.regex->for_each_match(text, on_match); }, next(text));
+    return;
+  }
+  // Metaspace, as Hugging Face: spaces become the replacement first, so a text that began with
+  // a space gets no second one in front.
+  std::string word;
+  word.reserve(text.size() + s.replacement.size());
+  const bool prepend = s.prepend == Step::Prepend::always || (s.prepend == Step::Prepend::first && at_start);
+  if (prepend && !text.starts_with(' ') && !text.starts_with(s.replacement)) word = s.replacement;
+  for (char c : text) {
+    if (c == ' ') {
+      word += s.replacement;
+    } else {
+      word.push_back(c);
+    }
+  }
+  const std::string_view w = word;
+  if (!s.split_words) {
+    split_from(step + 1, w, at_start, on_word);
+    return;
+  }
+  auto each_replacement = [&](auto&& on_match) {
+    for (size_t at = w.find(s.replacement); at != std::string_view::npos;
+         at = w.find(s.replacement, at + s.replacement.size()))
+      on_match(at, at + s.replacement.size());
+  };
+  cut(w, Behavior::merged_with_next, each_replacement, next(w));
 }
 
 }  // namespace titan::data

@@ -1,8 +1,14 @@
 #pragma once
-// The pre-tokenizer of a byte-level BPE tokenizer.json: regexes (through PCRE2's JIT) that cut
-// text into words, inside which the merges then run. Supported: Split (Regex or String pattern,
-// behavior Isolated), ByteLevel (its GPT-2 regex when use_regex), and Sequences of them ending
-// in ByteLevel. Anything else is refused when the file is read, naming what was found.
+// The pre-tokenizer of a tokenizer.json: the steps that cut text into words, inside which the
+// merges then run. Supported:
+//   Split      a Regex (through PCRE2's JIT) or String pattern, behavior Isolated,
+//              MergedWithPrevious or MergedWithNext
+//   ByteLevel  its GPT-2 regex when use_regex; must be the last step, and makes the tokenizer
+//              byte-level (words go to the model as bytes)
+//   Metaspace  SentencePiece-style: spaces become its replacement character, which is put in
+//              front of a word as prepend_scheme says, and cuts words when split is set
+// and Sequences of them; null (no pre-tokenizer) leaves the text one word. Anything else is
+// refused when the file is read, naming what was found.
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,16 +26,23 @@ class Pretokenizer {
   Pretokenizer(Pretokenizer&&) noexcept;
   Pretokenizer& operator=(Pretokenizer&&) noexcept;
 
-  // Calls on_word with each word of `text`, in order; the words are views into `text` and cover
-  // it exactly. Bytes that are not valid UTF-8 match no regex and so end up in words of their own.
-  void split(std::string_view text, const std::function<void(std::string_view)>& on_word) const;
+  // Whether the last step is ByteLevel: the vocabulary is then spelled in GPT-2's byte alphabet.
+  bool byte_level() const { return byte_level_; }
+
+  // Calls on_word with each word of `text`, in order. `at_start`: `text` begins the text being
+  // encoded (Metaspace's prepend_scheme "first" prepends only there). Words are views valid during
+  // the call; without Metaspace they are views into `text` and cover it exactly. Bytes that are
+  // not valid UTF-8 match no regex and so end up in words of their own.
+  void split(std::string_view text, bool at_start,
+             const std::function<void(std::string_view)>& on_word) const;
 
  private:
-  struct Regex;
-  void split_from(size_t step, std::string_view text,
+  struct Step;
+  void split_from(size_t step, std::string_view text, bool at_start,
                   const std::function<void(std::string_view)>& on_word) const;
 
-  std::vector<std::unique_ptr<Regex>> regexes_;
+  std::vector<std::unique_ptr<Step>> steps_;
+  bool byte_level_ = false;
 };
 
 }  // namespace titan::data
