@@ -104,7 +104,7 @@ class LlamaThroughTheBase : public Decoder<models::llama3::TransformerBlock> {
                  .n_layers = a.n_layers,
                  .head_dim = a.head_dim(),
                  .max_seq_len = a.max_seq_len,
-                 .norm_eps = a.norm_eps,
+                 .norm = {.eps = a.norm_eps},
                  .rope_theta = a.rope_theta,
                  .rope_scaling = a.rope_scaling_if_used()},
                 {}, {}, [&a](int64_t i) { return std::make_shared<models::llama3::TransformerBlock>(i, a); }) {}

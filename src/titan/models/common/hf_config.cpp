@@ -176,7 +176,8 @@ Rope ConfigFields::rope(double default_theta) const {
   if (parameters) {
     const ConfigFields p(*parameters, architecture_, name("rope_parameters."));
     v5 = Rope{.theta = p.number("rope_theta", default_theta),
-              .type = p.string("rope_type", "default"),
+              // transformers reads "type" where "rope_type" is absent, in either object.
+              .type = p.string("rope_type", p.string("type", "default")),
               .parameters = scaling_fields(*parameters),
               .where = name("rope_parameters"),
               .type_key = name("rope_parameters.rope_type")};

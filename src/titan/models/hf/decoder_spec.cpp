@@ -6,6 +6,7 @@
 
 #include "titan/core/config_schema.h"
 #include "titan/core/error.h"
+#include "titan/models/common/hf_rope.h"
 
 namespace titan::models::hf {
 
@@ -21,7 +22,8 @@ struct Defaults {
   const char* activation_key = "hidden_act";
   const char* activation = "silu";
   std::optional<int64_t> head_dim = std::nullopt;  // unset: hidden_size / num_attention_heads
-  double partial_rotary_factor = 1.0;
+  std::optional<double> partial_rotary_factor = std::nullopt;  // unset: every dim rotates
+  std::optional<int64_t> original_max_position_embeddings = std::nullopt;
 };
 
 // A family: its transformers class, defaults, and what it adds to the common reading.
@@ -40,29 +42,6 @@ common::Activation activation(const ConfigFields& f, const Defaults& d) {
   config::require(false, "config.json: \"", d.activation_key, "\" = \"", name,
                   "\" is not an activation titan implements; it has silu, gelu, gelu_pytorch_tanh and gelu_new");
   return common::Activation::silu;
-}
-
-// partial_rotary_factor from transformers 5's rope_parameters or the top level (4.x), and
-// GPT-NeoX's rotary_pct; the rotary part of a head, even.
-int64_t rotary_dim(const ConfigFields& f, common::hf::Rope& rope, int64_t head_dim, double fallback) {
-  double factor = fallback;
-  std::string key = "partial_rotary_factor";
-  if (rope.parameters.contains("partial_rotary_factor")) {
-    factor = rope.parameters["partial_rotary_factor"].get<double>();
-    key = rope.where + ".partial_rotary_factor";
-    rope.parameters.erase("partial_rotary_factor");
-  } else {
-    for (const char* k : {"partial_rotary_factor", "rotary_pct"})
-      if (f.find(k)) {
-        factor = f.number(k);
-        key = k;
-      }
-  }
-  const auto dim = static_cast<int64_t>(static_cast<double>(head_dim) * factor);
-  config::require(factor > 0 && factor <= 1 && dim % 2 == 0 && dim > 0, "config.json: \"", key, "\" = ", factor,
-                  " makes a rotary part of ", dim, " of head_dim ", head_dim,
-                  " dims; it must be a positive, even number of dims, at most head_dim");
-  return dim;
 }
 
 // layer_types as transformers 5 writes it; absent: `fallback(i)` says whether layer i slides.
@@ -185,7 +164,7 @@ const std::map<std::string, Family>& families() {
           refuse_true(f, "use_bidirectional_attention", "attention both ways");
         }}},
       {"phi3",
-       {"Phi3ForCausalLM", {},
+       {"Phi3ForCausalLM", {.original_max_position_embeddings = 4096},
         [](const ConfigFields& f, DecoderSpec& s) {
           s.fused_qkv = FusedQkv::stacked;
           s.fused_gate_up = true;
@@ -304,31 +283,41 @@ DecoderSpec read_config(const json& config) {
   refuse_dropout(f);
 
   // RoPE: one for every layer, or (Gemma 3, transformers 5) one per layer type.
+  std::optional<double> partial = family.defaults.partial_rotary_factor;
+  for (const char* key : {"partial_rotary_factor", "rotary_pct"})
+    if (f.find(key)) partial = f.number(key);
+  std::optional<int64_t> original = family.defaults.original_max_position_embeddings;
+  if (f.find("original_max_position_embeddings")) original = f.integer("original_max_position_embeddings");
+  const common::hf::RopeModelFields fields{.architecture = family.architecture,
+                                           .head_dim = s.head_dim,
+                                           .max_position_embeddings = s.max_position_embeddings,
+                                           .partial_rotary_factor = partial,
+                                           .original_max_position_embeddings = original};
+  std::vector<common::hf::Rope> ropes;
   const json* parameters = f.find("rope_parameters");
   if (parameters && parameters->is_object() && parameters->contains("full_attention")) {
     for (const char* kind : {"full_attention", "sliding_attention"}) {
       config::require(parameters->contains(kind) && (*parameters)[kind].is_object(),
                       "config.json: \"rope_parameters\" holds RoPE per layer type, but no object for \"", kind, "\"");
       const json one{{"rope_parameters", (*parameters)[kind]}};
-      common::hf::Rope rope = ConfigFields(one, family.architecture, std::string("rope_parameters.") + kind + ".")
-                                  .rope(family.defaults.rope_theta);
-      s.ropes.push_back({.rope = rope, .rotary_dim = 0});
+      ropes.push_back(ConfigFields(one, family.architecture, std::string("rope_parameters.") + kind + ".")
+                          .rope(family.defaults.rope_theta));
     }
   } else {
-    s.ropes.push_back({.rope = f.rope(family.defaults.rope_theta), .rotary_dim = 0});
+    ropes.push_back(f.rope(family.defaults.rope_theta));
+    // GPT-NeoX in transformers 4: the base in its own key.
+    if (type == "gpt_neox" && !parameters && f.find("rotary_emb_base")) ropes.back().theta = f.number("rotary_emb_base");
     // Gemma 3 in transformers 4: the local layers' base in its own key, without scaling.
     if (type == "gemma3_text")
-      s.ropes.push_back({.rope = {.theta = f.number("rope_local_base_freq", 10000),
-                                  .type = "default",
-                                  .parameters = json::object(),
-                                  .where = "rope_local_base_freq",
-                                  .type_key = "rope_local_base_freq"},
-                         .rotary_dim = 0});
+      ropes.push_back({.theta = f.number("rope_local_base_freq", 10000),
+                       .type = "default",
+                       .parameters = json::object(),
+                       .where = "rope_local_base_freq",
+                       .type_key = "rope_local_base_freq"});
   }
+  for (const common::hf::Rope& rope : ropes) s.ropes.push_back(common::hf::rope_spec(rope, fields));
   s.layers.assign(static_cast<size_t>(s.n_layers), LayerSpec{});
   family.read(f, s);
-  for (RopeSpec& r : s.ropes)
-    r.rotary_dim = rotary_dim(f, r.rope, s.head_dim, family.defaults.partial_rotary_factor);
 
   config::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "config.json: num_attention_heads (",
                   s.n_heads, ") must be a multiple of num_key_value_heads (", s.n_kv_heads, ")");

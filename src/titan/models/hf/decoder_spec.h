@@ -14,6 +14,7 @@
 #include "titan/models/common/norm_args.h"
 #include "titan/models/model_summary.h"
 #include "titan/nn/moe/moe.h"
+#include "titan/ops/rope_frequencies.h"
 
 namespace titan::models::hf {
 
@@ -31,12 +32,6 @@ enum class FusedQkv {
   none,
   stacked,      // Phi-3's qkv_proj: [all q rows; all k rows; all v rows]
   interleaved,  // GPT-NeoX's query_key_value: per head [q; k; v]
-};
-
-// One RoPE: its table is built for the model's max_seq_len.
-struct RopeSpec {
-  common::hf::Rope rope;
-  int64_t rotary_dim = 0;  // the leading dims of a head that rotate (partial rotary); head_dim: all
 };
 
 struct LayerSpec {
@@ -67,7 +62,9 @@ struct DecoderSpec {
   std::optional<double> attention_softcap, final_softcap;
   double embedding_scale = 1.0, residual_scale = 1.0, logits_scale = 1.0;
 
-  std::vector<RopeSpec> ropes;
+  // Its table is built for the model's max_seq_len (dynamic and longrope scaling as transformers
+  // scales a forward of that length).
+  std::vector<ops::RopeSpec> ropes;
   std::vector<LayerSpec> layers;  // n_layers of them
 
   // Set: every block's feed-forward is a mixture of experts (Mixtral's softmax -> top-k ->

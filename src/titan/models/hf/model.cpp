@@ -2,7 +2,6 @@
 
 #include <map>
 
-#include "titan/core/config_schema.h"
 #include "titan/models/common/init.h"
 #include "titan/models/common/run_blocks.h"
 #include "titan/ops/arith.h"
@@ -83,25 +82,6 @@ Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& r
 
 // ---- Transformer --------------------------------------------------------------------------------
 
-ops::RopeTable rope_table(const RopeSpec& rope, int64_t head_dim, int64_t max_seq_len,
-                          int64_t max_position_embeddings) {
-  (void)max_position_embeddings;
-  config::require(rope.rotary_dim == head_dim, "config.json: a partial rotary part (", rope.rotary_dim, " of ",
-                  head_dim, " dims) is not built yet");
-  std::optional<ops::RopeScaling> scaling;
-  if (rope.rope.type == "llama3") {
-    const common::hf::ConfigFields p(rope.rope.parameters, "", rope.rope.where + ".");
-    scaling = ops::RopeScaling{.factor = p.number("factor"),
-                               .low_freq_factor = p.number("low_freq_factor"),
-                               .high_freq_factor = p.number("high_freq_factor"),
-                               .original_max_position = p.integer("original_max_position_embeddings")};
-  } else {
-    config::require(rope.rope.type == "default", "config.json: \"", rope.rope.type_key, "\" = \"", rope.rope.type,
-                    "\" is a RoPE type titan does not build");
-  }
-  return ops::RopeTable::build(head_dim, max_seq_len, rope.rope.theta, scaling);
-}
-
 namespace {
 
 common::DecoderArgs decoder_args(const DecoderSpec& s, int64_t max_seq_len) {
@@ -113,7 +93,7 @@ common::DecoderArgs decoder_args(const DecoderSpec& s, int64_t max_seq_len) {
           .head_dim = s.head_dim,
           .max_seq_len = max_seq_len,
           .norm = s.norm,
-          .rope_table = rope_table(s.ropes.at(0), s.head_dim, max_seq_len, s.max_position_embeddings),
+          .rope_table = ops::RopeTable::build(s.ropes.at(0), max_seq_len),
           .tie_embeddings = s.tie_embeddings,
           .embedding_scale = s.embedding_scale,
           .logits_scale = s.logits_scale,
@@ -129,7 +109,7 @@ Transformer::Transformer(const DecoderSpec& spec, int64_t max_seq_len, TensorOpt
       spec_(spec) {
   ropes_.push_back(rope());
   for (size_t r = 1; r < spec.ropes.size(); ++r) {
-    ops::RopeTable t = rope_table(spec.ropes[r], spec.head_dim, max_seq_len, spec.max_position_embeddings);
+    ops::RopeTable t = ops::RopeTable::build(spec.ropes[r], max_seq_len);
     t.cos = register_buffer("rope_" + std::to_string(r) + "_cos", t.cos, false);
     t.sin = register_buffer("rope_" + std::to_string(r) + "_sin", t.sin, false);
     ropes_.push_back(t);

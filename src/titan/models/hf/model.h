@@ -71,9 +71,4 @@ class Transformer : public common::Decoder<TransformerBlock> {
   std::vector<ops::RopeTable> ropes_;  // ropes_[0] is the base's table; the others are registered here
 };
 
-// The RoPE table of `rope` for positions [0, max_seq_len). Throws naming the key for a RoPE type
-// titan does not build.
-ops::RopeTable rope_table(const RopeSpec& rope, int64_t head_dim, int64_t max_seq_len,
-                          int64_t max_position_embeddings);
-
 }  // namespace titan::models::hf
