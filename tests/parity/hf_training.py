@@ -6,7 +6,8 @@ Writes, under the family's folder: train/initial (the weights before the first s
 train.safetensors with the batches ("in.tokens", "in.targets" [STEPS, BATCH, SEQ]), the first
 step's logits ("out.logits0") and gradients ("grad.<HF name>", as save_pretrained names and lays
 out tensors), every step's loss and grad norm before clipping ("out.loss", "out.grad_norm") and
-the weights after the last step ("final.<HF name>"); metadata: the optimizer's settings.
+the weights after the last step ("final.<HF name>"); the same run in float64 ("out.f64_loss",
+"out.f64_grad_norm", "final_f64.<HF name>"); metadata: the optimizer's settings.
 
 The same run from the same weights with forward and loss under torch.autocast("cpu", bfloat16),
 PyTorch's mixed precision (float32 weights and optimizer, bf16 matrix products and activations),
@@ -74,11 +75,21 @@ def train(family, root):
     tensors = {"in.tokens": inputs, "in.targets": targets}
 
     initial = copy.deepcopy(model)
+    # torch's grouped expert matmul takes no float64: the MoE run has no exact twin.
+    exact = copy.deepcopy(model).double() if family != "qwen3_moe" else None
     losses, norms = run(model, inputs, targets, torch.float32, tensors)
     final = as_saved(model, dict(model.named_parameters()))
     tensors.update({"final." + n: t for n, t in final.items()})
     tensors["out.loss"] = torch.tensor(losses, dtype=torch.float64)
     tensors["out.grad_norm"] = torch.tensor(norms, dtype=torch.float64)
+    # The same run in float64: how far float32 rounding alone moves each figure, which a run as
+    # exact as PyTorch's float32 one stays within.
+    if exact is not None:
+        losses, norms = run(exact, inputs, targets, torch.float32, None)
+        tensors["out.f64_loss"] = torch.tensor(losses, dtype=torch.float64)
+        tensors["out.f64_grad_norm"] = torch.tensor(norms, dtype=torch.float64)
+        final = as_saved(exact, dict(exact.named_parameters()))
+        tensors.update({"final_f64." + n: t for n, t in final.items()})
     losses, norms = run(initial, inputs, targets, torch.bfloat16, None)
     tensors["out.bf16_loss"] = torch.tensor(losses, dtype=torch.float64)
     tensors["out.bf16_grad_norm"] = torch.tensor(norms, dtype=torch.float64)

@@ -24,18 +24,30 @@ namespace {
 // AdamW's update m / (sqrt(v) + eps) does not shrink with the gradient: an entry whose gradients
 // are a thousandth of the tensor's largest moves by lr as the largest does, while its gradient
 // carries the same absolute rounding as theirs, a thousand times more relative, which the update
-// passes on whole and the next steps build on. After 10 steps the weights differ by 1.9e-3 at
-// most (the hf family's Qwen 3 fixture's embedding, whose rows of tokens seldom seen get such
-// gradients; 2.6e-4 in the other fixtures).
-constexpr double kFinalWeightTolerance = 2.5e-3;
+// passes on whole and the next steps build on. After 10 steps the weights differ by 2.6e-4 at
+// most (Qwen 3 MoE's lm_head, whose rows of tokens seldom seen get such gradients). Where a
+// gradient is rounding alone (a key bias, to which softmax is blind) or a fixture's run amplifies
+// rounding (the hf family's Qwen 2), PyTorch's own float32 run differs from its float64 run by more:
+// each figure is held to three times that difference where it exceeds the fixed tolerance.
+constexpr double kFinalWeightTolerance = 1e-3;
+
+// The tolerance of float32 figure `name` of the reference, whose float64 value `exact_name` the
+// reference has too (all but the MoE fixture's: torch's grouped matmul takes no float64).
+double within_rounding(double tol, const ParityCase& ref, const std::string& name, const std::string& exact_name) {
+  if (!ref.file.tensors.count(exact_name)) return tol;
+  return std::max(tol, 3 * max_rel_error(ref[name], ref[exact_name].to(ref[name].dtype())));
+}
 
 void expect_close_by_hf_name(const ParityCase& ref, const std::string& prefix,
                              const nn::StateDict& ours_by_hf, double tol, const std::string& what) {
   size_t count = 0;
   for (const auto& [name, t] : ref.file.tensors) count += name.starts_with(prefix);
   EXPECT_EQ(ours_by_hf.size(), count) << what << ": titan's tensors and transformers' differ in number";
-  for (const auto& [name, t] : ours_by_hf)
-    EXPECT_TRUE(tensors_close(t, ref[prefix + name], tol, what + " " + name));
+  for (const auto& [name, t] : ours_by_hf) {
+    const std::string exact = prefix == "final." ? "final_f64." + name : "";
+    const double bound = exact.empty() ? tol : within_rounding(tol, ref, prefix + name, exact);
+    EXPECT_TRUE(tensors_close(t, ref[prefix + name], bound, what + " " + name));
+  }
 }
 
 class ParityHfTraining : public ::testing::TestWithParam<std::string> {};
@@ -79,9 +91,11 @@ TEST_P(ParityHfTraining, TenStepsMatchTransformers) {
     losses.push_back(stats.loss);
     norms.push_back(stats.grad_norm);
   }
-  EXPECT_TRUE(tensors_close(Tensor::from_vector(losses, {steps}), ref["out.loss"], 1e-4, "per-step losses"));
-  EXPECT_TRUE(
-      tensors_close(Tensor::from_vector(norms, {steps}), ref["out.grad_norm"], 1e-4, "per-step grad norms"));
+  EXPECT_TRUE(tensors_close(Tensor::from_vector(losses, {steps}), ref["out.loss"],
+                            within_rounding(1e-4, ref, "out.loss", "out.f64_loss"), "per-step losses"));
+  EXPECT_TRUE(tensors_close(Tensor::from_vector(norms, {steps}), ref["out.grad_norm"],
+                            within_rounding(1e-4, ref, "out.grad_norm", "out.f64_grad_norm"),
+                            "per-step grad norms"));
   expect_close_by_hf_name(ref, "final.", to_hf(family, *model, model->state_dict()), kFinalWeightTolerance,
                           "after the last step:");
 }
