@@ -67,6 +67,9 @@ HF_DECODERS = {
     "granite": (transformers.GraniteForCausalLM,
                 dict(BASE, embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.5,
                      logits_scaling=4.0)),
+    "mixtral": (transformers.MixtralForCausalLM,
+                dict(BASE, sliding_window=8, num_local_experts=4, num_experts_per_tok=2,
+                     output_router_logits=True, router_aux_loss_coef=0.01)),
 }
 FAMILIES.update({"hf_" + name: entry for name, entry in HF_DECODERS.items()})
 

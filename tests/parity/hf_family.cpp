@@ -45,7 +45,7 @@ const std::vector<std::string>& hf_families() {
   static const std::vector<std::string> families{"llama3",   "qwen3",    "qwen3_moe",       "hf_llama",
                                                  "hf_mistral", "hf_qwen2", "hf_qwen3",        "hf_gemma",
                                                  "hf_gemma2",  "hf_gemma3_text", "hf_phi3", "hf_olmo2", "hf_granite",
-                                                 "hf_gpt_neox"};
+                                                 "hf_gpt_neox", "hf_mixtral"};
   return families;
 }
 

@@ -76,7 +76,8 @@ def train(family, root):
 
     initial = copy.deepcopy(model)
     # torch's grouped expert matmul takes no float64: the MoE run has no exact twin.
-    exact = copy.deepcopy(model).double() if family != "qwen3_moe" else None
+    moe_model = any(getattr(model.config, k, None) for k in ("num_experts", "num_local_experts"))
+    exact = None if moe_model else copy.deepcopy(model).double()
     losses, norms = run(model, inputs, targets, torch.float32, tensors)
     final = as_saved(model, dict(model.named_parameters()))
     tensors.update({"final." + n: t for n, t in final.items()})

@@ -37,8 +37,11 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const DecoderSpec& spec, Te
   attention = register_module("attention", std::make_shared<common::Attention>(
                                                attention_args(spec, spec.layers[static_cast<size_t>(layer_id)]),
                                                init_std, opts, kernel));
-  feed_forward = register_module(
-      "feed_forward", std::make_shared<common::FeedForward>(spec.dim, spec.ffn_dim, init_std, opts, spec.feed_forward));
+  if (spec.moe)
+    moe = register_module("moe", std::make_shared<nn::moe::MoE>(layer_id, spec.dim, *spec.moe, init_std, opts));
+  else
+    feed_forward = register_module("feed_forward", std::make_shared<common::FeedForward>(
+                                                       spec.dim, spec.ffn_dim, init_std, opts, spec.feed_forward));
   auto norm = [&](const char* name) { return register_module(name, common::make_norm(spec.dim, spec.norm, opts)); };
   if (residual_ != Residual::post_norm) {
     attention_norm = norm("attention_norm");
@@ -50,34 +53,39 @@ TransformerBlock::TransformerBlock(int64_t layer_id, const DecoderSpec& spec, Te
   }
 }
 
-Tensor TransformerBlock::around(const Tensor& x, const std::function<Tensor(const Tensor&)>& attend) {
+Tensor TransformerBlock::around(const Tensor& x, const std::function<Tensor(const Tensor&)>& attend,
+                                const std::shared_ptr<nn::moe::MoEPass>& pass) {
   auto scaled = [this](const Tensor& t) { return residual_scale_ == 1.0 ? t : t * residual_scale_; };
+  auto ffn = [&](const Tensor& t) { return moe ? (*moe)(t, pass) : (*feed_forward)(t); };
   switch (residual_) {
     case Residual::pre_norm: {
       const Tensor h = x + scaled(attend((*attention_norm)(x)));
-      return h + scaled((*feed_forward)((*ffn_norm)(h)));
+      return h + scaled(ffn((*ffn_norm)(h)));
     }
     case Residual::sandwich: {
       const Tensor h = x + scaled((*post_attention_norm)(attend((*attention_norm)(x))));
-      return h + scaled((*post_ffn_norm)((*feed_forward)((*ffn_norm)(h))));
+      return h + scaled((*post_ffn_norm)(ffn((*ffn_norm)(h))));
     }
     case Residual::post_norm: {
       const Tensor h = x + scaled((*post_attention_norm)(attend(x)));
-      return h + scaled((*post_ffn_norm)((*feed_forward)(h)));
+      return h + scaled((*post_ffn_norm)(ffn(h)));
     }
     case Residual::parallel:
-      return x + scaled(attend((*attention_norm)(x))) + scaled((*feed_forward)((*ffn_norm)(x)));
+      return x + scaled(attend((*attention_norm)(x))) + scaled(ffn((*ffn_norm)(x)));
   }
   throw Error("hf TransformerBlock: unknown residual layout");
 }
 
-Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask) {
-  return around(x, [&](const Tensor& in) { return (*attention)(in, rope, mask); });
+Tensor TransformerBlock::forward(const Tensor& x, const ops::RopeTable& rope, const attention::BlockMask& mask,
+                                 const std::shared_ptr<nn::moe::MoEPass>& pass) {
+  return around(x, [&](const Tensor& in) { return (*attention)(in, rope, mask); }, pass);
 }
 
 Tensor TransformerBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope,
-                                        const attention::BlockMask& mask, KVCache& cache, int64_t layer) {
-  return around(x, [&](const Tensor& in) { return (*attention)(in, rope, mask, cache, layer); });
+                                        const attention::BlockMask& mask,
+                                        const std::shared_ptr<nn::moe::MoEPass>& pass, KVCache& cache,
+                                        int64_t layer) {
+  return around(x, [&](const Tensor& in) { return (*attention)(in, rope, mask, cache, layer); }, pass);
 }
 
 // ---- Transformer --------------------------------------------------------------------------------
@@ -106,7 +114,10 @@ Transformer::Transformer(const DecoderSpec& spec, int64_t max_seq_len, TensorOpt
                          common::AttentionKernel kernel)
     : Decoder(decoder_args(spec, max_seq_len), opts, kernel,
               [&](int64_t i) { return std::make_shared<TransformerBlock>(i, spec, opts, kernel); }),
-      spec_(spec) {
+      spec_(spec),
+      // transformers' Mixtral pools its load-balancing loss over every layer's tokens.
+      moe_stack_(common::MoeStack::layers_of(*layers), spec.aux_loss_coeff, nn::moe::LoadBalanceLoss::global,
+                 spec.moe && spec.moe->capacity_factor > 0) {
   ropes_.push_back(rope());
   for (size_t r = 1; r < spec.ropes.size(); ++r) {
     ops::RopeTable t = ops::RopeTable::build(spec.ropes[r], max_seq_len);
@@ -130,6 +141,7 @@ attention::BlockMask Transformer::layer_mask(size_t i, const attention::BlockMas
 }
 
 Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
+  std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(false);
   // One window mask per forward, shared by the layers that slide by it.
   std::map<int64_t, attention::BlockMask> masks;
   Tensor out = h;
@@ -141,18 +153,23 @@ Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last,
     if (!masks.count(window)) masks.emplace(window, layer_mask(static_cast<size_t>(a), mask));
     const attention::BlockMask run_mask = masks.at(window);
     const ops::RopeTable* table = &layer_rope(static_cast<size_t>(a));
-    out = common::run_blocks(*layers, a, b, out, [run_mask, table](TransformerBlock& block, const Tensor& x) {
-      return block(x, *table, run_mask);
-    });
+    out = common::run_blocks(
+        *layers, a, b, out,
+        [run_mask, table, pass](TransformerBlock& block, const Tensor& x) { return block(x, *table, run_mask, pass); },
+        [pass](TransformerBlock& block) { return common::MoeStack::take_loop_reports(block.moe.get(), pass); },
+        [pass](TransformerBlock& block, std::vector<Tensor> reports) {
+          common::MoeStack::give_loop_reports(block.moe.get(), pass, std::move(reports));
+        });
     a = b;
   }
   return out;
 }
 
 Tensor Transformer::forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) {
+  const std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(true);
   Tensor out = h;
   for (size_t i = 0; i < layers->size(); ++i) {
-    out = (*layers)[i](out, layer_rope(i), layer_mask(i, mask), cache, static_cast<int64_t>(i));
+    out = (*layers)[i](out, layer_rope(i), layer_mask(i, mask), pass, cache, static_cast<int64_t>(i));
   }
   return out;
 }

@@ -11,6 +11,7 @@ namespace {
 // How one HF tensor is made of ours.
 enum class Join {
   one,          // it is ours[0]
+  expert,       // it is slice `expert` of ours[0], whose dim 0 counts the experts (Mixtral's)
   stacked,      // ours concatenated along dim 0
   interleaved,  // per head, one slice of each of ours (GPT-NeoX's query_key_value)
 };
@@ -20,10 +21,12 @@ struct Entry {
   std::vector<std::string> ours;
   std::vector<Shape> our_shapes;
   Join join = Join::one;
+  int64_t expert = 0;
 };
 
 Shape hf_shape(const Entry& e) {
   Shape s = e.our_shapes[0];
+  if (e.join == Join::expert) return Shape(s.begin() + 1, s.end());
   for (size_t i = 1; i < e.our_shapes.size(); ++i) s[0] += e.our_shapes[i][0];
   return s;
 }
@@ -74,7 +77,17 @@ std::vector<Entry> entries(const DecoderSpec& s) {
     }
     const std::string hm = hl + "mlp.", of = ol + "feed_forward.";
     const bool b = s.feed_forward.bias;
-    if (neox) {
+    if (s.moe) {
+      const std::string hx = hl + "block_sparse_moe.", ox = ol + "moe.";
+      const int64_t E = s.moe->num_experts, H = s.moe->hidden_dim;
+      one(hx + "gate.weight", ox + "router.gate.weight", {E, s.dim});
+      for (int64_t e = 0; e < E; ++e)
+        for (const auto& [w, shape] : {std::pair<const char*, Shape>{"w1", {E, H, s.dim}},
+                                       std::pair<const char*, Shape>{"w2", {E, s.dim, H}},
+                                       std::pair<const char*, Shape>{"w3", {E, H, s.dim}}})
+          out.push_back({hx + "experts." + std::to_string(e) + "." + w + ".weight", {ox + "experts." + w},
+                         {shape}, Join::expert, e});
+    } else if (neox) {
       linear(hm + "dense_h_to_4h", of + "w1", s.ffn_dim, s.dim, b);
       linear(hm + "dense_4h_to_h", of + "w2", s.dim, s.ffn_dim, b);
     } else {
@@ -140,8 +153,8 @@ nn::StateDict to_hf(const nn::StateDict& ours, const DecoderSpec& spec) {
   for (const Entry& e : entries(spec)) {
     std::vector<Tensor> parts;
     for (size_t p = 0; p < e.ours.size(); ++p) parts.push_back(find(ours, e.ours[p], e.our_shapes[p], "titan's"));
-    if (e.join == Join::one) {
-      out.emplace(e.hf, parts[0].detach());
+    if (e.join == Join::one || e.join == Join::expert) {
+      out.emplace(e.hf, e.join == Join::one ? parts[0].detach() : parts[0].detach().narrow(0, e.expert, 1).squeeze(0));
       continue;
     }
     Tensor fused = Tensor::empty(hf_shape(e), parts[0].options());
@@ -169,6 +182,12 @@ nn::StateDict from_hf(const nn::StateDict& hf, const DecoderSpec& spec) {
     const Tensor& t = find(hf, e.hf, hf_shape(e), "the Hugging Face");
     if (e.join == Join::one) {
       out.emplace(e.ours[0], t);
+      continue;
+    }
+    if (e.join == Join::expert) {
+      auto it = out.find(e.ours[0]);
+      if (it == out.end()) it = out.emplace(e.ours[0], Tensor::empty(e.our_shapes[0], {.dtype = t.dtype()})).first;
+      it->second.narrow(0, e.expert, 1).copy_(t.unsqueeze(0));
       continue;
     }
     int64_t row = 0;

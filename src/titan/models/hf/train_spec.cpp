@@ -27,7 +27,10 @@ void apply_tp(CausalLM& model, parallel::TpStyles& tp) {
                   "region at; train it with parallelism.tensor_parallel_degree = 1");
       common::apply_attention_tp(tp, *block->attention_norm, *block->attention);
       if (block->post_attention_norm) tp.norm(*block->post_attention_norm);
-      common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
+      if (block->moe)
+        common::apply_replicated_feed_forward_tp(tp, *block->ffn_norm, *block->moe);
+      else
+        common::apply_feed_forward_tp(tp, *block->ffn_norm, *block->feed_forward);
       if (block->post_ffn_norm) tp.norm(*block->post_ffn_norm);
     }
   });
@@ -43,7 +46,11 @@ Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
               "context parallelism: ", s.model_type,
               "'s attention (sliding windows, soft-capping, its own scale or RoPE per layer type) is not "
               "carried across the ring yet; set parallelism.context_parallel_degree = 1");
-  return common::parallelize_decoder(m, options, {.apply_tp = apply_tp});
+  return common::parallelize_decoder(m, options,
+                                     {.apply_tp = apply_tp, .apply_ep = [&m](parallel::ExpertParallel& ep) {
+                                        for (const auto& block : *m.layers)
+                                          if (block->moe) ep.apply(*block->moe);
+                                      }});
 }
 
 // config.json in `layout`: as read when it is in that layout already; else its RoPE keys moved.

@@ -70,102 +70,33 @@ common::DecoderArgs decoder_args(const ModelArgs& args) {
 Transformer::Transformer(const ModelArgs& args, TensorOptions opts, common::AttentionKernel kernel)
     : Decoder(decoder_args(args), opts, kernel,
               [&](int64_t i) { return std::make_shared<TransformerBlock>(i, args, opts, kernel); }),
-      args_(args) {}
+      args_(args),
+      moe_stack_(common::MoeStack::layers_of(*layers), args.aux_loss_coeff, args.load_balance_loss,
+                 args.moe && args.moe->capacity_factor > 0) {}
 
 Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
-  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  Tensor out = common::run_blocks(
+  std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(false);
+  return common::run_blocks(
       *layers, first, last, h,
       [this, mask, pass](TransformerBlock& block, const Tensor& x) { return block(x, rope(), mask, pass); },
-      [pass](TransformerBlock& block) {
-        return block.moe ? block.moe->take_loop_reports(*pass) : std::vector<Tensor>{};
-      },
+      [pass](TransformerBlock& block) { return common::MoeStack::take_loop_reports(block.moe.get(), pass); },
       [pass](TransformerBlock& block, std::vector<Tensor> reports) {
-        if (block.moe) block.moe->give_loop_reports(*pass, std::move(reports));
+        common::MoeStack::give_loop_reports(block.moe.get(), pass, std::move(reports));
       });
-  last_pass_ = pass;
-  return out;
 }
 
 Tensor Transformer::forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) {
   // Inference adds no auxiliary loss; the pass only carries the MoE layers' reports.
-  std::shared_ptr<nn::moe::MoEPass> pass = new_pass();
-  if (pass) pass->aux_loss_weight = 0;
+  std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(true);
   Tensor out = h;
   int64_t layer = 0;
   for (const auto& block : *layers) out = (*block)(out, rope(), mask, pass, cache, layer++);
   return out;
 }
 
-std::shared_ptr<nn::moe::MoEPass> Transformer::new_pass() const {
-  if (!args_.moe) return nullptr;
-  auto pass = std::make_shared<nn::moe::MoEPass>();
-  pass->load_balance_loss = args_.load_balance_loss;
-  pass->aux_loss_weight = args_.load_balance_loss == nn::moe::LoadBalanceLoss::global
-                              ? args_.aux_loss_coeff
-                              : args_.aux_loss_coeff / static_cast<double>(args_.n_layers);
-  return pass;
-}
-
-Tensor Transformer::auxiliary_loss() {
-  if (!last_pass_ || last_pass_->aux_loss_weight == 0) return Tensor();
-  return last_pass_->aux_losses.total();
-}
-
-NamedScalars Transformer::end_step() {
-  if (!args_.moe) return {};
-  std::vector<std::vector<int64_t>> counts;
-  NamedScalars dropped_by_layer;
-  int64_t routed = 0, dropped = 0;
-  for (size_t l = 0; l < layers->size(); ++l) {
-    nn::moe::MoE& moe = *(*layers)[l].moe;
-    std::vector<int64_t> layer_counts = moe.end_step();
-    int64_t layer_routed = 0;
-    for (int64_t c : layer_counts) layer_routed += c;
-    // A layer of another pipeline stage runs on another rank.
-    if (layer_routed == 0) continue;
-    routed += layer_routed;
-    counts.push_back(std::move(layer_counts));
-    dropped += moe.dropped();
-    if (moe.dropped() > 0)
-      dropped_by_layer.emplace_back("moe/dropped_layer" + std::to_string(l), static_cast<double>(moe.dropped()));
-  }
-  if (routed == 0) return {};  // no training forward since the last step
-  const nn::moe::ExpertLoad load = nn::moe::expert_load(counts);
-  NamedScalars out{{"moe/tokens_min", static_cast<double>(load.min)},
-                   {"moe/tokens_max", static_cast<double>(load.max)},
-                   {"moe/tokens_cv", load.cv}};
-  // Only a capped layer drops, so a dropless run's line stays as it was.
-  if (args_.moe->capacity_factor > 0 || dropped > 0) {
-    out.emplace_back("moe/dropped", static_cast<double>(dropped));
-    out.insert(out.end(), dropped_by_layer.begin(), dropped_by_layer.end());
-  }
-  return out;
-}
-
-std::vector<Tensor> Transformer::take_step_records() {
-  std::vector<Tensor> out;
-  records_per_layer_.clear();
-  if (!args_.moe) return out;
-  for (const auto& layer : *layers) {
-    std::vector<Tensor> r = layer->moe->take_records();
-    records_per_layer_.push_back(r.size());
-    out.insert(out.end(), r.begin(), r.end());
-  }
-  return out;
-}
-
-void Transformer::put_step_records(std::vector<Tensor> records) {
-  size_t expected = 0;
-  for (size_t n : records_per_layer_) expected += n;
-  TITAN_CHECK(records.size() == expected, "qwen3 Transformer::put_step_records: ", records.size(),
-              " records where take_step_records gave ", expected);
-  size_t at = 0;
-  for (size_t l = 0; l < records_per_layer_.size(); ++l) {
-    const auto first = records.begin() + static_cast<std::ptrdiff_t>(at);
-    (*layers)[l].moe->put_records({first, first + static_cast<std::ptrdiff_t>(records_per_layer_[l])});
-    at += records_per_layer_[l];
-  }
-}
+Tensor Transformer::auxiliary_loss() { return moe_stack_.auxiliary_loss(); }
+NamedScalars Transformer::end_step() { return moe_stack_.end_step(); }
+std::vector<Tensor> Transformer::take_step_records() { return moe_stack_.take_step_records(); }
+void Transformer::put_step_records(std::vector<Tensor> records) { moe_stack_.put_step_records(std::move(records)); }
 
 }  // namespace titan::models::qwen3

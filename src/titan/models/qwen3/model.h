@@ -9,6 +9,7 @@
 #include "titan/models/common/attention.h"
 #include "titan/models/common/decoder.h"
 #include "titan/models/common/feed_forward.h"
+#include "titan/models/common/moe_stack.h"
 #include "titan/models/qwen3/model_args.h"
 #include "titan/nn/moe/moe.h"
 #include "titan/nn/norm.h"
@@ -71,12 +72,8 @@ class Transformer : public common::Decoder<TransformerBlock> {
  private:
   Tensor forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) override;
   Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) override;
-  // A pass for one forward: MoE layers report into it (nothing for a dense model).
-  std::shared_ptr<nn::moe::MoEPass> new_pass() const;
-
   ModelArgs args_;
-  std::shared_ptr<nn::moe::MoEPass> last_pass_;
-  std::vector<size_t> records_per_layer_;  // what take_step_records took from each layer
+  common::MoeStack moe_stack_;
 };
 
 }  // namespace titan::models::qwen3
