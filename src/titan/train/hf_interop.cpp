@@ -112,6 +112,7 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
       m.flavor = section.at("flavor").get<std::string>();
       m.vocab_size = section.value("vocab_size", int64_t{0});
       m.n_layers = section.value("n_layers", int64_t{0});
+      m.hf_config = section.value("hf_config", std::string());
       // Unset (null) means the flavor's own choice.
       if (section.contains("weight_tying") && !section["weight_tying"].is_null())
         m.weight_tying = section["weight_tying"].get<bool>();
