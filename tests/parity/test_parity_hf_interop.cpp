@@ -15,9 +15,12 @@
 #include "support/parity.h"
 #include "support/test_util.h"
 #include "titan/autograd/grad_mode.h"
+#include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/models/hf/model.h"
 #include "titan/nn/moe/moe.h"
 #include "titan/optim/adamw.h"
+#include "titan/train/hf_interop.h"
 #include "titan/train/graph_mode/graph_step.h"
 
 namespace titan::test {
@@ -140,6 +143,19 @@ TEST(ParityHfQwen3Moe, GraphTrainedExportLoadsThereWithTitansLogits) {
   ASSERT_NO_FATAL_FAILURE(hf_logits(family, {{folder, logits}}));
   ParityCase hf{checkpoint::read_safetensors(logits.string())};
   EXPECT_TRUE(tensors_close(logits_of(*model, hf["in.tokens"]), hf["out.logits"], 1e-4, "logits after graph training"));
+}
+
+// Llama 3 and Qwen 3 are configurations of the hf family too: their folders (Llama 3.1's RoPE
+// scaling, Qwen 3's QK-norm and tied embeddings) import into it with transformers' logits.
+TEST(ParityHfFamily, Llama3AndQwen3FoldersImportIntoTheHfFamilyWithTheirLogits) {
+  for (const std::string family : {"llama3", "qwen3"}) {
+    const checkpoint::HfReader reader(hf_root(family) / "single");
+    const models::hf::DecoderSpec spec = models::hf::read_config(reader.config());
+    models::hf::Transformer model(spec, spec.max_position_embeddings);
+    model.load_state_dict(train::load_hf_state(reader, kF32, "hf"));
+    const ParityCase ref = reference(family, "reference.safetensors");
+    EXPECT_TRUE(tensors_close(logits_of(model, ref["in.tokens"]), ref["out.logits"], 1e-4, family + " logits"));
+  }
 }
 
 // Llama 3's copy in shards (model.safetensors.index.json): the same tensors as the single file.
