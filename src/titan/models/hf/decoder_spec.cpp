@@ -70,6 +70,14 @@ void read_layer_types(const ConfigFields& f, DecoderSpec& spec, const std::funct
   for (bool s : sliding) spec.layers.push_back({.sliding_window = s ? window : 0, .rope = rope_of[s ? 1 : 0]});
 }
 
+// Qwen 2 and 3: layer_types, else the layers from max_window_layers on slide when
+// use_sliding_window says so.
+void read_qwen_windows(const ConfigFields& f, DecoderSpec& spec) {
+  const bool use = f.boolean("use_sliding_window", false);
+  const int64_t from = f.find("max_window_layers") ? f.integer("max_window_layers") : spec.n_layers;
+  read_layer_types(f, spec, [&](int64_t i) { return use && i >= from; });
+}
+
 // Every layer slides by "sliding_window" when the file gives one (Mistral, Mixtral, Phi-3).
 void window_everywhere(const ConfigFields& f, DecoderSpec& spec) {
   const int64_t window = f.find("sliding_window") ? f.integer("sliding_window") : 0;
@@ -111,18 +119,14 @@ const std::map<std::string, Family>& families() {
        {"Qwen2ForCausalLM", {},
         [](const ConfigFields& f, DecoderSpec& s) {
           s.qkv_bias = true;
-          const bool use = f.boolean("use_sliding_window", false);
-          const int64_t from = f.find("max_window_layers") ? f.integer("max_window_layers") : s.n_layers;
-          read_layer_types(f, s, [&](int64_t i) { return use && i >= from; });
+          read_qwen_windows(f, s);
         }}},
       {"qwen3",
        {"Qwen3ForCausalLM", {.head_dim = 128},
         [](const ConfigFields& f, DecoderSpec& s) {
           s.qkv_bias = s.out_bias = f.boolean("attention_bias", false);
           s.qk_norm = DecoderSpec::QkNorm::per_head;
-          const bool use = f.boolean("use_sliding_window", false);
-          const int64_t from = f.find("max_window_layers") ? f.integer("max_window_layers") : s.n_layers;
-          read_layer_types(f, s, [&](int64_t i) { return use && i >= from; });
+          read_qwen_windows(f, s);
         }}},
       {"gemma",
        {"GemmaForCausalLM",
