@@ -34,6 +34,9 @@ const std::vector<PointwiseOp>& pointwise_ops() {
       {"silu", [](const Tensor& x) { return ops::silu(x); }, -30, 1e-6},
       {"gelu", [](const Tensor& x) { return ops::gelu(x); }, -12, 3e-5},
       {"gelu_tanh", [](const Tensor& x) { return ops::gelu(x, ops::GeluApproximation::tanh); }, -10, 3e-5},
+      {"tanh", [](const Tensor& x) { return ops::tanh(x); }, -30, 1e-6},
+      // Gemma 2's soft-capping of logits: cap * tanh(x / cap).
+      {"softcap", [](const Tensor& x) { return ops::softcap(x, 5.0); }, -30, 1e-6},
   };
   return ops;
 }
@@ -138,7 +141,7 @@ TEST(Activation, ExtremeInputsSaturateWithoutNaN) {
     // silu and gelu: x for large positive x, 0 for large negative x, unit slope / zero slope.
     Tensor big = Tensor::from_vector<double>({-1e4, -100, 100, 1e4}, {4}).to(dt).requires_grad_();
     for (const auto& op : pointwise_ops()) {
-      if (std::string(op.name) == "sigmoid") continue;
+      if (!std::string(op.name).starts_with("silu") && !std::string(op.name).starts_with("gelu")) continue;
       auto [yb, gb] = value_and_grad(op.fn, big);
       std::vector<double> yv = yb.to_vector<double>(), gv = gb.to_vector<double>();
       const std::vector<double> want_y = {0, 0, 100, 1e4}, want_g = {0, 0, 1, 1};
@@ -147,6 +150,11 @@ TEST(Activation, ExtremeInputsSaturateWithoutNaN) {
         EXPECT_NEAR(gv[i], want_g[i], 1e-30) << op.name << "'";
       }
     }
+    // tanh: +-1 with zero slope, at infinities too.
+    Tensor ends = Tensor::from_vector<double>({-kInf, -1e4, 1e4, kInf}, {4}).to(dt).requires_grad_();
+    auto [yt, gt] = value_and_grad([](const Tensor& t) { return ops::tanh(t); }, ends);
+    EXPECT_EQ(yt.to_vector<double>(), (std::vector<double>{-1, -1, 1, 1}));
+    EXPECT_EQ(gt.to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
   }
 }
 
