@@ -27,7 +27,7 @@ using json = nlohmann::json;
 json gemma2() {
   return {{"model_type", "gemma2"},         {"hidden_size", 64},       {"intermediate_size", 96},
           {"num_hidden_layers", 4},          {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"head_dim", 16},                  {"vocab_size", 256},       {"max_position_embeddings", 128},
+          {"head_dim", 16},                  {"vocab_size", 260},       {"max_position_embeddings", 128},
           {"rms_norm_eps", 1e-5},            {"sliding_window", 8},     {"query_pre_attn_scalar", 24},
           {"attn_logit_softcapping", 5.0},   {"final_logit_softcapping", 10.0}};
 }
@@ -50,7 +50,7 @@ json gemma3() {
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 // 8 steps of the model `config` describes, at a learning rate that moves the weights, with the byte
-// tokenizer (the configs' 256 ids); `extra` last.
+// tokenizer (259 ids; the configs have 260); `extra` last.
 TrainResult train(const std::string& name, const json& config, const std::vector<std::string>& extra) {
   const fs::path dir = test::temp_dir("graph_hf") / name;
   fs::create_directories(dir);

@@ -22,7 +22,7 @@ using json = nlohmann::json;
 json tiny(const std::string& model_type, const json& keys) {
   json c = {{"model_type", model_type},   {"hidden_size", 64},         {"intermediate_size", 96},
             {"num_hidden_layers", 2},      {"num_attention_heads", 4},  {"num_key_value_heads", 2},
-            {"vocab_size", 256},           {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5}};
+            {"vocab_size", 260},           {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5}};
   c.update(keys);
   return c;
 }
