@@ -6,13 +6,17 @@
 // Llama with attention_bias), which tensor parallelism adds once after its reduction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/dist/process_group.h"
+#include "titan/models/registry.h"
 #include "titan/train/trainer.h"
 #include "trainer_fixture.h"
 
@@ -109,6 +113,58 @@ TEST(HfFamily, ParallelLossesMatchOneRankOnTheSameGlobalBatch) {
       EXPECT_NE(log.str().find(layout.logged), std::string::npos) << layout.what << "\n" << log.str();
     }
   }
+}
+
+// Phi-3's checkpoint fuses q, k, v into qkv_proj and gate, up into gate_up_proj, which titan keeps
+// apart and tensor parallelism splits as Llama's: a TP run's final export (slices gathered, then
+// fused) holds the weights one rank trains, and a TP run from one rank's export splits the fused
+// tensors and trains on as one rank does.
+TEST(HfFamily, FusedCheckpointsExportAndImportUnderTensorParallelism) {
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() != 2) GTEST_SKIP() << "the layout is TP 2";
+  const fs::path root = job_dir(0) / "hf_phi3_export";
+  const std::vector<std::string> model = hf_model("phi3", phi3());
+  auto run = [&](bool tp, const fs::path& folder, const std::vector<std::string>& extra) {
+    std::vector<std::string> o = join(model, {"--checkpoint.enable=true", "--checkpoint.folder=" + folder.string(),
+                                              "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0",
+                                              "--checkpoint.last_save_in_hf=true"});
+    o = join(o, extra);
+    TrainResult r;
+    std::ostringstream log;
+    if (tp)
+      r = Trainer(small_config(join(o, {local_batch(1), "--parallelism.tensor_parallel_degree=2",
+                                        "--parallelism.data_parallel_shard_degree=1"})),
+                  log, world)
+              .train();
+    else if (world.rank() == 0)
+      r = Trainer(small_config(join(o, {local_batch(1)})), log, dist::ProcessGroup::single()).train();
+    world.barrier().wait();
+    return r;
+  };
+  if (world.rank() == 0) fs::remove_all(root);
+  world.barrier().wait();
+  run(false, root / "one", {});
+  run(true, root / "tp", {});
+  if (world.rank() == 0) {
+    checkpoint::HfReader one(root / "one" / "step-10"), tp(root / "tp" / "step-10");
+    const auto shapes = models::get_train_spec("hf").state_dict_adapter->hf_shapes(one.config());
+    ASSERT_TRUE(shapes.count("model.layers.0.self_attn.qkv_proj.weight"));
+    ASSERT_TRUE(shapes.count("model.layers.0.mlp.gate_up_proj.weight"));
+    const auto a = one.load(shapes, kF32), b = tp.load(shapes, kF32);
+    // AdamW moves an element whose gradient is rounding noise by up to lr a step, either way (see
+    // TensorParallel.HuggingFaceExportAndImport): 3e-4 of the tensor's largest weight.
+    for (const auto& [name, t] : a) EXPECT_LE(relative_difference(t, b.at(name)), 3e-4) << name;
+  }
+  const std::vector<std::string> from_hf = {"--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
+                                            "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
+  const TrainResult one = run(false, root / "one_from_hf", from_hf), tp = run(true, root / "tp_from_hf", from_hf);
+  if (world.rank() == 0) {
+    ASSERT_EQ(one.losses.size(), 2u);
+    ASSERT_EQ(tp.losses.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(tp.losses[i], one.losses[i], 1e-5 * one.losses[i]) << i;
+  }
+  world.barrier().wait();
+  if (world.rank() == 0) fs::remove_all(root);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/graph_harness.h"
 #include "support/small_run.h"
 #include "support/test_util.h"
 #include "titan/train/trainer.h"
@@ -45,6 +46,15 @@ json gemma3() {
       {"full_attention", {{"rope_type", "linear"}, {"rope_theta", 100000.0}, {"factor", 8.0}}},
       {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
   return c;
+}
+
+// GPT-NeoX: biases on every projection, the row-wise dense and dense_4h_to_h too; LayerNorm, a
+// parallel residual, half of each head rotated.
+json gpt_neox() {
+  return {{"model_type", "gpt_neox"},    {"hidden_size", 64},        {"intermediate_size", 96},
+          {"num_hidden_layers", 2},       {"num_attention_heads", 4}, {"vocab_size", 260},
+          {"max_position_embeddings", 128}, {"layer_norm_eps", 1e-5},
+          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}};
 }
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
@@ -98,6 +108,19 @@ TEST(GraphHf, FullActivationCheckpointingMatchesEager) {
   std::vector<std::string> graph_full = kGraph;
   graph_full.insert(graph_full.end(), full.begin(), full.end());
   expect_losses_near(train("gemma3", gemma3(), graph_full), eager, 1e-4, "gemma3-like, graph with full checkpointing");
+}
+
+// Graph mode's tensor parallelism states the plan and lets XLA's partitioner place the
+// collectives: a bias after a row-wise projection, replicated, is added once to the reduced sum, as
+// eager's plan adds it. TP 2 x FSDP 2 over 4 CPU devices trains as one device does.
+TEST(GraphHf, TensorParallelBiasesMatchOneDevice) {
+  if (test::test_runtime_options().plugin != "cpu") GTEST_SKIP() << "4 devices come from the CPU plugin's device count";
+  std::vector<std::string> one = kGraph, split = kGraph;
+  one.push_back("--training.local_batch_size=4");
+  split.insert(split.end(), {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2",
+                             "--training.local_batch_size=2"});
+  expect_losses_near(train("gpt_neox", gpt_neox(), split), train("gpt_neox", gpt_neox(), one), 1e-5,
+                     "gpt_neox-like, graph TP 2 x FSDP 2 vs one device");
 }
 
 }  // namespace

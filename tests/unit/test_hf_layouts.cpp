@@ -23,7 +23,7 @@ json tiny(const std::string& model_type, const json& keys) {
   json c = {{"model_type", model_type},   {"hidden_size", 64},         {"intermediate_size", 96},
             {"num_hidden_layers", 2},      {"num_attention_heads", 4},  {"num_key_value_heads", 2},
             {"vocab_size", 260},           {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5}};
-  c.update(keys);
+  if (!keys.is_null()) c.update(keys);
   return c;
 }
 
@@ -59,7 +59,7 @@ TEST(HfLayouts, DryRunPlansA7BMistralWithoutAllocatingIt) {
       dry("mistral_7b", mistral_7b, 8, {"--training.seq_len=4096", "--training.memory_check=warn"}, &log);
   EXPECT_LT(CpuAllocator::instance().stats().peak_allocated_bytes - before, 64 << 20) << log;
   const double whole = 7241732096.0 * 4;
-  EXPECT_GT(static_cast<double>(r.plan.param_bytes), whole / 8) << log;
+  EXPECT_GE(static_cast<double>(r.plan.param_bytes), whole / 8) << log;
   EXPECT_LT(static_cast<double>(r.plan.param_bytes), 1.01 * whole / 8) << log;
   EXPECT_EQ(r.plan.optimizer_bytes, 2 * r.plan.param_bytes) << log;
   EXPECT_NE(log.find("dry run of rank 0 of 8"), std::string::npos) << log;
