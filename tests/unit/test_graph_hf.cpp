@@ -98,6 +98,33 @@ TEST(GraphHf, RunsOfLayersOfOneKindMatchEager) {
   expect_losses_near(train("gemma3", gemma3(), unrolled), eager, 1e-4, "gemma3-like, unrolled vs eager");
 }
 
+// The ops of the captured step as its start-up log gives them.
+int64_t captured_ops(const json& config, const std::string& name) {
+  const fs::path dir = test::temp_dir("graph_hf") / name;
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config.dump(2);
+  std::ostringstream log;
+  Trainer(small_config({"--model.name=hf", "--model.hf_config=" + dir.string(), "--model.tokenizer_path=",
+                        "--training.steps=1", "--lr_scheduler.warmup_steps=0", "--compile.enable=true"}),
+          log)
+      .train();
+  const std::string text = log.str(), mark = "captured the step (";
+  const size_t at = text.find(mark);
+  EXPECT_NE(at, std::string::npos) << text;
+  return at == std::string::npos ? -1 : std::stoll(text.substr(at + mark.size()));
+}
+
+// A loop over a run of layers reads its rows of the stacked state as one slice and gives its
+// gradients back as one stack, however many layers the run holds: 2 or 5 sliding layers before
+// the full one, the same step.
+TEST(GraphHf, StepOfRunsOfLayersDoesNotGrowWithDepth) {
+  json deeper = gemma3();
+  deeper["num_hidden_layers"] = 6;
+  deeper["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention",
+                           "sliding_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(captured_ops(gemma3(), "gemma3_3_layers"), captured_ops(deeper, "gemma3_6_layers"));
+}
+
 // Full checkpointing keeps each block's input and computes the block again in backward (in the
 // layer loop's body in graph mode, in autograd::checkpoint in eager): the same losses as eager
 // without it.
