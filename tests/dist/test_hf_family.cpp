@@ -30,37 +30,49 @@ using namespace testing;
 // The sizes every config shares: 4 heads over 2 key/value heads, so that tp 2 splits both, and 4
 // layers, so that each of 2 pipeline stages holds a run of several.
 json tiny(const std::string& model_type, const json& keys) {
-  json c = {{"model_type", model_type},   {"hidden_size", 64},         {"intermediate_size", 96},
-            {"num_hidden_layers", 4},      {"num_attention_heads", 4},  {"num_key_value_heads", 2},
-            {"vocab_size", 260},           {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5},
-            {"tie_word_embeddings", false}};
+  json c = {{"model_type", model_type}, {"hidden_size", 64},
+            {"intermediate_size", 96},  {"num_hidden_layers", 4},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"vocab_size", 260},        {"max_position_embeddings", 128},
+            {"rms_norm_eps", 1e-5},     {"tie_word_embeddings", false}};
   c.update(keys);
   return c;
 }
 
 // Windows of 8 in sequences of 32; head_dim 24, not hidden_size / heads.
-json mistral() { return tiny("mistral", {{"sliding_window", 8}, {"head_dim", 24}}); }
+json mistral() {
+  return tiny("mistral", {{"sliding_window", 8}, {"head_dim", 24}});
+}
 // Half of each head rotates; its checkpoint fuses qkv_proj and gate_up_proj.
 json phi3() {
-  return tiny("phi3", {{"sliding_window", 12},
-                       {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0},
-                                            {"partial_rotary_factor", 0.5}}}});
+  return tiny("phi3",
+              {{"sliding_window", 12},
+               {"rope_parameters",
+                {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}});
 }
 // Sandwich norms, query_pre_attn_scalar, soft-capped attention and logits, windows on layers
 // 0 and 2, tied embeddings.
 json gemma2() {
-  return tiny("gemma2", {{"head_dim", 16}, {"sliding_window", 8}, {"query_pre_attn_scalar", 24},
-                         {"attn_logit_softcapping", 5.0}, {"final_logit_softcapping", 10.0},
+  return tiny("gemma2", {{"head_dim", 16},
+                         {"sliding_window", 8},
+                         {"query_pre_attn_scalar", 24},
+                         {"attn_logit_softcapping", 5.0},
+                         {"final_logit_softcapping", 10.0},
                          {"tie_word_embeddings", true}});
 }
 // Biases on every projection (the row-wise dense and dense_4h_to_h too), a parallel residual,
 // LayerNorm, no grouped-query attention.
 json gpt_neox() {
-  return tiny("gpt_neox", {{"num_key_value_heads", 4}, {"layer_norm_eps", 1e-5}, {"use_parallel_residual", true},
-                           {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0},
-                                                {"partial_rotary_factor", 0.5}}}});
+  return tiny("gpt_neox",
+              {{"num_key_value_heads", 4},
+               {"layer_norm_eps", 1e-5},
+               {"use_parallel_residual", true},
+               {"rope_parameters",
+                {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}});
 }
-json llama_with_biases() { return tiny("llama", {{"attention_bias", true}, {"mlp_bias", true}}); }
+json llama_with_biases() {
+  return tiny("llama", {{"attention_bias", true}, {"mlp_bias", true}});
+}
 
 // The overrides that train `config` as model.name = "hf", from a config.json in this rank's folder.
 std::vector<std::string> hf_model(const std::string& name, const json& config) {
@@ -99,7 +111,8 @@ TEST(HfFamily, ParallelLossesMatchOneRankOnTheSameGlobalBatch) {
       // whole on every rank without it.
       {"gpt_neox-like, TP 2", hf_model("gpt_neox", gpt_neox()), tp, tp_log},
       {"llama with attention_bias and mlp_bias, TP 2 without sequence parallelism",
-       hf_model("llama", llama_with_biases()), join(tp, {"--parallelism.enable_sequence_parallel=false"}), tp_log},
+       hf_model("llama", llama_with_biases()), join(tp, {"--parallelism.enable_sequence_parallel=false"}),
+       tp_log},
   };
   for (const Layout& layout : layouts) {
     const OneRankReference want = one_rank_reference(layout.model, "configs/llama3/debug.toml");
@@ -125,9 +138,10 @@ TEST(HfFamily, FusedCheckpointsExportAndImportUnderTensorParallelism) {
   const fs::path root = job_dir(0) / "hf_phi3_export";
   const std::vector<std::string> model = hf_model("phi3", phi3());
   auto run = [&](bool tp, const fs::path& folder, const std::vector<std::string>& extra) {
-    std::vector<std::string> o = join(model, {"--checkpoint.enable=true", "--checkpoint.folder=" + folder.string(),
-                                              "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0",
-                                              "--checkpoint.last_save_in_hf=true"});
+    std::vector<std::string> o =
+        join(model, {"--checkpoint.enable=true", "--checkpoint.folder=" + folder.string(),
+                     "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0",
+                     "--checkpoint.last_save_in_hf=true"});
     o = join(o, extra);
     TrainResult r;
     std::ostringstream log;
@@ -155,9 +169,11 @@ TEST(HfFamily, FusedCheckpointsExportAndImportUnderTensorParallelism) {
     // TensorParallel.HuggingFaceExportAndImport): 3e-4 of the tensor's largest weight.
     for (const auto& [name, t] : a) EXPECT_LE(relative_difference(t, b.at(name)), 3e-4) << name;
   }
-  const std::vector<std::string> from_hf = {"--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
-                                            "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
-  const TrainResult one = run(false, root / "one_from_hf", from_hf), tp = run(true, root / "tp_from_hf", from_hf);
+  const std::vector<std::string> from_hf = {
+      "--checkpoint.initial_load_path=" + (root / "one" / "step-10").string(),
+      "--checkpoint.initial_load_model_only=true", "--training.steps=2"};
+  const TrainResult one = run(false, root / "one_from_hf", from_hf),
+                    tp = run(true, root / "tp_from_hf", from_hf);
   if (world.rank() == 0) {
     ASSERT_EQ(one.losses.size(), 2u);
     ASSERT_EQ(tp.losses.size(), 2u);

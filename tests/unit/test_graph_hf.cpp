@@ -26,11 +26,20 @@ using json = nlohmann::json;
 // Gemma 2: sandwich norms, query_pre_attn_scalar, soft-capped attention and logits, windows of 8 in
 // sequences of 32 on layers 0 and 2: four runs of one layer.
 json gemma2() {
-  return {{"model_type", "gemma2"},         {"hidden_size", 64},       {"intermediate_size", 96},
-          {"num_hidden_layers", 4},          {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"head_dim", 16},                  {"vocab_size", 260},       {"max_position_embeddings", 128},
-          {"rms_norm_eps", 1e-5},            {"sliding_window", 8},     {"query_pre_attn_scalar", 24},
-          {"attn_logit_softcapping", 5.0},   {"final_logit_softcapping", 10.0}};
+  return {{"model_type", "gemma2"},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 16},
+          {"vocab_size", 260},
+          {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-5},
+          {"sliding_window", 8},
+          {"query_pre_attn_scalar", 24},
+          {"attn_logit_softcapping", 5.0},
+          {"final_logit_softcapping", 10.0}};
 }
 
 // Gemma 3: two sliding layers with their own RoPE, then a full one (QK-norm, linear scaling): a
@@ -51,13 +60,21 @@ json gemma3() {
 // GPT-NeoX: biases on every projection, the row-wise dense and dense_4h_to_h too; LayerNorm, a
 // parallel residual, half of each head rotated.
 json gpt_neox() {
-  return {{"model_type", "gpt_neox"},    {"hidden_size", 64},        {"intermediate_size", 96},
-          {"num_hidden_layers", 2},       {"num_attention_heads", 4}, {"vocab_size", 260},
-          {"max_position_embeddings", 128}, {"layer_norm_eps", 1e-5},
-          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}};
+  return {{"model_type", "gpt_neox"},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"vocab_size", 260},
+          {"max_position_embeddings", 128},
+          {"layer_norm_eps", 1e-5},
+          {"rope_parameters",
+           {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}};
 }
 
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+double relative(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
+}
 
 // 8 steps of the model `config` describes, at a learning rate that moves the weights, with the byte
 // tokenizer (259 ids; the configs have 260); `extra` last.
@@ -65,13 +82,14 @@ TrainResult train(const std::string& name, const json& config, const std::vector
   const fs::path dir = test::temp_dir("graph_hf") / name;
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << config.dump(2);
-  std::vector<std::string> o = {"--model.name=hf", "--model.hf_config=" + dir.string(), "--model.tokenizer_path=",
-                                "--training.steps=8", "--optimizer.lr=3e-3"};
+  std::vector<std::string> o = {"--model.name=hf", "--model.hf_config=" + dir.string(),
+                                "--model.tokenizer_path=", "--training.steps=8", "--optimizer.lr=3e-3"};
   o.insert(o.end(), extra.begin(), extra.end());
   return run(small_config(o));
 }
 
-void expect_losses_near(const TrainResult& got, const TrainResult& want, double tolerance, const std::string& what) {
+void expect_losses_near(const TrainResult& got, const TrainResult& want, double tolerance,
+                        const std::string& what) {
   ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
   for (size_t i = 0; i < want.losses.size(); ++i) {
     EXPECT_LE(relative(got.losses[i], want.losses[i]), tolerance) << what << ", step " << i + 1;
@@ -131,21 +149,24 @@ TEST(GraphHf, StepOfRunsOfLayersDoesNotGrowWithDepth) {
 TEST(GraphHf, FullActivationCheckpointingMatchesEager) {
   const std::vector<std::string> full = {"--activation_checkpoint.mode=full"};
   const TrainResult eager = train("gemma3", gemma3(), {});
-  expect_losses_near(train("gemma3", gemma3(), full), eager, 1e-6, "gemma3-like, eager with full checkpointing");
+  expect_losses_near(train("gemma3", gemma3(), full), eager, 1e-6,
+                     "gemma3-like, eager with full checkpointing");
   std::vector<std::string> graph_full = kGraph;
   graph_full.insert(graph_full.end(), full.begin(), full.end());
-  expect_losses_near(train("gemma3", gemma3(), graph_full), eager, 1e-4, "gemma3-like, graph with full checkpointing");
+  expect_losses_near(train("gemma3", gemma3(), graph_full), eager, 1e-4,
+                     "gemma3-like, graph with full checkpointing");
 }
 
 // Graph mode's tensor parallelism states the plan and lets XLA's partitioner place the
 // collectives: a bias after a row-wise projection, replicated, is added once to the reduced sum, as
 // eager's plan adds it. TP 2 x FSDP 2 over 4 CPU devices trains as one device does.
 TEST(GraphHf, TensorParallelBiasesMatchOneDevice) {
-  if (test::test_runtime_options().plugin != "cpu") GTEST_SKIP() << "4 devices come from the CPU plugin's device count";
+  if (test::test_runtime_options().plugin != "cpu")
+    GTEST_SKIP() << "4 devices come from the CPU plugin's device count";
   std::vector<std::string> one = kGraph, split = kGraph;
   one.push_back("--training.local_batch_size=4");
-  split.insert(split.end(), {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2",
-                             "--training.local_batch_size=2"});
+  split.insert(split.end(), {"--parallelism.tensor_parallel_degree=2",
+                             "--parallelism.data_parallel_shard_degree=2", "--training.local_batch_size=2"});
   expect_losses_near(train("gpt_neox", gpt_neox(), split), train("gpt_neox", gpt_neox(), one), 1e-5,
                      "gpt_neox-like, graph TP 2 x FSDP 2 vs one device");
 }

@@ -20,9 +20,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 json tiny(const std::string& model_type, const json& keys) {
-  json c = {{"model_type", model_type},   {"hidden_size", 64},         {"intermediate_size", 96},
-            {"num_hidden_layers", 2},      {"num_attention_heads", 4},  {"num_key_value_heads", 2},
-            {"vocab_size", 260},           {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5}};
+  json c = {{"model_type", model_type}, {"hidden_size", 64},
+            {"intermediate_size", 96},  {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"vocab_size", 260},        {"max_position_embeddings", 128},
+            {"rms_norm_eps", 1e-5}};
   if (!keys.is_null()) c.update(keys);
   return c;
 }
@@ -33,12 +35,12 @@ DryRunReport dry(const std::string& name, const json& config, int ranks, std::ve
   const fs::path dir = test::temp_dir("hf_layouts") / name;
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << config.dump(2);
-  overrides.insert(overrides.begin(),
-                   {"--model.name=hf", "--model.hf_config=" + dir.string(), "--model.tokenizer_path=",
-                    "--training.seq_len=32"});
+  overrides.insert(overrides.begin(), {"--model.name=hf", "--model.hf_config=" + dir.string(),
+                                       "--model.tokenizer_path=", "--training.seq_len=32"});
   std::ostringstream out;
-  DryRunReport r = dry_run(load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", overrides),
-                           ranks, 0, out);
+  DryRunReport r =
+      dry_run(load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml", overrides), ranks,
+              0, out);
   if (log) *log = out.str();
   return r;
 }
@@ -46,12 +48,12 @@ DryRunReport dry(const std::string& name, const json& config, int ranks, std::ve
 // Mistral 7B v0.1's config.json: 7.24 billion parameters (29 GB in float32) planned over 8 FSDP
 // ranks in a few MiB, each rank's parameters an eighth of the whole.
 TEST(HfLayouts, DryRunPlansA7BMistralWithoutAllocatingIt) {
-  const json mistral_7b = {{"model_type", "mistral"},      {"hidden_size", 4096},
-                           {"intermediate_size", 14336},   {"num_hidden_layers", 32},
-                           {"num_attention_heads", 32},    {"num_key_value_heads", 8},
-                           {"vocab_size", 32000},          {"max_position_embeddings", 32768},
-                           {"rms_norm_eps", 1e-5},         {"rope_theta", 10000.0},
-                           {"sliding_window", 4096},       {"tie_word_embeddings", false}};
+  const json mistral_7b = {{"model_type", "mistral"},    {"hidden_size", 4096},
+                           {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+                           {"num_attention_heads", 32},  {"num_key_value_heads", 8},
+                           {"vocab_size", 32000},        {"max_position_embeddings", 32768},
+                           {"rms_norm_eps", 1e-5},       {"rope_theta", 10000.0},
+                           {"sliding_window", 4096},     {"tie_word_embeddings", false}};
   CpuAllocator::instance().reset_peak();
   const int64_t before = CpuAllocator::instance().stats().allocated_bytes;
   std::string log;
@@ -72,10 +74,12 @@ TEST(HfLayouts, DryRunPlansA7BMistralWithoutAllocatingIt) {
 TEST(HfLayouts, ContextParallelismRefusesWhatRingAttentionDoesNotCarry) {
   const std::vector<std::string> cp = {"--parallelism.context_parallel_degree=2",
                                        "--parallelism.data_parallel_shard_degree=1"};
-  EXPECT_TITAN_ERROR(dry("cp_mistral", tiny("mistral", {{"sliding_window", 8}}), 2, cp),
-                     "context parallelism: MistralForCausalLM's attention has sliding windows (\"sliding_window\" = 8)",
-                     "parallelism.context_parallel_degree = 1");
-  const json gemma2 = tiny("gemma2", {{"head_dim", 16}, {"sliding_window", 8}, {"query_pre_attn_scalar", 24}});
+  EXPECT_TITAN_ERROR(
+      dry("cp_mistral", tiny("mistral", {{"sliding_window", 8}}), 2, cp),
+      "context parallelism: MistralForCausalLM's attention has sliding windows (\"sliding_window\" = 8)",
+      "parallelism.context_parallel_degree = 1");
+  const json gemma2 =
+      tiny("gemma2", {{"head_dim", 16}, {"sliding_window", 8}, {"query_pre_attn_scalar", 24}});
   EXPECT_TITAN_ERROR(dry("cp_gemma2", gemma2, 2, cp), "Gemma2ForCausalLM", "\"attn_logit_softcapping\"",
                      "\"query_pre_attn_scalar\"", "parallelism.context_parallel_degree = 1");
   const json gemma3 =
@@ -94,10 +98,11 @@ TEST(HfLayouts, ContextParallelismRefusesWhatRingAttentionDoesNotCarry) {
 // Tensor parallelism enters its split region at the norm before each sublayer, which post-norm
 // blocks (OLMo 2) do not have.
 TEST(HfLayouts, TensorParallelismRefusesPostNormBlocks) {
-  EXPECT_TITAN_ERROR(dry("tp_olmo2", tiny("olmo2", {}), 2,
-                         {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"}),
-                     "tensor parallelism: olmo2 blocks have no norm before attention",
-                     "parallelism.tensor_parallel_degree = 1");
+  EXPECT_TITAN_ERROR(
+      dry("tp_olmo2", tiny("olmo2", {}), 2,
+          {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"}),
+      "tensor parallelism: olmo2 blocks have no norm before attention",
+      "parallelism.tensor_parallel_degree = 1");
 }
 
 // Biases after row-wise projections are added once, after the reduction (tests/dist/test_hf_family.cpp
@@ -106,8 +111,8 @@ TEST(HfLayouts, TensorParallelismPlansRowWiseBiases) {
   std::string log;
   const json neox = tiny("gpt_neox", {{"num_key_value_heads", 4}, {"layer_norm_eps", 1e-5}});
   const DryRunReport r =
-      dry("tp_neox", neox, 2, {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"},
-          &log);
+      dry("tp_neox", neox, 2,
+          {"--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"}, &log);
   EXPECT_NE(log.find("memory plan (rank 0 of 2, eager)"), std::string::npos) << log;
   EXPECT_GT(r.plan.param_bytes, 0) << log;
 }

@@ -79,14 +79,17 @@ Value stack_rows(const std::vector<Tensor>& rows, const char* op) {
     size_t end = i + 1;
     while (first && end < rows.size()) {
       const std::optional<Program::Row> r = row_of(rows[end]);
-      if (!r || r->stacked.id != first->stacked.id || r->index != first->index + static_cast<int64_t>(end - i)) break;
+      if (!r || r->stacked.id != first->stacked.id ||
+          r->index != first->index + static_cast<int64_t>(end - i))
+        break;
       ++end;
     }
     if (first) {
       const Value& stacked = first->stacked;
       const auto count = static_cast<int64_t>(end - i);
-      pieces.push_back(first->index == 0 && count == stacked.shape[0] ? stacked
-                                                                      : hlo::narrow(stacked, 0, first->index, count));
+      pieces.push_back(first->index == 0 && count == stacked.shape[0]
+                           ? stacked
+                           : hlo::narrow(stacked, 0, first->index, count));
     } else {
       const Value v = value_of(rows[i], op);
       Shape one = v.shape;

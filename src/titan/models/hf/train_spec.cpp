@@ -46,10 +46,12 @@ std::string beyond_ring_attention(const DecoderSpec& s) {
     }
   if (s.attention_softcap) what.push_back("soft-capped scores (\"attn_logit_softcapping\")");
   if (s.attention_scale)
-    what.push_back("a scale other than 1/sqrt(head_dim) (\"query_pre_attn_scalar\" or \"attention_multiplier\")");
+    what.push_back(
+        "a scale other than 1/sqrt(head_dim) (\"query_pre_attn_scalar\" or \"attention_multiplier\")");
   if (s.ropes.size() > 1) what.push_back("a RoPE per layer type (\"rope_parameters\" by layer type)");
   std::string out;
-  for (size_t i = 0; i < what.size(); ++i) out += (i == 0 ? "" : i + 1 == what.size() ? " and " : ", ") + what[i];
+  for (size_t i = 0; i < what.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == what.size() ? " and " : ", ") + what[i];
   return out;
 }
 
