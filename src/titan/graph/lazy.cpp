@@ -70,21 +70,35 @@ std::optional<Program::Row> row_of(const Tensor& t) {
 
 Value stack_rows(const std::vector<Tensor>& rows, const char* op) {
   TITAN_CHECK(!rows.empty(), op, ": nothing to stack");
-  const std::optional<Program::Row> first = row_of(rows[0]);
-  bool same = first.has_value() && first->stacked.shape[0] == static_cast<int64_t>(rows.size());
-  for (size_t i = 0; same && i < rows.size(); ++i) {
-    const std::optional<Program::Row> r = row_of(rows[i]);
-    same = r.has_value() && r->stacked.id == first->stacked.id && r->index == static_cast<int64_t>(i);
+  // Consecutive rows of one stack are taken as that stack, or the slice of it they are: loops over
+  // runs of layers (layers of several kinds) read their rows of the state, and hand back their
+  // gradients, at an op a run rather than one a layer.
+  std::vector<Value> pieces;
+  for (size_t i = 0; i < rows.size();) {
+    const std::optional<Program::Row> first = row_of(rows[i]);
+    size_t end = i + 1;
+    while (first && end < rows.size()) {
+      const std::optional<Program::Row> r = row_of(rows[end]);
+      if (!r || r->stacked.id != first->stacked.id ||
+          r->index != first->index + static_cast<int64_t>(end - i))
+        break;
+      ++end;
+    }
+    if (first) {
+      const Value& stacked = first->stacked;
+      const auto count = static_cast<int64_t>(end - i);
+      pieces.push_back(first->index == 0 && count == stacked.shape[0]
+                           ? stacked
+                           : hlo::narrow(stacked, 0, first->index, count));
+    } else {
+      const Value v = value_of(rows[i], op);
+      Shape one = v.shape;
+      one.insert(one.begin(), 1);
+      pieces.push_back(hlo::reshape(v, one));
+    }
+    i = end;
   }
-  if (same) return first->stacked;
-  std::vector<Value> each;
-  for (const Tensor& t : rows) {
-    const Value v = value_of(t, op);
-    Shape one = v.shape;
-    one.insert(one.begin(), 1);
-    each.push_back(hlo::reshape(v, one));
-  }
-  return hlo::concatenate(each, 0);
+  return pieces.size() == 1 ? pieces[0] : hlo::concatenate(pieces, 0);
 }
 
 void BoundTensors::bind(const Tensor& t, const Value& v) {

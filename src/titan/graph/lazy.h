@@ -36,7 +36,8 @@ void rebind(const Tensor& handle, const Value& v);
 // The stacked value `t` is a row of (Program::row), if it names one of the current program.
 std::optional<Program::Row> row_of(const Tensor& t);
 // `rows` stacked [n, ...]: the stacked value they already are rows 0..n-1 of, in order (graph
-// mode's stacked training state), or else their concatenation. `op` names the caller in errors.
+// mode's stacked training state), or else their concatenation, in which each run of consecutive
+// rows of one stack is that stack's slice. `op` names the caller in errors.
 Value stack_rows(const std::vector<Tensor>& rows, const char* op);
 
 // For the length of a capture, tensors that hold memory (a model's parameters) name parameters

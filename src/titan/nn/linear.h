@@ -10,8 +10,9 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = false, TensorOptions opts = {});
 
   Tensor forward(const Tensor& x) const;
+  // Wrappable: tensor parallelism's row-wise style adds the bias itself, after its reduction.
   Tensor operator()(const Tensor& x) {
-    return run_forward([&] { return forward(x); });
+    return run_forward(x, [this](const Tensor& in) { return forward(in); });
   }
 
   // PyTorch's default: weight and bias uniform in +-1/sqrt(in_features) (kaiming_uniform_ with

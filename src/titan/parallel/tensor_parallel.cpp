@@ -1,6 +1,7 @@
 #include "titan/parallel/tensor_parallel.h"
 
 #include "titan/ops/arith.h"
+#include "titan/ops/linalg.h"
 #include "titan/ops/loss.h"
 #include "titan/parallel/comm_ops.h"
 #include "titan/parallel/loss_parallel.h"
@@ -69,14 +70,24 @@ void TensorParallel::colwise(nn::Linear& linear) {
 }
 
 void TensorParallel::rowwise(nn::Linear& linear) {
-  TITAN_CHECK(!linear.bias.defined(), "tensor parallelism: ", linear.path(),
-              " has a bias, which a row-wise split would add once per rank; titan's row-wise style takes "
-              "projections without one");
   split_parameter(linear, "weight", linear.weight, 1);
   const bool sp = options_.sequence_parallel;
-  hook(linear, [g = group_, sp](nn::Module&, Tensor& out) {
-    out = sp ? reduce_scatter_along(out, kSeqDim, g) : reduce_from_group(out, g);
+  auto reduce = [g = group_, sp](const Tensor& partial) {
+    return sp ? reduce_scatter_along(partial, kSeqDim, g) : reduce_from_group(partial, g);
+  };
+  if (!linear.bias.defined()) {
+    hook(linear, [reduce](nn::Module&, Tensor& out) { out = reduce(out); });
+    return;
+  }
+  // Each rank's product is a partial sum, so the bias joins once, after the reduction; the body
+  // would add it on every rank. Every rank then adds it to the whole output, and its gradient is
+  // whole; under sequence parallelism each rank adds it to its own tokens, and the gradient is
+  // this rank's part of the sum.
+  if (sp) mark_partial(linear, "bias", linear.bias);
+  linear.set_forward_wrapper([&linear, reduce](const nn::Module::ForwardBody&, const Tensor& x) {
+    return ops::add(reduce(ops::linear(x, linear.weight)), linear.bias);
   });
+  wrapped_.push_back(&linear);
 }
 
 void TensorParallel::vocab_embedding(nn::Embedding& embedding) {
@@ -130,13 +141,15 @@ void TensorParallel::enter_split_region(nn::Module& m) {
   });
 }
 
+void TensorParallel::mark_partial(nn::Module& m, const std::string& local, const Tensor& p) {
+  const std::string name = param_name(m, local);
+  TITAN_CHECK(!placements_.count(name) || placements_[name].dim == -1, "tensor parallelism: parameter ", name,
+              " is split and cannot also be a replicated one with partial gradients");
+  placements_[name] = {.dim = -1, .offset = 0, .global_shape = p.sizes(), .partial_grad = true};
+}
+
 void TensorParallel::mark_partial(nn::Module& m) {
-  for (const auto& [local, p] : m.named_parameters()) {
-    const std::string name = param_name(m, local);
-    TITAN_CHECK(!placements_.count(name) || placements_[name].dim == -1, "tensor parallelism: parameter ",
-                name, " is split and cannot also be a replicated one with partial gradients");
-    placements_[name] = {.dim = -1, .offset = 0, .global_shape = p.sizes(), .partial_grad = true};
-  }
+  for (const auto& [local, p] : m.named_parameters()) mark_partial(m, local, p);
 }
 
 void TensorParallel::norm(nn::Module& m) {

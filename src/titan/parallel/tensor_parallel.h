@@ -9,7 +9,7 @@
 //   colwise(linear)        weight [out, in] split on out: this rank computes its output features
 //   rowwise(linear)        weight split on in: each rank's output is a partial sum, reduced over
 //                          tp (Megatron's g), or with sequence parallelism reduce-scattered over
-//                          the sequence
+//                          the sequence; a bias, replicated, is added once after the reduction
 //   vocab_embedding(emb)   rows split over the vocabulary: ids outside this rank's range look up
 //                          zeros, and the partial rows are reduced (or reduce-scattered) as rowwise
 //   enter_split_region(m)  m's output feeds split work: identity forward with the gradient summed
@@ -98,6 +98,8 @@ class TensorParallel final : public ParameterSlices, public TpStyles {
 
  private:
   void split_parameter(nn::Module& m, const std::string& name, const Tensor& p, int64_t dim);
+  // Replicated with partial gradients: m's parameter `local`, or every one of m's.
+  void mark_partial(nn::Module& m, const std::string& local, const Tensor& p);
   void mark_partial(nn::Module& m);
   // Without the parallel loss, the model's output (the logits) is gathered over the vocabulary.
   void gather_logits_unless_loss_parallel();
