@@ -83,6 +83,11 @@ def cpu_flags():
     return []
 
 
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return ", ".join(f.read().split()[:3])
+
+
 def write_config(model, folder):
     import transformers
 
@@ -147,7 +152,7 @@ def titan_round(a, model, config_json, bf16):
     print(f"  {model} {tag}: steps {ms} ms (first {a.warmup}: warm-up), loss {rows[0]['loss']:.3f} -> "
           f"{rows[-1]['loss']:.3f}", file=sys.stderr, flush=True)
     kernels = [line.split("titan: ", 1)[1] for line in run.stdout.splitlines() if line.startswith("titan: precision")]
-    return {"name": tag, "seconds": statistics.median(seconds), "kernels": kernels}
+    return {"name": tag, "steps": seconds, "kernels": kernels}
 
 
 def torch_round(a, model, config_json, variant, attn):
@@ -169,7 +174,7 @@ def torch_round(a, model, config_json, variant, attn):
         return {"name": tag, "error": reply["error"]}
     ms = ", ".join(f"{s * 1e3:.0f}" for s in [reply["first_step_seconds"]] + reply["step_seconds"])
     print(f"  {model} {tag}: steps {ms} ms (first {a.warmup}: warm-up), loss {reply['losses'][0]:.3f} -> {reply['losses'][-1]:.3f}", file=sys.stderr, flush=True)
-    return {"name": tag, "seconds": statistics.median(reply["step_seconds"]), "reply": reply}
+    return {"name": tag, "steps": reply["step_seconds"], "reply": reply}
 
 
 def main():
@@ -182,10 +187,11 @@ def main():
     p.add_argument("--attn", default="", help="attention implementations to run besides each class's, e.g. flex_attention")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1, help="rounds of every side, each in a fresh process, interleaved")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--work", help="folder for configs and logs (default: a temporary one, removed)")
     a = p.parse_args()
-    for flag, value in (("--warmup", a.warmup), ("--steps", a.steps), ("--threads", a.threads)):
+    for flag, value in (("--warmup", a.warmup), ("--steps", a.steps), ("--rounds", a.rounds), ("--threads", a.threads)):
         if value < (0 if flag == "--warmup" else 1):
             sys.exit(f"hf_decoders bench: {flag} must be {'>= 0' if flag == '--warmup' else '>= 1'}, got {value}")
     models = [m for m in a.models.split(",") if m]
@@ -202,28 +208,46 @@ def main():
     a.coretype = os.environ.get("OPENBLAS_CORETYPE", "")
     if not a.coretype:
         probe = subprocess.run([a.titan, "train", "--config", os.path.join(ROOT, "configs", "llama3", "debug.toml"),
-                                "--training.steps=1", "--checkpoint.enable=false", "--metrics.peak_flops=1e12",
-                                "--metrics.enable_jsonl=false", f"--job.dump_folder={a.work}/probe"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT).stdout
-        m = re.search(r"run with OPENBLAS_CORETYPE=(\w+)", probe)
+                                "--training.steps=1", "--lr_scheduler.warmup_steps=0", "--checkpoint.enable=false",
+                                "--metrics.peak_flops=1e12", "--metrics.enable_jsonl=false",
+                                f"--job.dump_folder={a.work}/probe"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        if probe.returncode != 0:
+            sys.exit(f"hf_decoders bench: titan's one-step probe failed:\n{probe.stdout[-2000:]}")
+        m = re.search(r"run with OPENBLAS_CORETYPE=(\w+)", probe.stdout)
         a.coretype = m.group(1) if m else ""
 
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
-    results = {}
-    for model in models:
-        config_json = write_config(model, os.path.join(a.work, model))
-        default_attn = MODELS[model][2]
-        attns = [default_attn] + [x for x in a.attn.split(",") if x and x != default_attn]
-        rows = [titan_round(a, model, config_json, False)]
-        if bf16_cpu:
-            rows.append(titan_round(a, model, config_json, True))
-        for attn in attns:
-            for v in variants:
-                rows.append(torch_round(a, model, config_json, v, attn))
-        results[model] = rows
+    load_before = loadavg()
+    # Round by round, every side of every model in turn, so that load from other processes falls
+    # on all of them; a side's figure is the median of its timed steps over all rounds.
+    results = {model: {} for model in models}
+    configs = {model: write_config(model, os.path.join(a.work, model)) for model in models}
+    for _ in range(a.rounds):
+        for model in models:
+            default_attn = MODELS[model][2]
+            attns = [default_attn] + [x for x in a.attn.split(",") if x and x != default_attn]
+            runs = [lambda bf16=bf16: titan_round(a, model, configs[model], bf16)
+                    for bf16 in ([False, True] if bf16_cpu else [False])]
+            runs += [lambda v=v, attn=attn: torch_round(a, model, configs[model], v, attn)
+                     for attn in attns for v in variants]
+            for run in runs:
+                r = run()
+                side = results[model].setdefault(r["name"], {"name": r["name"], "steps": [], "errors": []})
+                side["steps"] += r.get("steps", [])
+                side["errors"] += [r["error"]] if "error" in r else []
+                side.update({k: v for k, v in r.items() if k in ("kernels", "reply")})
+    for sides in results.values():
+        for side in sides.values():
+            if side["steps"]:
+                side["seconds"] = statistics.median(side["steps"])
+            elif side["errors"]:
+                side["error"] = side["errors"][-1]
+    results = {model: list(sides.values()) for model, sides in results.items()}
 
     tokens = M["batch"] * M["seq"]
-    print(f"hf decoders bench: {cpu_name()} ({', '.join(cpu_flags())}), {a.threads} threads each side")
+    print(f"hf decoders bench: {cpu_name()} ({', '.join(cpu_flags())}), {a.threads} threads each side; load "
+          f"average {load_before} before, {loadavg()} after")
     torch_env = next((r["reply"] for rows in results.values() for r in rows if "reply" in r), None)
     titan_kernels = next((r["kernels"] for rows in results.values() for r in rows if r.get("kernels")), [])
     print(f"titan: OPENBLAS_CORETYPE={a.coretype or '(OpenBLAS default)'}; "
@@ -234,7 +258,8 @@ def main():
               f"GLIBC_TUNABLES={torch_env['glibc_tunables']}")
     print(f"M shape: dim {M['dim']}, {M['n_layers']} layers, {M['n_heads']} heads / {M['n_kv_heads']} kv of "
           f"{M['dim'] // M['n_heads']}, ffn {M['ffn_dim']}, vocab {M['vocab_size']}, batch {M['batch']} x seq "
-          f"{M['seq']}, window {WINDOW}; {a.warmup} warm-up + {a.steps} timed steps, median; tokens/s")
+          f"{M['seq']}, window {WINDOW}; per round {a.warmup} warm-up + {a.steps} timed steps, {a.rounds} round(s); "
+          f"tokens/s of the median timed step")
     verdicts = []
     for model, rows in results.items():
         print(f"\n{model} ({MODELS[model][0].replace('Config', 'ForCausalLM')})")
