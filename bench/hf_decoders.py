@@ -249,7 +249,7 @@ def main():
     print(f"hf decoders bench: {cpu_name()} ({', '.join(cpu_flags())}), {a.threads} threads each side; load "
           f"average {load_before} before, {loadavg()} after")
     torch_env = next((r["reply"] for rows in results.values() for r in rows if "reply" in r), None)
-    titan_kernels = next((r["kernels"] for rows in results.values() for r in rows if r.get("kernels")), [])
+    titan_kernels = [k for rows in results.values() for r in rows for k in r.get("kernels", [])]
     print(f"titan: OPENBLAS_CORETYPE={a.coretype or '(OpenBLAS default)'}; "
           + ("; ".join(dict.fromkeys(titan_kernels)) or "(its log named no kernels)"))
     if torch_env:
