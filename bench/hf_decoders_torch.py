@@ -11,7 +11,7 @@ with TorchTitan's lr, betas and weight decay, on one fixed random batch. The var
 "compile" (torch.compile(model), the whole model, default inductor backend, as a user on one
 device compiles it; the first step compiles forward and backward, a warm-up step, so out of the
 timings), with " bf16" the forward and loss under torch.autocast("cpu", dtype=torch.bfloat16).
-attn_implementation is the class's ("sdpa", "eager" or "flex_attention"); a class that refuses
+attn_implementation is the class's ("sdpa" or "eager"); a class that refuses
 the one asked for answers {"error"}.
 
 Prints one JSON line on stdout: {environment(), "variant", "attn_implementation",

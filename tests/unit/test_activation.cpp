@@ -130,8 +130,8 @@ TEST(Activation, SoftcapMatchesItsCompositeAndGradcheck) {
   Tensor cot = test::rand_f32({37, 1031}, 48);
   Tensor fused = ops::softcap(x, kCap), ref = ops::tanh(ops::scale(x, 1.0 / kCap)) * kCap;
   EXPECT_TRUE(test::tensors_close(fused, ref, 1e-6, "softcap forward"));
-  EXPECT_TRUE(test::tensors_close(autograd::grad({fused}, {cot}, {x})[0], autograd::grad({ref}, {cot}, {x})[0],
-                                  1e-6, "softcap gradient"));
+  EXPECT_TRUE(test::tensors_close(autograd::grad({fused}, {cot}, {x})[0],
+                                  autograd::grad({ref}, {cot}, {x})[0], 1e-6, "softcap gradient"));
   for (int64_t n : {1, 129}) {
     Tensor x64 = rand_f64({3, n}, 49, true, -90, 90);
     expect_gradcheck("softcap", [](auto& v) { return std::vector<Tensor>{ops::softcap(v[0], kCap)}; }, {x64});

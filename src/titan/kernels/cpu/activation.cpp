@@ -173,12 +173,12 @@ void swiglu_bwd(const T* gate, const T* up, const T* d_out, T* d_gate, T* d_up, 
   });
 }
 
-#define TITAN_INSTANTIATE(T)                                                          \
-  template void activation_fwd<T>(Activation, const T*, T*, int64_t);                \
-  template void activation_bwd<T>(Activation, const T*, const T*, T*, int64_t);      \
-  template void softcap_fwd<T>(const T*, T*, int64_t, T);                            \
-  template void softcap_bwd<T>(const T*, const T*, T*, int64_t, T);                  \
-  template void swiglu_fwd<T>(const T*, const T*, T*, int64_t);                      \
+#define TITAN_INSTANTIATE(T)                                                    \
+  template void activation_fwd<T>(Activation, const T*, T*, int64_t);           \
+  template void activation_bwd<T>(Activation, const T*, const T*, T*, int64_t); \
+  template void softcap_fwd<T>(const T*, T*, int64_t, T);                       \
+  template void softcap_bwd<T>(const T*, const T*, T*, int64_t, T);             \
+  template void swiglu_fwd<T>(const T*, const T*, T*, int64_t);                 \
   template void swiglu_bwd<T>(const T*, const T*, const T*, T*, T*, int64_t);
 TITAN_INSTANTIATE(float)
 TITAN_INSTANTIATE(double)
