@@ -6,7 +6,8 @@
 # its own MKL and oneDNN; each benchmark sets OPENBLAS_CORETYPE for titan where OpenBLAS would pick
 # kernels older than the CPU. bench_train_step also runs JAX from $TITAN_JAX_PYTHON (`make bench`:
 # .venv-jax, from scripts/setup_jax.sh), the reference of titan's graph mode, and skips it when
-# missing. A quick check: --benchmark_filter naming one case per benchmark.
+# missing. A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
+# bench/hf_decoders.py, Python drivers of the titan command, run last and take no such flags.
 set -euo pipefail
 
 build=${1:-build}
@@ -50,6 +51,13 @@ root="$(dirname "$0")/.."
 if [[ -x $root/.venv-rl/bin/python && -x $root/.venv/bin/python ]]; then
   echo -e "\n===== bench/grpo.py --bf16" | tee -a "$out"
   "$root/.venv/bin/python" "$root/bench/grpo.py" --titan "$build/titan" --bf16 2>&1 | tee -a "$out" || status=1
+fi
+# titan's hf family (Mistral-like, Gemma-2-like) against transformers' own classes: a Python driver
+# that runs the titan command and the classes' training steps.
+python=${TITAN_PYTHON:-$root/.venv/bin/python}
+if [[ -x $python && -x $build/titan ]]; then
+  echo -e "\n===== bench/hf_decoders.py" | tee -a "$out"
+  "$python" "$root/bench/hf_decoders.py" --titan "$build/titan" --python "$python" 2>&1 | tee -a "$out" || status=1
 fi
 echo -e "\nresults in $out"
 exit $status

@@ -124,6 +124,25 @@ TEST(Activation, SwigluMatchesItsComposite) {
   EXPECT_TRUE(test::tensors_close(gf[1], gr[1], 1e-6, "swiglu d_up"));
 }
 
+// The fused soft-cap against tanh's composite, the math it replaces: Gemma 2's cap of 30 over
+// logits far past it (saturated) and near 0, and its gradient against finite differences.
+TEST(Activation, SoftcapMatchesItsCompositeAndGradcheck) {
+  constexpr double kCap = 30.0;
+  Tensor x = test::rand_f32({37, 1031}, 47, -200, 200);
+  x.requires_grad_();
+  Tensor cot = test::rand_f32({37, 1031}, 48);
+  Tensor fused = ops::softcap(x, kCap), ref = ops::tanh(ops::scale(x, 1.0 / kCap)) * kCap;
+  EXPECT_TRUE(test::tensors_close(fused, ref, 1e-6, "softcap forward"));
+  EXPECT_TRUE(test::tensors_close(autograd::grad({fused}, {cot}, {x})[0],
+                                  autograd::grad({ref}, {cot}, {x})[0], 1e-6, "softcap gradient"));
+  for (int64_t n : {1, 129}) {
+    Tensor x64 = rand_f64({3, n}, 49, true, -90, 90);
+    expect_gradcheck("softcap", [](auto& v) { return std::vector<Tensor>{ops::softcap(v[0], kCap)}; }, {x64});
+  }
+  EXPECT_TITAN_ERROR(ops::softcap(x, 0.0), "softcap", "positive");
+  EXPECT_TITAN_ERROR(ops::softcap(Tensor::zeros({2, 3}, {.dtype = kI64}), kCap), "softcap", "i64[2, 3]");
+}
+
 TEST(Activation, ExtremeInputsSaturateWithoutNaN) {
   const std::vector<double> xs = {-kInf, -1e30, -1e4, -100, -88.8, -30, 0, 30, 88.8, 100, 1e4, 1e30, kInf};
   for (DType dt : {kF32, kF64}) {

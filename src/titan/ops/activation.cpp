@@ -159,7 +159,25 @@ Tensor tanh(const Tensor& x) { return pointwise("tanh", Activation::tanh, x); }
 
 Tensor softcap(const Tensor& x, double cap) {
   TITAN_CHECK(cap > 0, "softcap: the cap must be positive, got ", cap);
-  return tanh(scale(x, 1.0 / cap)) * cap;
+  if (x.is_lazy()) return tanh(scale(x, 1.0 / cap)) * cap;
+  const OpSpan span("softcap", x);
+  check_float("softcap", "input", x);
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.sizes(), x.options());
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::softcap_fwd<T>(xc.data<T>(), out.data<T>(), x.numel(), static_cast<T>(cap));
+  });
+  autograd::record("softcap", {x}, {out}, [xc, cap](const autograd::GradContext& g) {
+    Tensor gc = g[0].contiguous();
+    Tensor dx = Tensor::empty(xc.sizes(), xc.options());
+    kernels::cpu::dispatch_float(xc.dtype(), [&](auto z) {
+      using T = decltype(z);
+      kernels::cpu::softcap_bwd<T>(xc.data<T>(), gc.data<T>(), dx.data<T>(), dx.numel(), static_cast<T>(cap));
+    });
+    return std::vector<Tensor>{dx};
+  });
+  return out;
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {

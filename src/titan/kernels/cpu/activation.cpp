@@ -141,6 +141,22 @@ void activation_bwd(Activation act, const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <typename T>
+void softcap_fwd(const T* x, T* y, int64_t n, T cap) {
+  const T inv = T(1) / cap;
+  map1(x, y, n, [cap, inv](T v) { return cap * vtanh(v * inv); });
+}
+
+template <typename T>
+void softcap_bwd(const T* x, const T* dy, T* dx, int64_t n, T cap) {
+  const T inv2 = T(2) / cap;
+  // 1 - tanh(u)^2 = 4 sigmoid(2u) sigmoid(-2u), as tanh's backward above.
+  map2(x, dy, dx, n, [inv2](T v, T g) {
+    auto [s, c] = sigmoid(v * inv2);
+    return g * T(4) * s * c;
+  });
+}
+
+template <typename T>
 void swiglu_fwd(const T* gate, const T* up, T* out, int64_t n) {
   map2(gate, up, out, n, [](T g, T u) { return g * sigmoid(g).s * u; });
 }
@@ -157,10 +173,12 @@ void swiglu_bwd(const T* gate, const T* up, const T* d_out, T* d_gate, T* d_up, 
   });
 }
 
-#define TITAN_INSTANTIATE(T)                                                          \
-  template void activation_fwd<T>(Activation, const T*, T*, int64_t);                \
-  template void activation_bwd<T>(Activation, const T*, const T*, T*, int64_t);      \
-  template void swiglu_fwd<T>(const T*, const T*, T*, int64_t);                      \
+#define TITAN_INSTANTIATE(T)                                                    \
+  template void activation_fwd<T>(Activation, const T*, T*, int64_t);           \
+  template void activation_bwd<T>(Activation, const T*, const T*, T*, int64_t); \
+  template void softcap_fwd<T>(const T*, T*, int64_t, T);                       \
+  template void softcap_bwd<T>(const T*, const T*, T*, int64_t, T);             \
+  template void swiglu_fwd<T>(const T*, const T*, T*, int64_t);                 \
   template void swiglu_bwd<T>(const T*, const T*, const T*, T*, T*, int64_t);
 TITAN_INSTANTIATE(float)
 TITAN_INSTANTIATE(double)

@@ -21,6 +21,14 @@ void activation_fwd(Activation act, const T* x, T* y, int64_t n);
 template <typename T>
 void activation_bwd(Activation act, const T* x, const T* dy, T* dx, int64_t n);
 
+// y = cap * tanh(x / cap), Gemma 2's soft-cap of the final logits, in one pass instead of three
+// (scale, tanh, scale). Within a few ulp of cap absolutely (vtanh), as splash's score soft-cap.
+template <typename T>
+void softcap_fwd(const T* x, T* y, int64_t n, T cap);
+// dx = dy * (1 - tanh(x / cap)^2), from x as tanh's backward computes it.
+template <typename T>
+void softcap_bwd(const T* x, const T* dy, T* dx, int64_t n, T cap);
+
 // out = silu(gate) * up.
 template <typename T>
 void swiglu_fwd(const T* gate, const T* up, T* out, int64_t n);
