@@ -2,8 +2,10 @@
 // sharded data parallelism: the same losses and gradient norms as one rank on the same global
 // batch, for a config of each kind the plans could get wrong: sliding windows with a head_dim of
 // its own (Mistral), partial rotary over a checkpoint that fuses q, k, v (Phi-3), sandwich norms,
-// soft-caps and alternating windows (Gemma 2), and biases after the row-wise projections (GPT-NeoX,
-// Llama with attention_bias), which tensor parallelism adds once after its reduction.
+// soft-caps and alternating windows (Gemma 2, also under context parallelism, whose ring attention
+// carries each layer's window, cap and scale; Gemma 3's RoPE per layer type too), and biases after
+// the row-wise projections (GPT-NeoX, Llama with attention_bias), which tensor parallelism adds
+// once after its reduction.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +62,17 @@ json gemma2() {
                          {"final_logit_softcapping", 10.0},
                          {"tie_word_embeddings", true}});
 }
+// Gemma 3: QK-norms, three local layers to one global, each kind with its own RoPE base.
+json gemma3() {
+  return tiny("gemma3_text",
+              {{"head_dim", 16},
+               {"sliding_window", 8},
+               {"query_pre_attn_scalar", 24},
+               {"layer_types", {"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}},
+               {"rope_parameters",
+                {{"full_attention", {{"rope_type", "linear"}, {"rope_theta", 100000.0}, {"factor", 8.0}}},
+                 {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}}}});
+}
 // Biases on every projection (the row-wise dense and dense_4h_to_h too), a parallel residual,
 // LayerNorm, no grouped-query attention.
 json gpt_neox() {
@@ -100,6 +113,8 @@ TEST(HfFamily, ParallelLossesMatchOneRankOnTheSameGlobalBatch) {
                                        "--parallelism.pipeline_parallel_microbatch_size=1",
                                        "--parallelism.data_parallel_shard_degree=1"};
   const std::vector<std::string> fsdp = {local_batch(2), "--parallelism.data_parallel_shard_degree=2"};
+  const std::vector<std::string> cp = {local_batch(1), "--parallelism.context_parallel_degree=2",
+                                       "--parallelism.data_parallel_shard_degree=1"};
   const std::string tp_log = "tensor parallel over 2 ranks", pp_log = "pipeline parallel over 2 ranks";
   const std::vector<Layout> layouts = {
       {"mistral-like, TP 2", hf_model("mistral", mistral()), tp, tp_log},
@@ -107,6 +122,9 @@ TEST(HfFamily, ParallelLossesMatchOneRankOnTheSameGlobalBatch) {
       {"phi3-like, TP 2", hf_model("phi3", phi3()), tp, tp_log},
       {"phi3-like, PP 2", hf_model("phi3", phi3()), pp, pp_log},
       {"gemma2-like, FSDP 2", hf_model("gemma2", gemma2()), fsdp, "dp_shard 2: FSDP"},
+      // Ring attention with each layer's window, cap and scale; a RoPE table per layer type.
+      {"gemma2-like, CP 2", hf_model("gemma2", gemma2()), cp, "context parallel over 2 ranks"},
+      {"gemma3-like, CP 2", hf_model("gemma3", gemma3()), cp, "context parallel over 2 ranks"},
       // A row-wise bias's gradient: each rank's part under sequence parallelism (summed over tp),
       // whole on every rank without it.
       {"gpt_neox-like, TP 2", hf_model("gpt_neox", gpt_neox()), tp, tp_log},

@@ -35,7 +35,10 @@ struct RingAttentionOptions {
   // Optional GLOBAL document ids [B, S] (i32 or i64) of the whole sequence, not this rank's
   // slice: tokens attend causally within their own document only (packed sequences).
   Tensor document_ids = {};
-  std::optional<double> scale = std::nullopt;  // unset: 1 / sqrt(head_dim)
+  std::optional<double> scale = std::nullopt;    // unset: 1 / sqrt(head_dim)
+  std::optional<double> softcap = std::nullopt;  // scores -> softcap * tanh(scores / softcap)
+  // A query at global position p sees keys p - window_left .. p only (Mask::sliding_window).
+  std::optional<int64_t> window_left = std::nullopt;
   // Tiles of the local query and key rows. A tile that straddles the rank's two chunks is correct
   // but is classified partial more often; sizes that divide the chunk (S / (2 * cp)) avoid that.
   int64_t block_q = attention::kDefaultBlockQ;
@@ -43,8 +46,8 @@ struct RingAttentionOptions {
 };
 
 // The block masks of every ring step of one rank: step s holds the keys of cp rank (r - s) mod
-// cp, so its mask is the causal (and document) rule at this rank's query positions and that
-// rank's key positions. Build once per batch (document ids change with it) and pass to every
+// cp, so its mask is the causal (and document, and window) rule at this rank's query positions and
+// that rank's key positions. Build once per batch (document ids change with it) and pass to every
 // layer, as a BlockMask is for splash attention.
 class RingMasks {
  public:
@@ -65,7 +68,8 @@ class RingMasks {
   int64_t cp_rank_ = 0, cp_size_ = 1, batch_ = 0, local_seq_ = 0;
 };
 
-// Causal attention (AND the document mask when given) over the whole global sequence, for this
+// Causal attention (AND the document mask and the window when given; scores scaled and capped as
+// splash attention's) over the whole global sequence, for this
 // rank's queries. q [B, S / cp, Hq, D], k and v [B, S / cp, Hkv, D]: this rank's tokens in
 // cp_shard's layout, f32 or f64; Hq a multiple of Hkv (grouped-query attention, as splash
 // attention). Returns this rank's rows of the output, [B, S / cp, Hq, D]. Differentiable: its
@@ -82,9 +86,11 @@ class RingMasks {
 // bf16 copies, as splash attention's do.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const RingAttentionOptions& opts,
                       dist::ProcessGroup& cp_group);
-// The same with masks built beforehand (RingMasks::build with this rank's rank and the group's size).
+// The same with masks built beforehand (RingMasks::build with this rank's rank and the group's
+// size), and the scores' scale and cap (as RingAttentionOptions').
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const RingMasks& masks,
-                      dist::ProcessGroup& cp_group, std::optional<double> scale = std::nullopt);
+                      dist::ProcessGroup& cp_group, std::optional<double> scale = std::nullopt,
+                      std::optional<double> softcap = std::nullopt);
 
 // Cumulative over every ring_attention forward and backward of this process, for benchmarks: how
 // much of the communication the computation hid.

@@ -38,14 +38,24 @@ Tensor ContextParallel::shard(const Tensor& t) const {
 
 void ContextParallel::begin_batch(int64_t batch, const Tensor& document_ids) {
   options_.document_ids = document_ids;
-  masks_.emplace(RingMasks::build(batch, seq_len_ / group_.size(), options_, group_.rank(), group_.size()));
+  batch_ = batch;
+  masks_.clear();
 }
 
-Tensor ContextParallel::attend(const Tensor& q, const Tensor& k, const Tensor& v) {
-  TITAN_CHECK(masks_ && masks_->batch() == q.size(0),
+Tensor ContextParallel::attend(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale,
+                               std::optional<double> softcap, std::optional<int64_t> window_left) {
+  TITAN_CHECK(batch_ == q.size(0),
               "context parallelism: attention ran before its batch's "
               "begin_batch (or with another batch size); the trainer calls begin_batch before each forward");
-  return ring_attention(q, k, v, *masks_, group_);
+  auto it = masks_.find(window_left);
+  if (it == masks_.end()) {
+    RingAttentionOptions opts = options_;
+    opts.window_left = window_left;
+    it = masks_.emplace(window_left, RingMasks::build(batch_, seq_len_ / group_.size(), opts, group_.rank(),
+                                                      group_.size()))
+             .first;
+  }
+  return ring_attention(q, k, v, it->second, group_, scale, softcap);
 }
 
 void ContextParallel::average_gradients(const std::vector<Tensor>& params) {

@@ -12,6 +12,7 @@
 // rank's gradients come from its own tokens' loss, so they are averaged over cp after backward,
 // as data parallelism averages over dp.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -38,8 +39,10 @@ class ContextParallel {
   // The micro-batch's document ids [batch, seq_len] of the whole sequences (undefined: causal
   // only), before its forward; ring attention masks by them until the next call.
   void begin_batch(int64_t batch, const Tensor& document_ids);
-  // What replaces the model's attention kernel: ring attention over the group.
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v);
+  // What replaces the model's attention kernel: ring attention over the group, with the layer's
+  // scale, cap and window (window_left as Mask::sliding_window's).
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale = std::nullopt,
+                std::optional<double> softcap = std::nullopt, std::optional<int64_t> window_left = std::nullopt);
 
   // Averages over the group the gradients of `params` (after data parallelism's reduction).
   void average_gradients(const std::vector<Tensor>& params);
@@ -51,7 +54,9 @@ class ContextParallel {
   dist::ProcessGroup group_;
   int64_t seq_len_;
   RingAttentionOptions options_;
-  std::optional<RingMasks> masks_;
+  int64_t batch_ = -1;
+  // The batch's masks, one per window (nullopt: none), built when a layer first asks.
+  std::map<std::optional<int64_t>, RingMasks> masks_;
 };
 
 }  // namespace titan::parallel

@@ -16,6 +16,8 @@
 #include "titan/ops/op_span.h"
 #include "titan/parallel/context_parallel.h"
 
+#include "titan/attention/scores.h"
+
 namespace titan::parallel {
 
 namespace {
@@ -114,7 +116,7 @@ void move_kv(Transfers& moving, const KvRing& ring, int64_t step, int64_t cp) {
   moving.recv(v_next, kValues);
 }
 
-std::vector<Tensor> ring_backward(const RingMasks& masks, dist::ProcessGroup& group, double scale, bool bf16,
+std::vector<Tensor> ring_backward(const RingMasks& masks, dist::ProcessGroup& group, const attention::Scores& scores, bool bf16,
                                   const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout) {
   const int64_t cp = masks.cp_size();
@@ -143,7 +145,7 @@ std::vector<Tensor> ring_backward(const RingMasks& masks, dist::ProcessGroup& gr
       const auto [kb, vb] = ring.held(s);
       // Step 0 always runs: it computes delta = rowsum(dO * O) for the steps after it.
       if (s == 0 || masks.step(s).visible_tiles() > 0)
-        attention::splash_backward(q, kb, vb, masks.step(s), {.scale = scale}, bf16, s == 0 ? out : Tensor(),
+        attention::splash_backward(q, kb, vb, masks.step(s), scores, bf16, s == 0 ? out : Tensor(),
                                    lse, delta, dout, dq, dk, dv, /*accumulate=*/true);
     }
     sums_in.wait();
@@ -190,6 +192,7 @@ RingMasks RingMasks::build(int64_t batch, int64_t local_seq, const RingAttention
                 " local tokens x cp ", cp_size, "), got ", ids.desc(), "; pass the ids before cp_shard");
     rule = Mask::document(ids);  // causal within each document
   }
+  if (opts.window_left) rule = rule & Mask::sliding_window(*opts.window_left);
   RingMasks masks(cp_rank, cp_size, batch, local_seq);
   const std::vector<int64_t> queries = cp_positions(seq, cp_rank, cp_size);
   for (int64_t s = 0; s < cp_size; ++s) {
@@ -206,14 +209,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
   TITAN_CHECK(q.dim() == 4, "ring_attention: expected q [B, S / cp, Hq, D], got ", q.desc());
   return ring_attention(q, k, v,
                         RingMasks::build(q.size(0), q.size(1), opts, cp_group.rank(), cp_group.size()),
-                        cp_group, opts.scale);
+                        cp_group, opts.scale, opts.softcap);
 }
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const RingMasks& masks,
-                      dist::ProcessGroup& cp_group, std::optional<double> scale_opt) {
+                      dist::ProcessGroup& cp_group, std::optional<double> scale, std::optional<double> softcap) {
   constexpr const char* op = "ring_attention";
   const ops::OpSpan span(op, q, k, v);
-  attention::check_qkv(op, q, k, v, scale_opt);
+  attention::check_qkv(op, q, k, v, scale);
   const int64_t B = q.size(0), L = q.size(1), Hq = q.size(2), D = q.size(3), cp = cp_group.size();
   TITAN_CHECK(masks.cp_rank() == cp_group.rank() && masks.cp_size() == cp, op,
               ": the masks were built for cp rank ", masks.cp_rank(), " of ", masks.cp_size(),
@@ -223,7 +226,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
               ": the masks were built for batch ", masks.batch(), " x ", masks.local_seq(),
               " local tokens but q is ", q.desc(), "; build them for this batch");
 
-  const double scale = scale_opt.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const attention::Scores scores = attention::scores_for(op, D, scale, softcap);
   // Decided here, once: backward multiplies as forward did, whatever autocast says when it runs.
   const bool bf16 = matmul_operand_dtype(q.dtype()) == kBF16;
   Tensor qc = ops::dense(q), kc = ops::dense(k), vc = ops::dense(v);
@@ -237,7 +240,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
     if (masks.step(s).visible_tiles() > 0) {
       const Timer timer(g_stats.compute_seconds);
       const auto [kb, vb] = ring.held(s);
-      attention::splash_forward(qc, kb, vb, masks.step(s), {.scale = scale}, bf16, part, part_lse);
+      attention::splash_forward(qc, kb, vb, masks.step(s), scores, bf16, part, part_lse);
       attention::merge_partial_attention(out, lse, part, part_lse);
     }
     moving.wait();
@@ -245,10 +248,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
   if (!autograd::needs_grad({&q, &k, &v})) return out;
 
   autograd::record(op, {q, k, v}, {out},
-                   [masks, group = cp_group, scale, bf16, qc, kc, vc, o = out.detach(),
+                   [masks, group = cp_group, scores, bf16, qc, kc, vc, o = out.detach(),
                     lse](const autograd::GradContext& ctx) mutable {
                      std::vector<Tensor> grads =
-                         ring_backward(masks, group, scale, bf16, qc, kc, vc, o, lse, ops::dense(ctx[0]));
+                         ring_backward(masks, group, scores, bf16, qc, kc, vc, o, lse, ops::dense(ctx[0]));
                      for (size_t i = 0; i < grads.size(); ++i)
                        if (!ctx.needs(i)) grads[i] = Tensor();
                      return grads;

@@ -101,6 +101,8 @@ class Attention : public nn::Module {
   std::shared_ptr<nn::Linear> wq, wk, wv, wo;
   std::shared_ptr<nn::RMSNorm> q_norm, k_norm;  // null without QK-norm
   int64_t sliding_window() const { return sliding_window_; }
+  const std::optional<double>& scale() const { return scale_; }
+  const std::optional<double>& softcap() const { return softcap_; }
   bool qk_norm_full_width() const { return qk_norm_full_width_; }
 
  private:

@@ -89,15 +89,19 @@ std::unique_ptr<parallel::ContextParallel> apply_context_parallel(nn::Module& ro
   auto cp = std::make_unique<parallel::ContextParallel>(mesh[dist::MeshAxis::cp], seq_len, block_q, block_kv);
   parallel::ContextParallel* plan = cp.get();
   for (Attention* a : attentions)
-    a->set_attend(
-        [plan](const Tensor& q, const Tensor& k, const Tensor& v) { return plan->attend(q, k, v); });
+    a->set_attend([plan, a](const Tensor& q, const Tensor& k, const Tensor& v) {
+      return plan->attend(q, k, v, a->scale(), a->softcap(),
+                          a->sliding_window() > 0 ? std::optional<int64_t>(a->sliding_window() - 1) : std::nullopt);
+    });
+  // Every RoPE table at the root: rope_cos and rope_sin, and a model's others (one per layer type)
+  // named rope_<i>_cos and rope_<i>_sin.
   int tables = 0;
   for (const auto& [name, buffer] : root.named_buffers())
-    if (name == "rope_cos" || name == "rope_sin") {
+    if (name.starts_with("rope_") && (name.ends_with("_cos") || name.ends_with("_sin"))) {
       cp->shard_position_table(buffer);
       ++tables;
     }
-  TITAN_CHECK(tables == 2,
+  TITAN_CHECK(tables >= 2 && tables % 2 == 0,
               "context parallelism: the model has no RoPE tables named rope_cos and rope_sin at its "
               "root to map to this rank's positions");
   return cp;

@@ -38,35 +38,8 @@ void apply_tp(CausalLM& model, parallel::TpStyles& tp) {
   });
 }
 
-// What of `s`'s attention ring attention does not carry yet, by the config.json keys that ask for
-// it; empty when it has none of it.
-std::string beyond_ring_attention(const DecoderSpec& s) {
-  std::vector<std::string> what;
-  for (const LayerSpec& l : s.layers)
-    if (l.sliding_window > 0) {
-      what.push_back("sliding windows (\"sliding_window\" = " + std::to_string(l.sliding_window) + ")");
-      break;
-    }
-  if (s.attention_softcap) what.push_back("soft-capped scores (\"attn_logit_softcapping\")");
-  if (s.attention_scale)
-    what.push_back(
-        "a scale other than 1/sqrt(head_dim) (\"query_pre_attn_scalar\" or \"attention_multiplier\")");
-  if (s.ropes.size() > 1) what.push_back("a RoPE per layer type (\"rope_parameters\" by layer type)");
-  std::string out;
-  for (size_t i = 0; i < what.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == what.size() ? " and " : ", ") + what[i];
-  return out;
-}
-
 Parallelized parallelize(CausalLM& model, const ParallelizeOptions& options) {
   auto& m = common::as_family<Transformer>(model, "hf::parallelize", "hf");
-  const DecoderSpec& s = m.spec();
-  if (options.mesh != nullptr && options.mesh->degree(dist::MeshAxis::cp) > 1) {
-    const std::string beyond = beyond_ring_attention(s);
-    TITAN_CHECK(beyond.empty(), "context parallelism: ", s.architecture, "'s attention has ", beyond,
-                ", which titan's ring attention does not carry across the ranks yet; set "
-                "parallelism.context_parallel_degree = 1");
-  }
   return common::parallelize_decoder(m, options,
                                      {.apply_tp = apply_tp, .apply_ep = [&m](parallel::ExpertParallel& ep) {
                                         for (const auto& block : *m.layers)
