@@ -16,8 +16,10 @@ using json = nlohmann::json;
 namespace {
 
 // The model of `file_config` (a config.json; `where` names it in errors), saved in `dir`.
-SavedModel from_hf_config(const fs::path& dir, const json& file_config, const std::string& where) {
-  const models::StateDictAdapter& adapter = *models::train_spec_for_hf(file_config, where).state_dict_adapter;
+SavedModel from_hf_config(const fs::path& dir, const json& file_config, const std::string& where,
+                          const std::string& family = "") {
+  const models::StateDictAdapter& adapter =
+      *models::train_spec_for_hf(file_config, where, family).state_dict_adapter;
   SavedModel s;
   s.dir = dir;
   json config;
@@ -74,7 +76,8 @@ SavedModel read_saved_model(const fs::path& path) {
   const json state = checkpoint::read_metadata(dir).state;
   const std::string where = (dir / checkpoint::kMetadataFile).string();
   if (state.contains("hf_config"))
-    return from_hf_config(dir, state["hf_config"], where + " (state.hf_config)");
+    return from_hf_config(dir, state["hf_config"], where + " (state.hf_config)",
+                          state.value("model_name", std::string()));
   TITAN_CHECK(
       state.contains("config"), "checkpoint ", dir.string(), ": ", where,
       " holds neither a job config (state.config, written by titan train) nor a config.json "
@@ -98,7 +101,7 @@ std::shared_ptr<models::CausalLM> load_saved_model(const SavedModel& saved) {
     return model;
   }
   const checkpoint::HfReader reader(saved.dir);
-  nn::StateDict state = train::load_hf_state(reader, std::nullopt);
+  nn::StateDict state = train::load_hf_state(reader, std::nullopt, saved.config.name);
   for (const auto& [name, t] : model->state_dict()) {
     auto it = state.find(name);
     if (it != state.end()) it->second = it->second.to(t.dtype());

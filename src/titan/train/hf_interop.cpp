@@ -102,7 +102,8 @@ void export_hf_checkpoint(const fs::path& step_dir, const fs::path& out, DType d
   const models::TrainSpec* family = nullptr;
   json config;
   if (state.contains("hf_config")) {
-    family = &models::train_spec_for_hf(state["hf_config"], where + " (state.hf_config)");
+    family = &models::train_spec_for_hf(state["hf_config"], where + " (state.hf_config)",
+                                        state.value("model_name", std::string()));
     config = family->state_dict_adapter->imported_hf_config(state["hf_config"], layout);
   } else {
     models::ModelConfig m;
@@ -146,9 +147,12 @@ void import_hf_checkpoint(const fs::path& hf_dir, const fs::path& out) {
   checkpoint::Pieces pieces;
   for (const auto& [name, t] : load_hf_state(reader, std::nullopt))
     pieces.emplace(kModel + name, checkpoint::whole(t));
-  const json config = hf_family(reader).state_dict_adapter->imported_hf_config(
-      reader.config(), hf::ConfigLayout::transformers5);
-  checkpoint::save(out, pieces, {{"step", 0}, {"model_only", true}, {"hf_config", config}},
+  const models::TrainSpec& family = hf_family(reader);
+  const json config = family.state_dict_adapter->imported_hf_config(reader.config(), hf::ConfigLayout::transformers5);
+  // The family is kept with the config: where two read its model_type (llama3 and hf), the layouts
+  // of their weights differ.
+  checkpoint::save(out, pieces,
+                   {{"step", 0}, {"model_only", true}, {"hf_config", config}, {"model_name", family.name}},
                    carry_tokenizer(hf_dir));
 }
 

@@ -46,7 +46,7 @@ void export_hf_checkpoint(
 // `titan convert --to titan`: the HF folder `hf_dir` (config.json in either layout) as a
 // model-only titan checkpoint `out` (tensors "model.<our name>" as stored; state {"step": 0,
 // "model_only": true, "hf_config": the family's imported_hf_config, in transformers 5's
-// layout}), which checkpoint.initial_load_path starts training from; with the folder's
+// layout, "model_name": the family}), which checkpoint.initial_load_path starts training from; with the folder's
 // tokenizer, if it holds one.
 void import_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out);
 
