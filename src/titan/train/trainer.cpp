@@ -389,7 +389,12 @@ void Trainer::State::log_setup(const Data& d) {
   const JobConfig& c = cfg;
   const int64_t dp_size = (*mesh)[dist::MeshAxis::dp].size();
   log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
-      << "titan: model " << c.model.name << "/" << c.model.flavor << ": " << summary.description << "\n"
+      // A family without flavors (hf) builds model.hf_config's model.
+      << "titan: model " << c.model.name
+      << (models::get_train_spec(c.model.name).flavors.empty() ? " (" + c.model.hf_config + ")"
+                                                                 : "/" + c.model.flavor)
+      << ": "
+      << summary.description << "\n"
       << "titan: " << summary.num_params << " parameters, " << summary.flops_per_token / 1e9
       << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
       << "titan: attention " << c.model.attention;
