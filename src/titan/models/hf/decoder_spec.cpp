@@ -106,6 +106,18 @@ void refuse_true(const ConfigFields& f, const char* key, const char* why) {
                   "; titan does not implement it");
 }
 
+// What every Gemma shares: (1 + w) norms, embeddings scaled by sqrt(hidden), causal attention.
+constexpr Defaults kGemmaDefaults{.tie_embeddings = true,
+                                  .activation_key = "hidden_activation",
+                                  .activation = "gelu_pytorch_tanh",
+                                  .head_dim = 256};
+void read_gemma(const ConfigFields& f, DecoderSpec& s) {
+  s.norm.unit_offset = true;
+  s.embedding_scale = std::sqrt(static_cast<double>(s.dim));
+  s.qkv_bias = s.out_bias = f.boolean("attention_bias", false);
+  refuse_true(f, "use_bidirectional_attention", "attention both ways");
+}
+
 const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> table{
       {"llama",
@@ -128,36 +140,23 @@ const std::map<std::string, Family>& families() {
           s.qk_norm = DecoderSpec::QkNorm::per_head;
           read_qwen_windows(f, s);
         }}},
-      {"gemma",
-       {"GemmaForCausalLM",
-        {.tie_embeddings = true, .activation_key = "hidden_activation", .activation = "gelu_pytorch_tanh",
-         .head_dim = 256},
-        [](const ConfigFields& f, DecoderSpec& s) {
-          s.norm.unit_offset = true;
-          s.embedding_scale = std::sqrt(static_cast<double>(s.dim));
-          s.qkv_bias = s.out_bias = f.boolean("attention_bias", false);
-          refuse_true(f, "use_bidirectional_attention", "attention both ways");
-        }}},
+      {"gemma", {"GemmaForCausalLM", kGemmaDefaults, read_gemma}},
       {"gemma2",
-       {"Gemma2ForCausalLM",
-        {.tie_embeddings = true, .activation_key = "hidden_activation", .activation = "gelu_pytorch_tanh",
-         .head_dim = 256},
+       {"Gemma2ForCausalLM", kGemmaDefaults,
         [](const ConfigFields& f, DecoderSpec& s) {
-          s.norm.unit_offset = true;
-          s.embedding_scale = std::sqrt(static_cast<double>(s.dim));
-          s.qkv_bias = s.out_bias = f.boolean("attention_bias", false);
+          read_gemma(f, s);
           read_gemma_attention(f, s, 50.0, 30.0);
           read_layer_types(f, s, [](int64_t i) { return (i + 1) % 2 != 0; });
-          refuse_true(f, "use_bidirectional_attention", "attention both ways");
         }}},
       {"gemma3_text",
        {"Gemma3ForCausalLM",
-        {.rope_theta = 1000000, .tie_embeddings = true, .activation_key = "hidden_activation",
-         .activation = "gelu_pytorch_tanh", .head_dim = 256},
+        [] {
+          Defaults d = kGemmaDefaults;
+          d.rope_theta = 1000000;
+          return d;
+        }(),
         [](const ConfigFields& f, DecoderSpec& s) {
-          s.norm.unit_offset = true;
-          s.embedding_scale = std::sqrt(static_cast<double>(s.dim));
-          s.qkv_bias = s.out_bias = f.boolean("attention_bias", false);
+          read_gemma(f, s);
           s.qk_norm = DecoderSpec::QkNorm::per_head;
           read_gemma_attention(f, s, std::nullopt, std::nullopt);
           const int64_t pattern = f.find("sliding_window_pattern") ? f.integer("sliding_window_pattern")
@@ -165,7 +164,6 @@ const std::map<std::string, Family>& families() {
                                                                        : 6;
           read_layer_types(f, s, [pattern](int64_t i) { return (i + 1) % pattern != 0; },
                            {0, s.ropes.size() > 1 ? size_t{1} : size_t{0}});
-          refuse_true(f, "use_bidirectional_attention", "attention both ways");
         }}},
       {"phi3",
        {"Phi3ForCausalLM", {.original_max_position_embeddings = 4096},
