@@ -120,9 +120,11 @@ RopeTable RopeTable::build(const RopeSpec& spec, int64_t max_seq) {
 
 RopeTable RopeTable::build(int64_t head_dim, int64_t max_seq, double theta,
                            std::optional<RopeScaling> scaling) {
-  RopeSpec spec{.head_dim = head_dim, .rotary_dim = head_dim, .theta = theta};
-  if (scaling) spec.scaling = *scaling;
-  return build(spec, max_seq);
+  return build({.head_dim = head_dim,
+                .rotary_dim = head_dim,
+                .theta = theta,
+                .scaling = scaling ? RopeScalingRule(*scaling) : RopeScalingRule()},
+               max_seq);
 }
 
 Tensor rope(const Tensor& x, const RopeTable& table, RopeLayout layout, int64_t start_pos) {
