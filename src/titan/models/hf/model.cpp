@@ -133,25 +133,25 @@ const ops::RopeTable& Transformer::layer_rope(size_t i) const {
   return r == 0 ? rope() : ropes_[r];
 }
 
-attention::BlockMask Transformer::layer_mask(size_t i, const attention::BlockMask& mask) const {
-  const int64_t window = spec_.layers[i].sliding_window;
-  if (window == 0) return mask;
-  return attention::BlockMask::build(mask.mask() & attention::Mask::sliding_window(window - 1), mask.batch(),
-                                     mask.seq(), mask.block_q(), mask.block_kv());
+std::map<int64_t, attention::BlockMask> Transformer::layer_masks(const attention::BlockMask& mask) const {
+  std::map<int64_t, attention::BlockMask> masks{{0, mask}};
+  for (const LayerSpec& l : spec_.layers)
+    if (!masks.count(l.sliding_window))
+      masks.emplace(l.sliding_window,
+                    attention::BlockMask::build(mask.mask() & attention::Mask::sliding_window(l.sliding_window - 1),
+                                                mask.batch(), mask.seq(), mask.block_q(), mask.block_kv()));
+  return masks;
 }
 
 Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) {
   std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(false);
-  // One window mask per forward, shared by the layers that slide by it.
-  std::map<int64_t, attention::BlockMask> masks;
+  const std::map<int64_t, attention::BlockMask> masks = layer_masks(mask);
   Tensor out = h;
   // Runs of layers of one kind: a graph-mode loop runs one block's code on every layer it holds.
   for (int64_t a = first; a < last;) {
     int64_t b = a + 1;
     while (b < last && spec_.same_kind(static_cast<size_t>(a), static_cast<size_t>(b))) ++b;
-    const int64_t window = spec_.layers[static_cast<size_t>(a)].sliding_window;
-    if (!masks.count(window)) masks.emplace(window, layer_mask(static_cast<size_t>(a), mask));
-    const attention::BlockMask run_mask = masks.at(window);
+    const attention::BlockMask run_mask = masks.at(spec_.layers[static_cast<size_t>(a)].sliding_window);
     const ops::RopeTable* table = &layer_rope(static_cast<size_t>(a));
     out = common::run_blocks(
         *layers, a, b, out,
@@ -167,9 +167,11 @@ Tensor Transformer::forward_blocks(const Tensor& h, int64_t first, int64_t last,
 
 Tensor Transformer::forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) {
   const std::shared_ptr<nn::moe::MoEPass> pass = moe_stack_.new_pass(true);
+  const std::map<int64_t, attention::BlockMask> masks = layer_masks(mask);
   Tensor out = h;
   for (size_t i = 0; i < layers->size(); ++i) {
-    out = (*layers)[i](out, layer_rope(i), layer_mask(i, mask), pass, cache, static_cast<int64_t>(i));
+    out = (*layers)[i](out, layer_rope(i), masks.at(spec_.layers[i].sliding_window), pass, cache,
+                       static_cast<int64_t>(i));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // common::FeedForward) with the spec's biases, norms, scales, soft-caps and windows, joined to the
 // residual stream as the spec's Residual says; sliding-window layers attend under their own mask
 // and layers may each use one of several RoPE tables. Single-device math only.
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -79,8 +80,9 @@ class Transformer : public common::Decoder<TransformerBlock> {
  private:
   Tensor forward_blocks(const Tensor& h, int64_t first, int64_t last, const attention::BlockMask& mask) override;
   Tensor forward_blocks_cached(const Tensor& h, const attention::BlockMask& mask, KVCache& cache) override;
-  // Layer i's mask, from the model's causal (and document) `mask`: its window's when it slides.
-  attention::BlockMask layer_mask(size_t i, const attention::BlockMask& mask) const;
+  // The model's causal (and document) `mask` by window (0: none), one per window the layers use:
+  // built once per forward and shared by the layers that slide by it.
+  std::map<int64_t, attention::BlockMask> layer_masks(const attention::BlockMask& mask) const;
   const ops::RopeTable& layer_rope(size_t i) const;
 
   DecoderSpec spec_;
