@@ -14,6 +14,9 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+// Clang before 17 has no aggregate deduction (P1816), so the guide is spelled out.
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 // theta^(-2i / dim) for each pair i < dim / 2: the unscaled frequencies.
 std::vector<double> base_frequencies(double theta, int64_t dim) {
