@@ -1,6 +1,7 @@
 #pragma once
 // An 8-bit RGB picture, rows top to bottom, each pixel R, G, B (HWC): what every decoder here
 // produces and every encoder takes, whatever the file held (grey, palette, alpha, 16 bits).
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -17,7 +17,7 @@ constexpr uint64_t kMaxPixels = uint64_t{1} << 27;
 
 // What libpng's callbacks reach through their user pointer: the input and the first error.
 struct PngIo {
-  std::span<const uint8_t> bytes;
+  std::span<const uint8_t> bytes = {};
   size_t pos = 0;
   std::string* out = nullptr;  // when encoding
   char message[256] = {};
