@@ -110,7 +110,6 @@ TEST(ImageDataset, ResumesAtTheSameSample) {
 }
 
 TEST(ImageDataset, BadImagesAreErrorsOrSkippedAndCounted) {
-  const fs::path ref = test::image_reference_dir();
   const fs::path dir = test::make_shapes("shapes_bad", 6);
   TITAN_NEED_IMAGE_REFERENCE(dir);
   const std::string png = test::slurp(dir / "000001.png");

@@ -87,7 +87,12 @@ void ImageCaptionDataset::index_shard(const fs::path& path) {
   shards_.push_back(std::make_unique<MappedFile>(path));
   ++stats_.files;
   const int64_t source = static_cast<int64_t>(shards_.size()) - 1;
-  const std::vector<TarMember> members = list_tar_members(shards_.back()->bytes(), path.string());
+  std::string damage;
+  const std::vector<TarMember> members = list_tar_members(
+      shards_.back()->bytes(), path.string(), options_.bad_data == BadData::skip ? &damage : nullptr);
+  // The members before the damage are kept: a sample the damage cut short lacks its image or
+  // caption and is counted as such.
+  if (!damage.empty()) ++stats_.skipped["damaged tar members"];
   std::string key;
   std::vector<Part> images, captions;
   auto flush = [&] {

@@ -13,9 +13,10 @@
 // dp_world of them, rank r taking the r-th, so ranks read disjoint samples that together cover the
 // set. The position (epoch and index, image_dataset's ImageDatasetState) is the same on every rank.
 //
-// Bad data: an image that does not decode, or a key with no image or no caption. Under
-// BadData::error it is an error naming the file (and the tar member). Under BadData::skip, keys
-// without an image or caption are left out of the sequence when it is built, and a rank whose
+// Bad data: an image that does not decode, a key with no image or no caption, a damaged shard.
+// Under BadData::error it is an error naming the file (and the tar member). Under BadData::skip, a
+// damaged shard keeps the members before the damage, keys without an image or caption are left
+// out of the sequence when it is built, and a rank whose
 // image does not decode takes instead its sample of the next global row (the position stays the
 // same on every rank, at the cost of that sample being read twice in the epoch); both are counted
 // in stats().skipped, each time they are met.

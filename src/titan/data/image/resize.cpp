@@ -37,6 +37,9 @@ Taps make_taps(int64_t in_size, int64_t out_size) {
   t.count.resize(size_t(out_size));
   t.weights.assign(size_t(out_size * t.taps), 0);
   std::vector<double> w(size_t(t.taps));
+  // Multiplied by the inverse, not divided by the scale: the products round as Pillow's do, and
+  // a last-bit difference in a weight can move an output byte by one.
+  const double inverse_scale = 1.0 / filter_scale;
   for (int64_t o = 0; o < out_size; ++o) {
     const double center = (static_cast<double>(o) + 0.5) * scale;
     // Truncation toward zero, as Pillow's (int) casts; both bounds are clamped to the image.
@@ -45,7 +48,7 @@ Taps make_taps(int64_t in_size, int64_t out_size) {
     const int64_t n = hi - lo;
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
-      w[size_t(i)] = cubic((static_cast<double>(i + lo) - center + 0.5) / filter_scale);
+      w[size_t(i)] = cubic((static_cast<double>(i + lo) - center + 0.5) * inverse_scale);
       sum += w[size_t(i)];
     }
     for (int64_t i = 0; i < n; ++i) {

@@ -67,10 +67,9 @@ std::string pax_path(std::string_view records, const std::string& where) {
   }
   return path;
 }
-}  // namespace
 
-std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive) {
-  std::vector<TarMember> members;
+// Appends the archive's regular files to `members`, in order; throws at the first damage.
+void scan(std::string_view bytes, const std::string& archive, std::vector<TarMember>& members) {
   std::string long_name;  // from a GNU 'L' record or a pax header, for the next member
   uint64_t pos = 0;
   while (pos + kBlock <= bytes.size()) {
@@ -102,6 +101,21 @@ std::vector<TarMember> list_tar_members(std::string_view bytes, const std::strin
       long_name = pax_path(bytes.substr(data, *size), where);
     }
     pos = data + (*size + kBlock - 1) / kBlock * kBlock;
+  }
+}
+}  // namespace
+
+std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive, std::string* damage) {
+  std::vector<TarMember> members;
+  if (!damage) {
+    scan(bytes, archive, members);
+    return members;
+  }
+  damage->clear();
+  try {
+    scan(bytes, archive, members);
+  } catch (const Error& e) {
+    *damage = e.message();
   }
   return members;
 }

@@ -17,7 +17,10 @@ struct TarMember {
   uint64_t size = 0;
 };
 
-// `archive` names the bytes in errors.
-std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive);
+// `archive` names the bytes in errors. With `damage` given, a damaged archive is not an error:
+// the members before the damage are returned and the error's message is stored in *damage (left
+// empty when the archive is whole), so a data set can keep what is readable.
+std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive,
+                                        std::string* damage = nullptr);
 
 }  // namespace titan::data
