@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto bytes = [](std::string_view s) {
     return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };
-  if ((data[0] & 1) == 0) return fuzz::accepting_titan_errors([&] { data::decode_image(bytes(rest), "fuzz"); });
+  if ((data[0] & 1) == 0)
+    return fuzz::accepting_titan_errors([&] { data::decode_image(bytes(rest), "fuzz"); });
   return fuzz::accepting_titan_errors([&] {
     std::string damage;
     for (const data::TarMember& m : data::list_tar_members(rest, "fuzz.tar", &damage)) {

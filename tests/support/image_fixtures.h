@@ -40,4 +40,5 @@ inline std::filesystem::path make_shapes(const std::string& name, int count, con
 }  // namespace titan::test
 
 #define TITAN_NEED_IMAGE_REFERENCE(dir) \
-  if ((dir).empty()) TITAN_MISSING_REFERENCE("the reference Python (numpy, Pillow) did not run: make deps-test")
+  if ((dir).empty())                    \
+  TITAN_MISSING_REFERENCE("the reference Python (numpy, Pillow) did not run: make deps-test")

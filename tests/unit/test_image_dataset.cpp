@@ -40,7 +40,8 @@ TEST(ImageDataset, FolderOfPairsInNameOrder) {
 }
 
 TEST(ImageDataset, ShardsHoldTheFolderSamplesInOrder) {
-  const fs::path folder = test::make_shapes("shapes_pairs", 10), shards = test::make_shapes("shapes_tar", 10, "--shards 3");
+  const fs::path folder = test::make_shapes("shapes_pairs", 10),
+                 shards = test::make_shapes("shapes_tar", 10, "--shards 3");
   TITAN_NEED_IMAGE_REFERENCE(shards);
   ImageCaptionDataset a({.path = folder.string()}), b({.path = shards.string()});
   ASSERT_EQ(b.size(), 10);
@@ -60,8 +61,8 @@ TEST(ImageDataset, WebdatasetKeysWithGnuAndPaxNames) {
   ASSERT_EQ(ds.size(), 4);
   const std::string long_dir(120, 'd');
   const std::vector<std::string> captions{"first caption", "second caption", "caf\xc3\xa9 caption", "fourth"};
-  const std::vector<std::string> keys{"a-0.tar:s0", "a-0.tar:" + long_dir + "/s1", "a-1.tar:" + long_dir + "/s2",
-                                      "a-1.tar:s3"};
+  const std::vector<std::string> keys{"a-0.tar:s0", "a-0.tar:" + long_dir + "/s1",
+                                      "a-1.tar:" + long_dir + "/s2", "a-1.tar:s3"};
   for (int64_t i = 0; i < 4; ++i) {
     const data::ImageSample s = ds.read(i);
     EXPECT_EQ(s.caption, captions[size_t(i)]);
@@ -161,12 +162,14 @@ TEST(ImageDataset, EmptyOrMixedFoldersAreRefused) {
 TEST(ShapesScorer, GeneratorImagesScoreFullAndShuffledCaptionsScoreNearChance) {
   for (const std::string format : {"png", "jpg"}) {
     SCOPED_TRACE(format);
-    const fs::path dir = test::make_shapes("shapes_score_" + format, 200, "--format " + format + " --size 96");
+    const fs::path dir =
+        test::make_shapes("shapes_score_" + format, 200, "--format " + format + " --size 96");
     TITAN_NEED_IMAGE_REFERENCE(dir);
     auto score = [&](const std::string& extra) {
       const fs::path out = dir.parent_path() / ("score_" + format + ".json");
-      const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR + "/scripts/make_shapes.py' score '" +
-                              dir.string() + "' --json " + extra + " > '" + out.string() + "'";
+      const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
+                              "/scripts/make_shapes.py' score '" + dir.string() + "' --json " + extra +
+                              " > '" + out.string() + "'";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
       return nlohmann::json::parse(test::slurp(out));
     };

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "support/image_fixtures.h"
 #include "titan/core/file_io.h"
@@ -34,8 +34,8 @@ Image expected(const fs::path& dir, const std::string& name) {
 // How many bytes differ, and by at most how much.
 ::testing::AssertionResult same_pixels(const Image& got, const Image& want, int tolerance = 0) {
   if (got.width != want.width || got.height != want.height)
-    return ::testing::AssertionFailure() << got.width << "x" << got.height << " vs " << want.width << "x"
-                                         << want.height;
+    return ::testing::AssertionFailure()
+           << got.width << "x" << got.height << " vs " << want.width << "x" << want.height;
   int worst = 0;
   size_t differ = 0;
   for (size_t i = 0; i < got.pixels.size(); ++i) {
@@ -44,8 +44,8 @@ Image expected(const fs::path& dir, const std::string& name) {
     differ += d != 0;
   }
   if (worst > tolerance)
-    return ::testing::AssertionFailure() << differ << " of " << got.pixels.size() << " bytes differ, by up to "
-                                         << worst;
+    return ::testing::AssertionFailure()
+           << differ << " of " << got.pixels.size() << " bytes differ, by up to " << worst;
   return ::testing::AssertionSuccess();
 }
 
@@ -56,8 +56,8 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
 TEST(ImageIo, PngDecodesAsPillowForEveryColourTypeAndDepth) {
   const fs::path dir = test::image_reference_dir();
   TITAN_NEED_IMAGE_REFERENCE(dir);
-  for (const char* name : {"rgb8", "grey8", "rgba8", "grey_alpha8", "palette", "palette_trns", "grey1", "grey2",
-                           "grey4", "grey16", "rgb16", "rgba16"}) {
+  for (const char* name : {"rgb8", "grey8", "rgba8", "grey_alpha8", "palette", "palette_trns", "grey1",
+                           "grey2", "grey4", "grey16", "rgb16", "rgba16"}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(same_pixels(data::read_image(dir / (std::string(name) + ".png")), expected(dir, name)));
   }
@@ -130,7 +130,8 @@ TEST(ImageIo, BicubicResizeEqualsPillow) {
   struct Case {
     int w, h, tolerance;
   };
-  for (const Case c : std::vector<Case>{{16, 10, 0}, {5, 3, 0}, {37, 12, 0}, {20, 23, 0}, {50, 31, 0}, {80, 7, 2}, {1, 1, 0}}) {
+  for (const Case c : std::vector<Case>{
+           {16, 10, 0}, {5, 3, 0}, {37, 12, 0}, {20, 23, 0}, {50, 31, 0}, {80, 7, 2}, {1, 1, 0}}) {
     const std::string name = "resize_" + std::to_string(c.w) + "x" + std::to_string(c.h);
     SCOPED_TRACE(name);
     EXPECT_TRUE(same_pixels(data::resize_bicubic(src, c.w, c.h), expected(dir, name), c.tolerance));
@@ -142,7 +143,8 @@ TEST(ImageIo, CenterCropEqualsTorchTitansFluxPreprocessing) {
   TITAN_NEED_IMAGE_REFERENCE(dir);
   const data::ImageTransform center{.size = 16, .crop = data::ImageCrop::center};
   // Pillow 13 resizes tall.png (19x50 to 16x43) vertical pass first (resize.h): within 2 levels.
-  for (const auto& [name, tolerance] : std::vector<std::pair<std::string, int>>{{"resize_source", 0}, {"tall", 2}}) {
+  for (const auto& [name, tolerance] :
+       std::vector<std::pair<std::string, int>>{{"resize_source", 0}, {"tall", 2}}) {
     SCOPED_TRACE(name);
     const Image src = data::read_image(dir / (name + ".png"));
     const Image want = expected(dir, "crop_" + name);
@@ -157,7 +159,8 @@ TEST(ImageIo, CenterCropEqualsTorchTitansFluxPreprocessing) {
     for (int64_t c = 0; c < 3; ++c)
       for (int64_t y = 0; y < 16; ++y)
         for (int64_t x = 0; x < 16; ++x)
-          ASSERT_EQ(v[(c * 16 + y) * 16 + x], static_cast<float>(got->row(y)[x * 3 + c]) / 255.0f * 2.0f - 1.0f);
+          ASSERT_EQ(v[(c * 16 + y) * 16 + x],
+                    static_cast<float>(got->row(y)[x * 3 + c]) / 255.0f * 2.0f - 1.0f);
   }
 }
 
@@ -168,7 +171,8 @@ TEST(ImageIo, RandomCropIsSeededPerSampleAndSmallImagesAreLeftOut) {
   const data::ImageTransform random{.size = 16, .crop = data::ImageCrop::random, .seed = 5};
   std::set<uint8_t> offsets;
   for (uint64_t i = 0; i < 40; ++i) {
-    const std::optional<Image> a = data::resize_and_crop(wide, random, i), b = data::resize_and_crop(wide, random, i);
+    const std::optional<Image> a = data::resize_and_crop(wide, random, i),
+                               b = data::resize_and_crop(wide, random, i);
     ASSERT_TRUE(a && b);
     EXPECT_EQ(*a, *b) << "sample " << i;
     offsets.insert(a->row(0)[0]);
@@ -185,7 +189,8 @@ TEST(TarReader, ListsGnuLongNamesAndPaxPaths) {
   MappedFile gnu(dir / "shards/a-0.tar"), pax(dir / "shards/a-1.tar");
   std::vector<std::string> names;
   for (const auto& m : data::list_tar_members(gnu.bytes(), "a-0.tar")) names.push_back(m.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"s0.png", "s0.txt", "s0.json", long_dir + "/s1.jpg", long_dir + "/s1.txt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"s0.png", "s0.txt", "s0.json", long_dir + "/s1.jpg",
+                                             long_dir + "/s1.txt"}));
   const auto members = data::list_tar_members(pax.bytes(), "a-1.tar");
   ASSERT_EQ(members.size(), 4u);
   EXPECT_EQ(members[0].name, long_dir + "/s2.jpg");

@@ -32,24 +32,28 @@ Role role_of(const std::string& ext) {
   return Role::other;
 }
 
-bool is_tar(const fs::path& path) { return path.extension() == ".tar"; }
+bool is_tar(const fs::path& path) {
+  return path.extension() == ".tar";
+}
 }  // namespace
 
 ImageCaptionDataset::ImageCaptionDataset(ImageDatasetOptions options) : options_(std::move(options)) {
   const ImageDatasetOptions& o = options_;
   TITAN_CHECK(o.dp_world >= 1 && o.dp_rank >= 0 && o.dp_rank < o.dp_world,
-              "ImageCaptionDataset: dp_rank must lie in [0, dp_world) with dp_world >= 1, got dp_rank ", o.dp_rank,
-              " and dp_world ", o.dp_world);
+              "ImageCaptionDataset: dp_rank must lie in [0, dp_world) with dp_world >= 1, got dp_rank ",
+              o.dp_rank, " and dp_world ", o.dp_world);
   const std::vector<fs::path> files = resolve_dataset_files(o.path, o.path_key);
   size_t tars = 0;
   for (const fs::path& f : files) tars += is_tar(f);
-  TITAN_CHECK(tars == 0 || tars == files.size(), o.path_key, ": '", o.path, "' holds both .tar shards (", tars,
-              ") and other files (", files.size() - tars, "); give either webdataset shards or image and caption "
+  TITAN_CHECK(tars == 0 || tars == files.size(), o.path_key, ": '", o.path, "' holds both .tar shards (",
+              tars, ") and other files (", files.size() - tars,
+              "); give either webdataset shards or image and caption "
               "files, not both");
   if (tars) {
     for (const fs::path& f : files) index_shard(f);
   } else {
-    std::map<std::string, std::pair<std::vector<Part>, std::vector<Part>>> groups;  // key -> (images, captions)
+    std::map<std::string, std::pair<std::vector<Part>, std::vector<Part>>>
+        groups;  // key -> (images, captions)
     for (const fs::path& f : files) {
       const auto [key, ext] = split_key(f.string());
       const Role role = role_of(ext);
@@ -124,12 +128,13 @@ std::string_view ImageCaptionDataset::bytes_of(const Part& part, std::unique_ptr
 }
 
 std::string ImageCaptionDataset::name_of(const Part& part) const {
-  return part.source >= 0 ? shards_[size_t(part.source)]->path().string() + ": member " + part.path : part.path;
+  return part.source >= 0 ? shards_[size_t(part.source)]->path().string() + ": member " + part.path
+                          : part.path;
 }
 
 ImageSample ImageCaptionDataset::read(int64_t index) const {
-  TITAN_CHECK(index >= 0 && index < size(), "ImageCaptionDataset::read: index ", index, " outside [0, ", size(),
-              ")");
+  TITAN_CHECK(index >= 0 && index < size(), "ImageCaptionDataset::read: index ", index, " outside [0, ",
+              size(), ")");
   const Entry& e = entries_[size_t(index)];
   std::unique_ptr<MappedFile> image_file, caption_file;
   const std::string_view image = bytes_of(e.image, image_file);
@@ -154,8 +159,8 @@ ImageSample ImageCaptionDataset::next() {
       if (options_.bad_data == BadData::error) throw;
       ++stats_.skipped["images that do not decode"];
       TITAN_CHECK(row < n, options_.path_key, ": rank ", options_.dp_rank, " of ", world,
-                  " found no image that decodes among its samples of '", options_.path, "'; the last: ",
-                  e.message());
+                  " found no image that decodes among its samples of '", options_.path,
+                  "'; the last: ", e.message());
     }
   }
   state_.index += world;
@@ -165,9 +170,11 @@ ImageSample ImageCaptionDataset::next() {
 }
 
 void ImageCaptionDataset::set_state(ImageDatasetState state) {
-  TITAN_CHECK(state.epoch >= 0 && state.index >= 0 && state.index < size(), "ImageCaptionDataset: the saved "
-              "position (epoch ", state.epoch, ", index ", state.index, ") is not one of '", options_.path,
-              "', which holds ", size(), " samples; was the checkpoint made with another data set?");
+  TITAN_CHECK(state.epoch >= 0 && state.index >= 0 && state.index < size(),
+              "ImageCaptionDataset: the saved "
+              "position (epoch ",
+              state.epoch, ", index ", state.index, ") is not one of '", options_.path, "', which holds ",
+              size(), " samples; was the checkpoint made with another data set?");
   state_ = state;
 }
 

@@ -11,10 +11,12 @@
 namespace titan::data {
 
 Image decode_image(std::span<const uint8_t> bytes, const std::string& name) {
-  TITAN_CHECK(!bytes.empty(), name, ": an empty file where an image was expected; remove it or give a PNG or JPEG");
+  TITAN_CHECK(!bytes.empty(), name,
+              ": an empty file where an image was expected; remove it or give a PNG or JPEG");
   if (is_png(bytes)) return decode_png(bytes, name);
   if (is_jpeg(bytes)) return decode_jpeg(bytes, name);
-  TITAN_CHECK(false, name, ": neither a PNG nor a JPEG (its first bytes are neither signature); titan reads "
+  TITAN_CHECK(false, name,
+              ": neither a PNG nor a JPEG (its first bytes are neither signature); titan reads "
               "PNG and JPEG images");
   return {};
 }

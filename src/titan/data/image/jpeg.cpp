@@ -1,13 +1,15 @@
 #include "titan/data/image/jpeg.h"
 
-// jpeglib.h needs size_t and FILE declared before it.
 #include <csetjmp>
-#include <cstdio>
 #include <cstdlib>
 #include <new>
 
+// jpeglib.h uses size_t and FILE without declaring them.
+// clang-format off
+#include <cstdio>
 #include <jerror.h>
 #include <jpeglib.h>
+// clang-format on
 
 #include "titan/core/error.h"
 
@@ -129,9 +131,10 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
 
 std::string encode_jpeg(const Image& image, int quality) {
   TITAN_CHECK(quality >= 1 && quality <= 100, "encode_jpeg: quality must lie in [1, 100], got ", quality);
-  TITAN_CHECK(image.width > 0 && image.height > 0 && image.pixels.size() == size_t(image.width * image.height * 3),
-              "encode_jpeg: the image must be non-empty with width * height * 3 bytes, got ", image.width, "x",
-              image.height, " with ", image.pixels.size(), " bytes");
+  TITAN_CHECK(
+      image.width > 0 && image.height > 0 && image.pixels.size() == size_t(image.width * image.height * 3),
+      "encode_jpeg: the image must be non-empty with width * height * 3 bytes, got ", image.width, "x",
+      image.height, " with ", image.pixels.size(), " bytes");
   Compress c;
   TITAN_CHECK(write_pixels(c, image, quality), "encode_jpeg: libjpeg failed: ", c.err.message);
   return std::string(reinterpret_cast<const char*>(c.buffer), c.size);

@@ -129,9 +129,10 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
 }
 
 std::string encode_png(const Image& image) {
-  TITAN_CHECK(image.width > 0 && image.height > 0 && image.pixels.size() == size_t(image.width * image.height * 3),
-              "encode_png: the image must be non-empty with width * height * 3 bytes, got ", image.width, "x",
-              image.height, " with ", image.pixels.size(), " bytes");
+  TITAN_CHECK(
+      image.width > 0 && image.height > 0 && image.pixels.size() == size_t(image.width * image.height * 3),
+      "encode_png: the image must be non-empty with width * height * 3 bytes, got ", image.width, "x",
+      image.height, " with ", image.pixels.size(), " bytes");
   std::string out;
   PngIo io{.out = &out};
   WriteHandles h;

@@ -16,8 +16,10 @@ std::optional<Image> resize_and_crop(const Image& image, const ImageTransform& t
   const double short_side = static_cast<double>(wide ? image.height : image.width);
   const double long_side = static_cast<double>(wide ? image.width : image.height);
   // The same double arithmetic as TorchTitan's math.ceil(output_size / height * width).
-  const auto resized_long = static_cast<int64_t>(std::ceil(static_cast<double>(size) / short_side * long_side));
-  const Image resized = wide ? resize_bicubic(image, resized_long, size) : resize_bicubic(image, size, resized_long);
+  const auto resized_long =
+      static_cast<int64_t>(std::ceil(static_cast<double>(size) / short_side * long_side));
+  const Image resized =
+      wide ? resize_bicubic(image, resized_long, size) : resize_bicubic(image, size, resized_long);
   const int64_t slack = resized_long - size;
   int64_t offset = slack / 2;
   if (transform.crop == ImageCrop::random)

@@ -19,6 +19,12 @@ double cubic(double x) {
   return 0.0;
 }
 
+// Pillow's (int)(x + 0.5): a half added, then truncation toward zero (lround differs below zero).
+int64_t pillow_round(double x) {
+  // NOLINTNEXTLINE(bugprone-incorrect-roundings)
+  return static_cast<int64_t>(x + 0.5);
+}
+
 // For each output position along one axis: the first input index, the count, and that many
 // fixed-point weights (`taps` per position).
 struct Taps {
@@ -37,14 +43,13 @@ Taps make_taps(int64_t in_size, int64_t out_size) {
   t.count.resize(size_t(out_size));
   t.weights.assign(size_t(out_size * t.taps), 0);
   std::vector<double> w(size_t(t.taps));
-  // Multiplied by the inverse, not divided by the scale: the products round as Pillow's do, and
-  // a last-bit difference in a weight can move an output byte by one.
+  // Multiplied by the inverse, not divided by the scale, as Pillow's source does: a last-bit
+  // difference in a weight can move an output byte by one.
   const double inverse_scale = 1.0 / filter_scale;
   for (int64_t o = 0; o < out_size; ++o) {
     const double center = (static_cast<double>(o) + 0.5) * scale;
-    // Truncation toward zero, as Pillow's (int) casts; both bounds are clamped to the image.
-    const int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    const int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in_size);
+    const int64_t lo = std::max<int64_t>(pillow_round(center - support), 0);
+    const int64_t hi = std::min<int64_t>(pillow_round(center + support), in_size);
     const int64_t n = hi - lo;
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -105,8 +110,10 @@ Image resize_columns(const Image& in, int64_t height) {
 }  // namespace
 
 Image resize_bicubic(const Image& image, int64_t width, int64_t height) {
-  TITAN_CHECK(width > 0 && height > 0 && image.width > 0 && image.height > 0, "resize_bicubic: sizes must be "
-              "positive, got ", image.width, "x", image.height, " -> ", width, "x", height);
+  TITAN_CHECK(width > 0 && height > 0 && image.width > 0 && image.height > 0,
+              "resize_bicubic: sizes must be "
+              "positive, got ",
+              image.width, "x", image.height, " -> ", width, "x", height);
   Image out = width == image.width ? image : resize_rows(image, width);
   return height == image.height ? out : resize_columns(out, height);
 }

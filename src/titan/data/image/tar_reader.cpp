@@ -80,18 +80,24 @@ void scan(std::string_view bytes, const std::string& archive, std::vector<TarMem
     const std::string_view magic = header.substr(257, 5);
     if (magic == "ustar") {
       const std::string_view prefix = field(header, 345, 155);
-      if (!prefix.empty()) name = std::string(prefix) + "/" + name;
+      if (!prefix.empty()) name.insert(0, std::string(prefix) + "/");
     }
     if (!long_name.empty()) name = std::exchange(long_name, "");
-    const std::string where = archive + ": member '" + name + "' (header at byte " + std::to_string(pos) + ")";
+    std::string where = archive;
+    where.append(": member '")
+        .append(name)
+        .append("' (header at byte ")
+        .append(std::to_string(pos))
+        .append(")");
     const std::optional<uint64_t> sum = parse_number(header.substr(148, 8));
     TITAN_CHECK(sum && checksum_matches(header, *sum), where,
                 ": the header's checksum does not match; the archive is damaged or not a tar file");
     const std::optional<uint64_t> size = parse_number(header.substr(124, 12));
     TITAN_CHECK(size, where, ": a malformed size field; the archive is damaged");
     const uint64_t data = pos + kBlock;
-    TITAN_CHECK(*size <= bytes.size() - data, where, ": its ", *size, " bytes run past the end of the archive (",
-                bytes.size(), " bytes): the archive is truncated; re-create or remove it");
+    TITAN_CHECK(*size <= bytes.size() - data, where, ": its ", *size,
+                " bytes run past the end of the archive (", bytes.size(),
+                " bytes): the archive is truncated; re-create or remove it");
     const char type = header[156];
     if (type == '0' || type == '\0' || type == '7') {
       members.push_back({name, data, *size});
@@ -105,7 +111,8 @@ void scan(std::string_view bytes, const std::string& archive, std::vector<TarMem
 }
 }  // namespace
 
-std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive, std::string* damage) {
+std::vector<TarMember> list_tar_members(std::string_view bytes, const std::string& archive,
+                                        std::string* damage) {
   std::vector<TarMember> members;
   if (!damage) {
     scan(bytes, archive, members);
