@@ -58,7 +58,7 @@ ImageCaptionDataset::ImageCaptionDataset(ImageDatasetOptions options) : options_
       const auto [key, ext] = split_key(f.string());
       const Role role = role_of(ext);
       if (role == Role::other) continue;
-      Part part{.path = f.string(), .size = static_cast<uint64_t>(fs::file_size(f))};
+      Part part{.path = f.string()};
       (role == Role::image ? groups[key].first : groups[key].second).push_back(std::move(part));
       ++stats_.files;
     }

@@ -77,7 +77,7 @@ class ImageCaptionDataset {
   struct Part {
     int64_t source = -1;  // index into shards_, or -1 for a file of its own
     std::string path;     // the file, or the member's name
-    uint64_t offset = 0, size = 0;
+    uint64_t offset = 0, size = 0;  // of a tar member
   };
   struct Entry {
     std::string key;
