@@ -2,6 +2,9 @@
 find_package(OpenMP REQUIRED)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
+# Images for text-to-image data sets (data/image/): libpng and libjpeg-turbo.
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
@@ -40,7 +43,7 @@ add_library(titan_deps INTERFACE)
 target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
-target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB ${TITAN_DNNL})
+target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB PNG::PNG JPEG::JPEG ${TITAN_DNNL})
 # tcmalloc (gperftools' minimal build) serves every allocation of titan's programs. In graph mode
 # XLA's CPU runtime mallocs each run's scratch buffer (the saved activations: 0.8 GiB for the
 # bench's M step, more for L) and frees it when the run ends. glibc serves any block over 32 MiB

@@ -2,13 +2,17 @@
 """Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the repository's own files:
 configs, the bundled KJV tokenizer, the SentencePiece-style tokenizer fixtures, the HF config
 fixtures, and small files in the formats titan writes (safetensors, token shards, checkpoint
-metadata). Run from anywhere; commit what it writes.
+metadata), and small PNG, JPEG (through Pillow: run it with the reference venv's Python) and
+webdataset shards. Run from anywhere; commit what it writes.
 The Llama 3 and Qwen 3 tokenizers are cut down from /work/shared/tokenizers when it is there
 (their normalizers and pre-tokenizers are what the seeds are for, not their vocabularies)."""
+import io
 import json
 import pathlib
 import shutil
 import struct
+import tarfile
+import zlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -152,9 +156,45 @@ def jsonl() -> None:
     put("jsonl", "crlf_no_final_newline", "\1" + "\r\n".join(lines[:3]))
 
 
+def png_bytes(width: int, height: int, depth: int, colour: int, rows: list, extra: bytes = b"") -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, 0)
+    idat = zlib.compress(b"".join(b"\0" + r for r in rows))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def image() -> None:
+    rgb = png_bytes(3, 2, 8, 2, [bytes(range(9)), bytes(range(9, 18))])
+    put("image", "rgb8.png", b"\0" + rgb)
+    put("image", "grey1.png", b"\0" + png_bytes(9, 2, 1, 0, [b"\xa5\x80", b"\x5a\x00"]))
+    put("image", "rgba16.png", b"\0" + png_bytes(2, 1, 16, 6, [bytes(range(16))]))
+    put("image", "palette_trns.png", b"\0" + png_bytes(4, 1, 2, 3, [b"\x1b"],
+        struct.pack(">I", 9) + b"PLTE" + bytes(range(9)) + struct.pack(">I", zlib.crc32(b"PLTE" + bytes(range(9))))
+        + struct.pack(">I", 1) + b"tRNS\x80" + struct.pack(">I", zlib.crc32(b"tRNS\x80"))))
+    from PIL import Image  # the reference venv's; nothing else here needs more than the stdlib
+    photo = Image.frombytes("RGB", (16, 8), bytes((x * 16 + y * 7) % 256 for y in range(8) for x in range(48)))
+    for name, img, options in (("baseline.jpg", photo, {"quality": 75}),
+                               ("progressive.jpg", photo, {"quality": 75, "progressive": True}),
+                               ("grey.jpg", photo.convert("L"), {"quality": 75}),
+                               ("cmyk.jpg", photo.convert("CMYK"), {"quality": 75})):
+        out = io.BytesIO()
+        img.save(out, format="JPEG", **options)
+        put("image", name, b"\0" + out.getvalue())
+    shard = io.BytesIO()
+    with tarfile.open(fileobj=shard, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in (("a/s0.png", rgb), ("a/s0.txt", b"a caption"), ("d" * 120 + "/s1.png", rgb),
+                           ("d" * 120 + "/s1.txt", b"long name")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    put("image", "shard_gnu.tar", b"\1" + shard.getvalue())
+    put("image", "shard_truncated.tar", b"\1" + shard.getvalue()[:1500])
+
+
 def main() -> None:
     shutil.rmtree(CORPUS, ignore_errors=True)
-    for write in (job_config, safetensors, checkpoint_metadata, token_shard, tokenizers, hf, jsonl):
+    for write in (job_config, safetensors, checkpoint_metadata, token_shard, tokenizers, hf, jsonl, image):
         write()
 
 

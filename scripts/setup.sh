@@ -37,6 +37,7 @@ PKGS=()
 if $build; then
   PKGS+=(build-essential cmake ninja-build ccache pkg-config
          libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
+         libpng-dev libjpeg62-turbo-dev  # the image data sets (data/image/)
          libgtest-dev libgmock-dev libbenchmark-dev  # the build configures the tests and benchmarks
          python3 python3-pip  # the layer check (a test); pip download fetches the PJRT plugins
          libprotobuf-dev protobuf-compiler
