@@ -2,7 +2,10 @@
 
 #include "support/test_util.h"
 #include "titan/autograd/gradcheck.h"
+#include "titan/core/autocast.h"
+#include "titan/kernels/cpu/onednn_conv2d.h"
 #include "titan/ops/conv2d.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 
 namespace titan {
@@ -101,6 +104,88 @@ TEST(Conv2d, OnlyTheAskedGradientsAreComputed) {
   ops::sum(y).backward();
   EXPECT_FALSE(x.grad().defined());
   EXPECT_TRUE(w.grad().defined());
+}
+
+kernels::cpu::Conv2dGeometry geometry_of(const Case& c) {
+  return {c.x[0],       c.x[1],         c.x[2],         c.x[3],          c.w[0],          c.w[2],
+          c.w[3],       c.o.stride,     c.o.pad_top,    c.o.pad_bottom,  c.o.pad_left,    c.o.pad_right};
+}
+
+// oneDNN's primitives against the im2col path, which the tests above hold to the definition.
+TEST(Conv2d, OneDnnMatchesIm2colInFloat32) {
+  namespace k = kernels::cpu;
+  for (const Case& c : cases()) {
+    const k::Conv2dGeometry g = geometry_of(c);
+    Tensor x = rand_f32(c.x, 40), w = rand_f32(c.w, 41), b = rand_f32({g.o}, 42);
+    Tensor dy = rand_f32({g.n, g.o, g.oh(), g.ow()}, 43);
+    Tensor y1 = Tensor::empty(dy.sizes()), y2 = Tensor::empty(dy.sizes());
+    k::conv2d_fwd_im2col<float>(g, x.data<float>(), w.data<float>(), b.data<float>(), y1.data<float>());
+    ASSERT_TRUE(k::onednn_conv2d_fwd<float>(g, x.data<float>(), w.data<float>(), b.data<float>(), y2.data<float>()))
+        << c.name;
+    EXPECT_TRUE(test::tensors_close(y2, y1, 1e-5, std::string(c.name) + " forward"));
+    Tensor dx1 = Tensor::empty(c.x), dx2 = Tensor::empty(c.x);
+    k::conv2d_bwd_data_im2col<float>(g, dy.data<float>(), w.data<float>(), dx1.data<float>());
+    ASSERT_TRUE(k::onednn_conv2d_bwd_data<float>(g, dy.data<float>(), w.data<float>(), dx2.data<float>())) << c.name;
+    EXPECT_TRUE(test::tensors_close(dx2, dx1, 1e-5, std::string(c.name) + " backward data"));
+    Tensor dw1 = Tensor::empty(c.w), dw2 = Tensor::empty(c.w);
+    k::conv2d_bwd_weight_im2col<float>(g, dy.data<float>(), x.data<float>(), dw1.data<float>(), nullptr);
+    ASSERT_TRUE(k::onednn_conv2d_bwd_weight<float>(g, dy.data<float>(), x.data<float>(), dw2.data<float>()))
+        << c.name;
+    EXPECT_TRUE(test::tensors_close(dw2, dw1, 1e-5, std::string(c.name) + " backward weights"));
+  }
+}
+
+struct ConvRun {
+  Tensor y, dx, dw, db;
+};
+
+ConvRun conv_run(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& gy, const Conv2dOptions& o) {
+  Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_(), bl = b.detach().requires_grad_();
+  Tensor y = ops::conv2d(xl, wl, bl, o);
+  ops::sum(ops::mul(y, gy)).backward();
+  return {y.detach(), xl.grad(), wl.grad(), bl.grad()};
+}
+
+Tensor rounded(const Tensor& t) { return t.to(kBF16).to(kF32); }
+
+// Under autocast: bf16 operands (the output gradient rounded too) with float32 accumulation, so the
+// float32 convolution of the rounded operands to float32's precision, and the float32 convolution
+// of the operands as they are to bf16's; the bias gradient sums the float32 output gradient.
+TEST(Conv2d, Bf16UnderAutocastAccumulatesInFloat32) {
+  TITAN_SKIP_WITHOUT_BF16();
+  for (const Case& c : cases()) {
+    Tensor x = rand_f32(c.x, 50), w = rand_f32(c.w, 51), b = rand_f32({c.w[0]}, 52);
+    const Tensor probe = ops::conv2d(x, w, b, c.o);
+    Tensor gy = rand_f32(probe.sizes(), 53);
+    ConvRun mixed;
+    {
+      const AutocastGuard bf16(kBF16);
+      mixed = conv_run(x, w, b, gy, c.o);
+    }
+    const std::string name = c.name;
+    EXPECT_EQ(mixed.y.dtype(), kF32);
+    EXPECT_EQ(mixed.dx.dtype(), kF32);
+    EXPECT_EQ(mixed.dw.dtype(), kF32);
+    const ConvRun on_rounded = conv_run(rounded(x), rounded(w), b, rounded(gy), c.o);
+    EXPECT_TRUE(test::tensors_close(mixed.y, on_rounded.y, 1e-5, name + " y"));
+    EXPECT_TRUE(test::tensors_close(mixed.dx, on_rounded.dx, 1e-5, name + " dx"));
+    EXPECT_TRUE(test::tensors_close(mixed.dw, on_rounded.dw, 1e-5, name + " dw"));
+    const ConvRun f32 = conv_run(x, w, b, gy, c.o);
+    EXPECT_TRUE(test::tensors_close(mixed.y, f32.y, 2e-2, name + " y against float32"));
+    EXPECT_TRUE(test::tensors_close(mixed.dx, f32.dx, 2e-2, name + " dx against float32"));
+    EXPECT_TRUE(test::tensors_close(mixed.dw, f32.dw, 2e-2, name + " dw against float32"));
+    EXPECT_TRUE(test::tensors_close(mixed.db, f32.db, 1e-6, name + " db"));
+  }
+}
+
+TEST(Conv2d, Bf16OperandsGiveAFloat32Result) {
+  TITAN_SKIP_WITHOUT_BF16();
+  Tensor x = rand_f32({1, 4, 6, 6}, 60), w = rand_f32({3, 4, 3, 3}, 61), b = rand_f32({3}, 62);
+  const Conv2dOptions o{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  Tensor y = ops::conv2d(x.to(kBF16), w.to(kBF16), b, o);
+  EXPECT_EQ(y.dtype(), kF32);
+  EXPECT_TRUE(test::tensors_close(y, ops::conv2d(rounded(x), rounded(w), b, o), 1e-5, "bf16 operands"));
+  EXPECT_TITAN_ERROR(ops::conv2d(x.to(kBF16), w.to(kBF16), b.to(kBF16), o), "conv2d", "bias", "must be f32");
 }
 
 TEST(Conv2d, BadShapesAreClearErrors) {
