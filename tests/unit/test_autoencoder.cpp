@@ -40,10 +40,12 @@ fs::path reference_dir() {
   return root;
 }
 
-#define REQUIRE_REFERENCE(dir)                                                                              \
-  const fs::path dir = reference_dir();                                                                     \
-  if (dir.empty()) TITAN_MISSING_REFERENCE("tests/parity/autoencoder_reference.py failed (is diffusers in " \
-                                           "the venv? run make deps-test)")
+#define REQUIRE_REFERENCE(dir)                                         \
+  const fs::path dir = reference_dir();                                \
+  if (dir.empty())                                                     \
+  TITAN_MISSING_REFERENCE(                                             \
+      "tests/parity/autoencoder_reference.py failed (is diffusers in " \
+      "the venv? run make deps-test)")
 
 nn::StateDict read(const fs::path& file) {
   return checkpoint::read_safetensors(file.string()).tensors;
@@ -74,17 +76,18 @@ TEST(Autoencoder, LatentsAreTheShiftedScaledSample) {
   // The noise is the generator's standard normal stream, drawn once per element.
   Generator gen(7), same(7);
   const Tensor noise = Tensor::randn(d.mean.sizes(), same);
-  EXPECT_TRUE(test::tensors_close(model->encode(image, gen), (d.mean + d.stddev() * noise - shift) * scale, 1e-6,
-                                  "encode"));
+  EXPECT_TRUE(test::tensors_close(model->encode(image, gen), (d.mean + d.stddev() * noise - shift) * scale,
+                                  1e-6, "encode"));
   EXPECT_EQ(gen.offset(), same.offset());
   const Tensor latents = (ref.at("in.z") - shift) * scale;
   EXPECT_TRUE(test::tensors_close(model->decode(latents), ref.at("out.decoded"), kTol, "decode"));
 }
 
 TEST(Autoencoder, LogVarianceIsClampedAsDiffusersClampsIt) {
-  const Tensor moments = Tensor::from_vector<float>({1, 2, -50, 50, 3, 4, -29, 19}, {1, 4, 1, 2});
+  // Channels 0-1 are the mean (never clamped), 2-3 the log-variance.
+  const Tensor moments = Tensor::from_vector<float>({-50, 2, 3, 50, -50, 50, -29, 19}, {1, 4, 1, 2});
   const ae::DiagonalGaussian d(moments);
-  EXPECT_EQ(d.mean.contiguous().to_vector<float>(), (std::vector<float>{1, 2, -50, 50}));
+  EXPECT_EQ(d.mean.contiguous().to_vector<float>(), (std::vector<float>{-50, 2, 3, 50}));
   EXPECT_EQ(d.logvar.contiguous().to_vector<float>(), (std::vector<float>{-30, 20, -29, 19}));
 }
 
@@ -111,7 +114,8 @@ TEST(Autoencoder, BflFileLoadsTheSameModelAndRoundTripsBitIdentical) {
   const fs::path out = test::fresh_temp_dir("autoencoder_bfl") / "ae.safetensors";
   train::flux::save_bfl_autoencoder(out, *bfl);
   test::expect_same_state(read(out), read(dir / "ae.safetensors"));
-  test::expect_same_state(train::flux::load_bfl_autoencoder(out, bfl->args())->state_dict(), bfl->state_dict());
+  test::expect_same_state(train::flux::load_bfl_autoencoder(out, bfl->args())->state_dict(),
+                          bfl->state_dict());
 }
 
 TEST(Autoencoder, AWrongShapeIsRefusedNamingTheTensorAndBothShapes) {
@@ -152,10 +156,12 @@ TEST(Autoencoder, ConfigRefusesWhatTheModelCannotRepresent) {
 
   json c = tiny_config();
   c["down_block_types"][1] = "AttnDownEncoderBlock2D";
-  EXPECT_TITAN_ERROR(ae::parse_diffusers_config(c, "config.json"), "down_block_types", "AttnDownEncoderBlock2D");
+  EXPECT_TITAN_ERROR(ae::parse_diffusers_config(c, "config.json"), "down_block_types",
+                     "AttnDownEncoderBlock2D");
   c = tiny_config();
   c["up_block_types"] = {"UpDecoderBlock2D"};
-  EXPECT_TITAN_ERROR(ae::parse_diffusers_config(c, "config.json"), "up_block_types", "one block type per level");
+  EXPECT_TITAN_ERROR(ae::parse_diffusers_config(c, "config.json"), "up_block_types",
+                     "one block type per level");
   c = tiny_config();
   c["act_fn"] = "gelu";
   EXPECT_TITAN_ERROR(ae::parse_diffusers_config(c, "config.json"), "act_fn", "silu");
@@ -196,7 +202,10 @@ TEST(Autoencoder, BlocksGradientsMatchFiniteDifferences) {
   attention.init_weights(gen);
   const Tensor x = test::rand_f64({2, 4, 3, 3}, 5);
   auto res = autograd::gradcheck(
-      [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{resnet(v[0]), attention(v[0])}; }, {x});
+      [&](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{resnet(v[0]), attention(v[0])};
+      },
+      {x});
   EXPECT_TRUE(res.ok) << res.message;
 }
 
@@ -212,7 +221,8 @@ TEST(NnConv2d, ForwardIsTheOpAndInitIsPyTorchsBound) {
   const Tensor y = conv(x);
   EXPECT_EQ(y.sizes(), (Shape{2, 5, 4, 3}));
   EXPECT_TRUE(test::same_bits(
-      y, ops::conv2d(x, conv.weight, conv.bias, {.stride = 2, .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1})));
+      y, ops::conv2d(x, conv.weight, conv.bias,
+                     {.stride = 2, .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1})));
   EXPECT_FALSE(nn::Conv2d(3, 5, 1, 1, 0, false).bias.defined());
   EXPECT_TITAN_ERROR(nn::Conv2d(3, 5, 0), "kernel=0");
 }

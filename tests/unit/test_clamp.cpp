@@ -23,8 +23,8 @@ TEST(Clamp, GradientPassesInsideTheBoundsOnly) {
   // Away from the bounds, so central differences do not straddle a kink.
   Tensor x = Tensor::from_vector<double>({-3.0, -1.5, -0.2, 0.4, 1.1, 2.7}, {2, 3});
   x.requires_grad_();
-  auto res = autograd::gradcheck([](const auto& v) { return std::vector<Tensor>{ops::clamp(v[0], -1.0, 1.5)}; },
-                                 {x});
+  auto res = autograd::gradcheck(
+      [](const auto& v) { return std::vector<Tensor>{ops::clamp(v[0], -1.0, 1.5)}; }, {x});
   EXPECT_TRUE(res.ok) << res.message;
   Tensor y = ops::clamp(x, -1.0, 1.5);
   ops::sum(y).backward();

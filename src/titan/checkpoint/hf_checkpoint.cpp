@@ -70,8 +70,8 @@ void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::st
 HfReader::HfReader(fs::path dir, const std::string& weights_file) : dir_(std::move(dir)) {
   const std::string where = "Hugging Face checkpoint " + dir_.string();
   const std::string index_file = weights_file + ".index.json";
-  TITAN_CHECK(is_hf_dir(dir_), where, ": no ", kHfConfigFile, "; a Hugging Face model folder holds config.json and ",
-              weights_file);
+  TITAN_CHECK(is_hf_dir(dir_), where, ": no ", kHfConfigFile,
+              "; a Hugging Face model folder holds config.json and ", weights_file);
   config_ = read_json(dir_ / kHfConfigFile, "the model's hyperparameters");
   TITAN_CHECK(config_.is_object(), where, ": ", kHfConfigFile, " is not a JSON object");
   std::error_code ec;
@@ -89,8 +89,8 @@ HfReader::HfReader(fs::path dir, const std::string& weights_file) : dir_(std::mo
     for (const auto& [name, e] : f.entries()) tensors_.emplace(name, &f);
     return;
   }
-  TITAN_CHECK(fs::is_regular_file(dir_ / index_file, ec), where, ": neither ", weights_file, " nor ", index_file,
-              " is there; the weights are missing");
+  TITAN_CHECK(fs::is_regular_file(dir_ / index_file, ec), where, ": neither ", weights_file, " nor ",
+              index_file, " is there; the weights are missing");
   const json index = read_json(dir_ / index_file, "which shard file holds each tensor");
   const std::string index_where = (dir_ / index_file).string();
   const json_fields::JsonPath index_at{index_where, ""};

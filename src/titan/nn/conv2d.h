@@ -9,8 +9,8 @@ namespace titan::nn {
 // bottom and right, which torch does with F.pad before a padding-0 convolution).
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
-         bool bias = true, TensorOptions opts = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
+         int64_t padding = 0, bool bias = true, TensorOptions opts = {});
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, const ops::Conv2dOptions& geometry,
          bool bias = true, TensorOptions opts = {});
 

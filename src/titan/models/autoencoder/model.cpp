@@ -43,8 +43,8 @@ ResnetBlock::ResnetBlock(int64_t in_channels, int64_t out_channels, int64_t grou
   norm2 = register_module("norm2", make_group_norm(groups, out_channels, opts));
   conv2 = register_module("conv2", conv3x3(out_channels, out_channels, opts));
   if (in_channels != out_channels)
-    conv_shortcut =
-        register_module("conv_shortcut", std::make_shared<nn::Conv2d>(in_channels, out_channels, 1, 1, 0, true, opts));
+    conv_shortcut = register_module(
+        "conv_shortcut", std::make_shared<nn::Conv2d>(in_channels, out_channels, 1, 1, 0, true, opts));
 }
 
 Tensor ResnetBlock::forward(const Tensor& x) const {
@@ -78,7 +78,8 @@ Tensor MidAttention::forward(const Tensor& x) const {
 MidBlock::MidBlock(int64_t channels, int64_t groups, bool attention, TensorOptions opts) {
   resnets = register_module("resnets", module_list<ResnetBlock>());
   attentions = register_module("attentions", module_list<MidAttention>());
-  for (int i = 0; i < 2; ++i) resnets->push_back(std::make_shared<ResnetBlock>(channels, channels, groups, opts));
+  for (int i = 0; i < 2; ++i)
+    resnets->push_back(std::make_shared<ResnetBlock>(channels, channels, groups, opts));
   if (attention) attentions->push_back(std::make_shared<MidAttention>(channels, groups, opts));
 }
 
@@ -89,11 +90,12 @@ Tensor MidBlock::forward(const Tensor& x) const {
 }
 
 Downsample::Downsample(int64_t channels, TensorOptions opts) {
-  conv = register_module("conv", std::make_shared<nn::Conv2d>(
-                                     channels, channels, 3,
-                                     ops::Conv2dOptions{.stride = 2, .pad_top = 0, .pad_bottom = 1, .pad_left = 0,
-                                                        .pad_right = 1},
-                                     true, opts));
+  conv = register_module(
+      "conv",
+      std::make_shared<nn::Conv2d>(
+          channels, channels, 3,
+          ops::Conv2dOptions{.stride = 2, .pad_top = 0, .pad_bottom = 1, .pad_left = 0, .pad_right = 1}, true,
+          opts));
 }
 
 Upsample::Upsample(int64_t channels, TensorOptions opts) {
@@ -104,12 +106,13 @@ Tensor Upsample::forward(const Tensor& x) const {
   return (*conv)(ops::upsample_nearest(x, 2));
 }
 
-DownBlock::DownBlock(int64_t in_channels, int64_t out_channels, int64_t layers, int64_t groups, bool downsample,
-                     TensorOptions opts) {
+DownBlock::DownBlock(int64_t in_channels, int64_t out_channels, int64_t layers, int64_t groups,
+                     bool downsample, TensorOptions opts) {
   resnets = register_module("resnets", module_list<ResnetBlock>());
   downsamplers = register_module("downsamplers", module_list<Downsample>());
   for (int64_t i = 0; i < layers; ++i)
-    resnets->push_back(std::make_shared<ResnetBlock>(i == 0 ? in_channels : out_channels, out_channels, groups, opts));
+    resnets->push_back(
+        std::make_shared<ResnetBlock>(i == 0 ? in_channels : out_channels, out_channels, groups, opts));
   if (downsample) downsamplers->push_back(std::make_shared<Downsample>(out_channels, opts));
 }
 
@@ -125,7 +128,8 @@ UpBlock::UpBlock(int64_t in_channels, int64_t out_channels, int64_t layers, int6
   resnets = register_module("resnets", module_list<ResnetBlock>());
   upsamplers = register_module("upsamplers", module_list<Upsample>());
   for (int64_t i = 0; i < layers; ++i)
-    resnets->push_back(std::make_shared<ResnetBlock>(i == 0 ? in_channels : out_channels, out_channels, groups, opts));
+    resnets->push_back(
+        std::make_shared<ResnetBlock>(i == 0 ? in_channels : out_channels, out_channels, groups, opts));
   if (upsample) upsamplers->push_back(std::make_shared<Upsample>(out_channels, opts));
 }
 
@@ -143,8 +147,8 @@ Encoder::Encoder(const ModelArgs& a, TensorOptions opts) {
   for (int64_t i = 0; i < a.levels(); ++i)
     down_blocks->push_back(std::make_shared<DownBlock>(ch[i == 0 ? 0 : i - 1], ch[i], a.layers_per_block,
                                                        a.norm_num_groups, i + 1 < a.levels(), opts));
-  mid_block = register_module("mid_block",
-                              std::make_shared<MidBlock>(ch.back(), a.norm_num_groups, a.mid_block_add_attention, opts));
+  mid_block = register_module(
+      "mid_block", std::make_shared<MidBlock>(ch.back(), a.norm_num_groups, a.mid_block_add_attention, opts));
   conv_norm_out = register_module("conv_norm_out", make_group_norm(a.norm_num_groups, ch.back(), opts));
   conv_out = register_module("conv_out", conv3x3(ch.back(), 2 * a.latent_channels, opts));
 }
@@ -158,13 +162,14 @@ Tensor Encoder::forward(const Tensor& image) const {
 Decoder::Decoder(const ModelArgs& a, TensorOptions opts) {
   const std::vector<int64_t>& ch = a.block_out_channels;
   conv_in = register_module("conv_in", conv3x3(a.latent_channels, ch.back(), opts));
-  mid_block = register_module("mid_block",
-                              std::make_shared<MidBlock>(ch.back(), a.norm_num_groups, a.mid_block_add_attention, opts));
+  mid_block = register_module(
+      "mid_block", std::make_shared<MidBlock>(ch.back(), a.norm_num_groups, a.mid_block_add_attention, opts));
   up_blocks = register_module("up_blocks", module_list<UpBlock>());
   for (int64_t i = 0; i < a.levels(); ++i) {
     const int64_t level = a.levels() - 1 - i;
     up_blocks->push_back(std::make_shared<UpBlock>(ch[std::min(level + 1, a.levels() - 1)], ch[level],
-                                                   a.layers_per_block + 1, a.norm_num_groups, level > 0, opts));
+                                                   a.layers_per_block + 1, a.norm_num_groups, level > 0,
+                                                   opts));
   }
   conv_norm_out = register_module("conv_norm_out", make_group_norm(a.norm_num_groups, ch[0], opts));
   conv_out = register_module("conv_out", conv3x3(ch[0], a.out_channels, opts));
@@ -178,7 +183,8 @@ Tensor Decoder::forward(const Tensor& z) const {
 
 DiagonalGaussian::DiagonalGaussian(const Tensor& moments) {
   TITAN_CHECK(moments.dim() == 4 && moments.size(1) % 2 == 0,
-              "autoencoder: the encoder's moments must be [N, 2 * latent_channels, h, w], got ", moments.desc());
+              "autoencoder: the encoder's moments must be [N, 2 * latent_channels, h, w], got ",
+              moments.desc());
   const int64_t latent = moments.size(1) / 2;
   mean = moments.narrow(1, 0, latent);
   logvar = ops::clamp(moments.narrow(1, latent, latent), kMinLogvar, kMaxLogvar);
@@ -198,7 +204,8 @@ Autoencoder::Autoencoder(const ModelArgs& args, TensorOptions opts) : args_(args
   decoder = register_module("decoder", std::make_shared<Decoder>(args_, opts));
   const int64_t latent = args_.latent_channels;
   if (args_.use_quant_conv)
-    quant_conv = register_module("quant_conv", std::make_shared<nn::Conv2d>(2 * latent, 2 * latent, 1, 1, 0, true, opts));
+    quant_conv = register_module("quant_conv",
+                                 std::make_shared<nn::Conv2d>(2 * latent, 2 * latent, 1, 1, 0, true, opts));
   if (args_.use_post_quant_conv)
     post_quant_conv =
         register_module("post_quant_conv", std::make_shared<nn::Conv2d>(latent, latent, 1, 1, 0, true, opts));
@@ -208,8 +215,8 @@ DiagonalGaussian Autoencoder::encode_distribution(const Tensor& image) {
   const int64_t f = args_.downscale();
   TITAN_CHECK(image.dim() == 4 && image.size(1) == args_.in_channels && image.size(2) % f == 0 &&
                   image.size(3) % f == 0,
-              "autoencoder: expected an image [N, ", args_.in_channels, ", H, W] with H and W multiples of ", f,
-              ", got ", image.desc(), "; crop or resize it");
+              "autoencoder: expected an image [N, ", args_.in_channels, ", H, W] with H and W multiples of ",
+              f, ", got ", image.desc(), "; crop or resize it");
   Tensor moments = (*encoder)(image);
   if (quant_conv) moments = (*quant_conv)(moments);
   return DiagonalGaussian(moments);

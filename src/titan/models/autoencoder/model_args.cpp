@@ -6,8 +6,8 @@ namespace titan::models::autoencoder {
 
 void ModelArgs::validate() const {
   TITAN_CHECK(in_channels > 0 && out_channels > 0 && latent_channels > 0,
-              "autoencoder: in_channels, out_channels and latent_channels must be positive, got ", in_channels,
-              ", ", out_channels, ", ", latent_channels);
+              "autoencoder: in_channels, out_channels and latent_channels must be positive, got ",
+              in_channels, ", ", out_channels, ", ", latent_channels);
   TITAN_CHECK(!block_out_channels.empty() && block_out_channels.size() <= 16,
               "autoencoder: block_out_channels must list 1 to 16 levels, got ", block_out_channels.size());
   TITAN_CHECK(layers_per_block > 0, "autoencoder: layers_per_block must be positive, got ", layers_per_block);

@@ -24,10 +24,22 @@ constexpr const char* kUpBlock = "UpDecoderBlock2D";
 // AutoencoderKL's keys that change nothing titan computes: tiling's tile size and the pipelines'
 // hint to run the model in f32.
 const std::set<std::string> kIgnoredKeys = {"sample_size", "force_upcast"};
-const std::set<std::string> kReadKeys = {
-    "in_channels",    "out_channels",   "latent_channels", "block_out_channels",     "layers_per_block",
-    "norm_num_groups", "scaling_factor", "shift_factor",   "use_quant_conv",         "use_post_quant_conv",
-    "mid_block_add_attention", "down_block_types", "up_block_types", "act_fn", "latents_mean", "latents_std"};
+const std::set<std::string> kReadKeys = {"in_channels",
+                                         "out_channels",
+                                         "latent_channels",
+                                         "block_out_channels",
+                                         "layers_per_block",
+                                         "norm_num_groups",
+                                         "scaling_factor",
+                                         "shift_factor",
+                                         "use_quant_conv",
+                                         "use_post_quant_conv",
+                                         "mid_block_add_attention",
+                                         "down_block_types",
+                                         "up_block_types",
+                                         "act_fn",
+                                         "latents_mean",
+                                         "latents_std"};
 
 // The block types, each of which must be `type`, one per level.
 void check_block_types(const json& config, const std::string& key, const char* type, size_t levels,
@@ -39,8 +51,8 @@ void check_block_types(const json& config, const std::string& key, const char* t
     return;
   }
   const json& list = jf::array(v, at / key);
-  TITAN_CHECK(list.size() == levels, (at / key).str(), " lists ", list.size(), " blocks but block_out_channels ",
-              levels, "; give one block type per level");
+  TITAN_CHECK(list.size() == levels, (at / key).str(), " lists ", list.size(),
+              " blocks but block_out_channels ", levels, "; give one block type per level");
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string t = jf::as<std::string>(list[i], (at / key)[i]);
     TITAN_CHECK(t == type, (at / key)[i].str(), " is \"", t, "\"; titan's autoencoder has only ", type,
@@ -112,15 +124,17 @@ bool is_attention_projection(const std::string& ours) {
 // (our name, BFL's name) for every tensor.
 std::vector<std::pair<std::string, std::string>> bfl_names(const ModelArgs& args) {
   std::vector<std::pair<std::string, std::string>> names;
-  for (const auto& [ours, shape] : shapes(args)) names.emplace_back(ours, bfl_name(split(ours), args.levels()));
+  for (const auto& [ours, shape] : shapes(args))
+    names.emplace_back(ours, bfl_name(split(ours), args.levels()));
   return names;
 }
 
 void check_no_quant_convs(const ModelArgs& args) {
-  TITAN_CHECK(!args.use_quant_conv && !args.use_post_quant_conv,
-              "autoencoder: BFL's ae.safetensors layout has no quant_conv or post_quant_conv, but this model has ",
-              args.use_quant_conv ? "quant_conv" : "post_quant_conv",
-              "; save it as a diffusers folder (config.json + diffusion_pytorch_model.safetensors) instead");
+  TITAN_CHECK(
+      !args.use_quant_conv && !args.use_post_quant_conv,
+      "autoencoder: BFL's ae.safetensors layout has no quant_conv or post_quant_conv, but this model has ",
+      args.use_quant_conv ? "quant_conv" : "post_quant_conv",
+      "; save it as a diffusers folder (config.json + diffusion_pytorch_model.safetensors) instead");
 }
 
 }  // namespace
@@ -230,7 +244,8 @@ nn::StateDict from_bfl(const nn::StateDict& bfl, const ModelArgs& args) {
     if (it == bfl.end())
       problems.push_back("missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")");
     else if (it->second.sizes() != shape)
-      problems.push_back("tensor '" + name + "' is " + it->second.desc() + ", expected shape " + shape_str(shape));
+      problems.push_back("tensor '" + name + "' is " + it->second.desc() + ", expected shape " +
+                         shape_str(shape));
   }
   for (const auto& [name, t] : bfl)
     if (!expected.count(name)) problems.push_back("unexpected tensor '" + name + "'");

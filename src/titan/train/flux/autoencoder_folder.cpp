@@ -15,7 +15,8 @@ std::map<std::string, Tensor> cast_all(const nn::StateDict& state, DType dtype, 
   checkpoint::torch_dtype_name(dtype);  // refuses what torch checkpoints do not hold
   std::map<std::string, Tensor> out;
   for (const auto& [name, t] : state) {
-    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(), "; weights are floating");
+    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(),
+                "; weights are floating");
     out.emplace(name, t.detach().to(dtype));
   }
   return out;

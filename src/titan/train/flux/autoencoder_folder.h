@@ -21,7 +21,8 @@ void save_autoencoder_folder(const std::filesystem::path& dir, const models::aut
 
 // BFL's ae.safetensors holding the model `args` describes (FLUX's by default).
 std::shared_ptr<models::autoencoder::Autoencoder> load_bfl_autoencoder(
-    const std::filesystem::path& file, const models::autoencoder::ModelArgs& args = models::autoencoder::flavor("flux"),
+    const std::filesystem::path& file,
+    const models::autoencoder::ModelArgs& args = models::autoencoder::flavor("flux"),
     TensorOptions opts = {});
 // `model` by BFL's names, in `dtype`; written to a temporary file, synced, then renamed onto `file`.
 void save_bfl_autoencoder(const std::filesystem::path& file, const models::autoencoder::Autoencoder& model,
