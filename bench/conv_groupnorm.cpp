@@ -8,6 +8,7 @@
 // Forward records no graph (titan NoGradGuard, torch no_grad); backward builds the graph once,
 // untimed, and times the gradients of x, weight and bias with the graph retained.
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,23 +180,27 @@ int main(int argc, char** argv) {
     if (bf16) add_conv(l, true);
     add_group_norm(l);
   }
-  auto titan_runs = bench::run_benchmarks(argc, argv);
-
-  std::vector<bench::TorchCase> torch_cases;
-  for (const Layer& l : kLayers)
-    for (const std::string mode : {"fwd", "bwd"}) {
-      const std::string conv = "conv3x3/" + layer_key(l) + "/" + mode;
-      if (titan_runs.count(conv)) torch_cases.push_back({.name = conv, .plan = kPlan, .spec = conv_spec(l, mode)});
-      const std::string conv_bf16 = "conv3x3/" + layer_key(l) + "/bf16/" + mode;
-      if (titan_runs.count(conv_bf16))
-        torch_cases.push_back({.name = conv_bf16,
-                               .plan = kPlan,
-                               .spec = conv_spec(l, mode),
-                               .variants = {"eager bf16", "compile bf16"}});
-      const std::string norm = "group_norm/" + layer_key(l) + "/" + mode;
-      if (titan_runs.count(norm)) torch_cases.push_back({.name = norm, .plan = kPlan, .spec = norm_spec(l, mode)});
-    }
-  bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
+  // Rounds alternate titan and PyTorch, so that other processes' load (the figures' main noise on
+  // a shared machine) falls on both sides alike.
+  const bench::Interleaved timed = bench::run_interleaved(argc, argv, 2, [&](const auto& ran) {
+    std::vector<bench::TorchCase> torch_cases;
+    for (const Layer& l : kLayers)
+      for (const std::string mode : {"fwd", "bwd"}) {
+        const std::string conv = "conv3x3/" + layer_key(l) + "/" + mode;
+        if (ran.count(conv)) torch_cases.push_back({.name = conv, .plan = kPlan, .spec = conv_spec(l, mode)});
+        const std::string conv_bf16 = "conv3x3/" + layer_key(l) + "/bf16/" + mode;
+        if (ran.count(conv_bf16))
+          torch_cases.push_back({.name = conv_bf16,
+                                 .plan = kPlan,
+                                 .spec = conv_spec(l, mode),
+                                 .variants = {"eager bf16", "compile bf16"}});
+        const std::string norm = "group_norm/" + layer_key(l) + "/" + mode;
+        if (ran.count(norm)) torch_cases.push_back({.name = norm, .plan = kPlan, .spec = norm_spec(l, mode)});
+      }
+    return torch_cases;
+  });
+  std::map<std::string, bench::Measurement> titan_runs = timed.titan;
+  const bench::TorchResults& torch = timed.torch;
 
   auto seconds = [&](const std::string& name) -> std::optional<double> {
     auto it = titan_runs.find(name);

@@ -120,18 +120,26 @@ TEST(Conv2d, OneDnnMatchesIm2colInFloat32) {
     Tensor dy = rand_f32({g.n, g.o, g.oh(), g.ow()}, 43);
     Tensor y1 = Tensor::empty(dy.sizes()), y2 = Tensor::empty(dy.sizes());
     k::conv2d_fwd_im2col<float>(g, x.data<float>(), w.data<float>(), b.data<float>(), y1.data<float>());
-    ASSERT_TRUE(k::onednn_conv2d_fwd<float>(g, x.data<float>(), w.data<float>(), b.data<float>(), y2.data<float>()))
+    ASSERT_TRUE(k::onednn_conv2d_fwd<float>(g, k::ConvCompute::f32, x.data<float>(), w.data<float>(), b.data<float>(),
+                                            y2.data<float>()))
         << c.name;
     EXPECT_TRUE(test::tensors_close(y2, y1, 1e-5, std::string(c.name) + " forward"));
-    Tensor dx1 = Tensor::empty(c.x), dx2 = Tensor::empty(c.x);
+    Tensor dx1 = Tensor::empty(c.x), dx2 = Tensor::empty(c.x), dw1 = Tensor::empty(c.w), dw2 = Tensor::empty(c.w);
     k::conv2d_bwd_data_im2col<float>(g, dy.data<float>(), w.data<float>(), dx1.data<float>());
-    ASSERT_TRUE(k::onednn_conv2d_bwd_data<float>(g, dy.data<float>(), w.data<float>(), dx2.data<float>())) << c.name;
-    EXPECT_TRUE(test::tensors_close(dx2, dx1, 1e-5, std::string(c.name) + " backward data"));
-    Tensor dw1 = Tensor::empty(c.w), dw2 = Tensor::empty(c.w);
     k::conv2d_bwd_weight_im2col<float>(g, dy.data<float>(), x.data<float>(), dw1.data<float>(), nullptr);
-    ASSERT_TRUE(k::onednn_conv2d_bwd_weight<float>(g, dy.data<float>(), x.data<float>(), dw2.data<float>()))
+    ASSERT_TRUE(k::onednn_conv2d_bwd<float>(g, k::ConvCompute::f32, dy.data<float>(), x.data<float>(),
+                                            w.data<float>(), dx2.data<float>(), dw2.data<float>()))
         << c.name;
+    EXPECT_TRUE(test::tensors_close(dx2, dx1, 1e-5, std::string(c.name) + " backward data"));
     EXPECT_TRUE(test::tensors_close(dw2, dw1, 1e-5, std::string(c.name) + " backward weights"));
+    // Either gradient alone.
+    Tensor dx3 = Tensor::empty(c.x), dw3 = Tensor::empty(c.w);
+    ASSERT_TRUE(k::onednn_conv2d_bwd<float>(g, k::ConvCompute::f32, dy.data<float>(), x.data<float>(),
+                                            w.data<float>(), dx3.data<float>(), nullptr));
+    ASSERT_TRUE(k::onednn_conv2d_bwd<float>(g, k::ConvCompute::f32, dy.data<float>(), x.data<float>(),
+                                            w.data<float>(), nullptr, dw3.data<float>()));
+    EXPECT_TRUE(test::same_bits(dx3, dx2)) << c.name;
+    EXPECT_TRUE(test::same_bits(dw3, dw2)) << c.name;
   }
 }
 
