@@ -3,8 +3,11 @@
 #include "support/test_util.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/core/autocast.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/onednn_conv2d.h"
 #include "titan/ops/conv2d.h"
+#include "titan/ops/group_norm.h"
+#include "titan/ops/upsample.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 
@@ -206,6 +209,18 @@ TEST(Conv2d, BadShapesAreClearErrors) {
   EXPECT_TITAN_ERROR(ops::conv2d(x, w, Tensor(), {.pad_left = -1}), "padding");
   EXPECT_TITAN_ERROR(ops::conv2d(rand_f32({1, 3, 2, 2}, 35), w, Tensor(), {}), "larger than the padded input");
   EXPECT_TITAN_ERROR(ops::conv2d(x, w.to(kF64), Tensor(), {}), "differ in dtype");
+}
+
+// The autoencoder's ops have no StableHLO lowering yet: a step that captures one is refused,
+// naming the op, before anything is compiled.
+TEST(Conv2d, GraphModeRefusesTheAutoencoderOpsByName) {
+  graph::Program program;
+  graph::CaptureScope scope(program);
+  Tensor x = graph::tensor_of(program.parameter({1, 4, 8, 8}, kF32, "x", graph::InputKind::batch));
+  Tensor w = graph::tensor_of(program.parameter({4, 4, 3, 3}, kF32, "w", graph::InputKind::batch));
+  EXPECT_TITAN_ERROR(ops::conv2d(x, w, Tensor(), {}), "conv2d", "has no lowering to StableHLO");
+  EXPECT_TITAN_ERROR(ops::group_norm(x, 2, Tensor(), Tensor(), 1e-6), "group_norm", "has no lowering to StableHLO");
+  EXPECT_TITAN_ERROR(ops::upsample_nearest(x, 2), "upsample_nearest", "has no lowering to StableHLO");
 }
 
 }  // namespace
