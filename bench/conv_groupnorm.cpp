@@ -42,7 +42,7 @@ const std::vector<Layer> kLayers = {{128, 256}, {256, 128}, {512, 64}, {512, 32}
 constexpr int64_t kGroups = 32;
 constexpr double kEps = 1e-6;
 
-const bench::Plan kPlan{.reps = 5, .min_time = 0.3, .warmup = 0.2};
+const bench::Plan kPlan{.reps = 3, .min_time = 0.2, .warmup = 0.1};
 
 Tensor randn(const Shape& shape, uint64_t seed, double scale = 1.0) {
   titan::Generator gen(seed);
@@ -81,14 +81,16 @@ Inputs& conv_inputs(const Layer& l) {
 Inputs& norm_inputs(const Layer& l) {
   return bench::cached_inputs<Inputs>("norm/" + layer_key(l), [&] {
     Tensor dy = randn({1, l.channels, l.size, l.size}, 8).detach();
-    return Inputs{randn({1, l.channels, l.size, l.size}, 5), randn({l.channels}, 6), randn({l.channels}, 7), dy};
+    return Inputs{randn({1, l.channels, l.size, l.size}, 5), randn({l.channels}, 6), randn({l.channels}, 7),
+                  dy};
   });
 }
 
 void time_backward(benchmark::State& s, const Tensor& out, const Inputs& in) {
   bench::PeakMemory peak;
   for (auto _ : s) {
-    std::vector<Tensor> grads = titan::autograd::grad({out}, {in.dy}, {in.x, in.w, in.b}, /*retain_graph=*/true);
+    std::vector<Tensor> grads =
+        titan::autograd::grad({out}, {in.dy}, {in.x, in.w, in.b}, /*retain_graph=*/true);
     benchmark::DoNotOptimize(grads.front().data_ptr());
   }
   peak.report(s);
@@ -134,7 +136,8 @@ void add_im2col(const Layer& l) {
     const k::Conv2dGeometry g = geometry(l);
     Tensor y = Tensor::empty({1, l.channels, l.size, l.size});
     for (auto _ : s)
-      k::conv2d_fwd_im2col<float>(g, in.x.data<float>(), in.w.data<float>(), in.b.data<float>(), y.data<float>());
+      k::conv2d_fwd_im2col<float>(g, in.x.data<float>(), in.w.data<float>(), in.b.data<float>(),
+                                  y.data<float>());
   });
   bench::add_benchmark(key + "/bwd", kPlan, [=](benchmark::State& s) {
     Inputs& in = conv_inputs(l);
@@ -142,7 +145,8 @@ void add_im2col(const Layer& l) {
     Tensor dx = Tensor::empty(in.x.sizes()), dw = Tensor::empty(in.w.sizes());
     for (auto _ : s) {
       k::conv2d_bwd_data_im2col<float>(g, in.dy.data<float>(), in.w.data<float>(), dx.data<float>());
-      k::conv2d_bwd_weight_im2col<float>(g, in.dy.data<float>(), in.x.data<float>(), dw.data<float>(), nullptr);
+      k::conv2d_bwd_weight_im2col<float>(g, in.dy.data<float>(), in.x.data<float>(), dw.data<float>(),
+                                         nullptr);
     }
   });
 }
@@ -160,13 +164,21 @@ void add_group_norm(const Layer& l) {
 }
 
 json conv_spec(const Layer& l, const std::string& mode) {
-  return {{"op", "conv2d"}, {"batch", 1},      {"channels", l.channels}, {"out_channels", l.channels},
-          {"height", l.size}, {"width", l.size}, {"kernel", 3},          {"stride", 1},
-          {"padding", 1},     {"mode", mode}};
+  return {{"op", "conv2d"},
+          {"batch", 1},
+          {"channels", l.channels},
+          {"out_channels", l.channels},
+          {"height", l.size},
+          {"width", l.size},
+          {"kernel", 3},
+          {"stride", 1},
+          {"padding", 1},
+          {"mode", mode}};
 }
 json norm_spec(const Layer& l, const std::string& mode) {
-  return {{"op", "group_norm"}, {"batch", 1},      {"channels", l.channels}, {"height", l.size},
-          {"width", l.size},    {"groups", kGroups}, {"eps", kEps},          {"mode", mode}};
+  return {{"op", "group_norm"}, {"batch", 1},      {"channels", l.channels},
+          {"height", l.size},   {"width", l.size}, {"groups", kGroups},
+          {"eps", kEps},        {"mode", mode}};
 }
 
 }  // namespace
@@ -209,11 +221,12 @@ int main(int argc, char** argv) {
   };
   auto ms = [](std::optional<double> s) { return s ? bench::fixed(*s * 1e3, 2) : std::string("n/a"); };
 
-  bench::Table conv{.title = "conv2d 3x3 pad 1, f32 (GFLOP/s; backward: data and weight gradients, 2x forward's)",
-                    .unit = "GFLOP/s",
-                    .extra_headers = {"titan ms", "im2col ms", "oneDNN / im2col", "titan peak"},
-                    .rows = {},
-                    .notes = {}};
+  bench::Table conv{
+      .title = "conv2d 3x3 pad 1, f32 (GFLOP/s; backward: data and weight gradients, 2x forward's)",
+      .unit = "GFLOP/s",
+      .extra_headers = {"titan ms", "im2col ms", "oneDNN / im2col", "titan peak"},
+      .rows = {},
+      .notes = {}};
   bench::Table conv_bf16{.title = "conv2d 3x3 pad 1 under bf16 autocast (GFLOP/s)",
                          .unit = "GFLOP/s",
                          .variants = {"eager bf16", "compile bf16"},
@@ -232,11 +245,12 @@ int main(int argc, char** argv) {
       const std::string name = "conv3x3/" + layer_key(l) + "/" + mode;
       if (auto s = seconds(name)) {
         const auto im2col = seconds("conv3x3/" + layer_key(l) + "/im2col/" + mode);
-        conv.rows.push_back({.name = name,
-                             .titan = gflop / *s,
-                             .torch = torch.rates(name, gflop),
-                             .extra = {ms(s), ms(im2col), im2col ? bench::fixed(*im2col / *s, 2) + "x" : "n/a",
-                                       bench::mib(titan_runs[name].peak_bytes)}});
+        conv.rows.push_back(
+            {.name = name,
+             .titan = gflop / *s,
+             .torch = torch.rates(name, gflop),
+             .extra = {ms(s), ms(im2col), im2col ? bench::fixed(*im2col / *s, 2) + "x" : "n/a",
+                       bench::mib(titan_runs[name].peak_bytes)}});
       }
       const std::string name_bf16 = "conv3x3/" + layer_key(l) + "/bf16/" + mode;
       if (auto s = seconds(name_bf16))
@@ -258,9 +272,10 @@ int main(int argc, char** argv) {
                     "kernels/cpu/conv2d.h's im2col + OpenBLAS GEMM on the same inputs, kernels alone, "
                     "without the bias gradient.",
                 "torch: F.conv2d(x, w, b, padding=1); compile: torch.compile(fn, dynamic=False), inductor."};
-  conv_bf16.notes = {"titan: ops::conv2d under AutocastGuard(kBF16): bf16 operands through oneDNN (" +
-                     (bf16 ? k::onednn_bf16_isa() : std::string("none")) +
-                     "), f32 accumulation and result; torch: the same under torch.autocast(\"cpu\", bfloat16)."};
+  conv_bf16.notes = {
+      "titan: ops::conv2d under AutocastGuard(kBF16): bf16 operands through oneDNN (" +
+      (bf16 ? k::onednn_bf16_isa() : std::string("none")) +
+      "), f32 accumulation and result; torch: the same under torch.autocast(\"cpu\", bfloat16)."};
   norm.notes = {"bytes: forward 4*2NCHW (read x, write y), backward 4*3NCHW (read x, dy; write dx).",
                 "torch: F.group_norm(x, 32, w, b, 1e-6)."};
   bench::print_table(conv, torch);

@@ -28,8 +28,8 @@ struct Key {
   Direction direction;
   bool bias;
   auto tie() const {
-    return std::tie(g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right,
-                    stored_bf16, compute_bf16, direction, bias);
+    return std::tie(g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad_top, g.pad_bottom, g.pad_left,
+                    g.pad_right, stored_bf16, compute_bf16, direction, bias);
   }
   bool operator<(const Key& other) const { return tie() < other.tie(); }
 };
@@ -50,7 +50,9 @@ struct Entry {
   size_t scratch_bytes = 0;
 };
 
-memory::desc plain(const memory::dims& dims, dt type, tag layout) { return memory::desc(dims, type, layout); }
+memory::desc plain(const memory::dims& dims, dt type, tag layout) {
+  return memory::desc(dims, type, layout);
+}
 
 Arg make_arg(int id, const memory::desc& user, const memory::desc& inner, bool output) {
   Arg a{id, user, inner, output, user != inner, {}};
@@ -62,24 +64,28 @@ Arg make_arg(int id, const memory::desc& user, const memory::desc& inner, bool o
   return a;
 }
 
-// The descriptors of a geometry: x, weight, y in their plain layouts and in "any" (oneDNN's pick).
+// A geometry's tensor dims (x, weight, y, bias), strides and paddings, as oneDNN takes them.
 struct Descs {
   memory::dims x, w, y, b, strides, pad_l, pad_r;
 };
 Descs descs(const Conv2dGeometry& g) {
-  return {{g.n, g.c, g.h, g.w},         {g.o, g.c, g.kh, g.kw},           {g.n, g.o, g.oh(), g.ow()}, {g.o},
-          {g.stride, g.stride},         {g.pad_top, g.pad_left},          {g.pad_bottom, g.pad_right}};
+  return {{g.n, g.c, g.h, g.w}, {g.o, g.c, g.kh, g.kw},  {g.n, g.o, g.oh(), g.ow()}, {g.o},
+          {g.stride, g.stride}, {g.pad_top, g.pad_left}, {g.pad_bottom, g.pad_right}};
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, dt in, dt out, bool bias, dnnl::prop_kind prop,
+// Layouts left to oneDNN ("any"): it picks the ones its fastest implementation reads.
+dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, dt in, dt out, bool bias,
                                                      const dnnl::primitive_attr& attr) {
+  const auto prop = dnnl::prop_kind::forward_training;
   const memory::desc x(d.x, in, tag::any), w(d.w, in, tag::any), y(d.y, out, tag::any);
   const auto algo = dnnl::algorithm::convolution_direct;
   if (bias) {
     const memory::desc b(d.b, dt::f32, tag::a);
-    return {dnnl::convolution_forward::desc(prop, algo, x, w, b, y, d.strides, d.pad_l, d.pad_r), attr, onednn_engine()};
+    return {dnnl::convolution_forward::desc(prop, algo, x, w, b, y, d.strides, d.pad_l, d.pad_r), attr,
+            onednn_engine()};
   }
-  return {dnnl::convolution_forward::desc(prop, algo, x, w, y, d.strides, d.pad_l, d.pad_r), attr, onednn_engine()};
+  return {dnnl::convolution_forward::desc(prop, algo, x, w, y, d.strides, d.pad_l, d.pad_r), attr,
+          onednn_engine()};
 }
 
 std::shared_ptr<const Entry> make_entry(const Key& key) {
@@ -92,7 +98,7 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
   const memory::desc bias_user = plain(d.b, dt::f32, tag::a);
   switch (key.direction) {
     case Direction::forward: {
-      const auto pd = forward_pd(d, in, dt::f32, key.bias, dnnl::prop_kind::forward_training, attr);
+      const auto pd = forward_pd(d, in, dt::f32, key.bias, attr);
       entry->primitive = dnnl::convolution_forward(pd);
       entry->scratch_bytes = pd.scratchpad_desc().get_size();
       entry->args = {make_arg(DNNL_ARG_SRC, plain(d.x, stored, tag::nchw), pd.src_desc(), false),
@@ -102,11 +108,11 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
       break;
     }
     case Direction::backward_data: {
-      const auto hint = forward_pd(d, in, in, false, dnnl::prop_kind::forward_training, {});
+      const auto hint = forward_pd(d, in, in, false, {});
       const memory::desc dx(d.x, dt::f32, tag::any), w(d.w, in, tag::any), dy(d.y, in, tag::any);
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(algo, dx, w, dy, d.strides, d.pad_l, d.pad_r), attr, onednn_engine(),
-          hint);
+          dnnl::convolution_backward_data::desc(algo, dx, w, dy, d.strides, d.pad_l, d.pad_r), attr,
+          onednn_engine(), hint);
       entry->primitive = dnnl::convolution_backward_data(pd);
       entry->scratch_bytes = pd.scratchpad_desc().get_size();
       entry->args = {make_arg(DNNL_ARG_DIFF_DST, plain(d.y, stored, tag::nchw), pd.diff_dst_desc(), false),
@@ -115,16 +121,17 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
       break;
     }
     case Direction::backward_weights: {
-      const auto hint = forward_pd(d, in, in, false, dnnl::prop_kind::forward_training, {});
+      const auto hint = forward_pd(d, in, in, false, {});
       const memory::desc x(d.x, in, tag::any), dw(d.w, dt::f32, tag::any), dy(d.y, in, tag::any);
       const dnnl::convolution_backward_weights::primitive_desc pd(
           dnnl::convolution_backward_weights::desc(algo, x, dw, dy, d.strides, d.pad_l, d.pad_r), attr,
           onednn_engine(), hint);
       entry->primitive = dnnl::convolution_backward_weights(pd);
       entry->scratch_bytes = pd.scratchpad_desc().get_size();
-      entry->args = {make_arg(DNNL_ARG_DIFF_DST, plain(d.y, stored, tag::nchw), pd.diff_dst_desc(), false),
-                     make_arg(DNNL_ARG_SRC, plain(d.x, stored, tag::nchw), pd.src_desc(), false),
-                     make_arg(DNNL_ARG_DIFF_WEIGHTS, plain(d.w, dt::f32, tag::oihw), pd.diff_weights_desc(), true)};
+      entry->args = {
+          make_arg(DNNL_ARG_DIFF_DST, plain(d.y, stored, tag::nchw), pd.diff_dst_desc(), false),
+          make_arg(DNNL_ARG_SRC, plain(d.x, stored, tag::nchw), pd.src_desc(), false),
+          make_arg(DNNL_ARG_DIFF_WEIGHTS, plain(d.w, dt::f32, tag::oihw), pd.diff_weights_desc(), true)};
       break;
     }
   }
@@ -152,7 +159,9 @@ std::shared_ptr<const Entry> cached(const Key& key) {
 
 // Host memory for oneDNN's layouts and scratchpad, from titan's caching allocator: the same sizes
 // recur every step.
-Tensor bytes(size_t n) { return Tensor::empty({static_cast<int64_t>((n + 3) / 4)}, {.dtype = kF32}); }
+Tensor bytes(size_t n) {
+  return Tensor::empty({static_cast<int64_t>((n + 3) / 4)}, {.dtype = kF32});
+}
 
 // The memory of one call: inputs reordered into oneDNN's layouts, each made once per call and shared
 // by the primitives that read it in the same layout (backward's dy), and the outputs to reorder
@@ -187,8 +196,8 @@ class Staging {
       const Arg& a = entry.args[i];
       exec.emplace(a.id, a.output ? output(a, const_cast<void*>(pointers[i])) : input(a, pointers[i]));
     }
-    exec.emplace(DNNL_ARG_SCRATCHPAD,
-                 scratch(memory::desc({static_cast<memory::dim>(entry.scratch_bytes)}, dt::u8, memory::dims{1})));
+    exec.emplace(DNNL_ARG_SCRATCHPAD, scratch(memory::desc({static_cast<memory::dim>(entry.scratch_bytes)},
+                                                           dt::u8, memory::dims{1})));
     entry.primitive.execute(onednn_stream(), exec);
     for (Output& o : outputs_) o.arg->reorder.execute(onednn_stream(), o.inner, o.user);
     outputs_.clear();
@@ -209,8 +218,8 @@ class Staging {
 }  // namespace
 
 template <typename T>
-bool onednn_conv2d_fwd(const Conv2dGeometry& g, ConvCompute compute, const T* x, const T* weight, const float* bias,
-                       float* y) {
+bool onednn_conv2d_fwd(const Conv2dGeometry& g, ConvCompute compute, const T* x, const T* weight,
+                       const float* bias, float* y) {
   trace::Span span("onednn conv2d forward", "conv2d");
   const std::shared_ptr<const Entry> entry =
       cached({g, std::is_same_v<T, bf16>, compute == ConvCompute::bf16, Direction::forward, bias != nullptr});
@@ -240,9 +249,11 @@ bool onednn_conv2d_bwd(const Conv2dGeometry& g, ConvCompute compute, const T* dy
   return true;
 }
 
-#define TITAN_ONEDNN_CONV2D(T)                                                                                   \
-  template bool onednn_conv2d_fwd<T>(const Conv2dGeometry&, ConvCompute, const T*, const T*, const float*, float*); \
-  template bool onednn_conv2d_bwd<T>(const Conv2dGeometry&, ConvCompute, const T*, const T*, const T*, float*, float*);
+#define TITAN_ONEDNN_CONV2D(T)                                                                             \
+  template bool onednn_conv2d_fwd<T>(const Conv2dGeometry&, ConvCompute, const T*, const T*, const float*, \
+                                     float*);                                                              \
+  template bool onednn_conv2d_bwd<T>(const Conv2dGeometry&, ConvCompute, const T*, const T*, const T*,     \
+                                     float*, float*);
 TITAN_ONEDNN_CONV2D(float)
 TITAN_ONEDNN_CONV2D(bf16)
 #undef TITAN_ONEDNN_CONV2D

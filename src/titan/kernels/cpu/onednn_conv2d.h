@@ -22,8 +22,8 @@ enum class ConvCompute : uint8_t { f32, bf16 };
 
 // y = conv(x, weight) + bias (bias may be null).
 template <typename T>
-bool onednn_conv2d_fwd(const Conv2dGeometry& g, ConvCompute compute, const T* x, const T* weight, const float* bias,
-                       float* y);
+bool onednn_conv2d_fwd(const Conv2dGeometry& g, ConvCompute compute, const T* x, const T* weight,
+                       const float* bias, float* y);
 // dx and dweight (either may be null: not wanted) given dy, overwritten. dy is reordered once for
 // both. (The bias gradient, a sum of the float32 dy, is the caller's: a bf16 dy is rounded.)
 template <typename T>
