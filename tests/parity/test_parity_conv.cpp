@@ -19,7 +19,8 @@ template <typename Op>
 void check_case(const std::string& name, const std::vector<std::string>& inputs, const Op& op) {
   const ParityCase c = load_parity_case(name);
   std::vector<Tensor> in;
-  for (const std::string& i : inputs) in.push_back(c.file.tensors.count("in." + i) ? c.input("in." + i) : Tensor());
+  for (const std::string& i : inputs)
+    in.push_back(c.file.tensors.count("in." + i) ? c.input("in." + i) : Tensor());
   Tensor y = op(c, in);
   EXPECT_TRUE(tensors_close(y, c["out.y"], kTol, name + " forward"));
   y.backward(c["cot.y"]);
@@ -29,7 +30,9 @@ void check_case(const std::string& name, const std::vector<std::string>& inputs,
   }
 }
 
-int64_t int_attr(const ParityCase& c, const char* key) { return static_cast<int64_t>(c.attr(key)); }
+int64_t int_attr(const ParityCase& c, const char* key) {
+  return static_cast<int64_t>(c.attr(key));
+}
 
 TEST(ParityConv, Conv2d) {
   for (const char* name :

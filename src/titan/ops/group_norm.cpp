@@ -19,7 +19,9 @@ void check_param(const char* name, const Tensor& p, const Tensor& x) {
               " differ in dtype; cast one with .to()");
 }
 
-Tensor saved(const Tensor& t) { return t.defined() ? dense(t) : Tensor(); }
+Tensor saved(const Tensor& t) {
+  return t.defined() ? dense(t) : Tensor();
+}
 
 template <typename T>
 T* ptr(const Tensor& t) {
@@ -33,35 +35,36 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const T
   check_float("group_norm", "x", x);
   TITAN_CHECK(x.dim() >= 2, "group_norm: x must be [N, C, *], got ", x.desc());
   TITAN_CHECK(groups >= 1 && x.size(1) % groups == 0, "group_norm: ", groups,
-              " groups do not divide the channels of x ", x.desc(), " (dim 1); pick a divisor of ", x.size(1));
+              " groups do not divide the channels of x ", x.desc(), " (dim 1); pick a divisor of ",
+              x.size(1));
   TITAN_CHECK(eps >= 0, "group_norm: eps must be non-negative, got ", eps);
   check_param("weight", weight, x);
   check_param("bias", bias, x);
-  const kernels::cpu::GroupNormShape shape{x.size(0), x.size(1), x.numel() / std::max<int64_t>(1, x.size(0) * x.size(1)),
-                                           groups};
+  const kernels::cpu::GroupNormShape shape{x.size(0), x.size(1),
+                                           x.numel() / std::max<int64_t>(1, x.size(0) * x.size(1)), groups};
   Tensor xc = dense(x), wc = saved(weight), bc = saved(bias);
   Tensor out = Tensor::empty(x.sizes(), x.options());
-  Tensor mean = Tensor::empty({shape.n, groups}, x.options()), rstd = Tensor::empty({shape.n, groups}, x.options());
+  Tensor mean = Tensor::empty({shape.n, groups}, x.options()),
+         rstd = Tensor::empty({shape.n, groups}, x.options());
   kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
     using T = decltype(z);
-    kernels::cpu::group_norm_fwd<T>(shape, xc.data<T>(), ptr<T>(wc), ptr<T>(bc), out.data<T>(), mean.data<T>(),
-                                    rstd.data<T>(), eps);
+    kernels::cpu::group_norm_fwd<T>(shape, xc.data<T>(), ptr<T>(wc), ptr<T>(bc), out.data<T>(),
+                                    mean.data<T>(), rstd.data<T>(), eps);
   });
-  autograd::record("group_norm", {x, weight, bias}, {out},
-                   [xc, wc, mean, rstd, shape](const autograd::GradContext& g) {
-                     Tensor gy = g[0].contiguous();
-                     auto grad = [&](size_t i, const Shape& sizes) {
-                       return g.needs(i) ? Tensor::empty(sizes, xc.options()) : Tensor();
-                     };
-                     Tensor dx = grad(0, xc.sizes()), dw = grad(1, {shape.c}), db = grad(2, {shape.c});
-                     kernels::cpu::dispatch_float(xc.dtype(), [&](auto z) {
-                       using T = decltype(z);
-                       kernels::cpu::group_norm_bwd<T>(shape, gy.data<T>(), xc.data<T>(), ptr<T>(wc),
-                                                       mean.data<T>(), rstd.data<T>(), ptr<T>(dx), ptr<T>(dw),
-                                                       ptr<T>(db));
-                     });
-                     return std::vector<Tensor>{dx, dw, db};
-                   });
+  autograd::record(
+      "group_norm", {x, weight, bias}, {out}, [xc, wc, mean, rstd, shape](const autograd::GradContext& g) {
+        Tensor gy = g[0].contiguous();
+        auto grad = [&](size_t i, const Shape& sizes) {
+          return g.needs(i) ? Tensor::empty(sizes, xc.options()) : Tensor();
+        };
+        Tensor dx = grad(0, xc.sizes()), dw = grad(1, {shape.c}), db = grad(2, {shape.c});
+        kernels::cpu::dispatch_float(xc.dtype(), [&](auto z) {
+          using T = decltype(z);
+          kernels::cpu::group_norm_bwd<T>(shape, gy.data<T>(), xc.data<T>(), ptr<T>(wc), mean.data<T>(),
+                                          rstd.data<T>(), ptr<T>(dx), ptr<T>(dw), ptr<T>(db));
+        });
+        return std::vector<Tensor>{dx, dw, db};
+      });
   return out;
 }
 

@@ -20,16 +20,17 @@ Tensor upsample_nearest(const Tensor& x, int64_t factor) {
     using T = decltype(z);
     kernels::cpu::upsample_nearest_fwd<T>(xc.data<T>(), out.data<T>(), planes, h, w, factor);
   });
-  autograd::record("upsample_nearest", {x}, {out}, [shape = x.sizes(), opts = x.options(), planes, h, w,
-                                                    factor](const autograd::GradContext& g) {
-    Tensor gy = g[0].contiguous();
-    Tensor dx = Tensor::empty(shape, opts);
-    kernels::cpu::dispatch_float(dx.dtype(), [&](auto z) {
-      using T = decltype(z);
-      kernels::cpu::upsample_nearest_bwd<T>(gy.data<T>(), dx.data<T>(), planes, h, w, factor);
-    });
-    return std::vector<Tensor>{dx};
-  });
+  autograd::record(
+      "upsample_nearest", {x}, {out},
+      [shape = x.sizes(), opts = x.options(), planes, h, w, factor](const autograd::GradContext& g) {
+        Tensor gy = g[0].contiguous();
+        Tensor dx = Tensor::empty(shape, opts);
+        kernels::cpu::dispatch_float(dx.dtype(), [&](auto z) {
+          using T = decltype(z);
+          kernels::cpu::upsample_nearest_bwd<T>(gy.data<T>(), dx.data<T>(), planes, h, w, factor);
+        });
+        return std::vector<Tensor>{dx};
+      });
   return out;
 }
 

@@ -81,8 +81,8 @@ void conv2d_fwd_im2col(const Conv2dGeometry& g, const T* x, const T* weight, con
     const T* xb = x + b * g.c * g.h * g.w;
     T* yb = y + b * g.o * spatial;
     if (!g.pointwise()) im2col(g, xb, col.data());
-    gemm<T>(false, false, g.o, spatial, rows, T(1), weight, rows, g.pointwise() ? xb : col.data(), spatial, T(0),
-            yb, spatial);
+    gemm<T>(false, false, g.o, spatial, rows, T(1), weight, rows, g.pointwise() ? xb : col.data(), spatial,
+            T(0), yb, spatial);
     if (bias == nullptr) continue;
     parallel_for(0, g.o, grain(spatial), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o)
@@ -131,9 +131,9 @@ void conv2d_bwd_weight_im2col(const Conv2dGeometry& g, const T* dy, const T* x, 
   });
 }
 
-#define TITAN_CONV2D_IM2COL(T)                                                                     \
-  template void conv2d_fwd_im2col<T>(const Conv2dGeometry&, const T*, const T*, const T*, T*);     \
-  template void conv2d_bwd_data_im2col<T>(const Conv2dGeometry&, const T*, const T*, T*);          \
+#define TITAN_CONV2D_IM2COL(T)                                                                 \
+  template void conv2d_fwd_im2col<T>(const Conv2dGeometry&, const T*, const T*, const T*, T*); \
+  template void conv2d_bwd_data_im2col<T>(const Conv2dGeometry&, const T*, const T*, T*);      \
   template void conv2d_bwd_weight_im2col<T>(const Conv2dGeometry&, const T*, const T*, T*, T*);
 TITAN_CONV2D_IM2COL(float)
 TITAN_CONV2D_IM2COL(double)

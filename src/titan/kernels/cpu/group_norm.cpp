@@ -28,8 +28,8 @@ T plane_sum(const T* x, int64_t len) {
 }  // namespace
 
 template <typename T>
-void group_norm_fwd(const GroupNormShape& s, const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd,
-                    double eps) {
+void group_norm_fwd(const GroupNormShape& s, const T* x, const T* weight, const T* bias, T* y, T* mean,
+                    T* rstd, double eps) {
   const int64_t per_group = s.c / s.groups, len = s.spatial;
   const double count = static_cast<double>(per_group * len);
   parallel_for(0, s.n * s.groups, grain(per_group * len), [&](int64_t r0, int64_t r1) {
@@ -136,10 +136,10 @@ void group_norm_bwd(const GroupNormShape& s, const T* dy, const T* x, const T* w
   });
 }
 
-#define TITAN_GROUP_NORM(T)                                                                                    \
+#define TITAN_GROUP_NORM(T)                                                                                 \
   template void group_norm_fwd<T>(const GroupNormShape&, const T*, const T*, const T*, T*, T*, T*, double); \
-  template void group_norm_bwd<T>(const GroupNormShape&, const T*, const T*, const T*, const T*, const T*, T*, \
-                                  T*, T*);
+  template void group_norm_bwd<T>(const GroupNormShape&, const T*, const T*, const T*, const T*, const T*,  \
+                                  T*, T*, T*);
 TITAN_GROUP_NORM(float)
 TITAN_GROUP_NORM(double)
 #undef TITAN_GROUP_NORM

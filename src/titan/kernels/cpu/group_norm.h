@@ -20,8 +20,8 @@ struct GroupNormShape {
 
 // y = (x - mean) * rstd * weight[ch] + bias[ch]; mean and rstd [n, groups].
 template <typename T>
-void group_norm_fwd(const GroupNormShape& s, const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd,
-                    double eps);
+void group_norm_fwd(const GroupNormShape& s, const T* x, const T* weight, const T* bias, T* y, T* mean,
+                    T* rstd, double eps);
 // With xhat = (x - mean) * rstd and gw = dy * weight[ch], over each (image, group):
 //   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),
 //   dweight[ch] = sum of dy * xhat, dbias[ch] = sum of dy.

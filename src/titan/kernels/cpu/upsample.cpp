@@ -38,7 +38,7 @@ void upsample_nearest_bwd(const T* dy, T* dx, int64_t planes, int64_t h, int64_t
   });
 }
 
-#define TITAN_UPSAMPLE(T)                                                                 \
+#define TITAN_UPSAMPLE(T)                                                                  \
   template void upsample_nearest_fwd<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t); \
   template void upsample_nearest_bwd<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t);
 TITAN_UPSAMPLE(float)
