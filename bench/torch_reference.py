@@ -135,8 +135,28 @@ def moe(case, torch):
     return Built(lambda: block(x), [x, *block.parameters()], dynamic=None)
 
 
+def conv2d(case, torch):
+    """F.conv2d on [batch, channels, height, width] with a square kernel, as the autoencoder's."""
+    c, o, k = case["channels"], case["out_channels"], case["kernel"]
+    x = torch.randn(case["batch"], c, case["height"], case["width"], requires_grad=True)
+    w = (torch.randn(o, c, k, k) * (c * k * k) ** -0.5).requires_grad_()
+    b = torch.randn(o, requires_grad=True)
+    impl = "mkldnn (oneDNN)" if torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled else "native"
+    return Built(lambda: torch.nn.functional.conv2d(x, w, b, stride=case["stride"], padding=case["padding"]),
+                 [x, w, b], impl=impl)
+
+
+def group_norm(case, torch):
+    c = case["channels"]
+    x = torch.randn(case["batch"], c, case["height"], case["width"], requires_grad=True)
+    w = torch.randn(c, requires_grad=True)
+    b = torch.randn(c, requires_grad=True)
+    return Built(lambda: torch.nn.functional.group_norm(x, case["groups"], w, b, case["eps"]), [x, w, b])
+
+
 BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": softmax,
-            "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw, "moe": moe}
+            "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw, "moe": moe,
+            "conv2d": conv2d, "group_norm": group_norm}
 
 
 def variant_fn(fn, variant, torch, dynamic=False):

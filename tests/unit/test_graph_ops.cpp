@@ -78,6 +78,8 @@ TEST(GraphOps, Activations) {
   expect_matches([](const auto& v) { return std::vector<Tensor>{ops::tanh(v[0])}; }, {x}, kF32Tol, "tanh");
   expect_matches([](const auto& v) { return std::vector<Tensor>{ops::softcap(v[0], 3.0)}; }, {x}, kF32Tol,
                  "softcap");
+  expect_matches([](const auto& v) { return std::vector<Tensor>{ops::clamp(v[0], -2.5, 4.0)}; }, {x}, kF32Tol,
+                 "clamp");
   const Tensor up = test::rand_f32({5, 37}, 6, -2, 2);
   expect_matches([](const auto& v) { return std::vector<Tensor>{ops::swiglu(v[0], v[1])}; }, {x, up}, kF32Tol,
                  "swiglu");

@@ -48,7 +48,7 @@ std::string torch_dtype_name(DType dtype) {
 }
 
 void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::string, Tensor>& tensors,
-             DType dtype, const AlsoWrite& also_write) {
+             DType dtype, const AlsoWrite& also_write, const std::string& weights_file) {
   torch_dtype_name(dtype);  // refuses the dtypes titan does not export
   std::map<std::string, Tensor> cast;
   for (const auto& [name, t] : tensors) {
@@ -57,7 +57,7 @@ void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::st
     cast.emplace(name, t.detach().to(dtype));
   }
   write_directory_atomically(dir_arg, [&](const fs::path& stage) {
-    write_safetensors((stage / kHfWeightsFile).string(), cast, {{"format", "pt"}}, /*durable=*/true);
+    write_safetensors((stage / weights_file).string(), cast, {{"format", "pt"}}, /*durable=*/true);
     const std::string text = config.dump(2) + "\n";
     OutFile f(stage / kHfConfigFile);
     f.write(text.data(), text.size());
@@ -67,10 +67,11 @@ void save_hf(const fs::path& dir_arg, const json& config, const std::map<std::st
   });
 }
 
-HfReader::HfReader(fs::path dir) : dir_(std::move(dir)) {
+HfReader::HfReader(fs::path dir, const std::string& weights_file) : dir_(std::move(dir)) {
   const std::string where = "Hugging Face checkpoint " + dir_.string();
+  const std::string index_file = weights_file + ".index.json";
   TITAN_CHECK(is_hf_dir(dir_), where, ": no ", kHfConfigFile,
-              "; a Hugging Face model folder holds config.json and model.safetensors");
+              "; a Hugging Face model folder holds config.json and ", weights_file);
   config_ = read_json(dir_ / kHfConfigFile, "the model's hyperparameters");
   TITAN_CHECK(config_.is_object(), where, ": ", kHfConfigFile, " is not a JSON object");
   std::error_code ec;
@@ -78,20 +79,20 @@ HfReader::HfReader(fs::path dir) : dir_(std::move(dir)) {
     auto it = files_.find(file);
     if (it == files_.end()) {
       TITAN_CHECK(fs::is_regular_file(dir_ / file, ec), where, ": ", file, " is missing",
-                  file == kHfWeightsFile ? "" : std::string(" (") + kHfIndexFile + " lists it)");
+                  file == weights_file ? "" : " (" + index_file + " lists it)");
       it = files_.emplace(file, std::make_unique<SafetensorsReader>((dir_ / file).string())).first;
     }
     return *it->second;
   };
-  if (fs::is_regular_file(dir_ / kHfWeightsFile, ec)) {
-    const SafetensorsReader& f = open(kHfWeightsFile);
+  if (fs::is_regular_file(dir_ / weights_file, ec)) {
+    const SafetensorsReader& f = open(weights_file);
     for (const auto& [name, e] : f.entries()) tensors_.emplace(name, &f);
     return;
   }
-  TITAN_CHECK(fs::is_regular_file(dir_ / kHfIndexFile, ec), where, ": neither ", kHfWeightsFile, " nor ",
-              kHfIndexFile, " is there; the weights are missing");
-  const json index = read_json(dir_ / kHfIndexFile, "which shard file holds each tensor");
-  const std::string index_where = (dir_ / kHfIndexFile).string();
+  TITAN_CHECK(fs::is_regular_file(dir_ / index_file, ec), where, ": neither ", weights_file, " nor ",
+              index_file, " is there; the weights are missing");
+  const json index = read_json(dir_ / index_file, "which shard file holds each tensor");
+  const std::string index_where = (dir_ / index_file).string();
   const json_fields::JsonPath index_at{index_where, ""};
   const json& weight_map =
       json_fields::object(json_fields::member(index, "weight_map", index_at), index_at / "weight_map");

@@ -24,6 +24,8 @@ class SafetensorsReader;
 inline constexpr const char* kHfConfigFile = "config.json";
 inline constexpr const char* kHfWeightsFile = "model.safetensors";
 inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
+// diffusers' models keep the same layout under another name (its index: this + ".index.json").
+inline constexpr const char* kDiffusersWeightsFile = "diffusion_pytorch_model.safetensors";
 
 // Whether `dir` is a Hugging Face model folder: one holding config.json (a titan checkpoint
 // holds metadata.json instead).
@@ -34,18 +36,21 @@ std::string torch_dtype_name(DType dtype);
 
 // Writes `config` as dir/config.json (as given: which key names the dtype depends on its
 // layout, the caller's business) and `tensors`, cast to `dtype`, as dir/model.safetensors
-// (metadata {"format": "pt"}, which from_pretrained checks).
+// (metadata {"format": "pt"}, which from_pretrained checks), or as dir/`weights_file` (diffusers'
+// folders: kDiffusersWeightsFile).
 // Atomic as checkpoint::save: a staging folder, fsync'ed, renamed onto `dir`, so a crash leaves
 // the old folder or the new one, never a mix; `also_write` as in checkpoint::save.
 void save_hf(const std::filesystem::path& dir, const nlohmann::json& config,
-             const std::map<std::string, Tensor>& tensors, DType dtype, const AlsoWrite& also_write = {});
+             const std::map<std::string, Tensor>& tensors, DType dtype, const AlsoWrite& also_write = {},
+             const std::string& weights_file = kHfWeightsFile);
 
 // A Hugging Face model folder opened for reading: config.json parsed, and model.safetensors,
 // else the shard files of model.safetensors.index.json, mapped (headers checked, data read on
-// demand). Errors name the folder and the file at fault.
+// demand). Errors name the folder and the file at fault. `weights_file` replaces model.safetensors
+// (and its index, weights_file + ".index.json") for diffusers' folders.
 class HfReader {
  public:
-  explicit HfReader(std::filesystem::path dir);
+  explicit HfReader(std::filesystem::path dir, const std::string& weights_file = kHfWeightsFile);
   ~HfReader();
   HfReader(const HfReader&) = delete;
   HfReader& operator=(const HfReader&) = delete;

@@ -190,4 +190,37 @@ Tensor square(const Tensor& x) {
   return out;
 }
 
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  const OpSpan span("clamp", x);
+  TITAN_CHECK(lo <= hi, "clamp: expected lo <= hi, got lo=", lo, " hi=", hi);
+  Tensor out;
+  if (x.is_lazy()) {
+    const graph::Value xv = graph::value_of(x, "clamp");
+    const graph::Value l = graph::hlo::constant(lo, x.sizes(), x.dtype());
+    const graph::Value h = graph::hlo::constant(hi, x.sizes(), x.dtype());
+    out = graph::tensor_of(graph::hlo::min(graph::hlo::max(xv, l), h));
+  } else {
+    check_float("clamp", "input", x);
+    out = Tensor::empty(x.sizes(), x.options());
+    kernels::cpu::clamp(x, lo, hi, out);
+  }
+  Tensor xd = x.detach();
+  autograd::record("clamp", {x}, {out}, [xd, lo, hi](const autograd::GradContext& g) {
+    if (xd.is_lazy()) {
+      namespace hlo = graph::hlo;
+      const graph::Value xv = graph::value_of(xd, "clamp backward");
+      const graph::Value inside =
+          hlo::logical_and(hlo::compare(xv, hlo::constant(lo, xd.sizes(), xd.dtype()), "GE"),
+                           hlo::compare(xv, hlo::constant(hi, xd.sizes(), xd.dtype()), "LE"));
+      const graph::Value dy = graph::value_of(g[0], "clamp backward");
+      return std::vector<Tensor>{
+          graph::tensor_of(hlo::select(inside, dy, hlo::constant(0.0, xd.sizes(), xd.dtype())))};
+    }
+    Tensor dy = g[0].contiguous(), dx = Tensor::empty(xd.sizes(), xd.options());
+    kernels::cpu::clamp_backward(xd, dy, lo, hi, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
 }  // namespace titan::ops

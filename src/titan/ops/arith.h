@@ -15,6 +15,8 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor square(const Tensor& x);
+// x limited to [lo, hi] (torch.clamp); the gradient passes where lo <= x <= hi, as PyTorch's does.
+Tensor clamp(const Tensor& x, double lo, double hi);
 
 }  // namespace titan::ops
 

@@ -1,5 +1,6 @@
 #include "titan/kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "titan/kernels/cpu/bf16_convert.h"
@@ -165,6 +166,30 @@ void affine(const Tensor& x, double scale, double shift, const Tensor& out) {
     unary_loop<float>(x, out, [=](float v) { return v * sc + sh; });
   } else {
     unary_loop<double>(x, out, [=](double v) { return v * scale + shift; });
+  }
+}
+
+void clamp(const Tensor& x, double lo, double hi, const Tensor& out) {
+  check_same_float("clamp", x, out);
+  if (out.dtype() == kF32) {
+    const float l = static_cast<float>(lo), h = static_cast<float>(hi);
+    unary_loop<float>(x, out, [=](float v) { return std::min(std::max(v, l), h); });
+  } else {
+    unary_loop<double>(x, out, [=](double v) { return std::min(std::max(v, lo), hi); });
+  }
+}
+
+void clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi, const Tensor& out) {
+  check_same_float("clamp_backward", x, out);
+  check_same_float("clamp_backward", dy, out);
+  StridedLoop<3> loop(out.sizes(), {x.strides(), dy.strides(), out.strides()});
+  if (out.dtype() == kF32) {
+    const float l = static_cast<float>(lo), h = static_cast<float>(hi);
+    binary_loop(x.data<float>(), dy.data<float>(), out.data<float>(), loop,
+                [=](float v, float g) { return v >= l && v <= h ? g : 0.0f; });
+  } else {
+    binary_loop(x.data<double>(), dy.data<double>(), out.data<double>(), loop,
+                [=](double v, double g) { return v >= lo && v <= hi ? g : 0.0; });
   }
 }
 

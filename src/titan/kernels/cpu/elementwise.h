@@ -17,6 +17,10 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, do
 void unary(UnaryOp op, const Tensor& x, const Tensor& out);
 // out = x * scale + shift.
 void affine(const Tensor& x, double scale, double shift, const Tensor& out);
+// out = min(max(x, lo), hi).
+void clamp(const Tensor& x, double lo, double hi, const Tensor& out);
+// out = dy where lo <= x <= hi, else 0: clamp's backward. x, dy and out share a shape.
+void clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi, const Tensor& out);
 // out[i] = src[i] converted to out's dtype; src broadcast to out's shape; any dtypes.
 void copy(const Tensor& src, const Tensor& out);
 // dst += alpha * src in place; dst any strides, src broadcast to dst's shape.

@@ -11,17 +11,13 @@
 
 #include "titan/core/error.h"
 #include "titan/core/trace.h"
+#include "titan/kernels/cpu/onednn_engine.h"
 
 namespace titan::kernels::cpu {
 
 namespace {
 
 using dnnl::memory;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 struct Key {
   bool ta, tb;
@@ -69,7 +65,7 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, onednn_engine());
   auto entry = std::make_shared<Entry>();
   entry->primitive = dnnl::matmul(pd);
   entry->scratch_bytes = pd.scratchpad_desc().get_size();
@@ -117,7 +113,7 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
       alpha, beta};
   std::shared_ptr<const Entry> entry = cached(key);
   using dt = memory::data_type;
-  dnnl::engine& engine = cpu_engine();
+  dnnl::engine& engine = onednn_engine();
   memory am(operand(m, k, lda, ta, dt::bf16), engine, const_cast<bf16*>(a));
   memory bm(operand(k, n, ldb, tb, dt::bf16), engine, const_cast<bf16*>(b));
   memory cm(operand(m, n, ldc, false, dt::f32), engine, c);
@@ -125,7 +121,7 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   if (scratch.size() < entry->scratch_bytes) scratch.resize(entry->scratch_bytes);
   memory sm(dnnl::memory::desc({static_cast<memory::dim>(entry->scratch_bytes)}, dt::u8, memory::dims{1}),
             engine, scratch.data());
-  thread_local dnnl::stream stream(engine);  // one per thread, not one per product
+  dnnl::stream& stream = onednn_stream();
   entry->primitive.execute(
       stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   stream.wait();

@@ -1,0 +1,37 @@
+#include "titan/ops/upsample.h"
+
+#include "titan/autograd/node.h"
+#include "titan/kernels/cpu/dispatch.h"
+#include "titan/kernels/cpu/upsample.h"
+#include "titan/ops/checks.h"
+#include "titan/ops/op_span.h"
+
+namespace titan::ops {
+
+Tensor upsample_nearest(const Tensor& x, int64_t factor) {
+  const OpSpan span("upsample_nearest", x);
+  check_float("upsample_nearest", "x", x);
+  TITAN_CHECK(x.dim() == 4, "upsample_nearest: x must be [N, C, H, W], got ", x.desc());
+  TITAN_CHECK(factor >= 1, "upsample_nearest: the factor must be a positive integer, got ", factor);
+  const int64_t planes = x.size(0) * x.size(1), h = x.size(2), w = x.size(3);
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty({x.size(0), x.size(1), h * factor, w * factor}, x.options());
+  kernels::cpu::dispatch_float(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::upsample_nearest_fwd<T>(xc.data<T>(), out.data<T>(), planes, h, w, factor);
+  });
+  autograd::record(
+      "upsample_nearest", {x}, {out},
+      [shape = x.sizes(), opts = x.options(), planes, h, w, factor](const autograd::GradContext& g) {
+        Tensor gy = g[0].contiguous();
+        Tensor dx = Tensor::empty(shape, opts);
+        kernels::cpu::dispatch_float(dx.dtype(), [&](auto z) {
+          using T = decltype(z);
+          kernels::cpu::upsample_nearest_bwd<T>(gy.data<T>(), dx.data<T>(), planes, h, w, factor);
+        });
+        return std::vector<Tensor>{dx};
+      });
+  return out;
+}
+
+}  // namespace titan::ops
