@@ -1,4 +1,4 @@
-// The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert. The benchmarks
+// The `titan` command. Subcommands: train, generate, tokenizer, tokenize, convert, flux. The benchmarks
 // are programs of their own (bench/, build/bench/bench_*).
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "titan/apps/convert_command.h"
+#include "titan/apps/flux_command.h"
 #include "titan/apps/generate_command.h"
 #include "titan/apps/tokenize_command.h"
 #include "titan/apps/tokenizer_command.h"
@@ -43,7 +44,8 @@ constexpr const char* kUsage =
     "       titan generate --checkpoint PATH --prompt TEXT ...   (titan generate --help)\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
     "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n"
-    "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n";
+    "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n"
+    "       titan flux encode ...                     FLUX's encoding cache (titan flux --help)\n";
 
 int train(const std::vector<std::string>& args) {
   // A log redirected to a file (SLURM, nohup) gets each line when it is written, as a terminal
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
     if (cmd == "tokenizer") return titan::apps::tokenizer_command(args);
     if (cmd == "tokenize") return titan::apps::tokenize_command(args);
     if (cmd == "convert") return titan::apps::convert_command(args);
+    if (cmd == "flux") return titan::apps::flux_command(args);
     std::cerr << "titan: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (...) {

@@ -1,0 +1,77 @@
+#include "titan/train/flux/conditioning.h"
+
+#include <sstream>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/core/error.h"
+#include "titan/train/flux/autoencoder_folder.h"
+#include "titan/train/flux/text_encoder_folders.h"
+
+namespace titan::train::flux {
+
+namespace fs = std::filesystem;
+
+ConditioningPaths ConditioningPaths::of_pipeline(const fs::path& dir) {
+  TITAN_CHECK(fs::is_directory(dir), "FLUX folder ", dir.string(), " is not a folder; expected diffusers' layout "
+              "(text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/, vae/)");
+  return {.t5 = dir / "text_encoder_2",
+          .t5_tokenizer = dir / "tokenizer_2",
+          .clip = dir / "text_encoder",
+          .clip_tokenizer = dir / "tokenizer",
+          .autoencoder = dir / "vae"};
+}
+
+namespace {
+
+// The ids of `captions` as the encoder sees them: [b, length] i64.
+Tensor token_ids(const data::Tokenizer& tokenizer, std::span<const std::string> captions, int64_t length) {
+  Tensor ids = Tensor::empty({static_cast<int64_t>(captions.size()), length}, {.dtype = kI64});
+  int64_t* out = ids.data<int64_t>();
+  for (const std::string& caption : captions) {
+    const std::vector<int32_t> row = tokenizer.encode_for_model(caption, length);
+    TITAN_CHECK(static_cast<int64_t>(row.size()) == length, "FLUX conditioning: ", tokenizer.description(),
+                " gave ", row.size(), " ids for a caption, not the ", length, " asked for");
+    out = std::copy(row.begin(), row.end(), out);
+  }
+  return ids;
+}
+
+}  // namespace
+
+ConditioningStack::ConditioningStack(const ConditioningPaths& paths, int64_t t5_length)
+    : paths_(paths), t5_length_(t5_length) {
+  TITAN_CHECK(t5_length > 0, "FLUX conditioning: T5's length must be positive, got ", t5_length);
+  t5_tokenizer_ = data::load_tokenizer(paths.t5_tokenizer.string());
+  clip_tokenizer_ = data::load_tokenizer(paths.clip_tokenizer.string());
+  t5_ = load_t5_encoder(paths.t5);
+  clip_ = load_clip_text(paths.clip);
+  autoencoder_ = fs::is_directory(paths.autoencoder) ? load_autoencoder_folder(paths.autoencoder)
+                                                     : load_bfl_autoencoder(paths.autoencoder);
+}
+
+ConditioningStack::~ConditioningStack() = default;
+
+std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std::string> captions) {
+  autograd::NoGradGuard frozen;
+  Tensor t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_));
+  const models::clip::ClipTextOutput clip =
+      clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_position_embeddings));
+  return {{"t5", t5.detach()}, {"clip_pooled", clip.pooler_output.detach()}};
+}
+
+std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& images) {
+  autograd::NoGradGuard frozen;
+  const models::autoencoder::DiagonalGaussian d = autoencoder_->encode_distribution(images);
+  return {{"latent_mean", d.mean.detach()}, {"latent_logvar", d.logvar.detach()}};
+}
+
+std::string ConditioningStack::description() const {
+  std::ostringstream s;
+  s << "t5 " << fs::absolute(paths_.t5).lexically_normal().string() << " (" << t5_length_ << " tokens, "
+    << t5_tokenizer_->description() << "); clip " << fs::absolute(paths_.clip).lexically_normal().string() << " ("
+    << clip_tokenizer_->description() << "); autoencoder "
+    << fs::absolute(paths_.autoencoder).lexically_normal().string();
+  return s.str();
+}
+
+}  // namespace titan::train::flux

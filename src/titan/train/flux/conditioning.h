@@ -1,0 +1,54 @@
+#pragma once
+// FLUX's conditioning stack, frozen: T5's last hidden state and CLIP's pooled vector of each
+// caption (diffusers' FluxPipeline.encode_prompt: no attention masks, padded to fixed lengths), and
+// the autoencoder's latent distribution of each image. What the encoding cache stores
+// (encoding_cache.h) and what training without a cache computes every step.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "titan/core/tensor.h"
+#include "titan/data/tokenizer.h"
+#include "titan/models/autoencoder/model.h"
+#include "titan/models/clip/model.h"
+#include "titan/models/t5/model.h"
+
+namespace titan::train::flux {
+
+// Where each part lies. A diffusers FLUX folder (FLUX.1-dev's layout) holds them all:
+// text_encoder/ (CLIP), tokenizer/, text_encoder_2/ (T5), tokenizer_2/ and vae/.
+struct ConditioningPaths {
+  std::filesystem::path t5, t5_tokenizer, clip, clip_tokenizer, autoencoder;
+  static ConditioningPaths of_pipeline(const std::filesystem::path& dir);
+};
+
+class ConditioningStack {
+ public:
+  // `t5_length`: the tokens T5 sees (256 for flux-schnell, 512 for flux-dev); CLIP sees its
+  // max_position_embeddings (77). `autoencoder` is a diffusers folder or BFL's ae.safetensors.
+  ConditioningStack(const ConditioningPaths& paths, int64_t t5_length);
+  ~ConditioningStack();
+
+  // "t5" [b, t5_length, d_model] (f32) and "clip_pooled" [b, CLIP's hidden size].
+  std::map<std::string, Tensor> encode_text(std::span<const std::string> captions);
+  // "latent_mean" and "latent_logvar" [b, latent channels, H / 8, W / 8] of images [b, 3, H, W] in
+  // [-1, 1]: the distribution training samples from, before FLUX's shift and scale.
+  std::map<std::string, Tensor> encode_images(const Tensor& images);
+
+  const models::autoencoder::Autoencoder& autoencoder() const { return *autoencoder_; }
+  // The parts and options, for the cache's description.
+  std::string description() const;
+
+ private:
+  ConditioningPaths paths_;
+  int64_t t5_length_;
+  std::shared_ptr<const data::Tokenizer> t5_tokenizer_, clip_tokenizer_;
+  std::unique_ptr<models::t5::T5Encoder> t5_;
+  std::unique_ptr<models::clip::ClipTextModel> clip_;
+  std::shared_ptr<models::autoencoder::Autoencoder> autoencoder_;
+};
+
+}  // namespace titan::train::flux
