@@ -17,10 +17,11 @@
                          clip_eos2/legacy/: the tensors under transformers 4's "text_model." names,
                          and clip_eos2/projection/: a CLIPTextModelWithProjection);
           clip_eos       CLIPTextModel with another eos_token_id (pooled at its first position).
-  text_encoders_reference.py check --model DIR --reference FILE
-      loads DIR (a folder titan exported) with from_pretrained, computing in float32, requires a
-      clean load (no missing, unexpected or mismatched tensors) and its outputs on FILE's inputs
-      to be within 1e-5 (relative to the largest) of FILE's; exits 1 otherwise, saying why.
+  text_encoders_reference.py check --model DIR --reference FILE [--model DIR --reference FILE ...]
+      loads each DIR (a folder titan exported) with from_pretrained, computing in float32, requires
+      a clean load (no missing, unexpected or mismatched tensors) and its outputs on the inputs of
+      the FILE given with it to be within 1e-5 (relative to the largest) of FILE's; exits 1
+      otherwise, saying why. One process for several folders, as importing torch takes seconds.
 """
 import argparse
 import json
@@ -178,7 +179,8 @@ def reference(out):
     os.replace(staging, out)
 
 
-def check(model_dir, reference_file):
+def check_one(model_dir, reference_file):
+    """What is wrong with transformers' load of `model_dir` and its outputs; [] when nothing."""
     ref = load_file(reference_file)
     model_type = json.load(open(os.path.join(model_dir, "config.json")))["model_type"]
     cls = T5EncoderModel if model_type == "t5" else CLIPTextModel
@@ -192,8 +194,17 @@ def check(model_dir, reference_file):
         err = ((value - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
         if err > TOLERANCE:
             problems.append(f"{name}: relative error {err:.3g} > {TOLERANCE}")
-    if problems:
-        print(f"transformers' load of {model_dir}:", *problems, sep="\n  ")
+    return problems
+
+
+def check(model_dirs, reference_files):
+    failed = False
+    for model_dir, reference_file in zip(model_dirs, reference_files, strict=True):
+        problems = check_one(model_dir, reference_file)
+        if problems:
+            print(f"transformers' load of {model_dir}:", *problems, sep="\n  ")
+            failed = True
+    if failed:
         sys.exit(1)
 
 
@@ -203,8 +214,8 @@ def main():
     r = sub.add_parser("reference")
     r.add_argument("--out", required=True)
     c = sub.add_parser("check")
-    c.add_argument("--model", required=True)
-    c.add_argument("--reference", required=True)
+    c.add_argument("--model", required=True, action="append")
+    c.add_argument("--reference", required=True, action="append")
     args = p.parse_args()
     if args.command == "reference":
         reference(args.out)

@@ -35,8 +35,9 @@ const std::vector<PointwiseOp>& pointwise_ops() {
       {"gelu", [](const Tensor& x) { return ops::gelu(x); }, -12, 3e-5},
       {"gelu_tanh", [](const Tensor& x) { return ops::gelu(x, ops::GeluApproximation::tanh); }, -10, 3e-5},
       {"tanh", [](const Tensor& x) { return ops::tanh(x); }, -30, 1e-6},
-      // CLIP's x * sigmoid(1.702 x): e^(1.702 x) in the tail, as accurate as silu's.
-      {"quick_gelu", [](const Tensor& x) { return ops::quick_gelu(x); }, -30, 1e-6},
+      // CLIP's x * sigmoid(1.702 x): e^(1.702 x) in the tail inherits the rounding of the f32
+      // product 1.702 x (up to 51 here), as gelu's exp does (measured 2.6e-6 at worst).
+      {"quick_gelu", [](const Tensor& x) { return ops::quick_gelu(x); }, -30, 4e-6},
       // Gemma 2's soft-capping of logits: cap * tanh(x / cap).
       {"softcap", [](const Tensor& x) { return ops::softcap(x, 5.0); }, -30, 1e-6},
   };

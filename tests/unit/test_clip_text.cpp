@@ -11,13 +11,13 @@
 
 #include "support/test_util.h"
 #include "support/text_encoder_fixtures.h"
-#include "titan/autograd/engine.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/autocast.h"
 #include "titan/models/clip/model.h"
 #include "titan/models/clip/state_dict_adapter.h"
+#include "titan/ops/arith.h"
 #include "titan/ops/reduce.h"
 #include "titan/train/flux/text_encoder_folders.h"
 
@@ -83,6 +83,7 @@ TEST(ClipText, TransformersFourNamesLoadTheSameWeights) {
 }
 
 TEST(ClipText, ExportIsBitIdenticalAndTransformersLoadsIt) {
+  std::string check = "check";
   for (const char* fixture : kCases) {
     const fs::path original = clip_root(fixture) / "model";
     auto model = train::flux::load_clip_text(original);
@@ -90,18 +91,18 @@ TEST(ClipText, ExportIsBitIdenticalAndTransformersLoadsIt) {
     train::flux::save_clip_text(out, *model, kF32, checkpoint::HfReader(original).config());
     test::expect_same_hf_folder(out, original);
     test::expect_same_state(train::flux::load_clip_text(out)->state_dict(), model->state_dict());
-    EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "' --reference '" +
-                                               (clip_root(fixture) / "reference.safetensors").string() + "'"))
-        << fixture;
+    check += " --model '" + out.string() + "' --reference '" + (clip_root(fixture) / "reference.safetensors").string() + "'";
   }
-  // From the transformers 4 names, the export is under transformers 5's.
+  // From the transformers 4 names, the export is under transformers 5's; without the file's own
+  // keys, transformers' defaults serve.
   auto legacy = train::flux::load_clip_text(clip_root("clip_eos2") / "legacy");
   const fs::path out = test::fresh_temp_dir("clip_legacy_export") / "model";
   train::flux::save_clip_text(out, *legacy);
-  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "' --reference '" +
-                                             (clip_root("clip_eos2") / "reference.safetensors").string() + "'"));
+  check += " --model '" + out.string() + "' --reference '" + (clip_root("clip_eos2") / "reference.safetensors").string() + "'";
+  EXPECT_TRUE(test::run_text_encoders_script(check));
 }
 
+// As T5's (test_t5_encoder.cpp): measured 4.1e-3 over five blocks.
 TEST(ClipText, Bf16AutocastStaysNearFloat32) {
   TITAN_SKIP_WITHOUT_BF16();
   auto model = train::flux::load_clip_text(clip_root("clip_eos") / "model");
@@ -116,27 +117,27 @@ TEST(ClipText, Bf16AutocastStaysNearFloat32) {
   const double hidden = test::max_rel_error(bf16.last_hidden_state, f32.last_hidden_state),
                pooled = test::max_rel_error(bf16.pooler_output, f32.pooler_output);
   EXPECT_GT(hidden, 0.0) << "autocast changed nothing: were the products run in bf16?";
-  EXPECT_LT(hidden, 3e-2);
-  EXPECT_LT(pooled, 3e-2);
+  EXPECT_LT(hidden, 2e-2);
+  EXPECT_LT(pooled, 2e-2);
   std::cout << "[ measured ] clip bf16 autocast vs f32: max relative error " << hidden << " (last_hidden_state), "
             << pooled << " (pooler_output)\n";
 }
 
-// The pooled rows' gradient reaches only the pooled positions' states.
-TEST(ClipText, PoolerGradientGoesToThePooledPositions) {
+// The pooled output is the final state at each row's pooled position, bit for bit, and
+// gradients flow back through it to the weights.
+TEST(ClipText, PoolerOutputIsTheStateAtThePooledPosition) {
   auto model = train::flux::load_clip_text(clip_root("clip_eos") / "model");
-  const checkpoint::SafetensorsFile ref = clip_reference("clip_eos");
-  const Tensor ids = ref.tensors.at("ids");
+  const Tensor ids = clip_reference("clip_eos").tensors.at("ids");
   const models::clip::ClipTextOutput out = model->forward(ids);
-  const Tensor states = out.last_hidden_state;
-  const Tensor total = ops::sum(out.pooler_output);
-  const Tensor d = autograd::grad({total}, {Tensor::ones(total.sizes())}, {states})[0];
   const std::vector<int64_t> pooled = model->pooled_positions(ids);
-  const Tensor per_position = ops::sum(d, 2);  // [B, S]: dim entries of 1 at a pooled position
   for (int64_t b = 0; b < ids.size(0); ++b)
-    for (int64_t s = 0; s < ids.size(1); ++s)
-      EXPECT_EQ(per_position.narrow(0, b, 1).narrow(1, s, 1).item(), s == pooled[b] ? model->args().dim : 0.0)
-          << "row " << b << " position " << s;
+    EXPECT_TRUE(test::same_bits(out.pooler_output.narrow(0, b, 1).contiguous(),
+                                out.last_hidden_state.narrow(0, b, 1).narrow(1, pooled[b], 1).reshape({1, model->args().dim})))
+        << "row " << b << ", pooled at " << pooled[b];
+  ops::sum(out.pooler_output).backward();
+  const Tensor g = (*model->layers)[0].feed_forward->w1->weight.grad();
+  ASSERT_TRUE(g.defined());
+  EXPECT_GT(ops::sum(ops::square(g)).item(), 0.0);
 }
 
 TEST(ClipText, BadFoldersAndInputsAreClearErrors) {

@@ -20,6 +20,7 @@
 #include "titan/models/common/dense_attention.h"
 #include "titan/models/t5/model.h"
 #include "titan/models/t5/state_dict_adapter.h"
+#include "titan/ops/arith.h"
 #include "titan/train/flux/text_encoder_folders.h"
 
 namespace titan {
@@ -96,17 +97,16 @@ TEST(T5Encoder, ExportIsBitIdenticalAndTransformersLoadsIt) {
   // Every tensor bit for bit under save_pretrained's names, every config.json key as it wrote it.
   test::expect_same_hf_folder(out, original);
   test::expect_same_state(train::flux::load_t5_encoder(out)->state_dict(), model->state_dict());
-  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "' --reference '" +
-                                             (t5_root() / "reference.safetensors").string() + "'"));
   // Without the file's own keys (pad_token_id, dropout_rate, ...), transformers' defaults serve.
   const fs::path bare = test::fresh_temp_dir("t5_export_bare") / "model";
   train::flux::save_t5_encoder(bare, *model);
-  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + bare.string() + "' --reference '" +
-                                             (t5_root() / "reference.safetensors").string() + "'"));
+  const std::string reference = " --reference '" + (t5_root() / "reference.safetensors").string() + "'";
+  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "'" + reference + " --model '" +
+                                             bare.string() + "'" + reference));
 }
 
 // Under bf16 autocast the products run in bf16 (8 significant bits) with f32 accumulation; two
-// blocks of them stay within a few percent of float32 (measured: see the report of the test).
+// blocks of them stay within 2% of float32 (measured 6.9e-3 on a Xeon with AVX512-BF16).
 TEST(T5Encoder, Bf16AutocastStaysNearFloat32) {
   TITAN_SKIP_WITHOUT_BF16();
   auto model = train::flux::load_t5_encoder(t5_root() / "model");
@@ -121,7 +121,7 @@ TEST(T5Encoder, Bf16AutocastStaysNearFloat32) {
   EXPECT_EQ(bf16.dtype(), kF32);
   const double err = test::max_rel_error(bf16, f32);
   EXPECT_GT(err, 0.0) << "autocast changed nothing: were the products run in bf16?";
-  EXPECT_LT(err, 3e-2);
+  EXPECT_LT(err, 2e-2);
   std::cout << "[ measured ] t5 bf16 autocast vs f32: max relative error " << err << "\n";
 }
 
