@@ -51,6 +51,9 @@ void expect_matches_reference(ClipTextModel& model, const std::string& fixture, 
                                   what + " last_hidden_state, padded"));
   EXPECT_TRUE(test::tensors_close(padded.pooler_output, r.at("pooler_output_padded"), kTol,
                                   what + " pooler_output, padded"));
+  std::cout << "[ measured ] " << what << " vs transformers: max relative error "
+            << test::max_rel_error(plain.last_hidden_state, r.at("last_hidden_state")) << ", padded "
+            << test::max_rel_error(padded.last_hidden_state, r.at("last_hidden_state_padded")) << "\n";
 }
 
 TEST(ClipText, MatchesTransformersUnderBothPoolingRules) {
