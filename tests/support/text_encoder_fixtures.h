@@ -28,7 +28,8 @@ inline std::filesystem::path text_encoders_script() {
 
 // Runs the script's `args`; true when it exits 0.
 inline bool run_text_encoders_script(const std::string& args) {
-  const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + text_encoders_script().string() + "' " + args;
+  const std::string cmd =
+      std::string("'") + TITAN_PYTHON + "' '" + text_encoders_script().string() + "' " + args;
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -47,7 +48,8 @@ inline std::filesystem::path text_encoder_fixtures() {
   while (!(lock = FolderLock::try_lock(parity, "text_encoders.lock")))
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (!fresh() && !run_text_encoders_script("reference --out '" + root.string() + "'")) {
-    ADD_FAILURE() << "text_encoders_reference.py failed (is transformers installed in " << TITAN_PYTHON << "?)";
+    ADD_FAILURE() << "text_encoders_reference.py failed (is transformers installed in " << TITAN_PYTHON
+                  << "?)";
     return {};
   }
   return root;

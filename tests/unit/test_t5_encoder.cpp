@@ -17,6 +17,7 @@
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/core/autocast.h"
+#include "titan/core/meta.h"
 #include "titan/models/common/dense_attention.h"
 #include "titan/models/t5/model.h"
 #include "titan/models/t5/state_dict_adapter.h"
@@ -32,7 +33,9 @@ using nlohmann::json;
 
 constexpr double kTol = 1e-5;
 
-fs::path t5_root() { return test::text_encoder_fixtures() / "t5"; }
+fs::path t5_root() {
+  return test::text_encoder_fixtures() / "t5";
+}
 
 checkpoint::SafetensorsFile t5_reference() {
   return checkpoint::read_safetensors((t5_root() / "reference.safetensors").string());
@@ -59,8 +62,10 @@ TEST(T5Encoder, BucketsMatchTransformers) {
   for (const auto& [name, positions] : file.tensors) {
     if (!name.starts_with("positions")) continue;
     const std::string dims = name.substr(std::string("positions").size());
-    const int64_t buckets = std::stoll(dims.substr(0, dims.find('_'))), distance = std::stoll(dims.substr(dims.find('_') + 1));
-    const std::vector<int64_t> rel = positions.to_vector<int64_t>(), want = file.tensors.at("b" + dims).to_vector<int64_t>();
+    const int64_t buckets = std::stoll(dims.substr(0, dims.find('_'))),
+                  distance = std::stoll(dims.substr(dims.find('_') + 1));
+    const std::vector<int64_t> rel = positions.to_vector<int64_t>(),
+                               want = file.tensors.at("b" + dims).to_vector<int64_t>();
     for (size_t i = 0; i < rel.size(); ++i)
       ASSERT_EQ(models::t5::relative_position_bucket(rel[i], buckets, distance), want[i])
           << "relative position " << rel[i] << ", " << buckets << " buckets, max distance " << distance;
@@ -89,7 +94,8 @@ TEST(T5Encoder, ShardedFoldersAndEitherEmbeddingNameLoadTheSameWeights) {
   const fs::path differ = test::with_tensors(t5_root() / "model", "t5_two_embeddings", [](auto& t) {
     t["encoder.embed_tokens.weight"] = t.at("shared.weight") * 2.0;
   });
-  EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(differ), "shared.weight", "encoder.embed_tokens.weight", "differ");
+  EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(differ), "shared.weight", "encoder.embed_tokens.weight",
+                     "differ");
 }
 
 TEST(T5Encoder, ExportIsBitIdenticalAndTransformersLoadsIt) {
@@ -104,8 +110,8 @@ TEST(T5Encoder, ExportIsBitIdenticalAndTransformersLoadsIt) {
   const fs::path bare = test::fresh_temp_dir("t5_export_bare") / "model";
   train::flux::save_t5_encoder(bare, *model);
   const std::string reference = " --reference '" + (t5_root() / "reference.safetensors").string() + "'";
-  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "'" + reference + " --model '" +
-                                             bare.string() + "'" + reference));
+  EXPECT_TRUE(test::run_text_encoders_script("check --model '" + out.string() + "'" + reference +
+                                             " --model '" + bare.string() + "'" + reference));
 }
 
 // Under bf16 autocast the products run in bf16 (8 significant bits) with f32 accumulation; two
@@ -135,22 +141,28 @@ TEST(T5Encoder, PaddingMasksOnlyThePaddedKeys) {
   const autograd::NoGradGuard no_grad;
   // A mask of ones is no mask; row 1 masked to its first 13 tokens gives, at those positions,
   // the encoding of those 13 tokens alone.
-  EXPECT_TRUE(test::same_bits(model->forward(ids, Tensor::ones(ids.sizes(), {.dtype = kI64})), model->forward(ids)));
+  EXPECT_TRUE(
+      test::same_bits(model->forward(ids, Tensor::ones(ids.sizes(), {.dtype = kI64})), model->forward(ids)));
   const Tensor padded = model->forward(ref.tensors.at("ids_padded"), ref.tensors.at("mask"));
   const Tensor alone = model->forward(ref.tensors.at("ids_padded").narrow(0, 1, 1).narrow(1, 0, 13));
   EXPECT_TRUE(test::tensors_close(padded.narrow(0, 1, 1).narrow(1, 0, 13), alone, kTol, "row 1's tokens"));
-  EXPECT_TITAN_ERROR(model->forward(ids, Tensor::full(ids.sizes(), 2, {.dtype = kI64})), "attention mask", "is 2");
-  EXPECT_TITAN_ERROR(model->forward(ids, Tensor::ones({3, 5}, {.dtype = kI64})), "attention mask", "i64[3, 5]",
-                     "i64[3, 20]");
+  EXPECT_TITAN_ERROR(model->forward(ids, Tensor::full(ids.sizes(), 2, {.dtype = kI64})), "attention mask",
+                     "is 2");
+  EXPECT_TITAN_ERROR(model->forward(ids, Tensor::ones({3, 5}, {.dtype = kI64})), "attention mask",
+                     "i64[3, 5]", "i64[3, 20]");
   EXPECT_TITAN_ERROR(model->forward(ids.to(kF32)), "t5 encoder", "f32[3, 20]");
 }
 
 TEST(T5Encoder, BadFoldersAreClearErrors) {
   const fs::path original = t5_root() / "model";
-  const fs::path relu = test::edited_copy(original, "t5_relu", [](json& c) { c["feed_forward_proj"] = "relu"; });
+  const fs::path relu =
+      test::edited_copy(original, "t5_relu", [](json& c) { c["feed_forward_proj"] = "relu"; });
   EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(relu), "feed_forward_proj", "\"relu\"", "gated-gelu");
   const fs::path decoder = test::edited_copy(original, "t5_decoder", [](json& c) { c["is_decoder"] = true; });
   EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(decoder), "is_decoder");
+  const fs::path buckets =
+      test::edited_copy(original, "t5_buckets", [](json& c) { c["relative_attention_num_buckets"] = 2; });
+  EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(buckets), "relative_attention_num_buckets", "got 2");
   const fs::path other = test::edited_copy(original, "t5_other", [](json& c) { c["model_type"] = "mt5"; });
   EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(other), "model_type", "mt5");
   const fs::path wide = test::edited_copy(original, "t5_wide", [](json& c) { c["d_ff"] = 38; });
@@ -162,8 +174,17 @@ TEST(T5Encoder, BadFoldersAreClearErrors) {
   EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(missing),
                      "missing tensor 'encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight'",
                      "[8, 4]");
-  const fs::path no_embedding = test::with_tensors(original, "t5_no_embedding", [](auto& t) { t.erase("shared.weight"); });
+  const fs::path no_embedding =
+      test::with_tensors(original, "t5_no_embedding", [](auto& t) { t.erase("shared.weight"); });
   EXPECT_TITAN_ERROR(train::flux::load_t5_encoder(no_embedding), "missing tensor 'shared.weight'");
+}
+
+// FLUX's text_encoder_2, google/t5-v1_1-xxl's encoder: 4,762,310,656 parameters (built as shapes
+// only).
+TEST(T5Encoder, XxlFlavorHasTheReleasedParameterCount) {
+  const MetaScope meta;
+  EXPECT_EQ(T5Encoder(models::t5::flavor("xxl")).num_parameters(), 4762310656);
+  EXPECT_TITAN_ERROR(models::t5::flavor("xl"), "unknown flavor 'xl'", "xxl");
 }
 
 // The attention the encoders share, with an additive bias that broadcasts over the batch and one

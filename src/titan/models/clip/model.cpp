@@ -34,10 +34,13 @@ common::EncoderBlockArgs block_args(const ModelArgs& a) {
 
 ClipTextModel::ClipTextModel(const ModelArgs& args, TensorOptions opts) : args_(args) {
   args.validate();
-  tok_embeddings = register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, opts));
-  pos_embeddings = register_module("pos_embeddings", std::make_shared<nn::Embedding>(args.max_positions, args.dim, opts));
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.dim, opts));
+  pos_embeddings =
+      register_module("pos_embeddings", std::make_shared<nn::Embedding>(args.max_positions, args.dim, opts));
   layers = register_module("layers", std::make_shared<nn::ModuleList<common::EncoderBlock>>());
-  for (int64_t i = 0; i < args.n_layers; ++i) layers->push_back(std::make_shared<common::EncoderBlock>(block_args(args), opts));
+  for (int64_t i = 0; i < args.n_layers; ++i)
+    layers->push_back(std::make_shared<common::EncoderBlock>(block_args(args), opts));
   norm = register_module("norm", common::make_norm(args.dim, norm_args(args), opts));
 }
 
@@ -63,10 +66,12 @@ std::vector<int64_t> ClipTextModel::pooled_positions(const Tensor& ids) const {
 ClipTextOutput ClipTextModel::forward(const Tensor& ids, const Tensor& attention_mask) {
   const std::vector<int64_t> pooled = pooled_positions(ids);
   const int64_t batch = ids.size(0), seq = ids.size(1);
-  TITAN_CHECK(seq <= args_.max_positions, "clip text model: ", seq, " token ids per row, but the position table (",
-              "max_position_embeddings) has ", args_.max_positions, "; truncate the ids to ", args_.max_positions);
-  TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(), "clip text model: attention mask ",
-              attention_mask.desc(), " and token ids ", ids.desc(), " must have one shape");
+  TITAN_CHECK(seq <= args_.max_positions, "clip text model: ", seq,
+              " token ids per row, but the position table (", "max_position_embeddings) has ",
+              args_.max_positions, "; truncate the ids to ", args_.max_positions);
+  TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(),
+              "clip text model: attention mask ", attention_mask.desc(), " and token ids ", ids.desc(),
+              " must have one shape");
   Tensor h = (*tok_embeddings)(ids) + (*pos_embeddings)(Tensor::arange(seq));
   const Tensor mask = common::attention_bias(attention_mask, seq, true, h.dtype());
   for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i](h, mask);

@@ -29,8 +29,8 @@ Tensor bias_table(const std::vector<int64_t>& keep, int64_t rows, int64_t seq, b
 
 Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& bias) {
   TITAN_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-              "dense_attention: expected q, k and v of one shape [batch, seq, heads, head_dim], got q ", q.desc(),
-              ", k ", k.desc(), " and v ", v.desc());
+              "dense_attention: expected q, k and v of one shape [batch, seq, heads, head_dim], got q ",
+              q.desc(), ", k ", k.desc(), " and v ", v.desc());
   const int64_t batch = q.size(0), seq = q.size(1), heads = q.size(2), head_dim = q.size(3);
   Tensor scores = ops::matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1}));
   if (scale != 1.0) scores = scores * scale;
@@ -63,11 +63,12 @@ Tensor attention_bias(const Tensor& attention_mask, int64_t seq, bool causal, DT
     keep.clear();
     rows = 1;
   }
-  return dtype == kF64 ? bias_table<double>(keep, rows, seq, causal) : bias_table<float>(keep, rows, seq, causal);
+  return dtype == kF64 ? bias_table<double>(keep, rows, seq, causal)
+                       : bias_table<float>(keep, rows, seq, causal);
 }
 
-DenseSelfAttention::DenseSelfAttention(int64_t dim, int64_t n_heads, int64_t head_dim, bool bias, double scale,
-                                       TensorOptions opts)
+DenseSelfAttention::DenseSelfAttention(int64_t dim, int64_t n_heads, int64_t head_dim, bool bias,
+                                       double scale, TensorOptions opts)
     : n_heads_(n_heads), head_dim_(head_dim), scale_(scale) {
   const int64_t inner = n_heads * head_dim;
   wq = register_module("wq", std::make_shared<nn::Linear>(dim, inner, bias, opts));
@@ -79,7 +80,8 @@ DenseSelfAttention::DenseSelfAttention(int64_t dim, int64_t n_heads, int64_t hea
 Tensor DenseSelfAttention::forward(const Tensor& x, const Tensor& bias) {
   TITAN_CHECK(x.dim() == 3, "DenseSelfAttention: expected x [batch, seq, dim], got ", x.desc());
   const Shape heads{x.size(0), x.size(1), n_heads_, head_dim_};
-  return (*wo)(dense_attention((*wq)(x).view(heads), (*wk)(x).view(heads), (*wv)(x).view(heads), scale_, bias));
+  return (*wo)(
+      dense_attention((*wq)(x).view(heads), (*wk)(x).view(heads), (*wv)(x).view(heads), scale_, bias));
 }
 
 }  // namespace titan::models::common

@@ -7,8 +7,9 @@ namespace titan::models::common {
 
 EncoderBlock::EncoderBlock(const EncoderBlockArgs& a, TensorOptions opts) {
   attention_norm = register_module("attention_norm", make_norm(a.dim, a.norm, opts));
-  attention = register_module("attention", std::make_shared<DenseSelfAttention>(a.dim, a.n_heads, a.head_dim,
-                                                                                a.attention_bias, a.scale, opts));
+  attention = register_module(
+      "attention",
+      std::make_shared<DenseSelfAttention>(a.dim, a.n_heads, a.head_dim, a.attention_bias, a.scale, opts));
   ffn_norm = register_module("ffn_norm", make_norm(a.dim, a.norm, opts));
   feed_forward = register_module(
       "feed_forward", std::make_shared<FeedForward>(a.dim, a.ffn_dim, kInitStd, opts, a.feed_forward));

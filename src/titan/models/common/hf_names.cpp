@@ -29,7 +29,8 @@ std::optional<std::string> rename(const std::string& name, bool from_ours, const
   if (auto b = split_block(name, from_block))
     for (const Rename& r : table.block)
       if (b->rest == (from_ours ? r.ours : r.hf))
-        return std::string(to_block) + std::to_string(b->index) + "." + std::string(from_ours ? r.hf : r.ours);
+        return std::string(to_block) + std::to_string(b->index) + "." +
+               std::string(from_ours ? r.hf : r.ours);
   for (const Rename& r : table.top)
     if (name == (from_ours ? r.ours : r.hf)) return std::string(from_ours ? r.hf : r.ours);
   return std::nullopt;

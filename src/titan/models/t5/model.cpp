@@ -51,25 +51,28 @@ common::EncoderBlockArgs block_args(const ModelArgs& a) {
 
 T5Encoder::T5Encoder(const ModelArgs& args, TensorOptions opts) : args_(args) {
   args.validate();
-  tok_embeddings = register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.d_model, opts));
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(args.vocab_size, args.d_model, opts));
   relative_attention_bias = register_module(
       "relative_attention_bias", std::make_shared<nn::Embedding>(args.num_buckets, args.n_heads, opts));
   layers = register_module("layers", std::make_shared<nn::ModuleList<common::EncoderBlock>>());
-  for (int64_t i = 0; i < args.n_layers; ++i) layers->push_back(std::make_shared<common::EncoderBlock>(block_args(args), opts));
+  for (int64_t i = 0; i < args.n_layers; ++i)
+    layers->push_back(std::make_shared<common::EncoderBlock>(block_args(args), opts));
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(args.d_model, args.norm_eps, opts));
 }
 
 Tensor T5Encoder::position_bias(int64_t seq) {
-  const Tensor table =
-      ops::embedding(relative_position_buckets(seq, args_.num_buckets, args_.max_distance), relative_attention_bias->weight);
+  const Tensor table = ops::embedding(relative_position_buckets(seq, args_.num_buckets, args_.max_distance),
+                                      relative_attention_bias->weight);
   return table.permute({2, 0, 1}).unsqueeze(0);
 }
 
 Tensor T5Encoder::forward(const Tensor& ids, const Tensor& attention_mask) {
   TITAN_CHECK(ids.dim() == 2 && ids.size(1) > 0 && (ids.dtype() == kI32 || ids.dtype() == kI64),
               "t5 encoder: expected token ids i32 or i64 [batch, seq] with seq > 0, got ", ids.desc());
-  TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(), "t5 encoder: attention mask ",
-              attention_mask.desc(), " and token ids ", ids.desc(), " must have one shape");
+  TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(),
+              "t5 encoder: attention mask ", attention_mask.desc(), " and token ids ", ids.desc(),
+              " must have one shape");
   const int64_t seq = ids.size(1);
   Tensor h = (*tok_embeddings)(ids);
   Tensor bias = position_bias(seq);

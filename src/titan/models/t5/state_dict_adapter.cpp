@@ -49,8 +49,9 @@ ModelArgs parse_hf_config(const json& j) {
                   "config.json: \"is_decoder\" is true; titan's T5 is the encoder (T5EncoderModel), whose "
                   "attention sees both ways");
   const std::string ff = f.string("feed_forward_proj", "relu");
-  config::require(ff == "gated-gelu", "config.json: \"feed_forward_proj\" is \"", ff,
-                  "\"; titan's T5 encoder computes T5 v1.1's \"gated-gelu\" (gelu_new(wi_0 x) * wi_1 x) only");
+  config::require(
+      ff == "gated-gelu", "config.json: \"feed_forward_proj\" is \"", ff,
+      "\"; titan's T5 encoder computes T5 v1.1's \"gated-gelu\" (gelu_new(wi_0 x) * wi_1 x) only");
   f.renamed(hf::kDtypeKey, false);
   ModelArgs a;
   a.vocab_size = f.integer("vocab_size", 32128);
@@ -62,15 +63,7 @@ ModelArgs parse_hf_config(const json& j) {
   a.num_buckets = f.integer("relative_attention_num_buckets", 32);
   a.max_distance = f.integer("relative_attention_max_distance", 128);
   a.norm_eps = f.number("layer_norm_epsilon", 1e-6);
-  config::require(a.vocab_size > 0 && a.d_model > 0 && a.d_kv > 0 && a.d_ff > 0 && a.n_layers > 0 && a.n_heads > 0,
-                  "config.json: vocab_size, d_model, d_kv, d_ff, num_layers and num_heads must be positive, got ",
-                  a.vocab_size, ", ", a.d_model, ", ", a.d_kv, ", ", a.d_ff, ", ", a.n_layers, " and ", a.n_heads);
-  config::require(a.num_buckets >= 4 && a.max_distance > a.num_buckets / 2 / 2,
-                  "config.json: relative_attention_num_buckets (", a.num_buckets,
-                  ") must be at least 4 and relative_attention_max_distance (", a.max_distance,
-                  ") above a quarter of it, for both halves of the buckets to have an exact and a "
-                  "logarithmic part");
-  config::require(a.norm_eps >= 0, "config.json: layer_norm_epsilon must not be negative, got ", a.norm_eps);
+  // Names the keys of sizes that cannot make a model.
   a.validate();
   return a;
 }
@@ -101,14 +94,16 @@ std::map<std::string, Shape> hf_shapes(const ModelArgs& a, const std::vector<std
                                    {"encoder.final_layer_norm.weight", {a.d_model}}};
   for (const std::string& name : embedding_names) {
     TITAN_CHECK(name == kSharedEmbedding || name == kEncoderEmbedding, "t5 hf_shapes: '", name,
-                "' is not a name of the token embedding; those are ", kSharedEmbedding, " and ", kEncoderEmbedding);
+                "' is not a name of the token embedding; those are ", kSharedEmbedding, " and ",
+                kEncoderEmbedding);
     out[name] = {a.vocab_size, a.d_model};
   }
   const int64_t inner = a.inner_dim();
   for (int64_t i = 0; i < a.n_layers; ++i) {
     for (const char* norm : {"layer.0.layer_norm.weight", "layer.1.layer_norm.weight"})
       out[hf_block_name(i, norm)] = {a.d_model};
-    for (const char* p : {"q", "k", "v"}) out[hf_block_name(i, std::string("layer.0.SelfAttention.") + p + ".weight")] = {inner, a.d_model};
+    for (const char* p : {"q", "k", "v"})
+      out[hf_block_name(i, std::string("layer.0.SelfAttention.") + p + ".weight")] = {inner, a.d_model};
     out[hf_block_name(i, "layer.0.SelfAttention.o.weight")] = {a.d_model, inner};
     out[hf_block_name(i, "layer.1.DenseReluDense.wi_0.weight")] = {a.d_ff, a.d_model};
     out[hf_block_name(i, "layer.1.DenseReluDense.wi_1.weight")] = {a.d_ff, a.d_model};
@@ -122,7 +117,8 @@ nn::StateDict to_hf(const nn::StateDict& ours) {
   for (const auto& [name, t] : ours) {
     // The first of the embedding's two HF names in kTop, shared.weight, is the one written.
     const std::optional<std::string> hf_name = hf::rename(name, true, kNames);
-    TITAN_CHECK(hf_name, "t5 to_hf: tensor '", name, "' has no Hugging Face name; it is not a T5 encoder parameter");
+    TITAN_CHECK(hf_name, "t5 to_hf: tensor '", name,
+                "' has no Hugging Face name; it is not a T5 encoder parameter");
     out[*hf_name] = t;
   }
   return out;
@@ -140,8 +136,8 @@ nn::StateDict from_hf(const nn::StateDict& hf_state) {
     const Tensor& b = hf_state.at(kEncoderEmbedding);
     const bool same = a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
                       a.contiguous().to_vector<float>() == b.contiguous().to_vector<float>();
-    TITAN_CHECK(same, "t5 from_hf: ", kSharedEmbedding, " ", a.desc(), " and ", kEncoderEmbedding, " ", b.desc(),
-                " differ; T5 ties them, so a checkpoint holding both must hold one table twice");
+    TITAN_CHECK(same, "t5 from_hf: ", kSharedEmbedding, " ", a.desc(), " and ", kEncoderEmbedding, " ",
+                b.desc(), " differ; T5 ties them, so a checkpoint holding both must hold one table twice");
     out["tok_embeddings.weight"] = a;
   }
   return out;

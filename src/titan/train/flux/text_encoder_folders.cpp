@@ -66,7 +66,8 @@ std::unique_ptr<clip::ClipTextModel> load_clip_text(const fs::path& folder) {
   return model;
 }
 
-void save_t5_encoder(const fs::path& folder, const t5::T5Encoder& model, DType dtype, const json& base_config) {
+void save_t5_encoder(const fs::path& folder, const t5::T5Encoder& model, DType dtype,
+                     const json& base_config) {
   const json config = written_config(base_config, t5::to_hf_config(model.args()));
   const t5::ModelArgs args = model.args();
   save_hf_model(folder, writer([args](const json&) { return t5::hf_shapes(args); }, t5::to_hf), config,

@@ -26,8 +26,8 @@ std::unique_ptr<models::clip::ClipTextModel> load_clip_text(const std::filesyste
 // keys of `base_config`, e.g. the config.json it was loaded from, with the model's written over
 // them and its dtype key set) and model.safetensors in `dtype` (f32 or bf16), under the names
 // transformers 5's save_pretrained writes.
-void save_t5_encoder(const std::filesystem::path& folder, const models::t5::T5Encoder& model, DType dtype = kF32,
-                     const nlohmann::json& base_config = nlohmann::json::object());
+void save_t5_encoder(const std::filesystem::path& folder, const models::t5::T5Encoder& model,
+                     DType dtype = kF32, const nlohmann::json& base_config = nlohmann::json::object());
 void save_clip_text(const std::filesystem::path& folder, const models::clip::ClipTextModel& model,
                     DType dtype = kF32, const nlohmann::json& base_config = nlohmann::json::object());
 
