@@ -1,4 +1,4 @@
-"""Reference cases for the activation (sigmoid, silu, gelu, swiglu) and softmax families."""
+"""Reference cases for the activation (sigmoid, silu, gelu, quick_gelu, swiglu) and softmax families."""
 import torch
 import torch.nn.functional as F
 
@@ -36,6 +36,8 @@ CASES = {
     "silu": _unary(F.silu, (3, 5, 129), 12.0),
     "gelu": _unary(F.gelu, (3, 5, 129), 8.0),
     "gelu_tanh": _unary(lambda x: F.gelu(x, approximate="tanh"), (3, 5, 129), 8.0),
+    # transformers' QuickGELUActivation (CLIP's hidden_act "quick_gelu")
+    "quick_gelu": _unary(lambda x: x * torch.sigmoid(1.702 * x), (3, 5, 129), 12.0),
     "swiglu": _swiglu((5, 7, 131)),
 }
 for _name, _fn in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):

@@ -1,5 +1,5 @@
-// titan vs PyTorch: sigmoid, silu, gelu (erf and tanh forms), swiglu, softmax and log_softmax,
-// forward and input gradients under a random cotangent, f32. Bound: 1e-5 relative to the
+// titan vs PyTorch: sigmoid, silu, gelu (erf and tanh forms), quick_gelu, swiglu, softmax and
+// log_softmax, forward and input gradients under a random cotangent, f32. Bound: 1e-5 relative to the
 // reference's largest magnitude, for every op: all are single-pass pointwise or row kernels
 // whose only differences from PyTorch are a few ulp in exp/erf and the order of a row sum (the
 // worst seen is below 1e-6).
@@ -34,6 +34,7 @@ TEST(ParityActivation, Pointwise) {
   check_unary("gelu_tanh", [](const Tensor& x, const ParityCase&) {
     return ops::gelu(x, ops::GeluApproximation::tanh);
   });
+  check_unary("quick_gelu", [](const Tensor& x, const ParityCase&) { return ops::quick_gelu(x); });
 }
 
 TEST(ParityActivation, Swiglu) {

@@ -20,6 +20,7 @@ constexpr double kSqrtHalf = 0.70710678118654752440;     // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluTanhCubic = 0.044715;
+constexpr double kQuickGelu = 1.702;
 
 // sigmoid(x) and its complement sigmoid(-x) = 1 - sigmoid(x), each computed directly as the kernels
 // do: the difference 1 - s rounds to 0 in f32 once s rounds to 1, while the gradient s * c is not 0.
@@ -48,6 +49,7 @@ Value activation_fwd(Activation act, const Value& x) {
     case Activation::gelu: return hlo::mul(x, normal_cdf(x));
     case Activation::gelu_tanh: return hlo::mul(x, hlo::logistic(gelu_tanh_u2(x)));
     case Activation::tanh: return hlo::tanh(x);
+    case Activation::quick_gelu: return hlo::mul(x, hlo::logistic(hlo::mul(x, kQuickGelu)));
   }
   throw Error("graph: unknown activation");
 }
@@ -77,6 +79,10 @@ Value activation_bwd(Activation act, const Value& x, const Value& dy) {
     case Activation::tanh: {
       const auto [s, c] = sigmoid_pair(hlo::mul(x, 2.0));
       return hlo::mul(dy, hlo::mul(hlo::mul(s, c), 4.0));
+    }
+    case Activation::quick_gelu: {
+      const auto [s, c] = sigmoid_pair(hlo::mul(x, kQuickGelu));
+      return hlo::mul(dy, hlo::mul(s, hlo::add(hlo::mul(hlo::mul(x, c), kQuickGelu), 1.0)));
     }
   }
   throw Error("graph: unknown activation");
@@ -156,6 +162,8 @@ Tensor sigmoid(const Tensor& x) { return pointwise("sigmoid", Activation::sigmoi
 Tensor silu(const Tensor& x) { return pointwise("silu", Activation::silu, x); }
 
 Tensor tanh(const Tensor& x) { return pointwise("tanh", Activation::tanh, x); }
+
+Tensor quick_gelu(const Tensor& x) { return pointwise("quick_gelu", Activation::quick_gelu, x); }
 
 Tensor softcap(const Tensor& x, double cap) {
   TITAN_CHECK(cap > 0, "softcap: the cap must be positive, got ", cap);

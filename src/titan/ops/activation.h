@@ -11,6 +11,8 @@ Tensor tanh(const Tensor& x);
 Tensor softcap(const Tensor& x, double cap);
 enum class GeluApproximation { none, tanh };  // none: exact erf form (PyTorch's default)
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
+// x * sigmoid(1.702 x): OpenAI CLIP's gelu (transformers' "quick_gelu"), one fused kernel each way.
+Tensor quick_gelu(const Tensor& x);
 // silu(gate) * up in one fused kernel (forward and backward): the SwiGLU feed-forward's core.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 

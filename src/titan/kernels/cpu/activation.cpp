@@ -16,6 +16,7 @@ constexpr double kSqrtHalf = 0.70710678118654752440;     // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluTanhCubic = 0.044715;
+constexpr double kQuickGelu = 1.702;
 
 // sigmoid(v) and 1 - sigmoid(v). 1 / (1 + e^-v) saturates to exactly 0 or 1 for large |v| (e^-v
 // overflowing to inf gives 0), never NaN, so no clamping branch is needed. The complement is
@@ -100,6 +101,9 @@ void activation_fwd(Activation act, const T* x, T* y, int64_t n) {
     case Activation::gelu: map1(x, y, n, [](T v) { return v * normal_cdf(v); }); break;
     case Activation::gelu_tanh: map1(x, y, n, [](T v) { return v * sigmoid(gelu_tanh_u2(v)).s; }); break;
     case Activation::tanh: map1(x, y, n, [](T v) { return std::tanh(v); }); break;
+    case Activation::quick_gelu:
+      map1(x, y, n, [](T v) { return v * sigmoid(static_cast<T>(kQuickGelu) * v).s; });
+      break;
   }
 }
 
@@ -135,6 +139,14 @@ void activation_bwd(Activation act, const T* x, const T* dy, T* dx, int64_t n) {
       map2(x, dy, dx, n, [](T v, T g) {
         auto [s, c] = sigmoid(T(2) * v);
         return g * T(4) * s * c;
+      });
+      break;
+    case Activation::quick_gelu:
+      // d/dx x s(a x) = s + a x s (1 - s), the complement exact as in silu's.
+      map2(x, dy, dx, n, [](T v, T g) {
+        const T a = static_cast<T>(kQuickGelu);
+        auto [s, c] = sigmoid(a * v);
+        return g * s * (T(1) + a * v * c);
       });
       break;
   }

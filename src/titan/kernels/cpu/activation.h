@@ -12,6 +12,7 @@ enum class Activation {
   gelu,       // x * Phi(x), Phi the standard normal CDF (the exact erf form)
   gelu_tanh,  // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
   tanh,
+  quick_gelu,  // x * sigmoid(1.702 x): OpenAI CLIP's approximation of gelu
 };
 
 template <typename T>

@@ -1,5 +1,6 @@
 #include "titan/models/common/feed_forward.h"
 
+#include "titan/core/error.h"
 #include "titan/models/common/init.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
@@ -17,12 +18,18 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, double init_std, Tenso
 Tensor FeedForward::forward(const Tensor& x) {
   // SwiGLU has a fused kernel; the others are two ops.
   if (w3 && activation_ == Activation::silu) return (*w2)(ops::swiglu((*w1)(x), (*w3)(x)));
-  const Tensor h = (*w1)(x);
-  Tensor a = activation_ == Activation::silu ? ops::silu(h)
-                                             : ops::gelu(h, activation_ == Activation::gelu_tanh
-                                                                ? ops::GeluApproximation::tanh
-                                                                : ops::GeluApproximation::none);
+  const Tensor a = activate((*w1)(x));
   return (*w2)(w3 ? a * (*w3)(x) : a);
+}
+
+Tensor FeedForward::activate(const Tensor& h) const {
+  switch (activation_) {
+    case Activation::silu: return ops::silu(h);
+    case Activation::gelu: return ops::gelu(h);
+    case Activation::gelu_tanh: return ops::gelu(h, ops::GeluApproximation::tanh);
+    case Activation::quick_gelu: return ops::quick_gelu(h);
+  }
+  throw Error("FeedForward: unknown activation");
 }
 
 void FeedForward::reset_parameters(Generator& gen) {

@@ -1,6 +1,7 @@
 #pragma once
-// The feed-forward of the decoders: gated, w2(act(w1 x) * w3 x) (Llama's SwiGLU, Gemma's GeGLU),
-// or plain, w2(act(w1 x)) (GPT-NeoX's), with or without biases.
+// The feed-forward of the decoders and text encoders: gated, w2(act(w1 x) * w3 x) (Llama's SwiGLU,
+// Gemma's GeGLU, T5 v1.1's gated-gelu), or plain, w2(act(w1 x)) (GPT-NeoX's, CLIP's), with or
+// without biases.
 #include <cstdint>
 #include <memory>
 
@@ -8,7 +9,7 @@
 
 namespace titan::models::common {
 
-enum class Activation { silu, gelu, gelu_tanh };
+enum class Activation { silu, gelu, gelu_tanh, quick_gelu };
 
 struct FeedForwardArgs {
   Activation activation = Activation::silu;
@@ -32,6 +33,8 @@ class FeedForward : public nn::Module {
   std::shared_ptr<nn::Linear> w1, w2, w3;  // w3 null when not gated
 
  private:
+  Tensor activate(const Tensor& h) const;
+
   double init_std_;
   Activation activation_;
 };

@@ -23,17 +23,21 @@ std::string hf_block_name(int64_t layer, std::string_view rest) {
   return std::string(kHfBlock) + std::to_string(layer) + "." + std::string(rest);
 }
 
-std::optional<std::string> rename(const std::string& name, bool from_ours, std::span<const Rename> block) {
-  if (auto b = split_block(name, from_ours ? kOursBlock : kHfBlock)) {
-    for (const Rename& r : block)
+std::optional<std::string> rename(const std::string& name, bool from_ours, const NameTable& table) {
+  const std::string_view from_block = from_ours ? kOursBlock : table.hf_block;
+  const std::string_view to_block = from_ours ? table.hf_block : kOursBlock;
+  if (auto b = split_block(name, from_block))
+    for (const Rename& r : table.block)
       if (b->rest == (from_ours ? r.ours : r.hf))
-        return std::string(from_ours ? kHfBlock : kOursBlock) + std::to_string(b->index) + "." +
+        return std::string(to_block) + std::to_string(b->index) + "." +
                std::string(from_ours ? r.hf : r.ours);
-    return std::nullopt;
-  }
-  for (const Rename& r : kTop)
+  for (const Rename& r : table.top)
     if (name == (from_ours ? r.ours : r.hf)) return std::string(from_ours ? r.hf : r.ours);
   return std::nullopt;
+}
+
+std::optional<std::string> rename(const std::string& name, bool from_ours, std::span<const Rename> block) {
+  return rename(name, from_ours, NameTable{kHfBlock, block, kTop});
 }
 
 std::map<std::string, Shape> decoder_shapes(const DecoderDims& d) {

@@ -64,8 +64,16 @@ std::optional<BlockName> split_block(std::string_view name, std::string_view pre
 // "model.layers.<layer>.<rest>".
 std::string hf_block_name(int64_t layer, std::string_view rest);
 
-// `name` (ours when `from_ours`, else HF's) renamed by `block` (block tensors) or kTop (the
-// rest); nullopt when neither has it.
+// A family's names: its blocks' tensors after "layers.<i>." (ours) and "<hf_block><i>." (HF's),
+// and the rest by whole name.
+struct NameTable {
+  std::string_view hf_block;
+  std::span<const Rename> block;
+  std::span<const Rename> top;
+};
+// `name` (ours when `from_ours`, else HF's) renamed by the table; nullopt when it has no such name.
+std::optional<std::string> rename(const std::string& name, bool from_ours, const NameTable& table);
+// The decoders' names: `block` under "model.layers.", kTop for the rest.
 std::optional<std::string> rename(const std::string& name, bool from_ours, std::span<const Rename> block);
 
 // The sizes that fix the shapes of what the families share.
