@@ -55,7 +55,7 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
   autograd::NoGradGuard frozen;
   Tensor t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_));
   const models::clip::ClipTextOutput clip =
-      clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_position_embeddings));
+      clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_positions));
   return {{"t5", t5.detach()}, {"clip_pooled", clip.pooler_output.detach()}};
 }
 
