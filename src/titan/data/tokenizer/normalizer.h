@@ -30,8 +30,8 @@ class Normalizer {
     enum class Kind { nfc, prepend, replace, replace_regex, lowercase, strip, precompiled } kind;
     std::string pattern;  // replace: what is replaced
     std::string content;  // prepend: what goes in front; replace, replace_regex: what goes instead
-    std::shared_ptr<const Regex> regex;                   // replace_regex
-    std::shared_ptr<const PrecompiledCharsmap> charsmap;  // precompiled
+    std::shared_ptr<const Regex> regex = nullptr;                   // replace_regex
+    std::shared_ptr<const PrecompiledCharsmap> charsmap = nullptr;  // precompiled
     bool left = false, right = false;                     // strip: the ends stripped of white space
   };
   void add(const nlohmann::json& config, const std::string& source, const std::string& at);
