@@ -242,15 +242,19 @@ TEST(Conv2d, GraphModeMatchesEager) {
   }
 }
 
-// GroupNorm and nearest upsampling have no StableHLO lowering yet: a step that captures one is
-// refused, naming the op, before anything is compiled.
-TEST(Conv2d, GraphModeRefusesTheOtherAutoencoderOpsByName) {
-  graph::Program program;
-  graph::CaptureScope scope(program);
-  Tensor x = graph::tensor_of(program.parameter({1, 4, 8, 8}, kF32, "x", graph::InputKind::batch));
-  EXPECT_TITAN_ERROR(ops::group_norm(x, 2, Tensor(), Tensor(), 1e-6), "group_norm",
-                     "has no lowering to StableHLO");
-  EXPECT_TITAN_ERROR(ops::upsample_nearest(x, 2), "upsample_nearest", "has no lowering to StableHLO");
+// GroupNorm and nearest upsampling, the autoencoder's other ops, lowered too.
+TEST(Conv2d, GraphModeLowersGroupNormAndUpsampling) {
+  const test::GraphEager r = test::run_eager_and_graph(
+      [](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{ops::group_norm(v[0], 4, v[1], v[2], 1e-6), ops::upsample_nearest(v[0], 2),
+                                   ops::group_norm(v[0], 2, Tensor(), Tensor(), 1e-5)};
+      },
+      {rand_f32({2, 8, 5, 3}, 80, -2, 3), rand_f32({8}, 81), rand_f32({8}, 82)});
+  ASSERT_EQ(r.eager.size(), r.graph.size());
+  for (size_t i = 0; i < r.eager.size(); ++i) {
+    ASSERT_EQ(r.eager[i].sizes(), r.graph[i].sizes()) << "result " << i;
+    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;
+  }
 }
 
 }  // namespace
