@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "support/graph_harness.h"
 #include "support/test_util.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/core/autocast.h"
@@ -226,17 +227,34 @@ TEST(Conv2d, BadShapesAreClearErrors) {
   EXPECT_TITAN_ERROR(ops::conv2d(x, w.to(kF64), Tensor(), {}), "differ in dtype");
 }
 
-// The autoencoder's ops have no StableHLO lowering yet: a step that captures one is refused,
-// naming the op, before anything is compiled.
-TEST(Conv2d, GraphModeRefusesTheAutoencoderOpsByName) {
-  graph::Program program;
-  graph::CaptureScope scope(program);
-  Tensor x = graph::tensor_of(program.parameter({1, 4, 8, 8}, kF32, "x", graph::InputKind::batch));
-  Tensor w = graph::tensor_of(program.parameter({4, 4, 3, 3}, kF32, "w", graph::InputKind::batch));
-  EXPECT_TITAN_ERROR(ops::conv2d(x, w, Tensor(), {}), "conv2d", "has no lowering to StableHLO");
-  EXPECT_TITAN_ERROR(ops::group_norm(x, 2, Tensor(), Tensor(), 1e-6), "group_norm",
-                     "has no lowering to StableHLO");
-  EXPECT_TITAN_ERROR(ops::upsample_nearest(x, 2), "upsample_nearest", "has no lowering to StableHLO");
+// Graph mode lowers conv2d to stablehlo.convolution, forward and backward, and agrees with eager.
+TEST(Conv2d, GraphModeMatchesEager) {
+  for (const Case& c : cases()) {
+    const Conv2dOptions o = c.o;
+    const test::GraphEager r = test::run_eager_and_graph(
+        [o](const std::vector<Tensor>& v) { return std::vector<Tensor>{ops::conv2d(v[0], v[1], v[2], o)}; },
+        {rand_f32(c.x, 70), rand_f32(c.w, 71), rand_f32({c.w[0]}, 72)});
+    ASSERT_EQ(r.eager.size(), r.graph.size()) << c.name;
+    for (size_t i = 0; i < r.eager.size(); ++i) {
+      ASSERT_EQ(r.eager[i].sizes(), r.graph[i].sizes()) << c.name << " result " << i;
+      EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << c.name << " result " << i;
+    }
+  }
+}
+
+// GroupNorm and nearest upsampling, the autoencoder's other ops, lowered too.
+TEST(Conv2d, GraphModeLowersGroupNormAndUpsampling) {
+  const test::GraphEager r = test::run_eager_and_graph(
+      [](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{ops::group_norm(v[0], 4, v[1], v[2], 1e-6), ops::upsample_nearest(v[0], 2),
+                                   ops::group_norm(v[0], 2, Tensor(), Tensor(), 1e-5)};
+      },
+      {rand_f32({2, 8, 5, 3}, 80, -2, 3), rand_f32({8}, 81), rand_f32({8}, 82)});
+  ASSERT_EQ(r.eager.size(), r.graph.size());
+  for (size_t i = 0; i < r.eager.size(); ++i) {
+    ASSERT_EQ(r.eager[i].sizes(), r.graph[i].sizes()) << "result " << i;
+    EXPECT_LE(test::max_relative_error(r.graph[i], r.eager[i]), 1e-5) << "result " << i;
+  }
 }
 
 }  // namespace

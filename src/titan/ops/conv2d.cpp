@@ -4,6 +4,7 @@
 
 #include "titan/autograd/node.h"
 #include "titan/core/autocast.h"
+#include "titan/graph/lazy.h"
 #include "titan/kernels/cpu/conv2d.h"
 #include "titan/kernels/cpu/dispatch.h"
 #include "titan/kernels/cpu/onednn_conv2d.h"
@@ -94,6 +95,51 @@ void backward(const Conv2dGeometry& g, ConvCompute compute, const Tensor& dy, co
   }
 }
 
+namespace hlo = graph::hlo;
+
+// The lowering: one stablehlo.convolution each way. dx is the transposed convolution (dy dilated
+// by the stride, the kernel flipped, its in and out channels swapped); dw convolves x with dy as
+// the kernel (dilated by the stride), images as the contracted channels. Graph mode keeps x's
+// dtype (f32 or f64): autocast's bf16 is eager's alone here.
+Tensor conv2d_lowered(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
+  const graph::Value xv = graph::value_of(x, "conv2d"), wv = graph::value_of(weight, "conv2d");
+  const hlo::ConvWindow window{.strides = {g.stride, g.stride},
+                               .pad_low = {g.pad_top, g.pad_left},
+                               .pad_high = {g.pad_bottom, g.pad_right}};
+  graph::Value y = hlo::convolution(xv, wv, "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]", window,
+                                    {g.n, g.o, g.oh(), g.ow()}, x.dtype());
+  if (bias.defined()) y = hlo::add(y, hlo::broadcast_in_dim(graph::value_of(bias, "conv2d"), y.shape, {1}));
+  Tensor out = graph::tensor_of(y);
+  autograd::record(
+      "conv2d", {x, weight, bias}, {out},
+      [xd = x.detach(), wd = weight.detach(), g](const autograd::GradContext& grads) {
+        const graph::Value dy = graph::value_of(grads[0], "conv2d backward");
+        const int64_t s = g.stride, oh = g.oh(), ow = g.ow();
+        Tensor dx, dw, db;
+        if (grads.needs(0)) {
+          const hlo::ConvWindow t{
+              .pad_low = {g.kh - 1 - g.pad_top, g.kw - 1 - g.pad_left},
+              .pad_high = {g.h + g.pad_top - (oh - 1) * s - 1, g.w + g.pad_left - (ow - 1) * s - 1},
+              .lhs_dilation = {s, s}};
+          const graph::Value flipped = hlo::reverse(graph::value_of(wd, "conv2d"), {2, 3});
+          dx = graph::tensor_of(hlo::convolution(dy, flipped, "[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", t,
+                                                 {g.n, g.c, g.h, g.w}, dy.dtype));
+        }
+        if (grads.needs(1)) {
+          const hlo::ConvWindow t{
+              .pad_low = {g.pad_top, g.pad_left},
+              .pad_high = {g.kh + (oh - 1) * s - g.h - g.pad_top, g.kw + (ow - 1) * s - g.w - g.pad_left},
+              .rhs_dilation = {s, s}};
+          dw = graph::tensor_of(hlo::convolution(graph::value_of(xd, "conv2d"), dy,
+                                                 "[f, b, 0, 1]x[i, o, 0, 1]->[f, b, 0, 1]", t,
+                                                 {g.o, g.c, g.kh, g.kw}, dy.dtype));
+        }
+        if (grads.needs(2)) db = graph::tensor_of(hlo::reduce_sum(dy, {0, 2, 3}));
+        return std::vector<Tensor>{dx, dw, db};
+      });
+  return out;
+}
+
 template <typename F>
 void dispatch_stored(DType stored, const F& f) {
   if (stored == kBF16)
@@ -111,6 +157,13 @@ void dispatch_stored(DType stored, const F& f) {
 // each way). The bias gradient sums the float32 output gradient.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
   const OpSpan span("conv2d", x, weight, bias);
+  if (graph::any_lazy({&x, &weight, &bias})) {
+    TITAN_CHECK(x.dtype() == kF32 || x.dtype() == kF64, "conv2d: x must be f32 or f64 in graph mode, got ",
+                x.desc());
+    TITAN_CHECK(!bias.defined() || bias.dtype() == x.dtype(), "conv2d: bias ", bias.desc(), " and x ",
+                x.desc(), " differ in dtype; cast one with .to()");
+    return conv2d_lowered(x, weight, bias, geometry(x, weight, bias, options));
+  }
   check_cpu("conv2d", x);
   check_cpu("conv2d", weight);
   if (bias.defined()) check_cpu("conv2d", bias);

@@ -282,6 +282,28 @@ Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Sh
   return prog().emit1("stablehlo.dot_general", {a, b}, {out, result_dtype, false}, attributes);
 }
 
+Value convolution(const Value& lhs, const Value& rhs, const std::string& layout, const ConvWindow& window,
+                  const Shape& result, DType result_dtype) {
+  TITAN_CHECK(lhs.shape.size() == 4 && rhs.shape.size() == 4 && result.size() == 4 && lhs.dtype == rhs.dtype,
+              "graph lowering: convolution of ", mlir_type(lhs), " with ", mlir_type(rhs), " to ", shape_str(result),
+              " needs 4-d operands of one dtype");
+  const std::string padding = "dense<[[" + std::to_string(window.pad_low[0]) + ", " +
+                              std::to_string(window.pad_high[0]) + "], [" + std::to_string(window.pad_low[1]) + ", " +
+                              std::to_string(window.pad_high[1]) + "]]> : tensor<2x2xi64>";
+  std::string attributes = "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<" + layout +
+                           ">, feature_group_count = 1 : i64, lhs_dilation = " + array(window.lhs_dilation) +
+                           ", padding = " + padding + ", rhs_dilation = " + array(window.rhs_dilation) +
+                           ", window_strides = " + array(window.strides);
+  // As dot_general: float32 products in float32 on every backend.
+  if (lhs.dtype == kF32)
+    attributes.append(", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]");
+  return prog().emit1("stablehlo.convolution", {lhs, rhs}, {result, result_dtype, false}, attributes);
+}
+
+Value reverse(const Value& x, const Shape& dims) {
+  return prog().emit1("stablehlo.reverse", {x}, {x.shape, x.dtype, x.pred}, "dimensions = " + array(dims));
+}
+
 Value reduce_sum(const Value& x, const Shape& dims) { return reduce("stablehlo.add", 0.0, x, dims); }
 Value reduce_max(const Value& x, const Shape& dims) {
   return reduce("stablehlo.maximum", -INFINITY, x, dims);

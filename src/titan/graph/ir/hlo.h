@@ -67,6 +67,19 @@ Value dynamic_update_slice(const Value& x, const Value& update, const std::vecto
 Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Shape& b_batch,
                   const Shape& a_contract, const Shape& b_contract, DType result_dtype);
 
+// A 2-D convolution (cross-correlation, as PyTorch's). `layout` is StableHLO's dimension numbers,
+// e.g. "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]" for NCHW input, OIHW kernel, NCHW result; the
+// window fields are per spatial dim: stride, padding low and high (negative crops), the input's
+// dilation (a transposed convolution's stride) and the kernel's. `result` is the result's shape,
+// which the caller derives from the same numbers.
+struct ConvWindow {
+  Shape strides{1, 1}, pad_low{0, 0}, pad_high{0, 0}, lhs_dilation{1, 1}, rhs_dilation{1, 1};
+};
+Value convolution(const Value& lhs, const Value& rhs, const std::string& layout, const ConvWindow& window,
+                  const Shape& result, DType result_dtype);
+// x with the order of its elements along each of `dims` reversed.
+Value reverse(const Value& x, const Shape& dims);
+
 // Reductions over `dims` (removed from the shape).
 Value reduce_sum(const Value& x, const Shape& dims);
 Value reduce_max(const Value& x, const Shape& dims);

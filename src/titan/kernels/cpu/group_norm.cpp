@@ -17,12 +17,38 @@ int64_t grain(int64_t elems_per_item) {
   return std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, elems_per_item));
 }
 
+// Values per block of the statistics pass: 8 KiB of f32, well within L1.
+constexpr int64_t kBlock = 2048;
+
+// Count, mean and sum of squared deviations of a run of values.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+  void merge(const Moments& o) {
+    const double total = n + o.n, delta = o.mean - mean;
+    if (total == 0) return;
+    mean += delta * o.n / total;
+    m2 += o.m2 + delta * delta * n * o.n / total;
+    n = total;
+  }
+};
+
+// Two passes over one block: its mean, then its centred sums, whose first-order term corrects the
+// mean's rounding error.
 template <typename T>
-T plane_sum(const T* x, int64_t len) {
+Moments block_moments(const T* x, int64_t len) {
   T s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < len; ++i) s += x[i];
-  return s;
+  const T mu = s / static_cast<T>(len);
+  T sc = 0, ss = 0;
+#pragma omp simd reduction(+ : sc, ss)
+  for (int64_t i = 0; i < len; ++i) {
+    const T v = x[i] - mu;
+    sc += v;
+    ss += v * v;
+  }
+  const double dn = static_cast<double>(len), shift = static_cast<double>(sc) / dn;
+  return {dn, static_cast<double>(mu) + shift, static_cast<double>(ss) - shift * shift * dn};
 }
 
 }  // namespace
@@ -37,25 +63,14 @@ void group_norm_fwd(const GroupNormShape& s, const T* x, const T* weight, const 
       const int64_t first = r % s.groups * per_group;  // the group's first channel
       const T* xg = x + r * per_group * len;
       T* yg = y + r * per_group * len;
-      double total = 0;
-      for (int64_t k = 0; k < per_group; ++k) total += static_cast<double>(plane_sum(xg + k * len, len));
-      const T mu = static_cast<T>(total / count);
-      double sc = 0, ss = 0;
-      for (int64_t k = 0; k < per_group; ++k) {
-        const T* p = xg + k * len;
-        T a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < len; ++i) {
-          const T v = p[i] - mu;
-          a += v;
-          b += v * v;
-        }
-        sc += static_cast<double>(a);
-        ss += static_cast<double>(b);
-      }
-      const double shift = sc / count;
-      const double var = std::max(ss / count - shift * shift, 0.0);
-      const double m = static_cast<double>(mu) + shift, rs = 1.0 / std::sqrt(var + eps);
+      // One pass over the group from memory: each block of kBlock values is summed, then its
+      // centred squares summed while it is still in L1, and the blocks merged (Chan, Golub &
+      // LeVeque), so the variance never takes E[x^2] - mean^2.
+      Moments all;
+      for (int64_t k = 0; k < per_group; ++k)
+        for (int64_t b = 0; b < len; b += kBlock)
+          all.merge(block_moments(xg + k * len + b, std::min(kBlock, len - b)));
+      const double m = all.mean, rs = 1.0 / std::sqrt(std::max(all.m2 / count, 0.0) + eps);
       mean[r] = static_cast<T>(m);
       rstd[r] = static_cast<T>(rs);
       const T centre = static_cast<T>(m);

@@ -4,10 +4,10 @@
 // channels and positions together; then each channel gets its own weight and bias
 // (torch.nn.functional.group_norm).
 //
-// Statistics are per (image, group): partial sums per channel in T across the SIMD lanes, combined
-// in double; the variance from the centred values, whose own sum corrects the mean's rounding
-// error (as norm.h's LayerNorm). Parameter gradients are summed over the images in a fixed order,
-// so the result does not depend on the thread count.
+// Statistics are per (image, group), read from memory once: blocks of a few thousand values (in
+// L1) each get a mean and centred sums, in T across the SIMD lanes, and the blocks are merged in
+// double (Chan, Golub & LeVeque), so the variance never takes E[x^2] - mean^2. Parameter gradients are summed
+// over the images in a fixed order, so the result does not depend on the thread count.
 //
 // weight, bias and every gradient output may be null (absent, or not asked for).
 #include <cstdint>
