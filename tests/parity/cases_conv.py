@@ -4,19 +4,7 @@ FLUX's autoencoder) and nearest upsampling by 2 (its Upsample2D), with gradients
 import torch
 import torch.nn.functional as F
 
-
-def _rand(gen, *shape, lo=-1.0, hi=1.0):
-    return (torch.rand(*shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).float()
-
-
-def _with_grads(inputs, out, gen):
-    cot = _rand(gen, *out.shape)
-    out.backward(cot)
-    t = {"out.y": out, "cot.y": cot}
-    for name, v in inputs.items():
-        t["in." + name] = v
-        t["grad." + name] = v.grad
-    return t
+from cases_norm import _rand, _with_grads
 
 
 def _conv(x_shape, out_ch, k, stride, pad, bias=True):
