@@ -12,31 +12,14 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-Tensor optional_input(const ParityCase& c, const std::string& name) {
-  return c.file.tensors.count(name) ? c.input(name) : Tensor();
-}
-
-// Runs `op` on the case's inputs and compares the output and every input's gradient.
-template <typename Op>
-void check_case(const ParityCase& c, const std::string& name, const std::vector<std::string>& inputs,
-                const Op& op) {
-  std::vector<Tensor> in;
-  for (const std::string& i : inputs) in.push_back(optional_input(c, "in." + i));
-  Tensor y = op(c, in);
-  EXPECT_TRUE(tensors_close(y, c["out.y"], kTol, name + " forward"));
-  y.backward(c["cot.y"]);
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (!in[k].defined()) continue;
-    EXPECT_TRUE(tensors_close(in[k].grad(), c["grad." + inputs[k]], kTol, name + " grad " + inputs[k]));
-  }
-}
-
 TEST(ParityNorm, RmsNorm) {
   for (const char* name : {"rms_norm_weight", "rms_norm_noweight", "rms_norm_wide", "rms_norm_many_rows"}) {
-    check_case(load_parity_case(name), name, {"x", "w"},
-               [](const ParityCase& c, const std::vector<Tensor>& in) {
-                 return ops::rms_norm(in[0], in[1], c.attr("eps"));
-               });
+    expect_op_parity(
+        load_parity_case(name), name, {"x", "w"},
+        [](const ParityCase& c, const std::vector<Tensor>& in) {
+          return ops::rms_norm(in[0], in[1], c.attr("eps"));
+        },
+        kTol);
   }
 }
 
@@ -44,10 +27,12 @@ TEST(ParityNorm, LayerNorm) {
   for (const char* name :
        {"layer_norm_affine", "layer_norm_plain", "layer_norm_weight_only", "layer_norm_bias_only",
         "layer_norm_wide", "layer_norm_many_rows", "layer_norm_offset"}) {
-    check_case(load_parity_case(name), name, {"x", "w", "b"},
-               [](const ParityCase& c, const std::vector<Tensor>& in) {
-                 return ops::layer_norm(in[0], in[1], in[2], c.attr("eps"));
-               });
+    expect_op_parity(
+        load_parity_case(name), name, {"x", "w", "b"},
+        [](const ParityCase& c, const std::vector<Tensor>& in) {
+          return ops::layer_norm(in[0], in[1], in[2], c.attr("eps"));
+        },
+        kTol);
   }
 }
 
@@ -67,9 +52,12 @@ TEST(ParityNorm, Rope) {
     EXPECT_TRUE(tensors_close(table.sin, c["out.sin"], kTol, std::string(name) + " sin table"));
     const auto layout =
         c.attr("interleaved") != 0 ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
-    check_case(c, name, {"x"}, [&](const ParityCase&, const std::vector<Tensor>& in) {
-      return ops::rope(in[0], table, layout, static_cast<int64_t>(c.attr("start_pos")));
-    });
+    expect_op_parity(
+        c, name, {"x"},
+        [&](const ParityCase&, const std::vector<Tensor>& in) {
+          return ops::rope(in[0], table, layout, static_cast<int64_t>(c.attr("start_pos")));
+        },
+        kTol);
   }
 }
 
