@@ -181,6 +181,35 @@ venv() {
 }
 if $reference; then
   venv venv requirements-test.txt .venv torch transformers
+  # CLIP's BPE merges (OpenAI's bpe_simple_vocab_16e6.txt.gz), which the CLIP tokenizer tests build
+  # their 49,408-id vocabulary from (tests/tokenizer/make_flux_fixtures.py): PyPI ships them in
+  # open_clip_torch's wheel; only that file is kept, in ~/.cache/titan/openclip-3.3.0.
+  clip_bpe=$cache/openclip-3.3.0
+  (
+    flock 9
+    if [[ ! -f $clip_bpe/.complete ]]; then
+      rm -rf "$clip_bpe"
+      echo "setup: fetching CLIP's BPE merges from open_clip_torch==3.3.0 into $clip_bpe (1.5 MB)"
+      mkdir -p "$clip_bpe/wheel"
+      if ! /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps -d "$clip_bpe/wheel" \
+        open_clip_torch==3.3.0; then
+        echo "setup: pip download of open_clip_torch==3.3.0 failed; run it by hand:" >&2
+        echo "  /usr/bin/python3 -m pip download --no-deps -d $clip_bpe/wheel open_clip_torch==3.3.0" >&2
+        exit 1
+      fi
+      /usr/bin/python3 - "$clip_bpe" <<'PY'
+import pathlib, sys, zipfile
+root = pathlib.Path(sys.argv[1])
+wheels = sorted((root / "wheel").glob("open_clip_torch-*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"setup: expected one open_clip_torch-*.whl in {root / 'wheel'}, found {len(wheels)}")
+with zipfile.ZipFile(wheels[0]) as wheel:
+    (root / "bpe_simple_vocab_16e6.txt.gz").write_bytes(wheel.read("open_clip/bpe_simple_vocab_16e6.txt.gz"))
+PY
+      rm -rf "$clip_bpe/wheel"
+      touch "$clip_bpe/.complete"
+    fi
+  ) 9>"$clip_bpe.lock"
 fi
 if $rl; then
   venv venv-rl bench/requirements-rl.txt .venv-rl torch transformers trl

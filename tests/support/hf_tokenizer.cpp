@@ -4,6 +4,7 @@
 #include <unicode/unistr.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,41 @@ void expect_hf_parity(const data::BpeTokenizer& tok, const fs::path& file,
     ASSERT_EQ(ids, ref.ids[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
     EXPECT_EQ(batch[i], ids) << "text " << i;
     EXPECT_EQ(replace_invalid_utf8(tok.decode(ids)), ref.decoded[i]) << "text " << i;
+  }
+}
+
+fs::path flux_tokenizer_fixture(const std::string& name) {
+  const fs::path out = fs::path(TITAN_PARITY_DIR) / "flux_tokenizers";
+  const fs::path script = fs::path(TITAN_SOURCE_DIR) / "tests" / "tokenizer" / "make_flux_fixtures.py";
+  const fs::path stamp = out / "clip" / "reference.json";
+  if (!fs::exists(stamp) || fs::last_write_time(stamp) < fs::last_write_time(script)) {
+    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + script.string() + "' --out '" + out.string() + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n(run scripts/setup.sh reference for the venv and CLIP's merges)";
+  }
+  return out / name;
+}
+
+void expect_reference_parity(const data::BpeTokenizer& tok, const fs::path& folder) {
+  std::ifstream file(folder / "reference.json");
+  ASSERT_TRUE(file.good()) << folder;
+  const nlohmann::json ref = nlohmann::json::parse(file);
+  const auto texts = ref["texts"].get<std::vector<std::string>>();
+  const auto ids = ref["ids"].get<std::vector<std::vector<int32_t>>>();
+  const auto decoded = ref["decoded"].get<std::vector<std::string>>();
+  ASSERT_GE(texts.size(), 1000u);
+  size_t mismatched = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<int32_t> got = tok.encode(texts[i]);
+    EXPECT_EQ(got, ids[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
+    mismatched += got != ids[i];
+    if (got == ids[i]) EXPECT_EQ(tok.decode(got), decoded[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
+  }
+  EXPECT_EQ(mismatched, 0u) << "of " << texts.size() << " texts";
+  for (const auto& [length, fixed] : ref["fixed"].items()) {
+    const auto want = fixed.get<std::vector<std::vector<int32_t>>>();
+    for (size_t i = 0; i < texts.size(); ++i)
+      EXPECT_EQ(tok.encode_for_model(texts[i], std::stoll(length)), want[i])
+          << "length " << length << ", text " << i << ": '" << texts[i].substr(0, 200) << "'";
   }
 }
 

@@ -28,4 +28,12 @@ std::string replace_invalid_utf8(const std::string& bytes);
 void expect_hf_parity(const data::BpeTokenizer& tok, const std::filesystem::path& file,
                       const std::vector<std::string>& texts, const std::filesystem::path& scratch);
 
+// The folder `name` (t5, t5_sequence, clip) of tests/tokenizer/make_flux_fixtures.py's output in the
+// build folder, made first when it is missing or older than the script.
+std::filesystem::path flux_tokenizer_fixture(const std::string& name);
+
+// The reference.json of such a folder: encode() gives its "ids" on every text, encode_for_model()
+// its "fixed" ids at each length, decode() its "decoded" text.
+void expect_reference_parity(const data::BpeTokenizer& tok, const std::filesystem::path& folder);
+
 }  // namespace titan::test

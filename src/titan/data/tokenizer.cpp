@@ -18,6 +18,12 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::s
   return out;
 }
 
+std::vector<int32_t> Tokenizer::encode_for_model(std::string_view, int64_t) const {
+  TITAN_CHECK(false, description(), " has no fixed-length form for a text encoder (no post_processor, no pad "
+              "token); set model.tokenizer_path to the text encoder's tokenizer.json folder");
+  return {};
+}
+
 namespace {
 
 class Bytes final : public Tokenizer {
@@ -46,12 +52,15 @@ class Bpe final : public Tokenizer {
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts) const override {
     return bpe_.encode_batch(texts);
   }
+  std::vector<int32_t> encode_for_model(std::string_view text, int64_t length) const override {
+    return bpe_.encode_for_model(text, length);
+  }
   std::string decode(std::span<const int32_t> ids) const override { return bpe_.decode(ids); }
   int32_t vocab_size() const override { return bpe_.vocab_size(); }
   std::optional<int32_t> bos_id() const override { return bpe_.bos_id(); }
   std::optional<int32_t> eos_id() const override { return bpe_.eos_id(); }
   std::string description() const override {
-    return "BPE tokenizer " + source_ + " (" + (bpe_.byte_level() ? "byte-level" : "SentencePiece-style") +
+    return "tokenizer " + source_ + " (" + (bpe_.byte_level() ? "byte-level" : "SentencePiece-style") +
            ", " + std::to_string(vocab_size()) + " ids)";
   }
   uint32_t fingerprint() const override { return bpe_.fingerprint(); }

@@ -1,8 +1,8 @@
 #pragma once
 // What datasets, the trainer and generation need of a tokenizer, whichever kind the config names:
 // model.tokenizer_path empty means the byte tokenizer, else a Hugging Face tokenizer.json (a
-// folder holding one, or the file): byte-level BPE (Llama 3, Qwen) or SentencePiece-style BPE
-// (Llama 2, Mistral, Gemma), told apart by the file (data/tokenizer/bpe_tokenizer.h).
+// folder holding one, or the file): byte-level BPE (Llama 3, Qwen, CLIP), SentencePiece-style BPE
+// (Llama 2, Mistral, Gemma) or Unigram (T5), told apart by the file (data/tokenizer/bpe_tokenizer.h).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +20,11 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // encode() of each text; in parallel where the tokenizer is worth it.
   virtual std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts) const;
+  // A text encoder's fixed-length input (T5's, CLIP's): the ids with the special tokens the
+  // tokenizer.json's post_processor adds, truncated to `length` keeping them, then padded with the
+  // pad token, as transformers' tokenizer(text, padding="max_length", max_length=length,
+  // truncation=True).input_ids. Throws for a tokenizer that has no such form.
+  virtual std::vector<int32_t> encode_for_model(std::string_view text, int64_t length) const;
   // Special tokens as their text. Throws on an id outside the vocabulary.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int32_t vocab_size() const = 0;

@@ -49,12 +49,6 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
   TITAN_CHECK(model.is_object() && json_fields::field_or<std::string>(model, "type", "", at) == "BPE", where,
               " must be of type BPE; got ",
               (model.is_object() ? model.value("type", nlohmann::json()) : model).dump().substr(0, 100));
-  auto null_or_empty = [&](const char* key) {
-    return !model.contains(key) || model[key].is_null() || model[key] == "";
-  };
-  TITAN_CHECK(null_or_empty("continuing_subword_prefix") && null_or_empty("end_of_word_suffix"), where,
-              " has a continuing_subword_prefix or end_of_word_suffix, which titan does not support (Llama, "
-              "Qwen, Mistral and Gemma have neither)");
   TITAN_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"] == 0, where,
               " has BPE dropout, which is for training and makes encoding random; titan encodes without it");
   ignore_merges_ = json_fields::field_or(model, "ignore_merges", false, at);
@@ -65,6 +59,15 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
   auto held = [&](const std::string& spelled) -> std::optional<std::string> {
     return byte_level_ ? byte_level_decode(spelled) : spelled;
   };
+  auto affix = [&](const char* key) {
+    const std::string spelled = json_fields::field_or<std::string>(model, key, "", at);
+    std::optional<std::string> bytes = held(spelled);
+    TITAN_CHECK(bytes.has_value(), (at / key).str(), ": '", spelled,
+                "' is not spelled in the byte-level alphabet, which the ByteLevel pre-tokenizer needs");
+    return *bytes;
+  };
+  prefix_ = affix("continuing_subword_prefix");
+  suffix_ = affix("end_of_word_suffix");
 
   const nlohmann::json& vocab = json_fields::object(json_fields::member(model, "vocab", at), at / "vocab");
   for (const auto& [spelled, id_json] : vocab.items()) {
@@ -96,11 +99,11 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
       byte_ids_[b] = id_of(fallback).value_or(-1);
     }
   }
-  if (!byte_level_) {
+  {
     const nlohmann::json& unk = json_fields::optional_member(model, "unk_token", at);
     if (!unk.is_null()) {
       const std::string text = json_fields::as_string(unk, at / "unk_token");
-      unk_ = id_of(text);
+      unk_ = id_of(held(text).value_or(text));
       TITAN_CHECK(unk_.has_value(), (at / "unk_token").str(), ": '", text,
                   "' is not in the vocab; name a token of model.vocab, or null for none");
     }
@@ -126,8 +129,10 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source, int32
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     }
+    // As Hugging Face: the merged token is the right one without the prefix's length.
+    const std::string right_rest = right.substr(std::min(right.size(), prefix_.size()));
     std::optional<int32_t> l = id_of(held(left).value_or("")), r = id_of(held(right).value_or("")),
-                           merged = id_of(held(left + right).value_or(""));
+                           merged = id_of(held(left + right_rest).value_or(""));
     TITAN_CHECK(l && r && merged, where, " merge ", rank, " (", left, " ", right,
                 ") names a token missing from the vocab");
     // A pair listed twice takes its last rank, as in Hugging Face.
@@ -153,7 +158,7 @@ const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (byte_level_ && word.size() == 1) {
+  if (byte_level_ && word.size() == 1 && suffix_.empty()) {
     out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
     return;
   }
@@ -183,16 +188,24 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
 
 void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& ids) const {
   ids.clear();
-  if (byte_level_) {
+  const bool affixed = !prefix_.empty() || !suffix_.empty();
+  if (byte_level_ && !affixed) {
     for (unsigned char b : word) ids.push_back(byte_ids_[b]);
     return;
   }
   bool unk_pending = false;
+  std::string symbol;
   for (size_t i = 0; i < word.size();) {
-    const size_t length = std::max<size_t>(utf8_char_length(word, i), 1);
+    // Byte-level words are in bytes, each the alphabet's character for it.
+    const size_t length = byte_level_ ? 1 : std::max<size_t>(utf8_char_length(word, i), 1);
     const std::string_view c = word.substr(i, length);
+    std::string_view lookup = c;
+    if (affixed) {
+      symbol.assign(i > 0 ? prefix_ : "").append(c).append(i + length == word.size() ? suffix_ : "");
+      lookup = symbol;
+    }
     i += length;
-    if (auto it = ids_.find(c); it != ids_.end()) {
+    if (auto it = ids_.find(lookup); it != ids_.end()) {
       if (unk_pending) ids.push_back(*unk_);
       unk_pending = false;
       ids.push_back(it->second);

@@ -8,6 +8,8 @@
 //                        becomes the <0xNN> tokens of its bytes (byte_fallback) or unk_token
 //                        (fused with neighbouring ones when fuse_unk is set), or nothing when
 //                        there is neither, as in Hugging Face.
+// A word's last symbol carries end_of_word_suffix and the others continuing_subword_prefix when the
+// file sets them (CLIP's "</w>"); the vocabulary and merges then spell them too.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +17,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "titan/data/tokenizer/word_model.h"
 
 namespace titan::data {
 
@@ -29,7 +33,7 @@ inline uint64_t token_pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-class BpeModel {
+class BpeModel final : public WordModel {
  public:
   // `model` is tokenizer.json's "model"; `source` names the file in error messages. Ids above
   // `max_id` are refused. `byte_level` chooses the spelling.
@@ -39,14 +43,14 @@ class BpeModel {
   // to `out`: the word's first symbols, merged pair by pair, lowest rank first and leftmost first
   // among equals, as Hugging Face does. Bytes that are not valid UTF-8 are characters of their own
   // (byte fallback then gives them back). Safe to call from several threads at once.
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const override;
 
   // One past the largest id of the vocabulary.
-  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t size() const override { return static_cast<int32_t>(tokens_.size()); }
   // Token `id` (its bytes, or its spelling when not byte-level); nullptr for an id the vocabulary
   // skips.
-  const std::string* token(int32_t id) const;
-  std::optional<int32_t> id_of(std::string_view token) const;
+  const std::string* token(int32_t id) const override;
+  std::optional<int32_t> id_of(std::string_view token) const override;
 
  private:
   struct Merge {
@@ -63,6 +67,8 @@ class BpeModel {
   std::vector<bool> present_;
   std::unordered_map<uint64_t, Merge> merges_;
   bool byte_level_ = true;
+  // As held (bytes when byte-level); empty when the file sets none.
+  std::string prefix_, suffix_;
   // Byte-level: the token of each byte. Otherwise, with byte_fallback: the <0xNN> token of each,
   // -1 where the vocabulary lacks it.
   int32_t byte_ids_[256] = {};

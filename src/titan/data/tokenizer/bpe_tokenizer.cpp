@@ -1,5 +1,6 @@
 #include "titan/data/tokenizer/bpe_tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -79,9 +80,10 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
                            const std::string& source, const std::string& config_source)
     : normalizer_(section(tokenizer, "normalizer", source), source),
       pretokenizer_(section(tokenizer, "pre_tokenizer", source), source),
-      model_(section(tokenizer, "model", source), source, max_token_id(tokenizer, source),
-             pretokenizer_.byte_level()),
-      decoder_(section(tokenizer, "decoder", source), source) {
+      model_(load_word_model(section(tokenizer, "model", source), source, max_token_id(tokenizer, source),
+                             pretokenizer_.byte_level())),
+      decoder_(section(tokenizer, "decoder", source), source),
+      post_processor_(section(tokenizer, "post_processor", source), source, max_token_id(tokenizer, source)) {
   const JsonPath root{source, ""};
   TITAN_CHECK(
       decoder_.byte_level() == pretokenizer_.byte_level(), source, ": decoder ",
@@ -91,10 +93,10 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
           : " is ByteLevel, but the pre_tokenizer is not; titan reads byte-level BPE (ByteLevel in both) "
             "or SentencePiece-style BPE (ByteLevel in neither)");
 
-  pieces_.resize(model_.size());
-  kinds_.assign(model_.size(), Kind::absent);
-  for (int32_t id = 0; id < model_.size(); ++id) {
-    if (const std::string* bytes = model_.token(id)) {
+  pieces_.resize(model_->size());
+  kinds_.assign(model_->size(), Kind::absent);
+  for (int32_t id = 0; id < model_->size(); ++id) {
+    if (const std::string* bytes = model_->token(id)) {
       pieces_[id] = *bytes;
       kinds_[id] = Kind::token;
     }
@@ -150,6 +152,7 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
   };
   bos_ = special("bos_token");
   eos_ = special("eos_token");
+  pad_ = special("pad_token");
   add_bos_ = bos_.has_value() && json_fields::field_or(config, "add_bos_token", true, config_at);
   add_eos_ = eos_.has_value() && json_fields::field_or(config, "add_eos_token", false, config_at);
 }
@@ -157,7 +160,7 @@ BpeTokenizer::BpeTokenizer(const nlohmann::json& tokenizer, const nlohmann::json
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
   for (const AddedToken& t : added_)
     if (t.content == token) return t.id;
-  return model_.id_of(token);
+  return model_->id_of(token);
 }
 
 void BpeTokenizer::encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
@@ -165,7 +168,7 @@ void BpeTokenizer::encode_normalized(std::string_view text, bool at_start, std::
       text,
       [&](std::string_view plain) {
         pretokenizer_.split(plain, at_start && plain.data() == text.data(),
-                            [&](std::string_view word) { model_.encode_word(word, out); });
+                            [&](std::string_view word) { model_->encode_word(word, out); });
       },
       [&](int32_t id) { out.push_back(id); });
 }
@@ -183,6 +186,23 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_specia
       [&](int32_t id) { out.push_back(id); });
   if (add_special && add_eos_) out.push_back(*eos_);
   return out;
+}
+
+std::vector<int32_t> BpeTokenizer::encode_for_model(std::string_view text, int64_t length) const {
+  const auto added = static_cast<int64_t>(post_processor_.added());
+  TITAN_CHECK(length >= added, "encode_for_model: length ", length, " cannot hold the ", added,
+              " special tokens the post_processor adds; ask for at least ", added);
+  std::vector<int32_t> ids = encode(text);
+  // As Hugging Face's truncation: the text's own ids are cut, the added ones kept.
+  ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(length - added)));
+  ids.insert(ids.begin(), post_processor_.prefix().begin(), post_processor_.prefix().end());
+  ids.insert(ids.end(), post_processor_.suffix().begin(), post_processor_.suffix().end());
+  if (static_cast<int64_t>(ids.size()) < length) {
+    TITAN_CHECK(pad_.has_value(), "encode_for_model: ", ids.size(), " ids to pad to ", length,
+                ", but the tokenizer has no pad token; set pad_token in tokenizer_config.json");
+    ids.resize(static_cast<size_t>(length), *pad_);
+  }
+  return ids;
 }
 
 std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std::string_view> texts,

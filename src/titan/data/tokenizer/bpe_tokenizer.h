@@ -1,20 +1,22 @@
 #pragma once
-// BPE tokenizers read from Hugging Face tokenizer.json files, giving the ids (and the text back)
-// that Hugging Face tokenizers gives. Two kinds, told apart by the file:
+// Tokenizers read from Hugging Face tokenizer.json files, giving the ids (and the text back) that
+// Hugging Face tokenizers gives. The model is BPE or Unigram (word_model.h); three kinds of file:
 //   byte-level           pre-tokenizer ending in ByteLevel, decoder ByteLevel, vocabulary in GPT-2's
-//                        byte alphabet (Llama 3, Qwen 2/3, GPT-2)
+//                        byte alphabet (Llama 3, Qwen 2/3, GPT-2; CLIP's, with "</w>" ending words)
 //   SentencePiece-style  no ByteLevel: spaces become "▁" through the normalizer (Prepend, Replace)
 //                        or a Metaspace pre-tokenizer, characters missing from the vocabulary go to
 //                        <0xNN> tokens (byte_fallback) or unk_token, and the decoder undoes it
 //                        (Replace, ByteFallback, Fuse, Strip, or Metaspace) (Llama 2, Mistral, Gemma)
-// The pipeline is the same for both:
+//   Unigram              SentencePiece's Unigram with its Precompiled normalizer and Metaspace (T5)
+// The pipeline is the same for all:
 //   text -> added tokens found whole (raw text) -> normalizer -> added tokens marked "normalized"
-//   -> pre-tokenizer -> merges per word -> ids.
-// bos and eos come from tokenizer_config.json beside it. The post_processor is not read:
-// add_special = true wraps the ids in bos/eos as tokenizer_config.json's add_bos_token (default:
-// true when there is a bos) and add_eos_token (default: false) say.
+//   -> pre-tokenizer -> model per word -> ids.
+// bos and eos come from tokenizer_config.json beside it: add_special = true wraps the ids in bos/eos
+// as its add_bos_token (default: true when there is a bos) and add_eos_token (default: false) say.
+// encode_for_model instead adds what the file's post_processor adds, as transformers does.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,10 +24,11 @@
 #include <vector>
 
 #include "titan/data/tokenizer/added_tokens.h"
-#include "titan/data/tokenizer/bpe_model.h"
 #include "titan/data/tokenizer/decoder.h"
 #include "titan/data/tokenizer/normalizer.h"
+#include "titan/data/tokenizer/post_processor.h"
 #include "titan/data/tokenizer/pretokenizer.h"
+#include "titan/data/tokenizer/word_model.h"
 
 namespace titan::data {
 
@@ -44,6 +47,12 @@ class BpeTokenizer {
   // encode() of each text, in parallel over the texts.
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
                                                  bool add_special = false) const;
+  // A text encoder's input, as transformers' tokenizer(text, padding="max_length",
+  // max_length=length, truncation=True).input_ids: the text's ids cut to leave room for what the
+  // post_processor adds (T5's </s>, CLIP's <|startoftext|> and <|endoftext|>), wrapped in it, then
+  // padded with the pad token (tokenizer_config.json's pad_token) to `length`. Throws when `length`
+  // cannot hold the added tokens, or, for a text shorter than `length`, when there is no pad token.
+  std::vector<int32_t> encode_for_model(std::string_view text, int64_t length) const;
   // The text of the ids, added tokens as their text, as Hugging Face's decode gives it. Byte-level:
   // exactly the encoded text when `ids` came from encode(). SentencePiece-style: what the decoder
   // makes of the tokens (Llama 2's drops the one space its normalizer put in front). Unlike
@@ -57,6 +66,7 @@ class BpeTokenizer {
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
   std::optional<int32_t> bos_id() const { return bos_; }
   std::optional<int32_t> eos_id() const { return eos_; }
+  std::optional<int32_t> pad_id() const { return pad_; }
   // CRC-32C of tokenizer.json followed by tokenizer_config.json ("{}" when absent): the files
   // that define the ids.
   uint32_t fingerprint() const { return fingerprint_; }
@@ -72,8 +82,9 @@ class BpeTokenizer {
 
   Normalizer normalizer_;
   Pretokenizer pretokenizer_;
-  BpeModel model_;
+  std::unique_ptr<WordModel> model_;
   Decoder decoder_;
+  PostProcessor post_processor_;
   std::vector<AddedToken> added_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher_;  // the others, matched after the normalizer
@@ -82,7 +93,7 @@ class BpeTokenizer {
   enum class Kind : uint8_t { absent, token, special };
   std::vector<std::string> pieces_;
   std::vector<Kind> kinds_;
-  std::optional<int32_t> bos_, eos_;
+  std::optional<int32_t> bos_, eos_, pad_;
   bool add_bos_ = false, add_eos_ = false;
   uint32_t fingerprint_ = 0;
 };

@@ -1,14 +1,19 @@
 #pragma once
-// The normalizer of a tokenizer.json: none, Unicode NFC (Qwen's, through ICU), Prepend and Replace
+// The normalizer of a tokenizer.json: none, Unicode NFC (Qwen's, through ICU), Prepend, Replace
 // with a literal pattern (SentencePiece-style files: Llama 2's Prepend("▁") then Replace(" ", "▁"),
-// Gemma's Replace(" ", "▁")), or a Sequence of them. Others are refused when the file is read,
-// naming what was found.
+// Gemma's Replace(" ", "▁")) or a Regex one (CLIP's "\s+" -> " ", T5's " {2,}" -> " "),
+// Lowercase (CLIP), Strip, Precompiled (SentencePiece's charsmap: T5's), or a Sequence of them.
+// Others are refused when the file is read, naming what was found.
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace titan::data {
+
+class Regex;
+class PrecompiledCharsmap;
 
 class Normalizer {
  public:
@@ -22,9 +27,12 @@ class Normalizer {
 
  private:
   struct Step {
-    enum class Kind { nfc, prepend, replace } kind;
+    enum class Kind { nfc, prepend, replace, replace_regex, lowercase, strip, precompiled } kind;
     std::string pattern;  // replace: what is replaced
-    std::string content;  // prepend: what goes in front; replace: what goes instead
+    std::string content;  // prepend: what goes in front; replace, replace_regex: what goes instead
+    std::shared_ptr<const Regex> regex = nullptr;                   // replace_regex
+    std::shared_ptr<const PrecompiledCharsmap> charsmap = nullptr;  // precompiled
+    bool left = false, right = false;                     // strip: the ends stripped of white space
   };
   void add(const nlohmann::json& config, const std::string& source, const std::string& at);
 

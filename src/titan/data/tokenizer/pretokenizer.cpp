@@ -1,10 +1,8 @@
 #include "titan/data/tokenizer/pretokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "titan/core/error.h"
 #include "titan/core/json_fields.h"
+#include "titan/data/tokenizer/regex.h"
 #include "titan/data/utf8.h"
 
 namespace titan::data {
@@ -17,116 +15,48 @@ namespace {
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Hugging Face runs these patterns through Oniguruma, whose \s is Unicode's White_Space; PCRE2's
-// \s under UCP leaves out U+0085 (NEL) although it is White_Space, which would cut text
-// differently. Spelling the property out gives Oniguruma's classes, inside brackets as outside.
-std::string with_white_space_property(std::string_view pattern) {
-  std::string out;
-  out.reserve(pattern.size() + 32);
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
-      char c = pattern[++i];
-      if (c == 's') {
-        out += "\\p{White_Space}";
-      } else if (c == 'S') {
-        out += "\\P{White_Space}";
-      } else {
-        out.push_back('\\');
-        out.push_back(c);
-      }
-    } else {
-      out.push_back(pattern[i]);
-    }
-  }
-  return out;
-}
-
-// How a Split keeps its matches: as words of their own, or joined to the word before or after.
-enum class Behavior { isolated, merged_with_previous, merged_with_next };
+// How a Split keeps its delimiters: as words of their own, joined to the word before or after,
+// or not at all.
+enum class Behavior { isolated, merged_with_previous, merged_with_next, removed };
 
 // Cuts `text` at the matches for_each_match reports (as on_match(begin, end), in order, none
-// empty) and calls on_piece with each piece, as Hugging Face's SplitDelimiterBehavior does:
-// MergedWithPrevious cuts after every match, MergedWithNext before every match.
+// empty) and calls on_piece with each piece, as Hugging Face's SplitDelimiterBehavior does. The
+// delimiters are the matches, or with `invert` the stretches between them: MergedWithPrevious cuts
+// after every delimiter, MergedWithNext before every delimiter, Removed keeps only what is not one.
 template <typename ForEachMatch, typename OnPiece>
-void cut(std::string_view text, Behavior behavior, ForEachMatch&& for_each_match, OnPiece&& on_piece) {
-  size_t gap = 0;
-  for_each_match([&](size_t begin, size_t end) {
+void cut(std::string_view text, Behavior behavior, bool invert, ForEachMatch&& for_each_match,
+         OnPiece&& on_piece) {
+  size_t gap = 0;      // where the piece being gathered begins
+  size_t covered = 0;  // where the last match ended
+  auto segment = [&](size_t begin, size_t end, bool delimiter) {
     switch (behavior) {
-      case Behavior::isolated:
-        if (begin > gap) on_piece(text.substr(gap, begin - gap));
-        on_piece(text.substr(begin, end - begin));
-        gap = end;
+      case Behavior::isolated: on_piece(text.substr(begin, end - begin)); break;
+      case Behavior::removed:
+        if (!delimiter) on_piece(text.substr(begin, end - begin));
         break;
       case Behavior::merged_with_previous:
-        on_piece(text.substr(gap, end - gap));
-        gap = end;
+        if (delimiter) {
+          on_piece(text.substr(gap, end - gap));
+          gap = end;
+        }
         break;
       case Behavior::merged_with_next:
-        if (begin > gap) on_piece(text.substr(gap, begin - gap));
-        gap = begin;
+        if (delimiter) {
+          if (begin > gap) on_piece(text.substr(gap, begin - gap));
+          gap = begin;
+        }
         break;
     }
+  };
+  for_each_match([&](size_t begin, size_t end) {
+    if (begin > covered) segment(covered, begin, invert);
+    segment(begin, end, !invert);
+    covered = end;
   });
-  if (gap < text.size()) on_piece(text.substr(gap));
+  if (covered < text.size()) segment(covered, text.size(), invert);
+  const bool gathers = behavior == Behavior::merged_with_previous || behavior == Behavior::merged_with_next;
+  if (gathers && gap < text.size()) on_piece(text.substr(gap));
 }
-
-struct Regex {
-  pcre2_code* code = nullptr;
-
-  Regex(std::string_view pattern, bool literal, const std::string& source) {
-    std::string translated = literal ? std::string(pattern) : with_white_space_property(pattern);
-    // UCP gives \p{..} and the classes their Unicode meaning; PCRE2 refuses it with LITERAL.
-    uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &error,
-                         &offset, nullptr);
-    if (code == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error, message, sizeof(message));
-      TITAN_CHECK(false, source, ": pre_tokenizer pattern ", pattern,
-                  " does not compile in PCRE2: ", reinterpret_cast<const char*>(message), " at offset ",
-                  offset);
-    }
-    int rc = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
-    if (rc != 0) pcre2_code_free(code);
-    TITAN_CHECK(rc == 0, source, ": PCRE2's JIT cannot compile the pre_tokenizer pattern ", pattern,
-                " (error ", rc, "); titan needs a PCRE2 built with JIT support");
-  }
-  ~Regex() { pcre2_code_free(code); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Calls on_match(begin, end) with each non-empty match in `text`, in order.
-  template <typename OnMatch>
-  void for_each_match(std::string_view text, OnMatch&& on_match) const {
-    std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
-        pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
-    TITAN_CHECK(md != nullptr, "pre_tokenizer: out of memory for PCRE2 match data");
-    auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0;
-    while (pos < text.size()) {
-      int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        PCRE2_UCHAR message[256];
-        pcre2_get_error_message(rc, message, sizeof(message));
-        TITAN_CHECK(false, "pre_tokenizer: PCRE2 match failed at byte ", pos, " of a ", text.size(),
-                    "-byte text: ", reinterpret_cast<const char*>(message));
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
-      size_t begin = ov[0], end = ov[1];
-      if (end == begin) {
-        // An empty match cuts nothing; step over one character to look further.
-        pos = begin + 1;
-        while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
-        continue;
-      }
-      on_match(begin, end);
-      pos = end;
-    }
-  }
-};
 
 }  // namespace
 
@@ -135,6 +65,7 @@ struct Pretokenizer::Step {
   // split
   std::unique_ptr<Regex> regex;
   Behavior behavior = Behavior::isolated;
+  bool invert = false;
   // metaspace
   enum class Prepend { always, first, never } prepend = Prepend::always;
   std::string replacement;
@@ -147,8 +78,9 @@ Behavior split_behavior(const std::string& name, const JsonPath& at) {
   if (name == "Isolated") return Behavior::isolated;
   if (name == "MergedWithPrevious") return Behavior::merged_with_previous;
   if (name == "MergedWithNext") return Behavior::merged_with_next;
+  if (name == "Removed") return Behavior::removed;
   TITAN_CHECK(false, at.str(), ": Split behavior \"", name,
-              "\" is not supported; titan reads Isolated, MergedWithPrevious and MergedWithNext");
+              "\" is not supported; titan reads Isolated, MergedWithPrevious, MergedWithNext and Removed");
   return Behavior::isolated;
 }
 
@@ -178,15 +110,14 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
     if (type == "Split") {
       s->behavior =
           split_behavior(json_fields::field_or<std::string>(step, "behavior", "", step_at), step_at);
-      TITAN_CHECK(!json_fields::field_or(step, "invert", false, step_at), step_at.str(),
-                  ": Split with invert = true is not supported");
+      s->invert = json_fields::field_or(step, "invert", false, step_at);
       const nlohmann::json& p = json_fields::member(step, "pattern", step_at);
       TITAN_CHECK(p.is_object() && (p.contains("Regex") || p.contains("String")), step_at.str(),
                   ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}; got ", p.dump());
       bool literal = p.contains("String");
       const char* kind = literal ? "String" : "Regex";
       s->regex = std::make_unique<Regex>(json_fields::field<std::string>(p, kind, step_at / "pattern"),
-                                         literal, source);
+                                         literal, where);
     } else if (type == "ByteLevel") {
       // The vocabulary is then spelled in the byte-level alphabet, so the text must reach the
       // model through ByteLevel, and no step may run after it on the translated text.
@@ -197,7 +128,11 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
                   ": ByteLevel with add_prefix_space = true is not supported");
       byte_level_ = true;
       if (!json_fields::field_or(step, "use_regex", true, step_at)) continue;
-      s->regex = std::make_unique<Regex>(kGpt2Pattern, false, source);
+      s->regex = std::make_unique<Regex>(kGpt2Pattern, false, where);
+    } else if (type == "WhitespaceSplit") {
+      // Words are the runs of Unicode White_Space-free text, as Rust's char::is_whitespace sees it.
+      s->regex = std::make_unique<Regex>("\\s+", false, where);
+      s->behavior = Behavior::removed;
     } else if (type == "Metaspace") {
       metaspace = true;
       s->kind = Step::Kind::metaspace;
@@ -220,7 +155,7 @@ Pretokenizer::Pretokenizer(const nlohmann::json& config, const std::string& sour
       s->split_words = json_fields::field_or(step, "split", true, step_at);
     } else {
       TITAN_CHECK(false, step_at.str(), ": type ", type,
-                  " is not supported; titan reads Split, ByteLevel, Metaspace and Sequence");
+                  " is not supported; titan reads Split, ByteLevel, Metaspace, WhitespaceSplit and Sequence");
     }
     steps_.push_back(std::move(s));
   }
@@ -251,7 +186,8 @@ void Pretokenizer::split_from(size_t step, std::string_view text, bool at_start,
   const Step& s = *steps_[step];
   if (s.kind == Step::Kind::split) {
     cut(
-        text, s.behavior, [&](auto&& on_match) { s.regex->for_each_match(text, on_match); }, next(text));
+        text, s.behavior, s.invert, [&](auto&& on_match) { s.regex->for_each_match(text, on_match); },
+        next(text));
     return;
   }
   // Metaspace, as Hugging Face: spaces become the replacement first, so a text that began with
@@ -277,7 +213,7 @@ void Pretokenizer::split_from(size_t step, std::string_view text, bool at_start,
          at = w.find(s.replacement, at + s.replacement.size()))
       on_match(at, at + s.replacement.size());
   };
-  cut(w, Behavior::merged_with_next, each_replacement, next(w));
+  cut(w, Behavior::merged_with_next, false, each_replacement, next(w));
 }
 
 }  // namespace titan::data
