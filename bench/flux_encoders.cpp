@@ -142,13 +142,14 @@ int main(int argc, char** argv) {
     if (it == timed.titan.end()) return std::nullopt;
     return it->second.seconds;
   };
-  auto work = [](const std::string& name) { return double(name == kImagesCase ? kImages : kCaptions); };
+  // Per minute: an image takes seconds here, and the table prints one decimal.
+  auto work = [](const std::string& name) { return 60.0 * double(name == kImagesCase ? kImages : kCaptions); };
   // A precision's table: a row per case, and the text row, T5's and CLIP's times added.
   auto table = [&](bool b) {
     const std::string suffix = b ? "/bf16" : "";
     bench::Table t{.title = std::string("FLUX encoders, ") + (b ? "titan under bf16 autocast" : "titan in f32") +
-                            " (images/s or captions/s)",
-                   .unit = "/s",
+                            " (images or captions per minute)",
+                   .unit = "/min",
                    .variants = bench::kTorchAll,
                    .titan_bf16 = b,
                    .extra_headers = {"titan ms", "titan peak"},
@@ -164,11 +165,12 @@ int main(int argc, char** argv) {
     }
     const auto t5 = titan_seconds(kT5Case + suffix), clip = titan_seconds(kClipCase + suffix);
     if (t5 && clip) {
-      bench::Row text{.name = kTextRow, .titan = kCaptions / (*t5 + *clip), .torch = {},
+      const double captions = work(kT5Case);
+      bench::Row text{.name = kTextRow, .titan = captions / (*t5 + *clip), .torch = {},
                       .extra = {bench::fixed((*t5 + *clip) * 1e3, 1), ""}};
       for (const std::string& v : bench::kTorchAll) {
         const auto rt5 = torch.get(kT5Case, v), rclip = torch.get(kClipCase, v);
-        if (rt5 && rclip) text.torch[v] = kCaptions / (*rt5 + *rclip);
+        if (rt5 && rclip) text.torch[v] = captions / (*rt5 + *rclip);
       }
       t.rows.push_back(std::move(text));
     }
