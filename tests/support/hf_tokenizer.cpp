@@ -75,7 +75,9 @@ void expect_reference_parity(const data::BpeTokenizer& tok, const fs::path& fold
     const std::vector<int32_t> got = tok.encode(texts[i]);
     EXPECT_EQ(got, ids[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
     mismatched += got != ids[i];
-    if (got == ids[i]) EXPECT_EQ(tok.decode(got), decoded[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
+    if (got == ids[i]) {
+      EXPECT_EQ(tok.decode(got), decoded[i]) << "text " << i << ": '" << texts[i].substr(0, 200) << "'";
+    }
   }
   EXPECT_EQ(mismatched, 0u) << "of " << texts.size() << " texts";
   for (const auto& [length, fixed] : ref["fixed"].items()) {

@@ -2,7 +2,9 @@
 // The pre-tokenizer of a tokenizer.json: the steps that cut text into words, inside which the
 // merges then run. Supported:
 //   Split      a Regex (through PCRE2's JIT) or String pattern, behavior Isolated,
-//              MergedWithPrevious or MergedWithNext
+//              MergedWithPrevious, MergedWithNext or Removed, inverted or not (CLIP's keeps the
+//              matches and removes the rest)
+//   WhitespaceSplit  words between runs of white space, which is dropped (T5's, before Metaspace)
 //   ByteLevel  its GPT-2 regex when use_regex; must be the last step, and makes the tokenizer
 //              byte-level (words go to the model as bytes)
 //   Metaspace  SentencePiece-style: spaces become its replacement character, which is put in
