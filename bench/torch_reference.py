@@ -154,9 +154,37 @@ def group_norm(case, torch):
     return Built(lambda: torch.nn.functional.group_norm(x, case["groups"], w, b, case["eps"]), [x, w, b])
 
 
+def flux_autoencoder(case, torch):
+    """FLUX's autoencoder encoding images: diffusers' AutoencoderKL from case["folder"],
+    encode(x).latent_dist's mean and log-variance, x [batch, 3, size, size] in [-1, 1]."""
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL.from_pretrained(case["folder"]).eval()
+    x = torch.rand(case["batch"], 3, case["size"], case["size"]) * 2 - 1
+
+    def encode():
+        d = vae.encode(x).latent_dist
+        return d.mean, d.logvar
+    return Built(encode)
+
+
+def text_encoder(case, torch):
+    """A transformers text encoder from case["folder"] on random ids [batch, seq]: T5EncoderModel's
+    last_hidden_state ("t5"), CLIPTextModel's pooler_output ("clip"), as FLUX's pipeline reads them."""
+    import transformers
+
+    model_class, output = {"t5": (transformers.T5EncoderModel, "last_hidden_state"),
+                           "clip": (transformers.CLIPTextModel, "pooler_output")}[case["model"]]
+    model = model_class.from_pretrained(case["folder"]).eval()
+    ids = torch.randint(0, model.config.vocab_size, (case["batch"], case["seq"]))
+    return Built(lambda: getattr(model(input_ids=ids), output),
+                 impl=f"attn_implementation {model.config._attn_implementation}")
+
+
 BUILDERS = {"rms_norm": rms_norm, "swiglu": swiglu, "rope": rope, "softmax": softmax,
             "cross_entropy": cross_entropy, "matmul": matmul, "adamw": adamw, "moe": moe,
-            "conv2d": conv2d, "group_norm": group_norm}
+            "conv2d": conv2d, "group_norm": group_norm, "flux_autoencoder": flux_autoencoder,
+            "text_encoder": text_encoder}
 
 
 def variant_fn(fn, variant, torch, dynamic=False):

@@ -6,7 +6,9 @@
 # its own MKL and oneDNN; each benchmark sets OPENBLAS_CORETYPE for titan where OpenBLAS would pick
 # kernels older than the CPU. bench_train_step also runs JAX from $TITAN_JAX_PYTHON (`make bench`:
 # .venv-jax, from scripts/setup_jax.sh), the reference of titan's graph mode, and skips it when
-# missing. A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
+# missing. bench_flux_encoders writes its models with diffusers and transformers from $TITAN_PYTHON
+# (bench/flux_encoders_models.py) before timing titan's f32 and bf16 and every PyTorch variant on
+# them. A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
 # bench/hf_decoders.py, Python drivers of the titan command, run last and take no such flags.
 set -euo pipefail
 
