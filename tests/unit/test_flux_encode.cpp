@@ -34,39 +34,62 @@ fs::path flux_encode_reference() {
 
 TEST(FluxEncode, CachesWhatDiffusersFluxPipelineComputes) {
   const fs::path ref = flux_encode_reference();
-  if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_encode_reference.py did not run (make deps-test)");
+  if (ref.empty())
+    TITAN_MISSING_REFERENCE("tests/parity/flux_encode_reference.py did not run (make deps-test)");
   const fs::path dir = test::fresh_temp_dir("flux_encode"), out = dir / "cache";
-  const std::vector<std::string> args = {"flux", "encode", "--pipeline", (ref / "pipeline").string(),
-                                         "--data", (ref / "data").string(), "--out", out.string(),
-                                         "--image-size", "64", "--crop", "center", "--t5-length", "32",
-                                         "--batch", "4", "--shard-samples", "4"};
+  const std::vector<std::string> args = {"flux",
+                                         "encode",
+                                         "--pipeline",
+                                         (ref / "pipeline").string(),
+                                         "--data",
+                                         (ref / "data").string(),
+                                         "--out",
+                                         out.string(),
+                                         "--image-size",
+                                         "64",
+                                         "--crop",
+                                         "center",
+                                         "--t5-length",
+                                         "32",
+                                         "--batch",
+                                         "4",
+                                         "--shard-samples",
+                                         "4"};
   const test::CliRun run = test::run_titan(args, dir);
   ASSERT_EQ(run.rc, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("6 samples encoded, 0 shards kept from an earlier run, 2 shards"), std::string::npos)
       << run.out;
 
-  const checkpoint::SafetensorsFile expected = checkpoint::read_safetensors((ref / "expected.safetensors").string());
+  const checkpoint::SafetensorsFile expected =
+      checkpoint::read_safetensors((ref / "expected.safetensors").string());
   const EncodingCache cache(out.string());
   ASSERT_EQ(cache.size(), 6);
   double worst = 0;
   for (int64_t i = 0; i < 6; ++i) {
     const std::map<std::string, Tensor> got = cache.sample(i);
     EXPECT_EQ(got.at("index").to_vector<int64_t>(), std::vector<int64_t>{i});
-    for (const char* name : {"t5", "clip_pooled", "latent_mean", "latent_logvar"}) {
+    // The references are float64. Text: 1e-5, the encoders' own parity bound. Latents: float32
+    // rounding through the autoencoder's convolutions, norms and attention, measured at 5e-6 in the release
+    // build and 2.7e-5 in the sanitized one (whose kernels vectorise less); PyTorch's float32 is at
+    // 1.4e-3 here.
+    for (const auto& [name, bound] : {std::pair{"t5", 1e-5}, std::pair{"clip_pooled", 1e-5},
+                                      std::pair{"latent_mean", 5e-5}, std::pair{"latent_logvar", 5e-5}}) {
       const Tensor want = expected.tensors.at(name).narrow(0, i, 1).squeeze(0);
       ASSERT_EQ(got.at(name).sizes(), want.sizes()) << name;
       const double err = test::max_rel_error(got.at(name), want);
       worst = std::max(worst, err);
-      EXPECT_LE(err, 1e-5) << name << ", sample " << i;
+      EXPECT_LE(err, bound) << name << ", sample " << i;
     }
   }
-  for (const auto& [name, want] : {std::pair{"t5", "empty_t5"}, std::pair{"clip_pooled", "empty_clip_pooled"}})
+  for (const auto& [name, want] :
+       {std::pair{"t5", "empty_t5"}, std::pair{"clip_pooled", "empty_clip_pooled"}})
     EXPECT_LE(test::max_rel_error(cache.empty_prompt().at(name), expected.tensors.at(want)), 1e-5) << name;
   std::cout << "titan flux encode against diffusers' FluxPipeline: largest relative error " << worst << "\n";
 
   const test::CliRun again = test::run_titan(args, dir);
   ASSERT_EQ(again.rc, 0) << again.out << again.err;
-  EXPECT_NE(again.out.find("0 samples encoded, 2 shards kept from an earlier run"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("0 samples encoded, 2 shards kept from an earlier run"), std::string::npos)
+      << again.out;
 
   // Another image size is another cache: refused, not mixed in.
   std::vector<std::string> other = args;
