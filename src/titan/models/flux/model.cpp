@@ -40,7 +40,8 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Rope
   const Tensor kr = ops::rope(k, pe, ops::RopeLayout::interleaved);
   // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
   // form graph mode's splash custom call carries.
-  const attention::BlockMask mask = attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
+  const attention::BlockMask mask =
+      attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
   const Tensor out = attention::splash_attention(qr, kr, v.contiguous(), mask);
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
@@ -51,7 +52,8 @@ template <typename T>
 std::vector<T> sinusoid(const std::vector<T>& ts, int64_t half, double time_factor) {
   const T neg_log_period = static_cast<T>(-std::log(10000.0));
   std::vector<T> freqs(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) freqs[i] = std::exp(neg_log_period * static_cast<T>(i) / static_cast<T>(half));
+  for (int64_t i = 0; i < half; ++i)
+    freqs[i] = std::exp(neg_log_period * static_cast<T>(i) / static_cast<T>(half));
   std::vector<T> out(ts.size() * static_cast<size_t>(2 * half));
   for (size_t b = 0; b < ts.size(); ++b) {
     const T scaled = ts[b] * static_cast<T>(time_factor);
@@ -67,8 +69,8 @@ std::vector<T> sinusoid(const std::vector<T>& ts, int64_t half, double time_fact
 }  // namespace
 
 Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype, double time_factor) {
-  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0, "flux timestep embedding: expected t [B] and an even dim, got ",
-              t.desc(), " and ", dim);
+  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0,
+              "flux timestep embedding: expected t [B] and an even dim, got ", t.desc(), " and ", dim);
   const int64_t batch = t.size(0), half = dim / 2;
   if (dtype == kF64) {
     const std::vector<double> ts = t.to(kF64).to_vector<double>();
@@ -79,8 +81,9 @@ Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype, double time
 }
 
 ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
-  TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()), "flux rope: ids must be [L, ",
-              axes_dim.size(), "] (one column per RoPE axis), got ", ids.desc());
+  TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()),
+              "flux rope: ids must be [L, ", axes_dim.size(), "] (one column per RoPE axis), got ",
+              ids.desc());
   const std::vector<double> pos = ids.to(kF64).to_vector<double>();
   const int64_t seq = ids.size(0), n_axes = ids.size(1);
   int64_t half = 0;
@@ -179,8 +182,10 @@ Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) cons
   auto qk = [&](const Tensor& fused, int64_t i, const HeadRMSNorm& norm) {
     return norm.forward(head_view(fused, i, h, num_heads_));
   };
-  const Tensor q = ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
-  const Tensor k = ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
+  const Tensor q =
+      ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
+  const Tensor k =
+      ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
   const Tensor v = ops::cat({head_view(txt_qkv, 2, h, num_heads_), head_view(img_qkv, 2, h, num_heads_)}, 1);
   const Tensor attn = attend(q, k, v, ctx.pe);
 
@@ -193,8 +198,10 @@ Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) cons
 
 SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
     : num_heads_(a.num_heads), hidden_(a.hidden_size), mlp_hidden_(a.mlp_hidden_dim()) {
-  linear1 = register_module("linear1", std::make_shared<nn::Linear>(hidden_, 3 * hidden_ + mlp_hidden_, true, opts));
-  linear2 = register_module("linear2", std::make_shared<nn::Linear>(hidden_ + mlp_hidden_, hidden_, true, opts));
+  linear1 = register_module("linear1",
+                            std::make_shared<nn::Linear>(hidden_, 3 * hidden_ + mlp_hidden_, true, opts));
+  linear2 =
+      register_module("linear2", std::make_shared<nn::Linear>(hidden_ + mlp_hidden_, hidden_, true, opts));
   norm = register_module("norm", std::make_shared<QKNorm>(a.head_dim(), opts));
   modulation = register_module("modulation", std::make_shared<Modulation>(hidden_, 3, opts));
 }
@@ -232,7 +239,8 @@ FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) 
     guidance_in = register_module("guidance_in", std::make_shared<MLPEmbedder>(kTimeDim, h, opts));
   txt_in = register_module("txt_in", std::make_shared<nn::Linear>(args.context_in_dim, h, true, opts));
   double_blocks = register_module("double_blocks", std::make_shared<nn::ModuleList<DoubleStreamBlock>>());
-  for (int64_t i = 0; i < args.depth; ++i) double_blocks->push_back(std::make_shared<DoubleStreamBlock>(args, opts));
+  for (int64_t i = 0; i < args.depth; ++i)
+    double_blocks->push_back(std::make_shared<DoubleStreamBlock>(args, opts));
   single_blocks = register_module("single_blocks", std::make_shared<nn::ModuleList<SingleStreamBlock>>());
   for (int64_t i = 0; i < args.depth_single_blocks; ++i)
     single_blocks->push_back(std::make_shared<SingleStreamBlock>(args, opts));
@@ -241,36 +249,38 @@ FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) 
 
 Tensor FluxTransformer::operator()(const FluxInputs& in) {
   const FluxModelArgs& a = args_;
-  TITAN_CHECK(in.img.dim() == 3 && in.img.size(2) == a.in_channels, "flux: img must be [B, L_img, ", a.in_channels,
-              "] (packed latent tokens), got ", in.img.desc());
+  TITAN_CHECK(in.img.dim() == 3 && in.img.size(2) == a.in_channels, "flux: img must be [B, L_img, ",
+              a.in_channels, "] (packed latent tokens), got ", in.img.desc());
   const int64_t batch = in.img.size(0), img_len = in.img.size(1);
   TITAN_CHECK(in.txt.dim() == 3 && in.txt.size(0) == batch && in.txt.size(2) == a.context_in_dim,
               "flux: txt must be [", batch, ", L_txt, ", a.context_in_dim, "], got ", in.txt.desc());
   const int64_t txt_len = in.txt.size(1);
   TITAN_CHECK(in.img_ids.dim() == 2 && in.img_ids.size(0) == img_len && in.txt_ids.dim() == 2 &&
                   in.txt_ids.size(0) == txt_len,
-              "flux: img_ids must be [", img_len, ", 3] and txt_ids [", txt_len, ", 3], got ", in.img_ids.desc(),
-              " and ", in.txt_ids.desc());
-  TITAN_CHECK(in.timesteps.dim() == 1 && in.timesteps.size(0) == batch, "flux: timesteps must be [", batch, "], got ",
-              in.timesteps.desc());
-  TITAN_CHECK(in.y.dim() == 2 && in.y.size(0) == batch && in.y.size(1) == a.vec_in_dim, "flux: y must be [", batch,
-              ", ", a.vec_in_dim, "] (CLIP pooled), got ", in.y.desc());
+              "flux: img_ids must be [", img_len, ", 3] and txt_ids [", txt_len, ", 3], got ",
+              in.img_ids.desc(), " and ", in.txt_ids.desc());
+  TITAN_CHECK(in.timesteps.dim() == 1 && in.timesteps.size(0) == batch, "flux: timesteps must be [", batch,
+              "], got ", in.timesteps.desc());
+  TITAN_CHECK(in.y.dim() == 2 && in.y.size(0) == batch && in.y.size(1) == a.vec_in_dim, "flux: y must be [",
+              batch, ", ", a.vec_in_dim, "] (CLIP pooled), got ", in.y.desc());
   TITAN_CHECK(in.guidance.defined() == a.guidance_embed,
-              a.guidance_embed ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
-                               : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
+              a.guidance_embed
+                  ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
+                  : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
 
   const DType dtype = in.img.dtype();
   Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim, dtype));
   if (a.guidance_embed) {
-    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch, "], got ",
-                in.guidance.desc());
+    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch,
+                "], got ", in.guidance.desc());
     vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim, dtype));
   }
   vec = vec + (*vector_in)(in.y);
 
-  BlockContext ctx{.vec = vec,
-                   .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
-                   .txt_len = txt_len};
+  BlockContext ctx{
+      .vec = vec,
+      .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
+      .txt_len = txt_len};
   Tensor x = ops::cat({(*txt_in)(in.txt), (*img_in)(in.img)}, 1);
   for (size_t i = 0; i < double_blocks->size(); ++i) x = (*double_blocks)[i](x, ctx);
   for (size_t i = 0; i < single_blocks->size(); ++i) x = (*single_blocks)[i](x, ctx);
@@ -279,26 +289,26 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
 
 Tensor pack_latents(const Tensor& latents, int64_t p) {
   TITAN_CHECK(latents.dim() == 4 && p > 0 && latents.size(2) % p == 0 && latents.size(3) % p == 0,
-              "flux pack_latents: expected latents [B, C, H, W] with H and W multiples of the patch size ", p, ", got ",
-              latents.desc());
+              "flux pack_latents: expected latents [B, C, H, W] with H and W multiples of the patch size ", p,
+              ", got ", latents.desc());
   const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2) / p, w = latents.size(3) / p;
   return latents.reshape({b, c, h, p, w, p}).permute({0, 2, 4, 1, 3, 5}).reshape({b, h * w, c * p * p});
 }
 
 Tensor unpack_latents(const Tensor& tokens, int64_t height, int64_t width, int64_t p) {
-  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux unpack_latents: height ", height, " and width ", width,
-              " must be multiples of the patch size ", p);
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux unpack_latents: height ", height,
+              " and width ", width, " must be multiples of the patch size ", p);
   const int64_t h = height / p, w = width / p;
   TITAN_CHECK(tokens.dim() == 3 && tokens.size(1) == h * w && tokens.size(2) % (p * p) == 0,
-              "flux unpack_latents: expected tokens [B, ", h * w, ", C * ", p * p, "] for ", height, " x ", width,
-              " latents, got ", tokens.desc());
+              "flux unpack_latents: expected tokens [B, ", h * w, ", C * ", p * p, "] for ", height, " x ",
+              width, " latents, got ", tokens.desc());
   const int64_t b = tokens.size(0), c = tokens.size(2) / (p * p);
   return tokens.reshape({b, h, w, c, p, p}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
 }
 
 Tensor image_ids(int64_t height, int64_t width, int64_t p) {
-  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux image_ids: height ", height, " and width ", width,
-              " must be multiples of the patch size ", p);
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux image_ids: height ", height, " and width ",
+              width, " must be multiples of the patch size ", p);
   const int64_t h = height / p, w = width / p;
   std::vector<float> ids(static_cast<size_t>(h * w * 3), 0.0f);
   for (int64_t r = 0; r < h; ++r)

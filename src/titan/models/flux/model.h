@@ -27,7 +27,7 @@ struct FluxInputs {
   Tensor txt_ids;    // f32 [L_txt, 3]: zeros
   Tensor timesteps;  // f32 [B] in [0, 1] (the model multiplies by 1000, as BFL and diffusers do)
   Tensor y;          // f32 [B, vec_in_dim]: CLIP pooled
-  Tensor guidance;   // f32 [B] (flux-dev's distilled guidance scale), undefined for models without guidance_in
+  Tensor guidance;  // f32 [B] (flux-dev's distilled guidance scale), undefined for models without guidance_in
 };
 
 // sinusoid(time_factor * t, dim) as BFL's timestep_embedding (= diffusers' Timesteps with
@@ -57,7 +57,7 @@ class MLPEmbedder : public nn::Module {
 class HeadRMSNorm : public nn::Module {
  public:
   HeadRMSNorm(int64_t head_dim, TensorOptions opts);
-  Tensor forward(const Tensor& x) const;  // x [..., head_dim]
+  Tensor forward(const Tensor& x) const;           // x [..., head_dim]
   void reset_parameters(Generator& gen) override;  // scale = 1
   Tensor scale;
 };
@@ -167,8 +167,9 @@ class FluxTransformer : public nn::Module {
 // diffusers' _pack_latents / BFL's rearrange "b c (h ph) (w pw) -> b (h w) (c ph pw)" and back.
 Tensor pack_latents(const Tensor& latents /*[B, C, H, W]*/, int64_t patch_size);
 // H, W in latent pixels.
-Tensor unpack_latents(const Tensor& tokens /*[B, L, C*p*p]*/, int64_t height, int64_t width, int64_t patch_size);
+Tensor unpack_latents(const Tensor& tokens /*[B, L, C*p*p]*/, int64_t height, int64_t width,
+                      int64_t patch_size);
 Tensor image_ids(int64_t height, int64_t width, int64_t patch_size);  // [H/p * W/p, 3]
-Tensor text_ids(int64_t length);                                       // [length, 3] zeros
+Tensor text_ids(int64_t length);                                      // [length, 3] zeros
 
 }  // namespace titan::models::flux
