@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "support/test_util.h"
+#include "titan/autograd/checkpoint.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
@@ -19,6 +20,7 @@
 #include "titan/models/flux/state_dict_adapter.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
+#include "titan/ops/reduce.h"
 #include "titan/train/flux/rectified_flow.h"
 #include "titan/train/flux/transformer_folder.h"
 
@@ -266,12 +268,40 @@ TEST(FluxTransformer, FlavorsBuildAndTheSummaryCountsTheirParameters) {
   EXPECT_NE(s.description.find("19 double + 38 single"), std::string::npos) << s.description;
 }
 
-TEST(FluxTransformer, BlocksAreNamedModulesForWrapping) {
-  fm::FluxTransformer model(fm::flux_flavor("flux-tiny"));
+// The blocks are modules that activation checkpointing (and FSDP) can wrap: checkpointing every
+// block gives bit-identical gradients, the conditioning vector's included.
+TEST(FluxTransformer, CheckpointedBlocksGiveTheSameGradients) {
+  fm::FluxModelArgs a = fm::flux_flavor("flux-tiny");
+  a.hidden_size = 64;
+  a.num_heads = 2;
+  fm::FluxTransformer model(a);
+  Generator gen(3);
+  model.init_weights(gen);
   std::vector<std::string> names;
   for (const auto& [name, m] : model.named_modules()) names.push_back(name);
   for (const char* want : {"double_blocks.0", "double_blocks.1", "single_blocks.0", "single_blocks.1"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+
+  fm::FluxInputs in;
+  in.img = Tensor::randn({2, 16, a.in_channels}, gen);
+  in.img_ids = fm::image_ids(8, 8, a.patch_size);
+  in.txt = Tensor::randn({2, 7, a.context_in_dim}, gen);
+  in.txt_ids = fm::text_ids(7);
+  in.timesteps = Tensor::rand({2}, gen);
+  in.y = Tensor::randn({2, a.vec_in_dim}, gen);
+  auto gradients = [&] {
+    model.zero_grad();
+    ops::mean(ops::square(model(in))).backward();
+    nn::StateDict g;
+    for (const auto& [name, p] : model.named_parameters()) g.emplace(name, p.grad().clone());
+    return g;
+  };
+  const nn::StateDict plain = gradients();
+  for (auto& [name, m] : model.named_modules())
+    if (name.starts_with("double_blocks.") || name.starts_with("single_blocks."))
+      m->set_forward_wrapper(
+          [](const nn::Module::ForwardBody& body, const Tensor& x) { return autograd::checkpoint(body, x); });
+  test::expect_same_state(gradients(), plain);
 }
 
 TEST(RectifiedFlow, NoisyLatentsAndLossFollowTheirDefinitions) {

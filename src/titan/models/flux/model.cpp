@@ -86,21 +86,22 @@ ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_di
               ids.desc());
   const std::vector<double> pos = ids.to(kF64).to_vector<double>();
   const int64_t seq = ids.size(0), n_axes = ids.size(1);
-  int64_t half = 0;
-  for (int64_t d : axes_dim) half += d / 2;
-  std::vector<float> cos(static_cast<size_t>(seq * half)), sin(cos.size());
-  for (int64_t l = 0; l < seq; ++l) {
-    int64_t col = 0;
-    for (int64_t a = 0; a < n_axes; ++a) {
-      const int64_t d = axes_dim[a];
-      for (int64_t j = 0; j < d / 2; ++j, ++col) {
-        const double omega = 1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(d));
-        const double angle = pos[l * n_axes + a] * omega;
-        cos[l * half + col] = static_cast<float>(std::cos(angle));
-        sin[l * half + col] = static_cast<float>(std::sin(angle));
-      }
+  // Column c of a row rotates by ids[axis[c]] * omega[c].
+  std::vector<double> omega;
+  std::vector<int64_t> axis;
+  for (int64_t a = 0; a < n_axes; ++a)
+    for (int64_t j = 0; j < axes_dim[a] / 2; ++j) {
+      omega.push_back(1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(axes_dim[a])));
+      axis.push_back(a);
     }
-  }
+  const int64_t half = static_cast<int64_t>(omega.size());
+  std::vector<float> cos(static_cast<size_t>(seq * half)), sin(cos.size());
+  for (int64_t l = 0; l < seq; ++l)
+    for (int64_t c = 0; c < half; ++c) {
+      const double angle = pos[l * n_axes + axis[c]] * omega[c];
+      cos[l * half + c] = static_cast<float>(std::cos(angle));
+      sin[l * half + c] = static_cast<float>(std::sin(angle));
+    }
   ops::RopeTable table;
   table.cos = Tensor::from_vector<float>(cos, {seq, half});
   table.sin = Tensor::from_vector<float>(sin, {seq, half});
