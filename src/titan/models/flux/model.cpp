@@ -9,6 +9,7 @@
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
 #include "titan/ops/norm.h"
+#include "titan/ops/sinusoid.h"
 
 namespace titan::models::flux {
 
@@ -46,24 +47,15 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Rope
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
 
-// [cos(t f_i); sin(t f_i)] per row in T, in torch's order of operations (BFL's timestep_embedding,
+// f_i = exp(-log(10000) i / half) in T, in torch's order of operations (BFL's timestep_embedding,
 // diffusers' get_timestep_embedding), so that each rounding is theirs.
 template <typename T>
-std::vector<T> sinusoid(const std::vector<T>& ts, int64_t half, double time_factor) {
+Tensor timestep_freqs(int64_t half) {
   const T neg_log_period = static_cast<T>(-std::log(10000.0));
   std::vector<T> freqs(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     freqs[i] = std::exp(neg_log_period * static_cast<T>(i) / static_cast<T>(half));
-  std::vector<T> out(ts.size() * static_cast<size_t>(2 * half));
-  for (size_t b = 0; b < ts.size(); ++b) {
-    const T scaled = ts[b] * static_cast<T>(time_factor);
-    for (int64_t i = 0; i < half; ++i) {
-      const T arg = scaled * freqs[i];
-      out[b * 2 * half + i] = std::cos(arg);
-      out[b * 2 * half + half + i] = std::sin(arg);
-    }
-  }
-  return out;
+  return Tensor::from_vector<T>(freqs, {half});
 }
 
 }  // namespace
@@ -71,19 +63,18 @@ std::vector<T> sinusoid(const std::vector<T>& ts, int64_t half, double time_fact
 Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype, double time_factor) {
   TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0,
               "flux timestep embedding: expected t [B] and an even dim, got ", t.desc(), " and ", dim);
-  const int64_t batch = t.size(0), half = dim / 2;
-  if (dtype == kF64) {
-    const std::vector<double> ts = t.to(kF64).to_vector<double>();
-    return Tensor::from_vector<double>(sinusoid<double>(ts, half, time_factor), {batch, dim});
-  }
-  const std::vector<float> ts = t.to(kF32).to_vector<float>();
-  return Tensor::from_vector<float>(sinusoid<float>(ts, half, time_factor), {batch, dim}).to(dtype);
+  const DType compute = dtype == kF64 ? kF64 : kF32;
+  const Tensor freqs = compute == kF64 ? timestep_freqs<double>(dim / 2) : timestep_freqs<float>(dim / 2);
+  return ops::sinusoid(ops::scale(t.detach().to(compute), time_factor), freqs).to(dtype);
 }
 
 ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
   TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()),
               "flux rope: ids must be [L, ", axes_dim.size(), "] (one column per RoPE axis), got ",
               ids.desc());
+  TITAN_CHECK(!ids.is_lazy(), "flux rope: the token ids ", ids.desc(),
+              " are values of the program being captured; keep img_ids and txt_ids host tensors (they "
+              "fix the RoPE table, which enters the program as an input)");
   const std::vector<double> pos = ids.to(kF64).to_vector<double>();
   const int64_t seq = ids.size(0), n_axes = ids.size(1);
   // Column c of a row rotates by ids[axis[c]] * omega[c].

@@ -22,6 +22,8 @@ namespace titan::models::flux {
 
 struct FluxInputs {
   Tensor img;        // f32 [B, L_img, in_channels]: packed latent tokens (x_t)
+  // The ids stay host tensors in a capture (graph mode): they fix the RoPE table, which enters the
+  // program as an input, while every other field may be a value of the program.
   Tensor img_ids;    // f32 [L_img, 3]: (0, row, col) per token, BFL's / diffusers' ids
   Tensor txt;        // f32 [B, L_txt, context_in_dim]: T5's last hidden state
   Tensor txt_ids;    // f32 [L_txt, 3]: zeros
@@ -34,7 +36,7 @@ struct FluxInputs {
 // flip_sin_to_cos, shift 0): [cos(t f_i); sin(t f_i)], f_i = 10000^(-i / (dim/2)). t [B] -> [B, dim]
 // in `dtype`; a constant (no gradient flows to t). Computed in f32 as BFL and diffusers compute it
 // (their f32 rounding of 1000 t ~ 1000 moves entries by up to ~1e-4, so parity needs the same
-// steps), and in f64 for an f64 model.
+// steps), and in f64 for an f64 model. t may be a value of a captured program (ops::sinusoid).
 Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype = kF32, double time_factor = 1000.0);
 
 // The RoPE table of the tokens whose ids are `ids` [L, n_axes]: row l holds, axis after axis, the
