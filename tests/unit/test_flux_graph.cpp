@@ -3,6 +3,7 @@
 // op it embeds timesteps with, whose lowering lets new timesteps reuse one compiled program.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
