@@ -29,8 +29,9 @@ Tensor sinusoid(const Tensor& t, const Tensor& freqs) {
               "sinusoid: t must be f32 or f64 [B], got ", t.defined() ? t.desc() : std::string("undefined"));
   TITAN_CHECK(!t.requires_grad(), "sinusoid: t ", t.desc(),
               " requires grad, but the embedding is a constant of t; detach it");
-  TITAN_CHECK(freqs.defined() && freqs.dim() == 1 && freqs.dtype() == t.dtype(), "sinusoid: freqs must be [half] in t's dtype (",
-              dtype_name(t.dtype()), "), got ", freqs.defined() ? freqs.desc() : std::string("undefined"));
+  TITAN_CHECK(freqs.defined() && freqs.dim() == 1 && freqs.dtype() == t.dtype(),
+              "sinusoid: freqs must be [half] in t's dtype (", dtype_name(t.dtype()), "), got ",
+              freqs.defined() ? freqs.desc() : std::string("undefined"));
   check_cpu("sinusoid", freqs);
   if (t.is_lazy()) return sinusoid_lowered(t, freqs.contiguous());
   check_cpu("sinusoid", t);

@@ -5,6 +5,7 @@
 #include "titan/attention/splash.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
+#include "titan/models/common/run_blocks.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
@@ -21,6 +22,11 @@ constexpr int64_t kTimeDim = 256;
 // (1 + scale) x + shift, scale and shift [B, 1, D] over x [B, L, D].
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   return x * (scale + 1.0) + shift;
+}
+
+// vec [B, hidden] from a block's input [vec; txt; img].
+Tensor conditioning(const Tensor& x) {
+  return x.narrow(1, 0, 1).reshape({x.size(0), x.size(2)});
 }
 
 Tensor layer_norm(const Tensor& x) {
@@ -166,9 +172,10 @@ DoubleStreamBlock::DoubleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
 }
 
 Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
-  const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - txt_len, h = x.size(2);
-  const Tensor txt = x.narrow(1, 0, txt_len), img = x.narrow(1, txt_len, img_len);
-  const std::vector<Tensor> im = img_mod->forward(ctx.vec), tm = txt_mod->forward(ctx.vec);
+  const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - 1 - txt_len, h = x.size(2);
+  const Tensor vec_token = x.narrow(1, 0, 1), vec = conditioning(x);
+  const Tensor txt = x.narrow(1, 1, txt_len), img = x.narrow(1, 1 + txt_len, img_len);
+  const std::vector<Tensor> im = img_mod->forward(vec), tm = txt_mod->forward(vec);
   const Tensor img_qkv = (*img_attn->qkv)(modulate(layer_norm(img), im[0], im[1]));
   const Tensor txt_qkv = (*txt_attn->qkv)(modulate(layer_norm(txt), tm[0], tm[1]));
   auto qk = [&](const Tensor& fused, int64_t i, const HeadRMSNorm& norm) {
@@ -185,7 +192,7 @@ Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) cons
   img_out = img_out + im[5] * img_mlp->forward(modulate(layer_norm(img_out), im[3], im[4]));
   Tensor txt_out = txt + tm[2] * (*txt_attn->proj)(attn.narrow(1, 0, txt_len));
   txt_out = txt_out + tm[5] * txt_mlp->forward(modulate(layer_norm(txt_out), tm[3], tm[4]));
-  return ops::cat({txt_out, img_out}, 1);
+  return ops::cat({vec_token, txt_out, img_out}, 1);
 }
 
 SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
@@ -198,15 +205,16 @@ SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
   modulation = register_module("modulation", std::make_shared<Modulation>(hidden_, 3, opts));
 }
 
-Tensor SingleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
-  const std::vector<Tensor> mod = modulation->forward(ctx.vec);
+Tensor SingleStreamBlock::forward(const Tensor& x_vec, const BlockContext& ctx) const {
+  const Tensor vec_token = x_vec.narrow(1, 0, 1), x = x_vec.narrow(1, 1, x_vec.size(1) - 1);
+  const std::vector<Tensor> mod = modulation->forward(conditioning(x_vec));
   const Tensor fused = (*linear1)(modulate(layer_norm(x), mod[0], mod[1]));
   const Tensor q = norm->query_norm->forward(head_view(fused, 0, hidden_, num_heads_));
   const Tensor k = norm->key_norm->forward(head_view(fused, 1, hidden_, num_heads_));
   const Tensor v = head_view(fused, 2, hidden_, num_heads_);
   const Tensor mlp = ops::gelu(fused.narrow(2, 3 * hidden_, mlp_hidden_), ops::GeluApproximation::tanh);
   const Tensor out = (*linear2)(ops::cat({attend(q, k, v, ctx.pe), mlp}, 2));
-  return x + mod[2] * out;
+  return ops::cat({vec_token, x + mod[2] * out}, 1);
 }
 
 LastLayer::LastLayer(int64_t hidden, int64_t out_channels, TensorOptions opts) {
@@ -269,14 +277,15 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
   }
   vec = vec + (*vector_in)(in.y);
 
-  BlockContext ctx{
-      .vec = vec,
+  const BlockContext ctx{
       .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
       .txt_len = txt_len};
-  Tensor x = ops::cat({(*txt_in)(in.txt), (*img_in)(in.img)}, 1);
-  for (size_t i = 0; i < double_blocks->size(); ++i) x = (*double_blocks)[i](x, ctx);
-  for (size_t i = 0; i < single_blocks->size(); ++i) x = (*single_blocks)[i](x, ctx);
-  return final_layer->forward(x.narrow(1, txt_len, img_len), vec);
+  Tensor x = ops::cat({vec.unsqueeze(1), (*txt_in)(in.txt), (*img_in)(in.img)}, 1);
+  x = common::run_blocks(*double_blocks, 0, static_cast<int64_t>(double_blocks->size()), x,
+                         [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+  x = common::run_blocks(*single_blocks, 0, static_cast<int64_t>(single_blocks->size()), x,
+                         [ctx](SingleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+  return final_layer->forward(x.narrow(1, 1 + txt_len, img_len), conditioning(x));
 }
 
 Tensor pack_latents(const Tensor& latents, int64_t p) {

@@ -21,7 +21,7 @@
 namespace titan::models::flux {
 
 struct FluxInputs {
-  Tensor img;        // f32 [B, L_img, in_channels]: packed latent tokens (x_t)
+  Tensor img;  // f32 [B, L_img, in_channels]: packed latent tokens (x_t)
   // The ids stay host tensors in a capture (graph mode): they fix the RoPE table, which enters the
   // program as an input, while every other field may be a value of the program.
   Tensor img_ids;    // f32 [L_img, 3]: (0, row, col) per token, BFL's / diffusers' ids
@@ -96,16 +96,19 @@ class Modulation : public nn::Module {
   std::shared_ptr<nn::Linear> lin;
 };
 
-// What every block of one forward shares: the conditioning vector, the RoPE table of [txt; img]
-// and the text length. Blocks capture it by value (activation checkpointing reruns them).
+// What every block of one forward shares besides its input: the RoPE table of [txt; img] and the
+// text length. Blocks capture it by value (activation checkpointing reruns them).
 struct BlockContext {
-  Tensor vec;  // [B, hidden]
   ops::RopeTable pe;
   int64_t txt_len = 0;
 };
 
-// Both streams, one joint attention. Its input and output are [txt; img] along the sequence, one
-// tensor, so that activation checkpointing and FSDP can wrap the call.
+// A block's input and output: [vec; txt; img] along the sequence, [B, 1 + L_txt + L_img, hidden],
+// the conditioning vector riding as a first token that each block reads and passes on unchanged.
+// So the blocks are functions of one tensor and their parameters: activation checkpointing and FSDP
+// wrap the call, and graph mode runs them as a loop (autograd::scan_blocks), which carries vec and
+// its gradient from block to block.
+// Both streams, one joint attention.
 class DoubleStreamBlock : public nn::Module {
  public:
   DoubleStreamBlock(const FluxModelArgs& args, TensorOptions opts);
