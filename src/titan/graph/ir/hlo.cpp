@@ -11,27 +11,21 @@ namespace titan::graph::hlo {
 
 namespace {
 
-Program& prog() {
-  return current_program();
-}
+Program& prog() { return current_program(); }
 
 std::string ints(const Shape& xs) {
   std::string out;
   for (size_t i = 0; i < xs.size(); ++i) out += (i ? ", " : "") + std::to_string(xs[i]);
   return out;
 }
-std::string array(const Shape& xs) {
-  return "array<i64" + (xs.empty() ? std::string() : ": " + ints(xs)) + ">";
-}
+std::string array(const Shape& xs) { return "array<i64" + (xs.empty() ? std::string() : ": " + ints(xs)) + ">"; }
 std::string list(const Shape& xs) {
   std::string out = "[";  // appended: GCC 12's -Wrestrict misreads "[" + std::string
   out += ints(xs);
   return out + "]";
 }
 
-ResultType type_of(const Value& v) {
-  return {v.shape, v.dtype, v.pred};
-}
+ResultType type_of(const Value& v) { return {v.shape, v.dtype, v.pred}; }
 
 void check_same(const char* op, const Value& a, const Value& b) {
   TITAN_CHECK(a.shape == b.shape && a.dtype == b.dtype && a.pred == b.pred, "graph lowering: ", op,
@@ -51,8 +45,7 @@ Value unary(const char* op, const Value& x) {
 // and the non-finite ones by their bits.
 std::string literal(double value, DType dtype) {
   if (dtype == kI32 || dtype == kI64) return std::to_string(static_cast<int64_t>(value));
-  if (std::isnan(value))
-    return dtype == kBF16 ? "0x7FC0" : dtype == kF32 ? "0x7FC00000" : "0x7FF8000000000000";
+  if (std::isnan(value)) return dtype == kBF16 ? "0x7FC0" : dtype == kF32 ? "0x7FC00000" : "0x7FF8000000000000";
   if (std::isinf(value)) {
     const bool neg = value < 0;
     if (dtype == kBF16) return neg ? "0xFF80" : "0x7F80";
@@ -79,8 +72,7 @@ Value reduce(const char* body_op, double init, const Value& x, const Shape& dims
   std::string body = prog().region({elem, elem}, [&](const std::vector<Value>& a) {
     return std::vector<Value>{prog().emit1(body_op, {a[0], a[1]}, elem)};
   });
-  return prog().emit1("stablehlo.reduce", {x, start}, {out, x.dtype, false}, "dimensions = " + array(dims),
-                      {body});
+  return prog().emit1("stablehlo.reduce", {x, start}, {out, x.dtype, false}, "dimensions = " + array(dims), {body});
 }
 
 Value keep_dim(const Value& reduced, const Shape& like, int64_t dim) {
@@ -109,67 +101,28 @@ Value constant_i64(const std::vector<int64_t>& values) {
 }
 
 Value iota(const Shape& shape, int64_t dim, DType dtype) {
-  return prog().emit1("stablehlo.iota", {}, {shape, dtype, false},
-                      "iota_dimension = " + std::to_string(dim) + " : i64");
+  return prog().emit1("stablehlo.iota", {}, {shape, dtype, false}, "iota_dimension = " + std::to_string(dim) + " : i64");
 }
 
-Value add(const Value& a, const Value& b) {
-  return binary("add", a, b);
-}
-Value sub(const Value& a, const Value& b) {
-  return binary("subtract", a, b);
-}
-Value mul(const Value& a, const Value& b) {
-  return binary("multiply", a, b);
-}
-Value div(const Value& a, const Value& b) {
-  return binary("divide", a, b);
-}
-Value max(const Value& a, const Value& b) {
-  return binary("maximum", a, b);
-}
-Value min(const Value& a, const Value& b) {
-  return binary("minimum", a, b);
-}
-Value pow(const Value& a, const Value& b) {
-  return binary("power", a, b);
-}
-Value logical_and(const Value& a, const Value& b) {
-  return binary("and", a, b);
-}
-Value logical_or(const Value& a, const Value& b) {
-  return binary("or", a, b);
-}
-Value neg(const Value& x) {
-  return unary("negate", x);
-}
-Value exp(const Value& x) {
-  return unary("exponential", x);
-}
-Value log(const Value& x) {
-  return unary("log", x);
-}
-Value sqrt(const Value& x) {
-  return unary("sqrt", x);
-}
-Value rsqrt(const Value& x) {
-  return unary("rsqrt", x);
-}
-Value tanh(const Value& x) {
-  return unary("tanh", x);
-}
-Value cos(const Value& x) {
-  return unary("cosine", x);
-}
-Value sin(const Value& x) {
-  return unary("sine", x);
-}
-Value logistic(const Value& x) {
-  return unary("logistic", x);
-}
-Value abs(const Value& x) {
-  return unary("abs", x);
-}
+Value add(const Value& a, const Value& b) { return binary("add", a, b); }
+Value sub(const Value& a, const Value& b) { return binary("subtract", a, b); }
+Value mul(const Value& a, const Value& b) { return binary("multiply", a, b); }
+Value div(const Value& a, const Value& b) { return binary("divide", a, b); }
+Value max(const Value& a, const Value& b) { return binary("maximum", a, b); }
+Value min(const Value& a, const Value& b) { return binary("minimum", a, b); }
+Value pow(const Value& a, const Value& b) { return binary("power", a, b); }
+Value logical_and(const Value& a, const Value& b) { return binary("and", a, b); }
+Value logical_or(const Value& a, const Value& b) { return binary("or", a, b); }
+Value neg(const Value& x) { return unary("negate", x); }
+Value exp(const Value& x) { return unary("exponential", x); }
+Value log(const Value& x) { return unary("log", x); }
+Value sqrt(const Value& x) { return unary("sqrt", x); }
+Value rsqrt(const Value& x) { return unary("rsqrt", x); }
+Value tanh(const Value& x) { return unary("tanh", x); }
+Value cos(const Value& x) { return unary("cosine", x); }
+Value sin(const Value& x) { return unary("sine", x); }
+Value logistic(const Value& x) { return unary("logistic", x); }
+Value abs(const Value& x) { return unary("abs", x); }
 Value erf(const Value& x) {
   return prog().emit1("chlo.erf", {x}, type_of(x));
 }
@@ -191,17 +144,13 @@ Value compare(const Value& a, const Value& b, const std::string& direction) {
 Value select(const Value& pred, const Value& on_true, const Value& on_false) {
   check_same("select", on_true, on_false);
   TITAN_CHECK(pred.pred && (pred.shape == on_true.shape || pred.shape.empty()),
-              "graph lowering: select needs a predicate of the operands' shape, got ", mlir_type(pred),
-              " for ", mlir_type(on_true));
+              "graph lowering: select needs a predicate of the operands' shape, got ", mlir_type(pred), " for ",
+              mlir_type(on_true));
   return prog().emit1("stablehlo.select", {pred, on_true, on_false}, type_of(on_true));
 }
 
-Value mul(const Value& x, double s) {
-  return mul(x, constant(s, x.shape, x.dtype));
-}
-Value add(const Value& x, double c) {
-  return add(x, constant(c, x.shape, x.dtype));
-}
+Value mul(const Value& x, double s) { return mul(x, constant(s, x.shape, x.dtype)); }
+Value add(const Value& x, double c) { return add(x, constant(c, x.shape, x.dtype)); }
 
 Value reshape(const Value& x, const Shape& shape) {
   TITAN_CHECK(numel_of(shape) == numel_of(x.shape), "graph lowering: reshape of ", mlir_type(x), " to ",
@@ -223,17 +172,16 @@ Value transpose(const Value& x, const Shape& permutation) {
     identity &= permutation[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
-  return prog().emit1("stablehlo.transpose", {x}, {out, x.dtype, x.pred},
-                      "permutation = " + array(permutation));
+  return prog().emit1("stablehlo.transpose", {x}, {out, x.dtype, x.pred}, "permutation = " + array(permutation));
 }
 
 Value broadcast_in_dim(const Value& x, const Shape& shape, const Shape& dims) {
-  TITAN_CHECK(dims.size() == x.shape.size(), "graph lowering: broadcast_in_dim of ", mlir_type(x),
-              " with dims ", shape_str(dims));
+  TITAN_CHECK(dims.size() == x.shape.size(), "graph lowering: broadcast_in_dim of ", mlir_type(x), " with dims ",
+              shape_str(dims));
   for (size_t i = 0; i < dims.size(); ++i) {
     const int64_t to = shape.at(static_cast<size_t>(dims[i]));
-    TITAN_CHECK(x.shape[i] == 1 || x.shape[i] == to, "graph lowering: cannot broadcast ", mlir_type(x),
-                " to ", shape_str(shape));
+    TITAN_CHECK(x.shape[i] == 1 || x.shape[i] == to, "graph lowering: cannot broadcast ", mlir_type(x), " to ",
+                shape_str(shape));
   }
   if (shape == x.shape) return x;
   return prog().emit1("stablehlo.broadcast_in_dim", {x}, {shape, x.dtype, x.pred},
@@ -285,8 +233,7 @@ Value dynamic_slice(const Value& x, const std::vector<Value>& starts, const Shap
               "graph lowering: dynamic_slice of ", mlir_type(x), " needs one start and size per dim");
   std::vector<Value> operands{x};
   operands.insert(operands.end(), starts.begin(), starts.end());
-  return prog().emit1("stablehlo.dynamic_slice", operands, {sizes, x.dtype, x.pred},
-                      "slice_sizes = " + array(sizes));
+  return prog().emit1("stablehlo.dynamic_slice", operands, {sizes, x.dtype, x.pred}, "slice_sizes = " + array(sizes));
 }
 
 Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& starts) {
@@ -300,8 +247,7 @@ Value dynamic_update_slice(const Value& x, const Value& update, const std::vecto
 Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Shape& b_batch,
                   const Shape& a_contract, const Shape& b_contract, DType result_dtype) {
   TITAN_CHECK(a_batch.size() == b_batch.size() && a_contract.size() == b_contract.size(),
-              "graph lowering: dot_general of ", mlir_type(a), " and ", mlir_type(b),
-              " pairs its dims unevenly");
+              "graph lowering: dot_general of ", mlir_type(a), " and ", mlir_type(b), " pairs its dims unevenly");
   auto listed = [](const Shape& dims, int64_t d) {
     for (int64_t x : dims)
       if (x == d) return true;
@@ -341,11 +287,11 @@ Value dot_general(const Value& a, const Value& b, const Shape& a_batch, const Sh
 Value convolution(const Value& lhs, const Value& rhs, const std::string& layout, const ConvWindow& window,
                   const Shape& result, DType result_dtype) {
   TITAN_CHECK(lhs.shape.size() == 4 && rhs.shape.size() == 4 && result.size() == 4 && lhs.dtype == rhs.dtype,
-              "graph lowering: convolution of ", mlir_type(lhs), " with ", mlir_type(rhs), " to ",
-              shape_str(result), " needs 4-d operands of one dtype");
-  const std::string padding =
-      "dense<[[" + std::to_string(window.pad_low[0]) + ", " + std::to_string(window.pad_high[0]) + "], [" +
-      std::to_string(window.pad_low[1]) + ", " + std::to_string(window.pad_high[1]) + "]]> : tensor<2x2xi64>";
+              "graph lowering: convolution of ", mlir_type(lhs), " with ", mlir_type(rhs), " to ", shape_str(result),
+              " needs 4-d operands of one dtype");
+  const std::string padding = "dense<[[" + std::to_string(window.pad_low[0]) + ", " +
+                              std::to_string(window.pad_high[0]) + "], [" + std::to_string(window.pad_low[1]) + ", " +
+                              std::to_string(window.pad_high[1]) + "]]> : tensor<2x2xi64>";
   std::string attributes = "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<" + layout +
                            ">, feature_group_count = 1 : i64, lhs_dilation = " + array(window.lhs_dilation) +
                            ", padding = " + padding + ", rhs_dilation = " + array(window.rhs_dilation) +
@@ -360,18 +306,12 @@ Value reverse(const Value& x, const Shape& dims) {
   return prog().emit1("stablehlo.reverse", {x}, {x.shape, x.dtype, x.pred}, "dimensions = " + array(dims));
 }
 
-Value reduce_sum(const Value& x, const Shape& dims) {
-  return reduce("stablehlo.add", 0.0, x, dims);
-}
+Value reduce_sum(const Value& x, const Shape& dims) { return reduce("stablehlo.add", 0.0, x, dims); }
 Value reduce_max(const Value& x, const Shape& dims) {
   return reduce("stablehlo.maximum", -INFINITY, x, dims);
 }
-Value sum_keep(const Value& x, int64_t dim) {
-  return keep_dim(reduce_sum(x, {dim}), x.shape, dim);
-}
-Value max_keep(const Value& x, int64_t dim) {
-  return keep_dim(reduce_max(x, {dim}), x.shape, dim);
-}
+Value sum_keep(const Value& x, int64_t dim) { return keep_dim(reduce_sum(x, {dim}), x.shape, dim); }
+Value max_keep(const Value& x, int64_t dim) { return keep_dim(reduce_max(x, {dim}), x.shape, dim); }
 
 std::vector<Value> sort(const std::vector<Value>& xs, int64_t dim) {
   TITAN_CHECK(!xs.empty() && dim >= 0 && dim < static_cast<int64_t>(xs[0].shape.size()),
@@ -385,20 +325,18 @@ std::vector<Value> sort(const std::vector<Value>& xs, int64_t dim) {
   }
   std::string less = prog().region(
       pairs, [](const std::vector<Value>& a) { return std::vector<Value>{compare(a[0], a[1], "LT")}; });
-  return prog().emit("stablehlo.sort", xs, types,
-                     "dimension = " + std::to_string(dim) + " : i64, is_stable = true", {less});
+  return prog().emit("stablehlo.sort", xs, types, "dimension = " + std::to_string(dim) + " : i64, is_stable = true",
+                     {less});
 }
 
 Value take_rows(const Value& table, const Value& ids) {
-  TITAN_CHECK(table.shape.size() == 2, "graph lowering: take_rows needs a [rows, d] table, got ",
-              mlir_type(table));
+  TITAN_CHECK(table.shape.size() == 2, "graph lowering: take_rows needs a [rows, d] table, got ", mlir_type(table));
   const int64_t n = numel_of(ids.shape), d = table.shape[1];
   Value flat = reshape(ids, {n, 1});
-  Value rows = prog().emit1("stablehlo.gather", {table, flat}, {{n, d}, table.dtype, false},
-                            "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = "
-                            "[0], start_index_map = "
-                            "[0], index_vector_dim = 1>, slice_sizes = array<i64: 1, " +
-                                std::to_string(d) + ">, indices_are_sorted = false");
+  Value rows = prog().emit1(
+      "stablehlo.gather", {table, flat}, {{n, d}, table.dtype, false},
+      "dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = "
+      "[0], index_vector_dim = 1>, slice_sizes = array<i64: 1, " + std::to_string(d) + ">, indices_are_sorted = false");
   Shape out = ids.shape;
   out.push_back(d);
   return reshape(rows, out);
@@ -413,13 +351,12 @@ Value scatter_add_rows(const Value& ids, const Value& updates, int64_t rows) {
   std::string body = prog().region({elem, elem}, [&](const std::vector<Value>& a) {
     return std::vector<Value>{prog().emit1("stablehlo.add", {a[0], a[1]}, elem)};
   });
-  return prog().emit1(
-      "stablehlo.scatter", {zero, reshape(ids, {n, 1}), reshape(updates, {n, d})},
-      {{rows, d}, updates.dtype, false},
-      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = "
-      "[0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-      "unique_indices = false",
-      {body});
+  return prog().emit1("stablehlo.scatter", {zero, reshape(ids, {n, 1}), reshape(updates, {n, d})},
+                      {{rows, d}, updates.dtype, false},
+                      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = "
+                      "[0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, indices_are_sorted = false, "
+                      "unique_indices = false",
+                      {body});
 }
 
 namespace {
@@ -448,8 +385,8 @@ ScanFrame* writing_scan_body() {
 
 std::string alias_text(size_t result, size_t num_results, size_t operand) {
   return "#stablehlo.output_operand_alias<output_tuple_indices = [" +
-         (num_results > 1 ? std::to_string(result) : std::string()) +
-         "], operand_index = " + std::to_string(operand) + ", operand_tuple_indices = []>";
+         (num_results > 1 ? std::to_string(result) : std::string()) + "], operand_index = " + std::to_string(operand) +
+         ", operand_tuple_indices = []>";
 }
 
 }  // namespace
@@ -472,23 +409,21 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
     config += (config.empty() ? "" : ", ") + name + " = " + literal(value, kF64) + " : f64";
   };
   for (const auto& [name, value] : attrs) {
-    TITAN_CHECK(is_identifier(name) && !name.starts_with(ffi::kPassingAttrPrefix),
-                "graph lowering: attribute '", name, "' of custom call '", target,
-                "' must be letters, digits, '_' and '.' only, not starting with ", ffi::kPassingAttrPrefix);
+    TITAN_CHECK(is_identifier(name) && !name.starts_with(ffi::kPassingAttrPrefix), "graph lowering: attribute '",
+                name, "' of custom call '", target, "' must be letters, digits, '_' and '.' only, not starting with ",
+                ffi::kPassingAttrPrefix);
     add_attr(name, value);
   }
   std::string aliases;
   for (const auto& [result, operand] : in_place) {
     TITAN_CHECK(result < results.size() && operand < operands.size() &&
-                    results[result] == type_of(operands[operand]) &&
-                    !prog().dynamic_row_of(operands[operand]),
-                "graph lowering: custom call '", target, "' writes result ", result, " in place of operand ",
-                operand, ", which must exist, have the result's type and not be a row of a loop's stack");
+                    results[result] == type_of(operands[operand]) && !prog().dynamic_row_of(operands[operand]),
+                "graph lowering: custom call '", target, "' writes result ", result, " in place of operand ", operand,
+                ", which must exist, have the result's type and not be a row of a loop's stack");
     aliases += (aliases.empty() ? "" : ", ") + alias_text(result, results.size(), operand);
   }
   const auto attributes = [&target](const std::string& backend_config, const std::string& output_aliases) {
-    return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" +
-           target + "\"" +
+    return "api_version = 4 : i32, backend_config = {" + backend_config + "}, call_target_name = \"" + target + "\"" +
            (output_aliases.empty() ? "" : ", output_operand_aliases = [" + output_aliases + "]");
   };
   const std::string watched = attributes(config, aliases);
@@ -523,15 +458,13 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
     }
     passed.push_back(frame->i);
   }
-  if (passed.size() > operands.size())
-    add_attr(std::string(ffi::kArgsAttr), static_cast<double>(operands.size()));
+  if (passed.size() > operands.size()) add_attr(std::string(ffi::kArgsAttr), static_cast<double>(operands.size()));
   written.attrs = attributes(config, aliases);
   std::vector<Value> out = prog().emit("stablehlo.custom_call", passed, results, watched, {}, &written);
   if (into_stacks) {
     for (size_t r = 0; r < out.size(); ++r)
-      TITAN_CHECK(
-          type_of(out[r]) == written.results[r], "graph lowering: custom call '", target,
-          "' was to write its results into the loop's stacks, but a watcher wrote something else instead");
+      TITAN_CHECK(type_of(out[r]) == written.results[r], "graph lowering: custom call '", target,
+                  "' was to write its results into the loop's stacks, but a watcher wrote something else instead");
     for (Value& v : out) {
       frame->written.push_back(v);
       v = prog().dynamic_row(v, frame->i);
@@ -565,14 +498,14 @@ std::vector<Value> while_loop(const std::vector<Value>& state,
   for (const Value& v : state) types.push_back(type_of(v));
   std::string cond_region = prog().region(types, [&](const std::vector<Value>& s) {
     Value p = cond(s);
-    TITAN_CHECK(p.pred && p.shape.empty(),
-                "graph lowering: a while condition must be a scalar predicate, got ", mlir_type(p));
+    TITAN_CHECK(p.pred && p.shape.empty(), "graph lowering: a while condition must be a scalar predicate, got ",
+                mlir_type(p));
     return std::vector<Value>{p};
   });
   std::string body_region = prog().region(types, [&](const std::vector<Value>& s) {
     std::vector<Value> next = body(s);
-    TITAN_CHECK(next.size() == s.size(), "graph lowering: a while body returned ", next.size(),
-                " values for ", s.size());
+    TITAN_CHECK(next.size() == s.size(), "graph lowering: a while body returned ", next.size(), " values for ",
+                s.size());
     for (size_t i = 0; i < next.size(); ++i) check_same("while body", next[i], s[i]);
     return next;
   });
@@ -604,8 +537,8 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
     }
     scan_frames().pop_back();
     auto& [next, ys] = written;
-    TITAN_CHECK(next.size() == in.size(), "graph lowering: a scan body returned ", next.size(),
-                " carried values for ", in.size());
+    TITAN_CHECK(next.size() == in.size(), "graph lowering: a scan body returned ", next.size(), " carried values for ",
+                in.size());
     for (size_t k = 0; k < next.size(); ++k) check_same("scan body", next[k], in[k]);
     std::vector<Value> out{add(s[0], scalar(reverse ? -1.0 : 1.0, kI64))};
     out.insert(out.end(), next.begin(), next.end());
@@ -653,3 +586,4 @@ ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body
 }
 
 }  // namespace titan::graph::hlo
+

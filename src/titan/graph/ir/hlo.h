@@ -12,9 +12,7 @@ namespace titan::graph::hlo {
 
 // A splat constant of `shape`.
 Value constant(double value, const Shape& shape, DType dtype);
-inline Value scalar(double value, DType dtype) {
-  return constant(value, {}, dtype);
-}
+inline Value scalar(double value, DType dtype) { return constant(value, {}, dtype); }
 // The i64 vector [values.size()] holding `values` (tables fixed at capture: tile indices, per-row
 // lengths).
 Value constant_i64(const std::vector<int64_t>& values);
@@ -134,8 +132,8 @@ struct ScanResult {
   std::vector<Value> carry;
   std::vector<Value> stacked;
 };
-using ScanBody = std::function<std::pair<std::vector<Value>, std::vector<Value>>(
-    const Value& i, const std::vector<Value>& carry)>;
+using ScanBody = std::function<std::pair<std::vector<Value>, std::vector<Value>>(const Value& i,
+                                                                                  const std::vector<Value>& carry)>;
 ScanResult scan(int64_t n, const std::vector<Value>& carry, const ScanBody& body, bool reverse = false);
 
 }  // namespace titan::graph::hlo
