@@ -8,8 +8,8 @@ Argument: a JSON file {"threads", "warmup", "steps", "seed", "variants", "config
 -> the model's velocity -> mean((v - (noise - x0))^2) -> backward -> AdamW step (fused where this
 build runs it on the CPU, else foreach; bench/torch_reference.py make_adamw), on one fixed batch with
 fixed timesteps. Variants (bench/torch_reference.py VARIANTS): "compile" wraps the model with
-torch.compile(model) (default inductor backend; the first step compiles forward and backward, a
-warm-up step); "bf16" runs the forward and the loss under torch.autocast("cpu", torch.bfloat16).
+torch.compile(model) (default inductor backend; the first steps compile forward and backward:
+warm-up steps); "bf16" runs the forward and the loss under torch.autocast("cpu", torch.bfloat16).
 
 Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(), "results": {name:
 {variant: {"seconds" (median step), "first_call_seconds", "impl"} or {"error"}}}, "diffusers"}.

@@ -8,7 +8,8 @@
 # .venv-jax, from scripts/setup_jax.sh), the reference of titan's graph mode, and skips it when
 # missing. bench_flux_encoders writes its models with diffusers and transformers from $TITAN_PYTHON
 # (bench/flux_encoders_models.py) before timing titan's f32 and bf16 and every PyTorch variant on
-# them. A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
+# them. bench_flux_train_step times a FLUX training step against diffusers' FluxTransformer2DModel
+# (bench/flux_models.py; --quick: flux-tiny only). A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
 # bench/hf_decoders.py, Python drivers of the titan command, run last and take no such flags.
 set -euo pipefail
 
