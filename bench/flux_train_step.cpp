@@ -46,6 +46,7 @@ Config tiny() {
 
 Config mid() {
   fm::FluxModelArgs a = fm::flux_flavor("flux-tiny");
+  a.latent_channels = 16;
   a.in_channels = 64;
   a.context_in_dim = 256;
   a.vec_in_dim = 128;
