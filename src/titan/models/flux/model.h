@@ -144,12 +144,12 @@ class LastLayer : public nn::Module {
 
 class FluxTransformer : public nn::Module {
  public:
+  // Parameters start at zero; init_weights(gen) gives PyTorch's Linear defaults and unit Q/K norm
+  // scales (BFL's and diffusers' initialisation).
   explicit FluxTransformer(const FluxModelArgs& args, TensorOptions opts = {});
   // -> f32 [B, L_img, in_channels]: the predicted velocity (noise - x0).
   Tensor operator()(const FluxInputs& in);
   const FluxModelArgs& args() const { return args_; }
-  // PyTorch's Linear defaults for every linear, unit Q/K norm scales (BFL's and diffusers' init).
-  void reset_parameters(Generator& gen) override;
 
   std::shared_ptr<nn::Linear> img_in, txt_in;
   std::shared_ptr<MLPEmbedder> time_in, vector_in;
