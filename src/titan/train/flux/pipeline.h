@@ -36,7 +36,7 @@ struct ImageOptions {
   int64_t width = 256, height = 256;  // pixels; multiples of the autoencoder's downscale x the patch
   int64_t images_per_prompt = 1;
   uint64_t seed = 0;                  // of the initial noise (titan's Generator)
-  std::string negative_prompt;        // read when sampling.cfg_scale > 1
+  std::string negative_prompt = "";   // read when sampling.cfg_scale > 1
   SampleOptions sampling;
 };
 

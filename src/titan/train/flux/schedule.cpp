@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "titan/core/error.h"
+#include "titan/train/flux/rectified_flow.h"
 
 namespace titan::train::flux {
 
@@ -13,11 +14,6 @@ double schedule_mu(int64_t image_seq_len, const ScheduleShift& shift) {
       (shift.max_shift - shift.base_shift) / static_cast<double>(shift.max_seq_len - shift.base_seq_len);
   const double b = shift.base_shift - m * static_cast<double>(shift.base_seq_len);
   return static_cast<double>(image_seq_len) * m + b;
-}
-
-double time_shift(double mu, double t) {
-  if (t <= 0) return 0;  // 1 / t - 1 is infinite there; the limit is 0
-  return std::exp(mu) / (std::exp(mu) + (1 / t - 1));
 }
 
 std::vector<double> flux_sigmas(int64_t steps, int64_t image_seq_len, const ScheduleShift& shift) {
@@ -33,7 +29,7 @@ std::vector<double> flux_sigmas(int64_t steps, int64_t image_seq_len, const Sche
                          ? 1.0 / static_cast<double>(steps)
                          : 1.0 + static_cast<double>(i) * (1.0 / static_cast<double>(steps) - 1.0) /
                                      static_cast<double>(steps - 1);
-    sigmas.push_back(time_shift(mu, t));
+    sigmas.push_back(time_shift(t, std::exp(mu)));
   }
   sigmas.push_back(0.0);
   return sigmas;

@@ -21,11 +21,9 @@ struct ScheduleShift {
 // max_shift) at `image_seq_len`, the packed image tokens (latent_h / 2 * latent_w / 2).
 double schedule_mu(int64_t image_seq_len, const ScheduleShift& shift = {});
 
-// The exponential time shift exp(mu) / (exp(mu) + (1 / t - 1)): more of the steps at high noise
-// for larger images. 0 and 1 stay where they are.
-double time_shift(double mu, double t);
-
-// `steps` + 1 sigmas from 1 down to 0: linspace(1, 1 / steps, steps) shifted, then 0. Step i
+// `steps` + 1 sigmas from 1 down to 0: linspace(1, 1 / steps, steps) shifted, then 0. The shift is
+// diffusers' exponential one, exp(mu) / (exp(mu) + (1 / t - 1)), which is rectified_flow.h's
+// time_shift(t, exp(mu)): more of the steps at high noise for larger images. Step i
 // runs the model at timestep sigmas[i] (in [0, 1]: the model multiplies by 1000) and moves
 // x by (sigmas[i + 1] - sigmas[i]) * v.
 std::vector<double> flux_sigmas(int64_t steps, int64_t image_seq_len, const ScheduleShift& shift = {});
