@@ -251,11 +251,13 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
               a.guidance_embed ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
                                : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
 
-  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim));
+  // The sinusoid is f32 whatever the model's dtype, as diffusers computes it, then cast.
+  const DType dtype = in.img.dtype();
+  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim).to(dtype));
   if (a.guidance_embed) {
     TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch, "], got ",
                 in.guidance.desc());
-    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim));
+    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim).to(dtype));
   }
   vec = vec + (*vector_in)(in.y);
 
