@@ -10,8 +10,6 @@ Writes under --out (staged beside it and renamed into place):
                 1 double and 1 single block, joint and pooled widths 32 = T5's and CLIP's) and
                 scheduler/ (FLUX.1's FlowMatchEulerDiscreteScheduler config)
   transformer_guidance/   the same transformer with guidance_embeds (flux-dev's shape)
-  transformer.safetensors, transformer_guidance.safetensors   their weights by BFL's names
-                (black-forest-labs/flux), titan's
   reference.safetensors   "in.latents" [2, 256, 16] (packed noise for 2 images of 64 x 64) and
                 FluxPipeline(..., output_type="pt") of PROMPTS from them after STEPS steps:
                 "out.plain" (true_cfg_scale 1), "out.cfg" (true_cfg_scale CFG_SCALE with
@@ -55,54 +53,6 @@ def transformer(guidance: bool) -> FluxTransformer2DModel:
     return model
 
 
-def bfl_names(state: dict) -> dict:
-    """diffusers' FluxTransformer2DModel names -> BFL's (the reverse of diffusers'
-    convert_flux_transformer_checkpoint_to_diffusers, which assumes FLUX.1's 3072 width)."""
-    out = {}
-
-    def put(name, *parts):
-        out[name] = torch.cat([state.pop(p) for p in parts]) if len(parts) > 1 else state.pop(parts[0])
-
-    for w in ("weight", "bias"):
-        put(f"img_in.{w}", f"x_embedder.{w}")
-        put(f"txt_in.{w}", f"context_embedder.{w}")
-        for bfl, ours in (("time_in", "timestep_embedder"), ("vector_in", "text_embedder"),
-                          ("guidance_in", "guidance_embedder")):
-            if f"time_text_embed.{ours}.linear_1.{w}" in state:
-                put(f"{bfl}.in_layer.{w}", f"time_text_embed.{ours}.linear_1.{w}")
-                put(f"{bfl}.out_layer.{w}", f"time_text_embed.{ours}.linear_2.{w}")
-        put(f"final_layer.linear.{w}", f"proj_out.{w}")
-        scale, shift = state.pop(f"norm_out.linear.{w}").chunk(2)
-        out[f"final_layer.adaLN_modulation.1.{w}"] = torch.cat([shift, scale])
-    blocks = {int(k.split(".")[1]) for k in state if k.startswith("transformer_blocks.")}
-    for i in sorted(blocks):
-        d, b = f"transformer_blocks.{i}.", f"double_blocks.{i}."
-        for w in ("weight", "bias"):
-            put(b + f"img_mod.lin.{w}", d + f"norm1.linear.{w}")
-            put(b + f"txt_mod.lin.{w}", d + f"norm1_context.linear.{w}")
-            put(b + f"img_attn.qkv.{w}", *(d + f"attn.to_{x}.{w}" for x in "qkv"))
-            put(b + f"txt_attn.qkv.{w}", *(d + f"attn.add_{x}_proj.{w}" for x in "qkv"))
-            put(b + f"img_attn.proj.{w}", d + f"attn.to_out.0.{w}")
-            put(b + f"txt_attn.proj.{w}", d + f"attn.to_add_out.{w}")
-            for stream, ff in (("img", "ff"), ("txt", "ff_context")):
-                put(b + f"{stream}_mlp.0.{w}", d + f"{ff}.net.0.proj.{w}")
-                put(b + f"{stream}_mlp.2.{w}", d + f"{ff}.net.2.{w}")
-        for stream, norm in (("img", "norm_"), ("txt", "norm_added_")):
-            put(b + f"{stream}_attn.norm.query_norm.scale", d + f"attn.{norm}q.weight")
-            put(b + f"{stream}_attn.norm.key_norm.scale", d + f"attn.{norm}k.weight")
-    singles = {int(k.split(".")[1]) for k in state if k.startswith("single_transformer_blocks.")}
-    for i in sorted(singles):
-        s, b = f"single_transformer_blocks.{i}.", f"single_blocks.{i}."
-        for w in ("weight", "bias"):
-            put(b + f"linear1.{w}", *(s + f"attn.to_{x}.{w}" for x in "qkv"), s + f"proj_mlp.{w}")
-            put(b + f"linear2.{w}", s + f"proj_out.{w}")
-            put(b + f"modulation.lin.{w}", s + f"norm.linear.{w}")
-        put(b + "norm.query_norm.scale", s + "attn.norm_q.weight")
-        put(b + "norm.key_norm.scale", s + "attn.norm_k.weight")
-    assert not state, f"names left unconverted: {sorted(state)}"
-    return {k: v.contiguous() for k, v in out.items()}
-
-
 def build(tokenizers: Path, out: Path):
     pipeline_dir = out / "pipeline"
     clip_tok, t5_tok, clip, t5, vae = build_pipeline(tokenizers, pipeline_dir)
@@ -116,8 +66,6 @@ def build(tokenizers: Path, out: Path):
     plain, guided = transformer(False), transformer(True)
     plain.save_pretrained(pipeline_dir / "transformer")
     guided.save_pretrained(out / "transformer_guidance")
-    for name, model in (("transformer", plain), ("transformer_guidance", guided)):
-        save_file(bfl_names(dict(model.state_dict())), str(out / f"{name}.safetensors"))
 
     latent = SIZE // 2  # the autoencoder's downscale is 2
     g = torch.Generator().manual_seed(6)

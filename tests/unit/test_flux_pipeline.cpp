@@ -9,8 +9,11 @@
 #include "support/hf_tokenizer.h"
 #include "support/paths.h"
 #include "support/test_util.h"
+#include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/data/image/image_io.h"
 #include "titan/train/flux/pipeline.h"
+#include "titan/train/flux/transformer_folder.h"
 
 namespace titan::train::flux {
 namespace {
@@ -31,30 +34,6 @@ fs::path flux_pipeline_reference() {
     if (std::system(cmd.c_str()) != 0) return {};
   }
   return out;
-}
-
-// The script's transformer: diffusers' tiny test shape with FLUX's 2x2 packing of 4 latent
-// channels, and the T5 / CLIP widths of the folder (32).
-models::flux::FluxModelArgs tiny_args(bool guidance) {
-  models::flux::FluxModelArgs a;
-  a.in_channels = 16;
-  a.vec_in_dim = 32;
-  a.context_in_dim = 32;
-  a.hidden_size = 32;
-  a.num_heads = 2;
-  a.depth = 1;
-  a.depth_single_blocks = 1;
-  a.axes_dim = {4, 4, 8};
-  a.guidance_embed = guidance;
-  a.patch_size = 2;
-  a.latent_channels = 4;
-  return a;
-}
-
-std::shared_ptr<models::flux::FluxTransformer> load_transformer(const fs::path& bfl_file, bool guidance) {
-  auto model = std::make_shared<models::flux::FluxTransformer>(tiny_args(guidance));
-  model->load_state_dict(checkpoint::read_safetensors(bfl_file.string()).tensors);
-  return model;
 }
 
 const std::vector<std::string> kPrompts = {"a red circle at the top left on a blue background",
@@ -79,10 +58,10 @@ TEST(FluxPipeline, ImagesMatchDiffusersFluxPipeline) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    ImagePipeline pipeline(conditioning,
-                           load_transformer(ref / (c.guidance_model ? "transformer_guidance.safetensors"
-                                                                    : "transformer.safetensors"),
-                                            c.guidance_model));
+    // diffusers' folders, read by titan's loader: the pipeline packs 2x2 patches.
+    ImagePipeline pipeline(conditioning, load_transformer_folder(c.guidance_model ? ref / "transformer_guidance"
+                                                                                  : ref / "pipeline" / "transformer"));
+    ASSERT_EQ(pipeline.transformer().args().guidance_embed, c.guidance_model);
     const Tensor images = pipeline.generate(kPrompts, c.options, expected.tensors.at("in.latents"));
     const Tensor& want = expected.tensors.at(c.name);
     ASSERT_EQ(images.sizes(), want.sizes());
@@ -107,6 +86,95 @@ TEST(FluxPipeline, GridLaysImagesOutInRows) {
   EXPECT_EQ(grid.row(0)[3 * 3], 128);  // image 1, round(127.5) away from zero
   EXPECT_EQ(grid.row(3)[2 * 3], 191);  // image 2
   EXPECT_EQ(grid.row(3)[5 * 3], 0);    // no fourth image
+}
+
+TEST(FluxGenerate, WritesTheGridTheLibraryMakes) {
+  const fs::path ref = flux_pipeline_reference();
+  if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_pipeline_reference.py did not run (make deps-test)");
+  const fs::path dir = test::fresh_temp_dir("flux_generate"), out = dir / "grid.png";
+  const test::CliRun run = test::run_titan({"generate", "--pipeline", (ref / "pipeline").string(), "--prompt",
+                                            kPrompts[0], "--prompt", kPrompts[1], "--images-per-prompt", "3",
+                                            "--width", "48", "--height", "32", "--steps", "2", "--seed", "7",
+                                            "--cfg-scale", "2.5", "--negative-prompt", "blurry", "--t5-length", "32",
+                                            "--out", out.string()},
+                                           dir);
+  ASSERT_EQ(run.rc, 0) << run.out << run.err;
+  EXPECT_NE(run.err.find("6 images of 48x32 in 2 steps (two passes each)"), std::string::npos) << run.err;
+  // A row per prompt, a column per image.
+  const data::Image grid = data::read_image(out);
+  ASSERT_EQ(grid.width, 3 * 48);
+  ASSERT_EQ(grid.height, 2 * 32);
+
+  ImagePipeline pipeline(std::make_shared<ConditioningStack>(ConditioningPaths::of_pipeline(ref / "pipeline"), 32),
+                         load_transformer_folder(ref / "pipeline" / "transformer"));
+  const ImageOptions options{.width = 48,
+                             .height = 32,
+                             .images_per_prompt = 3,
+                             .seed = 7,
+                             .negative_prompt = "blurry",
+                             .sampling = {.steps = 2, .cfg_scale = 2.5}};
+  const Tensor images = pipeline.generate(kPrompts, options);
+  EXPECT_TRUE(grid == image_grid(images, 3)) << "the command's PNG is not the library's grid";
+  // Each image has noise of its own.
+  EXPECT_FALSE(test::same_bits(images.narrow(0, 0, 1), images.narrow(0, 1, 1)));
+}
+
+TEST(FluxGenerate, RefusesOptionsItCannotUse) {
+  const fs::path ref = flux_pipeline_reference();
+  if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_pipeline_reference.py did not run (make deps-test)");
+  const fs::path dir = test::fresh_temp_dir("flux_generate_refusals");
+  const std::vector<std::string> base = {"generate", "--pipeline", (ref / "pipeline").string(), "--prompt", "x",
+                                         "--t5-length", "32", "--steps", "1"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--out", (dir / "a.gif").string()}, "--out"},
+      {{"--out", (dir / "a.png").string(), "--negative-prompt", "y"}, "--cfg-scale above 1"},
+      {{"--out", (dir / "a.png").string(), "--cfg-scale", "0.5"}, "--cfg-scale must be at least 1"},
+      {{"--out", (dir / "a.png").string(), "--steps", "0"}, "--steps must be at least 1"},
+      {{"--out", (dir / "a.png").string(), "--guidance", "4"}, "--guidance"},
+      {{"--out", (dir / "a.png").string(), "--width", "30"}, "--width 30 is not a positive multiple of 4"},
+      {{"--out", (dir / "a.png").string(), "--temperature", "1"}, "unknown argument '--temperature'"},
+      {{"--prompt", "y"}, "needs --pipeline, at least one --prompt and --out"},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const test::CliRun run = test::run_titan(args, dir);
+    EXPECT_EQ(run.rc, 1) << message;
+    EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "a.png"));
+}
+
+TEST(FluxGenerate, ReadsTheTransformerOfATrainingCheckpoint) {
+  const fs::path ref = flux_pipeline_reference();
+  if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_pipeline_reference.py did not run (make deps-test)");
+  const fs::path dir = test::fresh_temp_dir("flux_generate_checkpoint");
+  // A flux-tiny checkpoint as titan train names it: its weights load, and the pipeline's T5 (32
+  // wide) is then refused for flux-tiny's context_in_dim.
+  models::flux::FluxTransformer model(models::flux::flux_flavor("flux-tiny"));
+  Generator gen(0);
+  model.reset_parameters(gen);
+  checkpoint::Pieces pieces;
+  for (const auto& [name, t] : model.state_dict()) pieces["model." + name] = checkpoint::whole(t);
+  checkpoint::save(dir / "ckpt" / "step-3", pieces,
+                   {{"config", {{"model", {{"name", "flux"}, {"flavor", "flux-tiny"}}}}}});
+  const test::CliRun run =
+      test::run_titan({"generate", "--pipeline", (ref / "pipeline").string(), "--checkpoint", (dir / "ckpt").string(),
+                       "--prompt", "x", "--t5-length", "32", "--width", "32", "--height", "32", "--steps", "1",
+                       "--out", (dir / "a.png").string()},
+                      dir);
+  EXPECT_EQ(run.rc, 1);
+  EXPECT_NE(run.err.find("context_in_dim " + std::to_string(model.args().context_in_dim)), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("titan: loaded " + (dir / "ckpt").string()), std::string::npos) << run.err;
+
+  checkpoint::save(dir / "lm" / "step-1", pieces, {{"config", {{"model", {{"name", "llama3"}, {"flavor", "debug"}}}}}});
+  const test::CliRun lm =
+      test::run_titan({"generate", "--pipeline", (ref / "pipeline").string(), "--checkpoint", (dir / "lm").string(),
+                       "--prompt", "x", "--out", (dir / "a.png").string()},
+                      dir);
+  EXPECT_EQ(lm.rc, 1);
+  EXPECT_NE(lm.err.find("holds model llama3 flavor debug, not a FLUX flavor"), std::string::npos) << lm.err;
 }
 
 }  // namespace
