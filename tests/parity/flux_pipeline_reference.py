@@ -49,7 +49,8 @@ def transformer(guidance: bool) -> FluxTransformer2DModel:
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_((1.0 if "norm_" in name and name.endswith("weight") else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
+            base = 1.0 if "norm_" in name and name.endswith("weight") else 0.0
+            p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
     return model
 
 
