@@ -45,29 +45,37 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Rope
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
 
-}  // namespace
-
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double time_factor) {
-  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0, "flux timestep embedding: expected t [B] and an even dim, got ",
-              t.desc(), " and ", dim);
-  const std::vector<float> ts = t.to(kF32).to_vector<float>();
-  const int64_t batch = t.size(0), half = dim / 2;
-  // f32 throughout, in torch's order of operations, so that 1000 t times the highest frequency
-  // rounds as in BFL and diffusers.
-  const float neg_log_period = static_cast<float>(-std::log(10000.0));
-  std::vector<float> freqs(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    freqs[i] = std::exp(neg_log_period * static_cast<float>(i) / static_cast<float>(half));
-  std::vector<float> out(static_cast<size_t>(batch * dim));
-  for (int64_t b = 0; b < batch; ++b) {
-    const float scaled = ts[b] * static_cast<float>(time_factor);
+// [cos(t f_i); sin(t f_i)] per row in T, in torch's order of operations (BFL's timestep_embedding,
+// diffusers' get_timestep_embedding), so that each rounding is theirs.
+template <typename T>
+std::vector<T> sinusoid(const std::vector<T>& ts, int64_t half, double time_factor) {
+  const T neg_log_period = static_cast<T>(-std::log(10000.0));
+  std::vector<T> freqs(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) freqs[i] = std::exp(neg_log_period * static_cast<T>(i) / static_cast<T>(half));
+  std::vector<T> out(ts.size() * static_cast<size_t>(2 * half));
+  for (size_t b = 0; b < ts.size(); ++b) {
+    const T scaled = ts[b] * static_cast<T>(time_factor);
     for (int64_t i = 0; i < half; ++i) {
-      const float arg = scaled * freqs[i];
-      out[b * dim + i] = std::cos(arg);
-      out[b * dim + half + i] = std::sin(arg);
+      const T arg = scaled * freqs[i];
+      out[b * 2 * half + i] = std::cos(arg);
+      out[b * 2 * half + half + i] = std::sin(arg);
     }
   }
-  return Tensor::from_vector<float>(out, {batch, dim});
+  return out;
+}
+
+}  // namespace
+
+Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype, double time_factor) {
+  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0, "flux timestep embedding: expected t [B] and an even dim, got ",
+              t.desc(), " and ", dim);
+  const int64_t batch = t.size(0), half = dim / 2;
+  if (dtype == kF64) {
+    const std::vector<double> ts = t.to(kF64).to_vector<double>();
+    return Tensor::from_vector<double>(sinusoid<double>(ts, half, time_factor), {batch, dim});
+  }
+  const std::vector<float> ts = t.to(kF32).to_vector<float>();
+  return Tensor::from_vector<float>(sinusoid<float>(ts, half, time_factor), {batch, dim}).to(dtype);
 }
 
 ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
@@ -251,13 +259,12 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
               a.guidance_embed ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
                                : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
 
-  // The sinusoid is f32 whatever the model's dtype, as diffusers computes it, then cast.
   const DType dtype = in.img.dtype();
-  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim).to(dtype));
+  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim, dtype));
   if (a.guidance_embed) {
     TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch, "], got ",
                 in.guidance.desc());
-    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim).to(dtype));
+    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim, dtype));
   }
   vec = vec + (*vector_in)(in.y);
 

@@ -31,9 +31,11 @@ struct FluxInputs {
 };
 
 // sinusoid(time_factor * t, dim) as BFL's timestep_embedding (= diffusers' Timesteps with
-// flip_sin_to_cos, shift 0): [cos(t f_i); sin(t f_i)], f_i = 10000^(-i / (dim/2)), in f32. t [B]
-// -> [B, dim]; a constant (no gradient flows to t).
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double time_factor = 1000.0);
+// flip_sin_to_cos, shift 0): [cos(t f_i); sin(t f_i)], f_i = 10000^(-i / (dim/2)). t [B] -> [B, dim]
+// in `dtype`; a constant (no gradient flows to t). Computed in f32 as BFL and diffusers compute it
+// (their f32 rounding of 1000 t ~ 1000 moves entries by up to ~1e-4, so parity needs the same
+// steps), and in f64 for an f64 model.
+Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype = kF32, double time_factor = 1000.0);
 
 // The RoPE table of the tokens whose ids are `ids` [L, n_axes]: row l holds, axis after axis, the
 // angles ids[l, a] * theta^(-2j / axes_dim[a]) (j < axes_dim[a] / 2), computed in f64 and stored

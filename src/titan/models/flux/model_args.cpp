@@ -95,7 +95,7 @@ FluxSummary flux_summary(const FluxModelArgs& a, int64_t img_tokens, int64_t txt
   const int64_t stream = linear(h, 6 * h) + linear(h, 3 * h) + 2 * hd + linear(h, h) + linear(h, m) + linear(m, h);
   const int64_t single = linear(h, 3 * h + m) + linear(h + m, h) + 2 * hd + linear(h, 3 * h);
   const int64_t final_layer = linear(h, 2 * h) + linear(h, a.in_channels);
-  const int64_t vec_in = linear(a.vec_in_dim, h);
+  const int64_t vec_in = linear(a.vec_in_dim, h) + linear(h, h);
   const int64_t guidance = a.guidance_embed ? mlp_embedder : 0;
   const int64_t img_in = linear(a.in_channels, h), txt_in = linear(a.context_in_dim, h);
 
