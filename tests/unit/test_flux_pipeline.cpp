@@ -4,13 +4,17 @@
 // two-pass classifier-free guidance and with a guidance-distilled transformer.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 
 #include "support/hf_tokenizer.h"
 #include "support/paths.h"
 #include "support/test_util.h"
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/core/file_lock.h"
 #include "titan/data/image/image_io.h"
 #include "titan/train/flux/pipeline.h"
 #include "titan/train/flux/transformer_folder.h"
@@ -21,10 +25,15 @@ namespace {
 namespace fs = std::filesystem;
 
 // The script's output, made when missing or older than the script (or than the folder builder it
-// shares with flux_encode_reference.py); empty when it cannot run.
+// shares with flux_encode_reference.py); empty when it cannot run. Several tests read it and ctest
+// runs them in parallel processes, so one makes it while the others wait on a lock.
 fs::path flux_pipeline_reference() {
   const fs::path out = fs::path(TITAN_PARITY_DIR) / "flux_pipeline";
   const fs::path parity = fs::path(TITAN_SOURCE_DIR) / "tests" / "parity";
+  fs::create_directories(TITAN_PARITY_DIR);
+  std::optional<FolderLock> lock;
+  while (!(lock = FolderLock::try_lock(TITAN_PARITY_DIR, "flux_pipeline.lock")))
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const fs::path script = parity / "flux_pipeline_reference.py", reference = out / "reference.safetensors";
   if (!fs::exists(reference) || fs::last_write_time(reference) < fs::last_write_time(script) ||
       fs::last_write_time(reference) < fs::last_write_time(parity / "flux_encode_reference.py")) {
