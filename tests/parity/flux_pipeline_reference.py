@@ -10,11 +10,12 @@ Writes under --out (staged beside it and renamed into place):
                 1 double and 1 single block, joint and pooled widths 32 = T5's and CLIP's) and
                 scheduler/ (FLUX.1's FlowMatchEulerDiscreteScheduler config)
   transformer_guidance/   the same transformer with guidance_embeds (flux-dev's shape)
+  scheduler_schnell/      FLUX.1-schnell's scheduler config (no dynamic shifting, shift 1)
   reference.safetensors   "in.latents" [2, 256, 16] (packed noise for 2 images of 64 x 64) and
                 FluxPipeline(..., output_type="pt") of PROMPTS from them after STEPS steps:
                 "out.plain" (true_cfg_scale 1), "out.cfg" (true_cfg_scale CFG_SCALE with
-                NEGATIVE), "out.guidance" (the guidance model at guidance_scale GUIDANCE), all
-                [2, 3, 64, 64] in [0, 1]
+                NEGATIVE), "out.guidance" (the guidance model at guidance_scale GUIDANCE),
+                "out.schnell" (scheduler_schnell/), all [2, 3, 64, 64] in [0, 1]
 The pipeline runs in float64 (PyTorch's float32 convolutions on this CPU differ from float64 by
 1e-3 relative: flux_encode_reference.py), its outputs stored as float32.
 """
@@ -64,6 +65,9 @@ def build(tokenizers: Path, out: Path):
                                                 base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
                                                 max_image_seq_len=4096)
     scheduler.save_pretrained(pipeline_dir / "scheduler")
+    # FLUX.1-schnell's: no shift.
+    schnell = FlowMatchEulerDiscreteScheduler.from_config(scheduler.config, use_dynamic_shifting=False, shift=1.0)
+    schnell.save_pretrained(out / "scheduler_schnell")
     plain, guided = transformer(False), transformer(True)
     plain.save_pretrained(pipeline_dir / "transformer")
     guided.save_pretrained(out / "transformer_guidance")
@@ -72,8 +76,8 @@ def build(tokenizers: Path, out: Path):
     g = torch.Generator().manual_seed(6)
     latents = torch.randn(len(PROMPTS), (latent // 2) ** 2, 16, generator=g, dtype=torch.float64)
 
-    def run(model, **kwargs):
-        pipe = FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=clip, tokenizer=clip_tok,
+    def run(model, schedule=scheduler, **kwargs):
+        pipe = FluxPipeline(scheduler=schedule, vae=vae, text_encoder=clip, tokenizer=clip_tok,
                             text_encoder_2=t5, tokenizer_2=t5_tok, transformer=model).to(torch.float64)
         with torch.no_grad():
             return pipe(PROMPTS, height=SIZE, width=SIZE, num_inference_steps=STEPS, latents=latents.clone(),
@@ -82,7 +86,8 @@ def build(tokenizers: Path, out: Path):
     reference = {"in.latents": latents,
                  "out.plain": run(plain),
                  "out.cfg": run(plain, negative_prompt=NEGATIVE, true_cfg_scale=CFG_SCALE),
-                 "out.guidance": run(guided, guidance_scale=GUIDANCE)}
+                 "out.guidance": run(guided, guidance_scale=GUIDANCE),
+                 "out.schnell": run(plain, schedule=schnell)}
     save_file({k: v.float().contiguous() for k, v in reference.items()}, str(out / "reference.safetensors"))
 
 

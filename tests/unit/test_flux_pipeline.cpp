@@ -1,11 +1,13 @@
 // FLUX text to image against diffusers' FluxPipeline (tests/parity/flux_pipeline_reference.py):
 // the same tiny seeded T5, CLIP, autoencoder and transformer, the same injected latents, 4 steps;
 // the images (output_type "pt", before 8-bit rounding) within 1e-4, without guidance, with
-// two-pass classifier-free guidance and with a guidance-distilled transformer.
+// two-pass classifier-free guidance, with a guidance-distilled transformer and with FLUX.1-schnell's
+// unshifted schedule.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -64,6 +66,9 @@ TEST(FluxPipeline, ImagesMatchDiffusersFluxPipeline) {
        false,
        {.width = 64, .height = 64, .negative_prompt = "a yellow triangle", .sampling = {.steps = 4, .cfg_scale = 3.0}}},
       {"out.guidance", true, {.width = 64, .height = 64, .sampling = {.steps = 4, .guidance = 3.5}}},
+      {"out.schnell",
+       false,
+       {.width = 64, .height = 64, .sampling = {.steps = 4, .schedule = load_flow_schedule(ref / "scheduler_schnell")}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -152,6 +157,17 @@ TEST(FluxGenerate, RefusesOptionsItCannotUse) {
     EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
   }
   EXPECT_FALSE(fs::exists(dir / "a.png"));
+
+  // A scheduler the sampler does not implement is refused before anything is loaded.
+  fs::copy(ref / "pipeline", dir / "pipeline", fs::copy_options::recursive);
+  std::ofstream(dir / "pipeline" / "scheduler" / "scheduler_config.json")
+      << R"({"_class_name": "FlowMatchEulerDiscreteScheduler", "use_karras_sigmas": true})";
+  std::vector<std::string> args = base;
+  args[2] = (dir / "pipeline").string();
+  args.insert(args.end(), {"--out", (dir / "a.png").string()});
+  const test::CliRun run = test::run_titan(args, dir);
+  EXPECT_EQ(run.rc, 1);
+  EXPECT_NE(run.err.find("use_karras_sigmas is true"), std::string::npos) << run.err;
 }
 
 TEST(FluxGenerate, ReadsTheTransformerOfATrainingCheckpoint) {

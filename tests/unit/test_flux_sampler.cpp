@@ -33,12 +33,15 @@ nlohmann::json schedule_reference() {
 TEST(FluxSchedule, MatchesDiffusersFlowMatchEulerScheduler) {
   const nlohmann::json cases = schedule_reference();
   if (cases.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_schedule_reference.py did not run (make deps-test)");
-  ASSERT_GE(cases.size(), 5u);
+  ASSERT_GE(cases.size(), 13u);
+  int unshifted = 0;
   for (const nlohmann::json& c : cases) {
     const int64_t steps = c["steps"], seq_len = c["image_seq_len"];
-    SCOPED_TRACE("steps " + std::to_string(steps) + ", " + std::to_string(seq_len) + " tokens");
-    EXPECT_NEAR(schedule_mu(seq_len), c["mu"].get<double>(), 1e-12);
-    const std::vector<double> sigmas = flux_sigmas(steps, seq_len);
+    SCOPED_TRACE("steps " + std::to_string(steps) + ", " + std::to_string(seq_len) + " tokens, " + c["config"].dump());
+    const FlowSchedule schedule = flow_schedule_from_config(c["config"], "scheduler_config.json");
+    EXPECT_NEAR(schedule_mu(seq_len, schedule), c["mu"].get<double>(), 1e-12);
+    const std::vector<double> sigmas = flux_sigmas(steps, seq_len, schedule);
+    unshifted += !schedule.dynamic_shifting && schedule.shift == 1.0;
     const std::vector<double> want = c["sigmas"], timesteps = c["timesteps"];
     ASSERT_EQ(sigmas.size(), want.size());
     ASSERT_EQ(timesteps.size(), want.size() - 1);
@@ -50,6 +53,30 @@ TEST(FluxSchedule, MatchesDiffusersFlowMatchEulerScheduler) {
     EXPECT_EQ(sigmas.front(), 1.0);
     EXPECT_EQ(sigmas.back(), 0.0);
   }
+  EXPECT_EQ(unshifted, 2) << "FLUX.1-schnell's config";
+}
+
+TEST(FluxSchedule, RefusesSchedulerSettingsItDoesNotImplement) {
+  const nlohmann::json dev = {{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"use_dynamic_shifting", true},
+                              {"shift", 3.0}, {"shift_terminal", nullptr}, {"use_karras_sigmas", false}};
+  const FlowSchedule s = flow_schedule_from_config(dev, "dev.json");
+  EXPECT_TRUE(s.dynamic_shifting);
+  EXPECT_TRUE(s.exponential);
+  EXPECT_EQ(s.max_seq_len, 4096);
+  auto with = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json c = dev;
+    c[key] = value;
+    return c;
+  };
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("_class_name", "EulerDiscreteScheduler"), "a.json"), "a.json",
+                     "EulerDiscreteScheduler");
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("shift_terminal", 0.02), "a.json"), "shift_terminal");
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("use_beta_sigmas", true), "a.json"), "use_beta_sigmas");
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("num_train_timesteps", 500), "a.json"), "num_train_timesteps",
+                     "500");
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("time_shift_type", "cosine"), "a.json"), "time_shift_type",
+                     "cosine");
+  EXPECT_TITAN_ERROR(flow_schedule_from_config(with("shift", "3"), "a.json"), "a.json", "shift");
 }
 
 TEST(FluxSchedule, ShiftsFromTheBaseToTheMaxLength) {

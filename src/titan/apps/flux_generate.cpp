@@ -24,12 +24,13 @@ namespace fs = std::filesystem;
 
 constexpr const char* kFluxGenerateUsage =
     "usage: titan generate --pipeline DIR --prompt TEXT [--prompt TEXT ...] --out IMAGE.png [options]\n"
-    "  FLUX text to image, as diffusers' FluxPipeline: Euler steps over its time-shifted schedule\n"
-    "  (which is also BFL's get_schedule), then the autoencoder. Several prompts, and several images\n"
-    "  of each, make one grid: a row per prompt, a column per image.\n"
-    "  --pipeline DIR          a diffusers FLUX folder: transformer/, text_encoder/, tokenizer/,\n"
-    "                          text_encoder_2/, tokenizer_2/, vae/ (the tokenizer folders must hold\n"
-    "                          a tokenizer.json)\n"
+    "  FLUX text to image, as diffusers' FluxPipeline: Euler steps over the schedule of the folder's\n"
+    "  scheduler/ (FLUX.1-dev's: shifted by the image's length, which is BFL's get_schedule;\n"
+    "  FLUX.1-schnell's: unshifted), then the autoencoder. Several prompts, and several images of\n"
+    "  each, make one grid: a row per prompt, a column per image.\n"
+    "  --pipeline DIR          a diffusers FLUX folder: transformer/, scheduler/, text_encoder/,\n"
+    "                          tokenizer/, text_encoder_2/, tokenizer_2/, vae/ (the tokenizer folders\n"
+    "                          must hold a tokenizer.json; without scheduler/, FLUX.1-dev's schedule)\n"
     "  --checkpoint PATH       the transformer's weights from a titan train checkpoint of a FLUX\n"
     "                          flavor (.../step-N, or a folder of them: the latest complete one)\n"
     "                          instead of DIR/transformer/\n"
@@ -166,6 +167,13 @@ int flux_generate_command(const std::vector<std::string>& args) {
   }
   const Options o = parse(args);
   const auto start = std::chrono::steady_clock::now();
+  train::flux::ImageOptions image = o.image;
+  const fs::path scheduler = o.pipeline / "scheduler";
+  if (fs::exists(scheduler))
+    image.sampling.schedule = train::flux::load_flow_schedule(scheduler);
+  else
+    std::cerr << "titan: " << o.pipeline.string() << " has no scheduler/; sampling with FLUX.1-dev's schedule "
+              << "(shifted by the image's length)\n";
   auto conditioning = std::make_shared<train::flux::ConditioningStack>(
       train::flux::ConditioningPaths::of_pipeline(o.pipeline), o.t5_length);
   std::shared_ptr<models::flux::FluxTransformer> transformer =
@@ -179,7 +187,7 @@ int flux_generate_command(const std::vector<std::string>& args) {
   std::cerr << "titan: loaded " << (o.checkpoint ? o.checkpoint->string() : (o.pipeline / "transformer").string())
             << " (" << models::flux::flux_summary(transformer->args(), 1, 0).description << "); "
             << conditioning->description() << "\n";
-  const Tensor images = pipeline.generate(o.prompts, o.image);
+  const Tensor images = pipeline.generate(o.prompts, image);
   data::write_image(o.out, train::flux::image_grid(images, o.image.images_per_prompt));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "titan: " << images.size(0) << " images of " << o.image.width << "x" << o.image.height << " in "

@@ -7,7 +7,6 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
 #include "titan/ops/arith.h"
-#include "titan/train/flux/schedule.h"
 
 namespace titan::train::flux {
 
@@ -42,7 +41,7 @@ Tensor sample(models::flux::FluxTransformer& model, const Tensor& noise, int64_t
               "FLUX sampling: the noise must be packed latents [B, ", tokens, ", ", args.in_channels, "] for ",
               latent_height, "x", latent_width, " latent pixels, got ", noise.desc());
   autograd::NoGradGuard no_grad;
-  const std::vector<double> sigmas = flux_sigmas(options.steps, tokens);
+  const std::vector<double> sigmas = flux_sigmas(options.steps, tokens, options.schedule);
   return euler_sample(noise, sigmas, flux_velocity(model, latent_height, latent_width, options.guidance), positive,
                       options.cfg_scale > 1.0 ? negative : nullptr, options.cfg_scale);
 }

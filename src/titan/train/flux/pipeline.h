@@ -12,6 +12,7 @@
 #include "titan/models/flux/model.h"
 #include "titan/train/flux/conditioning.h"
 #include "titan/train/flux/sampler.h"
+#include "titan/train/flux/schedule.h"
 
 namespace titan::train::flux {
 
@@ -19,6 +20,7 @@ struct SampleOptions {
   int64_t steps = 28;
   double cfg_scale = 1.0;  // two-pass guidance (diffusers' true_cfg_scale) when > 1
   double guidance = 3.5;   // the distilled guidance input; read only by a model with guidance_embed
+  FlowSchedule schedule = {};  // the pipeline folder's scheduler/ (load_flow_schedule)
 };
 
 // `model`'s velocity at packed latents of latent_height x latent_width pixels: the position ids
