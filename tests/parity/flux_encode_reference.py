@@ -37,8 +37,9 @@ T5_LENGTH = 32
 COUNT = 6
 
 
-def build(tokenizers: Path, out: Path):
-    pipeline = out / "pipeline"
+def build_pipeline(tokenizers: Path, pipeline: Path):
+    """The tiny seeded components, saved under `pipeline` in diffusers' FLUX layout; returns
+    (clip_tok, t5_tok, clip, t5, vae). tests/parity/flux_pipeline_reference.py adds the transformer."""
     shutil.copytree(tokenizers / "clip", pipeline / "tokenizer")
     shutil.copytree(tokenizers / "t5_sequence", pipeline / "tokenizer_2")
     clip_tok = AutoTokenizer.from_pretrained(pipeline / "tokenizer")
@@ -60,6 +61,11 @@ def build(tokenizers: Path, out: Path):
     clip.save_pretrained(pipeline / "text_encoder")
     t5.save_pretrained(pipeline / "text_encoder_2")
     vae.save_pretrained(pipeline / "vae")
+    return clip_tok, t5_tok, clip, t5, vae
+
+
+def build(tokenizers: Path, out: Path):
+    clip_tok, t5_tok, clip, t5, vae = build_pipeline(tokenizers, out / "pipeline")
 
     subprocess.run([sys.executable, str(ROOT / "scripts/make_shapes.py"), "make", "--out", str(out / "data"),
                     "--count", str(COUNT), "--size", "64"], check=True, stdout=subprocess.DEVNULL)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "titan/apps/flux_generate.h"
 #include "titan/core/autocast.h"
 #include "titan/core/config_schema.h"
 #include "titan/core/error.h"
@@ -55,7 +56,8 @@ constexpr const char* kGenerateUsage =
     "                        as training.mixed_precision_param); the weights stay as loaded\n"
     "Generation stops at an eos: the tokenizer's, and for a Hugging Face model (or its\n"
     "conversion) those of config.json's eos_token_id. With a tokenizer only its ids are drawn.\n"
-    "Prints the result on stdout; what was loaded and the speed (tokens/s) on stderr.\n";
+    "Prints the result on stdout; what was loaded and the speed (tokens/s) on stderr.\n"
+    "FLUX images: titan generate --pipeline DIR --prompt TEXT --out IMAGE.png (titan generate --pipeline --help)\n";
 
 struct Options {
   std::string checkpoint, prompt, output = "text";
@@ -184,6 +186,7 @@ nlohmann::json json_report(const std::vector<int64_t>& prompt, const rl::Generat
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {
+  if (is_flux_generate(args)) return flux_generate_command(args);
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
     std::cout << kGenerateUsage;
     return 0;

@@ -42,6 +42,7 @@ constexpr const char* kUsage =
     "  a step and saved a checkpoint there (run the same command again to resume); 1 on an error;\n"
     "  128+N when a second signal N ended it at once, without a checkpoint\n"
     "       titan generate --checkpoint PATH --prompt TEXT ...   (titan generate --help)\n"
+    "       titan generate --pipeline DIR --prompt TEXT --out IMAGE.png   FLUX images\n"
     "       titan tokenizer encode|decode|train ...   (titan tokenizer --help)\n"
     "       titan tokenize --out DIR INPUT...         corpus to token shards (titan tokenize --help)\n"
     "       titan convert --to hf|titan ...           Hugging Face import/export (titan convert --help)\n"

@@ -39,6 +39,7 @@ class ConditioningStack {
   std::map<std::string, Tensor> encode_images(const Tensor& images);
 
   const models::autoencoder::Autoencoder& autoencoder() const { return *autoencoder_; }
+  models::autoencoder::Autoencoder& autoencoder() { return *autoencoder_; }
   // The parts and options, for the cache's description.
   std::string description() const;
 
