@@ -4,8 +4,8 @@ no pretrained FLUX component can be downloaded: `titan flux encode`, `titan trai
 configs/flux/flux_tiny.toml and `titan generate --pipeline` then run on it (docs/flux.md, "Train
 FLUX on the shapes set"). Run with the venv's python (torch, transformers, diffusers).
 
-usage: make_flux_shapes_pipeline.py --out DIR [--tokenizers DIR] [--size 64] [--steps 1200]
-                                    [--seed 0] [--threads 2]
+usage: make_flux_shapes_pipeline.py --out DIR [--tokenizers DIR] [--size 64] [--steps 4000]
+                                    [--seed 0] [--threads 1]
 Writes DIR (staged beside it and renamed into place):
   vae/            diffusers' AutoencoderKL with FLUX's block types and no quant convs, 4 latent
                   channels, downscale 4, TRAINED here on shapes images (pixel MSE of a posterior
