@@ -8,7 +8,7 @@ usage: make_flux_shapes_pipeline.py --out DIR [--tokenizers DIR] [--size 64] [--
                                     [--seed 0] [--threads 1]
 Writes DIR (staged beside it and renamed into place):
   vae/            diffusers' AutoencoderKL with FLUX's block types and no quant convs, 4 latent
-                  channels, downscale 4, TRAINED here on shapes images (pixel MSE of a posterior
+                  channels, downscale 4, TRAINED here on shapes images (pixel MSE + L1 of a posterior
                   sample plus a small KL term); scaling_factor and shift_factor from the latents'
                   mean and standard deviation over the training images
   text_encoder/   CLIPTextModel, hidden 32 (flux-tiny's vec_in_dim), and tokenizer/ (CLIP's BPE)
@@ -25,6 +25,7 @@ make_shapes.py's checker and printed; the script fails below 95% on any of colou
 background. Everything is seeded; the autoencoder's training takes a few minutes on 2 cores.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -92,7 +93,8 @@ def train_autoencoder(args):
         posterior = vae.encode(batch).latent_dist
         recon = vae.decode(posterior.sample(generator=g)).sample
         mse = torch.nn.functional.mse_loss(recon, batch)
-        loss = mse + KL_WEIGHT * posterior.kl().mean() / batch[0].numel()
+        # L1 besides MSE: sharper edges, which the checker's fill ratios (square ~1, circle ~pi/4) need.
+        loss = mse + torch.nn.functional.l1_loss(recon, batch) + KL_WEIGHT * posterior.kl().mean() / batch[0].numel()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -146,6 +148,10 @@ def build(args, out, tmp):
         sys.exit(f"the autoencoder's round trip scores below {ROUND_TRIP_MIN}: train longer (--steps)")
     vae.save_pretrained(out / "vae")
     build_text_encoders(tokenizer_fixtures(args.tokenizers, tmp), out, t5_width=T5_WIDTH, clip_width=CLIP_WIDTH)
+    # diffusers' FluxPipeline pads CLIP's ids to the tokenizer's model_max_length, which the
+    # fixture leaves unset; titan pads to max_position_embeddings, 77.
+    config = out / "tokenizer" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 77}, indent=2) + "\n")
     torch.manual_seed(args.seed)
     FluxTransformer2DModel(**TRANSFORMER).save_pretrained(out / "transformer")
     FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0,
