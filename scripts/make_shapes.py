@@ -4,8 +4,11 @@ its exact caption ("a red circle at the top left on a blue background"), and a s
 generated image against its caption by simple image analysis. numpy and Pillow only.
 
   make_shapes.py make --out DIR [--count 256] [--seed 0] [--size 64] [--shards K] [--format png|jpg]
+                      [--held-out-from TRAIN_DIR]
       N image-caption pairs, a pure function of the seed: DIR/000000.png + DIR/000000.txt, ... or,
       with --shards K, K webdataset shards DIR/shapes-0000K.tar holding the same members.
+      --held-out-from: only captions that none of TRAIN_DIR's x.txt holds (a draw whose caption
+      is there is drawn again), for checking a model on captions it was not trained on.
   make_shapes.py score DIR [--shuffle-captions SEED] [--json]
       For every x.png/x.jpg with x.txt in DIR: whether the shape's colour, its kind and the
       background colour are those the caption names. Prints the fraction right and chance level.
@@ -97,9 +100,16 @@ def make(args) -> None:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
+    seen = set()
+    if args.held_out_from:
+        seen = {p.read_text().strip() for p in pathlib.Path(args.held_out_from).glob("*.txt")}
+        if not seen:
+            sys.exit(f"{args.held_out_from}: no x.txt captions to hold out")
     samples = []
     for i in range(args.count):
         img, caption = draw(rng, args.size)
+        while caption in seen:
+            img, caption = draw(rng, args.size)
         samples.append((f"{i:06d}", encode(img, args.format), caption.encode()))
     if not args.shards:
         for key, image, caption in samples:
@@ -191,6 +201,7 @@ def main() -> None:
     m.add_argument("--size", type=int, default=64, choices=range(64, 129), metavar="64..128")
     m.add_argument("--shards", type=int, default=0)
     m.add_argument("--format", choices=["png", "jpg"], default="png")
+    m.add_argument("--held-out-from", default=None, metavar="TRAIN_DIR")
     s = sub.add_parser("score")
     s.add_argument("dir")
     s.add_argument("--shuffle-captions", type=int, default=None, metavar="SEED")

@@ -37,29 +37,39 @@ T5_LENGTH = 32
 COUNT = 6
 
 
-def build_pipeline(tokenizers: Path, pipeline: Path):
-    """The tiny seeded components, saved under `pipeline` in diffusers' FLUX layout; returns
-    (clip_tok, t5_tok, clip, t5, vae). tests/parity/flux_pipeline_reference.py adds the transformer."""
+def build_text_encoders(tokenizers: Path, pipeline: Path, t5_width: int = 32, clip_width: int = 32):
+    """The tiny seeded text encoders and FLUX.1's tokenizer layouts, saved under `pipeline` as
+    tokenizer/, text_encoder/ (CLIP, hidden `clip_width`), tokenizer_2/ and text_encoder_2/ (T5,
+    d_model `t5_width`); returns (clip_tok, t5_tok, clip, t5). The weights are random: they still
+    map different captions to different encodings (scripts/make_flux_shapes_pipeline.py uses them
+    so)."""
     shutil.copytree(tokenizers / "clip", pipeline / "tokenizer")
     shutil.copytree(tokenizers / "t5_sequence", pipeline / "tokenizer_2")
     clip_tok = AutoTokenizer.from_pretrained(pipeline / "tokenizer")
     t5_tok = AutoTokenizer.from_pretrained(pipeline / "tokenizer_2")
 
     torch.manual_seed(0)
-    clip = CLIPTextModel(CLIPTextConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+    clip = CLIPTextModel(CLIPTextConfig(hidden_size=clip_width, intermediate_size=37, num_hidden_layers=2,
                                         num_attention_heads=4, max_position_embeddings=77,
                                         vocab_size=len(clip_tok), eos_token_id=clip_tok.eos_token_id,
                                         bos_token_id=clip_tok.bos_token_id, pad_token_id=clip_tok.pad_token_id,
                                         hidden_act="quick_gelu")).eval()
     randomize(clip, 1)
-    t5 = T5EncoderModel(T5Config(d_model=32, d_ff=37, d_kv=8, num_layers=2, num_heads=4,
+    t5 = T5EncoderModel(T5Config(d_model=t5_width, d_ff=37, d_kv=8, num_layers=2, num_heads=4,
                                  relative_attention_num_buckets=8, relative_attention_max_distance=16,
                                  feed_forward_proj="gated-gelu", vocab_size=len(t5_tok),
                                  layer_norm_epsilon=1e-6)).eval()
     randomize(t5, 2)
-    vae = autoencoder_model()
     clip.save_pretrained(pipeline / "text_encoder")
     t5.save_pretrained(pipeline / "text_encoder_2")
+    return clip_tok, t5_tok, clip, t5
+
+
+def build_pipeline(tokenizers: Path, pipeline: Path):
+    """The tiny seeded components, saved under `pipeline` in diffusers' FLUX layout; returns
+    (clip_tok, t5_tok, clip, t5, vae). tests/parity/flux_pipeline_reference.py adds the transformer."""
+    clip_tok, t5_tok, clip, t5 = build_text_encoders(tokenizers, pipeline)
+    vae = autoencoder_model()
     vae.save_pretrained(pipeline / "vae")
     return clip_tok, t5_tok, clip, t5, vae
 

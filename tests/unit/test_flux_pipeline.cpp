@@ -133,6 +133,31 @@ TEST(FluxGenerate, WritesTheGridTheLibraryMakes) {
   EXPECT_FALSE(test::same_bits(images.narrow(0, 0, 1), images.narrow(0, 1, 1)));
 }
 
+TEST(FluxGenerate, WritesEachImageBesideItsCaption) {
+  const fs::path ref = flux_pipeline_reference();
+  if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_pipeline_reference.py did not run (make deps-test)");
+  const fs::path dir = test::fresh_temp_dir("flux_generate_each");
+  fs::create_directories(dir / "captions");
+  // Out of name order on purpose, one with an editor's newline, and a file that is not a caption.
+  std::ofstream(dir / "captions" / "b.txt") << kPrompts[1] << "\n";
+  std::ofstream(dir / "captions" / "a.txt") << kPrompts[0];
+  std::ofstream(dir / "captions" / "a.png") << "not read";
+  const test::CliRun run = test::run_titan({"generate", "--pipeline", (ref / "pipeline").string(), "--prompts-from",
+                                            (dir / "captions").string(), "--out-dir", (dir / "out").string(),
+                                            "--width", "32", "--height", "32", "--steps", "2", "--t5-length", "32"},
+                                           dir);
+  ASSERT_EQ(run.rc, 0) << run.out << run.err;
+  ImagePipeline pipeline(std::make_shared<ConditioningStack>(ConditioningPaths::of_pipeline(ref / "pipeline"), 32),
+                         load_transformer_folder(ref / "pipeline" / "transformer"));
+  const Tensor images = pipeline.generate(kPrompts, {.width = 32, .height = 32, .sampling = {.steps = 2}});
+  for (int64_t i = 0; i < 2; ++i) {
+    const std::string stem = i == 0 ? "a" : "b";
+    EXPECT_TRUE(data::read_image(dir / "out" / (stem + ".png")) == image_grid(images.narrow(0, i, 1), 1)) << stem;
+    std::ifstream in(dir / "out" / (stem + ".txt"));
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), kPrompts[i]);
+  }
+}
+
 TEST(FluxGenerate, RefusesOptionsItCannotUse) {
   const fs::path ref = flux_pipeline_reference();
   if (ref.empty()) TITAN_MISSING_REFERENCE("tests/parity/flux_pipeline_reference.py did not run (make deps-test)");
@@ -147,7 +172,8 @@ TEST(FluxGenerate, RefusesOptionsItCannotUse) {
       {{"--out", (dir / "a.png").string(), "--guidance", "4"}, "--guidance"},
       {{"--out", (dir / "a.png").string(), "--width", "30"}, "--width 30 is not a positive multiple of 4"},
       {{"--out", (dir / "a.png").string(), "--temperature", "1"}, "unknown argument '--temperature'"},
-      {{"--prompt", "y"}, "needs --pipeline, at least one --prompt and --out"},
+      {{"--prompt", "y"}, "needs --pipeline, at least one --prompt (or --prompts-from) and --out or --out-dir"},
+      {{"--out", (dir / "a.png").string(), "--prompts-from", (dir / "none").string()}, "is not a folder"},
   };
   for (const auto& [extra, message] : cases) {
     std::vector<std::string> args = base;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -24,6 +27,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kFluxGenerateUsage =
     "usage: titan generate --pipeline DIR --prompt TEXT [--prompt TEXT ...] --out IMAGE.png [options]\n"
+    "       titan generate --pipeline DIR --prompts-from DATA --out-dir DIR [options]\n"
     "  FLUX text to image, as diffusers' FluxPipeline: Euler steps over the schedule of the folder's\n"
     "  scheduler/ (FLUX.1-dev's: shifted by the image's length, which is BFL's get_schedule;\n"
     "  FLUX.1-schnell's: unshifted), then the autoencoder. Several prompts, and several images of\n"
@@ -36,6 +40,10 @@ constexpr const char* kFluxGenerateUsage =
     "                          instead of DIR/transformer/\n"
     "  --prompt TEXT           an image's description; repeat for more prompts\n"
     "  --out FILE              the grid, a .png (or .jpg)\n"
+    "  --prompts-from DATA     every caption x.txt of a folder (make_shapes.py's layout), in name\n"
+    "                          order, as prompts\n"
+    "  --out-dir DIR           each image as DIR/x.png with its prompt as DIR/x.txt (x the caption's\n"
+    "                          name, or the prompt's number), which make_shapes.py score reads\n"
     "  --images-per-prompt N   images of each prompt, each from its own noise (default 1)\n"
     "  --steps N               Euler steps (default 28)\n"
     "  --seed S                seed of the initial noise (default 0): the same seed gives the same images\n"
@@ -53,7 +61,9 @@ constexpr const char* kFluxGenerateUsage =
 struct Options {
   fs::path pipeline, out;
   std::optional<fs::path> checkpoint;
+  std::optional<fs::path> out_dir;
   std::vector<std::string> prompts;
+  std::vector<std::string> names;  // with --prompts-from: each prompt's file stem
   train::flux::ImageOptions image;
   int64_t t5_length = 256;
   bool has_negative = false, has_guidance = false;
@@ -73,6 +83,25 @@ int64_t positive(const std::string& flag, const std::string& text) {
   return v;
 }
 
+// Every x.txt of `dir`, in name order, its trailing whitespace dropped (as the data sets read captions).
+void read_captions(const fs::path& dir, Options& o) {
+  TITAN_CHECK(fs::is_directory(dir), "titan generate: --prompts-from ", dir.string(),
+              " is not a folder; pass a folder of x.txt captions (make_shapes.py make --out)");
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().extension() == ".txt") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  TITAN_CHECK(!files.empty(), "titan generate: --prompts-from ", dir.string(), " holds no x.txt caption");
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    TITAN_CHECK(in.good() || in.eof(), "titan generate: cannot read ", f.string());
+    text.erase(text.find_last_not_of(" \t\r\n") + 1);
+    o.prompts.push_back(text);
+    o.names.push_back(f.stem().string());
+  }
+}
+
 Options parse(const std::vector<std::string>& args) {
   Options o;
   auto value = [&](size_t& i) -> const std::string& {
@@ -90,6 +119,10 @@ Options parse(const std::vector<std::string>& args) {
       o.prompts.push_back(value(i));
     } else if (a == "--out") {
       o.out = value(i);
+    } else if (a == "--out-dir") {
+      o.out_dir = value(i);
+    } else if (a == "--prompts-from") {
+      read_captions(value(i), o);
     } else if (a == "--images-per-prompt") {
       im.images_per_prompt = positive(a, value(i));
     } else if (a == "--steps") {
@@ -116,8 +149,12 @@ Options parse(const std::vector<std::string>& args) {
       TITAN_CHECK(false, "titan generate: unknown argument '", a, "' (FLUX, with --pipeline)\n", kFluxGenerateUsage);
     }
   }
-  TITAN_CHECK(!o.pipeline.empty() && !o.prompts.empty() && !o.out.empty(),
-              "titan generate: FLUX needs --pipeline, at least one --prompt and --out\n", kFluxGenerateUsage);
+  TITAN_CHECK(!o.pipeline.empty() && !o.prompts.empty() && (!o.out.empty() || o.out_dir),
+              "titan generate: FLUX needs --pipeline, at least one --prompt (or --prompts-from) and --out or "
+              "--out-dir\n", kFluxGenerateUsage);
+  TITAN_CHECK(o.names.empty() || o.names.size() == o.prompts.size(), "titan generate: --prompts-from and --prompt "
+              "together: give the prompts one way");
+  if (o.out.empty()) return o;
   std::string ext = o.out.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   TITAN_CHECK(ext == ".png" || ext == ".jpg" || ext == ".jpeg", "titan generate: --out ", o.out.string(),
@@ -151,6 +188,25 @@ std::shared_ptr<models::flux::FluxTransformer> load_checkpoint_transformer(const
   auto transformer = std::make_shared<models::flux::FluxTransformer>(models::flux::flux_flavor(flavor));
   train::CheckpointManager::load_model(reader, *transformer);
   return transformer;
+}
+
+// Image i of prompt p as DIR/<name>.png (suffixed -i with several images per prompt) beside its
+// prompt as <name>.txt: the layout make_shapes.py score reads.
+void write_each(const fs::path& dir, const Options& o, const Tensor& images) {
+  fs::create_directories(dir);
+  const int64_t per = o.image.images_per_prompt;
+  for (int64_t i = 0; i < images.size(0); ++i) {
+    const size_t p = static_cast<size_t>(i / per);
+    std::ostringstream name;
+    if (o.names.empty())
+      name << std::setw(6) << std::setfill('0') << p;
+    else
+      name << o.names[p];
+    if (per > 1) name << "-" << i % per;
+    data::write_image(dir / (name.str() + ".png"), train::flux::image_grid(images.narrow(0, i, 1), 1));
+    std::ofstream(dir / (name.str() + ".txt"), std::ios::binary) << o.prompts[p];
+    TITAN_CHECK(fs::exists(dir / (name.str() + ".txt")), "titan generate: cannot write ", (dir / name.str()).string(), ".txt");
+  }
 }
 
 }  // namespace
@@ -188,11 +244,12 @@ int flux_generate_command(const std::vector<std::string>& args) {
             << " (" << models::flux::flux_summary(transformer->args(), 1, 0).description << "); "
             << conditioning->description() << "\n";
   const Tensor images = pipeline.generate(o.prompts, image);
-  data::write_image(o.out, train::flux::image_grid(images, o.image.images_per_prompt));
+  if (!o.out.empty()) data::write_image(o.out, train::flux::image_grid(images, o.image.images_per_prompt));
+  if (o.out_dir) write_each(*o.out_dir, o, images);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "titan: " << images.size(0) << " images of " << o.image.width << "x" << o.image.height << " in "
             << o.image.sampling.steps << " steps" << (o.image.sampling.cfg_scale > 1.0 ? " (two passes each)" : "")
-            << ", " << seconds << " s; wrote " << o.out.string() << "\n";
+            << ", " << seconds << " s; wrote " << (o.out.empty() ? o.out_dir->string() : o.out.string()) << "\n";
   return 0;
 }
 
