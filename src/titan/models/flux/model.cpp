@@ -1,0 +1,309 @@
+#include "titan/models/flux/model.h"
+
+#include <cmath>
+
+#include "titan/attention/splash.h"
+#include "titan/autograd/grad_mode.h"
+#include "titan/core/error.h"
+#include "titan/ops/activation.h"
+#include "titan/ops/arith.h"
+#include "titan/ops/cat.h"
+#include "titan/ops/norm.h"
+
+namespace titan::models::flux {
+
+namespace {
+
+constexpr double kNormEps = 1e-6;  // BFL's LayerNorms and Q/K RMSNorms
+constexpr int64_t kTimeDim = 256;
+
+// (1 + scale) x + shift, scale and shift [B, 1, D] over x [B, L, D].
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
+  return x * (scale + 1.0) + shift;
+}
+
+Tensor layer_norm(const Tensor& x) {
+  return ops::layer_norm(x, Tensor(), Tensor(), kNormEps);
+}
+
+// Head `index` of K = `parts` fused [B, L, parts * H * D] projections, as [B, L, H, D].
+Tensor head_view(const Tensor& fused, int64_t index, int64_t width, int64_t heads) {
+  const Tensor part = fused.narrow(2, index * width, width);
+  return part.reshape({fused.size(0), fused.size(1), heads, width / heads});
+}
+
+// softmax(q k^T / sqrt(D)) v over every pair of tokens, q/k/v [B, L, H, D] after their norms;
+// RoPE rotates q and k first. -> [B, L, H * D].
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::RopeTable& pe) {
+  const int64_t batch = q.size(0), seq = q.size(1);
+  const Tensor qr = ops::rope(q, pe, ops::RopeLayout::interleaved);
+  const Tensor kr = ops::rope(k, pe, ops::RopeLayout::interleaved);
+  // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
+  // form graph mode's splash custom call carries.
+  const attention::BlockMask mask = attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
+  const Tensor out = attention::splash_attention(qr, kr, v.contiguous(), mask);
+  return out.reshape({batch, seq, q.size(2) * q.size(3)});
+}
+
+}  // namespace
+
+Tensor timestep_embedding(const Tensor& t, int64_t dim, double time_factor) {
+  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0, "flux timestep embedding: expected t [B] and an even dim, got ",
+              t.desc(), " and ", dim);
+  const std::vector<float> ts = t.to(kF32).to_vector<float>();
+  const int64_t batch = t.size(0), half = dim / 2;
+  // f32 throughout, in torch's order of operations, so that 1000 t times the highest frequency
+  // rounds as in BFL and diffusers.
+  const float neg_log_period = static_cast<float>(-std::log(10000.0));
+  std::vector<float> freqs(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    freqs[i] = std::exp(neg_log_period * static_cast<float>(i) / static_cast<float>(half));
+  std::vector<float> out(static_cast<size_t>(batch * dim));
+  for (int64_t b = 0; b < batch; ++b) {
+    const float scaled = ts[b] * static_cast<float>(time_factor);
+    for (int64_t i = 0; i < half; ++i) {
+      const float arg = scaled * freqs[i];
+      out[b * dim + i] = std::cos(arg);
+      out[b * dim + half + i] = std::sin(arg);
+    }
+  }
+  return Tensor::from_vector<float>(out, {batch, dim});
+}
+
+ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
+  TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()), "flux rope: ids must be [L, ",
+              axes_dim.size(), "] (one column per RoPE axis), got ", ids.desc());
+  const std::vector<double> pos = ids.to(kF64).to_vector<double>();
+  const int64_t seq = ids.size(0), n_axes = ids.size(1);
+  int64_t half = 0;
+  for (int64_t d : axes_dim) half += d / 2;
+  std::vector<float> cos(static_cast<size_t>(seq * half)), sin(cos.size());
+  for (int64_t l = 0; l < seq; ++l) {
+    int64_t col = 0;
+    for (int64_t a = 0; a < n_axes; ++a) {
+      const int64_t d = axes_dim[a];
+      for (int64_t j = 0; j < d / 2; ++j, ++col) {
+        const double omega = 1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(d));
+        const double angle = pos[l * n_axes + a] * omega;
+        cos[l * half + col] = static_cast<float>(std::cos(angle));
+        sin[l * half + col] = static_cast<float>(std::sin(angle));
+      }
+    }
+  }
+  ops::RopeTable table;
+  table.cos = Tensor::from_vector<float>(cos, {seq, half});
+  table.sin = Tensor::from_vector<float>(sin, {seq, half});
+  table.head_dim = 2 * half;
+  table.rotary_dim = 2 * half;
+  return table;
+}
+
+MLPEmbedder::MLPEmbedder(int64_t in_dim, int64_t hidden_dim, TensorOptions opts) {
+  in_layer = register_module("in_layer", std::make_shared<nn::Linear>(in_dim, hidden_dim, true, opts));
+  out_layer = register_module("out_layer", std::make_shared<nn::Linear>(hidden_dim, hidden_dim, true, opts));
+}
+
+Tensor MLPEmbedder::forward(const Tensor& x) const {
+  return (*out_layer)(ops::silu((*in_layer)(x)));
+}
+
+HeadRMSNorm::HeadRMSNorm(int64_t head_dim, TensorOptions opts) {
+  scale = register_parameter("scale", Tensor::ones({head_dim}, opts));
+}
+
+Tensor HeadRMSNorm::forward(const Tensor& x) const {
+  return ops::rms_norm(x, scale, kNormEps);
+}
+
+void HeadRMSNorm::reset_parameters(Generator&) {
+  autograd::NoGradGuard no_grad;
+  scale.fill_(1.0);
+}
+
+QKNorm::QKNorm(int64_t head_dim, TensorOptions opts) {
+  query_norm = register_module("query_norm", std::make_shared<HeadRMSNorm>(head_dim, opts));
+  key_norm = register_module("key_norm", std::make_shared<HeadRMSNorm>(head_dim, opts));
+}
+
+SelfAttention::SelfAttention(int64_t dim, int64_t num_heads, bool qkv_bias, TensorOptions opts) {
+  qkv = register_module("qkv", std::make_shared<nn::Linear>(dim, 3 * dim, qkv_bias, opts));
+  norm = register_module("norm", std::make_shared<QKNorm>(dim / num_heads, opts));
+  proj = register_module("proj", std::make_shared<nn::Linear>(dim, dim, true, opts));
+}
+
+Mlp::Mlp(int64_t dim, int64_t hidden, TensorOptions opts) {
+  fc1 = register_module("0", std::make_shared<nn::Linear>(dim, hidden, true, opts));
+  fc2 = register_module("2", std::make_shared<nn::Linear>(hidden, dim, true, opts));
+}
+
+Tensor Mlp::forward(const Tensor& x) const {
+  return (*fc2)(ops::gelu((*fc1)(x), ops::GeluApproximation::tanh));
+}
+
+Modulation::Modulation(int64_t dim, int64_t multiplier, TensorOptions opts) {
+  lin = register_module("lin", std::make_shared<nn::Linear>(dim, multiplier * dim, true, opts));
+}
+
+std::vector<Tensor> Modulation::forward(const Tensor& vec) const {
+  const Tensor out = (*lin)(ops::silu(vec)).unsqueeze(1);
+  const int64_t dim = lin->in_features(), n = lin->out_features() / dim;
+  std::vector<Tensor> chunks;
+  for (int64_t i = 0; i < n; ++i) chunks.push_back(out.narrow(2, i * dim, dim));
+  return chunks;
+}
+
+DoubleStreamBlock::DoubleStreamBlock(const FluxModelArgs& a, TensorOptions opts) : num_heads_(a.num_heads) {
+  const int64_t h = a.hidden_size, m = a.mlp_hidden_dim();
+  img_mod = register_module("img_mod", std::make_shared<Modulation>(h, 6, opts));
+  img_attn = register_module("img_attn", std::make_shared<SelfAttention>(h, a.num_heads, a.qkv_bias, opts));
+  img_mlp = register_module("img_mlp", std::make_shared<Mlp>(h, m, opts));
+  txt_mod = register_module("txt_mod", std::make_shared<Modulation>(h, 6, opts));
+  txt_attn = register_module("txt_attn", std::make_shared<SelfAttention>(h, a.num_heads, a.qkv_bias, opts));
+  txt_mlp = register_module("txt_mlp", std::make_shared<Mlp>(h, m, opts));
+}
+
+Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
+  const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - txt_len, h = x.size(2);
+  const Tensor txt = x.narrow(1, 0, txt_len), img = x.narrow(1, txt_len, img_len);
+  const std::vector<Tensor> im = img_mod->forward(ctx.vec), tm = txt_mod->forward(ctx.vec);
+  const Tensor img_qkv = (*img_attn->qkv)(modulate(layer_norm(img), im[0], im[1]));
+  const Tensor txt_qkv = (*txt_attn->qkv)(modulate(layer_norm(txt), tm[0], tm[1]));
+  auto qk = [&](const Tensor& fused, int64_t i, const HeadRMSNorm& norm) {
+    return norm.forward(head_view(fused, i, h, num_heads_));
+  };
+  const Tensor q = ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
+  const Tensor k = ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
+  const Tensor v = ops::cat({head_view(txt_qkv, 2, h, num_heads_), head_view(img_qkv, 2, h, num_heads_)}, 1);
+  const Tensor attn = attend(q, k, v, ctx.pe);
+
+  Tensor img_out = img + im[2] * (*img_attn->proj)(attn.narrow(1, txt_len, img_len));
+  img_out = img_out + im[5] * img_mlp->forward(modulate(layer_norm(img_out), im[3], im[4]));
+  Tensor txt_out = txt + tm[2] * (*txt_attn->proj)(attn.narrow(1, 0, txt_len));
+  txt_out = txt_out + tm[5] * txt_mlp->forward(modulate(layer_norm(txt_out), tm[3], tm[4]));
+  return ops::cat({txt_out, img_out}, 1);
+}
+
+SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
+    : num_heads_(a.num_heads), hidden_(a.hidden_size), mlp_hidden_(a.mlp_hidden_dim()) {
+  linear1 = register_module("linear1", std::make_shared<nn::Linear>(hidden_, 3 * hidden_ + mlp_hidden_, true, opts));
+  linear2 = register_module("linear2", std::make_shared<nn::Linear>(hidden_ + mlp_hidden_, hidden_, true, opts));
+  norm = register_module("norm", std::make_shared<QKNorm>(a.head_dim(), opts));
+  modulation = register_module("modulation", std::make_shared<Modulation>(hidden_, 3, opts));
+}
+
+Tensor SingleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
+  const std::vector<Tensor> mod = modulation->forward(ctx.vec);
+  const Tensor fused = (*linear1)(modulate(layer_norm(x), mod[0], mod[1]));
+  const Tensor q = norm->query_norm->forward(head_view(fused, 0, hidden_, num_heads_));
+  const Tensor k = norm->key_norm->forward(head_view(fused, 1, hidden_, num_heads_));
+  const Tensor v = head_view(fused, 2, hidden_, num_heads_);
+  const Tensor mlp = ops::gelu(fused.narrow(2, 3 * hidden_, mlp_hidden_), ops::GeluApproximation::tanh);
+  const Tensor out = (*linear2)(ops::cat({attend(q, k, v, ctx.pe), mlp}, 2));
+  return x + mod[2] * out;
+}
+
+LastLayer::LastLayer(int64_t hidden, int64_t out_channels, TensorOptions opts) {
+  linear = register_module("linear", std::make_shared<nn::Linear>(hidden, out_channels, true, opts));
+  const auto sequential = register_module("adaLN_modulation", std::make_shared<nn::Module>());
+  modulation = sequential->register_module("1", std::make_shared<nn::Linear>(hidden, 2 * hidden, true, opts));
+}
+
+Tensor LastLayer::forward(const Tensor& x, const Tensor& vec) const {
+  const Tensor mod = (*modulation)(ops::silu(vec)).unsqueeze(1);
+  const int64_t h = x.size(2);
+  return (*linear)(modulate(layer_norm(x), mod.narrow(2, 0, h), mod.narrow(2, h, h)));
+}
+
+FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) : args_(args) {
+  args.validate();
+  const int64_t h = args.hidden_size;
+  img_in = register_module("img_in", std::make_shared<nn::Linear>(args.in_channels, h, true, opts));
+  time_in = register_module("time_in", std::make_shared<MLPEmbedder>(kTimeDim, h, opts));
+  vector_in = register_module("vector_in", std::make_shared<MLPEmbedder>(args.vec_in_dim, h, opts));
+  if (args.guidance_embed)
+    guidance_in = register_module("guidance_in", std::make_shared<MLPEmbedder>(kTimeDim, h, opts));
+  txt_in = register_module("txt_in", std::make_shared<nn::Linear>(args.context_in_dim, h, true, opts));
+  double_blocks = register_module("double_blocks", std::make_shared<nn::ModuleList<DoubleStreamBlock>>());
+  for (int64_t i = 0; i < args.depth; ++i) double_blocks->push_back(std::make_shared<DoubleStreamBlock>(args, opts));
+  single_blocks = register_module("single_blocks", std::make_shared<nn::ModuleList<SingleStreamBlock>>());
+  for (int64_t i = 0; i < args.depth_single_blocks; ++i)
+    single_blocks->push_back(std::make_shared<SingleStreamBlock>(args, opts));
+  final_layer = register_module("final_layer", std::make_shared<LastLayer>(h, args.in_channels, opts));
+}
+
+Tensor FluxTransformer::operator()(const FluxInputs& in) {
+  const FluxModelArgs& a = args_;
+  TITAN_CHECK(in.img.dim() == 3 && in.img.size(2) == a.in_channels, "flux: img must be [B, L_img, ", a.in_channels,
+              "] (packed latent tokens), got ", in.img.desc());
+  const int64_t batch = in.img.size(0), img_len = in.img.size(1);
+  TITAN_CHECK(in.txt.dim() == 3 && in.txt.size(0) == batch && in.txt.size(2) == a.context_in_dim,
+              "flux: txt must be [", batch, ", L_txt, ", a.context_in_dim, "], got ", in.txt.desc());
+  const int64_t txt_len = in.txt.size(1);
+  TITAN_CHECK(in.img_ids.dim() == 2 && in.img_ids.size(0) == img_len && in.txt_ids.dim() == 2 &&
+                  in.txt_ids.size(0) == txt_len,
+              "flux: img_ids must be [", img_len, ", 3] and txt_ids [", txt_len, ", 3], got ", in.img_ids.desc(),
+              " and ", in.txt_ids.desc());
+  TITAN_CHECK(in.timesteps.dim() == 1 && in.timesteps.size(0) == batch, "flux: timesteps must be [", batch, "], got ",
+              in.timesteps.desc());
+  TITAN_CHECK(in.y.dim() == 2 && in.y.size(0) == batch && in.y.size(1) == a.vec_in_dim, "flux: y must be [", batch,
+              ", ", a.vec_in_dim, "] (CLIP pooled), got ", in.y.desc());
+  TITAN_CHECK(in.guidance.defined() == a.guidance_embed,
+              a.guidance_embed ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
+                               : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
+
+  // The sinusoid is f32 whatever the model's dtype, as diffusers computes it, then cast.
+  const DType dtype = in.img.dtype();
+  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim).to(dtype));
+  if (a.guidance_embed) {
+    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch, "], got ",
+                in.guidance.desc());
+    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim).to(dtype));
+  }
+  vec = vec + (*vector_in)(in.y);
+
+  BlockContext ctx{.vec = vec,
+                   .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
+                   .txt_len = txt_len};
+  Tensor x = ops::cat({(*txt_in)(in.txt), (*img_in)(in.img)}, 1);
+  for (size_t i = 0; i < double_blocks->size(); ++i) x = (*double_blocks)[i](x, ctx);
+  for (size_t i = 0; i < single_blocks->size(); ++i) x = (*single_blocks)[i](x, ctx);
+  return final_layer->forward(x.narrow(1, txt_len, img_len), vec);
+}
+
+Tensor pack_latents(const Tensor& latents, int64_t p) {
+  TITAN_CHECK(latents.dim() == 4 && p > 0 && latents.size(2) % p == 0 && latents.size(3) % p == 0,
+              "flux pack_latents: expected latents [B, C, H, W] with H and W multiples of the patch size ", p, ", got ",
+              latents.desc());
+  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2) / p, w = latents.size(3) / p;
+  return latents.reshape({b, c, h, p, w, p}).permute({0, 2, 4, 1, 3, 5}).reshape({b, h * w, c * p * p});
+}
+
+Tensor unpack_latents(const Tensor& tokens, int64_t height, int64_t width, int64_t p) {
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux unpack_latents: height ", height, " and width ", width,
+              " must be multiples of the patch size ", p);
+  const int64_t h = height / p, w = width / p;
+  TITAN_CHECK(tokens.dim() == 3 && tokens.size(1) == h * w && tokens.size(2) % (p * p) == 0,
+              "flux unpack_latents: expected tokens [B, ", h * w, ", C * ", p * p, "] for ", height, " x ", width,
+              " latents, got ", tokens.desc());
+  const int64_t b = tokens.size(0), c = tokens.size(2) / (p * p);
+  return tokens.reshape({b, h, w, c, p, p}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
+}
+
+Tensor image_ids(int64_t height, int64_t width, int64_t p) {
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux image_ids: height ", height, " and width ", width,
+              " must be multiples of the patch size ", p);
+  const int64_t h = height / p, w = width / p;
+  std::vector<float> ids(static_cast<size_t>(h * w * 3), 0.0f);
+  for (int64_t r = 0; r < h; ++r)
+    for (int64_t c = 0; c < w; ++c) {
+      ids[(r * w + c) * 3 + 1] = static_cast<float>(r);
+      ids[(r * w + c) * 3 + 2] = static_cast<float>(c);
+    }
+  return Tensor::from_vector<float>(ids, {h * w, 3});
+}
+
+Tensor text_ids(int64_t length) {
+  return Tensor::zeros({length, 3});
+}
+
+}  // namespace titan::models::flux
