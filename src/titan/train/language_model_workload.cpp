@@ -1,5 +1,6 @@
 #include "titan/train/language_model_workload.h"
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -48,12 +49,19 @@ class LanguageModelWorkload : public Workload {
   LanguageModelWorkload(const JobConfig& cfg, MakeEngine objective_engine)
       : spec_(&models::get_train_spec(cfg.model.name)),
         objective_engine_(std::move(objective_engine)),
-        summary_(spec_->summarize(cfg.model, cfg.training.seq_len)),
         tokenizer_path_(cfg.model.tokenizer_path) {
-    TITAN_CHECK(summary_.num_params > 0, "model ", cfg.model.name, "/", cfg.model.flavor, " has no parameters");
+    // [flux] is read by FLUX's workload alone.
+    const nlohmann::json ours = to_json(cfg).at("flux"), defaults = to_json(JobConfig{}).at("flux");
+    std::string set;
+    for (const auto& [key, value] : ours.items())
+      if (value != defaults.at(key)) set += (set.empty() ? "flux." : ", flux.") + key;
+    config::require(set.empty(), set, ": [flux] is read only when model.name = \"flux\", and it is \"",
+                    cfg.model.name, "\"; remove the keys");
   }
 
   void check_layout(const JobConfig& cfg, const dist::ParallelDims& dims) override {
+    summary_ = spec_->summarize(cfg.model, cfg.training.seq_len);
+    TITAN_CHECK(summary_.num_params > 0, "model ", cfg.model.name, "/", cfg.model.flavor, " has no parameters");
     check_model_layout(cfg, dims, *spec_, summary_);
   }
 

@@ -313,10 +313,11 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, Mak
               objective_engine ? "has its step in train/; pass no objective engine"
                                : "needs its engine (rl::objective_engine), which was not passed");
   const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(c.parallelism);
+  // First: a family refuses by key what it does not run, before the general checks.
+  s.workload = make_workload(c, std::move(objective_engine));
   refuse_unsupported(c, degrees);
   s.mode = make_execution_mode(c);
   s.lay_out(degrees);
-  s.workload = make_workload(c, std::move(objective_engine));
   s.workload->build_data(s.context());
   s.build_model();
   s.plan_memory(s.mode->memory_plan_scope(s.world.rank(), s.world.size()));
@@ -445,10 +446,10 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
   const JobConfig& c = s.cfg;
   // The layout of the ranks, as eager mode lays it out: what a rank of it builds and holds.
   const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(c.parallelism);
+  s.workload = make_workload(c, nullptr);
   s.mode = make_eager_mode();
   s.lay_out(degrees);
   // No data is read.
-  s.workload = make_workload(c, nullptr);
   s.build_model();
   log << "titan: dry run of rank " << rank << " of " << world_size << " (" << s.dims.describe() << "), model "
       << c.model.name << "/" << c.model.flavor << ": " << s.workload->summary().num_params / 1e9

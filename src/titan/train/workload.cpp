@@ -1,5 +1,6 @@
 #include "titan/train/workload.h"
 
+#include "titan/train/flux/flux_workload.h"
 #include "titan/train/language_model_workload.h"
 
 namespace titan::train {
@@ -10,7 +11,7 @@ std::unique_ptr<Workload> make_workload(const JobConfig& cfg, MakeEngine objecti
     TITAN_CHECK(!objective_engine, "Trainer: model.name = \"", cfg.model.name,
                 "\" trains by flow matching; training.objective = \"", cfg.training.objective,
                 "\" is for language models");
-    TITAN_CHECK(false, "flux");
+    return flux::make_flux_workload(cfg);
   }
   TITAN_CHECK(spec.workload == "language_model", "model '", spec.name, "' names workload '", spec.workload,
               "', which train/ does not have (language_model, flux)");
