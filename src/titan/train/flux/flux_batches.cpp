@@ -29,9 +29,8 @@ std::vector<float> values(const std::map<std::string, Tensor>& encodings, const 
   const auto it = encodings.find(name);
   TITAN_CHECK(it != encodings.end(), "flux: the encoding cache's ", where, " holds no \"", name,
               "\" tensor; re-encode it with `titan flux encode`");
-  TITAN_CHECK(it->second.dtype() == kF32, "flux: the encoding cache's \"", name, "\" is ", it->second.desc(),
-              ", expected float32; re-encode it with `titan flux encode`");
-  return it->second.contiguous().to_vector<float>();
+  // A cache encoded with --dtype bf16 is read in float32, as training computes.
+  return it->second.to(kF32).contiguous().to_vector<float>();
 }
 
 }  // namespace
