@@ -38,7 +38,8 @@ std::vector<std::string> tiny(const fs::path& cache, const fs::path& dir, std::v
                                 "--job.dump_folder=" + (dir / "out").string(),
                                 "--checkpoint.folder=" + (dir / "ckpt").string(), "--metrics.log_freq=100",
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
-                                "--training.local_batch_size=4", "--lr_scheduler.warmup_steps=2"};
+                                "--training.local_batch_size=4", "--lr_scheduler.warmup_steps=2",
+                                "--validation.enable=false"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }
@@ -70,12 +71,12 @@ TEST(FluxTrain, LossFallsOnATinySyntheticCache) {
   std::string log;
   const TrainResult r =
       run(tiny(cache, dir, {"--training.steps=30", "--checkpoint.enable=false", "--validation.enable=true",
-                            "--validation.freq=1", "--flux.validation_samples=4", "--validation.local_batch_size=4"}),
+                            "--validation.freq=10", "--flux.validation_samples=4", "--validation.local_batch_size=4"}),
           &log);
   ASSERT_EQ(r.losses.size(), 30u);
   EXPECT_LT(mean(r.losses, 25, 5), 0.8 * mean(r.losses, 0, 5)) << log;
-  ASSERT_EQ(r.validations.size(), 30u) << log;
-  EXPECT_LT(r.validations.back().loss, 0.8 * r.validations.front().loss) << log;
+  ASSERT_EQ(r.validations.size(), 3u) << log;
+  EXPECT_LT(r.validations[2].loss, r.validations[0].loss) << log;
   EXPECT_NE(log.find("20 training samples"), std::string::npos) << log;
   EXPECT_NE(log.find("t = (i + 0.5) / 8"), std::string::npos) << log;
 }
@@ -139,7 +140,7 @@ TEST(FluxTrain, DryRunOfFluxDevHoldsEachRanksShare) {
     const double mine = static_cast<double>(p.param_bytes + p.param_bytes + p.optimizer_bytes);
     EXPECT_LE(mine, 1.1 * total / ranks) << ranks << " ranks\n" << log.str();
     EXPECT_GE(mine, 0.9 * total / ranks) << ranks << " ranks\n" << log.str();
-    EXPECT_NE(log.str().find("flux flux-dev"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("model flux/flux-dev: 11.892 B parameters"), std::string::npos) << log.str();
   }
 }
 
