@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "titan/core/config_schema.h"
+#include "titan/core/memory_owner.h"
+#include "titan/core/meta.h"
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
@@ -96,7 +98,11 @@ class LanguageModelWorkload : public Workload {
     // A dry run reads no data: the model's vocabulary is the config's, checked against the byte
     // tokenizer.
     if (!tokenizer_) tokenizer_ = data::load_tokenizer("");
-    model_ = spec_->build(c.model, c.training.seq_len, rng);
+    {
+      MemoryOwnerScope owner(MemoryCategory::parameters);
+      const MetaScope meta;
+      model_ = spec_->build(c.model, c.training.seq_len, rng);
+    }
     config::require(model_->vocab_size() >= tokenizer_->vocab_size(), "model.vocab_size ", model_->vocab_size(),
                     " is smaller than the ", tokenizer_->vocab_size(), " ids of the ", tokenizer_->description(),
                     "; raise model.vocab_size");

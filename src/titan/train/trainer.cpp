@@ -13,7 +13,6 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/autocast.h"
-#include "titan/core/meta.h"
 #include "titan/core/memory_owner.h"
 #include "titan/core/parallel.h"
 #include "titan/dist/device_mesh.h"
@@ -165,10 +164,6 @@ void Trainer::State::build_model() {
   const JobConfig& c = cfg;
   workload->check_layout(c, dims);
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
-  // Shapes only: each rank allocates and initialises what it holds once the plans have split and
-  // sharded them (deferred initialisation, below), so no rank ever holds the whole model.
-  MemoryOwnerScope owner(MemoryCategory::parameters);
-  const MetaScope meta;
   model = workload->build_model(context(), rng, plans);
 }
 

@@ -60,8 +60,10 @@ class Workload {
   virtual void check_layout(const JobConfig& cfg, const dist::ParallelDims& dims) = 0;
   // The training data (a dry run reads none).
   virtual void build_data(const WorkloadContext& ctx) = 0;
-  // The model on meta (under the caller's MetaScope) with its parallel plans applied into `plans`;
-  // `rng` is the one deferred initialisation draws from.
+  // The model with its parallel plans applied into `plans`. Shapes only: built under a MetaScope
+  // (core/meta.h), each rank allocating and initialising what it holds once the plans have split
+  // and sharded it (deferred initialisation, drawing from `rng`), so that no rank ever holds the
+  // whole model.
   virtual std::shared_ptr<nn::Module> build_model(const WorkloadContext& ctx, Generator& rng,
                                                   models::Parallelized& plans) = 0;
   virtual const models::ModelSummary& summary() const = 0;

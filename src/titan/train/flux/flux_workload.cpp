@@ -4,6 +4,8 @@
 #include <ostream>
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/memory_owner.h"
+#include "titan/core/meta.h"
 #include "titan/core/trace.h"
 #include "titan/models/flux/model.h"
 #include "titan/models/flux/parallelize.h"
@@ -192,7 +194,11 @@ class FluxWorkload : public Workload {
 
   std::shared_ptr<nn::Module> build_model(const WorkloadContext& ctx, Generator&, models::Parallelized& plans) override {
     const JobConfig& c = ctx.cfg;
-    model_ = std::make_shared<FluxTransformer>(args_);
+    {
+      MemoryOwnerScope owner(MemoryCategory::parameters);
+      const MetaScope meta;
+      model_ = std::make_shared<FluxTransformer>(args_);
+    }
     const ExecutionMode::Checkpointing ac = ctx.mode.checkpointing(c);
     plans = models::flux::parallelize(
         *model_, {.activation_checkpoint_mode = ac.mode,
