@@ -12,13 +12,16 @@
                                     exactly through diffusers' own single-file converter;
         CASE/reference.safetensors  inputs "in.*" (img, txt, y, t, guidance, img_ids, txt_ids),
                                     the f32 forward "out.sample"; one rectified-flow step in
-                                    float64 from "in.x0", "in.noise": "train.loss" and
+                                    float64 (diffusers' float32 sinusoid and RoPE product lifted,
+                                    see float64_throughout) from "in.x0", "in.noise": "train.loss" and
                                     "grad.<diffusers name>" for every parameter;
       and packing.safetensors: latents [2, 4, 6, 8] and FluxPipeline's _pack_latents,
       _unpack_latents and _prepare_latent_image_ids of them (patch 2).
 """
 import argparse
+import contextlib
 import inspect
+import math
 import os
 import shutil
 import sys
@@ -26,6 +29,8 @@ import sys
 import torch
 from diffusers import FluxPipeline, FluxTransformer2DModel
 from diffusers.loaders import single_file_utils
+from diffusers.models import embeddings
+from diffusers.models.transformers import transformer_flux
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_reference import write_safetensors  # noqa: E402
@@ -51,6 +56,44 @@ def new_model(config, seed):
             base = 1.0 if "norm" in name and name.endswith("weight") and "linear" not in name else 0.0
             p.copy_(base + 0.3 * torch.randn(p.shape, generator=g))
     return model
+
+
+def rope_in_input_dtype(x, freqs_cis, use_real=True, use_real_unbind_dim=-1, sequence_dim=2):
+    """diffusers' apply_rotary_emb for FLUX's interleaved pairs, without its cast of x to float32,
+    so that the float64 reference stays float64 (the cos/sin tables stay float32 in both)."""
+    assert use_real and use_real_unbind_dim == -1
+    cos, sin = freqs_cis
+    shape = (1, -1, 1, cos.shape[-1]) if sequence_dim == 1 else (1, 1, -1, cos.shape[-1])
+    cos, sin = cos.reshape(shape).to(x.dtype), sin.reshape(shape).to(x.dtype)
+    x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+    x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(3)
+    return x * cos + x_rotated * sin
+
+
+def sinusoid_in_float64(timesteps, embedding_dim, flip_sin_to_cos=False, downscale_freq_shift=1, scale=1,
+                        max_period=10000):
+    """diffusers' get_timestep_embedding in float64 (its own is float32 whatever the input)."""
+    half = embedding_dim // 2
+    exponent = -math.log(max_period) * torch.arange(half, dtype=torch.float64) / (half - downscale_freq_shift)
+    emb = scale * timesteps[:, None].double() * torch.exp(exponent)[None, :]
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    if flip_sin_to_cos:
+        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
+    return emb
+
+
+@contextlib.contextmanager
+def float64_throughout():
+    """diffusers' FLUX model computes the timestep sinusoid and the RoPE product in float32
+    whatever the model's dtype; for a float64 reference both run in float64 here (the RoPE
+    cos/sin tables stay float32, as titan's are)."""
+    saved = (embeddings.get_timestep_embedding, transformer_flux.apply_rotary_emb)
+    embeddings.get_timestep_embedding = sinusoid_in_float64
+    transformer_flux.apply_rotary_emb = rope_in_input_dtype
+    try:
+        yield
+    finally:
+        embeddings.get_timestep_embedding, transformer_flux.apply_rotary_emb = saved
 
 
 def bfl_to_diffusers(bfl, inner_dim):
@@ -146,7 +189,8 @@ def write_case(stage, name, config, latent_hw, p, seed):
     model64 = model.double()
     t = inputs["in.t"].double()[:, None, None]
     x0, noise = inputs["in.x0"].double(), inputs["in.noise"].double()
-    pred = run(model64, (1 - t) * x0 + t * noise, torch.float64)
+    with float64_throughout():
+        pred = run(model64, (1 - t) * x0 + t * noise, torch.float64)
     loss = torch.mean((pred - (noise - x0)) ** 2)
     loss.backward()
     out["train.loss"] = loss.detach().reshape(1)

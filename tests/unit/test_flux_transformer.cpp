@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "support/test_util.h"
+#include "titan/autograd/checkpoint.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
@@ -19,6 +20,7 @@
 #include "titan/models/flux/state_dict_adapter.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
+#include "titan/ops/reduce.h"
 #include "titan/train/flux/rectified_flow.h"
 #include "titan/train/flux/transformer_folder.h"
 
@@ -30,21 +32,24 @@ namespace fm = models::flux;
 namespace tf = train::flux;
 using nlohmann::json;
 
-// DIR/flux_transformer of the reference script, made on first use when ctest's fixture has not.
+// DIR/flux_transformer of the reference script, made on first use when ctest's fixture has not,
+// and again when the script is newer than its output.
 fs::path reference_dir() {
   const fs::path root = fs::path(TITAN_PARITY_DIR) / "flux_transformer";
-  if (!fs::exists(root / "packing.safetensors")) {
-    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
-                            "/tests/parity/flux_transformer_reference.py' --out '" + TITAN_PARITY_DIR + "'";
+  const fs::path script = fs::path(TITAN_SOURCE_DIR) / "tests" / "parity" / "flux_transformer_reference.py";
+  if (!fs::exists(root / "packing.safetensors") ||
+      fs::last_write_time(root / "packing.safetensors") < fs::last_write_time(script)) {
+    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + script.string() + "' --out '" +
+                            TITAN_PARITY_DIR + "' > /dev/null";
     if (std::system(cmd.c_str()) != 0) return {};
   }
   return root;
 }
 
-#define REQUIRE_REFERENCE(dir)                                                \
-  const fs::path dir = reference_dir();                                       \
-  if (dir.empty())                                                            \
-  TITAN_MISSING_REFERENCE(                                                    \
+#define REQUIRE_REFERENCE(dir)                                              \
+  const fs::path dir = reference_dir();                                     \
+  if (dir.empty())                                                          \
+  TITAN_MISSING_REFERENCE(                                                  \
       "tests/parity/flux_transformer_reference.py failed (is diffusers in " \
       "the venv? run make deps-test)")
 
@@ -85,8 +90,11 @@ TEST(FluxTransformer, ForwardMatchesDiffusers) {
 }
 
 // loss = flow_matching_loss(model(noisy_latents(x0, noise, t)), x0, noise) and d loss / d every
-// parameter, against diffusers' model run in float64: titan in float64 agrees to rounding (the
-// RoPE table and the timestep sinusoid are f32 in both), titan in float32 to f32's precision.
+// parameter, against diffusers' model run in float64 throughout (the reference script lifts its
+// f32 sinusoid and RoPE product; the RoPE cos/sin tables are f32 in both): titan in float64
+// agrees to rounding (measured <= 3e-14), titan in float32 within 1e-3 of every gradient
+// (measured <= 4e-4) and 1e-4 of the loss (measured 2.6e-5), most of which is the f32 sinusoid
+// of 1000 t (of 1000 g: guidance 3.5 -> 3500) that titan computes as diffusers does.
 void expect_training_step(const fs::path& dir, const Case& c, DType dtype, double loss_tol, double grad_tol) {
   auto model = tf::load_transformer_folder(dir / c.name / "diffusers", {.dtype = dtype}, c.patch);
   const nn::StateDict ref = read(dir / c.name / "reference.safetensors");
@@ -119,7 +127,7 @@ TEST(FluxTransformer, TrainingStepLossAndEveryGradientMatchDiffusers) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     expect_training_step(dir, c, kF64, 1e-12, 1e-9);
-    expect_training_step(dir, c, kF32, 1e-5, 1e-4);
+    expect_training_step(dir, c, kF32, 1e-4, 1e-3);
   }
 }
 
@@ -175,8 +183,9 @@ TEST(FluxTransformer, WrongMissingAndUnexpectedTensorsAreRefusedByName) {
   d["transformer_blocks.1.attn.to_k.weight"] = Tensor::zeros({32, 31});
   d.erase("norm_out.linear.bias");
   d["transformer_blocks.1.attn.extra"] = Tensor::zeros({2});
-  EXPECT_TITAN_ERROR(fm::from_diffusers(d, a), "transformer_blocks.1.attn.to_k.weight", "[32, 31]", "[32, 32]",
-                     "missing tensor 'norm_out.linear.bias'", "unexpected tensor 'transformer_blocks.1.attn.extra'");
+  EXPECT_TITAN_ERROR(fm::from_diffusers(d, a), "transformer_blocks.1.attn.to_k.weight", "[32, 31]",
+                     "[32, 32]", "missing tensor 'norm_out.linear.bias'",
+                     "unexpected tensor 'transformer_blocks.1.attn.extra'");
 
   const fs::path tmp = test::fresh_temp_dir("flux_wrong_shape");
   nn::StateDict bfl = model->state_dict();
@@ -246,18 +255,56 @@ TEST(FluxTransformer, FlavorsBuildAndTheSummaryCountsTheirParameters) {
   EXPECT_EQ(fm::flux_summary(fm::flux_flavor("flux-dev"), 4096, 512).num_params, 11901408320);
   const fm::FluxSummary s = fm::flux_summary(fm::flux_flavor("flux-schnell"), 4096, 512);
   EXPECT_EQ(s.num_params, 11901408320 - (256 * 3072 + 3072 + 3072 * 3072 + 3072));
-  // Within a few percent of 6 x params x tokens plus the attention term.
-  const double rough = 6.0 * static_cast<double>(s.num_params) * 4608 + 12.0 * 57 * 3072 * 4608.0 * 4608.0;
-  EXPECT_NEAR(s.flops_per_sample / rough, 1.0, 0.05);
+  // 6 x params x tokens, counted from the tensors' names: a double block's stream weights see only
+  // their stream's tokens (half of the block's weights per token), and the modulations and
+  // embedders one vector per sample; plus 12 x blocks x hidden x tokens^2 for attention.
+  double per_token = 0;
+  for (const auto& [name, shape] : fm::shapes(fm::flux_flavor("flux-schnell"))) {
+    const double n = static_cast<double>(numel_of(shape));
+    if (name.find("_mod.") != std::string::npos || name.find("modulation") != std::string::npos ||
+        name.starts_with("time_in") || name.starts_with("vector_in"))
+      continue;
+    per_token += name.starts_with("double_blocks") ? n / 2 : n;
+  }
+  const double rough = 6.0 * per_token * 4608 + 12.0 * 57 * 3072 * 4608.0 * 4608.0;
+  EXPECT_NEAR(s.flops_per_sample / rough, 1.0, 0.01);
   EXPECT_NE(s.description.find("19 double + 38 single"), std::string::npos) << s.description;
 }
 
-TEST(FluxTransformer, BlocksAreNamedModulesForWrapping) {
-  fm::FluxTransformer model(fm::flux_flavor("flux-tiny"));
+// The blocks are modules that activation checkpointing (and FSDP) can wrap: checkpointing every
+// block gives bit-identical gradients, the conditioning vector's included.
+TEST(FluxTransformer, CheckpointedBlocksGiveTheSameGradients) {
+  fm::FluxModelArgs a = fm::flux_flavor("flux-tiny");
+  a.hidden_size = 64;
+  a.num_heads = 2;
+  fm::FluxTransformer model(a);
+  Generator gen(3);
+  model.init_weights(gen);
   std::vector<std::string> names;
   for (const auto& [name, m] : model.named_modules()) names.push_back(name);
   for (const char* want : {"double_blocks.0", "double_blocks.1", "single_blocks.0", "single_blocks.1"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+
+  fm::FluxInputs in;
+  in.img = Tensor::randn({2, 16, a.in_channels}, gen);
+  in.img_ids = fm::image_ids(8, 8, a.patch_size);
+  in.txt = Tensor::randn({2, 7, a.context_in_dim}, gen);
+  in.txt_ids = fm::text_ids(7);
+  in.timesteps = Tensor::rand({2}, gen);
+  in.y = Tensor::randn({2, a.vec_in_dim}, gen);
+  auto gradients = [&] {
+    model.zero_grad();
+    ops::mean(ops::square(model(in))).backward();
+    nn::StateDict g;
+    for (const auto& [name, p] : model.named_parameters()) g.emplace(name, p.grad().clone());
+    return g;
+  };
+  const nn::StateDict plain = gradients();
+  for (auto& [name, m] : model.named_modules())
+    if (name.starts_with("double_blocks.") || name.starts_with("single_blocks."))
+      m->set_forward_wrapper(
+          [](const nn::Module::ForwardBody& body, const Tensor& x) { return autograd::checkpoint(body, x); });
+  test::expect_same_state(gradients(), plain);
 }
 
 TEST(RectifiedFlow, NoisyLatentsAndLossFollowTheirDefinitions) {
@@ -272,7 +319,8 @@ TEST(RectifiedFlow, NoisyLatentsAndLossFollowTheirDefinitions) {
   const Tensor pred = test::rand_f32({2, 3, 4}, 3);
   const std::vector<float> p = pred.to_vector<float>();
   double want = 0;
-  for (size_t i = 0; i < p.size(); ++i) want += std::pow(p[i] - (b[i] - a[i]), 2) / static_cast<double>(p.size());
+  for (size_t i = 0; i < p.size(); ++i)
+    want += std::pow(p[i] - (b[i] - a[i]), 2) / static_cast<double>(p.size());
   EXPECT_NEAR(tf::flow_matching_loss(pred, x0, noise).to_vector<float>()[0], want, 1e-6);
   EXPECT_TITAN_ERROR(tf::noisy_latents(x0, noise, Tensor::zeros({3})), "t must be [B] with B = 2");
 }
@@ -303,18 +351,21 @@ TEST(RectifiedFlow, TimestepSamplersHaveTheirLawsAndAreDeterministic) {
   EXPECT_NEAR(std::sqrt(s2), 1.0, 0.02);
   // The shift is monotonic, so the median moves to the shifted median: 3 * 0.5 / (1 + 2 * 0.5).
   Generator g5(6);
-  const std::vector<float> shifted = tf::sample_timesteps_logit_normal(n, g5, 0.0, 1.0, 3.0).to_vector<float>();
+  const std::vector<float> shifted =
+      tf::sample_timesteps_logit_normal(n, g5, 0.0, 1.0, 3.0).to_vector<float>();
   EXPECT_NEAR(median(shifted), 0.75, 0.01);
   for (size_t i = 0; i < 100; ++i) EXPECT_NEAR(shifted[i], tf::time_shift(ln[i], 3.0), 1e-6);
   EXPECT_DOUBLE_EQ(tf::time_shift(0.3, 1.0), 0.3);
 }
 
 TEST(OpsCat, JoinsAlongAnyDimAndGradchecks) {
-  const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}), b = Tensor::from_vector<float>({5, 6}, {2, 1});
+  const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}),
+               b = Tensor::from_vector<float>({5, 6}, {2, 1});
   EXPECT_EQ(ops::cat({a, b}, 1).to_vector<float>(), (std::vector<float>{1, 2, 5, 3, 4, 6}));
   EXPECT_EQ(ops::cat({a, b.reshape({1, 2})}, 0).to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_TITAN_ERROR(ops::cat({a, b}, 0), "differ in dim 1");
-  const Tensor x = test::rand_f64({2, 3, 4}, 1), y = test::rand_f64({2, 1, 4}, 2), z = test::rand_f64({2, 2, 4}, 3);
+  const Tensor x = test::rand_f64({2, 3, 4}, 1), y = test::rand_f64({2, 1, 4}, 2),
+               z = test::rand_f64({2, 2, 4}, 3);
   for (int64_t dim : {1, -2}) {
     const auto res = autograd::gradcheck(
         [dim](const std::vector<Tensor>& v) { return std::vector<Tensor>{ops::cat(v, dim)}; }, {x, y, z});

@@ -11,6 +11,7 @@
 #include "support/test_util.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
+#include "titan/ops/cat.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/loss.h"
 #include "titan/ops/norm.h"
@@ -147,6 +148,21 @@ TEST(GraphOps, RopePartialRotaryWithAnAttentionFactor) {
           test::tensors_close(r.eager[0], ops::rope(x, table, layout, start), 0, "host start " + what));
     }
   }
+}
+
+TEST(GraphOps, CatAlongEachDim) {
+  const Tensor a = test::rand_f32({2, 3, 4}, 1), b = test::rand_f32({2, 1, 4}, 2),
+               c = test::rand_f32({2, 3, 5}, 3);
+  expect_matches(
+      [](const auto& v) {
+        return std::vector<Tensor>{ops::cat({v[0], v[1]}, 1)};
+      },
+      {a, b}, 0, "cat dim 1");
+  expect_matches(
+      [](const auto& v) {
+        return std::vector<Tensor>{ops::cat({v[0], v[1]}, -1)};
+      },
+      {a, c}, 0, "cat dim -1");
 }
 
 TEST(GraphOps, EmbeddingWithRepeatedIds) {

@@ -1,12 +1,10 @@
 #include "titan/apps/flux_command.h"
 
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "titan/apps/args.h"
+#include "titan/apps/progress_line.h"
 #include "titan/core/autocast.h"
 #include "titan/core/error.h"
 #include "titan/dist/process_group.h"
@@ -144,20 +142,13 @@ int encode(const std::vector<std::string>& args) {
   const std::string empty_caption;
   const std::map<std::string, Tensor> empty_prompt = stored(stack.encode_text({&empty_caption, 1}));
 
-  const bool tty = ::isatty(2) != 0;
-  const auto start = std::chrono::steady_clock::now();
-  int printed_tenth = -1;
+  ProgressLine line;
   auto progress = [&](int64_t done, int64_t total) {
     if (world.rank() != 0) return;
-    const double fraction = static_cast<double>(done) / static_cast<double>(std::max<int64_t>(total, 1));
-    const int tenth = static_cast<int>(fraction * 10);
-    if (!tty && tenth <= printed_tenth) return;
-    printed_tenth = tenth;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "%s[rank 0] %lld/%lld samples  %3.0f%%  %.2f samples/s%s", tty ? "\r" : "",
-                 static_cast<long long>(done), static_cast<long long>(total), 100 * fraction,
-                 static_cast<double>(done) / std::max(seconds, 1e-9), tty && done < total ? "" : "\n");
-    std::fflush(stderr);
+    char figures[96];
+    std::snprintf(figures, sizeof figures, "rank 0: %lld/%lld samples  %.2f samples/s", static_cast<long long>(done),
+                  static_cast<long long>(total), static_cast<double>(done) / std::max(line.seconds(), 1e-9));
+    line.update(done, total, figures, done >= total);
   };
   const train::flux::EncodingCacheReport report =
       train::flux::write_encoding_cache(dataset, encode_samples, empty_prompt, cache, world, progress);

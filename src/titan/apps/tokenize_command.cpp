@@ -1,14 +1,12 @@
 #include "titan/apps/tokenize_command.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "titan/apps/args.h"
+#include "titan/apps/progress_line.h"
 #include "titan/core/error.h"
 #include "titan/data/dataset.h"
 
@@ -72,42 +70,6 @@ Options parse(const std::vector<std::string>& args) {
   return o;
 }
 
-// One line on stderr, redrawn in place on a terminal; elsewhere (a log file) a line every tenth.
-class Progress {
- public:
-  explicit Progress(int64_t total_bytes) : total_(std::max<int64_t>(total_bytes, 1)), tty_(::isatty(2) != 0) {}
-  // An error thrown mid-way is printed next (by main): on a line of its own, not the bar's.
-  ~Progress() {
-    if (open_) std::fputc('\n', stderr);
-  }
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-  void update(int64_t done, int64_t documents, int64_t tokens, bool last = false) {
-    const double fraction = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
-    const int tenth = static_cast<int>(fraction * 10);
-    if (!tty_ && tenth <= printed_tenth_) return;
-    printed_tenth_ = tenth;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    constexpr int kWidth = 30;
-    const int filled = static_cast<int>(fraction * kWidth);
-    std::fprintf(stderr, "%s[%.*s%*s] %3.0f%%  %.1f/%.1f MB  %.1f MB/s  %lld documents  %lld tokens%s",
-                 tty_ ? "\r" : "", filled, "##############################", kWidth - filled, "", 100 * fraction,
-                 static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6,
-                 static_cast<double>(done) / 1e6 / std::max(seconds, 1e-9), static_cast<long long>(documents),
-                 static_cast<long long>(tokens), tty_ && !last ? "" : "\n");
-    std::fflush(stderr);
-    open_ = tty_ && !last;
-  }
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-
- private:
-  int64_t total_;
-  bool tty_;
-  bool open_ = false;  // the bar was drawn without its newline
-  int printed_tenth_ = -1;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
 }  // namespace
 
 int tokenize_command(const std::vector<std::string>& args) {
@@ -134,7 +96,16 @@ int tokenize_command(const std::vector<std::string>& args) {
                                  .tokenizer_fingerprint = tokenizer->fingerprint()},
                                 o.shard_tokens);
   data::DatasetStats stats;
-  Progress progress(total);
+  ProgressLine progress;
+  // The bar's figures after `done` bytes.
+  auto figures = [&](int64_t done, int64_t tokens) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%.1f/%.1f MB  %.1f MB/s  %lld documents  %lld tokens",
+                  static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6,
+                  static_cast<double>(done) / 1e6 / std::max(progress.seconds(), 1e-9),
+                  static_cast<long long>(stats.documents), static_cast<long long>(tokens));
+    return std::string(text);
+  };
   std::vector<int32_t> packed;
   int64_t tokens = 0;
   data::for_each_document_batch(files, o.dataset, stats, [&](std::span<const std::string_view> docs, int64_t done) {
@@ -142,10 +113,10 @@ int tokenize_command(const std::vector<std::string>& args) {
     for (const auto& ids : tokenizer->encode_batch(docs)) data::pack_document(ids, *tokenizer, packed);
     writer.append(packed);
     tokens += static_cast<int64_t>(packed.size());
-    progress.update(done, stats.documents, tokens);
+    progress.update(done, total, figures(done, tokens));
   });
   writer.finish();
-  progress.update(total, stats.documents, writer.tokens_written(), /*last=*/true);
+  progress.update(total, total, figures(total, writer.tokens_written()), /*last=*/true);
   TITAN_CHECK(writer.tokens_written() > 0, "titan tokenize: the inputs hold no document",
               stats.skipped.empty() ? "" : " (" + stats.skipped_summary() + ")");
   std::cout << "titan tokenize: " << stats.files << " files, " << stats.documents << " documents, "

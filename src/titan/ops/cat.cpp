@@ -29,6 +29,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   Tensor out;
   if (lazy) {
     std::vector<graph::Value> values;
+    values.reserve(xs.size());
     for (const Tensor& x : xs) values.push_back(graph::value_of(x, "cat"));
     out = graph::tensor_of(graph::hlo::concatenate(values, d));
   } else {
@@ -41,6 +42,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     }
   }
   std::vector<int64_t> lengths;
+  lengths.reserve(xs.size());
   for (const Tensor& x : xs) lengths.push_back(x.size(d));
   autograd::record("cat", xs, {out}, [d, lengths](const autograd::GradContext& g) {
     std::vector<Tensor> grads;

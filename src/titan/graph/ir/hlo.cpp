@@ -119,6 +119,8 @@ Value log(const Value& x) { return unary("log", x); }
 Value sqrt(const Value& x) { return unary("sqrt", x); }
 Value rsqrt(const Value& x) { return unary("rsqrt", x); }
 Value tanh(const Value& x) { return unary("tanh", x); }
+Value cos(const Value& x) { return unary("cosine", x); }
+Value sin(const Value& x) { return unary("sine", x); }
 Value logistic(const Value& x) { return unary("logistic", x); }
 Value abs(const Value& x) { return unary("abs", x); }
 Value erf(const Value& x) {

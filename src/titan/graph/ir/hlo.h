@@ -33,6 +33,8 @@ Value log(const Value& x);
 Value sqrt(const Value& x);
 Value rsqrt(const Value& x);
 Value tanh(const Value& x);
+Value cos(const Value& x);
+Value sin(const Value& x);
 Value logistic(const Value& x);  // sigmoid
 Value abs(const Value& x);
 Value erf(const Value& x);

@@ -5,10 +5,12 @@
 #include "titan/attention/splash.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
+#include "titan/models/common/run_blocks.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
 #include "titan/ops/norm.h"
+#include "titan/ops/sinusoid.h"
 
 namespace titan::models::flux {
 
@@ -20,6 +22,11 @@ constexpr int64_t kTimeDim = 256;
 // (1 + scale) x + shift, scale and shift [B, 1, D] over x [B, L, D].
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   return x * (scale + 1.0) + shift;
+}
+
+// vec [B, hidden] from a block's input [vec; txt; img].
+Tensor conditioning(const Tensor& x) {
+  return x.narrow(1, 0, 1).reshape({x.size(0), x.size(2)});
 }
 
 Tensor layer_norm(const Tensor& x) {
@@ -40,56 +47,58 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Rope
   const Tensor kr = ops::rope(k, pe, ops::RopeLayout::interleaved);
   // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
   // form graph mode's splash custom call carries.
-  const attention::BlockMask mask = attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
+  const attention::BlockMask mask =
+      attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
   const Tensor out = attention::splash_attention(qr, kr, v.contiguous(), mask);
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
 
+// f_i = exp(-log(10000) i / half) in T, in torch's order of operations (BFL's timestep_embedding,
+// diffusers' get_timestep_embedding), so that each rounding is theirs.
+template <typename T>
+Tensor timestep_freqs(int64_t half) {
+  const T neg_log_period = static_cast<T>(-std::log(10000.0));
+  std::vector<T> freqs(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    freqs[i] = std::exp(neg_log_period * static_cast<T>(i) / static_cast<T>(half));
+  return Tensor::from_vector<T>(freqs, {half});
+}
+
 }  // namespace
 
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double time_factor) {
-  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0, "flux timestep embedding: expected t [B] and an even dim, got ",
-              t.desc(), " and ", dim);
-  const std::vector<float> ts = t.to(kF32).to_vector<float>();
-  const int64_t batch = t.size(0), half = dim / 2;
-  // f32 throughout, in torch's order of operations, so that 1000 t times the highest frequency
-  // rounds as in BFL and diffusers.
-  const float neg_log_period = static_cast<float>(-std::log(10000.0));
-  std::vector<float> freqs(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    freqs[i] = std::exp(neg_log_period * static_cast<float>(i) / static_cast<float>(half));
-  std::vector<float> out(static_cast<size_t>(batch * dim));
-  for (int64_t b = 0; b < batch; ++b) {
-    const float scaled = ts[b] * static_cast<float>(time_factor);
-    for (int64_t i = 0; i < half; ++i) {
-      const float arg = scaled * freqs[i];
-      out[b * dim + i] = std::cos(arg);
-      out[b * dim + half + i] = std::sin(arg);
-    }
-  }
-  return Tensor::from_vector<float>(out, {batch, dim});
+Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype, double time_factor) {
+  TITAN_CHECK(t.dim() == 1 && dim > 0 && dim % 2 == 0,
+              "flux timestep embedding: expected t [B] and an even dim, got ", t.desc(), " and ", dim);
+  const DType compute = dtype == kF64 ? kF64 : kF32;
+  const Tensor freqs = compute == kF64 ? timestep_freqs<double>(dim / 2) : timestep_freqs<float>(dim / 2);
+  return ops::sinusoid(ops::scale(t.detach().to(compute), time_factor), freqs).to(dtype);
 }
 
 ops::RopeTable rope_table(const Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
-  TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()), "flux rope: ids must be [L, ",
-              axes_dim.size(), "] (one column per RoPE axis), got ", ids.desc());
+  TITAN_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()),
+              "flux rope: ids must be [L, ", axes_dim.size(), "] (one column per RoPE axis), got ",
+              ids.desc());
+  TITAN_CHECK(!ids.is_lazy(), "flux rope: the token ids ", ids.desc(),
+              " are values of the program being captured; keep img_ids and txt_ids host tensors (they "
+              "fix the RoPE table, which enters the program as an input)");
   const std::vector<double> pos = ids.to(kF64).to_vector<double>();
   const int64_t seq = ids.size(0), n_axes = ids.size(1);
-  int64_t half = 0;
-  for (int64_t d : axes_dim) half += d / 2;
-  std::vector<float> cos(static_cast<size_t>(seq * half)), sin(cos.size());
-  for (int64_t l = 0; l < seq; ++l) {
-    int64_t col = 0;
-    for (int64_t a = 0; a < n_axes; ++a) {
-      const int64_t d = axes_dim[a];
-      for (int64_t j = 0; j < d / 2; ++j, ++col) {
-        const double omega = 1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(d));
-        const double angle = pos[l * n_axes + a] * omega;
-        cos[l * half + col] = static_cast<float>(std::cos(angle));
-        sin[l * half + col] = static_cast<float>(std::sin(angle));
-      }
+  // Column c of a row rotates by ids[axis[c]] * omega[c].
+  std::vector<double> omega;
+  std::vector<int64_t> axis;
+  for (int64_t a = 0; a < n_axes; ++a)
+    for (int64_t j = 0; j < axes_dim[a] / 2; ++j) {
+      omega.push_back(1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(axes_dim[a])));
+      axis.push_back(a);
     }
-  }
+  const int64_t half = static_cast<int64_t>(omega.size());
+  std::vector<float> cos(static_cast<size_t>(seq * half)), sin(cos.size());
+  for (int64_t l = 0; l < seq; ++l)
+    for (int64_t c = 0; c < half; ++c) {
+      const double angle = pos[l * n_axes + axis[c]] * omega[c];
+      cos[l * half + c] = static_cast<float>(std::cos(angle));
+      sin[l * half + c] = static_cast<float>(std::sin(angle));
+    }
   ops::RopeTable table;
   table.cos = Tensor::from_vector<float>(cos, {seq, half});
   table.sin = Tensor::from_vector<float>(sin, {seq, half});
@@ -163,16 +172,19 @@ DoubleStreamBlock::DoubleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
 }
 
 Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
-  const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - txt_len, h = x.size(2);
-  const Tensor txt = x.narrow(1, 0, txt_len), img = x.narrow(1, txt_len, img_len);
-  const std::vector<Tensor> im = img_mod->forward(ctx.vec), tm = txt_mod->forward(ctx.vec);
+  const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - 1 - txt_len, h = x.size(2);
+  const Tensor vec_token = x.narrow(1, 0, 1), vec = conditioning(x);
+  const Tensor txt = x.narrow(1, 1, txt_len), img = x.narrow(1, 1 + txt_len, img_len);
+  const std::vector<Tensor> im = img_mod->forward(vec), tm = txt_mod->forward(vec);
   const Tensor img_qkv = (*img_attn->qkv)(modulate(layer_norm(img), im[0], im[1]));
   const Tensor txt_qkv = (*txt_attn->qkv)(modulate(layer_norm(txt), tm[0], tm[1]));
   auto qk = [&](const Tensor& fused, int64_t i, const HeadRMSNorm& norm) {
     return norm.forward(head_view(fused, i, h, num_heads_));
   };
-  const Tensor q = ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
-  const Tensor k = ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
+  const Tensor q =
+      ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
+  const Tensor k =
+      ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
   const Tensor v = ops::cat({head_view(txt_qkv, 2, h, num_heads_), head_view(img_qkv, 2, h, num_heads_)}, 1);
   const Tensor attn = attend(q, k, v, ctx.pe);
 
@@ -180,26 +192,29 @@ Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) cons
   img_out = img_out + im[5] * img_mlp->forward(modulate(layer_norm(img_out), im[3], im[4]));
   Tensor txt_out = txt + tm[2] * (*txt_attn->proj)(attn.narrow(1, 0, txt_len));
   txt_out = txt_out + tm[5] * txt_mlp->forward(modulate(layer_norm(txt_out), tm[3], tm[4]));
-  return ops::cat({txt_out, img_out}, 1);
+  return ops::cat({vec_token, txt_out, img_out}, 1);
 }
 
 SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
     : num_heads_(a.num_heads), hidden_(a.hidden_size), mlp_hidden_(a.mlp_hidden_dim()) {
-  linear1 = register_module("linear1", std::make_shared<nn::Linear>(hidden_, 3 * hidden_ + mlp_hidden_, true, opts));
-  linear2 = register_module("linear2", std::make_shared<nn::Linear>(hidden_ + mlp_hidden_, hidden_, true, opts));
+  linear1 = register_module("linear1",
+                            std::make_shared<nn::Linear>(hidden_, 3 * hidden_ + mlp_hidden_, true, opts));
+  linear2 =
+      register_module("linear2", std::make_shared<nn::Linear>(hidden_ + mlp_hidden_, hidden_, true, opts));
   norm = register_module("norm", std::make_shared<QKNorm>(a.head_dim(), opts));
   modulation = register_module("modulation", std::make_shared<Modulation>(hidden_, 3, opts));
 }
 
-Tensor SingleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
-  const std::vector<Tensor> mod = modulation->forward(ctx.vec);
+Tensor SingleStreamBlock::forward(const Tensor& x_vec, const BlockContext& ctx) const {
+  const Tensor vec_token = x_vec.narrow(1, 0, 1), x = x_vec.narrow(1, 1, x_vec.size(1) - 1);
+  const std::vector<Tensor> mod = modulation->forward(conditioning(x_vec));
   const Tensor fused = (*linear1)(modulate(layer_norm(x), mod[0], mod[1]));
   const Tensor q = norm->query_norm->forward(head_view(fused, 0, hidden_, num_heads_));
   const Tensor k = norm->key_norm->forward(head_view(fused, 1, hidden_, num_heads_));
   const Tensor v = head_view(fused, 2, hidden_, num_heads_);
   const Tensor mlp = ops::gelu(fused.narrow(2, 3 * hidden_, mlp_hidden_), ops::GeluApproximation::tanh);
   const Tensor out = (*linear2)(ops::cat({attend(q, k, v, ctx.pe), mlp}, 2));
-  return x + mod[2] * out;
+  return ops::cat({vec_token, x + mod[2] * out}, 1);
 }
 
 LastLayer::LastLayer(int64_t hidden, int64_t out_channels, TensorOptions opts) {
@@ -224,7 +239,8 @@ FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) 
     guidance_in = register_module("guidance_in", std::make_shared<MLPEmbedder>(kTimeDim, h, opts));
   txt_in = register_module("txt_in", std::make_shared<nn::Linear>(args.context_in_dim, h, true, opts));
   double_blocks = register_module("double_blocks", std::make_shared<nn::ModuleList<DoubleStreamBlock>>());
-  for (int64_t i = 0; i < args.depth; ++i) double_blocks->push_back(std::make_shared<DoubleStreamBlock>(args, opts));
+  for (int64_t i = 0; i < args.depth; ++i)
+    double_blocks->push_back(std::make_shared<DoubleStreamBlock>(args, opts));
   single_blocks = register_module("single_blocks", std::make_shared<nn::ModuleList<SingleStreamBlock>>());
   for (int64_t i = 0; i < args.depth_single_blocks; ++i)
     single_blocks->push_back(std::make_shared<SingleStreamBlock>(args, opts));
@@ -233,65 +249,67 @@ FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) 
 
 Tensor FluxTransformer::operator()(const FluxInputs& in) {
   const FluxModelArgs& a = args_;
-  TITAN_CHECK(in.img.dim() == 3 && in.img.size(2) == a.in_channels, "flux: img must be [B, L_img, ", a.in_channels,
-              "] (packed latent tokens), got ", in.img.desc());
+  TITAN_CHECK(in.img.dim() == 3 && in.img.size(2) == a.in_channels, "flux: img must be [B, L_img, ",
+              a.in_channels, "] (packed latent tokens), got ", in.img.desc());
   const int64_t batch = in.img.size(0), img_len = in.img.size(1);
   TITAN_CHECK(in.txt.dim() == 3 && in.txt.size(0) == batch && in.txt.size(2) == a.context_in_dim,
               "flux: txt must be [", batch, ", L_txt, ", a.context_in_dim, "], got ", in.txt.desc());
   const int64_t txt_len = in.txt.size(1);
   TITAN_CHECK(in.img_ids.dim() == 2 && in.img_ids.size(0) == img_len && in.txt_ids.dim() == 2 &&
                   in.txt_ids.size(0) == txt_len,
-              "flux: img_ids must be [", img_len, ", 3] and txt_ids [", txt_len, ", 3], got ", in.img_ids.desc(),
-              " and ", in.txt_ids.desc());
-  TITAN_CHECK(in.timesteps.dim() == 1 && in.timesteps.size(0) == batch, "flux: timesteps must be [", batch, "], got ",
-              in.timesteps.desc());
-  TITAN_CHECK(in.y.dim() == 2 && in.y.size(0) == batch && in.y.size(1) == a.vec_in_dim, "flux: y must be [", batch,
-              ", ", a.vec_in_dim, "] (CLIP pooled), got ", in.y.desc());
+              "flux: img_ids must be [", img_len, ", 3] and txt_ids [", txt_len, ", 3], got ",
+              in.img_ids.desc(), " and ", in.txt_ids.desc());
+  TITAN_CHECK(in.timesteps.dim() == 1 && in.timesteps.size(0) == batch, "flux: timesteps must be [", batch,
+              "], got ", in.timesteps.desc());
+  TITAN_CHECK(in.y.dim() == 2 && in.y.size(0) == batch && in.y.size(1) == a.vec_in_dim, "flux: y must be [",
+              batch, ", ", a.vec_in_dim, "] (CLIP pooled), got ", in.y.desc());
   TITAN_CHECK(in.guidance.defined() == a.guidance_embed,
-              a.guidance_embed ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
-                               : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
+              a.guidance_embed
+                  ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
+                  : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
 
-  // The sinusoid is f32 whatever the model's dtype, as diffusers computes it, then cast.
   const DType dtype = in.img.dtype();
-  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim).to(dtype));
+  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim, dtype));
   if (a.guidance_embed) {
-    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch, "], got ",
-                in.guidance.desc());
-    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim).to(dtype));
+    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch,
+                "], got ", in.guidance.desc());
+    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim, dtype));
   }
   vec = vec + (*vector_in)(in.y);
 
-  BlockContext ctx{.vec = vec,
-                   .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
-                   .txt_len = txt_len};
-  Tensor x = ops::cat({(*txt_in)(in.txt), (*img_in)(in.img)}, 1);
-  for (size_t i = 0; i < double_blocks->size(); ++i) x = (*double_blocks)[i](x, ctx);
-  for (size_t i = 0; i < single_blocks->size(); ++i) x = (*single_blocks)[i](x, ctx);
-  return final_layer->forward(x.narrow(1, txt_len, img_len), vec);
+  const BlockContext ctx{
+      .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
+      .txt_len = txt_len};
+  Tensor x = ops::cat({vec.unsqueeze(1), (*txt_in)(in.txt), (*img_in)(in.img)}, 1);
+  x = common::run_blocks(*double_blocks, 0, static_cast<int64_t>(double_blocks->size()), x,
+                         [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+  x = common::run_blocks(*single_blocks, 0, static_cast<int64_t>(single_blocks->size()), x,
+                         [ctx](SingleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+  return final_layer->forward(x.narrow(1, 1 + txt_len, img_len), conditioning(x));
 }
 
 Tensor pack_latents(const Tensor& latents, int64_t p) {
   TITAN_CHECK(latents.dim() == 4 && p > 0 && latents.size(2) % p == 0 && latents.size(3) % p == 0,
-              "flux pack_latents: expected latents [B, C, H, W] with H and W multiples of the patch size ", p, ", got ",
-              latents.desc());
+              "flux pack_latents: expected latents [B, C, H, W] with H and W multiples of the patch size ", p,
+              ", got ", latents.desc());
   const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2) / p, w = latents.size(3) / p;
   return latents.reshape({b, c, h, p, w, p}).permute({0, 2, 4, 1, 3, 5}).reshape({b, h * w, c * p * p});
 }
 
 Tensor unpack_latents(const Tensor& tokens, int64_t height, int64_t width, int64_t p) {
-  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux unpack_latents: height ", height, " and width ", width,
-              " must be multiples of the patch size ", p);
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux unpack_latents: height ", height,
+              " and width ", width, " must be multiples of the patch size ", p);
   const int64_t h = height / p, w = width / p;
   TITAN_CHECK(tokens.dim() == 3 && tokens.size(1) == h * w && tokens.size(2) % (p * p) == 0,
-              "flux unpack_latents: expected tokens [B, ", h * w, ", C * ", p * p, "] for ", height, " x ", width,
-              " latents, got ", tokens.desc());
+              "flux unpack_latents: expected tokens [B, ", h * w, ", C * ", p * p, "] for ", height, " x ",
+              width, " latents, got ", tokens.desc());
   const int64_t b = tokens.size(0), c = tokens.size(2) / (p * p);
   return tokens.reshape({b, h, w, c, p, p}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
 }
 
 Tensor image_ids(int64_t height, int64_t width, int64_t p) {
-  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux image_ids: height ", height, " and width ", width,
-              " must be multiples of the patch size ", p);
+  TITAN_CHECK(p > 0 && height % p == 0 && width % p == 0, "flux image_ids: height ", height, " and width ",
+              width, " must be multiples of the patch size ", p);
   const int64_t h = height / p, w = width / p;
   std::vector<float> ids(static_cast<size_t>(h * w * 3), 0.0f);
   for (int64_t r = 0; r < h; ++r)

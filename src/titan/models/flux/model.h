@@ -21,19 +21,23 @@
 namespace titan::models::flux {
 
 struct FluxInputs {
-  Tensor img;        // f32 [B, L_img, in_channels]: packed latent tokens (x_t)
+  Tensor img;  // f32 [B, L_img, in_channels]: packed latent tokens (x_t)
+  // The ids stay host tensors in a capture (graph mode): they fix the RoPE table, which enters the
+  // program as an input, while every other field may be a value of the program.
   Tensor img_ids;    // f32 [L_img, 3]: (0, row, col) per token, BFL's / diffusers' ids
   Tensor txt;        // f32 [B, L_txt, context_in_dim]: T5's last hidden state
   Tensor txt_ids;    // f32 [L_txt, 3]: zeros
   Tensor timesteps;  // f32 [B] in [0, 1] (the model multiplies by 1000, as BFL and diffusers do)
   Tensor y;          // f32 [B, vec_in_dim]: CLIP pooled
-  Tensor guidance;   // f32 [B] (flux-dev's distilled guidance scale), undefined for models without guidance_in
+  Tensor guidance;  // f32 [B] (flux-dev's distilled guidance scale), undefined for models without guidance_in
 };
 
 // sinusoid(time_factor * t, dim) as BFL's timestep_embedding (= diffusers' Timesteps with
-// flip_sin_to_cos, shift 0): [cos(t f_i); sin(t f_i)], f_i = 10000^(-i / (dim/2)), in f32. t [B]
-// -> [B, dim]; a constant (no gradient flows to t).
-Tensor timestep_embedding(const Tensor& t, int64_t dim, double time_factor = 1000.0);
+// flip_sin_to_cos, shift 0): [cos(t f_i); sin(t f_i)], f_i = 10000^(-i / (dim/2)). t [B] -> [B, dim]
+// in `dtype`; a constant (no gradient flows to t). Computed in f32 as BFL and diffusers compute it
+// (their f32 rounding of 1000 t ~ 1000 moves entries by up to ~1e-4, so parity needs the same
+// steps), and in f64 for an f64 model. t may be a value of a captured program (ops::sinusoid).
+Tensor timestep_embedding(const Tensor& t, int64_t dim, DType dtype = kF32, double time_factor = 1000.0);
 
 // The RoPE table of the tokens whose ids are `ids` [L, n_axes]: row l holds, axis after axis, the
 // angles ids[l, a] * theta^(-2j / axes_dim[a]) (j < axes_dim[a] / 2), computed in f64 and stored
@@ -55,7 +59,7 @@ class MLPEmbedder : public nn::Module {
 class HeadRMSNorm : public nn::Module {
  public:
   HeadRMSNorm(int64_t head_dim, TensorOptions opts);
-  Tensor forward(const Tensor& x) const;  // x [..., head_dim]
+  Tensor forward(const Tensor& x) const;           // x [..., head_dim]
   void reset_parameters(Generator& gen) override;  // scale = 1
   Tensor scale;
 };
@@ -92,16 +96,19 @@ class Modulation : public nn::Module {
   std::shared_ptr<nn::Linear> lin;
 };
 
-// What every block of one forward shares: the conditioning vector, the RoPE table of [txt; img]
-// and the text length. Blocks capture it by value (activation checkpointing reruns them).
+// What every block of one forward shares besides its input: the RoPE table of [txt; img] and the
+// text length. Blocks capture it by value (activation checkpointing reruns them).
 struct BlockContext {
-  Tensor vec;  // [B, hidden]
   ops::RopeTable pe;
   int64_t txt_len = 0;
 };
 
-// Both streams, one joint attention. Its input and output are [txt; img] along the sequence, one
-// tensor, so that activation checkpointing and FSDP can wrap the call.
+// A block's input and output: [vec; txt; img] along the sequence, [B, 1 + L_txt + L_img, hidden],
+// the conditioning vector riding as a first token that each block reads and passes on unchanged.
+// So the blocks are functions of one tensor and their parameters: activation checkpointing and FSDP
+// wrap the call, and graph mode runs them as a loop (autograd::scan_blocks), which carries vec and
+// its gradient from block to block.
+// Both streams, one joint attention.
 class DoubleStreamBlock : public nn::Module {
  public:
   DoubleStreamBlock(const FluxModelArgs& args, TensorOptions opts);
@@ -165,8 +172,9 @@ class FluxTransformer : public nn::Module {
 // diffusers' _pack_latents / BFL's rearrange "b c (h ph) (w pw) -> b (h w) (c ph pw)" and back.
 Tensor pack_latents(const Tensor& latents /*[B, C, H, W]*/, int64_t patch_size);
 // H, W in latent pixels.
-Tensor unpack_latents(const Tensor& tokens /*[B, L, C*p*p]*/, int64_t height, int64_t width, int64_t patch_size);
+Tensor unpack_latents(const Tensor& tokens /*[B, L, C*p*p]*/, int64_t height, int64_t width,
+                      int64_t patch_size);
 Tensor image_ids(int64_t height, int64_t width, int64_t patch_size);  // [H/p * W/p, 3]
-Tensor text_ids(int64_t length);                                       // [length, 3] zeros
+Tensor text_ids(int64_t length);                                      // [length, 3] zeros
 
 }  // namespace titan::models::flux

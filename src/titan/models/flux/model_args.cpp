@@ -11,25 +11,27 @@ namespace titan::models::flux {
 
 void FluxModelArgs::validate() const {
   TITAN_CHECK(in_channels > 0 && vec_in_dim > 0 && context_in_dim > 0 && hidden_size > 0,
-              "flux: in_channels, vec_in_dim, context_in_dim and hidden_size must be positive, got ", in_channels,
-              ", ", vec_in_dim, ", ", context_in_dim, ", ", hidden_size);
+              "flux: in_channels, vec_in_dim, context_in_dim and hidden_size must be positive, got ",
+              in_channels, ", ", vec_in_dim, ", ", context_in_dim, ", ", hidden_size);
   TITAN_CHECK(num_heads > 0 && hidden_size % num_heads == 0, "flux: hidden_size ", hidden_size,
               " must be a multiple of num_heads ", num_heads);
   TITAN_CHECK(mlp_hidden_dim() > 0, "flux: mlp_ratio ", mlp_ratio, " gives an empty MLP");
-  TITAN_CHECK(depth >= 0 && depth_single_blocks >= 0, "flux: block counts must not be negative, got depth ", depth,
-              " and depth_single_blocks ", depth_single_blocks);
+  TITAN_CHECK(depth >= 0 && depth_single_blocks >= 0, "flux: block counts must not be negative, got depth ",
+              depth, " and depth_single_blocks ", depth_single_blocks);
   int64_t axes = 0;
   for (size_t i = 0; i < axes_dim.size(); ++i) {
     TITAN_CHECK(axes_dim[i] > 0 && axes_dim[i] % 2 == 0, "flux: axes_dim[", i, "] = ", axes_dim[i],
                 " must be positive and even (RoPE rotates pairs)");
     axes += axes_dim[i];
   }
-  TITAN_CHECK(axes == head_dim(), "flux: axes_dim sums to ", axes, " but the head width hidden_size / num_heads is ",
-              head_dim(), "; the RoPE axes must cover each head exactly");
+  TITAN_CHECK(axes == head_dim(), "flux: axes_dim sums to ", axes,
+              " but the head width hidden_size / num_heads is ", head_dim(),
+              "; the RoPE axes must cover each head exactly");
   TITAN_CHECK(theta > 0, "flux: theta must be positive, got ", theta);
-  TITAN_CHECK(patch_size > 0 && latent_channels > 0 && in_channels == latent_channels * patch_size * patch_size,
-              "flux: in_channels ", in_channels, " must be latent_channels ", latent_channels, " x patch_size^2 (",
-              patch_size, "^2): the packed token holds each latent channel's patch");
+  TITAN_CHECK(
+      patch_size > 0 && latent_channels > 0 && in_channels == latent_channels * patch_size * patch_size,
+      "flux: in_channels ", in_channels, " must be latent_channels ", latent_channels, " x patch_size^2 (",
+      patch_size, "^2): the packed token holds each latent channel's patch");
 }
 
 namespace {
@@ -86,16 +88,18 @@ std::vector<std::string> flux_flavors() {
 
 FluxSummary flux_summary(const FluxModelArgs& a, int64_t img_tokens, int64_t txt_tokens) {
   a.validate();
-  TITAN_CHECK(img_tokens > 0 && txt_tokens >= 0, "flux summary: expected img_tokens > 0 and txt_tokens >= 0, got ",
-              img_tokens, " and ", txt_tokens);
+  TITAN_CHECK(img_tokens > 0 && txt_tokens >= 0,
+              "flux summary: expected img_tokens > 0 and txt_tokens >= 0, got ", img_tokens, " and ",
+              txt_tokens);
   const int64_t h = a.hidden_size, m = a.mlp_hidden_dim(), hd = a.head_dim();
   auto linear = [](int64_t in, int64_t out) { return in * out + out; };
   const int64_t mlp_embedder = linear(256, h) + linear(h, h);
   // Per stream of a double block: modulation (6h), qkv, Q/K norm scales, proj, MLP.
-  const int64_t stream = linear(h, 6 * h) + linear(h, 3 * h) + 2 * hd + linear(h, h) + linear(h, m) + linear(m, h);
+  const int64_t stream =
+      linear(h, 6 * h) + linear(h, 3 * h) + 2 * hd + linear(h, h) + linear(h, m) + linear(m, h);
   const int64_t single = linear(h, 3 * h + m) + linear(h + m, h) + 2 * hd + linear(h, 3 * h);
   const int64_t final_layer = linear(h, 2 * h) + linear(h, a.in_channels);
-  const int64_t vec_in = linear(a.vec_in_dim, h);
+  const int64_t vec_in = linear(a.vec_in_dim, h) + linear(h, h);
   const int64_t guidance = a.guidance_embed ? mlp_embedder : 0;
   const int64_t img_in = linear(a.in_channels, h), txt_in = linear(a.context_in_dim, h);
 
@@ -105,15 +109,17 @@ FluxSummary flux_summary(const FluxModelArgs& a, int64_t img_tokens, int64_t txt
   const double L = static_cast<double>(img_tokens + txt_tokens);
   const double I = static_cast<double>(img_tokens), T = static_cast<double>(txt_tokens);
   // Modulation linears and the embedders act on one vector per sample, not per token.
-  const double per_sample = static_cast<double>(mlp_embedder + vec_in + guidance + a.depth * 2 * linear(h, 6 * h) +
-                                                a.depth_single_blocks * linear(h, 3 * h) + linear(h, 2 * h));
+  const double per_sample =
+      static_cast<double>(mlp_embedder + vec_in + guidance + a.depth * 2 * linear(h, 6 * h) +
+                          a.depth_single_blocks * linear(h, 3 * h) + linear(h, 2 * h));
   const double stream_tokens = static_cast<double>(stream - linear(h, 6 * h));
   const double single_tokens = static_cast<double>(single - linear(h, 3 * h));
   const double matmul_params_tokens = static_cast<double>(img_in) * I + static_cast<double>(txt_in) * T +
                                       static_cast<double>(a.depth) * stream_tokens * (I + T) +
                                       static_cast<double>(a.depth_single_blocks) * single_tokens * L +
                                       static_cast<double>(linear(h, a.in_channels)) * I + per_sample;
-  const double attention = 12.0 * static_cast<double>(a.depth + a.depth_single_blocks) * static_cast<double>(h) * L * L;
+  const double attention =
+      12.0 * static_cast<double>(a.depth + a.depth_single_blocks) * static_cast<double>(h) * L * L;
   s.flops_per_sample = 6.0 * matmul_params_tokens + attention;
   std::ostringstream d;
   d << "flux: hidden " << h << ", " << a.num_heads << " heads x " << hd << ", " << a.depth << " double + "

@@ -24,7 +24,9 @@ struct FluxModelArgs {
   int64_t latent_channels = 16;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
-  int64_t mlp_hidden_dim() const { return static_cast<int64_t>(static_cast<double>(hidden_size) * mlp_ratio); }
+  int64_t mlp_hidden_dim() const {
+    return static_cast<int64_t>(static_cast<double>(hidden_size) * mlp_ratio);
+  }
   // Throws naming the field when the sizes cannot make a model (axes not summing to the head
   // width, odd axes, in_channels != latent_channels * patch_size^2...).
   void validate() const;

@@ -16,10 +16,11 @@ using json = nlohmann::json;
 namespace jf = json_fields;
 
 constexpr const char* kClassName = "FluxTransformer2DModel";
-const std::set<std::string> kReadKeys = {"patch_size",         "in_channels",         "out_channels",
-                                         "num_layers",         "num_single_layers",   "attention_head_dim",
-                                         "num_attention_heads", "joint_attention_dim", "pooled_projection_dim",
-                                         "guidance_embeds",    "axes_dims_rope"};
+const std::set<std::string> kReadKeys = {
+    "patch_size",          "in_channels",         "out_channels",
+    "num_layers",          "num_single_layers",   "attention_head_dim",
+    "num_attention_heads", "joint_attention_dim", "pooled_projection_dim",
+    "guidance_embeds",     "axes_dims_rope"};
 
 // Rows [bfl_row, bfl_row + rows) of BFL's tensor are rows [diffusers_row, ...) of diffusers'.
 struct Piece {
@@ -33,7 +34,8 @@ class PieceList {
   // A whole tensor renamed.
   void same(const std::string& d, const std::string& b) { slice(d, b, 0, ours_.at(b)[0], 0); }
   // Weight and bias (when the model has one) of a linear renamed, or rows of it.
-  void linear(const std::string& d, const std::string& b, int64_t row = 0, int64_t rows = -1, int64_t d_row = 0) {
+  void linear(const std::string& d, const std::string& b, int64_t row = 0, int64_t rows = -1,
+              int64_t d_row = 0) {
     for (const char* s : {".weight", ".bias"})
       if (ours_.count(b + s)) slice(d + s, b + s, row, rows < 0 ? ours_.at(b + s)[0] : rows, d_row);
   }
@@ -100,14 +102,16 @@ std::vector<Piece> pieces(const FluxModelArgs& a) {
   return p.pieces();
 }
 
-void check_tensors(const nn::StateDict& state, const std::map<std::string, Shape>& expected, const std::string& what) {
+void check_tensors(const nn::StateDict& state, const std::map<std::string, Shape>& expected,
+                   const std::string& what) {
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected) {
     auto it = state.find(name);
     if (it == state.end())
       problems.push_back("missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")");
     else if (it->second.sizes() != shape)
-      problems.push_back("tensor '" + name + "' is " + it->second.desc() + ", expected shape " + shape_str(shape));
+      problems.push_back("tensor '" + name + "' is " + it->second.desc() + ", expected shape " +
+                         shape_str(shape));
   }
   for (const auto& [name, t] : state)
     if (!expected.count(name)) problems.push_back("unexpected tensor '" + name + "'");
@@ -143,22 +147,24 @@ FluxModelArgs parse_diffusers_config(const json& config, const std::string& wher
   const jf::JsonPath at{where, ""};
   jf::object(config, at);
   for (const auto& [key, value] : config.items())
-    TITAN_CHECK(key.starts_with("_") || kReadKeys.count(key), (at / key).str(),
-                " is not a key of diffusers' FluxTransformer2DModel that titan knows; titan refuses it rather than "
-                "ignore what it may change");
+    TITAN_CHECK(
+        key.starts_with("_") || kReadKeys.count(key), (at / key).str(),
+        " is not a key of diffusers' FluxTransformer2DModel that titan knows; titan refuses it rather than "
+        "ignore what it may change");
   const std::string cls = jf::field_or<std::string>(config, "_class_name", kClassName, at);
   TITAN_CHECK(cls == kClassName, (at / "_class_name").str(), " is \"", cls, "\"; titan reads ", kClassName,
               " folders only");
   const int64_t dpatch = jf::field_or<int64_t>(config, "patch_size", 1, at);
-  TITAN_CHECK(dpatch == 1, (at / "patch_size").str(), " is ", dpatch,
-              "; diffusers' patch_size widens proj_out to patch_size^2 x out_channels, which no FLUX checkpoint does "
-              "(they pack 2 x 2 in the pipeline and say 1 here); titan's transformer needs 1");
+  TITAN_CHECK(
+      dpatch == 1, (at / "patch_size").str(), " is ", dpatch,
+      "; diffusers' patch_size widens proj_out to patch_size^2 x out_channels, which no FLUX checkpoint does "
+      "(they pack 2 x 2 in the pipeline and say 1 here); titan's transformer needs 1");
   FluxModelArgs a;
   a.in_channels = jf::field_or<int64_t>(config, "in_channels", 64, at);
   if (const json& v = jf::optional_member(config, "out_channels", at); !v.is_null()) {
     const int64_t out = jf::as<int64_t>(v, at / "out_channels");
-    TITAN_CHECK(out == a.in_channels, (at / "out_channels").str(), " is ", out, " but in_channels is ", a.in_channels,
-                "; titan's transformer predicts a velocity as wide as its input");
+    TITAN_CHECK(out == a.in_channels, (at / "out_channels").str(), " is ", out, " but in_channels is ",
+                a.in_channels, "; titan's transformer predicts a velocity as wide as its input");
   }
   a.depth = jf::field_or<int64_t>(config, "num_layers", 19, at);
   a.depth_single_blocks = jf::field_or<int64_t>(config, "num_single_layers", 38, at);
@@ -170,11 +176,13 @@ FluxModelArgs parse_diffusers_config(const json& config, const std::string& wher
   if (const json& v = jf::optional_member(config, "axes_dims_rope", at); !v.is_null()) {
     const json& list = jf::array(v, at / "axes_dims_rope");
     a.axes_dim.clear();
-    for (size_t i = 0; i < list.size(); ++i) a.axes_dim.push_back(jf::as<int64_t>(list[i], (at / "axes_dims_rope")[i]));
+    for (size_t i = 0; i < list.size(); ++i)
+      a.axes_dim.push_back(jf::as<int64_t>(list[i], (at / "axes_dims_rope")[i]));
   }
   a.patch_size = patch_size;
-  TITAN_CHECK(patch_size > 0 && a.in_channels % (patch_size * patch_size) == 0, where, ": in_channels ", a.in_channels,
-              " is not a multiple of the packing patch ", patch_size, "^2; pass the pipeline's patch size");
+  TITAN_CHECK(patch_size > 0 && a.in_channels % (patch_size * patch_size) == 0, where, ": in_channels ",
+              a.in_channels, " is not a multiple of the packing patch ", patch_size,
+              "^2; pass the pipeline's patch size");
   a.latent_channels = a.in_channels / (patch_size * patch_size);
   try {
     a.validate();

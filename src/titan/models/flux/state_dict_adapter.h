@@ -23,7 +23,8 @@ namespace titan::models::flux {
 // in_channels / patch_size^2. Throws naming the key for another _class_name, a diffusers
 // patch_size other than 1 (it widens proj_out, which no FLUX checkpoint does), out_channels other
 // than in_channels, an unknown key, or sizes that make no model.
-FluxModelArgs parse_diffusers_config(const nlohmann::json& config, const std::string& where, int64_t patch_size = 2);
+FluxModelArgs parse_diffusers_config(const nlohmann::json& config, const std::string& where,
+                                     int64_t patch_size = 2);
 // The config.json from_pretrained builds `args` from.
 nlohmann::json to_diffusers_config(const FluxModelArgs& args);
 

@@ -15,7 +15,8 @@ std::map<std::string, Tensor> cast_all(const nn::StateDict& state, DType dtype, 
   checkpoint::torch_dtype_name(dtype);  // refuses what torch checkpoints do not hold
   std::map<std::string, Tensor> out;
   for (const auto& [name, t] : state) {
-    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(), "; weights are floating");
+    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(),
+                "; weights are floating");
     out.emplace(name, t.detach().to(dtype));
   }
   return out;
@@ -26,7 +27,8 @@ std::map<std::string, Tensor> cast_all(const nn::StateDict& state, DType dtype, 
 std::shared_ptr<fm::FluxTransformer> load_transformer_folder(const fs::path& dir, TensorOptions opts,
                                                              int64_t patch_size) {
   const checkpoint::HfReader reader(dir, checkpoint::kDiffusersWeightsFile);
-  const fm::FluxModelArgs args = fm::parse_diffusers_config(reader.config(), reader.config_path().string(), patch_size);
+  const fm::FluxModelArgs args =
+      fm::parse_diffusers_config(reader.config(), reader.config_path().string(), patch_size);
   const nn::StateDict diffusers = reader.load(fm::diffusers_shapes(args), opts.dtype);
   auto model = std::make_shared<fm::FluxTransformer>(args, opts);
   model->load_state_dict(fm::from_diffusers(diffusers, args));
@@ -34,8 +36,9 @@ std::shared_ptr<fm::FluxTransformer> load_transformer_folder(const fs::path& dir
 }
 
 void save_transformer_folder(const fs::path& dir, const fm::FluxTransformer& model, DType dtype) {
-  checkpoint::save_hf(dir, fm::to_diffusers_config(model.args()), fm::to_diffusers(model.state_dict(), model.args()),
-                      dtype, {}, checkpoint::kDiffusersWeightsFile);
+  checkpoint::save_hf(dir, fm::to_diffusers_config(model.args()),
+                      fm::to_diffusers(model.state_dict(), model.args()), dtype, {},
+                      checkpoint::kDiffusersWeightsFile);
 }
 
 std::shared_ptr<fm::FluxTransformer> load_bfl_transformer(const fs::path& file, const fm::FluxModelArgs& args,

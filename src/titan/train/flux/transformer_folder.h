@@ -15,7 +15,8 @@ namespace titan::train::flux {
 // The model described by dir/config.json, with dir's weights; `patch_size` is the pipeline's
 // packing, which diffusers' config does not hold (models/flux/state_dict_adapter.h).
 std::shared_ptr<models::flux::FluxTransformer> load_transformer_folder(const std::filesystem::path& dir,
-                                                                       TensorOptions opts = {}, int64_t patch_size = 2);
+                                                                       TensorOptions opts = {},
+                                                                       int64_t patch_size = 2);
 // `model` as a diffusers folder from_pretrained reads, its tensors in `dtype` (f32 or bf16).
 void save_transformer_folder(const std::filesystem::path& dir, const models::flux::FluxTransformer& model,
                              DType dtype = kF32);
