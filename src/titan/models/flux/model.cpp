@@ -6,6 +6,7 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
 #include "titan/models/common/run_blocks.h"
+#include "titan/nn/init.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
@@ -124,10 +125,8 @@ Tensor HeadRMSNorm::forward(const Tensor& x) const {
   return ops::rms_norm(x, scale, kNormEps);
 }
 
-void HeadRMSNorm::reset_parameters(Generator&) {
-  autograd::NoGradGuard no_grad;
-  scale.fill_(1.0);
-}
+// Through nn::init, which writes a sharded parameter's shard under deferred initialisation.
+void HeadRMSNorm::reset_parameters(Generator&) { nn::init::ones_(scale); }
 
 QKNorm::QKNorm(int64_t head_dim, TensorOptions opts) {
   query_norm = register_module("query_norm", std::make_shared<HeadRMSNorm>(head_dim, opts));
