@@ -39,7 +39,7 @@ std::vector<std::string> tiny(const fs::path& cache, const fs::path& dir, std::v
                                 "--checkpoint.folder=" + (dir / "ckpt").string(), "--metrics.log_freq=100",
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
                                 "--training.local_batch_size=4", "--lr_scheduler.warmup_steps=2",
-                                "--validation.enable=false"};
+                                "--validation.enable=false", "--flux.validation_samples=8"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }
@@ -120,6 +120,9 @@ TEST(FluxTrain, RefusesByKeyWhatIsNotBuilt) {
   EXPECT_TITAN_ERROR(refused({"--training.seq_len=64"})(), "training.seq_len");
   EXPECT_TITAN_ERROR(refused({"--model.vocab_size=10"})(), "model.vocab_size");
   EXPECT_TITAN_ERROR(refused({"--flux.cache_path="})(), "flux.cache_path is empty");
+  EXPECT_TITAN_ERROR(refused({"--flux.guidance=3.5"})(), "flux.guidance", "no guidance_in");
+  EXPECT_TITAN_ERROR(refused({"--flux.timestep_sampling=uniform", "--flux.time_shift=3"})(),
+                     "read only under flux.timestep_sampling");
   EXPECT_TITAN_ERROR(Trainer(load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/llama3/debug.toml",
                                              {"--flux.prompt_dropout=0.1"}),
                              log),

@@ -23,7 +23,7 @@ using models::flux::FluxModelArgs;
 using models::flux::FluxTransformer;
 
 // What a FLUX run does not read, refused by key (each with what to do).
-void refuse_keys(const JobConfig& c) {
+void refuse_keys(const JobConfig& c, bool guidance_embed) {
   const JobConfig d;
   std::vector<std::string> refused;
   const dist::ParallelismConfig& p = c.parallelism;
@@ -54,6 +54,17 @@ void refuse_keys(const JobConfig& c) {
   if (c.checkpoint.last_save_in_hf)
     refused.push_back("checkpoint.last_save_in_hf: FLUX's export is titan's own checkpoint (diffusers folders are "
                       "written by the flux tools)");
+  const FluxConfig& f = c.flux;
+  if (f.timestep_sampling != "logit_normal" &&
+      (f.logit_mean != d.flux.logit_mean || f.logit_std != d.flux.logit_std || f.time_shift != d.flux.time_shift))
+    refused.push_back("flux.logit_mean, logit_std and time_shift are read only under flux.timestep_sampling = "
+                      "\"logit_normal\"; remove them or set the sampling");
+  if (!guidance_embed && f.guidance != d.flux.guidance)
+    refused.push_back("flux.guidance: flux/" + c.model.flavor +
+                      " has no guidance_in (only guidance-distilled flavors such as flux-dev read it); remove the key");
+  if (!c.validation.enable && (f.validation_cache_path != d.flux.validation_cache_path ||
+                               f.validation_samples != d.flux.validation_samples))
+    refused.push_back("flux.validation_cache_path and validation_samples are read only with validation.enable = true");
   std::string message;
   for (const std::string& r : refused) message += "\n  " + r;
   config::require(refused.empty(), "model.name = \"flux\":", message);
@@ -139,7 +150,7 @@ class FluxStep : public StepEngine {
 class FluxWorkload : public Workload {
  public:
   explicit FluxWorkload(const JobConfig& c) : args_(models::flux::args_from(c.model)) {
-    refuse_keys(c);
+    refuse_keys(c, args_.guidance_embed);
     const models::flux::FluxSummary f =
         models::flux::flux_summary(args_, image_tokens(c, args_), c.flux.t5_length);
     summary_.num_params = f.num_params;
