@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <numeric>
 #include <sstream>
 
@@ -77,6 +78,9 @@ TEST(FluxTrain, LossFallsOnATinySyntheticCache) {
   EXPECT_LT(mean(r.losses, 25, 5), 0.8 * mean(r.losses, 0, 5)) << log;
   ASSERT_EQ(r.validations.size(), 3u) << log;
   EXPECT_LT(r.validations[2].loss, r.validations[0].loss) << log;
+  std::cout << "flux-tiny: training loss " << mean(r.losses, 0, 5) << " (steps 1-5) -> " << mean(r.losses, 25, 5)
+            << " (steps 26-30); validation " << r.validations[0].loss << " (step 10) -> " << r.validations[2].loss
+            << " (step 30)\n";
   EXPECT_NE(log.find("20 training samples"), std::string::npos) << log;
   EXPECT_NE(log.find("t = (i + 0.5) / 8"), std::string::npos) << log;
 }
