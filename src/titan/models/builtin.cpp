@@ -1,3 +1,4 @@
+#include "titan/models/flux/train_spec.h"
 #include "titan/models/hf/train_spec.h"
 #include "titan/models/llama3/train_spec.h"
 #include "titan/models/qwen3/train_spec.h"
@@ -10,6 +11,7 @@ void register_builtin_models() {
   register_train_spec(qwen3::dense_train_spec());
   register_train_spec(qwen3::moe_train_spec());
   register_train_spec(hf::train_spec());
+  register_train_spec(flux::train_spec());
 }
 
 }  // namespace titan::models

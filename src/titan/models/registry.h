@@ -97,6 +97,10 @@ struct StateDictAdapter {
 struct TrainSpec {
   std::string name;
   std::vector<std::string> flavors;
+  // Which of train/'s workloads trains the family (train/workload.h): "language_model", whose
+  // model build() makes; "flux", the diffusion transformer (train/flux/flux_workload.h), which
+  // leaves build, parallelize and plan_tp empty.
+  std::string workload = "language_model";
   // Builds the model on the CPU with weights initialised from `gen` (deterministic per seed);
   // `max_seq_len` sizes position tables. Under a MetaScope (core/meta.h) the parameters are meta
   // and left for parallel::deferred_init, which draws the same values from `gen`.

@@ -84,11 +84,12 @@ Tensor head_weight(models::common::DecoderBase& decoder) {
 // runs. Gradients of activations in flight and the kernels' scratch are left out; the test
 // (tests/unit/test_memory_plan.cpp) holds the whole plan within 30% of a measured step's peak.
 int64_t activation_bytes(const MemoryPlanInputs& in) {
+  if (in.activation_bytes) return *in.activation_bytes;
   auto* decoder = dynamic_cast<models::common::DecoderBase*>(&in.model);
   TITAN_CHECK(decoder != nullptr, "memory plan: the model is not a decoder (models/common/decoder.h); its ",
               "activations cannot be estimated");
   const int64_t operand_bytes = in.matmul_dtype == kBF16 ? 2 : 4;
-  const int64_t hidden = in.model.hidden_size();
+  const int64_t hidden = decoder->hidden_size();
   const parallel::ActivationCheckpointConfig& ac = in.checkpointing;
   const int64_t every_k = ac.mode == "none" || ac.per_op() ? 0 : ac.every_k();
   int64_t per_token = 0, largest_checkpointed = 0, local = 0;
@@ -176,6 +177,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (auto* decoder = dynamic_cast<models::common::DecoderBase*>(&in.model))
     for (const auto& [name, block] : decoder->blocks().named_children())
       blocks.push_back(bytes_of(block->named_parameters()));
+  for (const nn::Module* block : in.blocks) blocks.push_back(bytes_of(block->named_parameters()));
   std::sort(blocks.rbegin(), blocks.rend());
   int64_t two_units = local;
   for (int64_t b : blocks) two_units -= b;

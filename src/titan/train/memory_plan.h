@@ -6,13 +6,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <iosfwd>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "titan/core/dtype.h"
-#include "titan/models/causal_lm.h"
+#include "titan/nn/module.h"
 #include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/parallel/fully_shard.h"
 #include "titan/parallel/pipeline_parallel.h"
@@ -21,7 +22,7 @@ namespace titan::train {
 
 // What a memory plan is computed from: a rank's model after its parallel plans, and its step.
 struct MemoryPlanInputs {
-  models::CausalLM& model;               // built on meta, parallelized (tp/ep/pp slices applied)
+  nn::Module& model;                     // built on meta, parallelized (tp/ep/pp slices applied)
   const parallel::FullyShard* fsdp;      // null without FSDP
   bool ddp = false;                      // replicated data parallelism, whose gradient buckets persist
   const parallel::PipelineParallel* pp;  // null without pipeline stages
@@ -35,6 +36,10 @@ struct MemoryPlanInputs {
   DType matmul_dtype = kF32;          // training.mixed_precision_param
   bool reshard_after_forward = true;  // parallelism.fsdp_reshard_after_forward
   std::string scope;                  // what the plan is for, for the log
+  // A model that is not a decoder (models/common/decoder.h) names its repeated blocks (FSDP's
+  // units) and estimates its activations itself (train/workload.h).
+  std::vector<const nn::Module*> blocks = {};
+  std::optional<int64_t> activation_bytes = std::nullopt;
 };
 
 struct MemoryPlan {

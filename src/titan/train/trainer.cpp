@@ -13,18 +13,12 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/autocast.h"
-#include "titan/core/meta.h"
 #include "titan/core/memory_owner.h"
 #include "titan/core/parallel.h"
-#include "titan/data/dataset.h"
-#include "titan/data/loader.h"
-#include "titan/data/tokenizer.h"
-#include "titan/data/tokenizer_files.h"
 #include "titan/dist/device_mesh.h"
 #include "titan/kernels/cpu/blas_kernels.h"
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/registry.h"
-#include "titan/nn/moe/moe.h"
 #include "titan/optim/adamw.h"
 #include "titan/optim/lr_scheduler.h"
 #include "titan/parallel/data_parallel.h"
@@ -33,31 +27,20 @@
 #include "titan/parallel/pipeline_parallel.h"
 #include "titan/train/checkpoint_manager.h"
 #include "titan/train/layout_checks.h"
-#include "titan/train/objective_data.h"
 #include "titan/train/memory_plan.h"
 #include "titan/train/metrics/memory_snapshot.h"
 #include "titan/train/metrics/metrics.h"
 #include "titan/train/metrics/peak_flops.h"
 #include "titan/train/metrics/step_profiler.h"
 #include "titan/train/step/step_engine.h"
-#include "titan/train/validator.h"
+#include "titan/train/language_model_workload.h"
+#include "titan/train/workload.h"
 
 namespace titan::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// The folder holding the tokenizer.json that model.tokenizer_path names, found where
-// data::load_tokenizer finds it (the working directory, else the source tree); empty for the
-// byte tokenizer or a tokenizer file of another name, which no model folder can carry.
-fs::path tokenizer_dir(const std::string& tokenizer_path) {
-  if (tokenizer_path.empty()) return {};
-  fs::path p(tokenizer_path);
-  if (p.is_relative() && !fs::exists(p)) p = fs::path(TITAN_SOURCE_DIR) / p;
-  if (fs::is_directory(p)) return p;
-  return p.filename() == data::kTokenizerFile ? p.parent_path() : fs::path();
-}
 
 // The standard output or error stream, attached to a terminal.
 bool console_is_terminal(const std::ostream& log) {
@@ -73,18 +56,6 @@ class NullBuffer : public std::streambuf {
 // The dtype the run's matrix products multiply in (training.mixed_precision_param).
 DType matmul_dtype(const TrainingConfig& t) {
   return t.mixed_precision_param == "bfloat16" ? kBF16 : kF32;
-}
-
-// "a,b" -> {"a", "b"}, spaces around the items dropped; "" -> {}.
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, ',')) {
-    const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
-    items.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
-  }
-  return items;
 }
 
 }  // namespace
@@ -118,18 +89,14 @@ struct Trainer::State {
   std::unique_ptr<MemorySnapshots> memory_snapshots;
   std::unique_ptr<parallel::DataParallel> data_parallel;
   Generator rng;
-  const models::TrainSpec* spec = nullptr;
-  std::shared_ptr<models::CausalLM> model;
+  std::unique_ptr<Workload> workload;
+  std::shared_ptr<nn::Module> model;
   // After the model, whose modules hold their hooks: destroyed first, FSDP (which shards what
   // tensor parallelism split) before tensor parallelism.
   models::Parallelized plans;
-  models::ModelSummary summary;
-  std::unique_ptr<data::DataLoader> loader;
-  std::shared_ptr<const data::Tokenizer> tokenizer;  // the run's (an objective's engine keeps reading it)
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrScheduler> scheduler;
   std::unique_ptr<MetricsLogger> metrics;
-  std::unique_ptr<Validator> validator;  // null unless validation.enable
   std::vector<Tensor> params;
   std::vector<std::pair<std::string, Tensor>> named_params;  // params by parameter name
   BatchPlan plan;
@@ -146,10 +113,10 @@ struct Trainer::State {
   // The constructor's steps, in order; each builds what its name says from cfg.
   // The layout of `degrees` as the mode lays it out over `world`: dims, mesh and the batch plan.
   void lay_out(const dist::MeshDegrees& degrees);
-  struct Data;
-  Data build_data();
+  WorkloadContext context() { return {.cfg = cfg, .mesh = *mesh, .dims = dims, .plan = plan,
+                                       .devices_fed = devices_fed(), .mode = *mode, .log = log}; }
   // The model on meta, its parallel plans applied: shapes only, nothing proportional to it.
-  void build_model(const data::Tokenizer& tokenizer);
+  void build_model();
   // This rank's memory plan of the model as built: logged, and checked against the memory the
   // process may use (training.memory_check).
   MemoryPlan plan_memory(const std::string& scope);
@@ -159,13 +126,9 @@ struct Trainer::State {
   std::vector<std::pair<std::string, Tensor>> optimized_params() const {
     return plans.fsdp ? plans.fsdp->named_shards() : model->named_parameters();
   }
-  // Under parallelism, makes every MoE layer's step counts the global ones (nn::moe::MoE::count_reducer).
-  void install_global_expert_counts();
   void build_optimizer();
   void build_metrics();
-  void log_setup(const Data& data);
-  // The loader's next micro-batch; under context parallelism, this rank's tokens of it.
-  data::Batch next_batch();
+  void log_setup();
   // The layout's data-parallel ranks or devices this process feeds: 1 in eager mode, every one in
   // graph mode, where one process loads the rows of all its devices.
   int64_t devices_fed() const {
@@ -174,10 +137,8 @@ struct Trainer::State {
   // The plans that split parameters (tensor, expert parallelism), for initialisation and
   // checkpoints.
   std::vector<const parallel::ParameterSlices*> slice_plans() const;
-  StepParts step_parts() {
+  EngineParts engine_parts() {
     return {.cfg = cfg,
-            .spec = *spec,
-            .model = *model,
             .optimizer = *optimizer,
             .named_params = named_params,
             .plans = plans,
@@ -185,18 +146,8 @@ struct Trainer::State {
             .mesh = *mesh,
             .world = world,
             .log = log,
-            .tokenizer = *tokenizer,
             .start_step = start_step};
   }
-};
-
-// The training data of [training], and what the log and the validator need of it.
-struct Trainer::State::Data {
-  std::shared_ptr<const data::Tokenizer> tokenizer;
-  data::DatasetOptions options;
-  data::Dataset dataset;
-  std::optional<data::SftStats> sft;  // training.objective = "sft"
-  int32_t eos_id = -1;  // where documents end, for document masking; -1: not masked
 };
 
 void Trainer::State::lay_out(const dist::MeshDegrees& degrees) {
@@ -209,64 +160,11 @@ void Trainer::State::lay_out(const dist::MeshDegrees& degrees) {
   plan = plan_batches(cfg.training, dims.degree(dist::MeshAxis::dp));
 }
 
-Trainer::State::Data Trainer::State::build_data() {
+void Trainer::State::build_model() {
   const JobConfig& c = cfg;
-  Data d;
-  d.tokenizer = tokenizer = data::load_tokenizer(c.model.tokenizer_path);
-  // GRPO's engine reads its prompts itself.
-  if (c.training.objective == "grpo") return d;
-  d.options = c.data.options("training");
-  ObjectiveData od = load_objective_data(c, d.options, *d.tokenizer, c.training.seq_len);
-  d.dataset = std::move(od.dataset);
-  d.sft = od.sft;
-  d.eos_id = c.model.attn.document_masking ? d.tokenizer->eos_id().value_or(-1) : -1;
-  // Every data-parallel rank (expert-parallel ones are among them) reads batches of its own; a
-  // process that feeds several of the layout's devices (graph mode) loads the rows of each.
-  dist::ProcessGroup& batch = (*mesh)[dist::MeshAxis::dp];
-  loader = std::make_unique<data::DataLoader>(
-      d.dataset.stream, data::LoaderOptions{.seq_len = c.training.seq_len,
-                                            .local_batch_size = c.training.local_batch_size * devices_fed(),
-                                            .seed = static_cast<uint64_t>(c.training.seed),
-                                            .dp_rank = batch.rank(),
-                                            .dp_world = batch.size(),
-                                            .eos_id = d.eos_id},
-      d.dataset.loss_mask);
-  return d;
-}
-
-void Trainer::State::build_model(const data::Tokenizer& tokenizer) {
-  const JobConfig& c = cfg;
-  spec = &models::get_train_spec(c.model.name);
-  summary = spec->summarize(c.model, c.training.seq_len);
-  TITAN_CHECK(summary.num_params > 0, "model ", c.model.name, "/", c.model.flavor, " has no parameters");
-  check_model_layout(c, dims, *spec, summary);
+  workload->check_layout(c, dims);
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
-  {
-    // Shapes only: each rank allocates and initialises what it holds once the plans have split and
-    // sharded them (deferred initialisation, below), so no rank ever holds the whole model.
-    MemoryOwnerScope owner(MemoryCategory::parameters);
-    const MetaScope meta;
-    model = spec->build(c.model, c.training.seq_len, rng);
-  }
-  config::require(model->vocab_size() >= tokenizer.vocab_size(), "model.vocab_size ", model->vocab_size(),
-                  " is smaller than the ", tokenizer.vocab_size(), " ids of the ", tokenizer.description(),
-                  "; raise model.vocab_size");
-  if (spec->parallelize) {
-    const ExecutionMode::Checkpointing ac = mode->checkpointing(c);
-    plans = spec->parallelize(
-        *model, {.activation_checkpoint_mode = ac.mode,
-                 .activation_checkpoint_every_k = ac.every_k,
-                 .mesh = mesh.get(),
-                 .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"},
-                 .tp = {.sequence_parallel = c.parallelism.enable_sequence_parallel,
-                        .loss_parallel = !c.parallelism.disable_loss_parallel},
-                 .seq_len = c.training.seq_len,
-                 .block_q = c.model.attn.block_q,
-                 .block_kv = c.model.attn.block_kv,
-                 .pipeline = {.schedule = c.parallelism.pipeline_parallel_schedule,
-                              .micro_batches = c.training.local_batch_size / c.parallelism.pipeline_parallel_microbatch_size,
-                              .split_points = split_list(c.parallelism.pipeline_parallel_split_points)}});
-  }
+  model = workload->build_model(context(), rng, plans);
 }
 
 void Trainer::State::initialise() {
@@ -281,7 +179,7 @@ void Trainer::State::initialise() {
     };
     parallel::deferred_init(*model, rng, plans.fsdp.get(), slice_of);
   }
-  install_global_expert_counts();
+  workload->after_initialise(*mesh);
 }
 
 std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() const {
@@ -289,34 +187,6 @@ std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() cons
   if (plans.tp) slices.push_back(plans.tp.get());
   if (plans.ep) slices.push_back(plans.ep.get());
   return slices;
-}
-
-void Trainer::State::install_global_expert_counts() {
-  // Every rank that routes tokens of its own (data and context parallel ranks) counts
-  // them; the expert bias and the expert-load figures need the step's global counts, the same on
-  // every rank. Tensor-parallel ranks route the same tokens.
-  std::vector<dist::ProcessGroup> groups;
-  for (const dist::MeshAxis axis : {dist::MeshAxis::dp, dist::MeshAxis::cp})
-    if ((*mesh)[axis].size() > 1) groups.push_back((*mesh)[axis]);
-  if (groups.empty()) return;
-  for (const auto& [name, m] : model->named_modules())
-    if (auto* moe = dynamic_cast<nn::moe::MoE*>(m))
-      moe->count_reducer = [groups](std::vector<int64_t>& counts) mutable {
-        Tensor t = Tensor::from_vector(counts, {static_cast<int64_t>(counts.size())});
-        for (dist::ProcessGroup& g : groups) g.all_reduce(t, dist::ReduceOp::sum).wait();
-        counts = t.to_vector<int64_t>();
-      };
-}
-
-data::Batch Trainer::State::next_batch() {
-  data::Batch b = loader->next();
-  parallel::ContextParallel* cp = plans.cp.get();
-  if (!cp) return b;
-  cp->begin_batch(b.inputs.size(0), b.document_ids);
-  b.inputs = cp->shard(b.inputs);
-  b.labels = cp->shard(b.labels);
-  if (b.document_ids.defined()) b.document_ids = cp->shard(b.document_ids);
-  return b;
 }
 
 MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
@@ -336,7 +206,9 @@ MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
                           .checkpointing = c.activation_checkpoint,
                           .matmul_dtype = matmul_dtype(c.training),
                           .reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never",
-                          .scope = scope});
+                          .scope = scope,
+                          .blocks = workload->blocks(),
+                          .activation_bytes = workload->activation_bytes(c)});
   log_memory_plan(memory, log);
   check_memory_plan(memory, available_memory(), c.training.memory_check, log,
                     [this](const std::string& text) { warn(text); });
@@ -385,8 +257,9 @@ void Trainer::State::build_metrics() {
       log);
 }
 
-void Trainer::State::log_setup(const Data& d) {
+void Trainer::State::log_setup() {
   const JobConfig& c = cfg;
+  const models::ModelSummary& summary = workload->summary();
   const int64_t dp_size = (*mesh)[dist::MeshAxis::dp].size();
   log << "titan: job \"" << c.job.description << "\", writing to " << c.job.dump_folder << "\n"
       // A family without flavors (hf) builds model.hf_config's model.
@@ -394,25 +267,10 @@ void Trainer::State::log_setup(const Data& d) {
       << (models::get_train_spec(c.model.name).flavors.empty() ? " (" + c.model.hf_config + ")"
                                                                  : "/" + c.model.flavor)
       << ": "
-      << summary.description << "\n"
-      << "titan: " << summary.num_params << " parameters, " << summary.flops_per_token / 1e9
-      << " GFLOP per token (training, seq " << c.training.seq_len << ")\n"
-      << "titan: attention " << c.model.attention;
-  if (c.model.attention == "splash")
-    log << ", tiles of " << c.model.attn.block_q << " queries x " << c.model.attn.block_kv << " keys";
-  log << (c.model.attn.document_masking ? ", documents masked from each other" : "")
-      << "; activation checkpointing " << mode->checkpointing(c).summary << "\n"
-      << "titan: ";
-  if (loader)
-    log << "data " << c.data.dataset << " (" << d.options.path << "): " << d.dataset.stats.files << " files, "
-        << d.dataset.stats.documents << " documents, " << loader->num_tokens() << " tokens, "
-        << loader->num_windows() << " windows of " << c.training.seq_len << "; " << d.tokenizer->description()
-        << "\n"
-        << "titan: " << describe_objective(c.training.objective, d.sft, d.dataset.stats, c.training.seq_len);
-  else
-    log << d.tokenizer->description();
-  log << "\n"
-      << "titan: precision "
+      << summary.description << "\n";
+  workload->log_model(log, c, mode->checkpointing(c).summary);
+  workload->log_data(log, c);
+  log << "titan: precision "
       << (matmul_dtype(c.training) == kBF16
               ? "bf16 matrix products (oneDNN " + kernels::cpu::onednn_version() + ", " +
                     kernels::cpu::onednn_bf16_isa() +
@@ -437,32 +295,7 @@ void Trainer::State::log_setup(const Data& d) {
         << ", parameters, gradients and optimizer "
         << "states sharded over " << mesh->degree(dist::MeshAxis::dp_shard) << " ranks (" << fsdp->shard_bytes() / 1e6
         << " MB of parameters on this rank); global batch " << plan.global_batch_size << "\n";
-  if (plans.ep)
-    log << "titan: expert parallel over " << mesh->degree(dist::MeshAxis::ep) << " of the dp_shard ranks ("
-        << summary.num_experts / mesh->degree(dist::MeshAxis::ep) << " of the " << summary.num_experts
-        << " experts of every MoE layer on each, FSDP-sharded over the " << mesh->degree(dist::MeshAxis::efsdp)
-        << " ranks that hold the same experts; tokens dispatched by all-to-all)\n";
-  if (plans.cp)
-    log << "titan: context parallel over " << mesh->degree(dist::MeshAxis::cp) << " ranks (ring attention; each holds "
-        << c.training.seq_len / mesh->degree(dist::MeshAxis::cp)
-        << " tokens of every sequence, in two chunks that balance the causal mask)\n";
-  if (const parallel::TensorParallel* tp = plans.tp.get())
-    log << "titan: tensor parallel over " << mesh->degree(dist::MeshAxis::tp) << " ranks (Megatron plan"
-        << (tp->options().sequence_parallel ? ", sequence parallel" : "")
-        << (tp->options().loss_parallel ? ", loss over the split vocabulary"
-                                        : ", logits gathered for the loss")
-        << "); mesh dp_replicate " << mesh->degree(dist::MeshAxis::dp_replicate) << " x dp_shard "
-        << mesh->degree(dist::MeshAxis::dp_shard) << " x tp " << mesh->degree(dist::MeshAxis::tp) << "\n";
-  if (parallel::PipelineParallel* pp = plans.pp.get()) {
-    std::string spans;
-    for (const parallel::StageSpan& span : pp->spans())
-      spans += (spans.empty() ? "" : ", ") + std::to_string(span.first) + "-" + std::to_string(span.last - 1);
-    log << "titan: pipeline parallel over " << mesh->degree(dist::MeshAxis::pp) << " ranks, layers " << spans
-        << " by stage; " << parallel::describe_schedule(pp->schedule()) << "\n";
-  }
-  if (!d.dataset.stats.skipped.empty())
-    log << "titan: data: " << d.dataset.stats.skipped_summary()
-        << (d.sft ? " (training.bad_data = skip, sft.over_length)\n" : " (training.bad_data = skip)\n");
+  workload->log_layout(log, c, *mesh, plans);
 }
 
 Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, MakeEngine objective_engine)
@@ -475,35 +308,36 @@ Trainer::Trainer(JobConfig cfg, std::ostream& log, dist::ProcessGroup world, Mak
               objective_engine ? "has its step in train/; pass no objective engine"
                                : "needs its engine (rl::objective_engine), which was not passed");
   const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(c.parallelism);
+  // First: a family refuses by key what it does not run, before the general checks.
+  s.workload = make_workload(c, std::move(objective_engine));
   refuse_unsupported(c, degrees);
   s.mode = make_execution_mode(c);
   s.lay_out(degrees);
-  const State::Data data = s.build_data();
-  s.build_model(*data.tokenizer);
+  s.workload->build_data(s.context());
+  s.build_model();
   s.plan_memory(s.mode->memory_plan_scope(s.world.rank(), s.world.size()));
   s.initialise();
   s.build_optimizer();
   s.build_metrics();
-  s.log_setup(data);
-  s.validator = make_validator(c, data.options, data.dataset, *data.tokenizer, data.eos_id,
-                               (*s.mesh)[dist::MeshAxis::dp], s.log);
+  s.log_setup();
+  s.workload->make_validator(s.context());
   s.checkpointer = std::make_unique<CheckpointManager>(
       c,
       Checkpointed{.model = *s.model,
                    .optimizer = *s.optimizer,
                    .scheduler = *s.scheduler,
-                   .loader = s.loader.get(),
+                   .loader = s.workload->loader(),
                    .rng = s.rng,
                    .fsdp = s.plans.fsdp.get(),
                    .slices = s.slice_plans(),
                    .pp = s.plans.pp.get(),
                    .replica_writer = s.mesh->coordinate(dist::MeshAxis::dp_replicate) == 0 &&
                                      s.mesh->coordinate(dist::MeshAxis::cp) == 0,
-                   .tokenizer_dir = tokenizer_dir(c.model.tokenizer_path)},
+                   .tokenizer_dir = s.workload->tokenizer_dir()},
       s.log, s.world);
   s.start_step = s.checkpointer->load();
   // After the load: a step that keeps the state on a device uploads it as loaded.
-  s.engine = objective_engine ? objective_engine(s.step_parts()) : s.mode->make_engine(s.step_parts());
+  s.engine = s.workload->make_engine(s.engine_parts());
   s.log << "titan: step " << s.engine->describe() << "\n";
   s.profiler = std::make_unique<StepProfiler>(c.profiling, c.job.dump_folder, s.world.rank(), s.log);
   // Replicas start identical whatever each rank initialised or loaded.
@@ -519,18 +353,17 @@ TrainResult Trainer::train() {
   result.steps_run = result.resumed_from = s.start_step;
   CpuAllocator::instance().reset_peak();
   const int64_t accum = s.plan.gradient_accumulation_steps;
-  // Per device, as TorchTitan counts them: the ranks or devices that split one model (its pipeline
-  // stages, tensor slices and sequence chunks) share its tokens, so that tps and MFU stay per device.
-  const int64_t batch_tokens =
-      c.training.local_batch_size * c.training.seq_len * accum / s.dims.model_parallel();
+  // Per device (train/workload.h).
+  const int64_t batch_tokens = s.workload->tokens_per_step(c, s.dims, accum);
   // Steps and validation multiply in the configured precision (core/autocast.h).
   const AutocastGuard precision(matmul_dtype(c.training));
+  const NextBatch next_batch = s.workload->next_batch();
   for (int64_t step = s.start_step + 1; step <= c.training.steps; ++step) {
     s.profiler->begin_step(step);
     auto t0 = std::chrono::steady_clock::now();
     double lr = s.optimizer->lr();
     StepStats stats =
-        s.memory_snapshots->run_step(step, [&] { return s.engine->step(accum, [&] { return s.next_batch(); }); });
+        s.memory_snapshots->run_step(step, [&] { return s.engine->step(accum, next_batch); });
     s.scheduler->step();
     double loss_mean = stats.loss, grad_norm = stats.grad_norm;
     // The loss and the model's figures of the global batch: every data-parallel rank saw an equal
@@ -562,7 +395,7 @@ TrainResult Trainer::train() {
                                                              .lr = lr,
                                                              .tokens = stats.tokens > 0 ? stats.tokens : batch_tokens,
                                                              .step_seconds = seconds,
-                                                             .flops_per_token = s.summary.flops_per_token,
+                                                             .flops_per_token = s.workload->summary().flops_per_token,
                                                              .extra = stats.extra});
     if (logged && logged->mfu_percent > 100.0 && !s.warned_peak) {
       // A peak measured while the machine was busy is too low, and stays cached.
@@ -577,11 +410,11 @@ TrainResult Trainer::train() {
     // What reads the model's and the optimizer's host tensors next finds them up to date. A save
     // is due on every rank alike, and bringing a graph run's tensors to the host is collective
     // over its processes.
-    const bool validates = s.validator && s.validator->should_validate(step, c.training.steps);
+    const bool validates = s.workload->should_validate(step, c.training.steps);
     if (validates || s.checkpointer->due_after(step, stop)) s.engine->to_host();
     if (validates) {
       result.validations.push_back(
-          s.validator->validate(step, *s.model, s.plans.fsdp.get(), s.plans.tp.get()));
+          s.workload->validate(step, s.plans));
       s.metrics->record_validation(result.validations.back());
     }
     s.memory_snapshots->after_step(step);
@@ -608,14 +441,15 @@ DryRunReport dry_run(const JobConfig& cfg, int world_size, int rank, std::ostrea
   const JobConfig& c = s.cfg;
   // The layout of the ranks, as eager mode lays it out: what a rank of it builds and holds.
   const dist::MeshDegrees degrees = dist::MeshDegrees::from_config(c.parallelism);
+  s.workload = make_workload(c, nullptr);
   s.mode = make_eager_mode();
   s.lay_out(degrees);
-  // The byte tokenizer: the model's vocabulary is the config's, and no data is read.
-  s.build_model(*data::load_tokenizer(""));
+  // No data is read.
+  s.build_model();
   log << "titan: dry run of rank " << rank << " of " << world_size << " (" << s.dims.describe() << "), model "
-      << c.model.name << "/" << c.model.flavor << ": " << s.summary.num_params / 1e9
+      << c.model.name << "/" << c.model.flavor << ": " << s.workload->summary().num_params / 1e9
       << " B parameters, whose float32 values alone would take "
-      << 4.0 * static_cast<double>(s.summary.num_params) / (1 << 30) << " GiB on one rank\n";
+      << 4.0 * static_cast<double>(s.workload->summary().num_params) / (1 << 30) << " GiB on one rank\n";
   DryRunReport r{.world_size = world_size,
                  .rank = rank,
                  .plan = s.plan_memory(s.mode->memory_plan_scope(rank, world_size))};

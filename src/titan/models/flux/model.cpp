@@ -6,6 +6,7 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/error.h"
 #include "titan/models/common/run_blocks.h"
+#include "titan/nn/init.h"
 #include "titan/ops/activation.h"
 #include "titan/ops/arith.h"
 #include "titan/ops/cat.h"
@@ -124,10 +125,8 @@ Tensor HeadRMSNorm::forward(const Tensor& x) const {
   return ops::rms_norm(x, scale, kNormEps);
 }
 
-void HeadRMSNorm::reset_parameters(Generator&) {
-  autograd::NoGradGuard no_grad;
-  scale.fill_(1.0);
-}
+// Through nn::init, which writes a sharded parameter's shard under deferred initialisation.
+void HeadRMSNorm::reset_parameters(Generator&) { nn::init::ones_(scale); }
 
 QKNorm::QKNorm(int64_t head_dim, TensorOptions opts) {
   query_norm = register_module("query_norm", std::make_shared<HeadRMSNorm>(head_dim, opts));
@@ -268,24 +267,27 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
                   ? "flux: this model embeds a guidance scale (guidance_embed); pass guidance [B]"
                   : "flux: this model has no guidance_in (guidance_embed false); leave guidance undefined");
 
-  const DType dtype = in.img.dtype();
-  Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim, dtype));
-  if (a.guidance_embed) {
-    TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch,
-                "], got ", in.guidance.desc());
-    vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim, dtype));
-  }
-  vec = vec + (*vector_in)(in.y);
+  // Through the root's hooks: FSDP gathers the root unit (embedders, final layer) around the call.
+  return run_forward([&] {
+    const DType dtype = in.img.dtype();
+    Tensor vec = (*time_in)(timestep_embedding(in.timesteps, kTimeDim, dtype));
+    if (a.guidance_embed) {
+      TITAN_CHECK(in.guidance.dim() == 1 && in.guidance.size(0) == batch, "flux: guidance must be [", batch,
+                  "], got ", in.guidance.desc());
+      vec = vec + (*guidance_in)(timestep_embedding(in.guidance, kTimeDim, dtype));
+    }
+    vec = vec + (*vector_in)(in.y);
 
-  const BlockContext ctx{
-      .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
-      .txt_len = txt_len};
-  Tensor x = ops::cat({vec.unsqueeze(1), (*txt_in)(in.txt), (*img_in)(in.img)}, 1);
-  x = common::run_blocks(*double_blocks, 0, static_cast<int64_t>(double_blocks->size()), x,
-                         [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
-  x = common::run_blocks(*single_blocks, 0, static_cast<int64_t>(single_blocks->size()), x,
-                         [ctx](SingleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
-  return final_layer->forward(x.narrow(1, 1 + txt_len, img_len), conditioning(x));
+    const BlockContext ctx{
+        .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
+        .txt_len = txt_len};
+    Tensor x = ops::cat({vec.unsqueeze(1), (*txt_in)(in.txt), (*img_in)(in.img)}, 1);
+    x = common::run_blocks(*double_blocks, 0, static_cast<int64_t>(double_blocks->size()), x,
+                           [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+    x = common::run_blocks(*single_blocks, 0, static_cast<int64_t>(single_blocks->size()), x,
+                           [ctx](SingleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
+    return final_layer->forward(x.narrow(1, 1 + txt_len, img_len), conditioning(x));
+  });
 }
 
 Tensor pack_latents(const Tensor& latents, int64_t p) {

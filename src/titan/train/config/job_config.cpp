@@ -122,6 +122,7 @@ config::Schema<JobConfig> make_schema() {
   s.section("sft", "supervised fine-tuning's prompt/completion data (training.objective = \"sft\")")
       .part(&C::sft);
   s.section("grpo", "GRPO post-training (training.objective = \"grpo\")").part(&C::grpo);
+  s.section("flux", "FLUX flow-matching training (model.name = \"flux\")").part(&C::flux);
 
   s.check([](const C& c, const config::Origins& origins, config::Problems& problems) {
     check_objective(c, origins, problems);

@@ -19,6 +19,7 @@
 #include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/train/config/checkpoint_config.h"
 #include "titan/train/config/compile_config.h"
+#include "titan/train/config/flux_config.h"
 #include "titan/train/config/grpo_config.h"
 #include "titan/train/config/metrics_config.h"
 #include "titan/train/config/profiling_config.h"
@@ -51,6 +52,7 @@ struct JobConfig {
   ValidationConfig validation;
   data::SftConfig sft;  // read when training.objective = "sft"
   GrpoConfig grpo;
+  FluxConfig flux;  // read when model.name = "flux"
 };
 
 // Reads `toml_path`, applies `overrides` (command-line words: "--section.key=value", or

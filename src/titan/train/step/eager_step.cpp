@@ -62,10 +62,14 @@ class EagerStep : public StepEngine {
 }  // namespace
 
 StepParallelism step_parallelism(const StepParts& parts) {
-  models::Parallelized& plans = parts.plans;
-  const std::vector<std::pair<std::string, Tensor>>& named = parts.named_params;
+  return step_parallelism(parts.plans, parts.named_params, parts.ddp);
+}
+
+StepParallelism step_parallelism(models::Parallelized& plans,
+                                 const std::vector<std::pair<std::string, Tensor>>& named,
+                                 parallel::DataParallel* ddp) {
   StepParallelism sync;
-  if (parallel::DataParallel* ddp = parts.ddp)
+  if (ddp)
     sync = {.before_backward = [ddp](bool last) { ddp->set_gradient_sync(last); },
             .reduce = [ddp] { ddp->average_gradients(); }};
   if (parallel::FullyShard* fsdp = plans.fsdp.get())

@@ -48,6 +48,10 @@ struct StepParallelism {
 // reduce-scatter), then context, tensor and expert parallelism's reductions; pipeline stages add
 // their norms over pp.
 StepParallelism step_parallelism(const StepParts& parts);
+// The same from the plans, the parameters the optimizer steps and DDP (null without), for a step
+// that is not a language model's (train/flux/).
+StepParallelism step_parallelism(models::Parallelized& plans, const std::vector<std::pair<std::string, Tensor>>& named,
+                                 parallel::DataParallel* ddp);
 
 // The end of an optimizer step once backward has run: the gradient reduction of `sync`; clipping to
 // max_norm over the global norm, inside the AdamW step (the gradients are left unclipped). Returns

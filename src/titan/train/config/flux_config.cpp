@@ -1,0 +1,32 @@
+#include "titan/train/config/flux_config.h"
+
+namespace titan::train {
+
+void declare_keys(config::Keys<FluxConfig>& keys) {
+  using C = FluxConfig;
+  keys.add("cache_path", &C::cache_path, {}, "the encoding cache of `titan flux encode` that training reads (required)")
+      .add("validation_cache_path", &C::validation_cache_path, {},
+           "a held-out encoding cache for validation; empty: the last validation_samples of cache_path, which "
+           "training leaves out")
+      .add("validation_samples", &C::validation_samples, config::positive(),
+           "samples a validation pass reads (from validation_cache_path, or held out of cache_path)")
+      .add("image_size", &C::image_size, config::positive(),
+           "pixels per image side in the cache (checked against it): what --dry-run and MFU count")
+      .add("t5_length", &C::t5_length, config::positive(),
+           "T5 tokens per caption in the cache (checked against it): what --dry-run and MFU count")
+      .add("timestep_sampling", &C::timestep_sampling, config::one_of({"uniform", "logit_normal"}),
+           "how t is drawn: U(0, 1) (TorchTitan) or SD3's sigmoid(N(logit_mean, logit_std)), then time_shift")
+      .add("logit_mean", &C::logit_mean, {}, "logit_normal: the normal's mean")
+      .add("logit_std", &C::logit_std, config::positive(), "logit_normal: the normal's standard deviation")
+      .add("time_shift", &C::time_shift, config::positive(),
+           "logit_normal: SD3's shift s of t' = s t / (1 + (s - 1) t); 1: none")
+      .add("prompt_dropout", &C::prompt_dropout, config::fraction(),
+           "probability that a sample's T5 and, independently, its CLIP encodings are the empty prompt's")
+      .add("guidance", &C::guidance, config::non_negative(),
+           "the guidance scale fed to flux-dev's guidance_in in training (flavors with guidance_embed)")
+      .add("scaling_factor", &C::scaling_factor, config::positive(),
+           "the autoencoder's scaling: x0 = (latent - shift_factor) * scaling_factor")
+      .add("shift_factor", &C::shift_factor, {}, "the autoencoder's shift (see scaling_factor)");
+}
+
+}  // namespace titan::train

@@ -1,0 +1,56 @@
+#pragma once
+// FLUX training batches drawn from an encoding cache (encoding_cache.h). Every draw is a function
+// of (seed, global sample slot) alone, Philox-counter based: which cached sample a slot reads, its
+// latent's draw from the stored mean/logvar, its noise, its t and its prompt dropout. So a resumed
+// run continues bit-exactly with no data state in the checkpoint, and one rank reading a global
+// batch draws what N ranks reading their shares of it draw.
+//
+// Slot g of step s (1-based), micro-batch m, data-parallel rank r, row j:
+//   g = ((s - 1) * micro_batches + m) * dp_world * local_batch + r * local_batch + j
+// reads sample perm_e[g mod n] of the n training samples, perm_e a shuffle of epoch e = g / n.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "titan/core/tensor.h"
+#include "titan/train/config/flux_config.h"
+#include "titan/train/flux/encoding_cache.h"
+
+namespace titan::train::flux {
+
+struct FluxBatch {
+  Tensor x0;     // f32 [B, L_img, C p^2]: packed (latent - shift) * scale
+  Tensor noise;  // f32, x0's shape
+  Tensor t;      // f32 [B]
+  Tensor txt;    // f32 [B, L_txt, context]: T5 (the empty prompt's where dropped)
+  Tensor y;      // f32 [B, vec]: CLIP pooled (the empty prompt's where dropped)
+  int64_t height = 0, width = 0;  // latent pixels
+};
+
+class FluxBatches {
+ public:
+  // Samples [first, first + count) of `cache`; `patch_size` packs the latents.
+  FluxBatches(std::shared_ptr<const EncodingCache> cache, int64_t first, int64_t count, const FluxConfig& cfg,
+              uint64_t seed, int64_t patch_size);
+  int64_t size() const { return count_; }
+  // The training rows of slots [first_slot, first_slot + rows).
+  FluxBatch training(int64_t first_slot, int64_t rows);
+  // Validation: samples `samples` (positions in this range) at the one timestep t, their latents
+  // the stored means and their noise fixed by their position, no prompt dropout.
+  FluxBatch validation(const std::vector<int64_t>& samples, double t);
+
+ private:
+  const std::vector<int64_t>& permutation(int64_t epoch);
+  FluxBatch assemble(const std::vector<int64_t>& samples, const std::vector<uint64_t>& keys, bool train,
+                     double fixed_t);
+
+  std::shared_ptr<const EncodingCache> cache_;
+  int64_t first_, count_;
+  FluxConfig cfg_;
+  uint64_t seed_;
+  int64_t patch_size_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+}  // namespace titan::train::flux

@@ -1,0 +1,334 @@
+#include "titan/train/flux/flux_workload.h"
+
+#include <chrono>
+#include <ostream>
+
+#include "titan/autograd/grad_mode.h"
+#include "titan/core/memory_owner.h"
+#include "titan/core/meta.h"
+#include "titan/core/trace.h"
+#include "titan/models/flux/model.h"
+#include "titan/models/flux/parallelize.h"
+#include "titan/models/flux/train_spec.h"
+#include "titan/ops/arith.h"
+#include "titan/train/flux/flux_batches.h"
+#include "titan/train/flux/rectified_flow.h"
+#include "titan/train/step/eager_step.h"
+
+namespace titan::train::flux {
+
+namespace {
+
+using models::flux::FluxModelArgs;
+using models::flux::FluxTransformer;
+
+// What a FLUX run does not read, refused by key (each with what to do).
+void refuse_keys(const JobConfig& c, bool guidance_embed) {
+  const JobConfig d;
+  std::vector<std::string> refused;
+  const dist::ParallelismConfig& p = c.parallelism;
+  for (const auto& [key, degree] : {std::pair<std::string, int64_t>{"tensor_parallel_degree", p.tensor_parallel_degree},
+                                    {"context_parallel_degree", p.context_parallel_degree},
+                                    {"pipeline_parallel_degree", p.pipeline_parallel_degree},
+                                    {"expert_parallel_degree", p.expert_parallel_degree},
+                                    {"expert_tensor_parallel_degree", p.expert_tensor_parallel_degree}})
+    if (degree > 1)
+      refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
+                        ": FLUX trains under data parallelism (FSDP, HSDP, DDP) only; set it to 1");
+  if (c.compile.enable)
+    refused.push_back("compile.enable = true: FLUX's step runs eagerly (graph mode is not built for it); set "
+                      "compile.enable = false");
+  if (c.training.objective != d.training.objective)
+    refused.push_back("training.objective = \"" + c.training.objective +
+                      "\": FLUX trains by flow matching; remove the key");
+  if (c.training.seq_len != d.training.seq_len)
+    refused.push_back("training.seq_len: FLUX's sequence is the image's and caption's tokens (flux.image_size, "
+                      "flux.t5_length); remove the key");
+  if (c.data.dataset_path != d.data.dataset_path || c.data.dataset != d.data.dataset)
+    refused.push_back("training.dataset / training.dataset_path: FLUX reads its encoding cache (flux.cache_path)");
+  const ValidationConfig& v = c.validation;
+  if (v.dataset != d.validation.dataset || v.dataset_path != d.validation.dataset_path || v.seq_len != -1 ||
+      v.steps != -1)
+    refused.push_back("validation.dataset, dataset_path, seq_len and steps: FLUX validates on "
+                      "flux.validation_cache_path or the last flux.validation_samples of flux.cache_path");
+  if (c.checkpoint.last_save_in_hf)
+    refused.push_back("checkpoint.last_save_in_hf: FLUX's export is titan's own checkpoint (diffusers folders are "
+                      "written by the flux tools)");
+  const FluxConfig& f = c.flux;
+  if (f.timestep_sampling != "logit_normal" &&
+      (f.logit_mean != d.flux.logit_mean || f.logit_std != d.flux.logit_std || f.time_shift != d.flux.time_shift))
+    refused.push_back("flux.logit_mean, logit_std and time_shift are read only under flux.timestep_sampling = "
+                      "\"logit_normal\"; remove them or set the sampling");
+  if (!guidance_embed && f.guidance != d.flux.guidance)
+    refused.push_back("flux.guidance: flux/" + c.model.flavor +
+                      " has no guidance_in (only guidance-distilled flavors such as flux-dev read it); remove the key");
+  if (!c.validation.enable && (f.validation_cache_path != d.flux.validation_cache_path ||
+                               f.validation_samples != d.flux.validation_samples))
+    refused.push_back("flux.validation_cache_path and validation_samples are read only with validation.enable = true");
+  std::string message;
+  for (const std::string& r : refused) message += "\n  " + r;
+  config::require(refused.empty(), "model.name = \"flux\":", message);
+}
+
+// The latent pixels of an image side and the packed tokens of a sample.
+int64_t latent_side(const JobConfig& c) { return c.flux.image_size / 8; }
+int64_t image_tokens(const JobConfig& c, const FluxModelArgs& a) {
+  const int64_t side = latent_side(c) / a.patch_size;
+  return side * side;
+}
+
+class FluxStep : public StepEngine {
+ public:
+  FluxStep(const EngineParts& p, FluxTransformer& model, FluxBatches& batches, int64_t local_batch)
+      : model_(model),
+        batches_(batches),
+        optimizer_(p.optimizer),
+        max_norm_(p.cfg.training.max_norm),
+        guidance_(p.cfg.flux.guidance),
+        local_batch_(local_batch),
+        dp_rank_(p.mesh[dist::MeshAxis::dp].rank()),
+        dp_world_(p.mesh[dist::MeshAxis::dp].size()),
+        step_(p.start_step),
+        sync_(step_parallelism(p.plans, p.named_params, p.ddp)) {
+    for (const auto& [name, t] : p.named_params) params_.push_back(t);
+  }
+
+  StepStats step(int64_t micro_batches, const NextBatch&) override {
+    ++step_;
+    optimizer_.zero_grad();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      const int64_t first_slot = ((step_ - 1) * micro_batches + m) * dp_world_ * local_batch_ + dp_rank_ * local_batch_;
+      Tensor loss;
+      {
+        trace::Span span("forward", "phase");
+        const FluxBatch b = batches_.training(first_slot, local_batch_);
+        loss = flow_matching_loss(forward(model_, b, guidance_), b.x0, b.noise);
+        loss_sum += loss.item();
+      }
+      if (sync_.before_backward) sync_.before_backward(m == micro_batches - 1);
+      trace::Span span("backward", "phase");
+      (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
+    }
+    StepStats stats;
+    stats.grad_norm = apply_gradients(optimizer_, params_, max_norm_, sync_);
+    stats.loss = loss_sum / static_cast<double>(micro_batches);
+    return stats;
+  }
+
+  std::string describe() const override {
+    return "eager flow matching: per micro-batch x_t = (1 - t) x0 + t noise, velocity MSE, backward; "
+           "gradients reduced, clipped, AdamW";
+  }
+
+  // The transformer's velocity at b's x_t.
+  static Tensor forward(FluxTransformer& model, const FluxBatch& b, double guidance) {
+    const FluxModelArgs& a = model.args();
+    models::flux::FluxInputs in{.img = noisy_latents(b.x0, b.noise, b.t),
+                                .img_ids = models::flux::image_ids(b.height, b.width, a.patch_size),
+                                .txt = b.txt,
+                                .txt_ids = models::flux::text_ids(b.txt.size(1)),
+                                .timesteps = b.t,
+                                .y = b.y,
+                                .guidance = Tensor()};
+    if (a.guidance_embed)
+      in.guidance = Tensor::from_vector(std::vector<float>(static_cast<size_t>(b.t.size(0)), static_cast<float>(guidance)),
+                                        {b.t.size(0)});
+    return model(in);
+  }
+
+ private:
+  FluxTransformer& model_;
+  FluxBatches& batches_;
+  optim::AdamW& optimizer_;
+  double max_norm_, guidance_;
+  int64_t local_batch_, dp_rank_, dp_world_, step_;
+  StepParallelism sync_;
+  std::vector<Tensor> params_;
+};
+
+class FluxWorkload : public Workload {
+ public:
+  explicit FluxWorkload(const JobConfig& c) : args_(models::flux::args_from(c.model)) {
+    refuse_keys(c, args_.guidance_embed);
+    const models::flux::FluxSummary f =
+        models::flux::flux_summary(args_, image_tokens(c, args_), c.flux.t5_length);
+    summary_.num_params = f.num_params;
+    summary_.flops_per_token = f.flops_per_sample / static_cast<double>(image_tokens(c, args_));
+    summary_.description = "flux " + c.model.flavor + ": " + f.description;
+    summary_.n_layers = args_.depth + args_.depth_single_blocks;
+    summary_.n_heads = summary_.n_kv_heads = args_.num_heads;
+  }
+
+  void check_layout(const JobConfig& c, const dist::ParallelDims&) override {
+    config::require(c.flux.image_size % (8 * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
+                    " must be a multiple of ", 8 * args_.patch_size,
+                    " (the autoencoder's factor 8 times the patch size)");
+  }
+
+  void build_data(const WorkloadContext& ctx) override {
+    const JobConfig& c = ctx.cfg;
+    config::require(!c.flux.cache_path.empty(),
+                    "flux.cache_path is empty: FLUX trains on an encoding cache (`titan flux encode`); running the "
+                    "frozen encoders every step is not built");
+    auto cache = std::make_shared<const EncodingCache>(c.flux.cache_path);
+    const std::map<std::string, Tensor> first = cache->sample(0);
+    const Shape latent = first.at("latent_mean").sizes(), t5 = first.at("t5").sizes();
+    config::require(latent.size() == 3 && latent[0] == args_.latent_channels && latent[1] == latent_side(c) &&
+                        latent[2] == latent_side(c) && t5.size() == 2 && t5[0] == c.flux.t5_length &&
+                        t5[1] == args_.context_in_dim && first.at("clip_pooled").numel() == args_.vec_in_dim,
+                    "flux.cache_path ", c.flux.cache_path, ": its latents are ", Tensor(first.at("latent_mean")).desc(),
+                    " and its T5 encodings ", Tensor(first.at("t5")).desc(), "; flux/", c.model.flavor,
+                    " with flux.image_size = ", c.flux.image_size, " and flux.t5_length = ", c.flux.t5_length,
+                    " needs [", args_.latent_channels, ", ", latent_side(c), ", ", latent_side(c), "] and [",
+                    c.flux.t5_length, ", ", args_.context_in_dim, "]; set flux.image_size and flux.t5_length to the "
+                    "cache's, or encode one for this flavor");
+    const auto seed = static_cast<uint64_t>(c.training.seed);
+    const int64_t held_out = c.validation.enable && c.flux.validation_cache_path.empty() ? c.flux.validation_samples : 0;
+    config::require(cache->size() > held_out, "flux.cache_path ", c.flux.cache_path, " holds ", cache->size(),
+                    " samples; holding out flux.validation_samples = ", held_out, " leaves none to train on");
+    cache_description_ = cache->description();
+    train_ = std::make_unique<FluxBatches>(cache, 0, cache->size() - held_out, c.flux, seed, args_.patch_size);
+    if (c.validation.enable) {
+      if (held_out > 0) {
+        validation_ = std::make_unique<FluxBatches>(cache, cache->size() - held_out, held_out, c.flux, seed,
+                                                    args_.patch_size);
+      } else {
+        auto v = std::make_shared<const EncodingCache>(c.flux.validation_cache_path);
+        validation_ = std::make_unique<FluxBatches>(v, 0, std::min(v->size(), c.flux.validation_samples), c.flux,
+                                                    seed, args_.patch_size);
+      }
+    }
+    local_batch_ = c.training.local_batch_size;
+    image_tokens_ = image_tokens(c, args_);
+  }
+
+  std::shared_ptr<nn::Module> build_model(const WorkloadContext& ctx, Generator&, models::Parallelized& plans) override {
+    const JobConfig& c = ctx.cfg;
+    {
+      MemoryOwnerScope owner(MemoryCategory::parameters);
+      const MetaScope meta;
+      model_ = std::make_shared<FluxTransformer>(args_);
+    }
+    const ExecutionMode::Checkpointing ac = ctx.mode.checkpointing(c);
+    plans = models::flux::parallelize(
+        *model_, {.activation_checkpoint_mode = ac.mode,
+                  .activation_checkpoint_every_k = ac.every_k,
+                  .mesh = &ctx.mesh,
+                  .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+    dp_ = std::make_unique<dist::ProcessGroup>(ctx.mesh[dist::MeshAxis::dp]);
+    return model_;
+  }
+
+  const models::ModelSummary& summary() const override { return summary_; }
+
+  std::vector<const nn::Module*> blocks() const override {
+    std::vector<const nn::Module*> out;
+    for (nn::Module* b : models::flux::blocks(*model_)) out.push_back(b);
+    return out;
+  }
+
+  // Per sample: each block keeps about 12 hidden-wide values per token of [txt; img] for backward
+  // (its modulated inputs, Q, K, V, attention output, and the MLP's 4x-wide hidden activations);
+  // a checkpointed block its input alone. A rough figure: FLUX's blocks are not decoder blocks.
+  std::optional<int64_t> activation_bytes(const JobConfig& c) const override {
+    const int64_t tokens = image_tokens(c, args_) + c.flux.t5_length;
+    const int64_t blocks = args_.depth + args_.depth_single_blocks;
+    const bool checkpointed = c.activation_checkpoint.mode != "none";
+    const int64_t per_block = args_.hidden_size * (checkpointed ? 1 : 12) * 4;
+    return per_block * blocks * tokens * c.training.local_batch_size;
+  }
+
+  void log_model(std::ostream& log, const JobConfig& c, const std::string& checkpointing) const override {
+    log << "titan: " << summary_.num_params << " parameters, "
+        << summary_.flops_per_token * static_cast<double>(image_tokens(c, args_)) / 1e9 << " GFLOP per sample (training, "
+        << c.flux.image_size << "px: " << image_tokens(c, args_) << " image tokens, " << c.flux.t5_length
+        << " T5 tokens)\n"
+        << "titan: attention splash over [text; image]; activation checkpointing " << checkpointing << "\n";
+  }
+
+  void log_data(std::ostream& log, const JobConfig& c) const override {
+    log << "titan: data: encoding cache " << c.flux.cache_path << " (" << cache_description_ << "), "
+        << train_->size() << " training samples; flow matching, t " << c.flux.timestep_sampling
+        << (c.flux.timestep_sampling == "logit_normal"
+                ? " (mean " + std::to_string(c.flux.logit_mean) + ", std " + std::to_string(c.flux.logit_std) +
+                      ", shift " + std::to_string(c.flux.time_shift) + ")"
+                : "")
+        << ", prompt dropout " << c.flux.prompt_dropout << " (T5 and CLIP independently)\n";
+  }
+
+  void make_validator(const WorkloadContext& ctx) override {
+    if (!validation_) return;
+    // Every rank runs as many forwards (FSDP's all-gathers are collective).
+    config::require(validation_->size() % dp_->size() == 0, "flux: the ", validation_->size(),
+                    " validation samples do not split evenly over the ", dp_->size(),
+                    " data-parallel ranks; set flux.validation_samples to a multiple of ", dp_->size());
+    freq_ = ctx.cfg.validation.freq;
+    validation_batch_ = ctx.cfg.validation.local_batch_size;
+    guidance_ = ctx.cfg.flux.guidance;
+    ctx.log << "titan: validation every " << freq_ << " steps and after the last: the mean loss of "
+            << validation_->size() << " samples ("
+            << (ctx.cfg.flux.validation_cache_path.empty() ? "the last of flux.cache_path, held out of training"
+                                                           : ctx.cfg.flux.validation_cache_path)
+            << ") at t = (i + 0.5) / 8, i < 8, with fixed noise\n";
+  }
+
+  std::unique_ptr<StepEngine> make_engine(const EngineParts& parts) override {
+    return std::make_unique<FluxStep>(parts, *model_, *train_, local_batch_);
+  }
+
+  bool should_validate(int64_t step, int64_t last_step) const override {
+    return validation_ && (step % freq_ == 0 || step == last_step);
+  }
+
+  ValidationMetrics validate(int64_t step, models::Parallelized& plans) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    int64_t counted = 0;
+    {
+      autograd::NoGradGuard no_grad;
+      // Data-parallel rank r reads samples r, r + dp, ...
+      std::vector<int64_t> mine;
+      for (int64_t s = dp_->rank(); s < validation_->size(); s += dp_->size()) mine.push_back(s);
+      for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(validation_batch_)) {
+        const std::vector<int64_t> rows(mine.begin() + static_cast<std::ptrdiff_t>(first),
+                                        mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + static_cast<size_t>(validation_batch_))));
+        for (int i = 0; i < 8; ++i) {
+          const FluxBatch b = validation_->validation(rows, (i + 0.5) / 8.0);
+          const Tensor loss = flow_matching_loss(FluxStep::forward(*model_, b, guidance_), b.x0, b.noise);
+          loss_sum += loss.item() * static_cast<double>(rows.size());
+          counted += static_cast<int64_t>(rows.size());
+        }
+      }
+    }
+    if (plans.fsdp) plans.fsdp->reshard_all();
+    if (dp_->size() > 1) {
+      loss_sum = dp_->all_reduce(loss_sum, dist::ReduceOp::sum);
+      counted = static_cast<int64_t>(dp_->all_reduce(static_cast<double>(counted), dist::ReduceOp::sum));
+    }
+    return {.step = step,
+            .loss = loss_sum / static_cast<double>(counted),
+            .tokens = counted / 8 * image_tokens_,
+            .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  }
+
+  int64_t tokens_per_step(const JobConfig& c, const dist::ParallelDims&, int64_t micro_batches) const override {
+    return c.training.local_batch_size * micro_batches * image_tokens(c, args_);
+  }
+
+ private:
+  FluxModelArgs args_;
+  models::ModelSummary summary_;
+  std::shared_ptr<FluxTransformer> model_;
+  std::unique_ptr<FluxBatches> train_, validation_;
+  std::string cache_description_;
+  std::unique_ptr<dist::ProcessGroup> dp_;
+  int64_t local_batch_ = 1, freq_ = 1, validation_batch_ = 1, image_tokens_ = 0;
+  double guidance_ = 1.0;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_flux_workload(const JobConfig& cfg) { return std::make_unique<FluxWorkload>(cfg); }
+
+}  // namespace titan::train::flux
