@@ -23,7 +23,9 @@ EncodingCacheOptions options(const fs::path& out) {
           .transform = {.size = 48, .crop = data::ImageCrop::random, .seed = 7},
           .shard_samples = 4,
           .batch = 3,
-          .description = "fake encoder, 48 px"};
+          .description = "fake encoder, 48 px",
+          .scaling_factor = 0.5,
+          .shift_factor = -0.25};
 }
 
 std::map<std::string, std::string> files_of(const fs::path& dir) {
@@ -53,6 +55,8 @@ TEST(EncodingCache, HoldsWhatTheEncoderMadeOfEachPreprocessedSample) {
   const EncodingCache cache(out.string());
   ASSERT_EQ(cache.size(), 11);
   EXPECT_EQ(cache.description(), "fake encoder, 48 px");
+  EXPECT_EQ(cache.scaling_factor(), 0.5);
+  EXPECT_EQ(cache.shift_factor(), -0.25);
   EXPECT_TRUE(test::same_bits(cache.empty_prompt().at("text"), empty_prompt().at("text")));
   for (int64_t i = 0; i < 11; ++i) {
     const data::ImageSample sample = dataset.read(i);

@@ -64,6 +64,9 @@ TEST(FluxEncode, CachesWhatDiffusersFluxPipelineComputes) {
       checkpoint::read_safetensors((ref / "expected.safetensors").string());
   const EncodingCache cache(out.string());
   ASSERT_EQ(cache.size(), 6);
+  // The vae/ folder's config.json (autoencoder_reference.py), for training to map latents with.
+  EXPECT_EQ(cache.scaling_factor(), 0.3611);
+  EXPECT_EQ(cache.shift_factor(), 0.1159);
   double worst = 0;
   for (int64_t i = 0; i < 6; ++i) {
     const std::map<std::string, Tensor> got = cache.sample(i);

@@ -127,6 +127,8 @@ int encode(const std::vector<std::string>& args) {
                                                                        : "random crop seed " +
                                                                              std::to_string(cache.transform.seed)) +
                       "; " + std::string(dtype_name(o.dtype));
+  cache.scaling_factor = stack.autoencoder().args().scaling_factor;
+  cache.shift_factor = stack.autoencoder().args().shift_factor;
   const AutocastGuard autocast(o.dtype);
   auto stored = [&](std::map<std::string, Tensor> tensors) {
     for (auto& [name, t] : tensors) t = t.to(o.dtype);

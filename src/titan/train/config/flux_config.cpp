@@ -23,10 +23,7 @@ void declare_keys(config::Keys<FluxConfig>& keys) {
       .add("prompt_dropout", &C::prompt_dropout, config::fraction(),
            "probability that a sample's T5 and, independently, its CLIP encodings are the empty prompt's")
       .add("guidance", &C::guidance, config::non_negative(),
-           "the guidance scale fed to flux-dev's guidance_in in training (flavors with guidance_embed)")
-      .add("scaling_factor", &C::scaling_factor, config::positive(),
-           "the autoencoder's scaling: x0 = (latent - shift_factor) * scaling_factor")
-      .add("shift_factor", &C::shift_factor, {}, "the autoencoder's shift (see scaling_factor)");
+           "the guidance scale fed to flux-dev's guidance_in in training (flavors with guidance_embed)");
 }
 
 }  // namespace titan::train

@@ -26,8 +26,6 @@ struct FluxConfig {
   double time_shift = 1.0;  // SD3's t' = s t / (1 + (s - 1) t); 1: none
   double prompt_dropout = 0.447;
   double guidance = 1.0;  // the guidance scale flux-dev's guidance_in is fed in training
-  double scaling_factor = 0.3611;
-  double shift_factor = 0.1159;
 };
 
 void declare_keys(config::Keys<FluxConfig>& keys);

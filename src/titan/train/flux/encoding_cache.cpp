@@ -179,7 +179,8 @@ EncodingCacheReport write_encoding_cache(const data::ImageCaptionDataset& datase
   if (rank == 0) {
     write_whole(out / kEmptyPromptFile, empty_prompt, {{"format", kFormat}, {"description", options.description}});
     json index = {{"format", kFormat}, {"description", options.description}, {"data_set_samples", n},
-                  {"shard_samples", options.shard_samples}, {"image_size", options.transform.size}};
+                  {"shard_samples", options.shard_samples}, {"image_size", options.transform.size},
+                  {"scaling_factor", options.scaling_factor}, {"shift_factor", options.shift_factor}};
     int64_t samples = 0;
     json shards = json::array();
     for (int64_t k = 0; k < report.shards; ++k) {
@@ -205,6 +206,7 @@ EncodingCacheReport write_encoding_cache(const data::ImageCaptionDataset& datase
 
 struct EncodingCache::State {
   std::string dir, description;
+  double scaling_factor = 0, shift_factor = 0;
   std::vector<std::unique_ptr<checkpoint::SafetensorsReader>> shards;
   std::vector<std::vector<std::string>> captions;
   std::vector<int64_t> starts;  // first cache position of each shard, then the total
@@ -224,6 +226,12 @@ EncodingCache::EncodingCache(const std::string& dir) : state_(std::make_unique<S
     TITAN_CHECK(index.value("format", "") == kFormat, "encoding cache: ", index_path.string(), " is not a ", kFormat,
                 " index");
     s.description = index.at("description").get<std::string>();
+    TITAN_CHECK(index.contains("scaling_factor") && index.contains("shift_factor"), "encoding cache: ",
+                index_path.string(),
+                " records no autoencoder scaling_factor and shift_factor (a cache from before titan recorded them): "
+                "run titan flux encode again into a new folder");
+    s.scaling_factor = index.at("scaling_factor").get<double>();
+    s.shift_factor = index.at("shift_factor").get<double>();
     s.starts.push_back(0);
     for (const json& shard : index.at("shards")) {
       const std::string file = shard.at("file").get<std::string>();
@@ -255,6 +263,8 @@ EncodingCache::EncodingCache(EncodingCache&&) noexcept = default;
 int64_t EncodingCache::size() const { return state_->starts.back(); }
 const std::string& EncodingCache::description() const { return state_->description; }
 const std::map<std::string, Tensor>& EncodingCache::empty_prompt() const { return state_->empty_prompt; }
+double EncodingCache::scaling_factor() const { return state_->scaling_factor; }
+double EncodingCache::shift_factor() const { return state_->shift_factor; }
 
 namespace {
 // (shard, row) of cache position i.

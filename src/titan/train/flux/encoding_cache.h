@@ -46,6 +46,10 @@ struct EncodingCacheOptions {
   // Names the encoders and options; a shard written under another description is refused rather
   // than mixed in.
   std::string description;
+  // The autoencoder's latent scaling and shift (its config.json's), recorded in index.json so that
+  // training maps the cached latents as the decoder that samples will read them expects.
+  double scaling_factor = 0.3611;
+  double shift_factor = 0.1159;
 };
 
 struct EncodingCacheReport {
@@ -76,6 +80,9 @@ class EncodingCache {
   std::map<std::string, Tensor> sample(int64_t i) const;
   std::string caption(int64_t i) const;
   const std::map<std::string, Tensor>& empty_prompt() const;
+  // The autoencoder's: training's x0 = (latent - shift_factor) * scaling_factor.
+  double scaling_factor() const;
+  double shift_factor() const;
 
  private:
   struct State;

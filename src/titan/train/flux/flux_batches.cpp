@@ -96,7 +96,7 @@ FluxBatch FluxBatches::assemble(const std::vector<int64_t>& samples, const std::
     std::vector<float> eps(static_cast<size_t>(n)), z(static_cast<size_t>(n));
     fill_normal(z.data(), n, stream_seed(key, kNoise), 0, 0.0f, 1.0f);
     if (train) fill_normal(eps.data(), n, stream_seed(key, kLatent), 0, 0.0f, 1.0f);
-    const auto scale = static_cast<float>(cfg_.scaling_factor), shift = static_cast<float>(cfg_.shift_factor);
+    const auto scale = static_cast<float>(cache_->scaling_factor()), shift = static_cast<float>(cache_->shift_factor());
     // The latent drawn from the autoencoder's distribution (its mean for validation), then FLUX's
     // shift and scale.
     for (int64_t i = 0; i < n; ++i) {
