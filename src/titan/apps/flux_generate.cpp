@@ -241,7 +241,7 @@ int flux_generate_command(const std::vector<std::string>& args) {
               "--cfg-scale for classifier-free guidance");
   train::flux::ImagePipeline pipeline(conditioning, transformer);
   std::cerr << "titan: loaded " << (o.checkpoint ? o.checkpoint->string() : (o.pipeline / "transformer").string())
-            << " (" << models::flux::flux_summary(transformer->args(), 1, 0).description << "); "
+            << " (flux: " << models::flux::flux_summary(transformer->args(), 1, 0).description << "); "
             << conditioning->description() << "\n";
   const Tensor images = pipeline.generate(o.prompts, image);
   if (!o.out.empty()) data::write_image(o.out, train::flux::image_grid(images, o.image.images_per_prompt));

@@ -122,7 +122,7 @@ FluxSummary flux_summary(const FluxModelArgs& a, int64_t img_tokens, int64_t txt
       12.0 * static_cast<double>(a.depth + a.depth_single_blocks) * static_cast<double>(h) * L * L;
   s.flops_per_sample = 6.0 * matmul_params_tokens + attention;
   std::ostringstream d;
-  d << "flux: hidden " << h << ", " << a.num_heads << " heads x " << hd << ", " << a.depth << " double + "
+  d << "hidden " << h << ", " << a.num_heads << " heads x " << hd << ", " << a.depth << " double + "
     << a.depth_single_blocks << " single blocks, mlp " << m << (a.guidance_embed ? ", guidance" : "") << ", "
     << fmt_count(static_cast<double>(s.num_params)) << " parameters";
   s.description = d.str();

@@ -12,6 +12,8 @@ void declare_keys(config::Keys<FluxConfig>& keys) {
            "samples a validation pass reads (from validation_cache_path, or held out of cache_path)")
       .add("image_size", &C::image_size, config::positive(),
            "pixels per image side in the cache (checked against it): what --dry-run and MFU count")
+      .add("latent_downscale", &C::latent_downscale, config::positive(),
+           "image pixels per latent pixel of the cache's autoencoder (FLUX.1's: 8; checked against the cache)")
       .add("t5_length", &C::t5_length, config::positive(),
            "T5 tokens per caption in the cache (checked against it): what --dry-run and MFU count")
       .add("timestep_sampling", &C::timestep_sampling, config::one_of({"uniform", "logit_normal"}),

@@ -20,6 +20,7 @@ struct FluxConfig {
   // the cache is read, checked against it when it is.
   int64_t image_size = 256;
   int64_t t5_length = 256;
+  int64_t latent_downscale = 8;  // the autoencoder's; FLUX.1's downsamples by 8
   std::string timestep_sampling = "uniform";  // uniform | logit_normal
   double logit_mean = 0.0;
   double logit_std = 1.0;

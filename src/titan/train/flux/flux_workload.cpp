@@ -71,7 +71,7 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
 }
 
 // The latent pixels of an image side and the packed tokens of a sample.
-int64_t latent_side(const JobConfig& c) { return c.flux.image_size / 8; }
+int64_t latent_side(const JobConfig& c) { return c.flux.image_size / c.flux.latent_downscale; }
 int64_t image_tokens(const JobConfig& c, const FluxModelArgs& a) {
   const int64_t side = latent_side(c) / a.patch_size;
   return side * side;
@@ -155,15 +155,16 @@ class FluxWorkload : public Workload {
         models::flux::flux_summary(args_, image_tokens(c, args_), c.flux.t5_length);
     summary_.num_params = f.num_params;
     summary_.flops_per_token = f.flops_per_sample / static_cast<double>(image_tokens(c, args_));
-    summary_.description = "flux " + c.model.flavor + ": " + f.description;
+    summary_.description = f.description;
     summary_.n_layers = args_.depth + args_.depth_single_blocks;
     summary_.n_heads = summary_.n_kv_heads = args_.num_heads;
   }
 
   void check_layout(const JobConfig& c, const dist::ParallelDims&) override {
-    config::require(c.flux.image_size % (8 * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
-                    " must be a multiple of ", 8 * args_.patch_size,
-                    " (the autoencoder's factor 8 times the patch size)");
+    const int64_t f = c.flux.latent_downscale;
+    config::require(c.flux.image_size % (f * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
+                    " must be a multiple of ", f * args_.patch_size, " (flux.latent_downscale ", f, " times the ",
+                    args_.patch_size, "x", args_.patch_size, " patch)");
   }
 
   void build_data(const WorkloadContext& ctx) override {
@@ -179,9 +180,10 @@ class FluxWorkload : public Workload {
                         t5[1] == args_.context_in_dim && first.at("clip_pooled").numel() == args_.vec_in_dim,
                     "flux.cache_path ", c.flux.cache_path, ": its latents are ", Tensor(first.at("latent_mean")).desc(),
                     " and its T5 encodings ", Tensor(first.at("t5")).desc(), "; flux/", c.model.flavor,
-                    " with flux.image_size = ", c.flux.image_size, " and flux.t5_length = ", c.flux.t5_length,
+                    " with flux.image_size = ", c.flux.image_size, ", latent_downscale = ", c.flux.latent_downscale,
+                    " and t5_length = ", c.flux.t5_length,
                     " needs [", args_.latent_channels, ", ", latent_side(c), ", ", latent_side(c), "] and [",
-                    c.flux.t5_length, ", ", args_.context_in_dim, "]; set flux.image_size and flux.t5_length to the "
+                    c.flux.t5_length, ", ", args_.context_in_dim, "]; set flux.image_size, latent_downscale and t5_length to the "
                     "cache's, or encode one for this flavor");
     const auto seed = static_cast<uint64_t>(c.training.seed);
     const int64_t held_out = c.validation.enable && c.flux.validation_cache_path.empty() ? c.flux.validation_samples : 0;
@@ -249,12 +251,10 @@ class FluxWorkload : public Workload {
 
   void log_data(std::ostream& log, const JobConfig& c) const override {
     log << "titan: data: encoding cache " << c.flux.cache_path << " (" << cache_description_ << "), "
-        << train_->size() << " training samples; flow matching, t " << c.flux.timestep_sampling
-        << (c.flux.timestep_sampling == "logit_normal"
-                ? " (mean " + std::to_string(c.flux.logit_mean) + ", std " + std::to_string(c.flux.logit_std) +
-                      ", shift " + std::to_string(c.flux.time_shift) + ")"
-                : "")
-        << ", prompt dropout " << c.flux.prompt_dropout << " (T5 and CLIP independently)\n";
+        << train_->size() << " training samples; flow matching, t " << c.flux.timestep_sampling;
+    if (c.flux.timestep_sampling == "logit_normal")
+      log << " (mean " << c.flux.logit_mean << ", std " << c.flux.logit_std << ", shift " << c.flux.time_shift << ")";
+    log << ", prompt dropout " << c.flux.prompt_dropout << " (T5 and CLIP independently)\n";
   }
 
   void make_validator(const WorkloadContext& ctx) override {
@@ -308,6 +308,7 @@ class FluxWorkload : public Workload {
     }
     return {.step = step,
             .loss = loss_sum / static_cast<double>(counted),
+            .per_token = false,
             .tokens = counted / 8 * image_tokens_,
             .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   }

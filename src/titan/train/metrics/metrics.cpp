@@ -113,18 +113,19 @@ double ValidationMetrics::perplexity() const {
 }
 
 std::string format_validation_line(const ValidationMetrics& v) {
+  if (!v.per_token)
+    return sprintf_string("validate step %lld  loss %.4f  (%.1f s)", static_cast<long long>(v.step), v.loss,
+                          v.seconds);
   return sprintf_string("validate step %lld  loss %.4f  ppl %.2f  (%.1f s)", static_cast<long long>(v.step),
                         v.loss, v.perplexity(), v.seconds);
 }
 
 std::string format_validation_json(const ValidationMetrics& v, double wall_time) {
-  return nlohmann::ordered_json{{"step", v.step},
-                                {"wall_time", wall_time},
-                                {"validation/loss", v.loss},
-                                {"validation/perplexity", v.perplexity()},
-                                {"validation/tokens", v.tokens},
-                                {"validation/time_s", v.seconds}}
-      .dump();
+  nlohmann::ordered_json record{{"step", v.step}, {"wall_time", wall_time}, {"validation/loss", v.loss}};
+  if (v.per_token) record["validation/perplexity"] = v.perplexity();
+  record["validation/tokens"] = v.tokens;
+  record["validation/time_s"] = v.seconds;
+  return record.dump();
 }
 
 Scalars tensorboard_scalars(const LoggedMetrics& m) {
@@ -227,8 +228,9 @@ void MetricsLogger::record_validation(const ValidationMetrics& v) {
   console_ << format_validation_line(v) << std::endl;
   write_jsonl(format_validation_json(v, unix_seconds()));
   if (tensorboard_)
-    tensorboard_->add_scalars(v.step,
-                              {{"validation/loss", v.loss}, {"validation/perplexity", v.perplexity()}});
+    tensorboard_->add_scalars(v.step, v.per_token ? Scalars{{"validation/loss", v.loss},
+                                                            {"validation/perplexity", v.perplexity()}}
+                                                  : Scalars{{"validation/loss", v.loss}});
 }
 
 void MetricsLogger::write_jsonl(const std::string& record) {

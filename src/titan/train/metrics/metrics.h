@@ -67,7 +67,8 @@ struct LoggedMetrics {
 // every data-parallel rank.
 struct ValidationMetrics {
   int64_t step = 0;           // the training step it followed
-  double loss = 0;            // nats per token
+  double loss = 0;            // nats per token, or FLUX's velocity MSE (per_token false)
+  bool per_token = true;      // a language model's cross-entropy, whose perplexity the logs show
   int64_t tokens = 0;         // over all ranks
   double seconds = 0;         // wall time of the pass
   double perplexity() const;  // exp(loss)
