@@ -15,6 +15,7 @@
 #include "titan/ops/sinusoid.h"
 #include "titan/train/flux/rectified_flow.h"
 #include "titan/train/graph_mode/captured_function.h"
+#include "titan/train/graph_mode/stacked_state.h"
 
 namespace titan {
 namespace {
@@ -140,6 +141,24 @@ TEST(FluxGraph, TrainingStepMatchesEagerForNewTimestepsWithOneCompile) {
 // ScanSaves furthest from eager's order of work (the others passed alike, at 20 s each).
 TEST(FluxGraph, BlocksAsLoopsMatchEagerForNewTimestepsWithOneCompile) {
   expect_step_matches_eager(true, graph::ScanSaves::inputs);
+}
+
+// Graph mode's training state (the trainer's FLUX step) keeps each kind of block parameter as one
+// [blocks, ...] stack for the loops, per list: every double and single block parameter is a row.
+TEST(FluxGraph, TrainingStateStacksTheDoubleAndSingleBlocks) {
+  fm::FluxTransformer model(fm::flux_flavor("flux-tiny"));
+  const std::vector<std::pair<std::string, Tensor>> params = model.named_parameters();
+  const optim::AdamW optimizer(params);
+  size_t in_blocks = 0, stacked_members = 0;
+  for (const auto& [name, p] : params) in_blocks += name.find("_blocks.") != std::string::npos;
+  for (const train::StateSlot& slot : train::plan_state(params, optimizer, true, {"double_blocks", "single_blocks"}))
+    if (slot.stacked) {
+      EXPECT_TRUE(slot.name.starts_with("double_blocks.*.") || slot.name.starts_with("single_blocks.*.")) << slot.name;
+      EXPECT_EQ(slot.shape[0], 2) << slot.name;
+      stacked_members += slot.members.size();
+    }
+  EXPECT_EQ(stacked_members, in_blocks);
+  EXPECT_GT(in_blocks, 0u);
 }
 
 }  // namespace

@@ -6,14 +6,12 @@
 #include "titan/autograd/grad_mode.h"
 #include "titan/core/memory_owner.h"
 #include "titan/core/meta.h"
-#include "titan/core/trace.h"
 #include "titan/models/flux/model.h"
 #include "titan/models/flux/parallelize.h"
 #include "titan/models/flux/train_spec.h"
-#include "titan/ops/arith.h"
 #include "titan/train/flux/flux_batches.h"
+#include "titan/train/flux/flux_step.h"
 #include "titan/train/flux/rectified_flow.h"
-#include "titan/train/step/eager_step.h"
 
 namespace titan::train::flux {
 
@@ -35,9 +33,6 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
     if (degree > 1)
       refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
                         ": FLUX trains under data parallelism (FSDP, HSDP, DDP) only; set it to 1");
-  if (c.compile.enable)
-    refused.push_back("compile.enable = true: FLUX's step runs eagerly (graph mode is not built for it); set "
-                      "compile.enable = false");
   if (c.training.objective != d.training.objective)
     refused.push_back("training.objective = \"" + c.training.objective +
                       "\": FLUX trains by flow matching; remove the key");
@@ -77,76 +72,6 @@ int64_t image_tokens(const JobConfig& c, const FluxModelArgs& a) {
   return side * side;
 }
 
-class FluxStep : public StepEngine {
- public:
-  FluxStep(const EngineParts& p, FluxTransformer& model, FluxBatches& batches, int64_t local_batch)
-      : model_(model),
-        batches_(batches),
-        optimizer_(p.optimizer),
-        max_norm_(p.cfg.training.max_norm),
-        guidance_(p.cfg.flux.guidance),
-        local_batch_(local_batch),
-        dp_rank_(p.mesh[dist::MeshAxis::dp].rank()),
-        dp_world_(p.mesh[dist::MeshAxis::dp].size()),
-        step_(p.start_step),
-        sync_(step_parallelism(p.plans, p.named_params, p.ddp)) {
-    for (const auto& [name, t] : p.named_params) params_.push_back(t);
-  }
-
-  StepStats step(int64_t micro_batches, const NextBatch&) override {
-    ++step_;
-    optimizer_.zero_grad();
-    double loss_sum = 0;
-    for (int64_t m = 0; m < micro_batches; ++m) {
-      const int64_t first_slot = ((step_ - 1) * micro_batches + m) * dp_world_ * local_batch_ + dp_rank_ * local_batch_;
-      Tensor loss;
-      {
-        trace::Span span("forward", "phase");
-        const FluxBatch b = batches_.training(first_slot, local_batch_);
-        loss = flow_matching_loss(forward(model_, b, guidance_), b.x0, b.noise);
-        loss_sum += loss.item();
-      }
-      if (sync_.before_backward) sync_.before_backward(m == micro_batches - 1);
-      trace::Span span("backward", "phase");
-      (micro_batches == 1 ? loss : ops::scale(loss, 1.0 / static_cast<double>(micro_batches))).backward();
-    }
-    StepStats stats;
-    stats.grad_norm = apply_gradients(optimizer_, params_, max_norm_, sync_);
-    stats.loss = loss_sum / static_cast<double>(micro_batches);
-    return stats;
-  }
-
-  std::string describe() const override {
-    return "eager flow matching: per micro-batch x_t = (1 - t) x0 + t noise, velocity MSE, backward; "
-           "gradients reduced, clipped, AdamW";
-  }
-
-  // The transformer's velocity at b's x_t.
-  static Tensor forward(FluxTransformer& model, const FluxBatch& b, double guidance) {
-    const FluxModelArgs& a = model.args();
-    models::flux::FluxInputs in{.img = noisy_latents(b.x0, b.noise, b.t),
-                                .img_ids = models::flux::image_ids(b.height, b.width, a.patch_size),
-                                .txt = b.txt,
-                                .txt_ids = models::flux::text_ids(b.txt.size(1)),
-                                .timesteps = b.t,
-                                .y = b.y,
-                                .guidance = Tensor()};
-    if (a.guidance_embed)
-      in.guidance = Tensor::from_vector(std::vector<float>(static_cast<size_t>(b.t.size(0)), static_cast<float>(guidance)),
-                                        {b.t.size(0)});
-    return model(in);
-  }
-
- private:
-  FluxTransformer& model_;
-  FluxBatches& batches_;
-  optim::AdamW& optimizer_;
-  double max_norm_, guidance_;
-  int64_t local_batch_, dp_rank_, dp_world_, step_;
-  StepParallelism sync_;
-  std::vector<Tensor> params_;
-};
-
 class FluxWorkload : public Workload {
  public:
   explicit FluxWorkload(const JobConfig& c) : args_(models::flux::args_from(c.model)) {
@@ -160,7 +85,12 @@ class FluxWorkload : public Workload {
     summary_.n_heads = summary_.n_kv_heads = args_.num_heads;
   }
 
-  void check_layout(const JobConfig& c, const dist::ParallelDims&) override {
+  void check_layout(const JobConfig& c, const dist::ParallelDims& dims) override {
+    config::require(!c.compile.enable || dims.size() == 1, "compile.enable = true with parallelism over ",
+                    dims.size(), " devices (", dims.describe(), "): FLUX's graph-mode step runs on one device; set "
+                    "parallelism.data_parallel_shard_degree and data_parallel_replicate_degree to 1 (or "
+                    "compile.plugin_options' device count to 1), or compile.enable = false to train eagerly over "
+                    "several ranks");
     const int64_t f = c.flux.latent_downscale;
     config::require(c.flux.image_size % (f * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
                     " must be a multiple of ", f * args_.patch_size, " (flux.latent_downscale ", f, " times the ",
@@ -219,6 +149,7 @@ class FluxWorkload : public Workload {
                   .mesh = &ctx.mesh,
                   .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
     dp_ = std::make_unique<dist::ProcessGroup>(ctx.mesh[dist::MeshAxis::dp]);
+    mode_ = &ctx.mode;
     return model_;
   }
 
@@ -274,7 +205,8 @@ class FluxWorkload : public Workload {
   }
 
   std::unique_ptr<StepEngine> make_engine(const EngineParts& parts) override {
-    return std::make_unique<FluxStep>(parts, *model_, *train_, local_batch_);
+    if (parts.cfg.compile.enable) return make_graph_flux_step(parts, *mode_, *model_, *train_, local_batch_);
+    return make_eager_flux_step(parts, *model_, *train_, local_batch_);
   }
 
   bool should_validate(int64_t step, int64_t last_step) const override {
@@ -295,7 +227,7 @@ class FluxWorkload : public Workload {
                                         mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + static_cast<size_t>(validation_batch_))));
         for (int i = 0; i < 8; ++i) {
           const FluxBatch b = validation_->validation(rows, (i + 0.5) / 8.0);
-          const Tensor loss = flow_matching_loss(FluxStep::forward(*model_, b, guidance_), b.x0, b.noise);
+          const Tensor loss = flow_matching_loss(velocity(*model_, b, guidance_), b.x0, b.noise);
           loss_sum += loss.item() * static_cast<double>(rows.size());
           counted += static_cast<int64_t>(rows.size());
         }
@@ -324,6 +256,7 @@ class FluxWorkload : public Workload {
   std::unique_ptr<FluxBatches> train_, validation_;
   std::string cache_description_;
   std::unique_ptr<dist::ProcessGroup> dp_;
+  ExecutionMode* mode_ = nullptr;  // the trainer's, which outlives the workload's engine
   int64_t local_batch_ = 1, freq_ = 1, validation_batch_ = 1, image_tokens_ = 0;
   double guidance_ = 1.0;
 };

@@ -21,6 +21,15 @@ int64_t model_dim(const std::vector<std::pair<std::string, Tensor>>& params) {
   return 0;
 }
 
+// What [compile] and [training] set of the step, whatever the model.
+GraphStepOptions step_options(const JobConfig& c, const GraphMesh& mesh) {
+  return {.max_norm = c.training.max_norm,
+          .scan_layers = c.compile.scan_layers,
+          .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint) : graph::ScanSaves::all,
+          .custom_kernels = c.compile.custom_kernels,
+          .mesh = mesh};
+}
+
 class GraphEngine : public StepEngine {
  public:
   GraphEngine(const StepParts& parts, graph::Runner runner, const GraphMesh& mesh) : model_(parts.model) {
@@ -32,19 +41,13 @@ class GraphEngine : public StepEngine {
                                           .loss_parallel = !c.parallelism.disable_loss_parallel});
       parts.spec.plan_tp(parts.model, *tp_);
     }
-    step_ = std::make_unique<GraphStep>(
-        parts.model, parts.optimizer, parts.named_params, std::move(runner),
-        GraphStepOptions{.max_norm = c.training.max_norm,
-                         .scan_layers = c.compile.scan_layers,
-                         .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint)
-                                                             : graph::ScanSaves::all,
-                         .custom_kernels = c.compile.custom_kernels,
-                         .mesh = mesh,
-                         .tp_splits = tp_ ? tp_->splits() : std::map<std::string, int64_t>{},
-                         .sequence_parallel = tp_ && tp_->options().sequence_parallel,
-                         .model_dim = model_dim(parts.named_params),
-                         .processes = parts.world.size() > 1 ? &parts.world : nullptr},
-        parts.log);
+    GraphStepOptions options = step_options(c, mesh);
+    if (tp_) options.tp_splits = tp_->splits();
+    options.sequence_parallel = tp_ && tp_->options().sequence_parallel;
+    options.model_dim = model_dim(parts.named_params);
+    options.processes = parts.world.size() > 1 ? &parts.world : nullptr;
+    step_ = std::make_unique<GraphStep>(parts.model, parts.optimizer, parts.named_params, std::move(runner),
+                                        std::move(options), parts.log);
     moe_ = std::make_unique<GraphMoeLayout>(parts.model, step_->custom_kernels().on);
     if (const auto& note = moe_->note()) parts.log << "titan: " << *note << "\n";
   }
@@ -60,10 +63,7 @@ class GraphEngine : public StepEngine {
   }
   void to_host() override { step_->to_host(); }
   std::string describe() const override { return "graph, " + step_->runner().describe(); }
-  std::optional<int64_t> device_peak_bytes() const override {
-    const auto stats = step_->runner().client().memory_stats();
-    return stats ? stats->peak_bytes_in_use : std::nullopt;
-  }
+  std::optional<int64_t> device_peak_bytes() const override { return graph_peak_bytes(*step_); }
 
  private:
   models::CausalLM& model_;
@@ -132,11 +132,17 @@ class GraphMode : public ExecutionMode {
   }
 
   std::unique_ptr<StepEngine> make_engine(const StepParts& parts) override {
-    TITAN_CHECK(runner_.has_value(), "graph mode: make_engine called before lay_out, or twice");
-    auto engine = std::make_unique<GraphEngine>(parts, std::move(*runner_), mesh_);
-    runner_.reset();
-    return engine;
+    return std::make_unique<GraphEngine>(parts, take_runner(), mesh_);
   }
+
+  // The runner lay_out made, for the one engine or step made on it.
+  graph::Runner take_runner() {
+    TITAN_CHECK(runner_.has_value(), "graph mode: an engine made before lay_out, or twice");
+    graph::Runner runner = std::move(*runner_);
+    runner_.reset();
+    return runner;
+  }
+  const GraphMesh& mesh() const { return mesh_; }
 
  private:
   std::optional<graph::Runner> runner_;  // made by lay_out, until the engine takes it
@@ -148,6 +154,26 @@ class GraphMode : public ExecutionMode {
 
 std::unique_ptr<ExecutionMode> make_graph_mode() {
   return std::make_unique<GraphMode>();
+}
+
+std::optional<int64_t> graph_peak_bytes(const GraphStep& step) {
+  const auto stats = step.runner().client().memory_stats();
+  return stats ? stats->peak_bytes_in_use : std::nullopt;
+}
+
+std::unique_ptr<GraphStep> make_graph_step(ExecutionMode& mode, std::unique_ptr<StepLoss> loss, const JobConfig& cfg,
+                                           optim::AdamW& optimizer,
+                                           const std::vector<std::pair<std::string, Tensor>>& named_params,
+                                           std::vector<std::string> layer_lists, std::ostream& log) {
+  auto* graph_mode = dynamic_cast<GraphMode*>(&mode);
+  TITAN_CHECK(graph_mode != nullptr, "make_graph_step: the execution mode is not graph mode (compile.enable = false)");
+  TITAN_CHECK(graph_mode->mesh().size() == 1, "graph mode: this model's step runs on one device; the layout names ",
+              graph_mode->mesh().size(), " (", graph_mode->mesh().describe(),
+              "); set the [parallelism] degrees to 1, or compile.enable = false");
+  GraphStepOptions options = step_options(cfg, graph_mode->mesh());
+  options.layer_lists = std::move(layer_lists);
+  return std::make_unique<GraphStep>(std::move(loss), optimizer, named_params, graph_mode->take_runner(),
+                                     std::move(options), log);
 }
 
 }  // namespace titan::train

@@ -19,13 +19,15 @@ namespace titan::train {
 namespace {
 
 // The tensors of a step's micro-batches, in the order the program takes them.
-std::vector<Tensor> batch_tensors(const std::vector<data::Batch>& batches) {
+std::vector<Tensor> batch_tensors(const std::vector<std::vector<Tensor>>& batches) {
   std::vector<Tensor> out;
-  for (const data::Batch& b : batches) {
-    out.push_back(b.inputs);
-    out.push_back(b.labels);
-    if (b.document_ids.defined()) out.push_back(b.document_ids);
-  }
+  for (const std::vector<Tensor>& b : batches) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+std::vector<std::vector<Tensor>> lm_tensors(const std::vector<data::Batch>& batches) {
+  std::vector<std::vector<Tensor>> out;
+  for (const data::Batch& b : batches) out.push_back(CausalLmLoss::tensors(b));
   return out;
 }
 
@@ -61,6 +63,19 @@ std::vector<graph::Sharding> slot_shardings(const std::vector<StateSlot>& slots,
 
 }  // namespace
 
+std::vector<Tensor> CausalLmLoss::tensors(const data::Batch& b) {
+  std::vector<Tensor> out{b.inputs, b.labels};
+  if (b.document_ids.defined()) out.push_back(b.document_ids);
+  return out;
+}
+
+StepLoss::Terms CausalLmLoss::loss(const std::vector<Tensor>& batch) {
+  const Tensor doc = batch.size() > 2 ? batch[2] : Tensor();
+  Terms terms{.loss = ops::cross_entropy(model_(batch[0], doc), batch[1]), .aux = Tensor()};
+  if (const Tensor aux = model_.auxiliary_loss(); aux.defined()) terms.aux = aux;
+  return terms;
+}
+
 graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac) {
   if (ac.mode == "none") return graph::ScanSaves::all;
   if (ac.mode == "full") return graph::ScanSaves::inputs;
@@ -74,6 +89,13 @@ graph::ScanSaves scan_saves_for(const parallel::ActivationCheckpointConfig& ac) 
 CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& optimizer,
                                 const std::vector<std::pair<std::string, Tensor>>& params,
                                 const std::vector<data::Batch>& batches, const GraphStepOptions& options) {
+  CausalLmLoss loss(model);
+  return capture_train_step(loss, optimizer, params, lm_tensors(batches), options);
+}
+
+CapturedStep capture_train_step(StepLoss& step_loss, const optim::AdamW& optimizer,
+                                const std::vector<std::pair<std::string, Tensor>>& params,
+                                const std::vector<std::vector<Tensor>>& batches, const GraphStepOptions& options) {
   namespace hlo = graph::hlo;
   using Source = StepInput::Source;
   TITAN_CHECK(!batches.empty(), "graph mode: a step needs at least one micro-batch");
@@ -94,7 +116,7 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
   graph::CaptureScope scope(program);
-  const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers);
+  const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers, options.layer_lists);
   const size_t n = slots.size();
   const std::vector<graph::Sharding> slot_sharding = slot_shardings(slots, params, options);
   // Each input's sharding, in the order of out.inputs.
@@ -130,16 +152,19 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
     scalars.push_back(program.parameter({}, kF64, name, graph::InputKind::batch));
     shard(scalars.back(), {});
   }
-  std::vector<Tensor> batch;
+  std::vector<std::vector<Tensor>> batch;
   size_t k = 0;
-  for (const Tensor& t : batch_tensors(batches)) {
-    out.inputs.push_back({.source = Source::batch, .index = k});
-    const graph::Value v = program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
-                                             graph::InputKind::batch);
-    shard(v, batch_sharding(options.mesh, t.dim()));
-    batch.push_back(graph::tensor_of(v));
+  for (const std::vector<Tensor>& micro_batch : batches) {
+    batch.emplace_back();
+    for (const Tensor& t : micro_batch) {
+      out.inputs.push_back({.source = Source::batch, .index = k});
+      const graph::Value v = program.parameter(t.sizes(), t.dtype(), "batch." + std::to_string(k++),
+                                               graph::InputKind::batch);
+      shard(v, batch_sharding(options.mesh, t.dim()));
+      batch.back().push_back(graph::tensor_of(v));
+    }
   }
-  for (const auto& [name, b] : model.named_buffers(/*persistent_only=*/true)) {
+  for (const auto& [name, b] : step_loss.module().named_buffers(/*persistent_only=*/true)) {
     out.inputs.push_back({.source = Source::buffer, .index = out.buffers.size()});
     out.buffers.push_back(b);
     bound.bind(b, program.parameter(b.sizes(), b.dtype(), "buffer." + name, graph::InputKind::batch));
@@ -149,16 +174,14 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   // Forward and backward of each micro-batch, as eager's train_step runs them.
   const double micro = static_cast<double>(batches.size());
   Tensor loss_sum, aux_sum;
-  for (size_t b = 0, at = 0; b < batches.size(); ++b) {
-    const Tensor& inputs = batch[at++];
-    const Tensor& labels = batch[at++];
-    const Tensor doc = batches[b].document_ids.defined() ? batch[at++] : Tensor();
+  for (size_t b = 0; b < batches.size(); ++b) {
     Tensor loss;
     in_phase("the forward and loss of micro-batch " + std::to_string(b), [&] {
-      loss = ops::cross_entropy(model(inputs, doc), labels);
-      if (const Tensor aux = model.auxiliary_loss(); aux.defined()) {
-        aux_sum = aux_sum.defined() ? ops::add(aux_sum, aux.detach()) : aux.detach();
-        loss = ops::add(loss, aux);
+      const StepLoss::Terms terms = step_loss.loss(batch[b]);
+      loss = terms.loss;
+      if (terms.aux.defined()) {
+        aux_sum = aux_sum.defined() ? ops::add(aux_sum, terms.aux.detach()) : terms.aux.detach();
+        loss = ops::add(loss, terms.aux);
       }
     });
     loss_sum = loss_sum.defined() ? ops::add(loss_sum, loss.detach()) : loss.detach();
@@ -185,7 +208,7 @@ CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& opt
   results.push_back(norm);
   out.aux = aux_sum.defined();
   if (out.aux) results.push_back(hlo::mul(graph::value_of(aux_sum, "auxiliary loss"), 1.0 / micro));
-  for (const Tensor& r : model.take_step_records()) {
+  for (const Tensor& r : step_loss.take_step_records()) {
     if (r.is_lazy()) results.push_back(graph::value_of(r, "the model's step records"));
     out.records.push_back(r.is_lazy() ? Tensor() : r);
   }
@@ -216,7 +239,13 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
 GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
                      std::vector<std::pair<std::string, Tensor>> named_params, graph::Runner runner,
                      GraphStepOptions options, std::ostream& log)
-    : model_(model),
+    : GraphStep(std::make_unique<CausalLmLoss>(model), optimizer, std::move(named_params), std::move(runner),
+                std::move(options), log) {}
+
+GraphStep::GraphStep(std::unique_ptr<StepLoss> loss, optim::AdamW& optimizer,
+                     std::vector<std::pair<std::string, Tensor>> named_params, graph::Runner runner,
+                     GraphStepOptions options, std::ostream& log)
+    : loss_(std::move(loss)),
       optimizer_(optimizer),
       params_(std::move(named_params)),
       options_(std::move(options)),
@@ -236,7 +265,7 @@ GraphStep::GraphStep(models::CausalLM& model, optim::AdamW& optimizer,
                 "; graph mode trains float32 master weights (training.mixed_precision_param sets the "
                 "precision of the products)");
   }
-  slots_ = plan_state(params_, optimizer_, options_.scan_layers);
+  slots_ = plan_state(params_, optimizer_, options_.scan_layers, options_.layer_lists);
   const std::vector<graph::Sharding> per_slot = slot_shardings(slots_, params_, options_);
   state_.resize(partitions_.size());
   for (int which = 0; which < 3; ++which)
@@ -275,7 +304,7 @@ Tensor GraphStep::download_state(size_t i) const {
   return graph::unshard(pieces, state_shardings_[i]);
 }
 
-std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
+std::string GraphStep::key_of(const std::vector<std::vector<Tensor>>& batches) const {
   std::string key = std::string(dtype_name(autocast_dtype()));
   for (const Tensor& t : batch_tensors(batches)) {
     key += ' ';
@@ -284,13 +313,15 @@ std::string GraphStep::key_of(const std::vector<data::Batch>& batches) const {
   return key;
 }
 
-GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
+GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) { return run(lm_tensors(batches)); }
+
+GraphStep::Result GraphStep::run(const std::vector<std::vector<Tensor>>& batches) {
   const std::string key = key_of(batches);
   // This process's devices, and the program's partitions: more where other processes hold some.
   const int devices = static_cast<int>(state_.size());
   const int64_t partitions = options_.mesh.size();
   if (key != key_ || executable_ == nullptr) {
-    captured_ = capture_train_step(model_, optimizer_, params_, batches, options_);
+    captured_ = capture_train_step(*loss_, optimizer_, params_, batches, options_);
     host_buffers_.clear();
     host_buffers_.resize(devices);
     for (size_t i = 0; i < captured_.host.size(); ++i)
@@ -355,11 +386,12 @@ GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) {
   std::vector<Tensor> records;
   for (const Tensor& known : captured_.records)
     records.push_back(known.defined() ? known : runner_.download(first_out[at++]));
-  model_.put_step_records(std::move(records));
+  loss_->put_step_records(std::move(records));
   return r;
 }
 
-void GraphStep::log_collectives(const std::string& optimized_text, const std::vector<data::Batch>& batches) {
+void GraphStep::log_collectives(const std::string& optimized_text,
+                                const std::vector<std::vector<Tensor>>& batches) {
   if (optimized_text.empty()) {
     log_ << "titan: graph mode: the plugin wrote no optimized program, so its collectives are not counted\n";
     return;
@@ -368,9 +400,9 @@ void GraphStep::log_collectives(const std::string& optimized_text, const std::ve
   collectives_ = graph::count_collectives(optimized_text, mesh.size());
   double param_bytes = 0;
   for (const auto& [name, p] : params_) param_bytes += static_cast<double>(p.nbytes());
-  const data::Batch& b = batches.front();
-  const double tokens = static_cast<double>(b.inputs.numel()) / static_cast<double>(mesh.degree(MeshAxis::dp));
-  planned_ = train::planned_traffic(mesh, param_bytes, static_cast<int64_t>(batches.size()), model_.num_layers(),
+  const double tokens =
+      static_cast<double>(loss_->tokens(batches.front())) / static_cast<double>(mesh.degree(MeshAxis::dp));
+  planned_ = train::planned_traffic(mesh, param_bytes, static_cast<int64_t>(batches.size()), loss_->num_layers(),
                                     tokens * static_cast<double>(options_.model_dim) * 4.0);
   // Formatted apart: the log is the console, whose later figures (the final loss) keep its own precision.
   const auto mib = [](double bytes) {

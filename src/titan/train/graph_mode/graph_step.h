@@ -7,6 +7,7 @@
 // them: a checkpoint save, validation, the end of the run.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "titan/graph/collectives.h"
 #include "titan/graph/runner.h"
 #include "titan/models/causal_lm.h"
+#include "titan/nn/module.h"
 #include "titan/optim/adamw.h"
 #include "titan/parallel/activation_checkpoint_config.h"
 #include "titan/train/graph_mode/custom_kernels.h"
@@ -49,6 +51,49 @@ struct GraphStepOptions {
   // Over several processes (train/graph_mode/graph_processes.h): all of them, one per rank, whose plugin
   // joined them into one client; each holds its own devices' pieces. Null: one process.
   dist::ProcessGroup* processes = nullptr;
+  // The module lists whose blocks a loop runs: parameters "<list>.<i>.<rest>" are stacked per
+  // list and rest (stacked_state.h) when scan_layers.
+  std::vector<std::string> layer_lists = {"layers"};
+};
+
+// The model family's side of the step: a micro-batch is a list of tensors (the program's inputs),
+// and this says what the loss of one is. A language model's is CausalLmLoss; FLUX's flow matching
+// is train/flux/flux_step.cpp's.
+class StepLoss {
+ public:
+  virtual ~StepLoss() = default;
+  struct Terms {
+    Tensor loss;  // what the backward starts from, without `aux`
+    Tensor aux;   // the model's auxiliary loss, added to `loss` for the backward; undefined: none
+  };
+  // Micro-batch `batch`'s loss, computed from its tensors (the program's values while capturing).
+  virtual Terms loss(const std::vector<Tensor>& batch) = 0;
+  virtual nn::Module& module() = 0;  // for its persistent buffers
+  // The model's step records (CausalLM::take_step_records), after the micro-batches' forwards, and
+  // their values handed back after each run.
+  virtual std::vector<Tensor> take_step_records() { return {}; }
+  virtual void put_step_records(std::vector<Tensor>) {}
+  // For the layout's traffic on paper (planned_traffic): the blocks, and a micro-batch's tokens.
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t tokens(const std::vector<Tensor>& batch) const = 0;
+};
+
+// A language model's step loss: cross-entropy of the logits of inputs (document-masked where the
+// batch has document ids) against labels, and the model's auxiliary loss.
+class CausalLmLoss : public StepLoss {
+ public:
+  explicit CausalLmLoss(models::CausalLM& model) : model_(model) {}
+  // inputs, labels, then the document ids where `b` has them.
+  static std::vector<Tensor> tensors(const data::Batch& b);
+  Terms loss(const std::vector<Tensor>& batch) override;
+  nn::Module& module() override { return model_; }
+  std::vector<Tensor> take_step_records() override { return model_.take_step_records(); }
+  void put_step_records(std::vector<Tensor> records) override { model_.put_step_records(std::move(records)); }
+  int64_t num_layers() const override { return model_.num_layers(); }
+  int64_t tokens(const std::vector<Tensor>& batch) const override { return batch.front().numel(); }
+
+ private:
+  models::CausalLM& model_;
 };
 
 // [activation_checkpoint] for graph mode's layer loop: mode none keeps every result the backward
@@ -89,7 +134,12 @@ struct CapturedStep {
   std::vector<graph::Sharding> result_shardings;
 };
 // Captures forward, backward, clipping and AdamW over micro-batches shaped as `batches` (their
-// values are not read). The parameters may be meta tensors.
+// values are not read; each micro-batch's tensors as `loss` reads them). The parameters may be
+// meta tensors.
+CapturedStep capture_train_step(StepLoss& loss, const optim::AdamW& optimizer,
+                                const std::vector<std::pair<std::string, Tensor>>& params,
+                                const std::vector<std::vector<Tensor>>& batches, const GraphStepOptions& options);
+// A language model's step (CausalLmLoss).
 CapturedStep capture_train_step(models::CausalLM& model, const optim::AdamW& optimizer,
                                 const std::vector<std::pair<std::string, Tensor>>& params,
                                 const std::vector<data::Batch>& batches, const GraphStepOptions& options);
@@ -103,6 +153,10 @@ class GraphStep {
   // mesh by its devices.
   GraphStep(models::CausalLM& model, optim::AdamW& optimizer, std::vector<std::pair<std::string, Tensor>> named_params,
             graph::Runner runner, GraphStepOptions options, std::ostream& log);
+  // Another family's step: `loss` over micro-batches of its own tensors.
+  GraphStep(std::unique_ptr<StepLoss> loss, optim::AdamW& optimizer,
+            std::vector<std::pair<std::string, Tensor>> named_params, graph::Runner runner, GraphStepOptions options,
+            std::ostream& log);
 
   struct Result {
     double loss = 0;       // mean over the micro-batches, the auxiliary loss included
@@ -114,6 +168,8 @@ class GraphStep {
   // a program compiled before is taken from the cache. The model's step records reach it
   // (put_step_records) for its end_step.
   Result run(const std::vector<data::Batch>& batches);
+  // The same over micro-batches of StepLoss tensors.
+  Result run(const std::vector<std::vector<Tensor>>& batches);
 
   // Copies the device's parameters and optimizer state into the model and the optimizer.
   void to_host();
@@ -133,9 +189,9 @@ class GraphStep {
 
  private:
   // The program's key: the batches' shapes and the precision; equal keys replay one program.
-  std::string key_of(const std::vector<data::Batch>& batches) const;
+  std::string key_of(const std::vector<std::vector<Tensor>>& batches) const;
 
-  models::CausalLM& model_;
+  std::unique_ptr<StepLoss> loss_;
   optim::AdamW& optimizer_;
   std::vector<std::pair<std::string, Tensor>> params_;
   GraphStepOptions options_;
@@ -155,7 +211,7 @@ class GraphStep {
   graph::CollectiveCount collectives_;
   PlannedTraffic planned_;
   // Counts the collectives of a fresh compile over several devices and logs them beside the plan.
-  void log_collectives(const std::string& optimized_text, const std::vector<data::Batch>& batches);
+  void log_collectives(const std::string& optimized_text, const std::vector<std::vector<Tensor>>& batches);
   graph::pjrt::Executable* executable_ = nullptr;
   CapturedStep captured_;
   // Per device of this process: captured_.host, uploaded at capture.

@@ -1,6 +1,6 @@
 #pragma once
 // Graph mode's training state laid out so that the step does not grow with depth: the parameters a
-// loop over identical blocks reads (autograd/scan.h), "layers.<i>.<rest>" for every layer i with
+// loop over identical blocks reads (autograd/scan.h), "layers.<i>.<rest>" (or another list's) for every layer i with
 // one shape, dtype and weight-decay setting, are kept with both of AdamW's moments as one stacked
 // device buffer [L, ...] each, updated by one AdamW on the stack; any other parameter is kept
 // alone. The host copies (the model's tensors, the optimizer's state, checkpoints) stay per layer.
@@ -24,10 +24,12 @@ struct StateSlot {
 };
 
 // `params` as slots, in the order of their first members. Stacks when `stack_layers` (a loop will
-// read the stacks whole) and a kind of layer parameter has at least two layers, numbered 0..L-1,
-// all of one shape, dtype and decay; its parameters stay alone otherwise.
+// read the stacks whole) and a kind of layer parameter ("<list>.<i>.<rest>" for a list of
+// `layer_lists`; one kind per list and rest) has at least two layers, numbered 0..L-1, all of one
+// shape, dtype and decay; its parameters stay alone otherwise.
 std::vector<StateSlot> plan_state(const std::vector<std::pair<std::string, Tensor>>& params,
-                                  const optim::AdamW& optimizer, bool stack_layers);
+                                  const optim::AdamW& optimizer, bool stack_layers,
+                                  const std::vector<std::string>& layer_lists = {"layers"});
 
 // The slot's buffer on the host: `of(m)` for each member m, stacked along a new first dim if the
 // slot is a stack.

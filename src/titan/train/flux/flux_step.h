@@ -1,0 +1,31 @@
+#pragma once
+// FLUX's training step (rectified flow, rectified_flow.h) as the trainer's StepEngine, in either
+// execution mode. Each micro-batch draws its slots of flux_batches.h from the step number alone.
+//   eager  per micro-batch x_t, the velocity, the MSE and backward op by op; the gradients
+//          reduced as the data-parallel plans say, clipped, and AdamW on the host.
+//   graph  the same over all micro-batches, clipping and AdamW captured once as one program
+//          (graph_mode/graph_step.h) and replayed with each step's x0, noise, t, T5 and CLIP
+//          tensors; the position ids, their RoPE table and the guidance are its fixed inputs;
+//          the double and single blocks run as two loops (compile.scan_layers). One device.
+#include <cstdint>
+#include <memory>
+
+#include "titan/models/flux/model.h"
+#include "titan/train/flux/flux_batches.h"
+#include "titan/train/workload.h"
+
+namespace titan::train::flux {
+
+// The transformer's velocity at b's x_t = (1 - t) x0 + t noise; `guidance` is read by flavors
+// with guidance_in.
+Tensor velocity(models::flux::FluxTransformer& model, const FluxBatch& b, double guidance);
+
+std::unique_ptr<StepEngine> make_eager_flux_step(const EngineParts& parts,
+                                                 models::flux::FluxTransformer& model, FluxBatches& batches,
+                                                 int64_t local_batch);
+// `mode` is graph mode's, which laid out one device (make_graph_step).
+std::unique_ptr<StepEngine> make_graph_flux_step(const EngineParts& parts, ExecutionMode& mode,
+                                                 models::flux::FluxTransformer& model, FluxBatches& batches,
+                                                 int64_t local_batch);
+
+}  // namespace titan::train::flux
