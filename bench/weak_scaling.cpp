@@ -117,7 +117,7 @@ double calibrate(std::string& about) {
   std::mt19937_64 rng(0);
   for (int64_t& t : ids) t = static_cast<int64_t>(rng() % 2048);
   const Tensor tokens = Tensor::from_vector(ids, {4, 256});
-  step.run({{tokens, tokens}});
+  step.run(std::vector<titan::data::Batch>{{tokens, tokens}});
   const double ratio = step.collectives().traffic_bytes() / step.planned_traffic().total();
   about = "graph mode's compiled FSDP 4 step of the Llama 3 debug model (seq 256) sends " +
           bench::fixed(step.collectives().traffic_bytes() / (1 << 20), 1) + " MiB per device against " +
