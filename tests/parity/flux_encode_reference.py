@@ -106,8 +106,10 @@ def build(tokenizers: Path, out: Path):
     save_file({k: v.float().contiguous() for k, v in expected.items()}, str(out / "expected.safetensors"))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def staged_main(build_into, doc):
+    """The command line of a reference that builds from --tokenizers into --out: staged beside
+    --out and renamed into place, so that a reader never sees half of it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizers", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
@@ -115,11 +117,15 @@ def main():
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=args.out.name + ".", dir=args.out.parent))
     try:
-        build(args.tokenizers, staging)
+        build_into(args.tokenizers, staging)
         shutil.rmtree(args.out, ignore_errors=True)
         os.rename(staging, args.out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def main():
+    staged_main(build, __doc__)
 
 
 if __name__ == "__main__":

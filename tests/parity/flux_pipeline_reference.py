@@ -19,11 +19,7 @@ Writes under --out (staged beside it and renamed into place):
 The pipeline runs in float64 (PyTorch's float32 convolutions on this CPU differ from float64 by
 1e-3 relative: flux_encode_reference.py), its outputs stored as float32.
 """
-import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,7 +27,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransfo
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flux_encode_reference import T5_LENGTH, build_pipeline  # noqa: E402
+from flux_encode_reference import T5_LENGTH, build_pipeline, staged_main  # noqa: E402
 
 PROMPTS = ["a red circle at the top left on a blue background", "a green square in the middle"]
 NEGATIVE = "a yellow triangle"
@@ -92,19 +88,7 @@ def build(tokenizers: Path, out: Path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizers", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=args.out.name + ".", dir=args.out.parent))
-    try:
-        build(args.tokenizers, staging)
-        shutil.rmtree(args.out, ignore_errors=True)
-        os.rename(staging, args.out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    staged_main(build, __doc__)
 
 
 if __name__ == "__main__":

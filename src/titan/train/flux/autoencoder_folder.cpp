@@ -3,26 +3,12 @@
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/models/autoencoder/state_dict_adapter.h"
+#include "titan/train/flux/weight_cast.h"
 
 namespace titan::train::flux {
 
 namespace fs = std::filesystem;
 namespace ae = models::autoencoder;
-
-namespace {
-
-std::map<std::string, Tensor> cast_all(const nn::StateDict& state, DType dtype, const std::string& where) {
-  checkpoint::torch_dtype_name(dtype);  // refuses what torch checkpoints do not hold
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : state) {
-    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(),
-                "; weights are floating");
-    out.emplace(name, t.detach().to(dtype));
-  }
-  return out;
-}
-
-}  // namespace
 
 std::shared_ptr<ae::Autoencoder> load_autoencoder_folder(const fs::path& dir, TensorOptions opts) {
   const checkpoint::HfReader reader(dir, checkpoint::kDiffusersWeightsFile);
@@ -43,7 +29,7 @@ std::shared_ptr<ae::Autoencoder> load_bfl_autoencoder(const fs::path& file, cons
   const checkpoint::SafetensorsFile f = checkpoint::read_safetensors(file.string());
   nn::StateDict ours;
   try {
-    ours = ae::from_bfl(cast_all(f.tensors, opts.dtype, file.string()), args);
+    ours = ae::from_bfl(cast_weights(f.tensors, opts.dtype, file.string()), args);
   } catch (const Error& e) {
     TITAN_CHECK(false, file.string(), ": ", e.what());
   }
@@ -54,7 +40,7 @@ std::shared_ptr<ae::Autoencoder> load_bfl_autoencoder(const fs::path& file, cons
 
 void save_bfl_autoencoder(const fs::path& file, const ae::Autoencoder& model, DType dtype) {
   const std::map<std::string, Tensor> tensors =
-      cast_all(ae::to_bfl(model.state_dict(), model.args()), dtype, file.string());
+      cast_weights(ae::to_bfl(model.state_dict(), model.args()), dtype, file.string());
   const fs::path staged = fs::path(file.string() + ".partial");
   checkpoint::write_safetensors(staged.string(), tensors, {{"format", "pt"}}, /*durable=*/true);
   fs::rename(staged, file);

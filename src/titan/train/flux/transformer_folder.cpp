@@ -3,26 +3,12 @@
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
 #include "titan/models/flux/state_dict_adapter.h"
+#include "titan/train/flux/weight_cast.h"
 
 namespace titan::train::flux {
 
 namespace fs = std::filesystem;
 namespace fm = models::flux;
-
-namespace {
-
-std::map<std::string, Tensor> cast_all(const nn::StateDict& state, DType dtype, const std::string& where) {
-  checkpoint::torch_dtype_name(dtype);  // refuses what torch checkpoints do not hold
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : state) {
-    TITAN_CHECK(is_floating(t.dtype()), where, ": tensor '", name, "' is ", t.desc(),
-                "; weights are floating");
-    out.emplace(name, t.detach().to(dtype));
-  }
-  return out;
-}
-
-}  // namespace
 
 std::shared_ptr<fm::FluxTransformer> load_transformer_folder(const fs::path& dir, TensorOptions opts,
                                                              int64_t patch_size) {
@@ -46,7 +32,7 @@ std::shared_ptr<fm::FluxTransformer> load_bfl_transformer(const fs::path& file, 
   const checkpoint::SafetensorsFile f = checkpoint::read_safetensors(file.string());
   nn::StateDict ours;
   try {
-    ours = fm::from_bfl(cast_all(f.tensors, opts.dtype, file.string()), args);
+    ours = fm::from_bfl(cast_weights(f.tensors, opts.dtype, file.string()), args);
   } catch (const Error& e) {
     TITAN_CHECK(false, file.string(), ": ", e.what());
   }
@@ -56,7 +42,7 @@ std::shared_ptr<fm::FluxTransformer> load_bfl_transformer(const fs::path& file, 
 }
 
 void save_bfl_transformer(const fs::path& file, const fm::FluxTransformer& model, DType dtype) {
-  const std::map<std::string, Tensor> tensors = cast_all(model.state_dict(), dtype, file.string());
+  const std::map<std::string, Tensor> tensors = cast_weights(model.state_dict(), dtype, file.string());
   const fs::path staged = fs::path(file.string() + ".partial");
   checkpoint::write_safetensors(staged.string(), tensors, {{"format", "pt"}}, /*durable=*/true);
   fs::rename(staged, file);
