@@ -43,7 +43,7 @@ TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
   const int64_t global_batch = 4;
   auto config = [&](int ranks, const std::string& out) {
     return load_job_config(std::string(TITAN_SOURCE_DIR) + "/configs/flux/flux_tiny.toml",
-                           {"--flux.cache_path=" + (dir / "cache").string(), "--flux.image_size=64",
+                           {"--flux.cache_path=" + (dir / "cache").string(), "--flux.image_size=32",
                             "--flux.t5_length=8", "--flux.validation_samples=4", "--validation.enable=true",
                             "--validation.freq=3", "--validation.local_batch_size=2", "--training.steps=6",
                             "--training.local_batch_size=" + std::to_string(global_batch / ranks),

@@ -40,7 +40,7 @@ fs::path tiny_cache(const std::string& name, int count) {
 }
 
 std::vector<std::string> tiny(const fs::path& cache, const fs::path& dir, std::vector<std::string> extra) {
-  std::vector<std::string> o = {"--flux.cache_path=" + cache.string(), "--flux.image_size=64", "--flux.t5_length=8",
+  std::vector<std::string> o = {"--flux.cache_path=" + cache.string(), "--flux.image_size=32", "--flux.t5_length=8",
                                 "--job.dump_folder=" + (dir / "out").string(),
                                 "--checkpoint.folder=" + (dir / "ckpt").string(), "--metrics.log_freq=100",
                                 "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
