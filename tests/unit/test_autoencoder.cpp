@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "support/parity_fixture.h"
 #include "support/test_util.h"
 #include "titan/autograd/gradcheck.h"
 #include "titan/checkpoint/hf_checkpoint.h"
@@ -29,15 +29,8 @@ using nlohmann::json;
 
 constexpr double kTol = 1e-5;
 
-// DIR/autoencoder of the reference script, made on first use when ctest's fixture has not.
 fs::path reference_dir() {
-  const fs::path root = fs::path(TITAN_PARITY_DIR) / "autoencoder";
-  if (!fs::exists(root / "reference.safetensors")) {
-    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
-                            "/tests/parity/autoencoder_reference.py' --out '" + TITAN_PARITY_DIR + "'";
-    if (std::system(cmd.c_str()) != 0) return {};
-  }
-  return root;
+  return test::parity_fixture("autoencoder_reference.py", "autoencoder", "reference.safetensors");
 }
 
 #define REQUIRE_REFERENCE(dir)                                         \

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "support/parity_fixture.h"
 #include "support/test_util.h"
 #include "titan/autograd/checkpoint.h"
 #include "titan/autograd/gradcheck.h"
@@ -32,18 +32,8 @@ namespace fm = models::flux;
 namespace tf = train::flux;
 using nlohmann::json;
 
-// DIR/flux_transformer of the reference script, made on first use when ctest's fixture has not,
-// and again when the script is newer than its output.
 fs::path reference_dir() {
-  const fs::path root = fs::path(TITAN_PARITY_DIR) / "flux_transformer";
-  const fs::path script = fs::path(TITAN_SOURCE_DIR) / "tests" / "parity" / "flux_transformer_reference.py";
-  if (!fs::exists(root / "packing.safetensors") ||
-      fs::last_write_time(root / "packing.safetensors") < fs::last_write_time(script)) {
-    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + script.string() + "' --out '" +
-                            TITAN_PARITY_DIR + "' > /dev/null";
-    if (std::system(cmd.c_str()) != 0) return {};
-  }
-  return root;
+  return test::parity_fixture("flux_transformer_reference.py", "flux_transformer", "packing.safetensors");
 }
 
 #define REQUIRE_REFERENCE(dir)                                              \
