@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 
@@ -155,6 +156,28 @@ double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs
 // device) against eager over 10 steps at a learning rate that moves the weights: every loss within
 // 1e-4 and the final weights within 1e-3; the program compiled once. Then graph mode resumed from
 // the graph run's step-5 checkpoint continues as that run did.
+// The cache's sizes against [flux]'s, and a cache from before titan recorded the autoencoder's
+// scaling: refused naming the keys, before the first step.
+TEST(FluxTrain, ACacheThatDoesNotFitTheConfigIsRefusedNamingTheKeys) {
+  const fs::path cache = tiny_cache("flux_misfit", 10);
+  TITAN_NEED_IMAGE_REFERENCE(cache);
+  const fs::path dir = test::fresh_temp_dir("flux_misfit_run");
+  std::ostringstream log;
+  auto train = [&](const std::vector<std::string>& extra, const fs::path& c) {
+    return [&, extra, c] { Trainer(load_job_config(kTiny, tiny(c, dir, extra)), log); };
+  };
+  // 64 px at flux_tiny.toml's latent_downscale 4 is 16 x 16 latents; the cache holds 8 x 8.
+  EXPECT_TITAN_ERROR(train({"--flux.image_size=64"}, cache)(), "latent_downscale", "[4, 16, 16]");
+  EXPECT_TITAN_ERROR(train({"--flux.image_size=36"}, cache)(), "flux.image_size = 36",
+                     "must be a multiple of 8");
+  const fs::path old = test::fresh_temp_dir("flux_misfit_old_cache");
+  fs::copy(cache, old, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  nlohmann::json index = nlohmann::json::parse(test::slurp(old / "index.json"));
+  index.erase("scaling_factor");
+  std::ofstream(old / "index.json") << index.dump();
+  EXPECT_TITAN_ERROR(train({}, old)(), "records no autoencoder scaling_factor", "run titan flux encode again");
+}
+
 TEST(FluxTrain, GraphModeMatchesEagerCompilesOnceAndResumes) {
   const fs::path cache = tiny_cache("flux_graph", 12);
   TITAN_NEED_IMAGE_REFERENCE(cache);

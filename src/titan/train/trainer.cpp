@@ -158,11 +158,12 @@ void Trainer::State::lay_out(const dist::MeshDegrees& degrees) {
   dp_style = parallel::data_parallel_style(*mesh);
   // Every data-parallel rank or device of the layout takes its own rows of the global batch.
   plan = plan_batches(cfg.training, dims.degree(dist::MeshAxis::dp));
+  // Before anything is built or read: the family refuses by key what it does not run here.
+  workload->check_layout(cfg, dims);
 }
 
 void Trainer::State::build_model() {
   const JobConfig& c = cfg;
-  workload->check_layout(c, dims);
   memory_snapshots = std::make_unique<MemorySnapshots>(c, world.rank(), log);
   model = workload->build_model(context(), rng, plans);
 }
