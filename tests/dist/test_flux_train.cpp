@@ -63,7 +63,9 @@ TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
   std::ostringstream log;
   const TrainResult all = Trainer(config(n, "all"), log, world).train();
   // Only world rank 0 writes the log.
-  if (world.rank() == 0) EXPECT_NE(log.str().find("dp_shard " + std::to_string(n)), std::string::npos) << log.str();
+  if (world.rank() == 0) {
+    EXPECT_NE(log.str().find("dp_shard " + std::to_string(n)), std::string::npos) << log.str();
+  }
   ASSERT_EQ(all.losses.size(), want.size());
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
