@@ -5,11 +5,12 @@ few steps as a PyTorch 2 user trains it, on CPU-sized configs.
 Argument: a JSON file {"threads", "warmup", "steps", "seed", "variants", "configs": [{"name",
 "hidden", "heads", "depth", "depth_single", "in_channels", "context_in_dim", "vec_in_dim",
 "axes_dim", "batch", "latent_size", "patch", "txt_tokens"}]}. A step is: x_t = (1 - t) x0 + t noise
--> the model's velocity -> mean((v - (noise - x0))^2) -> backward -> AdamW step (fused where this
-build runs it on the CPU, else foreach; bench/torch_reference.py make_adamw), on one fixed batch with
-fixed timesteps. Variants (bench/torch_reference.py VARIANTS): "compile" wraps the model with
-torch.compile(model) (default inductor backend; the first steps compile forward and backward:
-warm-up steps); "bf16" runs the forward and the loss under torch.autocast("cpu", torch.bfloat16).
+-> the model's velocity -> mean((v - (noise - x0))^2) -> backward -> clip_grad_norm_ at 1 -> AdamW
+step (fused where this build runs it on the CPU, else foreach; bench/torch_reference.py make_adamw),
+on one fixed batch with fixed timesteps. Variants (bench/torch_reference.py VARIANTS): "compile"
+wraps the model with torch.compile(model) (default inductor backend; the first steps compile forward
+and backward: warm-up steps); "bf16" runs the forward and the loss under torch.autocast("cpu",
+torch.bfloat16).
 
 Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(), "results": {name:
 {variant: {"seconds" (median step), "first_call_seconds", "impl"} or {"error"}}}, "diffusers"}.
@@ -73,6 +74,7 @@ def run_variant(c, variant, request, torch):
                         timestep=data["t"], img_ids=data["img_ids"], txt_ids=data["txt_ids"], return_dict=False)[0]
             loss = torch.mean((v.float() - target) ** 2)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return loss.item()
 

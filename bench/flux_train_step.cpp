@@ -1,13 +1,18 @@
 // One FLUX training step (issue 49): x_t = (1 - t) x0 + t noise, the transformer's velocity, the
-// flow-matching loss (train/flux/rectified_flow.h), backward and an AdamW step, on CPU-sized
-// models, titan in f32 and under bf16 autocast against diffusers' FluxTransformer2DModel on
-// PyTorch 2 eager and torch.compile, f32 and bf16 autocast (bench/flux_models.py), on the same
-// threads, in one run. Both sides build the model from one config with random seeded weights (the
-// weights do not change the work) and train on one fixed batch with fixed timesteps.
-//   flux-tiny: the flavor (hidden 128, 4 heads, 2 + 2 blocks), 64 image tokens + 16 text tokens, batch 2
+// flow-matching loss (train/flux/rectified_flow.h), backward, clipping at 1 and an AdamW step, on
+// CPU-sized models, titan in f32 and under bf16 autocast, eager and in graph mode (the step one XLA
+// program through the PJRT CPU plugin, as `compile.enable` trains), against diffusers'
+// FluxTransformer2DModel on PyTorch 2 eager and torch.compile, f32 and bf16 autocast
+// (bench/flux_models.py), on the same threads, in one run. Both sides build the model from one
+// config with random seeded weights (the weights do not change the work) and train on one fixed
+// batch with fixed timesteps.
+//   flux-tiny: the flavor at configs/flux/flux_tiny.toml's training shape: 64 image tokens (16x16
+//              latents, patch 2) + 32 text tokens, batch 16
 //   flux-mid:  hidden 384, 6 heads, 4 + 4 blocks, 256 image tokens (32x32 latents, patch 2) + 64 text
 //              tokens, batch 2
-// --quick: flux-tiny only, fewer steps. Figures are samples/s (batch / median step time).
+// --quick: flux-tiny only, fewer steps; --no-graph: eager only. Figures are samples/s (batch / median
+// step time).
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -22,7 +27,10 @@
 #include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/models/flux/model.h"
 #include "titan/optim/adamw.h"
+#include "titan/optim/clip.h"
+#include "titan/train/flux/flux_step.h"
 #include "titan/train/flux/rectified_flow.h"
+#include "titan/train/graph_mode/graph_step.h"
 
 namespace {
 
@@ -39,9 +47,9 @@ struct Config {
 Config tiny() {
   return {.name = "flux-tiny",
           .args = fm::flux_flavor("flux-tiny"),
-          .batch = 2,
+          .batch = 16,
           .latent_size = 16,
-          .txt_tokens = 16};
+          .txt_tokens = 32};
 }
 
 Config mid() {
@@ -75,57 +83,81 @@ nlohmann::json to_json(const Config& c) {
           {"txt_tokens", c.txt_tokens}};
 }
 
-// A model, its optimizer and one batch: what every step of a case reuses.
+constexpr double kMaxNorm = 1.0;
+
+// A model, its optimizer and one batch: what every step of a case reuses. graph: the step is
+// train::GraphStep's over FlowMatchingLoss (the trainer's compile.enable), compiled here.
 struct Trainer {
-  explicit Trainer(const Config& c) : model(c.args) {
+  Trainer(const Config& c, bool graph, bool bf16) : model(c.args) {
+    const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
     titan::Generator gen(0);
     model.init_weights(gen);
-    optimizer = std::make_unique<titan::optim::AdamW>(
-        model.named_parameters(), titan::optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.0});
+    const auto named = model.named_parameters();
+    for (const auto& [n, p] : named) params.push_back(p);
+    optimizer = std::make_unique<titan::optim::AdamW>(named,
+                                                      titan::optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.0});
     const fm::FluxModelArgs& a = c.args;
-    in.img_ids = fm::image_ids(c.latent_size, c.latent_size, a.patch_size);
-    const int64_t img_len = in.img_ids.size(0);
-    x0 = Tensor::randn({c.batch, img_len, a.in_channels}, gen);
-    noise = Tensor::randn({c.batch, img_len, a.in_channels}, gen);
-    in.txt = Tensor::randn({c.batch, c.txt_tokens, a.context_in_dim}, gen);
-    in.txt_ids = fm::text_ids(c.txt_tokens);
-    in.timesteps = Tensor::rand({c.batch}, gen);
-    in.y = Tensor::randn({c.batch, a.vec_in_dim}, gen);
+    const Tensor img_ids = fm::image_ids(c.latent_size, c.latent_size, a.patch_size);
+    const int64_t img_len = img_ids.size(0);
+    batch = {.x0 = Tensor::randn({c.batch, img_len, a.in_channels}, gen),
+             .noise = Tensor::randn({c.batch, img_len, a.in_channels}, gen),
+             .t = Tensor::rand({c.batch}, gen),
+             .txt = Tensor::randn({c.batch, c.txt_tokens, a.context_in_dim}, gen),
+             .y = Tensor::randn({c.batch, a.vec_in_dim}, gen),
+             .height = c.latent_size,
+             .width = c.latent_size};
+    if (!graph) return;
+    auto loss = std::make_unique<titan::train::flux::FlowMatchingLoss>(model, 0.0);
+    loss->set_latent_size(c.latent_size, c.latent_size);
+    const titan::train::GraphStepOptions options{.runtime = {.plugin = "cpu"},
+                                                 .max_norm = kMaxNorm,
+                                                 .scan_layers = true,
+                                                 .layer_lists = {"double_blocks", "single_blocks"}};
+    graph_step = std::make_unique<titan::train::GraphStep>(std::move(loss), *optimizer, named,
+                                                           titan::graph::Runner(options.runtime), options, std::cerr);
+    const auto t0 = std::chrono::steady_clock::now();
+    step(bf16);
+    std::cerr << c.name << (bf16 ? " bf16" : " f32") << " graph: compiled and ran its first step in "
+              << bench::fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1)
+              << " s\n";
   }
 
   double step(bool bf16) {
+    const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
+    if (graph_step) return graph_step->run({titan::train::flux::FlowMatchingLoss::tensors(batch)}).loss;
     optimizer->zero_grad();
-    Tensor loss;
-    {
-      const titan::AutocastGuard precision(bf16 ? titan::kBF16 : titan::kF32);
-      fm::FluxInputs step_in = in;
-      step_in.img = titan::train::flux::noisy_latents(x0, noise, in.timesteps);
-      loss = titan::train::flux::flow_matching_loss(model(step_in), x0, noise);
-    }
+    const Tensor loss = titan::train::flux::flow_matching_loss(titan::train::flux::velocity(model, batch, 0.0),
+                                                               batch.x0, batch.noise);
     loss.backward();
+    titan::optim::clip_grad_norm_(params, kMaxNorm);
     optimizer->step();
     return loss.item();
   }
 
   fm::FluxTransformer model;
+  std::vector<Tensor> params;
   std::unique_ptr<titan::optim::AdamW> optimizer;
-  fm::FluxInputs in;
-  Tensor x0, noise;
+  titan::train::flux::FluxBatch batch;
+  std::unique_ptr<titan::train::GraphStep> graph_step;
 };
 
-std::string case_name(const Config& c, bool bf16) {
-  return c.name + (bf16 ? "/bf16" : "");
+std::string case_name(const Config& c, bool bf16, bool graph = false) {
+  return c.name + (graph ? "/graph" : "") + (bf16 ? "/bf16" : "");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
-  bool quick = false;
+  bool quick = false, graph = true;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") {
       quick = true;
+      continue;
+    }
+    if (std::string(argv[i]) == "--no-graph") {
+      graph = false;
       continue;
     }
     args.push_back(argv[i]);
@@ -138,13 +170,14 @@ int main(int argc, char** argv) {
 
   for (const Config& c : configs)
     for (const bool b : bf16 ? std::vector<bool>{false, true} : std::vector<bool>{false})
-      bench::add_benchmark(case_name(c, b), plan, [c, b](benchmark::State& s) {
-        Trainer& t = *bench::cached_inputs<std::shared_ptr<Trainer>>(
-            case_name(c, b), [&] { return std::make_shared<Trainer>(c); });
-        bench::PeakMemory peak;
-        for (auto _ : s) benchmark::DoNotOptimize(t.step(b));
-        peak.report(s);
-      });
+      for (const bool g : graph ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        bench::add_benchmark(case_name(c, b, g), plan, [c, b, g](benchmark::State& s) {
+          Trainer& t = *bench::cached_inputs<std::shared_ptr<Trainer>>(
+              case_name(c, b, g), [&] { return std::make_shared<Trainer>(c, g, b); });
+          bench::PeakMemory peak;
+          for (auto _ : s) benchmark::DoNotOptimize(t.step(b));
+          peak.report(s);
+        });
   int argn = static_cast<int>(args.size());
   const std::map<std::string, bench::Measurement> titan_results = bench::run_benchmarks(argn, args.data());
 
@@ -167,23 +200,28 @@ int main(int argc, char** argv) {
                    .unit = "samples/s",
                    .variants = bench::kTorchAll,
                    .titan_bf16 = b,
-                   .extra_headers = {"titan ms", "titan peak"},
+                   .extra_headers = {"titan ms", "titan peak", "titan graph", "graph / eager"},
                    .rows = {},
                    .notes = {}};
     for (const Config& c : configs) {
       const auto it = titan_results.find(case_name(c, b));
       if (it == titan_results.end()) continue;
       const double samples = static_cast<double>(c.batch);
+      const auto g = titan_results.find(case_name(c, b, true));
+      const bool has_graph = g != titan_results.end();
       t.rows.push_back(
           {.name = c.name,
            .titan = samples / it->second.seconds,
            .torch = torch.rates(c.name, samples),
-           .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes)}});
+           .extra = {bench::fixed(it->second.seconds * 1e3, 1), bench::mib(it->second.peak_bytes),
+                     has_graph ? bench::fixed(samples / g->second.seconds, 1) : "-",
+                     has_graph ? bench::fixed(it->second.seconds / g->second.seconds, 2) + "x" : "-"}});
     }
     t.notes = {
-        "a step: x_t = (1 - t) x0 + t noise, the velocity, mean((v - (noise - x0))^2), backward, AdamW (lr "
-        "1e-4, no "
-        "weight decay); one fixed batch, fixed timesteps.",
+        "a step: x_t = (1 - t) x0 + t noise, the velocity, mean((v - (noise - x0))^2), backward, clipping at "
+        "norm 1, AdamW (lr 1e-4, no weight decay); one fixed batch, fixed timesteps.",
+        "titan graph: the same step as one XLA program through the PJRT CPU plugin (train::GraphStep over "
+        "FlowMatchingLoss, the blocks as two loops), its compilation in the untimed first step.",
         std::string("titan: FluxTransformer") +
             (b ? " with forward and loss under AutocastGuard(kBF16) (oneDNN " +
                      titan::kernels::cpu::onednn_bf16_isa() + ")"
@@ -198,7 +236,17 @@ int main(int argc, char** argv) {
             "steps compile, the second can recompile)."};
     return t;
   };
+  // Graph mode's own target: at least 0.9x titan eager, in each precision.
+  auto graph_line = [&](bool b) {
+    for (const Config& c : configs) {
+      const auto e = titan_results.find(case_name(c, b)), g = titan_results.find(case_name(c, b, true));
+      if (e == titan_results.end() || g == titan_results.end()) continue;
+      std::cout << c.name << (b ? " bf16" : " f32") << ": titan graph / titan eager = "
+                << bench::fixed(e->second.seconds / g->second.seconds, 2) << "x\n";
+    }
+  };
   bench::print_table(table(false), torch);
+  graph_line(false);
   if (!bf16) {
     std::cout << "\ntitan bf16 / best PyTorch variant: NOT MEASURED, this CPU has neither avx512_bf16 nor "
                  "amx_bf16\n";
@@ -206,6 +254,7 @@ int main(int argc, char** argv) {
   }
   const bench::Table b16 = table(true);
   bench::print_table(b16, torch);
+  graph_line(true);
   std::cout << "\n";
   for (const bench::Row& r : b16.rows) {
     const auto best = bench::best_any(r);

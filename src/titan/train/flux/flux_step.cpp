@@ -79,41 +79,6 @@ class EagerFluxStep : public StepEngine {
   std::vector<Tensor> params_;
 };
 
-// A micro-batch as the captured step's tensors: x0, noise, t, T5, CLIP.
-class FlowMatchingLoss : public StepLoss {
- public:
-  FlowMatchingLoss(FluxTransformer& model, double guidance) : model_(model), guidance_(guidance) {}
-
-  static std::vector<Tensor> tensors(const FluxBatch& b) { return {b.x0, b.noise, b.t, b.txt, b.y}; }
-
-  // The latent size of the batches to come (fixed by flux.image_size), read by the capture.
-  void set_latent_size(int64_t height, int64_t width) {
-    height_ = height;
-    width_ = width;
-  }
-
-  Terms loss(const std::vector<Tensor>& batch) override {
-    const FluxBatch b{.x0 = batch[0],
-                      .noise = batch[1],
-                      .t = batch[2],
-                      .txt = batch[3],
-                      .y = batch[4],
-                      .height = height_,
-                      .width = width_};
-    return {.loss = flow_matching_loss(velocity(model_, b, guidance_), b.x0, b.noise), .aux = Tensor()};
-  }
-  nn::Module& module() override { return model_; }
-  int64_t num_layers() const override { return model_.args().depth + model_.args().depth_single_blocks; }
-  int64_t tokens(const std::vector<Tensor>& batch) const override {
-    return batch[0].size(0) * batch[0].size(1);
-  }
-
- private:
-  FluxTransformer& model_;
-  double guidance_;
-  int64_t height_ = 0, width_ = 0;
-};
-
 class GraphFluxStep : public StepEngine {
  public:
   GraphFluxStep(const EngineParts& p, ExecutionMode& mode, FluxTransformer& model, FluxBatches& batches,
@@ -152,6 +117,21 @@ class GraphFluxStep : public StepEngine {
 };
 
 }  // namespace
+
+FlowMatchingLoss::Terms FlowMatchingLoss::loss(const std::vector<Tensor>& batch) {
+  const FluxBatch b{.x0 = batch[0],
+                    .noise = batch[1],
+                    .t = batch[2],
+                    .txt = batch[3],
+                    .y = batch[4],
+                    .height = height_,
+                    .width = width_};
+  return {.loss = flow_matching_loss(velocity(model_, b, guidance_), b.x0, b.noise), .aux = Tensor()};
+}
+
+int64_t FlowMatchingLoss::num_layers() const {
+  return model_.args().depth + model_.args().depth_single_blocks;
+}
 
 Tensor velocity(FluxTransformer& model, const FluxBatch& b, double guidance) {
   const FluxModelArgs& a = model.args();

@@ -9,9 +9,11 @@
 //          the double and single blocks run as two loops (compile.scan_layers). One device.
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "titan/models/flux/model.h"
 #include "titan/train/flux/flux_batches.h"
+#include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/workload.h"
 
 namespace titan::train::flux {
@@ -19,6 +21,31 @@ namespace titan::train::flux {
 // The transformer's velocity at b's x_t = (1 - t) x0 + t noise; `guidance` is read by flavors
 // with guidance_in.
 Tensor velocity(models::flux::FluxTransformer& model, const FluxBatch& b, double guidance);
+
+// FLUX's loss as graph mode's step captures it (graph_mode/graph_step.h): a micro-batch is the
+// tensors x0, noise, t, T5 and CLIP of a FluxBatch.
+class FlowMatchingLoss : public StepLoss {
+ public:
+  FlowMatchingLoss(models::flux::FluxTransformer& model, double guidance) : model_(model), guidance_(guidance) {}
+
+  static std::vector<Tensor> tensors(const FluxBatch& b) { return {b.x0, b.noise, b.t, b.txt, b.y}; }
+
+  // The latent size of the batches to come (fixed by flux.image_size), read by the capture.
+  void set_latent_size(int64_t height, int64_t width) {
+    height_ = height;
+    width_ = width;
+  }
+
+  Terms loss(const std::vector<Tensor>& batch) override;
+  nn::Module& module() override { return model_; }
+  int64_t num_layers() const override;
+  int64_t tokens(const std::vector<Tensor>& batch) const override { return batch[0].size(0) * batch[0].size(1); }
+
+ private:
+  models::flux::FluxTransformer& model_;
+  double guidance_;
+  int64_t height_ = 0, width_ = 0;
+};
 
 std::unique_ptr<StepEngine> make_eager_flux_step(const EngineParts& parts,
                                                  models::flux::FluxTransformer& model, FluxBatches& batches,
