@@ -87,7 +87,7 @@ class GraphFluxStep : public StepEngine {
     auto loss = std::make_unique<FlowMatchingLoss>(model, p.cfg.flux.guidance);
     loss_ = loss.get();
     graph_ = make_graph_step(mode, std::move(loss), p.cfg, p.optimizer, p.named_params,
-                             {"double_blocks", "single_blocks"}, p.log);
+                             {"double_blocks", "single_blocks"}, p.world, p.log);
   }
 
   StepStats step(int64_t micro_batches, const NextBatch&) override {

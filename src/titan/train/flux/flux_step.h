@@ -50,7 +50,8 @@ class FlowMatchingLoss : public StepLoss {
 std::unique_ptr<StepEngine> make_eager_flux_step(const EngineParts& parts,
                                                  models::flux::FluxTransformer& model, FluxBatches& batches,
                                                  int64_t local_batch);
-// `mode` is graph mode's, which laid out one device (make_graph_step).
+// `mode` is graph mode's (make_graph_step); `local_batch` the rows of every data-parallel device
+// this process feeds, which the program splits over them.
 std::unique_ptr<StepEngine> make_graph_flux_step(const EngineParts& parts, ExecutionMode& mode,
                                                  models::flux::FluxTransformer& model, FluxBatches& batches,
                                                  int64_t local_batch);

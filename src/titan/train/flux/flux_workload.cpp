@@ -85,12 +85,7 @@ class FluxWorkload : public Workload {
     summary_.n_heads = summary_.n_kv_heads = args_.num_heads;
   }
 
-  void check_layout(const JobConfig& c, const dist::ParallelDims& dims) override {
-    config::require(!c.compile.enable || dims.size() == 1, "compile.enable = true with parallelism over ",
-                    dims.size(), " devices (", dims.describe(), "): FLUX's graph-mode step runs on one device; set "
-                    "parallelism.data_parallel_shard_degree and data_parallel_replicate_degree to 1 (or "
-                    "compile.plugin_options' device count to 1), or compile.enable = false to train eagerly over "
-                    "several ranks");
+  void check_layout(const JobConfig& c, const dist::ParallelDims&) override {
     const int64_t f = c.flux.latent_downscale;
     config::require(c.flux.image_size % (f * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
                     " must be a multiple of ", f * args_.patch_size, " (flux.latent_downscale ", f, " times the ",
@@ -131,7 +126,9 @@ class FluxWorkload : public Workload {
                                                     seed, args_.patch_size);
       }
     }
-    local_batch_ = c.training.local_batch_size;
+    // Graph mode: one process draws the rows of every device it feeds, which are the slots its
+    // devices' ranks would draw in eager mode (flux_batches.h), so the global batch is the same.
+    local_batch_ = c.training.local_batch_size * ctx.devices_fed;
     image_tokens_ = image_tokens(c, args_);
   }
 

@@ -164,14 +164,18 @@ std::optional<int64_t> graph_peak_bytes(const GraphStep& step) {
 std::unique_ptr<GraphStep> make_graph_step(ExecutionMode& mode, std::unique_ptr<StepLoss> loss, const JobConfig& cfg,
                                            optim::AdamW& optimizer,
                                            const std::vector<std::pair<std::string, Tensor>>& named_params,
-                                           std::vector<std::string> layer_lists, std::ostream& log) {
+                                           std::vector<std::string> layer_lists, dist::ProcessGroup& world,
+                                           std::ostream& log) {
   auto* graph_mode = dynamic_cast<GraphMode*>(&mode);
   TITAN_CHECK(graph_mode != nullptr, "make_graph_step: the execution mode is not graph mode (compile.enable = false)");
-  TITAN_CHECK(graph_mode->mesh().size() == 1, "graph mode: this model's step runs on one device; the layout names ",
-              graph_mode->mesh().size(), " (", graph_mode->mesh().describe(),
-              "); set the [parallelism] degrees to 1, or compile.enable = false");
-  GraphStepOptions options = step_options(cfg, graph_mode->mesh());
+  const GraphMesh& mesh = graph_mode->mesh();
+  TITAN_CHECK(mesh.model_parallel() == 1 && mesh.degree(MeshAxis::ep) == 1,
+              "graph mode: this model's step splits only its data over devices; the layout names ", mesh.describe(),
+              "; set parallelism.tensor_parallel_degree, context_parallel_degree, pipeline_parallel_degree and "
+              "expert_parallel_degree to 1, or compile.enable = false");
+  GraphStepOptions options = step_options(cfg, mesh);
   options.layer_lists = std::move(layer_lists);
+  options.processes = world.size() > 1 ? &world : nullptr;
   return std::make_unique<GraphStep>(std::move(loss), optimizer, named_params, graph_mode->take_runner(),
                                      std::move(options), log);
 }

@@ -18,11 +18,15 @@ std::unique_ptr<ExecutionMode> make_graph_mode();
 // Graph mode's step for a model whose loss is not a language model's (FLUX's): `loss` over the
 // micro-batches its engine draws, on the runner graph mode's lay_out made (`mode` must be graph
 // mode's; the step takes the place of its engine), [compile] and training.max_norm read as for a
-// language model, the parameters of `layer_lists` stacked for the block loops. One device only.
+// language model, the parameters of `layer_lists` stacked for the block loops. Over the layout's
+// data-parallel devices (FSDP and replication in the program, the micro-batches holding every
+// device's rows, as a language model's do); `world`: the processes the plugin joined. Tensor,
+// context, pipeline and expert parallelism are refused.
 std::unique_ptr<GraphStep> make_graph_step(ExecutionMode& mode, std::unique_ptr<StepLoss> loss, const JobConfig& cfg,
                                            optim::AdamW& optimizer,
                                            const std::vector<std::pair<std::string, Tensor>>& named_params,
-                                           std::vector<std::string> layer_lists, std::ostream& log);
+                                           std::vector<std::string> layer_lists, dist::ProcessGroup& world,
+                                           std::ostream& log);
 
 // The device's peak memory under `step`, where its plugin reports it.
 std::optional<int64_t> graph_peak_bytes(const GraphStep& step);
