@@ -4,18 +4,26 @@ namespace titan::train {
 
 void declare_keys(config::Keys<FluxConfig>& keys) {
   using C = FluxConfig;
-  keys.add("cache_path", &C::cache_path, {}, "the encoding cache of `titan flux encode` that training reads (required)")
+  keys.add("cache_path", &C::cache_path, {},
+           "the encoding cache of `titan flux encode` that training reads (this or data_path)")
+      .add("data_path", &C::data_path, {},
+           "an image-caption folder or webdataset .tar shards that pipeline_path's frozen encoders encode every "
+           "step, instead of a cache (this or cache_path)")
+      .add("pipeline_path", &C::pipeline_path, {},
+           "with data_path: a diffusers FLUX folder (text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/, "
+           "vae/) whose encoders run every step")
       .add("validation_cache_path", &C::validation_cache_path, {},
-           "a held-out encoding cache for validation; empty: the last validation_samples of cache_path, which "
-           "training leaves out")
+           "a held-out encoding cache for validation (with cache_path); empty: the last validation_samples of "
+           "cache_path or data_path, which training leaves out")
       .add("validation_samples", &C::validation_samples, config::positive(),
            "samples a validation pass reads (from validation_cache_path, or held out of cache_path)")
       .add("image_size", &C::image_size, config::positive(),
-           "pixels per image side in the cache (checked against it): what --dry-run and MFU count")
+           "pixels per image side: the cache's (checked against it), or data_path's images resized and "
+           "center-cropped to it")
       .add("latent_downscale", &C::latent_downscale, config::positive(),
            "image pixels per latent pixel of the cache's autoencoder (FLUX.1's: 8; checked against the cache)")
       .add("t5_length", &C::t5_length, config::positive(),
-           "T5 tokens per caption in the cache (checked against it): what --dry-run and MFU count")
+           "T5 tokens per caption: the cache's (checked against it), or what the encoders see of data_path's")
       .add("timestep_sampling", &C::timestep_sampling, config::one_of({"uniform", "logit_normal"}),
            "how t is drawn: U(0, 1) (TorchTitan) or SD3's sigmoid(N(logit_mean, logit_std)), then time_shift")
       .add("logit_mean", &C::logit_mean, {}, "logit_normal: the normal's mean")

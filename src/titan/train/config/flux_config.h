@@ -10,10 +10,16 @@
 namespace titan::train {
 
 struct FluxConfig {
-  // The encoding cache `titan flux encode` wrote (train/flux/encoding_cache.h).
+  // The encoding cache `titan flux encode` wrote (train/flux/encoding_cache.h). Training reads it,
+  // or (exactly one of the two) runs the frozen encoders every step over data_path.
   std::string cache_path = {};
-  // A second cache held out for validation; empty: the last validation_samples of cache_path,
-  // which training then leaves out.
+  // An image-caption data set (a folder of image + .txt pairs, or webdataset .tar shards) and the
+  // diffusers FLUX folder whose encoders (text_encoder/, tokenizer/, text_encoder_2/,
+  // tokenizer_2/, vae/) run on it every step (train/flux/live_encodings.h).
+  std::string data_path = {};
+  std::string pipeline_path = {};
+  // A second cache held out for validation; empty: the last validation_samples of cache_path (or
+  // data_path), which training then leaves out.
   std::string validation_cache_path = {};
   int64_t validation_samples = 8;
   // The image size (pixels) and T5 length the cache holds; what --dry-run and MFU count before

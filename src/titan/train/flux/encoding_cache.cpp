@@ -261,7 +261,7 @@ EncodingCache::~EncodingCache() = default;
 EncodingCache::EncodingCache(EncodingCache&&) noexcept = default;
 
 int64_t EncodingCache::size() const { return state_->starts.back(); }
-const std::string& EncodingCache::description() const { return state_->description; }
+std::string EncodingCache::description() const { return state_->description; }
 const std::map<std::string, Tensor>& EncodingCache::empty_prompt() const { return state_->empty_prompt; }
 double EncodingCache::scaling_factor() const { return state_->scaling_factor; }
 double EncodingCache::shift_factor() const { return state_->shift_factor; }
@@ -288,6 +288,12 @@ std::map<std::string, Tensor> EncodingCache::sample(int64_t i) const {
                 row_bytes);
     out.emplace(name, std::move(t));
   }
+  return out;
+}
+
+std::vector<std::map<std::string, Tensor>> EncodingCache::samples(std::span<const int64_t> indices) {
+  std::vector<std::map<std::string, Tensor>> out;
+  for (int64_t i : indices) out.push_back(sample(i));
   return out;
 }
 

@@ -27,6 +27,7 @@
 #include "titan/data/image/image_dataset.h"
 #include "titan/data/image/preprocess.h"
 #include "titan/dist/process_group.h"
+#include "titan/train/flux/sample_encodings.h"
 
 namespace titan::train::flux {
 
@@ -68,21 +69,21 @@ EncodingCacheReport write_encoding_cache(const data::ImageCaptionDataset& datase
                                          const CacheProgress& progress = {});
 
 // A finished cache, for training: sample i's tensors (rows of its shard, copied out).
-class EncodingCache {
+class EncodingCache : public SampleEncodings {
  public:
   // Throws when `dir` holds no index.json or a shard it lists is missing or of another description.
   explicit EncodingCache(const std::string& dir);
-  ~EncodingCache();
+  ~EncodingCache() override;
   EncodingCache(EncodingCache&&) noexcept;
-  int64_t size() const;
-  const std::string& description() const;
+  int64_t size() const override;
+  std::string description() const override;
   // Each tensor of sample i without the batch dimension, plus "index" ([1]: its data-set position).
   std::map<std::string, Tensor> sample(int64_t i) const;
+  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices) override;
   std::string caption(int64_t i) const;
-  const std::map<std::string, Tensor>& empty_prompt() const;
-  // The autoencoder's: training's x0 = (latent - shift_factor) * scaling_factor.
-  double scaling_factor() const;
-  double shift_factor() const;
+  const std::map<std::string, Tensor>& empty_prompt() const override;
+  double scaling_factor() const override;
+  double shift_factor() const override;
 
  private:
   struct State;

@@ -27,19 +27,19 @@ enum Stream : uint64_t { kLatent = 1, kNoise, kTime, kDropT5, kDropClip, kEpoch 
 std::vector<float> values(const std::map<std::string, Tensor>& encodings, const std::string& name,
                           const std::string& where) {
   const auto it = encodings.find(name);
-  TITAN_CHECK(it != encodings.end(), "flux: the encoding cache's ", where, " holds no \"", name,
-              "\" tensor; re-encode it with `titan flux encode`");
+  TITAN_CHECK(it != encodings.end(), "flux: the encodings' ", where, " hold no \"", name,
+              "\" tensor; re-encode the cache with `titan flux encode`");
   // A cache encoded with --dtype bf16 is read in float32, as training computes.
   return it->second.to(kF32).contiguous().to_vector<float>();
 }
 
 }  // namespace
 
-FluxBatches::FluxBatches(std::shared_ptr<const EncodingCache> cache, int64_t first, int64_t count,
+FluxBatches::FluxBatches(std::shared_ptr<SampleEncodings> source, int64_t first, int64_t count,
                          const FluxConfig& cfg, uint64_t seed, int64_t patch_size)
-    : cache_(std::move(cache)), first_(first), count_(count), cfg_(cfg), seed_(seed), patch_size_(patch_size) {
-  TITAN_CHECK(count_ > 0 && first_ >= 0 && first_ + count_ <= cache_->size(), "flux: samples [", first_, ", ",
-              first_ + count_, ") of an encoding cache of ", cache_->size(), "; the cache is too small");
+    : source_(std::move(source)), first_(first), count_(count), cfg_(cfg), seed_(seed), patch_size_(patch_size) {
+  TITAN_CHECK(count_ > 0 && first_ >= 0 && first_ + count_ <= source_->size(), "flux: samples [", first_, ", ",
+              first_ + count_, ") of ", source_->size(), " (", source_->description(), "); the data is too small");
 }
 
 const std::vector<int64_t>& FluxBatches::permutation(int64_t epoch) {
@@ -74,14 +74,17 @@ FluxBatch FluxBatches::validation(const std::vector<int64_t>& samples, double t)
 FluxBatch FluxBatches::assemble(const std::vector<int64_t>& samples, const std::vector<uint64_t>& keys, bool train,
                                 double fixed_t) {
   const auto b = static_cast<int64_t>(samples.size());
-  const std::map<std::string, Tensor>& empty = cache_->empty_prompt();
+  const std::map<std::string, Tensor>& empty = source_->empty_prompt();
   const std::vector<float> empty_t5 = values(empty, "t5", "empty prompt"),
                            empty_clip = values(empty, "clip_pooled", "empty prompt");
   std::vector<float> x0, noise, txt, y, t;
   Shape latent_shape;
   int64_t txt_len = 0, txt_dim = 0;
+  std::vector<int64_t> positions;
+  for (int64_t s : samples) positions.push_back(first_ + s);
+  const std::vector<std::map<std::string, Tensor>> encodings = source_->samples(positions);
   for (int64_t k = 0; k < b; ++k) {
-    const std::map<std::string, Tensor> enc = cache_->sample(first_ + samples[static_cast<size_t>(k)]);
+    const std::map<std::string, Tensor>& enc = encodings[static_cast<size_t>(k)];
     const Tensor& mean_t = enc.at("latent_mean");
     latent_shape = mean_t.sizes();
     const std::vector<float> mean = values(enc, "latent_mean", "sample"), logvar = values(enc, "latent_logvar", "sample");
@@ -96,7 +99,8 @@ FluxBatch FluxBatches::assemble(const std::vector<int64_t>& samples, const std::
     std::vector<float> eps(static_cast<size_t>(n)), z(static_cast<size_t>(n));
     fill_normal(z.data(), n, stream_seed(key, kNoise), 0, 0.0f, 1.0f);
     if (train) fill_normal(eps.data(), n, stream_seed(key, kLatent), 0, 0.0f, 1.0f);
-    const auto scale = static_cast<float>(cache_->scaling_factor()), shift = static_cast<float>(cache_->shift_factor());
+    const auto scale = static_cast<float>(source_->scaling_factor()),
+               shift = static_cast<float>(source_->shift_factor());
     // The latent drawn from the autoencoder's distribution (its mean for validation), then FLUX's
     // shift and scale.
     for (int64_t i = 0; i < n; ++i) {

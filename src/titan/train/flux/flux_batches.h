@@ -1,6 +1,7 @@
 #pragma once
-// FLUX training batches drawn from an encoding cache (encoding_cache.h). Every draw is a function
-// of (seed, global sample slot) alone, Philox-counter based: which cached sample a slot reads, its
+// FLUX training batches drawn from the samples' encodings (sample_encodings.h: an encoding cache or
+// the encoders run every step). Every draw is a function of (seed, global sample slot) alone,
+// Philox-counter based: which sample a slot reads, its
 // latent's draw from the stored mean/logvar, its noise, its t and its prompt dropout. So a resumed
 // run continues bit-exactly with no data state in the checkpoint, and one rank reading a global
 // batch draws what N ranks reading their shares of it draw.
@@ -14,7 +15,7 @@
 
 #include "titan/core/tensor.h"
 #include "titan/train/config/flux_config.h"
-#include "titan/train/flux/encoding_cache.h"
+#include "titan/train/flux/sample_encodings.h"
 
 namespace titan::train::flux {
 
@@ -29,8 +30,8 @@ struct FluxBatch {
 
 class FluxBatches {
  public:
-  // Samples [first, first + count) of `cache`; `patch_size` packs the latents.
-  FluxBatches(std::shared_ptr<const EncodingCache> cache, int64_t first, int64_t count, const FluxConfig& cfg,
+  // Samples [first, first + count) of `source`; `patch_size` packs the latents.
+  FluxBatches(std::shared_ptr<SampleEncodings> source, int64_t first, int64_t count, const FluxConfig& cfg,
               uint64_t seed, int64_t patch_size);
   int64_t size() const { return count_; }
   // The training rows of slots [first_slot, first_slot + rows).
@@ -44,7 +45,7 @@ class FluxBatches {
   FluxBatch assemble(const std::vector<int64_t>& samples, const std::vector<uint64_t>& keys, bool train,
                      double fixed_t);
 
-  std::shared_ptr<const EncodingCache> cache_;
+  std::shared_ptr<SampleEncodings> source_;
   int64_t first_, count_;
   FluxConfig cfg_;
   uint64_t seed_;

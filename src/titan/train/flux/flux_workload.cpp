@@ -1,6 +1,7 @@
 #include "titan/train/flux/flux_workload.h"
 
 #include <chrono>
+#include <filesystem>
 #include <ostream>
 
 #include "titan/autograd/grad_mode.h"
@@ -11,6 +12,7 @@
 #include "titan/models/flux/train_spec.h"
 #include "titan/train/flux/flux_batches.h"
 #include "titan/train/flux/flux_step.h"
+#include "titan/train/flux/live_encodings.h"
 #include "titan/train/flux/rectified_flow.h"
 
 namespace titan::train::flux {
@@ -40,16 +42,29 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
     refused.push_back("training.seq_len: FLUX's sequence is the image's and caption's tokens (flux.image_size, "
                       "flux.t5_length); remove the key");
   if (c.data.dataset_path != d.data.dataset_path || c.data.dataset != d.data.dataset)
-    refused.push_back("training.dataset / training.dataset_path: FLUX reads its encoding cache (flux.cache_path)");
+    refused.push_back("training.dataset / training.dataset_path: FLUX reads its encoding cache (flux.cache_path) "
+                      "or its image-caption data (flux.data_path)");
   const ValidationConfig& v = c.validation;
   if (v.dataset != d.validation.dataset || v.dataset_path != d.validation.dataset_path || v.seq_len != -1 ||
       v.steps != -1)
     refused.push_back("validation.dataset, dataset_path, seq_len and steps: FLUX validates on "
-                      "flux.validation_cache_path or the last flux.validation_samples of flux.cache_path");
+                      "flux.validation_cache_path or the last flux.validation_samples of flux.cache_path or "
+                      "flux.data_path");
   if (c.checkpoint.last_save_in_hf)
     refused.push_back("checkpoint.last_save_in_hf: FLUX's export is titan's own checkpoint (diffusers folders are "
                       "written by the flux tools)");
   const FluxConfig& f = c.flux;
+  if (!f.cache_path.empty() && !f.data_path.empty())
+    refused.push_back("flux.cache_path and flux.data_path: training reads an encoding cache or runs the encoders "
+                      "over a data set every step, not both; remove one");
+  if (f.data_path.empty() && !f.pipeline_path.empty())
+    refused.push_back("flux.pipeline_path is read only with flux.data_path (the encoders that run every step); "
+                      "remove it, or set flux.data_path instead of flux.cache_path");
+  if (!f.data_path.empty() && f.pipeline_path.empty())
+    refused.push_back("flux.data_path needs flux.pipeline_path: the diffusers FLUX folder whose encoders run on it");
+  if (!f.data_path.empty() && !f.validation_cache_path.empty())
+    refused.push_back("flux.validation_cache_path with flux.data_path: validation reads the last "
+                      "flux.validation_samples of flux.data_path; remove it");
   if (f.timestep_sampling != "logit_normal" &&
       (f.logit_mean != d.flux.logit_mean || f.logit_std != d.flux.logit_std || f.time_shift != d.flux.time_shift))
     refused.push_back("flux.logit_mean, logit_std and time_shift are read only under flux.timestep_sampling = "
@@ -94,34 +109,61 @@ class FluxWorkload : public Workload {
 
   void build_data(const WorkloadContext& ctx) override {
     const JobConfig& c = ctx.cfg;
-    config::require(!c.flux.cache_path.empty(),
-                    "flux.cache_path is empty: FLUX trains on an encoding cache (`titan flux encode`); running the "
-                    "frozen encoders every step is not built");
-    auto cache = std::make_shared<const EncodingCache>(c.flux.cache_path);
-    const std::map<std::string, Tensor> first = cache->sample(0);
+    config::require(!c.flux.cache_path.empty() || !c.flux.data_path.empty(),
+                    "flux.cache_path is empty and so is flux.data_path: FLUX trains on an encoding cache (`titan "
+                    "flux encode`) or runs the frozen encoders of flux.pipeline_path over flux.data_path every "
+                    "step; set one");
+    std::shared_ptr<SampleEncodings> source;
+    std::string where, remedy;  // the source as messages name it; how to make one that fits
+    if (!c.flux.data_path.empty()) {
+      where = "flux.pipeline_path " + c.flux.pipeline_path + " over flux.data_path " + c.flux.data_path;
+      remedy = "use encoders of this flavor's widths";
+      config::require(std::filesystem::is_directory(c.flux.pipeline_path), "flux.pipeline_path = ",
+                      c.flux.pipeline_path, " is not a folder; expected diffusers' FLUX layout (text_encoder/, "
+                      "tokenizer/, text_encoder_2/, tokenizer_2/, vae/)");
+      auto live = std::make_shared<LiveEncodings>(LiveEncodingsOptions{
+          .data_path = c.flux.data_path,
+          .encoders = ConditioningPaths::of_pipeline(c.flux.pipeline_path),
+          .t5_length = c.flux.t5_length,
+          .image_size = c.flux.image_size,
+          .bad_data = c.data.bad_data == "skip" ? data::BadData::skip : data::BadData::error});
+      const int64_t downscale = live->autoencoder().args().downscale();
+      config::require(downscale == c.flux.latent_downscale, where, ": its autoencoder downsamples by ", downscale,
+                      ", not flux.latent_downscale = ", c.flux.latent_downscale, "; set flux.latent_downscale = ",
+                      downscale);
+      skipped_ = live->skipped();
+      source = live;
+    } else {
+      where = "flux.cache_path " + c.flux.cache_path;
+      remedy = "encode one for this flavor";
+      source = std::make_shared<EncodingCache>(c.flux.cache_path);
+    }
+    const int64_t zero = 0;
+    const std::map<std::string, Tensor> first = source->samples({&zero, 1}).at(0);
     const Shape latent = first.at("latent_mean").sizes(), t5 = first.at("t5").sizes();
     config::require(latent.size() == 3 && latent[0] == args_.latent_channels && latent[1] == latent_side(c) &&
                         latent[2] == latent_side(c) && t5.size() == 2 && t5[0] == c.flux.t5_length &&
                         t5[1] == args_.context_in_dim && first.at("clip_pooled").numel() == args_.vec_in_dim,
-                    "flux.cache_path ", c.flux.cache_path, ": its latents are ", Tensor(first.at("latent_mean")).desc(),
-                    " and its T5 encodings ", Tensor(first.at("t5")).desc(), "; flux/", c.model.flavor,
-                    " with flux.image_size = ", c.flux.image_size, ", latent_downscale = ", c.flux.latent_downscale,
-                    " and t5_length = ", c.flux.t5_length,
-                    " needs [", args_.latent_channels, ", ", latent_side(c), ", ", latent_side(c), "] and [",
-                    c.flux.t5_length, ", ", args_.context_in_dim, "]; set flux.image_size, latent_downscale and t5_length to the "
-                    "cache's, or encode one for this flavor");
+                    where, ": its latents are ", Tensor(first.at("latent_mean")).desc(), ", its T5 encodings ",
+                    Tensor(first.at("t5")).desc(), " and its CLIP vectors ", Tensor(first.at("clip_pooled")).desc(),
+                    "; flux/", c.model.flavor, " with flux.image_size = ", c.flux.image_size, ", latent_downscale = ",
+                    c.flux.latent_downscale, " and t5_length = ", c.flux.t5_length, " needs [", args_.latent_channels,
+                    ", ", latent_side(c), ", ", latent_side(c), "], [", c.flux.t5_length, ", ", args_.context_in_dim,
+                    "] and [", args_.vec_in_dim, "]; set flux.image_size, latent_downscale and t5_length to the "
+                    "data's, or ", remedy);
+    source_where_ = where;
+    source_description_ = source->description();
     const auto seed = static_cast<uint64_t>(c.training.seed);
     const int64_t held_out = c.validation.enable && c.flux.validation_cache_path.empty() ? c.flux.validation_samples : 0;
-    config::require(cache->size() > held_out, "flux.cache_path ", c.flux.cache_path, " holds ", cache->size(),
+    config::require(source->size() > held_out, where, " holds ", source->size(),
                     " samples; holding out flux.validation_samples = ", held_out, " leaves none to train on");
-    cache_description_ = cache->description();
-    train_ = std::make_unique<FluxBatches>(cache, 0, cache->size() - held_out, c.flux, seed, args_.patch_size);
+    train_ = std::make_unique<FluxBatches>(source, 0, source->size() - held_out, c.flux, seed, args_.patch_size);
     if (c.validation.enable) {
       if (held_out > 0) {
-        validation_ = std::make_unique<FluxBatches>(cache, cache->size() - held_out, held_out, c.flux, seed,
+        validation_ = std::make_unique<FluxBatches>(source, source->size() - held_out, held_out, c.flux, seed,
                                                     args_.patch_size);
       } else {
-        auto v = std::make_shared<const EncodingCache>(c.flux.validation_cache_path);
+        auto v = std::make_shared<EncodingCache>(c.flux.validation_cache_path);
         validation_ = std::make_unique<FluxBatches>(v, 0, std::min(v->size(), c.flux.validation_samples), c.flux,
                                                     seed, args_.patch_size);
       }
@@ -178,8 +220,16 @@ class FluxWorkload : public Workload {
   }
 
   void log_data(std::ostream& log, const JobConfig& c) const override {
-    log << "titan: data: encoding cache " << c.flux.cache_path << " (" << cache_description_ << "), "
-        << train_->size() << " training samples; flow matching, t " << c.flux.timestep_sampling;
+    if (c.flux.data_path.empty()) {
+      log << "titan: data: encoding cache " << c.flux.cache_path << " (" << source_description_ << "), ";
+    } else {
+      log << "titan: data: encoders every step: " << c.flux.pipeline_path << " over " << c.flux.data_path << " ("
+          << train_->size() + (validation_ && c.flux.validation_cache_path.empty() ? validation_->size() : 0)
+          << " samples; " << source_description_ << "), ";
+      for (const auto& [reason, count] : skipped_)
+        log << count << " left out (" << reason << ", training.bad_data = skip), ";
+    }
+    log << train_->size() << " training samples; flow matching, t " << c.flux.timestep_sampling;
     if (c.flux.timestep_sampling == "logit_normal")
       log << " (mean " << c.flux.logit_mean << ", std " << c.flux.logit_std << ", shift " << c.flux.time_shift << ")";
     log << ", prompt dropout " << c.flux.prompt_dropout << " (T5 and CLIP independently)\n";
@@ -196,7 +246,7 @@ class FluxWorkload : public Workload {
     guidance_ = ctx.cfg.flux.guidance;
     ctx.log << "titan: validation every " << freq_ << " steps and after the last: the mean loss of "
             << validation_->size() << " samples ("
-            << (ctx.cfg.flux.validation_cache_path.empty() ? "the last of flux.cache_path, held out of training"
+            << (ctx.cfg.flux.validation_cache_path.empty() ? "the last of " + source_where_ + ", held out of training"
                                                            : ctx.cfg.flux.validation_cache_path)
             << ") at t = (i + 0.5) / 8, i < 8, with fixed noise\n";
   }
@@ -251,7 +301,8 @@ class FluxWorkload : public Workload {
   models::ModelSummary summary_;
   std::shared_ptr<FluxTransformer> model_;
   std::unique_ptr<FluxBatches> train_, validation_;
-  std::string cache_description_;
+  std::string source_where_, source_description_;
+  std::map<std::string, int64_t> skipped_;  // what training.bad_data = skip left out of flux.data_path
   std::unique_ptr<dist::ProcessGroup> dp_;
   ExecutionMode* mode_ = nullptr;  // the trainer's, which outlives the workload's engine
   int64_t local_batch_ = 1, freq_ = 1, validation_batch_ = 1, image_tokens_ = 0;
