@@ -10,6 +10,7 @@
 #include "titan/models/flux/model.h"
 #include "titan/models/flux/parallelize.h"
 #include "titan/models/flux/train_spec.h"
+#include "titan/train/flux/encoding_cache.h"
 #include "titan/train/flux/flux_batches.h"
 #include "titan/train/flux/flux_step.h"
 #include "titan/train/flux/live_encodings.h"
