@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "support/hf_tokenizer.h"
@@ -89,10 +90,14 @@ double relative(const Tensor& a, const Tensor& b) {
 }
 
 void expect_same_batch(const FluxBatch& live, const FluxBatch& cached, const std::string& what) {
+  std::cout << what << ":";
   for (const auto& [name, a, b] : {std::tuple{"x0", live.x0, cached.x0}, std::tuple{"noise", live.noise, cached.noise},
                                    std::tuple{"t", live.t, cached.t}, std::tuple{"txt", live.txt, cached.txt},
-                                   std::tuple{"y", live.y, cached.y}})
+                                   std::tuple{"y", live.y, cached.y}}) {
     EXPECT_LE(relative(a, b), 1e-5) << what << ": " << name;
+    std::cout << " " << name << " " << relative(a, b);
+  }
+  std::cout << "\n";
   EXPECT_EQ(live.height, cached.height);
   EXPECT_EQ(live.width, cached.width);
 }
@@ -178,8 +183,10 @@ TEST(FluxLive, TrainingStepsEqualThoseOnTheCache) {
                                &live_log);
   ASSERT_EQ(cached.losses.size(), 3u) << cached_log;
   ASSERT_EQ(live.losses.size(), 3u) << live_log;
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = 0; i < 3; ++i) {
     EXPECT_LE(std::abs(live.losses[i] - cached.losses[i]), 1e-5 * std::abs(cached.losses[i])) << "step " << i + 1;
+    std::cout << "step " << i + 1 << ": loss " << live.losses[i] << " live, " << cached.losses[i] << " cached\n";
+  }
   ASSERT_EQ(live.validations.size(), 1u);
   ASSERT_EQ(cached.validations.size(), 1u);
   EXPECT_LE(std::abs(live.validations[0].loss - cached.validations[0].loss), 1e-5 * cached.validations[0].loss);
@@ -191,6 +198,7 @@ TEST(FluxLive, TrainingStepsEqualThoseOnTheCache) {
   // The frozen encoders are neither trained nor saved: the checkpoint holds the transformer and
   // its optimizer state alone.
   const checkpoint::Reader reader(b / "ckpt" / "step-3");
+  ASSERT_FALSE(reader.metadata().tensors.empty());
   for (const auto& [name, meta] : reader.metadata().tensors)
     for (const char* encoder : {"t5", "clip", "encoder", "autoencoder", "vae"})
       EXPECT_EQ(name.find(encoder), std::string::npos) << name;
