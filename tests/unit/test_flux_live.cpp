@@ -218,6 +218,8 @@ TEST(FluxLive, RefusesByKeyWhatDoesNotGoTogether) {
   EXPECT_TITAN_ERROR(refused({"--flux.cache_path=", "--flux.data_path=/d", "--flux.pipeline_path=/p",
                               "--flux.validation_cache_path=/v"})(),
                      "flux.validation_cache_path with flux.data_path");
+  EXPECT_TITAN_ERROR(refused({"--flux.cache_path=/c", "--training.bad_data=skip"})(),
+                     "training.bad_data is read only with flux.data_path");
 }
 
 }  // namespace

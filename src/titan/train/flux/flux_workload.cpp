@@ -63,6 +63,9 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
                       "remove it, or set flux.data_path instead of flux.cache_path");
   if (!f.data_path.empty() && f.pipeline_path.empty())
     refused.push_back("flux.data_path needs flux.pipeline_path: the diffusers FLUX folder whose encoders run on it");
+  if (f.data_path.empty() && c.data.bad_data != d.data.bad_data)
+    refused.push_back("training.bad_data is read only with flux.data_path (a cache's bad images were left out when "
+                      "it was encoded: titan flux encode --bad-data); remove it");
   if (!f.data_path.empty() && !f.validation_cache_path.empty())
     refused.push_back("flux.validation_cache_path with flux.data_path: validation reads the last "
                       "flux.validation_samples of flux.data_path; remove it");
