@@ -36,6 +36,22 @@ Tensor token_ids(const data::Tokenizer& tokenizer, std::span<const std::string> 
   return ids;
 }
 
+// An encoder's whole weights, gathered while this lives when it is sharded.
+class Gathered {
+ public:
+  explicit Gathered(parallel::FullyShard* fsdp) : fsdp_(fsdp) {
+    if (fsdp_) fsdp_->unshard_all();
+  }
+  ~Gathered() {
+    if (fsdp_) fsdp_->reshard_all();
+  }
+  Gathered(const Gathered&) = delete;
+  Gathered& operator=(const Gathered&) = delete;
+
+ private:
+  parallel::FullyShard* fsdp_;
+};
+
 }  // namespace
 
 ConditioningStack::ConditioningStack(const ConditioningPaths& paths, int64_t t5_length)
@@ -53,16 +69,31 @@ ConditioningStack::~ConditioningStack() = default;
 
 std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std::string> captions) {
   autograd::NoGradGuard frozen;
-  Tensor t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_));
+  Tensor t5;
+  {
+    const Gathered weights(t5_fsdp_.get());
+    t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_)).detach();
+  }
+  const Gathered weights(clip_fsdp_.get());
   const models::clip::ClipTextOutput clip =
       clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_positions));
-  return {{"t5", t5.detach()}, {"clip_pooled", clip.pooler_output.detach()}};
+  return {{"t5", t5}, {"clip_pooled", clip.pooler_output.detach()}};
 }
 
 std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& images) {
   autograd::NoGradGuard frozen;
+  const Gathered weights(autoencoder_fsdp_.get());
   const models::autoencoder::DiagonalGaussian d = autoencoder_->encode_distribution(images);
   return {{"latent_mean", d.mean.detach()}, {"latent_logvar", d.logvar.detach()}};
+}
+
+void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group) {
+  TITAN_CHECK(!sharded(), "FLUX conditioning: the encoders are sharded already");
+  t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, std::vector<nn::Module*>{}, shard_group, replicate_group);
+  clip_fsdp_ =
+      std::make_unique<parallel::FullyShard>(*clip_, std::vector<nn::Module*>{}, shard_group, replicate_group);
+  autoencoder_fsdp_ = std::make_unique<parallel::FullyShard>(*autoencoder_, std::vector<nn::Module*>{}, shard_group,
+                                                             replicate_group);
 }
 
 std::string ConditioningStack::description() const {

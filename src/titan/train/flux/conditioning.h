@@ -12,9 +12,11 @@
 
 #include "titan/core/tensor.h"
 #include "titan/data/tokenizer.h"
+#include "titan/dist/process_group.h"
 #include "titan/models/autoencoder/model.h"
 #include "titan/models/clip/model.h"
 #include "titan/models/t5/model.h"
+#include "titan/parallel/fully_shard.h"
 
 namespace titan::train::flux {
 
@@ -38,6 +40,14 @@ class ConditioningStack {
   // [-1, 1]: the distribution training samples from, before FLUX's shift and scale.
   std::map<std::string, Tensor> encode_images(const Tensor& images);
 
+  // FSDP over `shard_group` (replicated over `replicate_group`): each rank keeps 1/N of each
+  // encoder's weights, and encode_text / encode_images gather an encoder's whole weights for its
+  // forward and free them after it (one unit per encoder: the encoders' forwards are not the
+  // modules' hooked call operators, through which FSDP gathers block by block). Collective, and so
+  // is every encode_* after it: every rank of the groups must encode alike.
+  void shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group);
+  bool sharded() const { return t5_fsdp_ != nullptr; }
+
   const models::autoencoder::Autoencoder& autoencoder() const { return *autoencoder_; }
   models::autoencoder::Autoencoder& autoencoder() { return *autoencoder_; }
   // The parts and options, for the cache's description.
@@ -50,6 +60,7 @@ class ConditioningStack {
   std::unique_ptr<models::t5::T5Encoder> t5_;
   std::unique_ptr<models::clip::ClipTextModel> clip_;
   std::shared_ptr<models::autoencoder::Autoencoder> autoencoder_;
+  std::unique_ptr<parallel::FullyShard> t5_fsdp_, clip_fsdp_, autoencoder_fsdp_;
 };
 
 }  // namespace titan::train::flux

@@ -62,29 +62,36 @@ FluxBatch FluxBatches::training(int64_t first_slot, int64_t rows) {
     samples.push_back(permutation(g / count_)[static_cast<size_t>(g % count_)]);
     keys.push_back(stream_seed(seed_, static_cast<uint64_t>(g) * 16 + 8));
   }
-  return assemble(samples, keys, true, 0);
+  return assemble(encodings(samples), keys, true, 0);
 }
 
 FluxBatch FluxBatches::validation(const std::vector<int64_t>& samples, double t) {
   std::vector<uint64_t> keys;
   for (int64_t s : samples) keys.push_back(stream_seed(seed_ ^ 0x7a11da7eULL, static_cast<uint64_t>(s)));
-  return assemble(samples, keys, false, t);
+  if (samples != validation_samples_) {
+    validation_encodings_ = encodings(samples);
+    validation_samples_ = samples;
+  }
+  return assemble(validation_encodings_, keys, false, t);
 }
 
-FluxBatch FluxBatches::assemble(const std::vector<int64_t>& samples, const std::vector<uint64_t>& keys, bool train,
-                                double fixed_t) {
-  const auto b = static_cast<int64_t>(samples.size());
+std::vector<std::map<std::string, Tensor>> FluxBatches::encodings(const std::vector<int64_t>& samples) {
+  std::vector<int64_t> positions;
+  for (int64_t s : samples) positions.push_back(first_ + s);
+  return source_->samples(positions);
+}
+
+FluxBatch FluxBatches::assemble(const std::vector<std::map<std::string, Tensor>>& encoded,
+                                const std::vector<uint64_t>& keys, bool train, double fixed_t) {
+  const auto b = static_cast<int64_t>(encoded.size());
   const std::map<std::string, Tensor>& empty = source_->empty_prompt();
   const std::vector<float> empty_t5 = values(empty, "t5", "empty prompt"),
                            empty_clip = values(empty, "clip_pooled", "empty prompt");
   std::vector<float> x0, noise, txt, y, t;
   Shape latent_shape;
   int64_t txt_len = 0, txt_dim = 0;
-  std::vector<int64_t> positions;
-  for (int64_t s : samples) positions.push_back(first_ + s);
-  const std::vector<std::map<std::string, Tensor>> encodings = source_->samples(positions);
   for (int64_t k = 0; k < b; ++k) {
-    const std::map<std::string, Tensor>& enc = encodings[static_cast<size_t>(k)];
+    const std::map<std::string, Tensor>& enc = encoded[static_cast<size_t>(k)];
     const Tensor& mean_t = enc.at("latent_mean");
     latent_shape = mean_t.sizes();
     const std::vector<float> mean = values(enc, "latent_mean", "sample"), logvar = values(enc, "latent_logvar", "sample");

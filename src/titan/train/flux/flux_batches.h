@@ -10,7 +10,9 @@
 //   g = ((s - 1) * micro_batches + m) * dp_world * local_batch + r * local_batch + j
 // reads sample perm_e[g mod n] of the n training samples, perm_e a shuffle of epoch e = g / n.
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "titan/core/tensor.h"
@@ -37,13 +39,16 @@ class FluxBatches {
   // The training rows of slots [first_slot, first_slot + rows).
   FluxBatch training(int64_t first_slot, int64_t rows);
   // Validation: samples `samples` (positions in this range) at the one timestep t, their latents
-  // the stored means and their noise fixed by their position, no prompt dropout.
+  // the stored means and their noise fixed by their position, no prompt dropout. The last call's
+  // encodings are kept: validation asks for the same samples at each of its timesteps.
   FluxBatch validation(const std::vector<int64_t>& samples, double t);
 
  private:
   const std::vector<int64_t>& permutation(int64_t epoch);
-  FluxBatch assemble(const std::vector<int64_t>& samples, const std::vector<uint64_t>& keys, bool train,
-                     double fixed_t);
+  // The encodings of samples (positions in this range).
+  std::vector<std::map<std::string, Tensor>> encodings(const std::vector<int64_t>& samples);
+  FluxBatch assemble(const std::vector<std::map<std::string, Tensor>>& encoded,
+                     const std::vector<uint64_t>& keys, bool train, double fixed_t);
 
   std::shared_ptr<SampleEncodings> source_;
   int64_t first_, count_;
@@ -52,6 +57,8 @@ class FluxBatches {
   int64_t patch_size_;
   int64_t epoch_ = -1;
   std::vector<int64_t> perm_;
+  std::vector<int64_t> validation_samples_;
+  std::vector<std::map<std::string, Tensor>> validation_encodings_;
 };
 
 }  // namespace titan::train::flux

@@ -130,12 +130,17 @@ class FluxWorkload : public Workload {
           .encoders = ConditioningPaths::of_pipeline(c.flux.pipeline_path),
           .t5_length = c.flux.t5_length,
           .image_size = c.flux.image_size,
-          .bad_data = c.data.bad_data == "skip" ? data::BadData::skip : data::BadData::error});
+          .bad_data = c.data.bad_data == "skip" ? data::BadData::skip : data::BadData::error,
+          .shard_group = ctx.mesh[dist::MeshAxis::dp_shard],
+          .replicate_group = ctx.mesh[dist::MeshAxis::dp_replicate]});
       const int64_t downscale = live->autoencoder().args().downscale();
       config::require(downscale == c.flux.latent_downscale, where, ": its autoencoder downsamples by ", downscale,
                       ", not flux.latent_downscale = ", c.flux.latent_downscale, "; set flux.latent_downscale = ",
                       downscale);
       skipped_ = live->skipped();
+      encoders_ = live->sharded() ? "the encoders FSDP-sharded over the " +
+                                        std::to_string(ctx.mesh[dist::MeshAxis::dp_shard].size()) + " dp_shard ranks"
+                                  : "the encoders whole on every rank";
       source = live;
     } else {
       where = "flux.cache_path " + c.flux.cache_path;
@@ -229,7 +234,7 @@ class FluxWorkload : public Workload {
     } else {
       log << "titan: data: encoders every step: " << c.flux.pipeline_path << " over " << c.flux.data_path << " ("
           << train_->size() + (validation_ && c.flux.validation_cache_path.empty() ? validation_->size() : 0)
-          << " samples; " << source_description_ << "), ";
+          << " samples; " << source_description_ << "), " << encoders_ << ", ";
       for (const auto& [reason, count] : skipped_)
         log << count << " left out (" << reason << ", training.bad_data = skip), ";
     }
@@ -305,7 +310,7 @@ class FluxWorkload : public Workload {
   models::ModelSummary summary_;
   std::shared_ptr<FluxTransformer> model_;
   std::unique_ptr<FluxBatches> train_, validation_;
-  std::string source_where_, source_description_;
+  std::string source_where_, source_description_, encoders_;
   std::map<std::string, int64_t> skipped_;  // what training.bad_data = skip left out of flux.data_path
   std::unique_ptr<dist::ProcessGroup> dp_;
   ExecutionMode* mode_ = nullptr;  // the trainer's, which outlives the workload's engine

@@ -1,6 +1,5 @@
 #include "titan/train/flux/live_encodings.h"
 
-#include <algorithm>
 #include <numeric>
 
 #include "titan/core/error.h"
@@ -10,6 +9,10 @@ namespace titan::train::flux {
 LiveEncodings::LiveEncodings(const LiveEncodingsOptions& options)
     : options_(options), transform_{.size = options.image_size, .crop = data::ImageCrop::center} {
   stack_ = std::make_unique<ConditioningStack>(options.encoders, options.t5_length);
+  if (options.shard_group && options.shard_group->size() > 1) {
+    TITAN_CHECK(options.replicate_group.has_value(), "flux: the encoders' shard group needs its replicate group");
+    stack_->shard(*options.shard_group, *options.replicate_group);
+  }
   dataset_ = std::make_unique<data::ImageCaptionDataset>(data::ImageDatasetOptions{
       .path = options.data_path, .bad_data = options.bad_data, .path_key = options.data_key});
   if (options.bad_data == data::BadData::skip) {
@@ -44,12 +47,11 @@ double LiveEncodings::scaling_factor() const { return stack_->autoencoder().args
 double LiveEncodings::shift_factor() const { return stack_->autoencoder().args().shift_factor; }
 
 std::string LiveEncodings::description() const {
-  return "encoders every step: " + stack_->description() + "; images " + std::to_string(options_.image_size) +
+  return stack_->description() + "; images " + std::to_string(options_.image_size) +
          " px, center crop; data " + options_.data_path;
 }
 
 std::vector<std::map<std::string, Tensor>> LiveEncodings::samples(std::span<const int64_t> indices) {
-  if (std::equal(indices.begin(), indices.end(), last_indices_.begin(), last_indices_.end())) return last_;
   const auto b = static_cast<int64_t>(indices.size()), side = options_.image_size;
   Tensor images = Tensor::empty({b, 3, side, side});
   std::vector<std::string> captions;
@@ -78,8 +80,6 @@ std::vector<std::map<std::string, Tensor>> LiveEncodings::samples(std::span<cons
     for (const auto& [name, t] : encoded) row.emplace(name, t.narrow(0, k, 1).squeeze(0).contiguous());
     row.emplace("index", Tensor::from_vector<int64_t>({positions[static_cast<size_t>(k)]}, {1}));
   }
-  last_indices_.assign(indices.begin(), indices.end());
-  last_ = out;
   return out;
 }
 

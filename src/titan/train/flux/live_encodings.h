@@ -1,7 +1,9 @@
 #pragma once
 // FLUX training's data without an encoding cache: the frozen encoders (conditioning.h) run on each
-// batch's images and captions as it is drawn, without gradients, every rank on its own rows (the
-// encoders replicated on every rank: their weights are not sharded). The images are made as
+// batch's images and captions as it is drawn, without gradients, every rank on its own rows. Given
+// a shard group of several ranks, the encoders' weights are FSDP-sharded over it (each encoder
+// gathered whole for its forward); then every rank must ask for samples as often as the others
+// (FluxBatches does: every rank draws each micro-batch and validation batch). The images are made as
 // `titan flux encode --crop center` makes them (resized, the middle square cut), so the same data,
 // encoders and seed give the batches of a cache encoded that way (to float rounding).
 //
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "titan/data/dataset.h"
 #include "titan/data/image/image_dataset.h"
 #include "titan/data/image/preprocess.h"
+#include "titan/dist/process_group.h"
 #include "titan/train/flux/conditioning.h"
 #include "titan/train/flux/sample_encodings.h"
 
@@ -32,6 +36,9 @@ struct LiveEncodingsOptions {
   int64_t image_size = 256;
   data::BadData bad_data = data::BadData::error;
   std::string data_key = "flux.data_path";  // what messages call `data_path`
+  // FSDP of the encoders' weights over shard_group when it has several ranks (replicated over
+  // replicate_group, HSDP).
+  std::optional<dist::ProcessGroup> shard_group = std::nullopt, replicate_group = std::nullopt;
 };
 
 class LiveEncodings : public SampleEncodings {
@@ -40,8 +47,7 @@ class LiveEncodings : public SampleEncodings {
   ~LiveEncodings() override;
 
   int64_t size() const override { return static_cast<int64_t>(kept_.size()); }
-  // One batch through the encoders. The last call's answer is kept: validation asks for the same
-  // samples at each of its timesteps.
+  // One batch through the encoders.
   std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices) override;
   const std::map<std::string, Tensor>& empty_prompt() const override { return empty_prompt_; }
   double scaling_factor() const override;
@@ -49,6 +55,7 @@ class LiveEncodings : public SampleEncodings {
   std::string description() const override;
 
   const models::autoencoder::Autoencoder& autoencoder() const { return stack_->autoencoder(); }
+  bool sharded() const { return stack_->sharded(); }
   // What BadData::skip left out of the data set: reason -> count.
   const std::map<std::string, int64_t>& skipped() const { return skipped_; }
 
@@ -60,8 +67,6 @@ class LiveEncodings : public SampleEncodings {
   std::vector<int64_t> kept_;  // the data-set position of each sample
   std::map<std::string, int64_t> skipped_;
   std::map<std::string, Tensor> empty_prompt_;
-  std::vector<int64_t> last_indices_;
-  std::vector<std::map<std::string, Tensor>> last_;
 };
 
 }  // namespace titan::train::flux
