@@ -12,7 +12,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "support/hf_tokenizer.h"
+#include "support/flux_live_pipeline.h"
 #include "support/image_fixtures.h"
 #include "support/paths.h"
 #include "support/test_util.h"
@@ -28,21 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// tests/parity/flux_live_pipeline.py's diffusers folder (encoders of flux-tiny's widths), made
-// when missing or older than the script; "" when it could not run.
-fs::path live_pipeline() {
-  const fs::path out = fs::path(TITAN_PARITY_DIR) / "flux_live";
-  const fs::path script = fs::path(TITAN_SOURCE_DIR) / "tests" / "parity" / "flux_live_pipeline.py";
-  const fs::path marker = out / "pipeline" / "vae" / "config.json";
-  if (!fs::exists(marker) || fs::last_write_time(marker) < fs::last_write_time(script)) {
-    const fs::path tokenizers = test::flux_tokenizer_fixture("clip").parent_path();
-    const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + script.string() + "' --tokenizers '" +
-                            tokenizers.string() + "' --out '" + out.string() + "' > /dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0) return {};
-  }
-  return out / "pipeline";
-}
-
 // The data (10 shapes of 64 px, which the 32 px image size resizes) and its cache, encoded by
 // `titan flux encode` with the pipeline's encoders as training runs them: centre crop, 8 T5 tokens.
 struct Fixture {
@@ -52,7 +37,7 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    x.pipeline = live_pipeline();
+    x.pipeline = test::flux_live_pipeline();
     x.data = test::make_shapes("flux_live_data", 10);
     if (x.pipeline.empty() || x.data.empty()) return Fixture{};
     const fs::path dir = test::fresh_temp_dir("flux_live_cache");
