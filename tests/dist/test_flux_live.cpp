@@ -33,7 +33,7 @@ TEST(FluxLive, ShardedEncodersOverTheRanksTakeOneRanksSteps) {
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
   const fs::path dir = testing::job_dir(0) / "flux_live";
-  double made = 1;
+  double made = 0;  // rank 0 makes the data and the pipeline
   if (world.rank() == 0) {
     fs::remove_all(dir);
     const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
