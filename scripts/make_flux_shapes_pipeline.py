@@ -147,14 +147,21 @@ def build(args, out, tmp):
     if min(score.values()) < ROUND_TRIP_MIN:
         sys.exit(f"the autoencoder's round trip scores below {ROUND_TRIP_MIN}: train longer (--steps)")
     vae.save_pretrained(out / "vae")
-    build_text_encoders(tokenizer_fixtures(args.tokenizers, tmp), out, t5_width=T5_WIDTH, clip_width=CLIP_WIDTH)
+    write_untrained_parts(tokenizer_fixtures(args.tokenizers, tmp), out, args.seed)
+
+
+def write_untrained_parts(tokenizers, out, seed):
+    """Everything of the folder but vae/: the seeded text encoders and the tokenizers, the seeded
+    transformer and the scheduler (bench/flux_sample_models.py writes the same beside an untrained
+    autoencoder)."""
+    build_text_encoders(tokenizers, out, t5_width=T5_WIDTH, clip_width=CLIP_WIDTH)
     # diffusers' FluxPipeline pads CLIP's ids to the tokenizer's model_max_length, which the
     # fixture leaves unset; titan pads to max_position_embeddings, 77.
     for folder in ("tokenizer", "tokenizer_2"):
         (out / folder / "reference.json").unlink()  # the tokenizer tests' expectations, no part of a pipeline
     config = out / "tokenizer" / "tokenizer_config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 77}, indent=2) + "\n")
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
     FluxTransformer2DModel(**TRANSFORMER).save_pretrained(out / "transformer")
     FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0,
                                     use_dynamic_shifting=False).save_pretrained(out / "scheduler")
