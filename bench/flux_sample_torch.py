@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/flux_sample.cpp: diffusers' FluxPipeline making images from prompts,
+as a PyTorch 2 user runs it, over the folder bench/flux_sample_models.py wrote.
+
+Argument: a JSON file {"threads", "warmup", "reps", "seed", "variants", "pipeline", "prompts",
+"steps", "t5_tokens", "cases": [{"name", "size"}]}. A call is FluxPipeline(prompts, height=size,
+width=size, num_inference_steps=steps, max_sequence_length=t5_tokens, generator=Generator(seed),
+output_type="pt"): both text encoders, every Euler step and the autoencoder's decode; loading is
+left out. Variants (bench/torch_reference.py VARIANTS): "compile" replaces pipe.transformer by
+torch.compile(pipe.transformer) (default inductor backend; the warm-up call compiles); "bf16"
+runs the call under torch.autocast("cpu", dtype=torch.bfloat16) over the f32 models. The other way,
+the models loaded with torch_dtype=torch.bfloat16, was the faster by 1.2-1.5x at 64 px but 7x the
+slower at 128 px (35-62 s a call against 5-6 s, Xeon with AMX, 2 threads, 2026-12-07).
+
+Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(), "results": {name:
+{variant: {"seconds" (median call), "first_call_seconds", "impl"} or {"error"}}}, "diffusers"}.
+Progress goes to stderr.
+"""
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_variant(case, variant, request, torch):
+    from flux_sample_models import load_pipeline
+
+    bf16 = variant.endswith("bf16")
+    pipe = load_pipeline(request["pipeline"], torch, torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    if variant.startswith("compile"):
+        pipe.transformer = torch.compile(pipe.transformer)
+
+    def call():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return pipe(request["prompts"], height=case["size"], width=case["size"],
+                        num_inference_steps=request["steps"], max_sequence_length=request["t5_tokens"],
+                        generator=torch.Generator().manual_seed(request["seed"]), output_type="pt").images
+
+    seconds = []
+    for i in range(request["warmup"] + request["reps"]):
+        start = time.perf_counter()
+        images = call()
+        seconds.append(time.perf_counter() - start)
+        print(f"torch  {case['name']} [{variant}] call {i + 1}: {seconds[-1]:.2f} s, {tuple(images.shape)}",
+              file=sys.stderr, flush=True)
+    impl = ("torch.compile(pipe.transformer); " if variant.startswith("compile") else "") + (
+        "bf16 autocast" if bf16 else "f32")
+    return {"seconds": statistics.median(seconds[request["warmup"]:]), "first_call_seconds": seconds[0],
+            "impl": impl}
+
+
+def main():
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    from torch_reference import environment, start_torch
+
+    request, torch = start_torch()
+    if torch is None:
+        return 0
+    try:
+        import diffusers
+    except ImportError as e:
+        print(json.dumps({"error": f"cannot import diffusers with {sys.executable}: {e}"}))
+        return 0
+    results = {}
+    for case in request["cases"]:
+        results[case["name"]] = {}
+        for variant in request["variants"]:
+            try:
+                results[case["name"]][variant] = run_variant(case, variant, request, torch)
+            except Exception as e:  # noqa: BLE001 -- inductor raises its own types; the case is reported
+                results[case["name"]][variant] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                print(f"torch  {case['name']} [{variant}]: {results[case['name']][variant]['error']}",
+                      file=sys.stderr)
+            if variant.startswith("compile"):
+                torch._dynamo.reset()
+            gc.collect()
+    print(json.dumps({**environment(torch), "results": results, "diffusers": diffusers.__version__}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
