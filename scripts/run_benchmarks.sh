@@ -9,7 +9,9 @@
 # missing. bench_flux_encoders writes its models with diffusers and transformers from $TITAN_PYTHON
 # (bench/flux_encoders_models.py) before timing titan's f32 and bf16 and every PyTorch variant on
 # them. bench_flux_train_step times a FLUX training step against diffusers' FluxTransformer2DModel
-# (bench/flux_models.py; --quick: flux-tiny only). A quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
+# (bench/flux_models.py; --quick: flux-tiny only), bench_flux_sample text-to-image sampling against
+# diffusers' FluxPipeline (bench/flux_sample_models.py writes the folder; --quick: 64 px only). A
+# quick check: --benchmark_filter naming one case per benchmark. bench/grpo.py and
 # bench/hf_decoders.py, Python drivers of the titan command, run last and take no such flags.
 set -euo pipefail
 
