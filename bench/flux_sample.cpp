@@ -54,14 +54,17 @@ struct Case {
   int64_t size;
 };
 
-std::string case_name(const Case& c, bool bf16) { return c.name + (bf16 ? "/bf16" : ""); }
+std::string case_name(const Case& c, bool bf16) {
+  return c.name + (bf16 ? "/bf16" : "");
+}
 
 // titan's side of the folder, loaded as `titan generate --pipeline` loads it.
 class Sampler {
  public:
   explicit Sampler(const fs::path& folder)
-      : pipeline_(std::make_shared<tf::ConditioningStack>(tf::ConditioningPaths::of_pipeline(folder), kT5Tokens),
-                  tf::load_transformer_folder(folder / "transformer")),
+      : pipeline_(
+            std::make_shared<tf::ConditioningStack>(tf::ConditioningPaths::of_pipeline(folder), kT5Tokens),
+            tf::load_transformer_folder(folder / "transformer")),
         schedule_(tf::load_flow_schedule(folder / "scheduler")) {}
 
   Tensor generate(int64_t size, bool bf16, const Tensor& latents = {}) {
@@ -77,8 +80,9 @@ class Sampler {
 };
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {
-  TITAN_CHECK(a.sizes() == b.sizes(), "bench_flux_sample: titan's images are ", a.desc(), " but diffusers' are ",
-              b.desc(), " (bench/flux_sample_models.py's reference.safetensors \"images\")");
+  TITAN_CHECK(a.sizes() == b.sizes(), "bench_flux_sample: titan's images are ", a.desc(),
+              " but diffusers' are ", b.desc(),
+              " (bench/flux_sample_models.py's reference.safetensors \"images\")");
   const Tensor x = a.to(titan::kF32).contiguous(), y = b.to(titan::kF32).contiguous();
   const float *px = x.data<float>(), *py = y.data<float>();
   double most = 0;
@@ -107,15 +111,20 @@ int main(int argc, char** argv) {
   std::cout << "Writing the pipeline folder with diffusers and transformers (bench/flux_sample_models.py) in "
             << dir.string() << "\n"
             << std::flush;
-  const nlohmann::json written = bench::run_python_script(
-      bench::python_path(), "flux_sample_models.py",
-      {{"dir", dir.string()}, {"threads", titan::num_threads()}, {"seed", kSeed}, {"prompts", kPrompts},
-       {"size", kReferenceSize}, {"steps", kSteps}, {"t5_tokens", kT5Tokens}});
+  const nlohmann::json written = bench::run_python_script(bench::python_path(), "flux_sample_models.py",
+                                                          {{"dir", dir.string()},
+                                                           {"threads", titan::num_threads()},
+                                                           {"seed", kSeed},
+                                                           {"prompts", kPrompts},
+                                                           {"size", kReferenceSize},
+                                                           {"steps", kSteps},
+                                                           {"t5_tokens", kT5Tokens}});
   if (written.contains("error")) {
-    std::cerr << "bench_flux_sample: the pipeline folder could not be written, so neither side can run: "
-              << written["error"].get<std::string>()
-              << "\n(set TITAN_PYTHON to an interpreter with torch, diffusers, transformers and sentencepiece, "
-                 "or run scripts/setup.sh for the source tree's .venv)\n";
+    std::cerr
+        << "bench_flux_sample: the pipeline folder could not be written, so neither side can run: "
+        << written["error"].get<std::string>()
+        << "\n(set TITAN_PYTHON to an interpreter with torch, diffusers, transformers and sentencepiece, "
+           "or run scripts/setup.sh for the source tree's .venv)\n";
     fs::remove_all(dir);
     return 1;
   }
@@ -140,18 +149,23 @@ int main(int argc, char** argv) {
       titan::checkpoint::read_safetensors(written["reference"].get<std::string>());
   const Tensor ours = sampler.generate(kReferenceSize, false, reference.tensors.at("latents"));
   const double diff = max_abs_difference(ours, reference.tensors.at("images"));
-  std::cout << "\ntitan f32 against diffusers f32 eager, " << kPrompts.size() << " images of " << kReferenceSize
-            << " px from the same latents: max abs difference " << diff << "\n";
+  std::cout << "\ntitan f32 against diffusers f32 eager, " << kPrompts.size() << " images of "
+            << kReferenceSize << " px from the same latents: max abs difference " << diff << "\n";
   if (diff > kImagesDiffer)
     std::cout << "WARNING: titan's images differ from diffusers' by " << diff << " (> " << kImagesDiffer
               << "): the two pipelines do not compute the same thing, so the timings below compare different "
                  "work; check tests/unit/test_flux_pipeline.cpp\n";
 
-  nlohmann::json request = {{"threads", titan::num_threads()}, {"warmup", 1},
-                            {"reps", kPlan.reps},              {"seed", kSeed},
-                            {"variants", bench::kTorchAll},    {"pipeline", folder},
-                            {"prompts", kPrompts},             {"steps", kSteps},
-                            {"t5_tokens", kT5Tokens},          {"cases", nlohmann::json::array()}};
+  nlohmann::json request = {{"threads", titan::num_threads()},
+                            {"warmup", 1},
+                            {"reps", kPlan.reps},
+                            {"seed", kSeed},
+                            {"variants", bench::kTorchAll},
+                            {"pipeline", folder},
+                            {"prompts", kPrompts},
+                            {"steps", kSteps},
+                            {"t5_tokens", kT5Tokens},
+                            {"cases", nlohmann::json::array()}};
   for (const Case& c : cases)
     if (titan_results.count(case_name(c, false)) || titan_results.count(case_name(c, true)))
       request["cases"].push_back({{"name", c.name}, {"size", c.size}});
@@ -162,8 +176,8 @@ int main(int argc, char** argv) {
 
   const double images = static_cast<double>(kPrompts.size());
   auto table = [&](bool b) {
-    bench::Table t{.title = std::string("FLUX sampling, ") + (b ? "titan under bf16 autocast" : "titan in f32") +
-                            " (images per minute)",
+    bench::Table t{.title = std::string("FLUX sampling, ") +
+                            (b ? "titan under bf16 autocast" : "titan in f32") + " (images per minute)",
                    .unit = "/min",
                    .variants = bench::kTorchAll,
                    .titan_bf16 = b,
@@ -173,34 +187,38 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) {
       const auto it = titan_results.find(case_name(c, b));
       if (it == titan_results.end()) continue;
-      t.rows.push_back({.name = c.name,
-                        .titan = 60.0 * images / it->second.seconds,
-                        .torch = torch.rates(c.name, 60.0 * images),
-                        .extra = {bench::fixed(it->second.seconds / images, 3), bench::mib(it->second.peak_bytes)}});
+      t.rows.push_back(
+          {.name = c.name,
+           .titan = 60.0 * images / it->second.seconds,
+           .torch = torch.rates(c.name, 60.0 * images),
+           .extra = {bench::fixed(it->second.seconds / images, 3), bench::mib(it->second.peak_bytes)}});
     }
-    t.notes = {
-        "a call: " + std::to_string(kPrompts.size()) + " prompts, one image each: T5 (" + std::to_string(kT5Tokens) +
-            " tokens) and CLIP, " + std::to_string(kSteps) +
-            " Euler steps of the flux-tiny transformer, the autoencoder's decode; loading left out.",
-        std::string("titan: ImagePipeline::generate") +
-            (b ? " under AutocastGuard(kBF16) (oneDNN " + titan::kernels::cpu::onednn_bf16_isa() + ")" : " in f32") +
-            "; torch: diffusers FluxPipeline(..., output_type=\"pt\"), compile = pipe.transformer = "
-            "torch.compile(pipe.transformer), bf16 = the call under torch.autocast(\"cpu\", dtype=torch.bfloat16).",
-        (reply.contains("diffusers") ? "diffusers " + reply["diffusers"].get<std::string>() + "; " : std::string()) +
-            std::to_string(kPlan.reps) +
-            " timed calls after one warm-up call (the compile variants' compiles), median."};
+    t.notes = {"a call: " + std::to_string(kPrompts.size()) + " prompts, one image each: T5 (" +
+                   std::to_string(kT5Tokens) + " tokens) and CLIP, " + std::to_string(kSteps) +
+                   " Euler steps of the flux-tiny transformer, the autoencoder's decode; loading left out.",
+               std::string("titan: ImagePipeline::generate") +
+                   (b ? " under AutocastGuard(kBF16) (oneDNN " + titan::kernels::cpu::onednn_bf16_isa() + ")"
+                      : " in f32") +
+                   "; torch: diffusers FluxPipeline(..., output_type=\"pt\"), compile = pipe.transformer = "
+                   "torch.compile(pipe.transformer), bf16 = the call under torch.autocast(\"cpu\", "
+                   "dtype=torch.bfloat16).",
+               (reply.contains("diffusers") ? "diffusers " + reply["diffusers"].get<std::string>() + "; "
+                                            : std::string()) +
+                   std::to_string(kPlan.reps) +
+                   " timed calls after one warm-up call (the compile variants' compiles), median."};
     return t;
   };
   auto ratio_lines = [&](const bench::Table& t) {
     for (const bench::Row& r : t.rows) {
       const auto best = t.titan_bf16 ? bench::best_any(r) : bench::best_f32(r);
-      const std::string what = t.titan_bf16 ? "titan bf16 / best PyTorch variant" : "titan f32 / best f32 variant";
+      const std::string what =
+          t.titan_bf16 ? "titan bf16 / best PyTorch variant" : "titan f32 / best f32 variant";
       if (!r.titan || !best) {
         std::cout << r.name << ": " << what << ": NOT MEASURED\n";
         continue;
       }
-      std::cout << r.name << ": best " << (t.titan_bf16 ? "PyTorch" : "f32") << " variant " << best->first << " "
-                << bench::fixed(best->second, 1) << " images/min; " << what << " = "
+      std::cout << r.name << ": best " << (t.titan_bf16 ? "PyTorch" : "f32") << " variant " << best->first
+                << " " << bench::fixed(best->second, 1) << " images/min; " << what << " = "
                 << bench::fixed(*r.titan / best->second, 2) << "x\n";
     }
   };
