@@ -1,7 +1,7 @@
 // FLUX sampling (issue 49: "sampling time per image against diffusers' FluxPipeline with the same
 // components and step count"): text to images, titan's ImagePipeline::generate in f32 and under
 // bf16 autocast against diffusers' FluxPipeline on PyTorch 2 eager and torch.compile (of the
-// transformer), f32 and bf16 autocast (bench/flux_sample_torch.py), on the same threads, in one run.
+// transformer), f32 and bf16 models (bench/flux_sample_torch.py), on the same threads, in one run.
 // Both sides load one folder that bench/flux_sample_models.py writes: docs/flux.md's shapes
 // pipeline (flux-tiny transformer, the shapes autoencoder config, T5 d_model 64, CLIP hidden 32)
 // with seeded random weights (the weights do not change the work). A call is a batch of kPrompts
@@ -193,19 +193,20 @@ int main(int argc, char** argv) {
            .torch = torch.rates(c.name, 60.0 * images),
            .extra = {bench::fixed(it->second.seconds / images, 3), bench::mib(it->second.peak_bytes)}});
     }
-    t.notes = {"a call: " + std::to_string(kPrompts.size()) + " prompts, one image each: T5 (" +
-                   std::to_string(kT5Tokens) + " tokens) and CLIP, " + std::to_string(kSteps) +
-                   " Euler steps of the flux-tiny transformer, the autoencoder's decode; loading left out.",
-               std::string("titan: ImagePipeline::generate") +
-                   (b ? " under AutocastGuard(kBF16) (oneDNN " + titan::kernels::cpu::onednn_bf16_isa() + ")"
-                      : " in f32") +
-                   "; torch: diffusers FluxPipeline(..., output_type=\"pt\"), compile = pipe.transformer = "
-                   "torch.compile(pipe.transformer), bf16 = the call under torch.autocast(\"cpu\", "
-                   "dtype=torch.bfloat16).",
-               (reply.contains("diffusers") ? "diffusers " + reply["diffusers"].get<std::string>() + "; "
-                                            : std::string()) +
-                   std::to_string(kPlan.reps) +
-                   " timed calls after one warm-up call (the compile variants' compiles), median."};
+    t.notes = {
+        "a call: " + std::to_string(kPrompts.size()) + " prompts, one image each: T5 (" +
+            std::to_string(kT5Tokens) + " tokens) and CLIP, " + std::to_string(kSteps) +
+            " Euler steps of the flux-tiny transformer, the autoencoder's decode; loading left out.",
+        std::string("titan: ImagePipeline::generate") +
+            (b ? " under AutocastGuard(kBF16) (oneDNN " + titan::kernels::cpu::onednn_bf16_isa() + ")"
+               : " in f32") +
+            "; torch: diffusers FluxPipeline(..., output_type=\"pt\"), compile = pipe.transformer = "
+            "torch.compile(pipe.transformer), bf16 = every model loaded with torch_dtype=torch.bfloat16 "
+            "(not autocast: bench/flux_sample_torch.py says why).",
+        (reply.contains("diffusers") ? "diffusers " + reply["diffusers"].get<std::string>() + "; "
+                                     : std::string()) +
+            std::to_string(kPlan.reps) +
+            " timed calls after one warm-up call (the compile variants' compiles), median."};
     return t;
   };
   auto ratio_lines = [&](const bench::Table& t) {

@@ -8,9 +8,10 @@ width=size, num_inference_steps=steps, max_sequence_length=t5_tokens, generator=
 output_type="pt"): both text encoders, every Euler step and the autoencoder's decode; loading is
 left out. Variants (bench/torch_reference.py VARIANTS): "compile" replaces pipe.transformer by
 torch.compile(pipe.transformer) (default inductor backend; the warm-up call compiles); "bf16"
-runs the call under torch.autocast("cpu", dtype=torch.bfloat16) over the f32 models. The other way,
-the models loaded with torch_dtype=torch.bfloat16, was the faster by 1.2-1.5x at 64 px but 7x the
-slower at 128 px (35-62 s a call against 5-6 s, Xeon with AMX, 2 threads, 2026-12-07).
+loads every model with torch_dtype=torch.bfloat16, diffusers' documented way of running FLUX in
+bf16. The other way, the call under torch.autocast("cpu", dtype=torch.bfloat16) over f32 models,
+was as fast or slower: eager, 1 thread, Xeon with AMX, 2026-12-07: 0.49-0.69 s a call against
+0.45-0.48 s at 64 px, 0.94-1.29 s against 0.87-0.89 s at 128 px.
 
 Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(), "results": {name:
 {variant: {"seconds" (median call), "first_call_seconds", "impl"} or {"error"}}}, "diffusers"}.
@@ -30,16 +31,15 @@ def run_variant(case, variant, request, torch):
     from flux_sample_models import load_pipeline
 
     bf16 = variant.endswith("bf16")
-    pipe = load_pipeline(request["pipeline"], torch, torch.float32)
+    pipe = load_pipeline(request["pipeline"], torch, torch.bfloat16 if bf16 else torch.float32)
     pipe.set_progress_bar_config(disable=True)
     if variant.startswith("compile"):
         pipe.transformer = torch.compile(pipe.transformer)
 
     def call():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return pipe(request["prompts"], height=case["size"], width=case["size"],
-                        num_inference_steps=request["steps"], max_sequence_length=request["t5_tokens"],
-                        generator=torch.Generator().manual_seed(request["seed"]), output_type="pt").images
+        return pipe(request["prompts"], height=case["size"], width=case["size"],
+                    num_inference_steps=request["steps"], max_sequence_length=request["t5_tokens"],
+                    generator=torch.Generator().manual_seed(request["seed"]), output_type="pt").images
 
     seconds = []
     for i in range(request["warmup"] + request["reps"]):
@@ -49,7 +49,7 @@ def run_variant(case, variant, request, torch):
         print(f"torch  {case['name']} [{variant}] call {i + 1}: {seconds[-1]:.2f} s, {tuple(images.shape)}",
               file=sys.stderr, flush=True)
     impl = ("torch.compile(pipe.transformer); " if variant.startswith("compile") else "") + (
-        "bf16 autocast" if bf16 else "f32")
+        "models in bf16" if bf16 else "f32")
     return {"seconds": statistics.median(seconds[request["warmup"]:]), "first_call_seconds": seconds[0],
             "impl": impl}
 
