@@ -11,6 +11,7 @@
 //   128 px: 32x32 latents, 256 image tokens (left out with --quick)
 // Before timing PyTorch, titan f32's images for the injected latents of bench/flux_sample_models.py
 // are compared with diffusers' f32 eager images for them. Figures are images per minute.
+// On a busy 2-core host, OMP_NUM_THREADS=1 gives both sides 1 thread: at 2 threads, calls swung 4x.
 #include <unistd.h>
 
 #include <algorithm>
