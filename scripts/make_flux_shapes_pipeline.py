@@ -58,6 +58,11 @@ AUTOENCODER = dict(in_channels=3, out_channels=3, latent_channels=LATENT_CHANNEL
                    use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
 KL_WEIGHT = 1e-4
 ROUND_TRIP_MIN = 0.95
+# What a caption says, in make_shapes.draw_attributes' order: the shape's colour, its kind, its
+# place, the background's colour.
+ATTRIBUTES = (list(make_shapes.COLOURS), make_shapes.SHAPES, list(make_shapes.POSITIONS), list(make_shapes.COLOURS))
+CLIP_LENGTH = 77
+TEXT_ACCURACY_MIN = 0.99
 
 
 def shapes(count, seed, size):
@@ -110,6 +115,56 @@ def train_autoencoder(args):
     return vae, time.time() - start
 
 
+def caption_batch(rng, count):
+    """`count` captions drawn as make_shapes draws them, and each attribute's class index [count]."""
+    drawn = [make_shapes.draw_attributes(rng) for _ in range(count)]
+    captions = [make_shapes.caption_of(*a) for a in drawn]
+    labels = [torch.tensor([names.index(a[k]) for a in drawn]) for k, names in enumerate(ATTRIBUTES)]
+    return captions, labels
+
+
+def teach_text_encoders(clip_tok, t5_tok, clip, t5, args):
+    """Teaches the random T5 and CLIP the captions' language, from captions alone: every T5 state
+    (padding included, since FluxPipeline passes T5 no attention mask) and CLIP's pooled vector
+    must name all four attributes, through linear heads thrown away afterwards. A pretrained T5
+    knows that the colour after "on a" is the background's; a random one barely tells word order
+    apart (FLUX gives text tokens no positions), and flux-tiny then mixes up the shape's colour
+    and the background's. Returns each encoder's accuracy on fresh captions."""
+    torch.manual_seed(args.seed + 3)
+    rng = np.random.default_rng(args.seed + 3)
+    t5_heads = torch.nn.ModuleList(torch.nn.Linear(T5_WIDTH, len(names)) for names in ATTRIBUTES)
+    clip_heads = torch.nn.ModuleList(torch.nn.Linear(CLIP_WIDTH, len(names)) for names in ATTRIBUTES)
+    modules = [t5, clip, t5_heads, clip_heads]
+    opt = torch.optim.Adam([p for m in modules for p in m.parameters()], lr=3e-3)
+
+    def ids(tok, captions, length):
+        return tok(captions, padding="max_length", max_length=length, truncation=True, return_tensors="pt").input_ids
+
+    def logits(captions):
+        states = t5(input_ids=ids(t5_tok, captions, args.t5_length)).last_hidden_state
+        pooled = clip(input_ids=ids(clip_tok, captions, CLIP_LENGTH)).pooler_output
+        return [head(states) for head in t5_heads], [head(pooled) for head in clip_heads]
+
+    ce = torch.nn.functional.cross_entropy
+    start = time.time()
+    for step in range(args.text_steps):
+        captions, labels = caption_batch(rng, 64)
+        t5_out, clip_out = logits(captions)
+        loss = sum(ce(t.flatten(0, 1), y.repeat_interleave(t.shape[1])) + ce(c, y)
+                   for t, c, y in zip(t5_out, clip_out, labels))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == args.text_steps - 1:
+            print(f"text encoders step {step}: loss {loss.item():.4f} ({time.time() - start:.0f} s)", flush=True)
+    with torch.no_grad():
+        captions, labels = caption_batch(np.random.default_rng(args.seed + 4), 512)
+        t5_out, clip_out = logits(captions)
+        t5_right = min((t.argmax(-1) == y[:, None]).float().mean().item() for t, y in zip(t5_out, labels))
+        clip_right = min((c.argmax(-1) == y).float().mean().item() for c, y in zip(clip_out, labels))
+    return {"t5": t5_right, "clip": clip_right}
+
+
 def round_trip_score(vae, args):
     """make_shapes.py's checker on decode(sample of encode(image)) of held-out images."""
     images, captions = shapes(args.check_images, args.seed + 1000, args.size)
@@ -138,23 +193,35 @@ def tokenizer_fixtures(given, tmp):
 
 
 def build(args, out, tmp):
-    vae, seconds = train_autoencoder(args)
-    score = round_trip_score(vae, args)
-    print(f"autoencoder: trained in {seconds:.0f} s; round trip of {args.check_images} held-out images by "
-          f"make_shapes.py's checker: colour {score['colour']:.3f}, shape {score['shape']:.3f}, "
-          f"background {score['background']:.3f}; scaling_factor {vae.config.scaling_factor:.4f}, "
-          f"shift_factor {vae.config.shift_factor:.4f}", flush=True)
-    if min(score.values()) < ROUND_TRIP_MIN:
-        sys.exit(f"the autoencoder's round trip scores below {ROUND_TRIP_MIN}: train longer (--steps)")
-    vae.save_pretrained(out / "vae")
-    write_untrained_parts(tokenizer_fixtures(args.tokenizers, tmp), out, args.seed)
+    if args.vae_from:
+        shutil.copytree(args.vae_from / "vae", out / "vae")
+        print(f"autoencoder: {args.vae_from / 'vae'}", flush=True)
+    else:
+        vae, seconds = train_autoencoder(args)
+        score = round_trip_score(vae, args)
+        print(f"autoencoder: trained in {seconds:.0f} s; round trip of {args.check_images} held-out images by "
+              f"make_shapes.py's checker: colour {score['colour']:.3f}, shape {score['shape']:.3f}, "
+              f"background {score['background']:.3f}; scaling_factor {vae.config.scaling_factor:.4f}, "
+              f"shift_factor {vae.config.shift_factor:.4f}", flush=True)
+        if min(score.values()) < ROUND_TRIP_MIN:
+            sys.exit(f"the autoencoder's round trip scores below {ROUND_TRIP_MIN}: train longer (--steps)")
+        vae.save_pretrained(out / "vae")
+    clip_tok, t5_tok, clip, t5 = write_untrained_parts(tokenizer_fixtures(args.tokenizers, tmp), out, args.seed)
+    right = teach_text_encoders(clip_tok, t5_tok, clip, t5, args)
+    print(f"text encoders: each attribute named from every T5 state and from CLIP's pooled vector of 512 fresh "
+          f"captions, the worst attribute's accuracy: T5 {right['t5']:.3f}, CLIP {right['clip']:.3f}", flush=True)
+    if min(right.values()) < TEXT_ACCURACY_MIN:
+        sys.exit(f"the text encoders name the captions' attributes below {TEXT_ACCURACY_MIN}: train longer "
+                 "(--text-steps)")
+    clip.save_pretrained(out / "text_encoder")
+    t5.save_pretrained(out / "text_encoder_2")
 
 
 def write_untrained_parts(tokenizers, out, seed):
     """Everything of the folder but vae/: the seeded text encoders and the tokenizers, the seeded
     transformer and the scheduler (bench/flux_sample_models.py writes the same beside an untrained
-    autoencoder)."""
-    build_text_encoders(tokenizers, out, t5_width=T5_WIDTH, clip_width=CLIP_WIDTH)
+    autoencoder). Returns (clip_tok, t5_tok, clip, t5)."""
+    encoders = build_text_encoders(tokenizers, out, t5_width=T5_WIDTH, clip_width=CLIP_WIDTH)
     # diffusers' FluxPipeline pads CLIP's ids to the tokenizer's model_max_length, which the
     # fixture leaves unset; titan pads to max_position_embeddings, 77.
     for folder in ("tokenizer", "tokenizer_2"):
@@ -165,6 +232,7 @@ def write_untrained_parts(tokenizers, out, seed):
     FluxTransformer2DModel(**TRANSFORMER).save_pretrained(out / "transformer")
     FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0,
                                     use_dynamic_shifting=False).save_pretrained(out / "scheduler")
+    return encoders
 
 
 def main():
@@ -176,6 +244,12 @@ def main():
     parser.add_argument("--size", type=int, default=64, help="the shapes' side in pixels (make_shapes.py's --size)")
     parser.add_argument("--steps", type=int, default=4000, help="the autoencoder's training steps")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--vae-from", type=Path, default=None,
+                        help="a folder this script wrote: its vae/ is copied instead of training one")
+    parser.add_argument("--text-steps", type=int, default=1000,
+                        help="the text encoders' training steps (64 captions each)")
+    parser.add_argument("--t5-length", type=int, default=32,
+                        help="T5's tokens per caption, as `titan flux encode --t5-length` will pad them")
     parser.add_argument("--train-images", type=int, default=2048)
     parser.add_argument("--check-images", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
@@ -183,6 +257,7 @@ def main():
                         help="PyTorch threads (more than 1 is slower on a busy 2-core machine: measured 20x)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    args.out = args.out.resolve()  # the tokenizer fixtures are made from their own folder
     start = time.time()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=args.out.name + ".", dir=args.out.parent))

@@ -65,12 +65,18 @@ def caption_of(colour: str, shape: str, position: str, background: str) -> str:
     return f"{article(colour)} {colour} {shape} {where} on {article(background)} {background} background"
 
 
-def draw(rng: np.random.Generator, size: int):
+def draw_attributes(rng: np.random.Generator):
+    """A caption's (colour, shape, position, background), drawn as draw() draws them."""
     names = list(COLOURS)
     colour = names[rng.integers(len(names))]
     background = [n for n in names if n != colour][rng.integers(len(names) - 1)]
     shape = SHAPES[rng.integers(len(SHAPES))]
     position = list(POSITIONS)[rng.integers(len(POSITIONS))]
+    return colour, shape, position, background
+
+
+def draw(rng: np.random.Generator, size: int):
+    colour, shape, position, background = draw_attributes(rng)
     cx, cy = (np.array(POSITIONS[position]) + rng.uniform(-0.03, 0.03, 2)) * size
     r = size * rng.uniform(0.16, 0.2)
     img = Image.new("RGB", (size, size), COLOURS[background])
