@@ -246,7 +246,7 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vae-from", type=Path, default=None,
                         help="a folder this script wrote: its vae/ is copied instead of training one")
-    parser.add_argument("--text-steps", type=int, default=1000,
+    parser.add_argument("--text-steps", type=int, default=1500,
                         help="the text encoders' training steps (64 captions each)")
     parser.add_argument("--t5-length", type=int, default=32,
                         help="T5's tokens per caption, as `titan flux encode --t5-length` will pad them")
