@@ -17,8 +17,6 @@ Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(
 Progress goes to stderr.
 """
 import contextlib
-import gc
-import json
 import os
 import statistics
 import sys
@@ -92,30 +90,9 @@ def run_variant(c, variant, request, torch):
 
 def main():
     sys.path.insert(0, HERE)
-    from torch_reference import environment, start_torch
+    from torch_reference import diffusers_main
 
-    request, torch = start_torch()
-    if torch is None:
-        return 0
-    try:
-        import diffusers
-    except ImportError as e:
-        print(json.dumps({"error": f"cannot import diffusers with {sys.executable}: {e}"}))
-        return 0
-    results = {}
-    for c in request["configs"]:
-        results[c["name"]] = {}
-        for variant in request["variants"]:
-            try:
-                results[c["name"]][variant] = run_variant(c, variant, request, torch)
-            except Exception as e:  # noqa: BLE001 -- inductor raises its own types; the case is reported
-                results[c["name"]][variant] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
-                print(f"torch  {c['name']} [{variant}]: {results[c['name']][variant]['error']}", file=sys.stderr)
-            if variant.startswith("compile"):
-                torch._dynamo.reset()
-            gc.collect()
-    print(json.dumps({**environment(torch), "results": results, "diffusers": diffusers.__version__}))
-    return 0
+    return diffusers_main("configs", run_variant)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ Prints one JSON line on stdout in bench/torch_reference.py's form: {environment(
 {variant: {"seconds" (median call), "first_call_seconds", "impl"} or {"error"}}}, "diffusers"}.
 Progress goes to stderr.
 """
-import gc
-import json
 import statistics
 import sys
 import time
@@ -57,31 +55,9 @@ def run_variant(case, variant, request, torch):
 def main():
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent / "scripts"))
-    from torch_reference import environment, start_torch
+    from torch_reference import diffusers_main
 
-    request, torch = start_torch()
-    if torch is None:
-        return 0
-    try:
-        import diffusers
-    except ImportError as e:
-        print(json.dumps({"error": f"cannot import diffusers with {sys.executable}: {e}"}))
-        return 0
-    results = {}
-    for case in request["cases"]:
-        results[case["name"]] = {}
-        for variant in request["variants"]:
-            try:
-                results[case["name"]][variant] = run_variant(case, variant, request, torch)
-            except Exception as e:  # noqa: BLE001 -- inductor raises its own types; the case is reported
-                results[case["name"]][variant] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
-                print(f"torch  {case['name']} [{variant}]: {results[case['name']][variant]['error']}",
-                      file=sys.stderr)
-            if variant.startswith("compile"):
-                torch._dynamo.reset()
-            gc.collect()
-    print(json.dumps({**environment(torch), "results": results, "diffusers": diffusers.__version__}))
-    return 0
+    return diffusers_main("cases", run_variant)
 
 
 if __name__ == "__main__":

@@ -340,6 +340,35 @@ def environment(torch):
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
 
 
+def diffusers_main(cases_key, run_variant):
+    """The main of a bench script that times diffusers: each of request[cases_key] under every
+    request["variants"] by run_variant(case, variant, request, torch), an error reported per case,
+    torch.compile's caches dropped after each compiled variant; prints the reply line."""
+    request, torch = start_torch()
+    if torch is None:
+        return 0
+    try:
+        import diffusers
+    except ImportError as e:
+        print(json.dumps({"error": f"cannot import diffusers with {sys.executable}: {e}"}))
+        return 0
+    results = {}
+    for case in request[cases_key]:
+        results[case["name"]] = {}
+        for variant in request["variants"]:
+            try:
+                results[case["name"]][variant] = run_variant(case, variant, request, torch)
+            except Exception as e:  # noqa: BLE001 -- inductor raises its own types; the case is reported
+                results[case["name"]][variant] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                print(f"torch  {case['name']} [{variant}]: {results[case['name']][variant]['error']}",
+                      file=sys.stderr)
+            if variant.startswith("compile"):
+                torch._dynamo.reset()
+            gc.collect()
+    print(json.dumps({**environment(torch), "results": results, "diffusers": diffusers.__version__}))
+    return 0
+
+
 def main():
     request, torch = start_torch()
     if torch is None:

@@ -18,15 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Rank 0's values on every rank.
-std::vector<double> from_rank_0(std::vector<double> v) {
-  dist::ProcessGroup& world = dist::world();
-  const auto n = static_cast<int64_t>(world.all_reduce(static_cast<double>(v.size()), dist::ReduceOp::max));
-  v.resize(static_cast<size_t>(n), 0.0);
-  for (double& x : v) x = world.all_reduce(world.rank() == 0 ? x : 0.0, dist::ReduceOp::sum);
-  return v;
-}
-
 TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
@@ -51,14 +42,7 @@ TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
                             "--metrics.enable_jsonl=false", "--metrics.peak_flops=1e11",
                             "--job.dump_folder=" + (dir / out).string()});
   };
-  TrainResult one;
-  if (world.rank() == 0) {
-    std::ostringstream log;
-    one = Trainer(config(1, "one"), log, dist::ProcessGroup::single()).train();
-  }
-  std::vector<double> one_validation;
-  for (const ValidationMetrics& v : one.validations) one_validation.push_back(v.loss);
-  const std::vector<double> want = from_rank_0(one.losses), want_validation = from_rank_0(one_validation);
+  const testing::OneRankReference want = testing::one_rank_run(config(1, "one"));
 
   std::ostringstream log;
   const TrainResult all = Trainer(config(n, "all"), log, world).train();
@@ -66,17 +50,8 @@ TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
   if (world.rank() == 0) {
     EXPECT_NE(log.str().find("dp_shard " + std::to_string(n)), std::string::npos) << log.str();
   }
-  ASSERT_EQ(all.losses.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(all.losses[i] - want[i]) / want[i]);
-    EXPECT_NEAR(all.losses[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
-  }
-  ASSERT_EQ(all.validations.size(), want_validation.size());
-  for (size_t i = 0; i < want_validation.size(); ++i) {
-    worst = std::max(worst, std::abs(all.validations[i].loss - want_validation[i]) / want_validation[i]);
-    EXPECT_NEAR(all.validations[i].loss, want_validation[i], 1e-5 * want_validation[i]) << "validation " << i;
-  }
+  const double worst = std::max(testing::expect_one_rank_figures(all, want, "flux-tiny, FSDP"),
+                                testing::expect_one_rank_validation(all, want, "flux-tiny, FSDP"));
   if (world.rank() == 0)
     std::cout << "flux-tiny FSDP on " << n << " ranks vs 1: largest relative loss difference " << worst << "\n";
 }

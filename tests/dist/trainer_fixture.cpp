@@ -96,20 +96,24 @@ OneRankReference one_rank_reference(const std::vector<std::string>& overrides, c
   std::vector<std::string> key = overrides;
   key.push_back(config);
   if (auto it = trained.find(key); it != trained.end()) return it->second;
+  std::vector<std::string> o = overrides;
+  o.push_back(local_batch(1));
+  OneRankReference reference = one_rank_run(small_config(o, config));
+  trained.emplace(std::move(key), reference);
+  return reference;
+}
+
+OneRankReference one_rank_run(const JobConfig& cfg) {
   TrainResult one;
   if (dist::world().rank() == 0) {
-    std::vector<std::string> o = overrides;
-    o.push_back(local_batch(1));
     std::ostringstream log;
-    one = Trainer(small_config(o, config), log, dist::ProcessGroup::single()).train();
+    one = Trainer(cfg, log, dist::ProcessGroup::single()).train();
   }
   std::vector<double> validation_losses;
   for (const ValidationMetrics& v : one.validations) validation_losses.push_back(v.loss);
-  OneRankReference reference{.losses = from_rank_0(one.losses),
-                              .grad_norms = from_rank_0(one.grad_norms),
-                              .validation_losses = from_rank_0(validation_losses)};
-  trained.emplace(std::move(key), reference);
-  return reference;
+  return {.losses = from_rank_0(one.losses),
+          .grad_norms = from_rank_0(one.grad_norms),
+          .validation_losses = from_rank_0(validation_losses)};
 }
 
 double expect_one_rank_figures(const TrainResult& got, const OneRankReference& want, const std::string& what) {
@@ -119,6 +123,17 @@ double expect_one_rank_figures(const TrainResult& got, const OneRankReference& w
     worst = std::max(worst, std::abs(got.losses[i] - want.losses[i]) / want.losses[i]);
     EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << ", step " << i + 1;
     EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], 1e-4 * want.grad_norms[i]) << what << ", step " << i + 1;
+  }
+  return worst;
+}
+
+double expect_one_rank_validation(const TrainResult& got, const OneRankReference& want, const std::string& what) {
+  EXPECT_EQ(got.validations.size(), want.validation_losses.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.validations.size(), want.validation_losses.size()); ++i) {
+    const double w = want.validation_losses[i];
+    worst = std::max(worst, std::abs(got.validations[i].loss - w) / w);
+    EXPECT_NEAR(got.validations[i].loss, w, 1e-5 * w) << what << ", validation " << i;
   }
   return worst;
 }

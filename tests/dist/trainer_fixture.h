@@ -42,6 +42,8 @@ struct OneRankReference {
   std::vector<double> validation_losses;
 };
 OneRankReference one_rank_reference(const std::vector<std::string>& overrides, const std::string& config);
+// The same for any job: rank 0 trains `cfg` alone (its world one process), every rank gets the figures.
+OneRankReference one_rank_run(const JobConfig& cfg);
 
 // a followed by b.
 std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b);
@@ -64,6 +66,8 @@ struct ResumeAcrossLayouts {
 // Expects `got`'s losses within 1e-5 and gradient norms within 1e-4 (relative) of `want`'s at
 // every step, naming `what`; returns the largest relative loss difference.
 double expect_one_rank_figures(const TrainResult& got, const OneRankReference& want, const std::string& what);
+// The same for the validation losses (within 1e-5); returns the largest relative difference.
+double expect_one_rank_validation(const TrainResult& got, const OneRankReference& want, const std::string& what);
 
 // The largest elementwise difference of a and b over a's largest magnitude.
 double relative_difference(const Tensor& a, const Tensor& b);
