@@ -80,7 +80,8 @@ ASAN_SKIP_TESTS := \
   GraphTrainCustomKernels\.MatchesEagerOverTwentyStepsOnAndOff \
   Resume\.(KillsAtRandomMoments|DamagedOrForeign|ModelOnlyExportInBf16|FinalSaveInHf|KeepsTheLatestK|HfFolderOfAnotherModel|KilledDuringASave) \
   GenerateCommand\.(WithoutATokenizerOnlyIdsAreTaken|PrintsTheContinuationAndTokensPerSecond) \
-  DryRun\.StartUpHoldsThisRanksShareOnly
+  DryRun\.StartUpHoldsThisRanksShareOnly \
+  FluxTrain\.GraphModeMatchesEagerCompilesOnceAndResumes
 empty :=
 space := $(empty) $(empty)
 ASAN_SKIP ?= $(subst $(space),|,$(strip $(ASAN_SKIP_TESTS)))
