@@ -12,8 +12,8 @@
 //              tokens, batch 2
 // Graph mode twice: the blocks as two loops (compile.scan_layers = true, the default) and unrolled
 // (false).
-// --quick: flux-tiny only, fewer steps; --no-graph: eager only. Figures are samples/s (batch / median
-// step time).
+// --quick: flux-tiny only; --no-graph: eager only; --steps=N: timed steps a case (default 10: with 3,
+// runs on a shared host moved by 15-25%). Figures are samples/s (batch / median step time).
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -158,8 +158,14 @@ std::string case_name(const Config& c, bool bf16, Mode mode = Mode::eager) {
 int main(int argc, char** argv) {
   bench::use_this_cpus_blas_kernels(argv);
   bool quick = false, graph = true;
+  int steps = 10;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]).starts_with("--steps=")) {
+      steps = std::stoi(std::string(argv[i]).substr(8));
+      TITAN_CHECK(steps > 0, "bench_flux_train_step: --steps must be positive, got ", argv[i]);
+      continue;
+    }
     if (std::string(argv[i]) == "--quick") {
       quick = true;
       continue;
@@ -174,7 +180,7 @@ int main(int argc, char** argv) {
   const std::vector<Config> configs =
       quick ? std::vector<Config>{tiny()} : std::vector<Config>{tiny(), mid()};
   // A step takes from tens of milliseconds to seconds: one warm-up step, then each repetition one step.
-  const bench::Plan plan{.reps = quick ? 3 : 5, .min_time = 0.001, .warmup = 0.001};
+  const bench::Plan plan{.reps = steps, .min_time = 0.001, .warmup = 0.001};
 
   for (const Config& c : configs)
     for (const bool b : bf16 ? std::vector<bool>{false, true} : std::vector<bool>{false})

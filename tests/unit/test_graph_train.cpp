@@ -236,10 +236,38 @@ TEST(GraphTrain, PluginOptionValuesAreCheckedWhereTheyAreParsed) {
   EXPECT_EQ(std::get<int64_t>(ok.client_options[0].value), 4);
 }
 
+TEST(GraphTrain, XlaOptionsAreTypedAndTheirNamesChecked) {
+  const std::vector<graph::pjrt::XlaOption> o = graph::parse_xla_options(
+      "xla_a=512, xla_b=true,xla_c=0.25,xla_d=text,xla_gpu_enable_command_buffer=FUSION,CUBLAS,xla_e=", "k");
+  ASSERT_EQ(o.size(), 6u);
+  EXPECT_EQ(std::get<int64_t>(o[0].value), 512);
+  EXPECT_EQ(o[1].name, "xla_b");
+  EXPECT_TRUE(std::get<bool>(o[1].value));
+  EXPECT_EQ(std::get<double>(o[2].value), 0.25);
+  EXPECT_EQ(std::get<std::string>(o[3].value), "text");
+  // A list value keeps its commas; an empty value is the empty string.
+  EXPECT_EQ(std::get<std::string>(o[4].value), "FUSION,CUBLAS");
+  EXPECT_EQ(std::get<std::string>(o[5].value), "");
+  EXPECT_TRUE(graph::parse_xla_options("", "k").empty());
+  EXPECT_TITAN_ERROR(graph::parse_xla_options("cpu_device_count=1", "compile.xla_options"),
+                     "compile.xla_options: 'cpu_device_count' is not one of XLA's options");
+  EXPECT_TITAN_ERROR(graph::parse_xla_options("FUSION,xla_a=1", "--xla-options"),
+                     "--xla-options: item 'FUSION' is not name=value");
+  EXPECT_TITAN_ERROR(graph::parse_xla_options("xla_a=99999999999999999999", "k"), "out of the range");
+}
+
+// compile.xla_options reaches the step's compilation: an option XLA does not know fails it.
+TEST(GraphTrain, XlaOptionsReachTheStepsCompilation) {
+  EXPECT_TITAN_ERROR(run(small_config(with(kGraph, {"--compile.xla_options=xla_no_such_option=true"}))),
+                     "No such compile option: 'xla_no_such_option'");
+}
+
 TEST(GraphTrain, PluginKeysOutsideGraphModeAreRefused) {
   EXPECT_TITAN_ERROR(small_config({"--compile.plugin=cuda"}), "compile.plugin", "read only in graph mode");
   EXPECT_TITAN_ERROR(small_config({"--compile.plugin_options=cpu_device_count=1"}), "compile.plugin_options",
                      "read only in graph mode");
+  EXPECT_TITAN_ERROR(small_config({"--compile.xla_options=xla_cpu_prefer_vector_width=512"}),
+                     "compile.xla_options", "read only in graph mode");
 }
 
 // Graph mode splits its step over dp_replicate, dp_shard and tp (test_graph_parallel.cpp); the

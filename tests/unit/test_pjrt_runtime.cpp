@@ -151,18 +151,54 @@ TEST(PjrtRuntime, CpuDeviceCountOptionIsHonoured) {
 }
 
 TEST(PjrtRuntime, CompileOptionsForOneReplicaAndPartition) {
-  EXPECT_EQ(graph::pjrt::compile_options_proto({}), std::string("\x1a\x04\x20\x01\x28\x01", 6));
-  // A flag is one env_option_overrides entry: {key (1): name, value (2): {bool_field (2)}}.
-  EXPECT_EQ(graph::pjrt::compile_options_proto({.flags = {{"xla_allow_excess_precision", false}}}),
-            std::string("\x1a\x04\x20\x01\x28\x01\x3a\x20\x0a\x1a", 10) + "xla_allow_excess_precision" +
+  const std::string one("\x1a\x04\x20\x01\x28\x01", 6);
+  EXPECT_EQ(graph::pjrt::compile_options_proto({}), one);
+  // An option is one env_option_overrides entry: {key (1): name, value (2): {bool_field (2)}}.
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.options = {{"xla_allow_excess_precision", false}}}),
+            one + std::string("\x3a\x20\x0a\x1a", 4) + "xla_allow_excess_precision" +
                 std::string("\x12\x02\x10\x00", 4));
-  // A string flag's value is its string_field (1).
-  EXPECT_EQ(graph::pjrt::compile_options_proto({.string_flags = {{"xla_dump_to", "/d"}}}),
-            std::string("\x1a\x04\x20\x01\x28\x01\x3a\x13\x0a\x0b", 10) + "xla_dump_to" +
-                std::string("\x12\x04\x0a\x02", 4) + "/d");
+  // A string's value is its string_field (1).
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.options = {{"xla_dump_to", std::string("/d")}}}),
+            one + std::string("\x3a\x13\x0a\x0b", 4) + "xla_dump_to" + std::string("\x12\x04\x0a\x02", 4) + "/d");
+  // An integer is int_field (3), a varint (512: 80 04; -1: ten bytes of two's complement).
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.options = {{"xla_a", int64_t{512}}}}),
+            one + std::string("\x3a\x0c\x0a\x05", 4) + "xla_a" + std::string("\x12\x03\x18\x80\x04", 5));
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.options = {{"xla_a", int64_t{-1}}}}),
+            one + std::string("\x3a\x14\x0a\x05", 4) + "xla_a" + std::string("\x12\x0b\x18", 3) +
+                std::string(9, '\xff') + std::string("\x01", 1));
+  // A double is double_field (4), eight little-endian bytes (0.5: 3fe0000000000000).
+  EXPECT_EQ(graph::pjrt::compile_options_proto({.options = {{"xla_a", 0.5}}}),
+            one + std::string("\x3a\x12\x0a\x05", 4) + "xla_a" + std::string("\x12\x09\x21", 3) +
+                std::string(6, '\0') + std::string("\xe0\x3f", 2));
   // Values of 128 and over take two varint bytes, and the nested length follows.
   EXPECT_EQ(graph::pjrt::compile_options_proto({.num_replicas = 1, .num_partitions = 300}),
             std::string("\x1a\x05\x20\x01\x28\xac\x02", 7));
+}
+
+// XLA's options reach the compilation: ones it knows change nothing in the results; a name it does
+// not know, or a value of the wrong type, is its error, not a silently ignored key.
+TEST(PjrtRuntime, XlaOptionsReachTheCompilation) {
+  const std::string module = R"(module @m {
+  func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.multiply %a, %a : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+})";
+  graph::Runner tuned({.plugin = "cpu",
+                       .client_options = {{"cpu_device_count", int64_t{1}}},
+                       .xla_options = graph::parse_xla_options("xla_cpu_prefer_vector_width=512,xla_cpu_enable_fast_math=false",
+                                                               "compile.xla_options")});
+  const graph::Runner::Compiled c = tuned.compile(module);
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, -4}, {4});
+  graph::pjrt::Buffer in = tuned.upload(x);
+  std::vector<graph::pjrt::Buffer> out = c.executable->execute({&in});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(tuned.download(out[0]).to_vector<float>(), (std::vector<float>{1, 4, 9, 16}));
+  graph::Runner unknown({.plugin = "cpu", .xla_options = {{"xla_no_such_option", true}}});
+  EXPECT_TITAN_ERROR(unknown.compile(module), "No such compile option: 'xla_no_such_option'");
+  graph::Runner mistyped({.plugin = "cpu", .xla_options = {{"xla_cpu_prefer_vector_width", true}}});
+  EXPECT_TITAN_ERROR(mistyped.compile(module), "While setting option xla_cpu_prefer_vector_width",
+                     "not a valid int32 value");
 }
 
 TEST(PjrtRuntime, ReadsMainParameters) {

@@ -52,6 +52,7 @@ constexpr const char* kGenerateUsage =
     "                        (the KV cache stays on its device) and gives the same tokens\n"
     "  --plugin NAME         graph mode's plugin: cpu (default), cuda, tpu or a path to one\n"
     "  --plugin-options TEXT its client options, \"a=1,b=true\" (as compile.plugin_options)\n"
+    "  --xla-options TEXT    XLA's options, \"xla_a=1,xla_b=true\" (as compile.xla_options)\n"
     "  --precision P         float32 (default) or bfloat16: the products' operands (autocast,\n"
     "                        as training.mixed_precision_param); the weights stay as loaded\n"
     "Generation stops at an eos: the tokenizer's, and for a Hugging Face model (or its\n"
@@ -64,7 +65,7 @@ struct Options {
   bool has_prompt = false;
   std::optional<std::vector<int64_t>> prompt_ids;
   std::optional<std::string> tokenizer;
-  std::string mode = "eager", plugin = "cpu", plugin_options, precision = "float32";
+  std::string mode = "eager", plugin = "cpu", plugin_options, xla_options, precision = "float32";
   bool has_plugin = false;
   bool has_max_new_tokens = false;  // the default may exceed a small model's context; it stops there
   rl::GenerateOptions generate = {.max_new_tokens = 64,
@@ -136,6 +137,9 @@ Options parse(const std::vector<std::string>& args) {
     } else if (a == "--plugin-options") {
       o.plugin_options = value(i);
       o.has_plugin = true;
+    } else if (a == "--xla-options") {
+      o.xla_options = value(i);
+      o.has_plugin = true;
     } else if (a == "--precision") {
       o.precision = value(i);
     } else {
@@ -152,7 +156,7 @@ Options parse(const std::vector<std::string>& args) {
   TITAN_CHECK(o.mode == "eager" || o.mode == "graph", "titan generate: --mode must be eager or graph, got '", o.mode,
               "'");
   TITAN_CHECK(o.mode == "graph" || !o.has_plugin,
-              "titan generate: --plugin and --plugin-options are read only in graph mode; add --mode graph");
+              "titan generate: --plugin, --plugin-options and --xla-options are read only in graph mode; add --mode graph");
   TITAN_CHECK(o.precision == "float32" || o.precision == "bfloat16",
               "titan generate: --precision must be float32 or bfloat16, got '", o.precision, "'");
   TITAN_CHECK(o.mode == "graph" || o.precision == "float32" || !kernels::cpu::onednn_bf16_isa().empty(),
@@ -237,12 +241,11 @@ int generate_command(const std::vector<std::string>& args) {
   }
   const AutocastGuard precision(o.precision == "bfloat16" ? kBF16 : kF32);
   std::unique_ptr<rl::Decoder> decoder;
-  if (o.mode == "graph")
-    decoder = std::make_unique<rl::GraphDecoder>(
-        *model,
-        rl::GraphDecoderOptions{.runtime = graph::parse_runtime_options(o.plugin, o.plugin_options, "--plugin-options")},
-        &std::cerr);
-  else
+  if (o.mode == "graph") {
+    graph::RuntimeOptions runtime = graph::parse_runtime_options(o.plugin, o.plugin_options, "--plugin-options");
+    runtime.xla_options = graph::parse_xla_options(o.xla_options, "--xla-options");
+    decoder = std::make_unique<rl::GraphDecoder>(*model, rl::GraphDecoderOptions{.runtime = runtime}, &std::cerr);
+  } else
     decoder = std::make_unique<rl::EagerDecoder>(*model);
   rl::GenerateResult r = rl::generate(*decoder, prompt, o.generate);
 

@@ -10,49 +10,91 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "titan/core/config_schema.h"
 
 namespace titan::graph {
 
-RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key) {
-  RuntimeOptions out{.plugin = plugin};
-  std::istringstream in(options);
+namespace {
+
+// An option's value typed as an integer, a boolean, a decimal (float for the client's options, as
+// the plugins read them, double for XLA's) or else a string; errors name `key` and the option.
+template <class Value>
+Value typed_value(const std::string& name, const std::string& value, const std::string& key) {
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(value.c_str(), &end, 10);
+  if (!value.empty() && *end == '\0') {
+    config::require(errno != ERANGE, key, ": option '", name, "' = ", value,
+                    " is out of the range of a 64-bit integer");
+    return static_cast<int64_t>(i);
+  }
+  if (value == "true" || value == "false") return value == "true";
+  if (const double d = std::strtod(value.c_str(), &end); !value.empty() && *end == '\0') {
+    if constexpr (std::is_same_v<Value, decltype(pjrt::ClientOption::value)>) return static_cast<float>(d);
+    else return d;
+  }
+  return value;
+}
+
+// The comma-separated items of `text`, trimmed; empty items dropped.
+std::vector<std::string> items_of(const std::string& text) {
+  std::vector<std::string> items;
+  std::istringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
     const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
-    if (b == std::string::npos) continue;
-    item = item.substr(b, e - b + 1);
+    if (b != std::string::npos) items.push_back(item.substr(b, e - b + 1));
+  }
+  return items;
+}
+
+}  // namespace
+
+RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key) {
+  RuntimeOptions out{.plugin = plugin};
+  for (const std::string& item : items_of(options)) {
     const size_t eq = item.find('=');
     config::require(eq != std::string::npos && eq > 0, key, ": item '", item,
                     "' is not name=value; write e.g. \"cpu_device_count=1\"");
     const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
     config::require(!value.empty(), key, ": option '", name, "' has no value");
-    char* end = nullptr;
-    errno = 0;
-    const long long i = std::strtoll(value.c_str(), &end, 10);
-    const bool integer = *end == '\0';
-    config::require(!integer || errno != ERANGE, key, ": option '", name, "' = ", value,
-                    " is out of the range of a 64-bit integer");
+    pjrt::ClientOption option{name, typed_value<decltype(pjrt::ClientOption::value)>(name, value, key)};
     // The CPU plugin makes this many devices; a count below one would reach it as a size.
-    config::require(name != "cpu_device_count" || (integer && i >= 1), key,
-                    ": option 'cpu_device_count' = ", value,
-                    " is not a whole number >= 1; give the number of CPU devices, e.g. cpu_device_count=4");
-    if (integer) {
-      out.client_options.push_back({name, static_cast<int64_t>(i)});
-    } else if (value == "true" || value == "false") {
-      out.client_options.push_back({name, value == "true"});
-    } else if (const float f = std::strtof(value.c_str(), &end); *end == '\0') {
-      out.client_options.push_back({name, f});
-    } else {
-      out.client_options.push_back({name, value});
-    }
+    const auto* count = std::get_if<int64_t>(&option.value);
+    config::require(name != "cpu_device_count" || (count && *count >= 1), key, ": option 'cpu_device_count' = ",
+                    value, " is not a whole number >= 1; give the number of CPU devices, e.g. cpu_device_count=4");
+    out.client_options.push_back(std::move(option));
   }
   return out;
 }
 
+std::vector<pjrt::XlaOption> parse_xla_options(const std::string& text, const std::string& key) {
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const std::string& item : items_of(text)) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      config::require(!named.empty(), key, ": item '", item,
+                      "' is not name=value; write e.g. \"xla_cpu_prefer_vector_width=512\"");
+      named.back().second += "," + item;
+      continue;
+    }
+    const std::string name = item.substr(0, eq);
+    config::require(name.starts_with("xla_") && name.find(' ') == std::string::npos, key, ": '", name,
+                    "' is not one of XLA's options, whose names start with xla_ (e.g. "
+                    "xla_cpu_prefer_vector_width, xla_gpu_enable_command_buffer)");
+    named.emplace_back(name, item.substr(eq + 1));
+  }
+  std::vector<pjrt::XlaOption> out;
+  for (const auto& [name, value] : named)
+    out.push_back({name, typed_value<decltype(pjrt::XlaOption::value)>(name, value, key)});
+  return out;
+}
+
 Runner::Runner(const RuntimeOptions& options)
-    : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options, options.store)) {}
+    : client_(pjrt::Client::create(pjrt::Plugin::load(options.plugin), options.client_options, options.store)),
+      xla_options_(options.xla_options) {}
 
 Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device) {
   if (sharding.replicated()) return host;
@@ -138,11 +180,12 @@ Runner::Compiled Runner::compile(const std::string& module_text, int64_t partiti
                          // Casts round as eager's do: by default XLA may drop a round trip through a
                          // narrower type (f32 -> bf16 -> f32), and its GPU backend does
                          // (GraphCore.CastsRoundTrip was 1.4e-3 off on an H200).
-                         .flags = {{"xla_allow_excess_precision", false}}};
+                         .options = {{"xla_allow_excess_precision", false}}};
+  spec.options.insert(spec.options.end(), xla_options_.begin(), xla_options_.end());
   if (keep_optimized_text) {
     dump.emplace();
-    spec.flags.push_back({"xla_dump_hlo_as_text", true});
-    spec.string_flags.push_back({"xla_dump_to", dump->dir.string()});
+    spec.options.push_back({"xla_dump_hlo_as_text", true});
+    spec.options.push_back({"xla_dump_to", dump->dir.string()});
   }
   // Compiled before it is cached: a program that fails to compile leaves no entry.
   auto executable = std::make_unique<pjrt::Executable>(client_.compile(module_text, spec));

@@ -11,13 +11,17 @@
 #include "titan/core/tensor.h"
 #include "titan/graph/ir/program.h"
 #include "titan/graph/pjrt/client.h"
+#include "titan/graph/pjrt/compile_options.h"
 
 namespace titan::graph {
 
-// Which plugin and how to create its client (the [compile] keys `plugin` and `plugin_options`).
+// Which plugin, how to create its client and how to compile for it (the [compile] keys `plugin`,
+// `plugin_options` and `xla_options`).
 struct RuntimeOptions {
   std::string plugin = "cpu";
   std::vector<pjrt::ClientOption> client_options = {};
+  // Every compilation's XLA options, after titan's own (so that these win over them).
+  std::vector<pjrt::XlaOption> xla_options = {};
   // Where the client spans several processes: the store they exchange their topology through
   // (Client::create).
   std::shared_ptr<KeyValueStore> store = {};
@@ -28,6 +32,12 @@ struct RuntimeOptions {
 // `key`.
 RuntimeOptions parse_runtime_options(const std::string& plugin, const std::string& options, const std::string& key);
 
+// XLA's options written as "xla_a=1,xla_b=true,xla_c=0.5,xla_d=text" (typed as client options are;
+// `name=` gives the empty string). An item without '=' continues the previous value, so that a list
+// value keeps its commas ("xla_gpu_enable_command_buffer=FUSION,CUBLAS"). Every name must start
+// with xla_, as DebugOptions' fields do; a malformed item is an error naming `key`. Whether XLA
+// knows a name and its type is the plugin's to say, when it compiles.
+std::vector<pjrt::XlaOption> parse_xla_options(const std::string& text, const std::string& key);
 // The piece of `host` that device `device` holds under `sharding` (all of it when replicated), and
 // the pieces of all devices, in device order, put back together.
 Tensor shard_of(const Tensor& host, const Sharding& sharding, int64_t device);
@@ -62,6 +72,7 @@ class Runner {
 
  private:
   pjrt::Client client_;
+  std::vector<pjrt::XlaOption> xla_options_;
   int64_t compiles_ = 0;
   std::unordered_map<std::string, std::unique_ptr<pjrt::Executable>> cache_;
 };

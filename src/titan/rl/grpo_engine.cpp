@@ -155,13 +155,13 @@ class GrpoStep : public train::StepEngine {
       }
     }
     if (generator_copy_) pull_weights(*generator_copy_);
-    if (g_.generator == "graph")
+    if (g_.generator == "graph") {
+      graph::RuntimeOptions runtime =
+          graph::parse_runtime_options(cfg_.compile.plugin, cfg_.compile.plugin_options, "compile.plugin_options");
+      runtime.xla_options = graph::parse_xla_options(cfg_.compile.xla_options, "compile.xla_options");
       graph_decoder_ = std::make_unique<GraphDecoder>(
-          generator(),
-          GraphDecoderOptions{.runtime = graph::parse_runtime_options(
-                                  cfg_.compile.plugin, cfg_.compile.plugin_options, "compile.plugin_options"),
-                              .custom_kernels = cfg_.compile.custom_kernels},
-          &log_);
+          generator(), GraphDecoderOptions{.runtime = runtime, .custom_kernels = cfg_.compile.custom_kernels}, &log_);
+    }
     log_ << "titan: grpo: " << prompts_.size() << " prompts (" << g_.prompts_path << "), "
          << g_.prompts_per_step << " a step x " << g_.group_size << " completions of up to "
          << g_.max_new_tokens << " tokens at temperature " << g_.temperature << "; reward "

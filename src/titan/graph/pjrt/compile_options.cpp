@@ -1,5 +1,6 @@
 #include "titan/graph/pjrt/compile_options.h"
 
+#include <bit>
 #include <cstdint>
 
 #include "titan/core/error.h"
@@ -8,7 +9,7 @@ namespace titan::graph::pjrt {
 namespace {
 
 // Protocol buffers' wire format: a field is a varint key (number << 3 | wire type) and its value.
-constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2;
 
 void put_varint(std::string& out, uint64_t value) {
   while (value >= 0x80) {
@@ -41,31 +42,36 @@ std::string compile_options_proto(const CompileSpec& spec) {
   put_key(proto, 3, kLengthDelimited);
   put_varint(proto, build_options.size());
   proto += build_options;
-  // One map entry: the flag's name and its OptionOverrideProto.
-  const auto put_flag = [&](const std::string& name, const std::string& override_proto) {
-    TITAN_CHECK(!name.empty(), "CompileSpec: a flag without a name");
+  for (const XlaOption& option : spec.options) {
+    TITAN_CHECK(!option.name.empty(), "CompileSpec: an XLA option without a name");
+    std::string value;  // its OptionOverrideProto
+    if (const auto* b = std::get_if<bool>(&option.value)) {
+      put_key(value, 2, kVarint);
+      put_varint(value, *b ? 1 : 0);
+    } else if (const auto* i = std::get_if<int64_t>(&option.value)) {
+      put_key(value, 3, kVarint);
+      put_varint(value, static_cast<uint64_t>(*i));  // an int64 varint: negatives in two's complement
+    } else if (const auto* d = std::get_if<double>(&option.value)) {
+      put_key(value, 4, kFixed64);
+      for (uint64_t bits = std::bit_cast<uint64_t>(*d), k = 0; k < 8; ++k, bits >>= 8)
+        value.push_back(static_cast<char>(bits & 0xff));
+    } else {
+      const std::string& text = std::get<std::string>(option.value);
+      put_key(value, 1, kLengthDelimited);
+      put_varint(value, text.size());
+      value += text;
+    }
+    // One map entry: {key (1): the name, value (2): the OptionOverrideProto}.
     std::string entry;
     put_key(entry, 1, kLengthDelimited);
-    put_varint(entry, name.size());
-    entry += name;
+    put_varint(entry, option.name.size());
+    entry += option.name;
     put_key(entry, 2, kLengthDelimited);
-    put_varint(entry, override_proto.size());
-    entry += override_proto;
+    put_varint(entry, value.size());
+    entry += value;
     put_key(proto, 7, kLengthDelimited);
     put_varint(proto, entry.size());
     proto += entry;
-  };
-  for (const auto& [name, value] : spec.flags) {
-    std::string o;
-    put_key(o, 2, kVarint);
-    put_varint(o, value ? 1 : 0);
-    put_flag(name, o);
-  }
-  for (const auto& [name, value] : spec.string_flags) {
-    std::string o;
-    put_key(o, 1, kLengthDelimited);
-    put_varint(o, value.size());
-    put_flag(name, o + value);
   }
   return proto;
 }

@@ -10,6 +10,9 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
            "graph mode's PJRT plugin: cpu, cuda, tpu, or the path of a plugin .so")
       .add("plugin_options", &CompileConfig::plugin_options, {},
            "the plugin's client options as name=value pairs separated by commas, e.g. cpu_device_count=1")
+      .add("xla_options", &CompileConfig::xla_options, {},
+           "XLA's options for every compilation, name=value pairs separated by commas, e.g. "
+           "xla_cpu_prefer_vector_width=512 (as JAX's compiler_options; the plugin refuses a name it does not know)")
       .add("scan_layers", &CompileConfig::scan_layers, {},
            "graph mode: identical blocks lowered once as a loop (compile time independent of depth; what it keeps "
            "for backward follows [activation_checkpoint]); false: every block recorded")
@@ -28,6 +31,7 @@ void check_graph_keys(const CompileConfig& c, bool graph_decoder, config::Proble
   if (!c.custom_kernels) problems.add("compile.custom_kernels = false is read only in graph mode; " + fix);
   if (c.plugin != "cpu") problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; " + fix);
   if (!c.plugin_options.empty()) problems.add("compile.plugin_options is read only in graph mode; " + fix);
+  if (!c.xla_options.empty()) problems.add("compile.xla_options is read only in graph mode; " + fix);
 }
 
 }  // namespace titan::train

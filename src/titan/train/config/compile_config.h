@@ -14,6 +14,10 @@ struct CompileConfig {
   // The plugin's client options, "name=value" pairs separated by commas (e.g.
   // "cpu_device_count=1"): integers, true/false, decimals, or else strings.
   std::string plugin_options = "";
+  // XLA's options for every compilation, "name=value" items separated by commas (e.g.
+  // "xla_cpu_prefer_vector_width=512"), passed as JAX's compiler_options passes them
+  // (graph::parse_xla_options); they win over titan's defaults.
+  std::string xla_options = "";
   // Identical transformer blocks lowered once, as a loop over their stacked weights
   // (autograd/scan.h): compile time independent of depth; what the loop keeps for backward
   // follows [activation_checkpoint] (train::scan_saves_for).

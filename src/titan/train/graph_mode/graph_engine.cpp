@@ -78,6 +78,7 @@ class GraphMode : public ExecutionMode {
   Layout lay_out(const dist::MeshDegrees& degrees, dist::ProcessGroup world, const JobConfig& c) override {
     graph::RuntimeOptions runtime =
         graph::parse_runtime_options(c.compile.plugin, c.compile.plugin_options, "compile.plugin_options");
+    runtime.xla_options = graph::parse_xla_options(c.compile.xla_options, "compile.xla_options");
     // On the CPU plugin without a device count, as many devices as the degrees name, where the
     // plugin's own default would be one per core.
     bool counted = false;
