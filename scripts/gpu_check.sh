@@ -89,7 +89,7 @@ export TITAN_PYTHON=$py TITAN_JAX_PYTHON=$py
 
 # The CPU plugins' own tests (FFI handlers, the 0.81 plugin, the CPU device-count option) are the
 # CPU suite's; here every other graph test runs its graph side on the GPU.
-filter=${TITAN_GPU_TESTS:-'Pjrt*:Graph*-PjrtFfi*:PjrtRuntime.CpuDeviceCountOptionIsHonoured:PjrtRuntime.BothCpuPluginsGiveTheSameNumbers'}
+filter=${TITAN_GPU_TESTS:-'Pjrt*:Graph*-PjrtFfi*:PjrtRuntime.CpuDeviceCountOptionIsHonoured:PjrtRuntime.BothCpuPluginsGiveTheSameNumbers:PjrtRuntime.XlaOptionsReachTheCompilation'}
 status=0
 # Every test process holds several clients at once (the tests' shared one, each trainer's): none
 # may take 75% of the GPU's memory up front, as the plugin's allocator does by default.
