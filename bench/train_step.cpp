@@ -135,6 +135,10 @@ double linear_gemm_seconds(const Config& c) {
   return seconds;
 }
 
+// --xla_options: XLA's options for graph mode's compilations (compile.xla_options), given to every
+// titan graph round's worker; "" leaves XLA's defaults.
+std::string g_xla_options;
+
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
 // graph: the step is train::GraphStep's (compiled in the first step) instead of train::train_step,
@@ -175,7 +179,9 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
   std::optional<titan::train::GraphStep> graph_step;
   if (graph)
     graph_step.emplace(*model, optimizer, named,
-                       titan::train::GraphStepOptions{.runtime = {.plugin = plugin},
+                       titan::train::GraphStepOptions{.runtime = {.plugin = plugin,
+                                                                  .xla_options = titan::graph::parse_xla_options(
+                                                                      g_xla_options, "--xla_options")},
                                                       .max_norm = kMaxNorm,
                                                       .scan_layers = true,
                                                       .scan_saves = titan::train::scan_saves_for({.mode = ac_mode}),
@@ -237,6 +243,7 @@ json run_titan_round(const Config& c, const std::string& mode, const std::string
                      const std::string& plugin = "cpu") {
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
                         " --worker --mode=" + mode + " --plugin=" + bench::shell_quote(plugin) +
+                        " --xla_options=" + bench::shell_quote(g_xla_options) +
                         " --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
                         " --precision=" + (bf16 ? "bf16" : "f32") + " --warmup=" + std::to_string(warmup) +
                         " --steps=" + std::to_string(steps);
@@ -505,6 +512,7 @@ int worker_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--ac"); !v.empty()) ac = v;
     if (auto v = flag_value(a, "--mode"); !v.empty()) mode = v;
     if (auto v = flag_value(a, "--plugin"); !v.empty()) plugin = v;
+    if (auto v = flag_value(a, "--xla_options"); !v.empty()) g_xla_options = v;
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) bf16 = v == "bf16";
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
@@ -543,6 +551,7 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
                 const std::string& attention) {
   const int threads = titan::num_threads();
   std::cout << bench::machine_summary() << "; load average " << loadavg() << "\n" << std::flush;
+  if (!g_xla_options.empty()) std::cout << "titan graph: XLA options " << g_xla_options << "\n";
   struct DeviceResult {
     const Config* config;
     titan::models::ModelSummary summary;
@@ -703,7 +712,8 @@ int bench_main(int argc, char** argv) {
   // (f32 and bf16), with its share of the measured bf16 GEMM peak. Every round also runs titan's
   // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
   // precision --jax=f32,bf16 names (default both; --jax=none: neither). --custom_kernels=false
-  // runs graph mode with compile.custom_kernels = false (XLA's attention instead of titan's).
+  // runs graph mode with compile.custom_kernels = false (XLA's attention instead of titan's);
+  // --xla_options=TEXT compiles it with XLA's options, as compile.xla_options does.
   // --device=cuda runs the step on that accelerator instead (device_main): titan graph, JAX and
   // torch there, configs S-XL.
   int rounds = 3;
@@ -724,6 +734,7 @@ int bench_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
     if (a == "--custom_kernels=false") graph_mode = "graph_xla";
+    if (auto v = flag_value(a, "--xla_options"); !v.empty()) g_xla_options = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) {
       TITAN_CHECK(v == "f32" || v == "bf16", "bench_train_step: --precision is f32 or bf16, got '", v, "'");
       bf16 = v == "bf16";
@@ -772,6 +783,7 @@ int bench_main(int argc, char** argv) {
   const std::string load_start = loadavg();
   // Before mark_start: over an empty window the share of other processes means nothing.
   std::cout << bench::machine_summary() << "; load average " << load_start << "\n" << std::flush;
+  if (!g_xla_options.empty()) std::cout << "titan graph: XLA options " << g_xla_options << "\n";
   bench::mark_start();
   const titan::DType precision = bf16 ? titan::kBF16 : titan::kF32;
   // The name of the peak that %peak is a share of, for either side: titan's GEMM kernels' rate in

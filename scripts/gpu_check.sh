@@ -10,6 +10,12 @@
 #   TITAN_GPU_TESTS   gtest filter (default: the graph and PJRT tests that need no CPU plugin file)
 #   TITAN_GRAPH_PLUGIN_OPTIONS  the tests' client options (default preallocate=false)
 #   TITAN_GPU_TEST_TIMEOUT, TITAN_GPU_BENCH_TIMEOUT  seconds for each part (default 900, 1800)
+#   TITAN_GPU_XLA_AB  XLA option sets (compile.xla_options) to A/B after the benchmark, separated by
+#                     ';', each a short run of TITAN_GPU_XLA_AB_ARGS; "none" skips it. Default: XLA's
+#                     defaults, then command buffers off, the latency-hiding scheduler on, Triton's
+#                     GEMMs off
+#   TITAN_GPU_XLA_AB_ARGS  bench_train_step flags of each A/B run (default: config L, titan graph in
+#                     both precisions against torch eager, 1 round of 5 steps, no JAX)
 # The CUDA plugin: .pjrt/cuda when present; else the one in TITAN_GPU_PYTHON's jax-cuda13-pjrt
 # (linked there, with its NVIDIA libraries); else the wheels jax-cuda13-pjrt and
 # jax-cuda13-plugin[with-cuda] are downloaded and unpacked into .pjrt/cuda (about 3 GB).
@@ -96,4 +102,16 @@ status=0
 TITAN_GRAPH_PLUGIN=cuda TITAN_GRAPH_PLUGIN_OPTIONS=${TITAN_GRAPH_PLUGIN_OPTIONS:-preallocate=false} timeout "${TITAN_GPU_TEST_TIMEOUT:-900}" "$tests" --gtest_filter="$filter" || status=$?
 echo "gpu_check: tests exited with $status"
 timeout "${TITAN_GPU_BENCH_TIMEOUT:-1800}" "$bench" --device=cuda "$@" || status=$?
+
+ab=${TITAN_GPU_XLA_AB-';xla_gpu_enable_command_buffer=;xla_gpu_enable_latency_hiding_scheduler=true;xla_gpu_enable_triton_gemm=false'}
+if [[ $ab != none ]]; then
+  # An empty set (the default list's first) is XLA's defaults.
+  IFS=';' read -r -a sets <<<"$ab"
+  for set in "${sets[@]}"; do
+    echo "gpu_check: A/B, XLA options '${set}'"
+    # shellcheck disable=SC2086
+    timeout "${TITAN_GPU_BENCH_TIMEOUT:-1800}" "$bench" --device=cuda ${TITAN_GPU_XLA_AB_ARGS:---benchmark_filter=train_step/L\$ --torch=eager --jax=none --rounds=1 --steps=5} \
+      "--xla_options=$set" || status=$?
+  done
+fi
 exit "$status"

@@ -8,6 +8,7 @@
 #include "titan/autograd/gradcheck.h"
 #include "titan/autograd/grad_mode.h"
 #include "titan/ops/arith.h"
+#include "titan/ops/cat.h"
 #include "titan/ops/linalg.h"
 #include "titan/ops/reduce.h"
 
@@ -132,6 +133,23 @@ TEST_P(GradcheckShapes, ArithmeticAndViews) {
     return std::vector<Tensor>{v[0].transpose(0, 1).contiguous(), v[0].reshape({-1}), v[0].narrow(1, 0, 1),
                                v[0].unsqueeze(1).expand({3, 2, v[0].size(1)}), v[0].permute({1, 0}) * 2.0};
   }, {a});
+}
+
+// split: views equal to narrow's, one backward joining the pieces' gradients, a piece left unused
+// (its gradient zeros) included.
+TEST_P(GradcheckShapes, Split) {
+  const int64_t n = GetParam();
+  const Tensor a = rand_f64({3, n + 3, 2}, 13);
+  const std::vector<Tensor> pieces = ops::split(a, {1, n, 2}, 1);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[1].contiguous().to_vector<double>(), a.narrow(1, 1, n).contiguous().to_vector<double>());
+  EXPECT_EQ(pieces[2].data_ptr(), a.narrow(1, n + 1, 2).data_ptr()) << "a piece is a view";
+  expect_gradcheck([n](auto& v) {
+    const std::vector<Tensor> p = ops::split(v[0], {1, n, 2}, -2);
+    return std::vector<Tensor>{p[0] * 3.0, ops::exp(p[2])};
+  }, {a});
+  EXPECT_TITAN_ERROR(ops::split(a, {1, n}, 1), "split: sizes", "add up to", "not to dim 1");
+  EXPECT_TITAN_ERROR(ops::split(a, {n + 4, -1}, 1), "negative size");
 }
 
 TEST_P(GradcheckShapes, Reductions) {

@@ -189,6 +189,35 @@ TEST(GraphCustomKernels, RmsNormForwardAndBackward) {
   expect_close(r, {"y", "dx", "dweight"}, 1e-6);
 }
 
+// LayerNorm's fused kernels as calls, forward and backward, with and without its weight and bias
+// (FLUX's norms have neither), against eager.
+TEST(GraphCustomKernels, LayerNormForwardAndBackward) {
+  SKIP_WITHOUT_CUSTOM_KERNELS();
+  const Tensor x = test::rand_f32({3, 5, 37}, 45), w = test::rand_f32({37}, 46), b = test::rand_f32({37}, 47);
+  struct Params {
+    const char* name;
+    bool weight, bias;
+    std::vector<const char*> results;
+  };
+  for (const Params& c :
+       {Params{"none", false, false, {"y", "dx"}}, Params{"weight", true, false, {"y", "dx", "dweight"}},
+        Params{"bias", false, true, {"y", "dx", "dbias"}}, Params{"both", true, true, {"y", "dx", "dweight", "dbias"}}}) {
+    SCOPED_TRACE(c.name);
+    std::vector<Tensor> inputs{x};
+    if (c.weight) inputs.push_back(w);
+    if (c.bias) inputs.push_back(b);
+    auto fn = [c](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{ops::layer_norm(in[0], c.weight ? in[1] : Tensor(), c.bias ? in.back() : Tensor(),
+                                                 1e-5)};
+    };
+    const test::GraphEager r = test::run_eager_and_graph(fn, inputs, true, false, true);
+    EXPECT_TRUE(has(r.module, "titan_layer_norm_fwd"));
+    EXPECT_TRUE(has(r.module, "titan_layer_norm_bwd"));
+    ASSERT_EQ(r.eager.size(), c.results.size());
+    expect_close(r, c.results, 1e-6);
+  }
+}
+
 // A linear layer's three products through titan's GEMM as calls (y; dx and dw in one), leading dims folded and
 // a bias added, in float32 and under bf16 autocast (both sides multiply the same bf16 operands),
 // against eager.

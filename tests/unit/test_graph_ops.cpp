@@ -165,6 +165,17 @@ TEST(GraphOps, CatAlongEachDim) {
       {a, c}, 0, "cat dim -1");
 }
 
+// split's backward is one concatenate of the pieces' gradients; a piece unused gets zeros.
+TEST(GraphOps, SplitJoinsThePiecesGradients) {
+  const Tensor a = test::rand_f32({2, 9, 4}, 4);
+  expect_matches(
+      [](const auto& v) {
+        const std::vector<Tensor> p = ops::split(v[0], {2, 3, 4}, 1);
+        return std::vector<Tensor>{p[0] * 2.0, ops::exp(p[2])};
+      },
+      {a}, kF32Tol, "split dim 1");
+}
+
 TEST(GraphOps, EmbeddingWithRepeatedIds) {
   const Tensor w = test::rand_f32({11, 6}, 9);
   for (DType dt : {kI64, kI32}) {

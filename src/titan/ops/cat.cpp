@@ -56,4 +56,29 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   return out;
 }
 
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  TITAN_CHECK(d >= 0 && d < x.dim(), "split: dim ", dim, " is out of range for ", x.desc());
+  int64_t total = 0;
+  for (const int64_t n : sizes) {
+    TITAN_CHECK(n >= 0, "split: sizes ", shape_str(sizes), " has a negative size");
+    total += n;
+  }
+  TITAN_CHECK(total == x.size(d), "split: sizes ", shape_str(sizes), " add up to ", total, ", not to dim ", d,
+              " of ", x.desc());
+  std::vector<Tensor> pieces;
+  {
+    // The views record nothing themselves: the node below stands for all of them.
+    const autograd::NoGradGuard views;
+    int64_t at = 0;
+    for (const int64_t n : sizes) {
+      pieces.push_back(x.narrow(d, at, n));
+      at += n;
+    }
+  }
+  autograd::record("split", {x}, pieces,
+                   [d](const autograd::GradContext& g) { return std::vector<Tensor>{cat(g.grads, d)}; });
+  return pieces;
+}
+
 }  // namespace titan::ops

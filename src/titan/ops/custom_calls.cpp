@@ -21,6 +21,8 @@ namespace ffi = graph::pjrt::ffi;
 
 constexpr char kRmsNormFwd[] = "titan_rms_norm_fwd";
 constexpr char kRmsNormBwd[] = "titan_rms_norm_bwd";
+constexpr char kLayerNormFwd[] = "titan_layer_norm_fwd";
+constexpr char kLayerNormBwd[] = "titan_layer_norm_bwd";
 constexpr char kGemm[] = "titan_gemm";
 constexpr char kGroupedGemm[] = "titan_grouped_gemm";
 constexpr char kGroupedGemmTn[] = "titan_grouped_gemm_tn";
@@ -72,6 +74,81 @@ void rms_norm_bwd_kernel(const ffi::Call& call) {
     using T = decltype(z);
     kernels::cpu::rms_norm_bwd<T>(dy.as<T>("dy"), x.as<T>("x"), weight.as<T>("weight"), rstd.as<T>("rstd"),
                                   dx.as<T>("dx"), dw.as<T>("dweight"), rows, d);
+  });
+}
+
+// LayerNorm's optional per-feature weight and bias travel as operands only where present; the
+// attributes has_weight and has_bias say which.
+struct LayerNormParams {
+  bool weight, bias;
+};
+LayerNormParams layer_norm_params(const ffi::Call& call) {
+  return {call.scalar_attr("has_weight") != 0, call.scalar_attr("has_bias") != 0};
+}
+
+void layer_norm_fwd_kernel(const ffi::Call& call) {
+  const auto [has_w, has_b] = layer_norm_params(call);
+  const int64_t args = 1 + int64_t{has_w} + int64_t{has_b};
+  TITAN_CHECK(call.num_args() == args && call.num_results() == 3, kLayerNormFwd, " takes x",
+              has_w ? ", weight" : "", has_b ? ", bias" : "", " and gives y, mean and rstd, got ",
+              call.num_args(), " arguments and ", call.num_results(), " results");
+  const ffi::Array x = call.arg(0), y = call.result(0), mean = call.result(1), rstd = call.result(2);
+  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kLayerNormFwd, ": x ", shape_str(x.dims),
+              " needs a non-empty last dim");
+  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  std::optional<ffi::Array> weight, bias;
+  if (has_w) weight = call.arg(1);
+  if (has_b) bias = call.arg(args - 1);
+  for (const std::optional<ffi::Array>& p : {weight, bias})
+    TITAN_CHECK(!p || (p->dims == Shape{d} && p->dtype == x.dtype), kLayerNormFwd, ": x ", shape_str(x.dims),
+                " wants its weight and bias [", d, "] of its dtype, got ", shape_str(p->dims));
+  TITAN_CHECK(y.dims == x.dims && mean.dims == Shape{rows} && rstd.dims == Shape{rows}, kLayerNormFwd, ": x ",
+              shape_str(x.dims), " wants y of its shape and mean and rstd [", rows, "], got ",
+              shape_str(y.dims), ", ", shape_str(mean.dims), " and ", shape_str(rstd.dims));
+  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kLayerNormFwd, ": x is ", dtype_name(x.dtype),
+              "; the kernel takes f32 or f64");
+  const double eps = call.scalar_attr("eps");
+  kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::layer_norm_fwd<T>(x.as<T>("x"), weight ? weight->as<T>("weight") : nullptr,
+                                    bias ? bias->as<T>("bias") : nullptr, y.as<T>("y"), mean.as<T>("mean"),
+                                    rstd.as<T>("rstd"), rows, d, eps);
+  });
+}
+
+void layer_norm_bwd_kernel(const ffi::Call& call) {
+  const auto [has_w, has_b] = layer_norm_params(call);
+  const int64_t args = 4 + int64_t{has_w}, results = 1 + int64_t{has_w} + int64_t{has_b};
+  TITAN_CHECK(call.num_args() == args && call.num_results() == results, kLayerNormBwd, " takes dy, x",
+              has_w ? ", weight" : "", ", mean and rstd and gives dx", has_w ? ", dweight" : "",
+              has_b ? ", dbias" : "", ", got ", call.num_args(), " arguments and ", call.num_results(),
+              " results");
+  const ffi::Array dy = call.arg(0), x = call.arg(1), mean = call.arg(args - 2), rstd = call.arg(args - 1),
+                   dx = call.result(0);
+  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kLayerNormBwd, ": x ", shape_str(x.dims),
+              " needs a non-empty last dim");
+  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  std::optional<ffi::Array> weight, dw, db;
+  if (has_w) {
+    weight = call.arg(2);
+    dw = call.result(1);
+  }
+  if (has_b) db = call.result(results - 1);
+  for (const std::optional<ffi::Array>& p : {weight, dw, db})
+    TITAN_CHECK(!p || (p->dims == Shape{d} && p->dtype == x.dtype), kLayerNormBwd, ": x ", shape_str(x.dims),
+                " wants weight, dweight and dbias [", d, "] of its dtype, got ", shape_str(p->dims));
+  TITAN_CHECK(dy.dims == x.dims && dx.dims == x.dims && mean.dims == Shape{rows} && rstd.dims == Shape{rows},
+              kLayerNormBwd, ": x ", shape_str(x.dims), " wants dy and dx of its shape and mean and rstd [",
+              rows, "], got ", shape_str(dy.dims), ", ", shape_str(dx.dims), ", ", shape_str(mean.dims),
+              " and ", shape_str(rstd.dims));
+  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kLayerNormBwd, ": x is ", dtype_name(x.dtype),
+              "; the kernel takes f32 or f64");
+  kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
+    using T = decltype(z);
+    kernels::cpu::layer_norm_bwd<T>(dy.as<T>("dy"), x.as<T>("x"), weight ? weight->as<T>("weight") : nullptr,
+                                    mean.as<T>("mean"), rstd.as<T>("rstd"), dx.as<T>("dx"),
+                                    dw ? dw->as<T>("dweight") : nullptr, db ? db->as<T>("dbias") : nullptr,
+                                    rows, d);
   });
 }
 
@@ -393,6 +470,8 @@ void register_custom_calls(const graph::pjrt::Plugin& plugin) {
   ffi::register_handler(plugin, graph::hlo::kUnfilledTarget, ffi::handler<unfilled_kernel>);
   ffi::register_handler(plugin, kRmsNormFwd, ffi::handler<rms_norm_fwd_kernel>);
   ffi::register_handler(plugin, kRmsNormBwd, ffi::handler<rms_norm_bwd_kernel>);
+  ffi::register_handler(plugin, kLayerNormFwd, ffi::handler<layer_norm_fwd_kernel>);
+  ffi::register_handler(plugin, kLayerNormBwd, ffi::handler<layer_norm_bwd_kernel>);
   ffi::register_handler(plugin, kGemm, ffi::handler<gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemm, ffi::handler<grouped_gemm_kernel>);
   ffi::register_handler(plugin, kGroupedGemmTn, ffi::handler<grouped_gemm_tn_kernel>);
@@ -419,6 +498,40 @@ std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph:
                                             const graph::Value& rstd) {
   return graph::hlo::custom_call(kRmsNormBwd, {dy, x, weight, rstd},
                                  {{x.shape, x.dtype, false}, {weight.shape, weight.dtype, false}});
+}
+
+std::vector<graph::Value> layer_norm_fwd_call(const graph::Value& x, const graph::Value* weight,
+                                              const graph::Value* bias, double eps) {
+  std::vector<graph::Value> operands{x};
+  for (const graph::Value* p : {weight, bias}) {
+    if (!p) continue;
+    TITAN_CHECK(!x.shape.empty() && p->shape == Shape{x.shape.back()} && p->dtype == x.dtype,
+                "graph lowering: layer_norm wants x [..., d] and its weight and bias [d] of one dtype, got ",
+                graph::mlir_type(x), " and ", graph::mlir_type(*p));
+    operands.push_back(*p);
+  }
+  const int64_t rows = numel_of(x.shape) / x.shape.back();
+  return graph::hlo::custom_call(
+      kLayerNormFwd, operands,
+      {{x.shape, x.dtype, false}, {{rows}, x.dtype, false}, {{rows}, x.dtype, false}},
+      {{"eps", eps}, {"has_weight", weight ? 1.0 : 0.0}, {"has_bias", bias ? 1.0 : 0.0}});
+}
+
+std::vector<graph::Value> layer_norm_bwd_call(const graph::Value& dy, const graph::Value& x,
+                                              const graph::Value* weight, bool has_bias,
+                                              const graph::Value& mean, const graph::Value& rstd) {
+  std::vector<graph::Value> operands{dy, x};
+  std::vector<graph::ResultType> results{{x.shape, x.dtype, false}};
+  const Shape d{x.shape.back()};
+  if (weight) {
+    operands.push_back(*weight);
+    results.push_back({d, x.dtype, false});
+  }
+  if (has_bias) results.push_back({d, x.dtype, false});
+  operands.push_back(mean);
+  operands.push_back(rstd);
+  return graph::hlo::custom_call(kLayerNormBwd, operands, results,
+                                 {{"has_weight", weight ? 1.0 : 0.0}, {"has_bias", has_bias ? 1.0 : 0.0}});
 }
 
 std::vector<graph::Value> gemm_call(const std::vector<GemmOperands>& products) {

@@ -21,6 +21,16 @@ std::vector<graph::Value> rms_norm_fwd_call(const graph::Value& x, const graph::
 std::vector<graph::Value> rms_norm_bwd_call(const graph::Value& dy, const graph::Value& x, const graph::Value& weight,
                                             const graph::Value& rstd);
 
+// layer_norm's forward through kernels::cpu::layer_norm_fwd: x [..., d] and its optional weight
+// and bias [d] (nullptr: none) of one float dtype give {y [..., d], mean [rows], rstd [rows]}.
+std::vector<graph::Value> layer_norm_fwd_call(const graph::Value& x, const graph::Value* weight,
+                                              const graph::Value* bias, double eps);
+// Its backward through kernels::cpu::layer_norm_bwd: dy and x [..., d], the weight if any and the
+// forward's mean and rstd give {dx, dweight (with a weight), dbias (with a bias)}.
+std::vector<graph::Value> layer_norm_bwd_call(const graph::Value& dy, const graph::Value& x,
+                                              const graph::Value* weight, bool has_bias,
+                                              const graph::Value& mean, const graph::Value& rstd);
+
 // One product op(a) @ op(b): a [m, k] (or [k, m], trans_a) and b [k, n] (or [n, k], trans_b).
 struct GemmOperands {
   graph::Value a, b;

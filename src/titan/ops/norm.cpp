@@ -1,6 +1,7 @@
 #include "titan/ops/norm.h"
 
 #include <initializer_list>
+#include <optional>
 #include <utility>
 
 #include "titan/autograd/node.h"
@@ -84,6 +85,29 @@ Tensor rms_norm_called(const Tensor& x, const Tensor& weight, double eps) {
     return std::vector<Tensor>{g.needs(0) ? graph::tensor_of(d[0]) : Tensor(),
                                g.needs(1) ? graph::tensor_of(d[1]) : Tensor()};
   });
+  return out;
+}
+
+// LayerNorm as custom calls to its kernels, where the program allows them.
+Tensor layer_norm_called(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const graph::Value xv = graph::value_of(x, "layer_norm");
+  std::optional<graph::Value> wv, bv;
+  if (weight.defined()) wv = graph::value_of(weight, "layer_norm");
+  if (bias.defined()) bv = graph::value_of(bias, "layer_norm");
+  const std::vector<graph::Value> fwd =
+      layer_norm_fwd_call(xv, wv ? &*wv : nullptr, bv ? &*bv : nullptr, eps);
+  Tensor out = graph::tensor_of(fwd[0]);
+  if (!autograd::needs_grad({&x, &weight, &bias})) return out;
+  autograd::record(
+      "layer_norm", {x, weight, bias}, {out},
+      [xv, wv, has_bias = bv.has_value(), mean = fwd[1], rstd = fwd[2]](const autograd::GradContext& g) {
+        const std::vector<graph::Value> d = layer_norm_bwd_call(
+            graph::value_of(g[0], "layer_norm backward"), xv, wv ? &*wv : nullptr, has_bias, mean, rstd);
+        const size_t db = d.size() - 1;
+        return std::vector<Tensor>{g.needs(0) ? graph::tensor_of(d[0]) : Tensor(),
+                                   wv && g.needs(1) ? graph::tensor_of(d[1]) : Tensor(),
+                                   has_bias && g.needs(2) ? graph::tensor_of(d[db]) : Tensor()};
+      });
   return out;
 }
 
@@ -176,6 +200,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const OpSpan span("layer_norm", x, weight, bias);
   const bool lazy = graph::any_lazy({&x, &weight, &bias});
   const auto [rows, d] = check_inputs("layer_norm", x, {{"weight", &weight}, {"bias", &bias}}, eps, lazy);
+  if (lazy && graph::current_program().custom_kernels()) return layer_norm_called(x, weight, bias, eps);
   if (lazy) return layer_norm_lowered(x, weight, bias, eps);
   Tensor xc = saved(x), wc = saved(weight), bc = saved(bias);
   Tensor out = Tensor::empty(x.sizes(), x.options());

@@ -25,19 +25,13 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   return x * (scale + 1.0) + shift;
 }
 
-// vec [B, hidden] from a block's input [vec; txt; img].
-Tensor conditioning(const Tensor& x) {
-  return x.narrow(1, 0, 1).reshape({x.size(0), x.size(2)});
-}
-
 Tensor layer_norm(const Tensor& x) {
   return ops::layer_norm(x, Tensor(), Tensor(), kNormEps);
 }
 
-// Head `index` of K = `parts` fused [B, L, parts * H * D] projections, as [B, L, H, D].
-Tensor head_view(const Tensor& fused, int64_t index, int64_t width, int64_t heads) {
-  const Tensor part = fused.narrow(2, index * width, width);
-  return part.reshape({fused.size(0), fused.size(1), heads, width / heads});
+// A [B, L, H * D] part of a fused projection as [B, L, H, D].
+Tensor heads_of(const Tensor& part, int64_t heads) {
+  return part.reshape({part.size(0), part.size(1), heads, part.size(2) / heads});
 }
 
 // softmax(q k^T / sqrt(D)) v over every pair of tokens, q/k/v [B, L, H, D] after their norms;
@@ -154,10 +148,8 @@ Modulation::Modulation(int64_t dim, int64_t multiplier, TensorOptions opts) {
 
 std::vector<Tensor> Modulation::forward(const Tensor& vec) const {
   const Tensor out = (*lin)(ops::silu(vec)).unsqueeze(1);
-  const int64_t dim = lin->in_features(), n = lin->out_features() / dim;
-  std::vector<Tensor> chunks;
-  for (int64_t i = 0; i < n; ++i) chunks.push_back(out.narrow(2, i * dim, dim));
-  return chunks;
+  const int64_t dim = lin->in_features();
+  return ops::split(out, std::vector<int64_t>(static_cast<size_t>(lin->out_features() / dim), dim), 2);
 }
 
 DoubleStreamBlock::DoubleStreamBlock(const FluxModelArgs& a, TensorOptions opts) : num_heads_(a.num_heads) {
@@ -172,24 +164,28 @@ DoubleStreamBlock::DoubleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
 
 Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) const {
   const int64_t txt_len = ctx.txt_len, img_len = x.size(1) - 1 - txt_len, h = x.size(2);
-  const Tensor vec_token = x.narrow(1, 0, 1), vec = conditioning(x);
-  const Tensor txt = x.narrow(1, 1, txt_len), img = x.narrow(1, 1 + txt_len, img_len);
+  // A block's input is [vec; txt; img]: the conditioning vector rides along as token 0.
+  const std::vector<Tensor> parts = ops::split(x, {1, txt_len, img_len}, 1);
+  const Tensor &vec_token = parts[0], &txt = parts[1], &img = parts[2];
+  const Tensor vec = vec_token.reshape({x.size(0), h});
   const std::vector<Tensor> im = img_mod->forward(vec), tm = txt_mod->forward(vec);
-  const Tensor img_qkv = (*img_attn->qkv)(modulate(layer_norm(img), im[0], im[1]));
-  const Tensor txt_qkv = (*txt_attn->qkv)(modulate(layer_norm(txt), tm[0], tm[1]));
-  auto qk = [&](const Tensor& fused, int64_t i, const HeadRMSNorm& norm) {
-    return norm.forward(head_view(fused, i, h, num_heads_));
+  const std::vector<Tensor> img_qkv =
+      ops::split((*img_attn->qkv)(modulate(layer_norm(img), im[0], im[1])), {h, h, h}, 2);
+  const std::vector<Tensor> txt_qkv =
+      ops::split((*txt_attn->qkv)(modulate(layer_norm(txt), tm[0], tm[1])), {h, h, h}, 2);
+  auto qk = [&](const Tensor& part, const HeadRMSNorm& norm) {
+    return norm.forward(heads_of(part, num_heads_));
   };
   const Tensor q =
-      ops::cat({qk(txt_qkv, 0, *txt_attn->norm->query_norm), qk(img_qkv, 0, *img_attn->norm->query_norm)}, 1);
+      ops::cat({qk(txt_qkv[0], *txt_attn->norm->query_norm), qk(img_qkv[0], *img_attn->norm->query_norm)}, 1);
   const Tensor k =
-      ops::cat({qk(txt_qkv, 1, *txt_attn->norm->key_norm), qk(img_qkv, 1, *img_attn->norm->key_norm)}, 1);
-  const Tensor v = ops::cat({head_view(txt_qkv, 2, h, num_heads_), head_view(img_qkv, 2, h, num_heads_)}, 1);
-  const Tensor attn = attend(q, k, v, ctx.pe);
+      ops::cat({qk(txt_qkv[1], *txt_attn->norm->key_norm), qk(img_qkv[1], *img_attn->norm->key_norm)}, 1);
+  const Tensor v = ops::cat({heads_of(txt_qkv[2], num_heads_), heads_of(img_qkv[2], num_heads_)}, 1);
+  const std::vector<Tensor> attn = ops::split(attend(q, k, v, ctx.pe), {txt_len, img_len}, 1);
 
-  Tensor img_out = img + im[2] * (*img_attn->proj)(attn.narrow(1, txt_len, img_len));
+  Tensor img_out = img + im[2] * (*img_attn->proj)(attn[1]);
   img_out = img_out + im[5] * img_mlp->forward(modulate(layer_norm(img_out), im[3], im[4]));
-  Tensor txt_out = txt + tm[2] * (*txt_attn->proj)(attn.narrow(1, 0, txt_len));
+  Tensor txt_out = txt + tm[2] * (*txt_attn->proj)(attn[0]);
   txt_out = txt_out + tm[5] * txt_mlp->forward(modulate(layer_norm(txt_out), tm[3], tm[4]));
   return ops::cat({vec_token, txt_out, img_out}, 1);
 }
@@ -205,14 +201,15 @@ SingleStreamBlock::SingleStreamBlock(const FluxModelArgs& a, TensorOptions opts)
 }
 
 Tensor SingleStreamBlock::forward(const Tensor& x_vec, const BlockContext& ctx) const {
-  const Tensor vec_token = x_vec.narrow(1, 0, 1), x = x_vec.narrow(1, 1, x_vec.size(1) - 1);
-  const std::vector<Tensor> mod = modulation->forward(conditioning(x_vec));
-  const Tensor fused = (*linear1)(modulate(layer_norm(x), mod[0], mod[1]));
-  const Tensor q = norm->query_norm->forward(head_view(fused, 0, hidden_, num_heads_));
-  const Tensor k = norm->key_norm->forward(head_view(fused, 1, hidden_, num_heads_));
-  const Tensor v = head_view(fused, 2, hidden_, num_heads_);
-  const Tensor mlp = ops::gelu(fused.narrow(2, 3 * hidden_, mlp_hidden_), ops::GeluApproximation::tanh);
-  const Tensor out = (*linear2)(ops::cat({attend(q, k, v, ctx.pe), mlp}, 2));
+  const std::vector<Tensor> parts = ops::split(x_vec, {1, x_vec.size(1) - 1}, 1);
+  const Tensor &vec_token = parts[0], &x = parts[1];
+  const std::vector<Tensor> mod = modulation->forward(vec_token.reshape({x_vec.size(0), hidden_}));
+  const std::vector<Tensor> fused = ops::split((*linear1)(modulate(layer_norm(x), mod[0], mod[1])),
+                                               {hidden_, hidden_, hidden_, mlp_hidden_}, 2);
+  const Tensor q = norm->query_norm->forward(heads_of(fused[0], num_heads_));
+  const Tensor k = norm->key_norm->forward(heads_of(fused[1], num_heads_));
+  const Tensor mlp = ops::gelu(fused[3], ops::GeluApproximation::tanh);
+  const Tensor out = (*linear2)(ops::cat({attend(q, k, heads_of(fused[2], num_heads_), ctx.pe), mlp}, 2));
   return ops::cat({vec_token, x + mod[2] * out}, 1);
 }
 
@@ -223,9 +220,9 @@ LastLayer::LastLayer(int64_t hidden, int64_t out_channels, TensorOptions opts) {
 }
 
 Tensor LastLayer::forward(const Tensor& x, const Tensor& vec) const {
-  const Tensor mod = (*modulation)(ops::silu(vec)).unsqueeze(1);
   const int64_t h = x.size(2);
-  return (*linear)(modulate(layer_norm(x), mod.narrow(2, 0, h), mod.narrow(2, h, h)));
+  const std::vector<Tensor> mod = ops::split((*modulation)(ops::silu(vec)).unsqueeze(1), {h, h}, 2);
+  return (*linear)(modulate(layer_norm(x), mod[0], mod[1]));
 }
 
 FluxTransformer::FluxTransformer(const FluxModelArgs& args, TensorOptions opts) : args_(args) {
@@ -286,7 +283,8 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
                            [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
     x = common::run_blocks(*single_blocks, 0, static_cast<int64_t>(single_blocks->size()), x,
                            [ctx](SingleStreamBlock& block, const Tensor& h) { return block(h, ctx); });
-    return final_layer->forward(x.narrow(1, 1 + txt_len, img_len), conditioning(x));
+    const std::vector<Tensor> parts = ops::split(x, {1, txt_len, img_len}, 1);
+    return final_layer->forward(parts[2], parts[0].reshape({batch, a.hidden_size}));
   });
 }
 

@@ -27,7 +27,7 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted, in
   return {.on = true,
           .note =
               "splash attention forward and backward (mask rules outside causal, window, chunk and "
-              "documents keep XLA's lowering), decoding attention over the KV cache, RMSNorm and SwiGLU forward and backward, linear layers' GEMMs, MoE "
+              "documents keep XLA's lowering), decoding attention over the KV cache, RMSNorm, LayerNorm and SwiGLU forward and backward, linear layers' GEMMs, MoE "
               "experts' grouped GEMMs and row moves"};
 }
 
