@@ -35,18 +35,25 @@ constexpr char kGroupedSwigluFwd[] = "titan_grouped_swiglu_fwd";
 constexpr char kGroupedSwigluBwd[] = "titan_grouped_swiglu_bwd";
 constexpr char kAdamW[] = "titan_adamw";
 
+// x [..., d] of a norm's kernel as rows of d: a non-empty last dim and a float dtype the kernels take.
+struct NormRows {
+  int64_t rows, d;
+};
+NormRows normalised_rows(const char* target, const ffi::Array& x) {
+  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, target, ": x ", shape_str(x.dims), " needs a non-empty last dim");
+  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, target, ": x is ", dtype_name(x.dtype),
+              "; the kernel takes f32 or f64");
+  return {x.numel() / x.dims.back(), x.dims.back()};
+}
+
 void rms_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 2, kRmsNormFwd, " takes x and weight and gives y and ",
               "rstd, got ", call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array x = call.arg(0), weight = call.arg(1), y = call.result(0), rstd = call.result(1);
-  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kRmsNormFwd, ": x ", shape_str(x.dims),
-              " needs a non-empty last dim");
-  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  const auto [rows, d] = normalised_rows(kRmsNormFwd, x);
   TITAN_CHECK(weight.dims == Shape{d} && y.dims == x.dims && rstd.dims == Shape{rows}, kRmsNormFwd, ": x ",
               shape_str(x.dims), " wants weight [", d, "], y ", shape_str(x.dims), " and rstd [", rows, "], got ",
               shape_str(weight.dims), ", ", shape_str(y.dims), " and ", shape_str(rstd.dims));
-  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kRmsNormFwd, ": x is ", dtype_name(x.dtype),
-              "; the kernel takes f32 or f64");
   const double eps = call.scalar_attr("eps");
   kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
     using T = decltype(z);
@@ -60,16 +67,12 @@ void rms_norm_bwd_kernel(const ffi::Call& call) {
               "gives dx and dweight, got ", call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array dy = call.arg(0), x = call.arg(1), weight = call.arg(2), rstd = call.arg(3), dx = call.result(0),
                    dw = call.result(1);
-  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kRmsNormBwd, ": x ", shape_str(x.dims),
-              " needs a non-empty last dim");
-  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  const auto [rows, d] = normalised_rows(kRmsNormBwd, x);
   TITAN_CHECK(dy.dims == x.dims && dx.dims == x.dims && weight.dims == Shape{d} && dw.dims == Shape{d} &&
                   rstd.dims == Shape{rows},
               kRmsNormBwd, ": x ", shape_str(x.dims), " wants dy and dx of its shape, weight and dweight [", d,
               "] and rstd [", rows, "], got ", shape_str(dy.dims), ", ", shape_str(dx.dims), ", ",
               shape_str(weight.dims), ", ", shape_str(dw.dims), " and ", shape_str(rstd.dims));
-  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kRmsNormBwd, ": x is ", dtype_name(x.dtype),
-              "; the kernel takes f32 or f64");
   kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
     using T = decltype(z);
     kernels::cpu::rms_norm_bwd<T>(dy.as<T>("dy"), x.as<T>("x"), weight.as<T>("weight"), rstd.as<T>("rstd"),
@@ -93,9 +96,7 @@ void layer_norm_fwd_kernel(const ffi::Call& call) {
               has_w ? ", weight" : "", has_b ? ", bias" : "", " and gives y, mean and rstd, got ",
               call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array x = call.arg(0), y = call.result(0), mean = call.result(1), rstd = call.result(2);
-  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kLayerNormFwd, ": x ", shape_str(x.dims),
-              " needs a non-empty last dim");
-  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  const auto [rows, d] = normalised_rows(kLayerNormFwd, x);
   std::optional<ffi::Array> weight, bias;
   if (has_w) weight = call.arg(1);
   if (has_b) bias = call.arg(args - 1);
@@ -105,8 +106,6 @@ void layer_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(y.dims == x.dims && mean.dims == Shape{rows} && rstd.dims == Shape{rows}, kLayerNormFwd, ": x ",
               shape_str(x.dims), " wants y of its shape and mean and rstd [", rows, "], got ",
               shape_str(y.dims), ", ", shape_str(mean.dims), " and ", shape_str(rstd.dims));
-  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kLayerNormFwd, ": x is ", dtype_name(x.dtype),
-              "; the kernel takes f32 or f64");
   const double eps = call.scalar_attr("eps");
   kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
     using T = decltype(z);
@@ -125,9 +124,7 @@ void layer_norm_bwd_kernel(const ffi::Call& call) {
               " results");
   const ffi::Array dy = call.arg(0), x = call.arg(1), mean = call.arg(args - 2), rstd = call.arg(args - 1),
                    dx = call.result(0);
-  TITAN_CHECK(!x.dims.empty() && x.dims.back() > 0, kLayerNormBwd, ": x ", shape_str(x.dims),
-              " needs a non-empty last dim");
-  const int64_t d = x.dims.back(), rows = x.numel() / d;
+  const auto [rows, d] = normalised_rows(kLayerNormBwd, x);
   std::optional<ffi::Array> weight, dw, db;
   if (has_w) {
     weight = call.arg(2);
@@ -141,8 +138,6 @@ void layer_norm_bwd_kernel(const ffi::Call& call) {
               kLayerNormBwd, ": x ", shape_str(x.dims), " wants dy and dx of its shape and mean and rstd [",
               rows, "], got ", shape_str(dy.dims), ", ", shape_str(dx.dims), ", ", shape_str(mean.dims),
               " and ", shape_str(rstd.dims));
-  TITAN_CHECK(x.dtype == kF32 || x.dtype == kF64, kLayerNormBwd, ": x is ", dtype_name(x.dtype),
-              "; the kernel takes f32 or f64");
   kernels::cpu::dispatch_float(x.dtype, [&](auto z) {
     using T = decltype(z);
     kernels::cpu::layer_norm_bwd<T>(dy.as<T>("dy"), x.as<T>("x"), weight ? weight->as<T>("weight") : nullptr,
