@@ -50,7 +50,8 @@ void rms_norm_fwd_kernel(const ffi::Call& call) {
   TITAN_CHECK(call.num_args() == 2 && call.num_results() == 2, kRmsNormFwd, " takes x and weight and gives y and ",
               "rstd, got ", call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array x = call.arg(0), weight = call.arg(1), y = call.result(0), rstd = call.result(1);
-  const auto [rows, d] = normalised_rows(kRmsNormFwd, x);
+  const NormRows shape = normalised_rows(kRmsNormFwd, x);
+  const int64_t rows = shape.rows, d = shape.d;
   TITAN_CHECK(weight.dims == Shape{d} && y.dims == x.dims && rstd.dims == Shape{rows}, kRmsNormFwd, ": x ",
               shape_str(x.dims), " wants weight [", d, "], y ", shape_str(x.dims), " and rstd [", rows, "], got ",
               shape_str(weight.dims), ", ", shape_str(y.dims), " and ", shape_str(rstd.dims));
@@ -67,7 +68,8 @@ void rms_norm_bwd_kernel(const ffi::Call& call) {
               "gives dx and dweight, got ", call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array dy = call.arg(0), x = call.arg(1), weight = call.arg(2), rstd = call.arg(3), dx = call.result(0),
                    dw = call.result(1);
-  const auto [rows, d] = normalised_rows(kRmsNormBwd, x);
+  const NormRows shape = normalised_rows(kRmsNormBwd, x);
+  const int64_t rows = shape.rows, d = shape.d;
   TITAN_CHECK(dy.dims == x.dims && dx.dims == x.dims && weight.dims == Shape{d} && dw.dims == Shape{d} &&
                   rstd.dims == Shape{rows},
               kRmsNormBwd, ": x ", shape_str(x.dims), " wants dy and dx of its shape, weight and dweight [", d,
@@ -96,7 +98,8 @@ void layer_norm_fwd_kernel(const ffi::Call& call) {
               has_w ? ", weight" : "", has_b ? ", bias" : "", " and gives y, mean and rstd, got ",
               call.num_args(), " arguments and ", call.num_results(), " results");
   const ffi::Array x = call.arg(0), y = call.result(0), mean = call.result(1), rstd = call.result(2);
-  const auto [rows, d] = normalised_rows(kLayerNormFwd, x);
+  const NormRows shape = normalised_rows(kLayerNormFwd, x);
+  const int64_t rows = shape.rows, d = shape.d;
   std::optional<ffi::Array> weight, bias;
   if (has_w) weight = call.arg(1);
   if (has_b) bias = call.arg(args - 1);
@@ -124,7 +127,8 @@ void layer_norm_bwd_kernel(const ffi::Call& call) {
               " results");
   const ffi::Array dy = call.arg(0), x = call.arg(1), mean = call.arg(args - 2), rstd = call.arg(args - 1),
                    dx = call.result(0);
-  const auto [rows, d] = normalised_rows(kLayerNormBwd, x);
+  const NormRows shape = normalised_rows(kLayerNormBwd, x);
+  const int64_t rows = shape.rows, d = shape.d;
   std::optional<ffi::Array> weight, dw, db;
   if (has_w) {
     weight = call.arg(2);
