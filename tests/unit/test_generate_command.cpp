@@ -115,6 +115,12 @@ TEST_F(GenerateCommand, PrintsTheContinuationAndTokensPerSecond) {
   EXPECT_EQ(graph.out, r.out) << graph.err;
   EXPECT_NE(graph.err.find("generating in graph mode on cpu"), std::string::npos) << graph.err;
   EXPECT_NE(graph.err.find("captured the decoding step"), std::string::npos) << graph.err;
+  // XLA's options reach its compilation: one XLA does not know fails it, naming the option.
+  CliRun bad_option = generate({"--checkpoint", folder.string(), "--prompt", "In the", "--mode", "graph",
+                                "--xla-options", "xla_no_such_option=true"});
+  EXPECT_EQ(bad_option.rc, 1);
+  EXPECT_NE(bad_option.err.find("No such compile option: 'xla_no_such_option'"), std::string::npos)
+      << bad_option.err;
 
   // 20 bytes and bos: more than the 16 positions the model was trained with.
   CliRun long_prompt = generate({"--checkpoint", folder.string(), "--prompt", "twenty bytes of text"});
@@ -162,6 +168,9 @@ TEST_F(GenerateCommand, BadInputsAreClearErrors) {
           "--mode must be eager or graph, got 'fast'");
 
   refused({"--checkpoint", missing, "--prompt-ids", "1", "--plugin", "cuda"}, "read only in graph mode");
+
+  refused({"--checkpoint", missing, "--prompt-ids", "1", "--xla-options", "xla_cpu_prefer_vector_width=512"},
+          "read only in graph mode");
 
   refused({"--checkpoint", missing, "--prompt-ids", "1", "--precision", "fp8"},
           "--precision must be float32 or bfloat16, got 'fp8'");

@@ -228,6 +228,13 @@ TEST(GrpoStep, GraphGeneratorTakesTheEagerGeneratorsSteps) {
   }
 }
 
+// The graph decoder compiles with compile.xla_options: one XLA does not know fails its compile.
+TEST(GrpoStep, GraphGeneratorCompilesWithTheXlaOptions) {
+  OneProcess graph(grpo_config("graph_xla_options", {"--grpo.generator=graph",
+                                                     "--compile.xla_options=xla_no_such_option=true"}));
+  EXPECT_TITAN_ERROR(graph.step(), "No such compile option: 'xla_no_such_option'");
+}
+
 std::vector<double> train_grpo(const train::JobConfig& c) {
   std::ostringstream log;
   return train::Trainer(c, log, dist::ProcessGroup::single(), objective_engine(c)).train().losses;
@@ -315,6 +322,10 @@ TEST(GrpoConfig, KeysAreReadOnlyUnderTheObjectiveAndItsLayoutIsDataParallel) {
       train::parse_job_config(grpo, "g.toml", {"--grpo.generator=graph", "--compile.plugin_options=a=1"}));
   EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "h.toml", {"--compile.plugin_options=a=1"}),
                      "compile.plugin_options is read only in graph mode");
+  EXPECT_NO_THROW(
+      train::parse_job_config(grpo, "l.toml", {"--grpo.generator=graph", "--compile.xla_options=xla_a=1"}));
+  EXPECT_TITAN_ERROR(train::parse_job_config(grpo, "m.toml", {"--compile.xla_options=xla_a=1"}),
+                     "compile.xla_options is read only in graph mode");
   // A config written back carries every key: it reads again.
   const train::JobConfig c = train::parse_job_config(grpo, "i.toml");
   EXPECT_NO_THROW(train::parse_job_config(train::to_toml(c), "j.toml"));
