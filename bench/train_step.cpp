@@ -77,6 +77,8 @@ const std::vector<Config>& configs() {
       // Llama 3.2 1B's shape (tied output aside): for accelerators only (--device), where S-L
       // leave the chip idle between kernels.
       {"XL", 2048, 16, 32, 8, 8192, 128256, 2048, 4, 2, 5},
+      // Llama 3.2 3B's shape (tied output aside), 8192 tokens a step: accelerators only.
+      {"3B", 3072, 28, 24, 8, 8192, 128256, 4096, 2, 2, 5},
   };
   return table;
 }
@@ -84,7 +86,7 @@ const std::vector<Config>& configs() {
 const Config& config_named(const std::string& name) {
   for (const Config& c : configs())
     if (c.name == name) return c;
-  TITAN_CHECK(false, "bench_train_step: unknown config '", name, "'; choose S, M, L or XL");
+  TITAN_CHECK(false, "bench_train_step: unknown config '", name, "'; choose S, M, L, XL or 3B");
   return configs().front();
 }
 
@@ -138,6 +140,9 @@ double linear_gemm_seconds(const Config& c) {
 // --xla_options: XLA's options for graph mode's compilations (compile.xla_options), given to every
 // titan graph round's worker; "" leaves XLA's defaults.
 std::string g_xla_options;
+// --cudnn_attention=false: graph mode on a CUDA plugin with compile.cudnn_attention = false (XLA's
+// attention instead of cuDNN's), given to every titan graph round's worker.
+bool g_cudnn_attention = true;
 
 // One titan round in this process: build, warm up, time; the reply bench/train_step_torch.py gives.
 // bf16: the step under training.mixed_precision_param = "bfloat16"'s autocast, as the trainer runs it.
@@ -185,7 +190,8 @@ json titan_round(const Config& c, const std::string& attention, const std::strin
                                                       .max_norm = kMaxNorm,
                                                       .scan_layers = true,
                                                       .scan_saves = titan::train::scan_saves_for({.mode = ac_mode}),
-                                                      .custom_kernels = custom_kernels},
+                                                      .custom_kernels = custom_kernels,
+                                                      .cudnn_attention = g_cudnn_attention},
                        std::cerr);
   titan::CpuAllocator::instance().empty_cache();
   titan::release_free_memory();
@@ -244,7 +250,7 @@ json run_titan_round(const Config& c, const std::string& mode, const std::string
   std::string command = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + bench::shell_quote(self_path()) +
                         " --worker --mode=" + mode + " --plugin=" + bench::shell_quote(plugin) +
                         " --xla_options=" + bench::shell_quote(g_xla_options) +
-                        " --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
+                        (g_cudnn_attention ? "" : " --cudnn_attention=false") + " --config=" + c.name + " --attention=" + attention + " --ac=" + ac_mode +
                         " --precision=" + (bf16 ? "bf16" : "f32") + " --warmup=" + std::to_string(warmup) +
                         " --steps=" + std::to_string(steps);
   return bench::run_for_json(bench::with_malloc_tunables(command));
@@ -513,6 +519,7 @@ int worker_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--mode"); !v.empty()) mode = v;
     if (auto v = flag_value(a, "--plugin"); !v.empty()) plugin = v;
     if (auto v = flag_value(a, "--xla_options"); !v.empty()) g_xla_options = v;
+    if (a == "--cudnn_attention=false") g_cudnn_attention = false;
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) bf16 = v == "bf16";
     if (auto v = flag_value(a, "--warmup"); !v.empty()) warmup = std::stoi(v);
@@ -548,10 +555,11 @@ std::string per_round(const std::vector<double>& step_seconds, double tokens) {
 int device_main(const std::string& device, const std::vector<const Config*>& chosen, int rounds,
                 const std::vector<std::string>& variants, const std::vector<std::string>& jax_variants,
                 const std::string& jax_skipped, const std::optional<int>& steps_override,
-                const std::string& attention) {
+                const std::string& attention, const std::vector<std::string>& precisions) {
   const int threads = titan::num_threads();
   std::cout << bench::machine_summary() << "; load average " << loadavg() << "\n" << std::flush;
   if (!g_xla_options.empty()) std::cout << "titan graph: XLA options " << g_xla_options << "\n";
+  if (!g_cudnn_attention) std::cout << "titan graph: compile.cudnn_attention = false (XLA's attention)\n";
   struct DeviceResult {
     const Config* config;
     titan::models::ModelSummary summary;
@@ -566,7 +574,7 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
               << " warm-up + " << steps << " timed steps per side\n"
               << std::flush;
     for (int round = 1; round <= rounds; ++round) {
-      for (const std::string precision : {"f32", "bf16"}) {
+      for (const std::string& precision : precisions) {
         std::cout << "round " << round << ": titan graph " << precision << "\n" << std::flush;
         r.titan[precision].add(run_titan_round(*c, "graph", attention, "none", precision == "bf16", threads,
                                                c->warmup, steps, device));
@@ -588,7 +596,7 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
   bench::TorchResults torch_about;
   std::vector<std::string> verdicts;
   auto gib = [](double bytes) { return bench::fixed(bytes / (1024.0 * 1024.0 * 1024.0), 2); };
-  for (const std::string precision : {"f32", "bf16"}) {
+  for (const std::string& precision : precisions) {
     const bool bf16 = precision == "bf16";
     bench::Table t{.title = "Llama 3 training step on " + device + ", " + precision +
                             ": titan graph mode vs PyTorch 2 and JAX, tokens/s (median step over " +
@@ -659,7 +667,8 @@ int device_main(const std::string& device, const std::vector<const Config*>& cho
         const json& reply = jax->rounds.front();
         jax_about = "JAX " + reply.value("jax_version", std::string("?")) + " (platform " +
                     reply["xla"].value("platform", std::string("?")) + " " +
-                    reply["xla"].value("platform_version", std::string("?")) + ")";
+                    reply["xla"].value("platform_version", std::string("?")) + "; " + precision +
+                    " attention " + reply.value("attention", std::string("?")) + ")";
       }
       verdicts.push_back(
           target_line(c.name + " " + precision + " on " + device + ": titan graph >= JAX tokens/s",
@@ -713,15 +722,17 @@ int bench_main(int argc, char** argv) {
   // graph mode (train::GraphStep) in titan's precision, and JAX (bench/train_step_jax.py) in each
   // precision --jax=f32,bf16 names (default both; --jax=none: neither). --custom_kernels=false
   // runs graph mode with compile.custom_kernels = false (XLA's attention instead of titan's);
-  // --xla_options=TEXT compiles it with XLA's options, as compile.xla_options does.
+  // --xla_options=TEXT compiles it with XLA's options, as compile.xla_options does;
+  // --cudnn_attention=false compiles it with compile.cudnn_attention = false.
   // --device=cuda runs the step on that accelerator instead (device_main): titan graph, JAX and
-  // torch there, configs S-XL.
+  // torch there, configs XL and 3B unless --benchmark_filter names others, both precisions unless
+  // --precision names one.
   int rounds = 3;
   std::vector<std::string> variants = kTrainStepTorch;
   std::vector<std::string> jax_variants = {"f32", "bf16"};
   std::string attention = "splash";
   std::optional<int> steps_override;
-  bool with_ac = true, bf16 = false;
+  bool with_ac = true, bf16 = false, precision_given = false;
   std::string graph_mode = "graph";  // --custom_kernels=false: "graph_xla", XLA's lowering of every op
   // --device=cuda runs device_main instead; its default configs add XL.
   std::string device = "cpu";
@@ -734,19 +745,21 @@ int bench_main(int argc, char** argv) {
     if (auto v = flag_value(a, "--steps"); !v.empty()) steps_override = std::max(1, std::stoi(v));
     if (a == "--no_ac") with_ac = false;
     if (a == "--custom_kernels=false") graph_mode = "graph_xla";
+    if (a == "--cudnn_attention=false") g_cudnn_attention = false;
     if (auto v = flag_value(a, "--xla_options"); !v.empty()) g_xla_options = v;
     if (auto v = flag_value(a, "--precision"); !v.empty()) {
       TITAN_CHECK(v == "f32" || v == "bf16", "bench_train_step: --precision is f32 or bf16, got '", v, "'");
       bf16 = v == "bf16";
+      precision_given = true;
     }
     if (auto v = flag_value(a, "--attention"); !v.empty()) attention = v;
     if (auto v = flag_value(a, "--torch"); !v.empty()) {
-      variants = comma_list(v);
+      variants = v == "none" ? std::vector<std::string>{} : comma_list(v);
       for (const std::string& t : variants)
         TITAN_CHECK(std::find(kTrainStepTorch.begin(), kTrainStepTorch.end(), t) != kTrainStepTorch.end(),
                     "bench_train_step: --torch takes PyTorch's variants, comma-separated, out of \"eager\", "
                     "\"compile\", \"compile model\", \"eager bf16\", \"compile bf16\" and \"compile model "
-                    "bf16\"; got '",
+                    "bf16\", or none; got '",
                     t, "' in '", v, "'");
     }
     if (auto v = flag_value(a, "--jax"); !v.empty()) {
@@ -766,18 +779,19 @@ int bench_main(int argc, char** argv) {
     std::cout << "JAX reference " << jax_skipped << "\n";
     jax_variants.clear();
   }
-  if (!filter) filter = std::regex(device == "cpu" ? "train_step/(S|M|L)$" : ".*");
+  if (!filter) filter = std::regex(device == "cpu" ? "train_step/(S|M|L)$" : "train_step/(XL|3B)$");
   std::vector<const Config*> chosen;
   for (const Config& c : configs())
     if (std::regex_search("train_step/" + c.name, *filter)) chosen.push_back(&c);
   if (chosen.empty()) {
     std::cout << "bench_train_step: no config matches the filter (names: train_step/S, train_step/M, "
-                 "train_step/L, train_step/XL)\n";
+                 "train_step/L, train_step/XL, train_step/3B)\n";
     return 0;
   }
   if (device != "cpu")
-    return device_main(device, chosen, rounds, variants, jax_variants, jax_skipped, steps_override,
-                       attention);
+    return device_main(device, chosen, rounds, variants, jax_variants, jax_skipped, steps_override, attention,
+                       precision_given ? std::vector<std::string>{bf16 ? "bf16" : "f32"}
+                                       : std::vector<std::string>{"f32", "bf16"});
 
   const int threads = titan::num_threads();
   const std::string load_start = loadavg();

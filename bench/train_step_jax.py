@@ -25,7 +25,7 @@ vocabulary), the batch over "dp_shard", and the residual stream between blocks k
 "sequence_parallel": true); "batch" is then the global batch; "hlo_path", if given, receives the
 optimized HLO text of the compiled step. It is the reference of bench/graph_parallel.cpp.
 
-Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "step_seconds",
+Prints one JSON line on stdout: {"jax_version", "xla", "threads", "variant", "attention", "step_seconds",
 "first_step_seconds", "compile_seconds", "losses", "rss_baseline", "rss_peak"} (bytes), or
 {"error"}. Progress goes to stderr.
 """
@@ -126,7 +126,7 @@ def shard_params(jax, params, mesh):
                    else spec(name, value.shape, False)) for name, value in params.items()}
 
 
-def make_step(jax, jnp, c, bf16, remat, mesh=None, sequence_parallel=False):
+def make_step(jax, jnp, c, bf16, remat, mesh=None, sequence_parallel=False, attention=None):
     b, s = c["batch"], c["seq"]
     n_heads, n_kv, hd = c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"]
     cos, sin = (jnp.asarray(t)[None, :, None, :] for t in rope_table(hd, s))
@@ -156,8 +156,10 @@ def make_step(jax, jnp, c, bf16, remat, mesh=None, sequence_parallel=False):
         q = rope(mm(x, p["wq"]).reshape(b, s, n_heads, hd))
         k = rope(mm(x, p["wk"]).reshape(b, s, n_kv, hd))
         v = mm(x, p["wv"]).reshape(b, s, n_kv, hd)
-        # XLA's implementation takes the scores in f32 whatever the operands' type.
-        att = jax.nn.dot_product_attention(q.astype(lowp), k.astype(lowp), v.astype(lowp), is_causal=True)
+        # XLA's implementation takes the scores in f32 whatever the operands' type; "cudnn" is
+        # cuDNN's flash attention (bf16 on a GPU).
+        att = jax.nn.dot_product_attention(q.astype(lowp), k.astype(lowp), v.astype(lowp), is_causal=True,
+                                           implementation=attention)
         h = h + mm(att.reshape(b, s, n_heads * hd), p["wo"])
         x = rms_norm(h, p["ffn_norm"])
         return keep(h + mm(jax.nn.silu(mm(x, p["w1"])) * mm(x, p["w3"]), p["w2"])), None
@@ -239,8 +241,15 @@ def main():
     jax.block_until_ready((params, opt))
     # On an accelerator each block is recomputed in the backward (jax.checkpoint on the scan body),
     # as titan's scan recomputes it: without, the XL step's temporaries asked an H200 for 130 GiB.
-    step = make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu", mesh=mesh,
-                     sequence_parallel=bool(layout and layout.get("sequence_parallel", False)))
+    # On a GPU in bf16, attention is cuDNN's flash attention, as a JAX user on a GPU asks for it; where
+    # cuDNN cannot run it (CUDA 13's cuDNN has failed with "no execution plans", jax issue 32430),
+    # XLA's, and the reply says why.
+    attention = "cudnn" if device == "cuda" and variant == "bf16" else None
+    attention_note = attention or "xla"
+    make = lambda attention: make_step(jax, jnp, c, variant == "bf16", remat=device != "cpu", mesh=mesh,
+                                       sequence_parallel=bool(layout and layout.get("sequence_parallel", False)),
+                                       attention=attention)
+    step = make(attention)
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
@@ -252,7 +261,15 @@ def main():
         start = time.perf_counter()
         if i == 0:
             # Ahead of time, so that the compilation is known apart; the first step includes it.
-            step = step.lower(params, opt, inputs, labels).compile()
+            try:
+                step = step.lower(params, opt, inputs, labels).compile()
+            except Exception as e:  # noqa: BLE001 - any failure of cuDNN's lowering or compile
+                if attention is None:
+                    raise
+                attention_note = f"xla (cudnn failed: {str(e).splitlines()[0][:300]})"
+                print(f"jax {variant}: cuDNN attention failed, XLA's instead: {e}", file=sys.stderr, flush=True)
+                start = time.perf_counter()
+                step = make(None).lower(params, opt, inputs, labels).compile()
             compile_seconds = time.perf_counter() - start
             optimized_hlo = step.as_text() if mesh is not None else ""
         params, opt, loss, _ = step(params, opt, inputs, labels)
@@ -269,7 +286,7 @@ def main():
     print(json.dumps({**on_device, "jax_version": jax.__version__,
                       "xla": {"jaxlib": jaxlib.__version__, "platform": backend.platform,
                               "platform_version": backend.platform_version},
-                      "threads": len(os.sched_getaffinity(0)), "variant": variant,
+                      "threads": len(os.sched_getaffinity(0)), "variant": variant, "attention": attention_note,
                       "step_seconds": seconds[request["warmup"]:], "first_step_seconds": seconds[0],
                       "compile_seconds": compile_seconds, "losses": losses, "rss_baseline": rss_baseline,
                       "rss_peak": rss_peak}))

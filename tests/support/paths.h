@@ -15,6 +15,9 @@ const char* fake_pjrt_plugin_minor_50();
 // A plugin that joins processes through the caller's key-value callbacks, over the CPU plugin
 // (support/joining_pjrt_plugin.cpp).
 const char* joining_pjrt_plugin();
+// A folder laid out as a Python site with NVIDIA's wheels: nvidia/cu13/lib/libnvrtc.so.13, a
+// stand-in (support/fake_nvidia_library.cpp).
+const char* fake_nvidia_site();
 
 }  // namespace titan::test::paths
 

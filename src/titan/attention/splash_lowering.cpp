@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/attention/cudnn_attention.h"
 #include "titan/attention/splash_custom_call.h"
 #include "titan/autograd/node.h"
 #include "titan/graph/lazy.h"
@@ -297,15 +298,39 @@ Tensor called_attention(const char* op, const Tensor& q, const Tensor& k, const 
   return out;
 }
 
+// Attention as cuDNN's two custom calls, in bf16: out and the gradients return in the dtypes of q,
+// k and v.
+Tensor cudnn_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const CudnnCallSpec& spec) {
+  auto bf16 = [op](const Tensor& t) { return hlo::convert(graph::value_of(t, op), kBF16); };
+  const Value qv = bf16(q), kv = bf16(k), vv = bf16(v);
+  const CudnnForward fwd = cudnn_forward_call(spec, qv, kv, vv);
+  Tensor out = graph::tensor_of(hlo::convert(fwd.out, q.dtype()));
+  if (!autograd::needs_grad({&q, &k, &v})) return out;
+  autograd::record(op, {q, k, v}, {out},
+                   [spec, qv, kv, vv, fwd, op, dtypes = std::vector<DType>{q.dtype(), k.dtype(), v.dtype()}](
+                       const autograd::GradContext& ctx) {
+                     const Value dout = hlo::convert(graph::value_of(ctx[0], op), kBF16);
+                     const std::vector<Value> g = cudnn_backward_call(spec, qv, kv, vv, fwd, dout);
+                     std::vector<Tensor> grads;
+                     for (size_t i = 0; i < 3; ++i)
+                       grads.push_back(ctx.needs(i) ? graph::tensor_of(hlo::convert(g[i], dtypes[i])) : Tensor());
+                     return grads;
+                   });
+  return out;
+}
+
 }  // namespace
 
 Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                          const BlockMask& mask, const Scores& scores, bool bf16_products) {
-  if (graph::current_program().custom_kernels())
-    if (const auto spec = splash_call_spec(mask, q.dtype(), scores, bf16_products))
-      return called_attention(op, q, k, v, *spec);
+  graph::Program& program = graph::current_program();
+  const AttentionChoice choice =
+      choose_attention(program, mask, scores, q.dtype(), bf16_products, q.size(0), q.size(2), k.size(2), q.size(3));
+  program.note(choice.note);
+  if (choice.form == AttentionForm::titan_kernels) return called_attention(op, q, k, v, *choice.splash);
+  if (choice.form == AttentionForm::cudnn) return cudnn_attention(op, q, k, v, *choice.cudnn);
   const int64_t S = q.size(1);
-  const bool blocked = S > kDenseMaxSeq;
+  const bool blocked = choice.form == AttentionForm::tiled;
   const Setup s{.B = q.size(0),
                 .S = S,
                 .Hq = q.size(2),

@@ -72,7 +72,7 @@ struct Tape {
     std::string op;
     std::vector<graph::ResultType> results;
     std::string attrs;
-    int64_t first_saved = -1;  // index of its first result among the saved values; -1: not saved
+    int64_t first_saved = -1;  // index of its first kept result among the saved values; -1: not saved
   };
   std::vector<Op> ops;
   std::vector<graph::Value> saved;  // in the forward's body
@@ -107,7 +107,9 @@ class TapeRecorder final : public graph::OpWatcher {
     Tape::Op& entry = tape_.ops.emplace_back(Tape::Op{std::string(op.op), op.results, std::string(op.attrs)});
     if (!saves(policy_, op)) return;
     entry.first_saved = static_cast<int64_t>(tape_.saved.size());
-    tape_.saved.insert(tape_.saved.end(), results.begin(), results.end());
+    // A library call's scratch buffer (graph::hlo::library_call) holds nothing to keep.
+    for (const graph::Value& r : results)
+      if (!r.bytes) tape_.saved.push_back(r);
   }
 
  private:
@@ -131,7 +133,9 @@ class TapeReplayer final : public graph::OpWatcher {
                 " in the backward's second writing; a block must compute the same function each run");
     if (want.first_saved < 0) return std::nullopt;
     std::vector<graph::Value> out;
-    for (size_t r = 0; r < op.results.size(); ++r) out.push_back(row(stacks_[static_cast<size_t>(want.first_saved) + r], i_));
+    auto kept = static_cast<size_t>(want.first_saved);
+    for (const graph::ResultType& r : op.results)
+      out.push_back(r.bytes ? hlo::empty_bytes(r.shape) : row(stacks_[kept++], i_));
     return out;
   }
   void after(const graph::OpSignature&, const std::vector<graph::Value>&) override {}

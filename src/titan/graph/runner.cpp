@@ -217,9 +217,21 @@ void Runner::download_into(const pjrt::Buffer& buffer, const Tensor& host) const
   buffer.to_host(host.data_ptr());
 }
 
+Program::Platform Runner::platform() const {
+  const std::string& name = client_.platform_name();
+  if (name == "cpu") return Program::Platform::cpu;
+  if (name == "cuda") return Program::Platform::cuda;
+  return Program::Platform::other;
+}
+
 std::string Runner::describe() const {
+  const std::vector<std::string>& nvidia = client_.plugin().preloaded_libraries();
   return client_.platform_name() + " (PJRT plugin " + client_.plugin().api_version() + ", " +
-         client_.plugin().path() + ")";
+         client_.plugin().path() +
+         (nvidia.empty() ? std::string()
+                         : "; " + std::to_string(nvidia.size()) + " NVIDIA libraries preloaded from " +
+                               std::filesystem::path(nvidia.front()).parent_path().parent_path().parent_path().string()) +
+         ")";
 }
 
 }  // namespace titan::graph

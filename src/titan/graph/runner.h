@@ -67,6 +67,8 @@ class Runner {
   void download_into(const pjrt::Buffer& buffer, const Tensor& host) const;
 
   const pjrt::Client& client() const { return client_; }
+  // The kind of device the plugin compiles for, as a program records it (Program::set_platform).
+  Program::Platform platform() const;
   // "cpu (plugin 0.115, …/pjrt_c_api_cpu_plugin.so)", for logs.
   std::string describe() const;
 

@@ -70,6 +70,8 @@ GraphDecoder::Compiled& GraphDecoder::program(int64_t tokens, int64_t cache_len,
   Compiled c;
   graph::Program program;
   program.set_custom_kernels(custom_kernels_);
+  program.set_platform(runner_.platform());
+  program.set_cudnn_attention(options_.cudnn_attention);
   std::vector<graph::Value> results;
   std::map<int64_t, Feed> feed_of;  // by the parameter's value id
   {

@@ -30,6 +30,8 @@ struct GraphDecoderOptions {
   graph::RuntimeOptions runtime = {};
   // compile.custom_kernels: titan's CPU kernels as custom calls where the plugin can run them.
   bool custom_kernels = true;
+  // compile.cudnn_attention: on a CUDA plugin, attention as cuDNN's custom calls where it can.
+  bool cudnn_attention = true;
 };
 
 class GraphDecoder : public Decoder {

@@ -159,8 +159,11 @@ class GrpoStep : public train::StepEngine {
       graph::RuntimeOptions runtime =
           graph::parse_runtime_options(cfg_.compile.plugin, cfg_.compile.plugin_options, "compile.plugin_options");
       runtime.xla_options = graph::parse_xla_options(cfg_.compile.xla_options, "compile.xla_options");
-      graph_decoder_ = std::make_unique<GraphDecoder>(
-          generator(), GraphDecoderOptions{.runtime = runtime, .custom_kernels = cfg_.compile.custom_kernels}, &log_);
+      graph_decoder_ = std::make_unique<GraphDecoder>(generator(),
+                                                      GraphDecoderOptions{.runtime = runtime,
+                                                                          .custom_kernels = cfg_.compile.custom_kernels,
+                                                                          .cudnn_attention = cfg_.compile.cudnn_attention},
+                                                      &log_);
     }
     log_ << "titan: grpo: " << prompts_.size() << " prompts (" << g_.prompts_path << "), "
          << g_.prompts_per_step << " a step x " << g_.group_size << " completions of up to "

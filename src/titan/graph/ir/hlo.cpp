@@ -25,7 +25,7 @@ std::string list(const Shape& xs) {
   return out + "]";
 }
 
-ResultType type_of(const Value& v) { return {v.shape, v.dtype, v.pred}; }
+ResultType type_of(const Value& v) { return {v.shape, v.dtype, v.pred, v.bytes}; }
 
 void check_same(const char* op, const Value& a, const Value& b) {
   TITAN_CHECK(a.shape == b.shape && a.dtype == b.dtype && a.pred == b.pred, "graph lowering: ", op,
@@ -471,6 +471,51 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
     }
   }
   return out;
+}
+
+std::vector<Value> library_call(const std::string& target, const std::vector<Value>& operands,
+                                const std::vector<ResultType>& results, const std::string& backend_config,
+                                const std::vector<Shape>& result_layouts) {
+  TITAN_CHECK(!results.empty() && result_layouts.size() == results.size(), "graph lowering: library call '", target,
+              "' has ", results.size(), " results and ", result_layouts.size(), " layouts");
+  // An MLIR string: quotes and backslashes escaped.
+  const auto quoted = [](const std::string& text) {
+    std::string out = "\"";
+    for (char c : text) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  };
+  const auto layout = [](const Shape& minor_to_major) {
+    return "dense<" + list(minor_to_major) + "> : tensor<" + std::to_string(minor_to_major.size()) + "xindex>";
+  };
+  const auto row_major = [](size_t rank) {
+    Shape dims;
+    for (size_t d = rank; d-- > 0;) dims.push_back(static_cast<int64_t>(d));
+    return dims;
+  };
+  std::string operand_layouts, result_layouts_text;
+  for (const Value& v : operands)
+    operand_layouts += (operand_layouts.empty() ? "" : ", ") + layout(row_major(v.shape.size()));
+  for (size_t r = 0; r < results.size(); ++r) {
+    const Shape& given = result_layouts[r];
+    TITAN_CHECK(given.empty() || given.size() == results[r].shape.size(), "graph lowering: library call '", target,
+                "' result ", r, " of rank ", results[r].shape.size(), " has a layout of ", given.size(), " dims");
+    result_layouts_text += (result_layouts_text.empty() ? "" : ", ") +
+                           layout(given.empty() ? row_major(results[r].shape.size()) : given);
+  }
+  return prog().emit("stablehlo.custom_call", operands, results,
+                     "api_version = 2 : i32, backend_config = " + quoted(backend_config) + ", call_target_name = " +
+                         quoted(target) + ", operand_layouts = [" + operand_layouts + "], result_layouts = [" +
+                         result_layouts_text + "]");
+}
+
+Value empty_bytes(const Shape& shape) {
+  TITAN_CHECK(std::find(shape.begin(), shape.end(), 0) != shape.end(), "graph lowering: empty_bytes of ",
+              shape_str(shape), " would hold elements");
+  const ResultType type{.shape = shape, .dtype = kF32, .pred = false, .bytes = true};
+  return prog().emit1("stablehlo.constant", {}, type, "value = dense<> : " + mlir_type(shape, kF32, false, true));
 }
 
 Value constrain(const Value& v, const Sharding& sharding) {

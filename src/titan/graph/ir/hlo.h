@@ -108,6 +108,17 @@ std::vector<Value> custom_call(const std::string& target, const std::vector<Valu
                                const std::vector<std::pair<std::string, double>>& attrs = {},
                                const std::vector<std::pair<size_t, size_t>>& in_place = {});
 
+// A call of a target the plugin's compiler implements itself (XLA GPU's cuDNN fused attention),
+// in the form such targets take: `backend_config` a string (JSON of the backend's config) with
+// api_version 2, and each operand's and result's layout written out, as minor-to-major dims:
+// operands row-major, results as `result_layouts` gives (row-major where one is empty).
+std::vector<Value> library_call(const std::string& target, const std::vector<Value>& operands,
+                                const std::vector<ResultType>& results, const std::string& backend_config,
+                                const std::vector<Shape>& result_layouts);
+// A byte array of `shape` holding nothing (zero elements): what stands for a library call's
+// scratch buffer where the call is not written again.
+Value empty_bytes(const Shape& shape);
+
 // `v` held as `sharding` lays it out over the program's partitions (a sharding constraint for
 // XLA's partitioner); `v` itself in a program on one device, or where the sharding does not fit
 // its shape.

@@ -13,8 +13,9 @@ namespace {
 thread_local Program* g_current = nullptr;
 std::atomic<uint64_t> g_next_serial{1};
 
-std::string element_type(DType dtype, bool pred) {
+std::string element_type(DType dtype, bool pred, bool bytes) {
   if (pred) return "i1";
+  if (bytes) return "ui8";
   switch (dtype) {
     case kF32: return "f32";
     case kF64: return "f64";
@@ -40,17 +41,22 @@ std::string ssa_name(const char* prefix, size_t n) {
 
 }  // namespace
 
-std::string mlir_type(const Shape& shape, DType dtype, bool pred) {
+std::string mlir_type(const Shape& shape, DType dtype, bool pred, bool bytes) {
   std::string out = "tensor<";
   for (int64_t d : shape) out += std::to_string(d) + "x";
-  return out + element_type(dtype, pred) + ">";
+  return out + element_type(dtype, pred, bytes) + ">";
 }
 
 Program::Program() : serial_(g_next_serial++) { blocks_.emplace_back(); }
 
+void Program::note(const std::string& line) {
+  if (std::find(notes_.begin(), notes_.end(), line) == notes_.end()) notes_.push_back(line);
+}
+
 Value Program::add_value(std::string name, const ResultType& type) {
   names_.push_back(std::move(name));
-  return {.id = static_cast<int64_t>(names_.size()) - 1, .shape = type.shape, .dtype = type.dtype, .pred = type.pred};
+  return {.id = static_cast<int64_t>(names_.size()) - 1, .shape = type.shape, .dtype = type.dtype, .pred = type.pred,
+          .bytes = type.bytes};
 }
 
 std::string Program::name(const Value& v) const {

@@ -18,17 +18,19 @@
 
 namespace titan::graph {
 
-// One SSA value of a program. `pred` marks i1 (comparisons), which titan's dtypes lack.
+// One SSA value of a program. `pred` marks i1 (comparisons) and `bytes` ui8 (the scratch buffer a
+// GPU library's custom call returns for XLA to size, which no op reads), types titan's dtypes lack.
 struct Value {
   int64_t id = -1;
   Shape shape = {};
   DType dtype = kF32;
   bool pred = false;
+  bool bytes = false;
 };
 
-// tensor<2x3xf32>; tensor<f32> for a scalar; tensor<...xi1> for a predicate.
-std::string mlir_type(const Shape& shape, DType dtype, bool pred = false);
-inline std::string mlir_type(const Value& v) { return mlir_type(v.shape, v.dtype, v.pred); }
+// tensor<2x3xf32>; tensor<f32> for a scalar; tensor<...xi1> for a predicate, tensor<...xui8> for bytes.
+std::string mlir_type(const Shape& shape, DType dtype, bool pred = false, bool bytes = false);
+inline std::string mlir_type(const Value& v) { return mlir_type(v.shape, v.dtype, v.pred, v.bytes); }
 
 // Where a parameter's data comes from each time the program runs.
 enum class InputKind : uint8_t {
@@ -67,6 +69,7 @@ struct ResultType {
   Shape shape = {};
   DType dtype = kF32;
   bool pred = false;
+  bool bytes = false;
   bool operator==(const ResultType&) const = default;
 };
 
@@ -206,6 +209,19 @@ class Program {
   // must not see these targets in the program's text.
   bool custom_kernels() const { return custom_kernels_; }
   void set_custom_kernels(bool on) { custom_kernels_ = on; }
+  // The kind of device the program is compiled for, for lowerings whose best form differs by
+  // device (attention/attention_choice.h): a program compiled by the CUDA plugin may call cuDNN's
+  // fused attention, and keeps larger score tiles whole.
+  enum class Platform : uint8_t { cpu, cuda, other };
+  Platform platform() const { return platform_; }
+  void set_platform(Platform platform) { platform_ = platform; }
+  // Whether attention on a CUDA program calls cuDNN's flash attention where it can (compile.cudnn_attention).
+  bool cudnn_attention() const { return cudnn_attention_; }
+  void set_cudnn_attention(bool on) { cudnn_attention_ = on; }
+  // Lines for the start-up log from the lowerings (which attention each kind of layer got, and
+  // why), in the order first noted, each once.
+  void note(const std::string& line);
+  const std::vector<std::string>& notes() const { return notes_; }
   // Over several devices: the layout a layer loop keeps its carried activations in between blocks
   // (and their gradients in backward), as a sharding constraint on them (hlo::constrain). Without
   // it XLA's propagation chooses, and may follow the weights' FSDP split into the features.
@@ -225,6 +241,9 @@ class Program {
   bool scan_layers_ = false;
   ScanSaves scan_saves_ = ScanSaves::all;
   bool custom_kernels_ = false;
+  Platform platform_ = Platform::cpu;
+  bool cudnn_attention_ = true;
+  std::vector<std::string> notes_;
   std::optional<Sharding> carry_sharding_ = std::nullopt;
   ActivationLayout activation_layout_ = nullptr;
   std::vector<std::string> names_;  // by value id

@@ -13,6 +13,7 @@
 
 #include "titan/core/error.h"
 #include "titan/graph/pjrt/extension.h"
+#include "titan/graph/pjrt/nvidia_libraries.h"
 
 namespace titan::graph::pjrt {
 namespace {
@@ -115,6 +116,7 @@ Plugin& Plugin::load(const std::string& name_or_path) {
   std::lock_guard lock(mutex);
   if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
 
+  std::vector<std::string> nvidia = preload_nvidia_libraries(key);
   // RTLD_LOCAL: each plugin carries its own LLVM and protobuf, which must not resolve against
   // another plugin's (two CPU plugins are loaded side by side in the tests).
   void* handle = dlopen(key.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -142,6 +144,7 @@ Plugin& Plugin::load(const std::string& name_or_path) {
               kApiSizeNeeded, ": the plugin is broken or not what its version says; ", install);
 
   auto plugin = std::unique_ptr<Plugin>(new Plugin(key, api));
+  plugin->preloaded_ = std::move(nvidia);
   PJRT_Plugin_Initialize_Args args{};
   args.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE;
   plugin->check(api->PJRT_Plugin_Initialize(&args), "PJRT_Plugin_Initialize");

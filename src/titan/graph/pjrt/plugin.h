@@ -33,6 +33,8 @@ class Plugin {
   const std::vector<int>& extension_types() const { return extension_types_; }
   // The FFI extension registers custom-call handlers (titan's own kernels inside a program).
   bool has_ffi_extension() const;
+  // The NVIDIA libraries opened for the plugin before it was loaded (nvidia_libraries.h).
+  const std::vector<std::string>& preloaded_libraries() const { return preloaded_; }
 
   // Throws titan::Error naming `call`, this plugin and the plugin's message when `error` is set,
   // after destroying `error`. Every C API call's result goes through here.
@@ -44,6 +46,7 @@ class Plugin {
   std::string path_;
   const PJRT_Api* api_ = nullptr;
   std::vector<int> extension_types_ = {};
+  std::vector<std::string> preloaded_ = {};
 };
 
 }  // namespace titan::graph::pjrt

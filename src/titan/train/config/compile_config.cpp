@@ -18,7 +18,10 @@ void declare_keys(config::Keys<CompileConfig>& keys) {
            "for backward follows [activation_checkpoint]); false: every block recorded")
       .add("custom_kernels", &CompileConfig::custom_kernels, {},
            "graph mode on a CPU plugin with the FFI extension: titan's splash attention kernels run as custom "
-           "calls inside the program; false: XLA's lowering of every op");
+           "calls inside the program; false: XLA's lowering of every op")
+      .add("cudnn_attention", &CompileConfig::cudnn_attention, {},
+           "graph mode on a CUDA plugin: attention as cuDNN's flash-attention custom calls where cuDNN takes the "
+           "case (bf16, causal, sliding-window or no mask, head dim up to 256); false: XLA's lowering");
 }
 
 void check_graph_keys(const CompileConfig& c, bool graph_decoder, config::Problems& problems) {
@@ -29,6 +32,7 @@ void check_graph_keys(const CompileConfig& c, bool graph_decoder, config::Proble
                  "leave it out");
   if (graph_decoder) return;
   if (!c.custom_kernels) problems.add("compile.custom_kernels = false is read only in graph mode; " + fix);
+  if (!c.cudnn_attention) problems.add("compile.cudnn_attention = false is read only in graph mode; " + fix);
   if (c.plugin != "cpu") problems.add("compile.plugin = \"" + c.plugin + "\" is read only in graph mode; " + fix);
   if (!c.plugin_options.empty()) problems.add("compile.plugin_options is read only in graph mode; " + fix);
   if (!c.xla_options.empty()) problems.add("compile.xla_options is read only in graph mode; " + fix);

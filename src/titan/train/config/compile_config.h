@@ -25,6 +25,10 @@ struct CompileConfig {
   // titan's CPU kernels (splash attention) as custom calls inside the program, on a CPU plugin
   // with the FFI extension; false: XLA's lowering of every op (to compare the two).
   bool custom_kernels = true;
+  // On a CUDA plugin, attention as cuDNN's flash-attention custom calls where cuDNN takes the case
+  // (bf16, causal or sliding-window or no mask, head dim up to 256); false: XLA's lowering, to
+  // compare the two or where cuDNN fails on a machine (attention/attention_choice.h).
+  bool cudnn_attention = true;
   // What the step runs as: graph when enabled, else eager (op by op, with titan's fused kernels).
   std::string execution_mode() const { return enable ? "graph" : "eager"; }
   bool graph() const { return enable; }

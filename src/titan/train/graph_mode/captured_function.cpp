@@ -19,19 +19,10 @@ Tensor vjp_objective(const std::vector<Tensor>& outs, const std::vector<Tensor>&
   return objective;
 }
 
-CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<std::vector<Tensor>()>& fn,
-                                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts,
-                                   const CaptureOptions& options)
-    : runner_(runner) {
-  graph::Program program;
-  program.set_scan_layers(options.scan_layers);
-  program.set_scan_saves(options.scan_saves);
-  custom_kernels_ = options.custom_kernels && enable_custom_kernels(runner, true).on;
-  program.set_custom_kernels(custom_kernels_);
+FunctionCapture capture_function(graph::Program& program, const std::function<std::vector<Tensor>()>& fn,
+                                 const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts) {
+  FunctionCapture out;
   std::vector<graph::Value> results;
-  // (parameter's value id, its data) of the inputs and douts; tables an op reads from the host
-  // (RoPE's) become parameters too, declared when the op runs.
-  std::vector<std::pair<int64_t, Tensor>> feeds;
   // The inputs' gradients from before (an eager run's) stay theirs: the capture's are its own.
   std::vector<Tensor> earlier_grads;
   for (const Tensor& in : inputs) {
@@ -44,7 +35,7 @@ CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<st
     for (size_t i = 0; i < inputs.size(); ++i) {
       const graph::Value v = program.parameter(inputs[i].sizes(), inputs[i].dtype(), "input" + std::to_string(i),
                                                graph::InputKind::batch);
-      feeds.emplace_back(v.id, inputs[i].contiguous());
+      out.feeds.emplace_back(v.id, inputs[i].contiguous());
       bound.bind(inputs[i], v);
     }
     const std::vector<Tensor> outs = fn();
@@ -60,7 +51,7 @@ CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<st
         }
         const graph::Value v = program.parameter(douts[i].sizes(), douts[i].dtype(), "dout" + std::to_string(i),
                                                  graph::InputKind::batch);
-        feeds.emplace_back(v.id, douts[i].contiguous());
+        out.feeds.emplace_back(v.id, douts[i].contiguous());
         lazy_douts.push_back(graph::tensor_of(v));
       }
       const Tensor objective = vjp_objective(outs, lazy_douts);
@@ -71,13 +62,29 @@ CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<st
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) inputs[i].set_grad(earlier_grads[i]);
-  module_ = program.module_text(results);
+  out.module = program.module_text(results);
+  return out;
+}
+
+CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<std::vector<Tensor>()>& fn,
+                                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts,
+                                   const CaptureOptions& options)
+    : runner_(runner) {
+  graph::Program program;
+  program.set_scan_layers(options.scan_layers);
+  program.set_scan_saves(options.scan_saves);
+  custom_kernels_ = options.custom_kernels && enable_custom_kernels(runner, true).on;
+  program.set_custom_kernels(custom_kernels_);
+  program.set_platform(runner.platform());
+  program.set_cudnn_attention(options.cudnn_attention);
+  FunctionCapture capture = capture_function(program, fn, inputs, douts);
+  module_ = std::move(capture.module);
   const graph::Runner::Compiled compiled = runner.compile(module_);
   executable_ = compiled.executable;
   compile_seconds_ = compiled.seconds;
   for (const graph::Parameter& p : program.parameters()) {
     if (p.kind == graph::InputKind::host) args_.push_back(runner.upload(p.host));
-    for (const auto& [id, t] : feeds)
+    for (const auto& [id, t] : capture.feeds)
       if (id == p.value.id) args_.push_back(runner.upload(t));
   }
 }

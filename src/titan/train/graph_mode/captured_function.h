@@ -17,12 +17,23 @@ struct CaptureOptions {
   bool scan_layers = false;  // lower autograd::scan_blocks as a loop
   graph::ScanSaves scan_saves = graph::ScanSaves::all;
   bool custom_kernels = false;  // titan's kernels as custom calls where the runner's plugin allows
+  bool cudnn_attention = true;  // on a CUDA plugin, attention as cuDNN's custom calls where it can
 };
 
 // sum_i sum(outs[i] * douts[i]) in float32, over the outputs whose dout is defined: the objective
 // whose gradients are the vector-Jacobian products for douts, in eager mode or in a capture alike.
 // Undefined when no dout is.
 Tensor vjp_objective(const std::vector<Tensor>& outs, const std::vector<Tensor>& douts);
+
+// The capture alone, into `program` as its caller set it up (platform, custom kernels, loops): see
+// CapturedFunction for `fn`, `inputs` and `douts`. The module's text, and for each parameter that an
+// input or a dout became (by value id), its data.
+struct FunctionCapture {
+  std::string module = {};
+  std::vector<std::pair<int64_t, Tensor>> feeds = {};
+};
+FunctionCapture capture_function(graph::Program& program, const std::function<std::vector<Tensor>()>& fn,
+                                 const std::vector<Tensor>& inputs, const std::vector<Tensor>& douts);
 
 class CapturedFunction {
  public:

@@ -27,6 +27,7 @@ GraphStepOptions step_options(const JobConfig& c, const GraphMesh& mesh) {
           .scan_layers = c.compile.scan_layers,
           .scan_saves = c.compile.scan_layers ? scan_saves_for(c.activation_checkpoint) : graph::ScanSaves::all,
           .custom_kernels = c.compile.custom_kernels,
+          .cudnn_attention = c.compile.cudnn_attention,
           .mesh = mesh};
 }
 

@@ -115,6 +115,8 @@ CapturedStep capture_train_step(StepLoss& step_loss, const optim::AdamW& optimiz
   }
   program.set_scan_saves(options.scan_saves);
   program.set_custom_kernels(options.custom_kernels);
+  program.set_platform(options.platform);
+  program.set_cudnn_attention(options.cudnn_attention);
   graph::CaptureScope scope(program);
   const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers, options.layer_lists);
   const size_t n = slots.size();
@@ -227,6 +229,7 @@ CapturedStep capture_train_step(StepLoss& step_loss, const optim::AdamW& optimiz
   for (size_t i = 0; i < 3 * n; ++i) out.result_shardings[i] = slot_sharding[i % n];
   out.text = program.module_text(results, aliases, devices > 1 ? out.result_shardings : std::vector<graph::Sharding>{});
   out.ops = program.num_ops();
+  out.notes = program.notes();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
@@ -253,6 +256,7 @@ GraphStep::GraphStep(std::unique_ptr<StepLoss> loss, optim::AdamW& optimizer,
       runner_(std::move(runner)),
       custom_kernels_(enable_custom_kernels(runner_, options_.custom_kernels, options_.mesh.size())) {
   options_.custom_kernels = custom_kernels_.on;
+  options_.platform = runner_.platform();
   TITAN_CHECK(!params_.empty(), "graph mode: the model has no parameters to train");
   const int64_t devices = options_.mesh.size();
   partitions_ = local_partitions(runner_.client(), devices, options_.processes);
@@ -334,6 +338,7 @@ GraphStep::Result GraphStep::run(const std::vector<std::vector<Tensor>>& batches
          << " KiB of StableHLO) in " << seconds_text(captured_.seconds) << " s; "
          << (compiled.fresh ? "compiled in " + seconds_text(compiled.seconds) + " s" : std::string("compiled before"))
          << " (" << key << ")\n";
+    for (const std::string& note : captured_.notes) log_ << "titan: graph mode: " << note << "\n";
     if (compiled.fresh && partitions > 1) log_collectives(compiled.optimized_text, batches);
     key_ = key;
   }

@@ -38,6 +38,10 @@ struct GraphStepOptions {
   // (train/graph_mode/custom_kernels.h). GraphStep narrows it to what its plugin allows; capture_train_step
   // emits the calls as it is given, so a caller that compiles elsewhere registers them first.
   bool custom_kernels = true;
+  // compile.cudnn_attention, and the platform the step is compiled for (GraphStep sets it from its
+  // plugin): attention on a CUDA plugin as cuDNN's custom calls (attention/attention_choice.h).
+  bool cudnn_attention = true;
+  graph::Program::Platform platform = graph::Program::Platform::cpu;
   // The devices the step is split over ([parallelism] degrees; train/graph_mode/graph_sharding.h), and the
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
   GraphMesh mesh = GraphMesh();
@@ -117,6 +121,7 @@ struct CapturedStep {
   std::string text;           // the StableHLO module
   int64_t ops = 0;            // ops recorded (a loop's body counted once)
   double seconds = 0;         // capture time
+  std::vector<std::string> notes;  // the lowerings' choices, for the log (Program::notes)
   std::vector<StepInput> inputs;
   std::vector<int> donated;   // the state's parameters, replaced by the results of the same index
   std::vector<Tensor> host;   // tables read from the host (RoPE's), for StepInput::Source::host

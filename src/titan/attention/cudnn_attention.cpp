@@ -1,0 +1,140 @@
+#include "titan/attention/cudnn_attention.h"
+
+#include <cstdio>
+
+#include "titan/core/error.h"
+#include "titan/graph/ir/hlo.h"
+
+namespace titan::attention {
+
+namespace {
+
+using graph::Value;
+namespace hlo = graph::hlo;
+
+// BTNH's result layout: a result of shape [B, N, T, H] stored as [B, T, N, H] (minor to major).
+const Shape kBtnhLayout{3, 1, 2, 0};
+const Shape kToBtnh{0, 2, 1, 3};
+
+std::string number(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::string strings(const Shape& xs) {
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i) out += (i ? "," : "") + ("\"" + std::to_string(xs[i]) + "\"");
+  return out + "]";
+}
+
+// One product's dimension numbers: {lhs contracting, rhs contracting, lhs batch, rhs batch}.
+struct Dims {
+  const char* name;
+  int64_t lhs_contracting, rhs_contracting;
+  Shape lhs_batch, rhs_batch;
+};
+std::string dims_json(const Dims& d) {
+  return "\"" + std::string(d.name) + "\":{\"lhs_contracting_dimensions\":" + strings({d.lhs_contracting}) +
+         ",\"rhs_contracting_dimensions\":" + strings({d.rhs_contracting}) +
+         ",\"lhs_batch_dimensions\":" + strings(d.lhs_batch) + ",\"rhs_batch_dimensions\":" + strings(d.rhs_batch) +
+         "}";
+}
+
+// The products of the BTNH layout: Q K^T -> P [B, N, T, S], P V -> O; backward dP^T Q -> dK,
+// dP K -> dQ, P^T dO -> dV, dO V^T -> dP.
+const std::vector<Dims> kForwardDims{{"bmm1_dot_dimension_numbers", 3, 3, {0, 2}, {0, 2}},
+                                     {"bmm2_dot_dimension_numbers", 3, 1, {0, 1}, {0, 2}}};
+const std::vector<Dims> kBackwardDims{{"bmm1_grad_gemm1_dot_dimension_numbers", 2, 1, {0, 1}, {0, 2}},
+                                      {"bmm1_grad_gemm2_dot_dimension_numbers", 3, 1, {0, 1}, {0, 2}},
+                                      {"bmm2_grad_gemm1_dot_dimension_numbers", 2, 1, {0, 1}, {0, 2}},
+                                      {"bmm2_grad_gemm2_dot_dimension_numbers", 3, 3, {0, 2}, {0, 2}}};
+
+void check_operands(const char* what, const Value& q, const Value& k, const Value& v) {
+  TITAN_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && k.shape == v.shape && k.shape[0] == q.shape[0] &&
+                  k.shape[3] == q.shape[3] && k.shape[2] > 0 && q.shape[2] % k.shape[2] == 0 && q.dtype == kBF16 &&
+                  k.dtype == kBF16 && v.dtype == kBF16,
+              what, ": wants q [B, T, Hq, D], k and v [B, S, Hkv, D] in bf16 with Hkv dividing Hq, got ",
+              graph::mlir_type(q), ", ", graph::mlir_type(k), ", ", graph::mlir_type(v));
+}
+
+const graph::ResultType kWorkspace{.shape = {0}, .dtype = kF32, .pred = false, .bytes = true};
+
+}  // namespace
+
+CudnnFit cudnn_fit(const BlockMask& mask, DType dtype, bool bf16_products, const Scores& scores, int64_t head_dim) {
+  if (dtype != kBF16 && !bf16_products)
+    return {.why_not = "cuDNN's flash attention takes bf16 or f16, and this attention's products are " +
+                       std::string(dtype_name(dtype))};
+  if (scores.softcap) return {.why_not = "cuDNN's fused attention has no soft-capping of the scores"};
+  if (head_dim > kCudnnMaxHeadDim || head_dim % 8 != 0)
+    return {.why_not = "cuDNN's flash attention takes head dims that are multiples of 8 up to " +
+                       std::to_string(kCudnnMaxHeadDim) + ", not " + std::to_string(head_dim)};
+  const std::optional<MaskTerms> terms = mask.mask().terms();
+  if (!terms)
+    return {.why_not = "the mask " + mask.mask().describe() + " is not causal plus a window, which cuDNN's band takes"};
+  if (terms->document_ids.defined())
+    return {.why_not = "packed documents would need cuDNN's per-segment lengths and offsets, which titan does not "
+                       "write yet"};
+  if (terms->chunk > 0) return {.why_not = "cuDNN's band cannot express chunked attention"};
+  // The pairs the rule shows are q - left <= k <= q + right, either bound absent where it reaches
+  // past the sequence.
+  const int64_t seq = mask.seq();
+  const bool windowed = terms->window_left >= 0;
+  const bool left_bounded = windowed && terms->window_left < seq - 1;
+  const bool causal = terms->causal || (windowed && terms->window_right == 0);
+  const bool right_open = !causal && (!windowed || terms->window_right >= seq - 1);
+  if (!causal && !right_open)
+    return {.why_not = "a window reaching " + std::to_string(terms->window_right) +
+                       " keys past the query: cuDNN's band ends at the diagonal or not at all"};
+  if (!causal && left_bounded)
+    return {.why_not = "a window bounded on the left but open to the right, which cuDNN's band cannot express"};
+  return {.spec = CudnnCallSpec{.causal = causal,
+                                .window = left_bounded ? terms->window_left + 1 : 0,
+                                .scale = scores.scale}};
+}
+
+std::string cudnn_backend_config(const CudnnCallSpec& spec, int64_t B, int64_t Hq, int64_t T, int64_t S,
+                                 bool backward) {
+  std::string dims;
+  for (const Dims& d : backward ? kBackwardDims : kForwardDims) dims += "," + dims_json(d);
+  return "{\"operation_queue_id\":\"0\",\"wait_on_operation_queues\":[],\"cudnn_fmha_backend_config\":{"
+         "\"algorithm\":{\"algo_id\":\"0\",\"math_type\":\"TENSOR_OP_MATH\",\"tuning_knobs\":{\"17\":\"1\",\"24\":"
+         "\"0\"},\"is_cudnn_frontend\":true,\"workspace_size\":\"0\"},"
+         "\"fmha_scale\":" +
+         number(spec.scale) +
+         ",\"intermediate_tensor_shape\":{\"element_type\":\"BF16\",\"dimensions\":" + strings({B, Hq, T, S}) +
+         ",\"tuple_shapes\":[],\"layout\":{\"dim_level_types\":[],\"dim_unique\":[],\"dim_ordered\":[],"
+         "\"minor_to_major\":[\"3\",\"2\",\"1\",\"0\"],\"tiles\":[],\"element_size_in_bits\":\"0\",\"memory_space\":"
+         "\"0\",\"index_primitive_type\":\"PRIMITIVE_TYPE_INVALID\",\"pointer_primitive_type\":\"PRIMITIVE_TYPE_"
+         "INVALID\",\"dynamic_shape_metadata_prefix_bytes\":\"0\"},\"is_dynamic_dimension\":[false,false,false,"
+         "false]},\"is_flash_attention\":true,\"mask_type\":\"" +
+         std::string(spec.causal ? "CAUSAL" : "NO_MASK") + "\"" + dims +
+         ",\"dropout_rate\":0,\"seed\":42,\"sliding_window_length\":" + std::to_string(spec.window) +
+         ",\"max_seg_per_batch\":1,\"is_paged_attention\":false}}";
+}
+
+CudnnForward cudnn_forward_call(const CudnnCallSpec& spec, const Value& q, const Value& k, const Value& v) {
+  check_operands(kCudnnForward, q, k, v);
+  const int64_t B = q.shape[0], T = q.shape[1], Hq = q.shape[2], D = q.shape[3], S = k.shape[1];
+  const std::vector<Value> r = hlo::library_call(
+      kCudnnForward, {q, k, v}, {{{B, Hq, T, D}, kBF16}, {{B, Hq, T}, kF32}, kWorkspace},
+      cudnn_backend_config(spec, B, Hq, T, S, /*backward=*/false), {kBtnhLayout, {}, {}});
+  return {.out = hlo::transpose(r[0], kToBtnh), .stats = r[1]};
+}
+
+std::vector<Value> cudnn_backward_call(const CudnnCallSpec& spec, const Value& q, const Value& k, const Value& v,
+                                       const CudnnForward& fwd, const Value& dout) {
+  check_operands(kCudnnBackward, q, k, v);
+  TITAN_CHECK(dout.shape == q.shape && dout.dtype == kBF16 && fwd.out.shape == q.shape && fwd.out.dtype == kBF16,
+              kCudnnBackward, ": wants out and dout as q (", graph::mlir_type(q), "), got ", graph::mlir_type(fwd.out),
+              " and ", graph::mlir_type(dout));
+  const int64_t B = q.shape[0], T = q.shape[1], Hq = q.shape[2], D = q.shape[3], S = k.shape[1], Hkv = k.shape[2];
+  const std::vector<Value> r = hlo::library_call(
+      kCudnnBackward, {q, k, v, fwd.stats, dout, fwd.out},
+      {{{B, Hq, T, D}, kBF16}, {{B, Hkv, S, D}, kBF16}, {{B, Hkv, S, D}, kBF16}, kWorkspace},
+      cudnn_backend_config(spec, B, Hq, T, S, /*backward=*/true), {kBtnhLayout, kBtnhLayout, kBtnhLayout, {}});
+  return {hlo::transpose(r[0], kToBtnh), hlo::transpose(r[1], kToBtnh), hlo::transpose(r[2], kToBtnh)};
+}
+
+}  // namespace titan::attention
