@@ -27,9 +27,10 @@ namespace titan::attention {
 inline constexpr int64_t kDenseMaxSeq = 64;
 // On a GPU, XLA runs loops of small tiles one kernel launch per op and tile, which is what made
 // graph mode slow there (docs/performance.md); the dense form is a few large fused kernels. It is
-// kept while one [B, Hq, S, S] f32 array of scores stays under this many bytes (the backward holds
-// a few such arrays at once).
-inline constexpr int64_t kGpuDenseScoresBytes = int64_t{1} << 30;
+// kept while one [B, Hq, S, S] f32 array of scores stays within this many bytes: the backward holds
+// a few such arrays at once, some 8 GiB at the bound, which an 80 GB GPU holds beside the 1B (XL)
+// step's 31 GiB (its f32 step's scores are 2 GiB exactly).
+inline constexpr int64_t kGpuDenseScoresBytes = int64_t{2} << 30;
 
 enum class AttentionForm : uint8_t { titan_kernels, cudnn, dense, tiled };
 
