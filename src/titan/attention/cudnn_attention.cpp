@@ -22,10 +22,18 @@ std::string number(double x) {
   return buf;
 }
 
+// ["1","2"]: appended piece by piece, which GCC 12's -Wrestrict does not misread as it does
+// "\"" + std::string.
 std::string strings(const Shape& xs) {
   std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i) out += (i ? "," : "") + ("\"" + std::to_string(xs[i]) + "\"");
-  return out + "]";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i) out += ',';
+    out += '"';
+    out += std::to_string(xs[i]);
+    out += '"';
+  }
+  out += ']';
+  return out;
 }
 
 // One product's dimension numbers: {lhs contracting, rhs contracting, lhs batch, rhs batch}.
@@ -35,10 +43,18 @@ struct Dims {
   Shape lhs_batch, rhs_batch;
 };
 std::string dims_json(const Dims& d) {
-  return "\"" + std::string(d.name) + "\":{\"lhs_contracting_dimensions\":" + strings({d.lhs_contracting}) +
-         ",\"rhs_contracting_dimensions\":" + strings({d.rhs_contracting}) +
-         ",\"lhs_batch_dimensions\":" + strings(d.lhs_batch) + ",\"rhs_batch_dimensions\":" + strings(d.rhs_batch) +
-         "}";
+  std::string out = "\"";
+  out += d.name;
+  out += "\":{\"lhs_contracting_dimensions\":";
+  out += strings({d.lhs_contracting});
+  out += ",\"rhs_contracting_dimensions\":";
+  out += strings({d.rhs_contracting});
+  out += ",\"lhs_batch_dimensions\":";
+  out += strings(d.lhs_batch);
+  out += ",\"rhs_batch_dimensions\":";
+  out += strings(d.rhs_batch);
+  out += '}';
+  return out;
 }
 
 // The products of the BTNH layout: Q K^T -> P [B, N, T, S], P V -> O; backward dP^T Q -> dK,
@@ -97,7 +113,10 @@ CudnnFit cudnn_fit(const BlockMask& mask, DType dtype, bool bf16_products, const
 std::string cudnn_backend_config(const CudnnCallSpec& spec, int64_t B, int64_t Hq, int64_t T, int64_t S,
                                  bool backward) {
   std::string dims;
-  for (const Dims& d : backward ? kBackwardDims : kForwardDims) dims += "," + dims_json(d);
+  for (const Dims& d : backward ? kBackwardDims : kForwardDims) {
+    dims += ',';
+    dims += dims_json(d);
+  }
   return "{\"operation_queue_id\":\"0\",\"wait_on_operation_queues\":[],\"cudnn_fmha_backend_config\":{"
          "\"algorithm\":{\"algo_id\":\"0\",\"math_type\":\"TENSOR_OP_MATH\",\"tuning_knobs\":{\"17\":\"1\",\"24\":"
          "\"0\"},\"is_cudnn_frontend\":true,\"workspace_size\":\"0\"},"
