@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
-# Graph mode on an NVIDIA GPU through the CUDA 13 PJRT plugin: the Pjrt* and Graph* tests with
-# TITAN_GRAPH_PLUGIN=cuda (graph runs on the GPU, eager ones on the host, compared), then
-# bench_train_step --device=cuda (titan graph against JAX and PyTorch 2 on the same GPU), then the
-# same step with XLA's attention instead of cuDNN's, then A/B runs of XLA's GPU options:
-#   scripts/gpu_check.sh [bench_train_step flags; default: XL and 3B in bf16 against torch eager and
+# Graph mode on an NVIDIA GPU through the CUDA 13 PJRT plugin: the Pjrt*, Graph* and
+# CudnnAttention* tests with TITAN_GRAPH_PLUGIN=cuda (graph runs on the GPU, eager ones on the
+# host, compared), then bench_train_step --device=cuda (titan graph against JAX and PyTorch 2 on the
+# same GPU), then A/B runs: the step with XLA's attention instead of cuDNN's, and XLA's GPU options:
+#   scripts/gpu_check.sh [bench_train_step flags; default: XL in bf16 against torch eager and
 #                         compile bf16 and JAX bf16 (cuDNN attention), one round]
+# With the defaults it is meant to fit one 10-minute device call (planned at about 9 minutes: tests
+# 150 s at most, the XL benchmark's four sides, six short A/B runs; not yet timed on a GPU). The 3B
+# shape in a second call:
+#   TITAN_GPU_TESTS=none TITAN_GPU_XLA_AB=none scripts/gpu_check.sh '--benchmark_filter=train_step/3B$' \
+#     --precision=bf16 '--torch=eager bf16,compile bf16' --jax=bf16 --rounds=1
 # Environment:
 #   TITAN_GPU_PYTHON  the Python whose torch (CUDA build) and jax run the references (default python3)
 #   TITAN_GPU_BUNDLE  a tarball from scripts/gpu_bundle.sh: run its binaries instead of building
 #                     (a machine with no network or build dependencies)
-#   TITAN_GPU_TESTS   gtest filter (default: the graph and PJRT tests that need no CPU plugin file)
+#   TITAN_GPU_TESTS   gtest filter (default: the graph, PJRT and cuDNN-attention tests that need no
+#                     CPU plugin file); "none" skips the tests
 #   TITAN_GRAPH_PLUGIN_OPTIONS  the tests' client options (default preallocate=false)
-#   TITAN_GPU_TEST_TIMEOUT, TITAN_GPU_BENCH_TIMEOUT  seconds for each part (default 240, 300: the
-#                     whole script fits one 10-minute device call)
+#   TITAN_GPU_TEST_TIMEOUT, TITAN_GPU_BENCH_TIMEOUT  seconds for the tests and for each benchmark
+#                     run (default 150, 240)
 #   TITAN_GPU_XLA_AB  XLA option sets (compile.xla_options) to A/B after the benchmark, separated by
-#                     ';', each a short run of TITAN_GPU_XLA_AB_ARGS; "none" skips it. Default: XLA's
-#                     defaults, then command buffers off, the latency-hiding scheduler on, Triton's
-#                     GEMMs off
-#   TITAN_GPU_XLA_AB_ARGS  bench_train_step flags of each A/B run, and of the run with XLA's
-#                     attention (default: config XL, titan graph bf16 alone, 1 round of 5 steps)
+#                     ';', each a short run of TITAN_GPU_XLA_AB_ARGS, after one with XLA's attention
+#                     (compile.cudnn_attention = false); "none" skips them all. Default: XLA's
+#                     defaults, command buffers off, the latency-hiding scheduler on, Triton's GEMMs off
+#   TITAN_GPU_XLA_AB_ARGS  bench_train_step flags of each A/B run (default: config XL, titan graph
+#                     bf16 alone, 1 round of 5 steps)
 # The CUDA plugin: .pjrt/cuda when present; else the one in TITAN_GPU_PYTHON's jax-cuda13-pjrt
 # (linked there, with its NVIDIA libraries); else the wheels jax-cuda13-pjrt and
 # jax-cuda13-plugin[with-cuda] are downloaded and unpacked into .pjrt/cuda (about 3 GB).
@@ -100,26 +106,28 @@ export TITAN_PYTHON=$py TITAN_JAX_PYTHON=$py
 # CPU suite's; here every other graph test runs its graph side on the GPU.
 filter=${TITAN_GPU_TESTS:-'Pjrt*:Graph*:CudnnAttention*-PjrtFfi*:PjrtRuntime.CpuDeviceCountOptionIsHonoured:PjrtRuntime.BothCpuPluginsGiveTheSameNumbers:PjrtRuntime.XlaOptionsReachTheCompilation'}
 status=0
-# Every test process holds several clients at once (the tests' shared one, each trainer's): none
-# may take 75% of the GPU's memory up front, as the plugin's allocator does by default.
-TITAN_GRAPH_PLUGIN=cuda TITAN_GRAPH_PLUGIN_OPTIONS=${TITAN_GRAPH_PLUGIN_OPTIONS:-preallocate=false} timeout "${TITAN_GPU_TEST_TIMEOUT:-240}" "$tests" --gtest_filter="$filter" || status=$?
-echo "gpu_check: tests exited with $status"
-(($# > 0)) || set -- --precision=bf16 "--torch=eager bf16,compile bf16" --jax=bf16 --rounds=1
-timeout "${TITAN_GPU_BENCH_TIMEOUT:-300}" "$bench" --device=cuda "$@" || status=$?
-
-ab_args=${TITAN_GPU_XLA_AB_ARGS:---benchmark_filter=train_step/XL\$ --precision=bf16 --torch=none --jax=none --rounds=1 --steps=5}
-echo "gpu_check: titan graph with XLA's attention (compile.cudnn_attention = false)"
-# shellcheck disable=SC2086
-timeout "${TITAN_GPU_BENCH_TIMEOUT:-300}" "$bench" --device=cuda $ab_args --cudnn_attention=false || status=$?
+if [[ $filter != none ]]; then
+  # Every test process holds several clients at once (the tests' shared one, each trainer's): none
+  # may take 75% of the GPU's memory up front, as the plugin's allocator does by default.
+  TITAN_GRAPH_PLUGIN=cuda TITAN_GRAPH_PLUGIN_OPTIONS=${TITAN_GRAPH_PLUGIN_OPTIONS:-preallocate=false} \
+    timeout "${TITAN_GPU_TEST_TIMEOUT:-150}" "$tests" --gtest_filter="$filter" || status=$?
+  echo "gpu_check: tests exited with $status"
+fi
+(($# > 0)) || set -- '--benchmark_filter=train_step/XL$' --precision=bf16 "--torch=eager bf16,compile bf16" --jax=bf16 --rounds=1
+timeout "${TITAN_GPU_BENCH_TIMEOUT:-240}" "$bench" --device=cuda "$@" || status=$?
 
 ab=${TITAN_GPU_XLA_AB-';xla_gpu_enable_command_buffer=;xla_gpu_enable_latency_hiding_scheduler=true;xla_gpu_enable_triton_gemm=false'}
+ab_args=${TITAN_GPU_XLA_AB_ARGS:---benchmark_filter=train_step/XL\$ --precision=bf16 --torch=none --jax=none --rounds=1 --steps=5}
 if [[ $ab != none ]]; then
+  echo "gpu_check: A/B, XLA's attention (compile.cudnn_attention = false)"
+  # shellcheck disable=SC2086
+  timeout "${TITAN_GPU_BENCH_TIMEOUT:-240}" "$bench" --device=cuda $ab_args --cudnn_attention=false || status=$?
   # An empty set (the default list's first) is XLA's defaults.
   IFS=';' read -r -a sets <<<"$ab"
   for set in "${sets[@]}"; do
     echo "gpu_check: A/B, XLA options '${set}'"
     # shellcheck disable=SC2086
-    timeout "${TITAN_GPU_BENCH_TIMEOUT:-300}" "$bench" --device=cuda $ab_args "--xla_options=$set" || status=$?
+    timeout "${TITAN_GPU_BENCH_TIMEOUT:-240}" "$bench" --device=cuda $ab_args "--xla_options=$set" || status=$?
   done
 fi
 exit "$status"
