@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 namespace titan::graph::pjrt {
 
@@ -17,9 +21,11 @@ constexpr const char* kPrefixes[] = {"libcudart.so.",  "libnvrtc.so.",    "libnv
                                      "libcublasLt.so.", "libcublas.so.",  "libcufft.so.",          "libcusolver.so.",
                                      "libcusparse.so.", "libcupti.so.",   "libnccl.so.",           "libcudnn.so."};
 
-bool wanted(const std::string& name) {
-  return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
-                     [&](const char* prefix) { return name.starts_with(prefix); });
+// The index in kPrefixes of the library `name` is a version of; the array's size for none.
+size_t prefix_rank(const std::string& name) {
+  const auto* it = std::find_if(std::begin(kPrefixes), std::end(kPrefixes),
+                                [&](const char* prefix) { return name.starts_with(prefix); });
+  return static_cast<size_t>(it - std::begin(kPrefixes));
 }
 
 }  // namespace
@@ -33,18 +39,13 @@ std::vector<std::string> preload_nvidia_libraries(const std::string& plugin_path
     const fs::path lib = wheel.path() / "lib";
     if (!fs::is_directory(lib, ec)) continue;
     for (const fs::directory_entry& f : fs::directory_iterator(lib, ec))
-      if (wanted(f.path().filename().string())) files.push_back(f.path());
+      if (prefix_rank(f.path().filename().string()) < std::size(kPrefixes)) files.push_back(f.path());
   }
   // In the order of kPrefixes (what others open comes first), then by name, so that every run
   // opens them alike.
-  const auto rank = [](const fs::path& p) {
-    const std::string name = p.filename().string();
-    return std::find_if(std::begin(kPrefixes), std::end(kPrefixes),
-                        [&](const char* prefix) { return name.starts_with(prefix); }) -
-           std::begin(kPrefixes);
-  };
-  std::sort(files.begin(), files.end(), [&](const fs::path& a, const fs::path& b) {
-    return std::pair(rank(a), a.filename()) < std::pair(rank(b), b.filename());
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    return std::pair(prefix_rank(a.filename().string()), a.filename()) <
+           std::pair(prefix_rank(b.filename().string()), b.filename());
   });
   std::vector<std::string> opened;
   for (const fs::path& f : files)

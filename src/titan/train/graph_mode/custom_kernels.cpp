@@ -15,7 +15,7 @@ CustomKernels enable_custom_kernels(const graph::Runner& runner, bool wanted, in
                     " devices: XLA's SPMD partitioner cannot split a custom call, so the sharded step takes "
                     "XLA's lowerings"};
   const graph::pjrt::Client& client = runner.client();
-  if (client.platform_name() != "cpu")
+  if (runner.platform() != graph::Program::Platform::cpu)
     return {.on = false,
             .note = "none: titan's kernels are CPU code and the plugin's platform is " +
                     client.platform_name() + "; XLA's lowerings only"};
