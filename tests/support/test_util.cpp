@@ -9,11 +9,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/checkpoint/hf_checkpoint.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/core/trace.h"
 
 namespace titan::test {
 
@@ -147,6 +149,20 @@ void expect_same_hf_folder(const std::filesystem::path& exported, const std::fil
   const nlohmann::json mine = checkpoint::HfReader(exported).config(),
                        ref = checkpoint::HfReader(original).config();
   for (const auto& [key, value] : mine.items()) EXPECT_EQ(value, ref.value(key, nlohmann::json())) << key;
+}
+
+TracedGemms traced_sgemms(const std::function<void()>& run) {
+  trace::start();
+  run();
+  trace::stop();
+  TracedGemms g;
+  const nlohmann::json events = nlohmann::json::parse(trace::to_json(0, "test")).at("traceEvents");
+  for (const nlohmann::json& e : events)
+    if (e.value("ph", "") == "X" && e.value("name", "") == "sgemm") {
+      ++g.calls;
+      g.flops += e.at("args").at("flops").get<int64_t>();
+    }
+  return g;
 }
 
 bool in_ci() {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,12 @@ nn::StateDict titan_checkpoint_weights(const std::filesystem::path& step_dir);
 // Hugging Face folder `exported` (one model.safetensors) holds exactly `original`'s tensors, bit
 // for bit, and every config.json key it writes has `original`'s value.
 void expect_same_hf_folder(const std::filesystem::path& exported, const std::filesystem::path& original);
+
+// The float32 GEMMs (BLAS sgemm calls) `run` issues on any thread, from a trace.
+struct TracedGemms {
+  int64_t calls = 0, flops = 0;
+};
+TracedGemms traced_sgemms(const std::function<void()>& run);
 
 // Whether the tests run in CI (the environment variable CI is "true" or "1").
 bool in_ci();

@@ -7,7 +7,6 @@
 
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,7 +16,6 @@
 #include "titan/autograd/checkpoint.h"
 #include "titan/autograd/engine.h"
 #include "titan/core/rng.h"
-#include "titan/core/trace.h"
 #include "titan/models/common/attention.h"
 #include "titan/models/llama3/model.h"
 #include "titan/models/qwen3/model.h"
@@ -247,38 +245,20 @@ INSTANTIATE_TEST_SUITE_P(, SplitBackwardModels, ::testing::Bool(),
 
 // ---- cost: W recomputes nothing ---------------------------------------------------------------
 
-struct Gemms {
-  int64_t calls = 0, flops = 0;
-};
-
-// The float32 GEMMs `run` issues, from a trace.
-Gemms gemms_of(const std::function<void()>& run) {
-  trace::start();
-  run();
-  trace::stop();
-  Gemms g;
-  const nlohmann::json events = nlohmann::json::parse(trace::to_json(0, "test")).at("traceEvents");
-  for (const nlohmann::json& e : events)
-    if (e.value("ph", "") == "X" && e.value("name", "") == "sgemm") {
-      ++g.calls;
-      g.flops += e.at("args").at("flops").get<int64_t>();
-    }
-  return g;
-}
-
 TEST(SplitBackward, BAndWTogetherIssueTheGemmsOfOneBackward) {
   const int layers = 6;
   const int64_t width = 96, rows = 80;
   Mlp m(width, layers, false);
   auto x = [&] { return test::rand_f32({rows, width}, 2).requires_grad_(); };
   Tensor plain_loss = mlp_loss(m, x());
-  const Gemms plain = gemms_of([&] { plain_loss.backward(); });
+  const test::TracedGemms plain = test::traced_sgemms([&] { plain_loss.backward(); });
 
   DeferredWeightGrads deferred;
   Tensor input = x();
   Tensor loss = mlp_loss(m, input);
-  const Gemms b = gemms_of([&] { autograd::backward_split({loss}, {Tensor::ones({})}, {input}, deferred); });
-  const Gemms w = gemms_of([&] { deferred.run(); });
+  const test::TracedGemms b =
+      test::traced_sgemms([&] { autograd::backward_split({loss}, {Tensor::ones({})}, {input}, deferred); });
+  const test::TracedGemms w = test::traced_sgemms([&] { deferred.run(); });
 
   const int64_t one_gemm = 2 * rows * width * width;
   EXPECT_EQ(plain.calls, 2 * layers);

@@ -16,6 +16,13 @@ void ModelArgs::validate() const {
   TITAN_CHECK(norm_eps >= 0, "clip ModelArgs: layer_norm_eps must not be negative, got ", norm_eps);
 }
 
+double ModelArgs::forward_matmul_flops(int64_t seq) const {
+  const auto s = static_cast<double>(seq), d = static_cast<double>(dim);
+  const double projections = 4 * s * d * d, attention = 2 * s * s * d,
+               mlp = 2 * s * d * static_cast<double>(ffn_dim);
+  return 2 * static_cast<double>(n_layers) * (projections + attention + mlp);
+}
+
 std::vector<std::string> flavor_names() {
   return {"vit-large-patch14"};
 }

@@ -23,6 +23,9 @@ struct ModelArgs {
   int64_t eos_token_id = 49407;
 
   int64_t head_dim() const { return dim / n_heads; }
+  // FLOPs (2 per multiply-add) of the matrix products of one sequence's forward over `seq` tokens,
+  // as t5::ModelArgs counts them; the causal scores are counted whole, as they are computed.
+  double forward_matmul_flops(int64_t seq) const;
   // Throws, naming the field, when the sizes cannot make a model.
   void validate() const;
 };

@@ -18,6 +18,14 @@ void ModelArgs::validate() const {
   TITAN_CHECK(norm_eps >= 0, "t5 ModelArgs: layer_norm_epsilon must not be negative, got ", norm_eps);
 }
 
+double ModelArgs::forward_matmul_flops(int64_t seq) const {
+  const auto s = static_cast<double>(seq), d = static_cast<double>(d_model),
+             inner = static_cast<double>(inner_dim());
+  const double projections = 4 * s * d * inner, attention = 2 * s * s * inner,
+               feed_forward = 3 * s * d * static_cast<double>(d_ff);
+  return 2 * static_cast<double>(n_layers) * (projections + attention + feed_forward);
+}
+
 std::vector<std::string> flavor_names() {
   return {"xxl"};
 }

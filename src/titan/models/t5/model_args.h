@@ -19,6 +19,10 @@ struct ModelArgs {
   double norm_eps = 1e-6;      // layer_norm_epsilon
 
   int64_t inner_dim() const { return n_heads * d_kv; }
+  // FLOPs (2 per multiply-add) of the matrix products of one sequence's forward over `seq` tokens:
+  // Q, K, V and output projections, scores and their product with V, the gated feed-forward.
+  // Norms, softmax and GELU are left out: what a GEMM-bound encoder's time is measured against.
+  double forward_matmul_flops(int64_t seq) const;
   // Throws, naming the field, when the sizes cannot make a model.
   void validate() const;
 };
