@@ -20,23 +20,31 @@ fa.check_cudnn_version = lambda: 91000
 fa.check_compute_capability = lambda capability: True
 fa.is_cuda_compute_capability_equal = lambda capability: capability == "9.0"
 
-# name: (B, T, query heads, kv heads, head dim, scale, mask type, sliding window)
+# name: (B, T, query heads, kv heads, head dim, scale, mask type, sliding window, documents a row
+# at most: packed documents' lengths and offsets, max_seg_per_batch, when above 1)
 CASES = {
-    "causal_gqa": (2, 128, 8, 2, 64, 0.125, fa.MaskType.CAUSAL, None),
-    "sliding_window": (1, 96, 4, 4, 32, 1 / math.sqrt(32), fa.MaskType.CAUSAL, 16),
-    "no_mask": (1, 96, 4, 4, 32, 0.3, fa.MaskType.NO_MASK, None),
+    "causal_gqa": (2, 128, 8, 2, 64, 0.125, fa.MaskType.CAUSAL, None, 1),
+    "sliding_window": (1, 96, 4, 4, 32, 1 / math.sqrt(32), fa.MaskType.CAUSAL, 16, 1),
+    "no_mask": (1, 96, 4, 4, 32, 0.3, fa.MaskType.NO_MASK, None, 1),
+    # Query heads as many as kv heads: JAX scales the kv offsets by the query heads (a kv token's
+    # stride only when they are equal).
+    "documents": (2, 128, 4, 4, 64, 0.125, fa.MaskType.CAUSAL, None, 4),
 }
 
 
-def calls(B, T, N, K, H, scale, mask, window):
-    def f(q, k, v, dout):
+def calls(B, T, N, K, H, scale, mask, window, documents):
+    def f(q, k, v, dout, *segments):
+        packed = dict(zip(["q_seqlen", "kv_seqlen", "q_offsets", "kv_offsets"], segments))
         attend = lambda q, k, v: fa.dot_product_attention(
-            q, k, v, scale=scale, mask_type=mask, qkv_layout="BTNH", sliding_window_length=window)
+            q, k, v, scale=scale, mask_type=mask, qkv_layout="BTNH", sliding_window_length=window, **packed)
         out, vjp = jax.vjp(attend, q, k, v)
         return out, vjp(dout)
 
     shapes = [(B, T, N, H), (B, T, K, H), (B, T, K, H), (B, T, N, H)]
     args = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in shapes]
+    if documents > 1:
+        M = documents
+        args += [jax.ShapeDtypeStruct(s, jnp.int32) for s in [(B, M), (B, M), (B, M + 1), (B, M + 1)]]
     lowered = export.export(jax.jit(f), platforms=["cuda"],
                             disabled_checks=[export.DisabledSafetyCheck.custom_call("__cudnn$fmhaSoftmax"),
                                              export.DisabledSafetyCheck.custom_call("__cudnn$fmhaSoftmaxBackward")])

@@ -53,7 +53,7 @@ size_t occurrences(const std::string& text, const std::string& what) {
 
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
                                const std::vector<Tensor>& inputs, bool with_grads, bool scan_layers,
-                               bool custom_kernels, graph::ScanSaves scan_saves) {
+                               bool custom_kernels, graph::ScanSaves scan_saves, int64_t max_documents) {
   GraphEager result;
   // Eager.
   std::vector<Tensor> leaves;
@@ -81,7 +81,10 @@ GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std
   }
   train::CapturedFunction f(test_runner(), [&] { return fn(captured); }, captured,
                             with_grads ? weights : std::vector<Tensor>{},
-                            {.scan_layers = scan_layers, .scan_saves = scan_saves, .custom_kernels = custom_kernels});
+                            {.scan_layers = scan_layers,
+                             .scan_saves = scan_saves,
+                             .custom_kernels = custom_kernels,
+                             .max_documents = max_documents});
   result.module = f.module();
   result.graph = f.run_to_host();
   return result;

@@ -22,10 +22,12 @@ struct GraphEager {
 // random r_i, and the floating inputs' gradients follow the outputs in both vectors. scan_layers:
 // the captured program lowers autograd::scan_blocks as a loop, whose forward keeps `scan_saves` for
 // its backward. custom_kernels: titan's kernels run as custom calls where the test runner's plugin
-// can (train/graph_mode/custom_kernels.h); off, XLA's lowerings.
+// can (train/graph_mode/custom_kernels.h); off, XLA's lowerings. max_documents: the bound on
+// packed documents a row holds that the program is captured with (Program::max_documents).
 GraphEager run_eager_and_graph(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
                                const std::vector<Tensor>& inputs, bool with_grads = true, bool scan_layers = false,
-                               bool custom_kernels = false, graph::ScanSaves scan_saves = graph::ScanSaves::all);
+                               bool custom_kernels = false, graph::ScanSaves scan_saves = graph::ScanSaves::all,
+                               int64_t max_documents = 0);
 // The three ScanSaves, with their names for SCOPED_TRACE.
 inline const std::vector<std::pair<graph::ScanSaves, const char*>> kAllScanSaves = {
     {graph::ScanSaves::inputs, "loop keeping inputs"},

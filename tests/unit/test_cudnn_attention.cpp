@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -23,6 +24,7 @@
 #include "titan/attention/splash.h"
 #include "titan/core/autocast.h"
 #include "titan/core/error.h"
+#include "titan/graph/lazy.h"
 #include "titan/models/llama3/model.h"
 #include "titan/optim/adamw.h"
 #include "titan/train/graph_mode/graph_step.h"
@@ -49,10 +51,12 @@ struct Captured {
 // `ids` (packed documents' ids, for a rule that reads them) are an input of the program too.
 using Rule = std::function<Mask(const Tensor& ids)>;
 Captured capture(const Case& c, const Rule& rule, Platform platform, DType autocast = kBF16,
-                 const attention::SplashOptions& opts = {}, bool cudnn = true, const Tensor& ids = {}) {
+                 const attention::SplashOptions& opts = {}, bool cudnn = true, const Tensor& ids = {},
+                 int64_t max_documents = 0) {
   graph::Program program;
   program.set_platform(platform);
   program.set_cudnn_attention(cudnn);
+  program.set_max_documents(max_documents);
   std::vector<Tensor> in{test::rand_f32({c.B, c.S, c.Hq, c.D}, 1), test::rand_f32({c.B, c.S, c.Hkv, c.D}, 2),
                          test::rand_f32({c.B, c.S, c.Hkv, c.D}, 3)};
   for (Tensor& t : in) t.requires_grad_();
@@ -168,6 +172,69 @@ TEST(CudnnAttention, NoMaskWithItsScaleAsJaxWritesIt) {
   EXPECT_EQ(causal[0].config.at("cudnn_fmha_backend_config").at("sliding_window_length"), 0);
 }
 
+// Packed documents, four a row at most: the calls take the documents' lengths and offsets after
+// q, k and v (and out), the statistics hold a row per document slot, max_seg_per_batch is 4.
+TEST(CudnnAttention, PackedDocumentsAsJaxWritesThem) {
+  const Rule documents = [](const Tensor& ids) { return Mask::document(ids); };
+  const Case c{.B = 2, .S = 128, .Hq = 4, .Hkv = 4, .D = 64};
+  const Tensor ids = test::packed_ids(c.B, c.S, 3);
+  const Captured packed = capture(c, documents, Platform::cuda, kBF16, {}, true, ids, /*max_documents=*/4);
+  expect_as_jax_writes("documents", packed);
+  EXPECT_NE(packed.notes[0].find("up to 4 packed documents a row"), std::string::npos) << packed.notes[0];
+  // A bound of one document a row is causal attention alone.
+  const std::vector<Call> one = cudnn_calls(capture(c, documents, Platform::cuda, kBF16, {}, true, ids, 1).module);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0].config.at("cudnn_fmha_backend_config").at("max_seg_per_batch"), 1);
+  EXPECT_EQ(one[0].config.at("cudnn_fmha_backend_config").at("mask_type"), "CAUSAL");
+}
+
+// cuDNN's ragged layout, computed inside the program from the loader's ids: rows of 1, 3 and 4
+// documents (the last numbered from 5), four a row at most, grouped-query heads. Lengths left
+// packed over the batch, 0 after the last; offsets where each document starts in elements of the
+// whole batch (a q token 8 x 16 of them, a k or v token 2 x 16), the batch's end after the last.
+TEST(CudnnAttention, SegmentsAreTheDocumentsLengthsAndOffsetsLeftPacked) {
+  const int64_t B = 3, T = 10, M = 4, Hq = 8, Hkv = 2, D = 16;
+  std::vector<Tensor> in{Tensor::from_vector<int32_t>({0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                                       0, 0, 0, 1, 1, 2, 2, 2, 2, 2,  //
+                                                       5, 6, 6, 7, 7, 7, 8, 8, 8, 8},
+                                                      {B, T})};
+  train::CapturedFunction f(
+      test::test_runner(),
+      [&] {
+        const attention::CudnnSegments s = attention::cudnn_segments(graph::value_of(in[0], "test"), M, Hq, Hkv, D);
+        return std::vector<Tensor>{graph::tensor_of(s.q_seqlen), graph::tensor_of(s.kv_seqlen),
+                                   graph::tensor_of(s.q_offsets), graph::tensor_of(s.kv_offsets)};
+      },
+      in, {}, {});
+  const std::vector<Tensor> out = f.run_to_host();
+  ASSERT_EQ(out.size(), 4u);
+  const std::vector<int32_t> lengths{10, 3, 2, 5, 1, 2, 3, 4, 0, 0, 0, 0};
+  const std::vector<int64_t> starts{0, 10, 13, 15, 20, 21, 23, 26, 30, 30, 30, 30, 30, 30, 30};
+  auto scaled = [&](int64_t stride) {
+    std::vector<int32_t> v;
+    for (int64_t x : starts) v.push_back(static_cast<int32_t>(x * stride));
+    return v;
+  };
+  EXPECT_EQ(out[0].sizes(), Shape({B, M}));
+  EXPECT_EQ(out[0].to_vector<int32_t>(), lengths);
+  EXPECT_EQ(out[1].to_vector<int32_t>(), lengths);
+  EXPECT_EQ(out[2].sizes(), Shape({B, M + 1}));
+  EXPECT_EQ(out[2].to_vector<int32_t>(), scaled(Hq * D));
+  EXPECT_EQ(out[3].to_vector<int32_t>(), scaled(Hkv * D));
+}
+
+// What GraphStep bounds the documents by: the most a row holds where the ids are numbered as the
+// loader numbers them, none for other ids.
+TEST(CudnnAttention, DocumentsPerRowCountsTheLoadersIdsAndRefusesOthers) {
+  using attention::packed_documents_per_row;
+  EXPECT_EQ(packed_documents_per_row(Tensor::from_vector<int64_t>({0, 0, 1, 2, 5, 5, 5, 6}, {2, 4})), 3);
+  EXPECT_EQ(packed_documents_per_row(Tensor::from_vector<int32_t>({4, 4, 4, 4}, {1, 4})), 1);
+  EXPECT_EQ(packed_documents_per_row(test::packed_ids(2, 96, 1)).value_or(0) > 2, true);
+  EXPECT_EQ(packed_documents_per_row(Tensor::from_vector<int64_t>({0, 1, 0, 1}, {1, 4})), std::nullopt);
+  EXPECT_EQ(packed_documents_per_row(Tensor::from_vector<int64_t>({0, 0, 2, 2}, {1, 4})), std::nullopt);
+  EXPECT_TITAN_ERROR(packed_documents_per_row(Tensor::zeros({4}, {.dtype = kI64})), "document ids [batch, seq]");
+}
+
 // Cases cuDNN cannot take keep XLA's lowering on a CUDA program: no cuDNN call in the text, and
 // the note says what the layer got and why.
 TEST(CudnnAttention, CasesCudnnCannotTakeKeepXlasLoweringAndSayWhy) {
@@ -249,44 +316,59 @@ TEST(CudnnAttention, TheLayerLoopKeepsOrRecomputesCudnnsForward) {
   Generator gen(5);
   model.init_weights(gen);
   const auto params = model.named_parameters();
-  const data::Batch batch{Tensor::zeros({2, 16}, {.dtype = kI64}), Tensor::zeros({2, 16}, {.dtype = kI64})};
-  for (const auto& [saves, name] : test::kAllScanSaves) {
-    SCOPED_TRACE(name);
-    const AutocastGuard bf16(kBF16);
-    const std::string text =
-        train::capture_train_step(model, optim::AdamW(params), params, {batch},
-                                  {.scan_layers = true, .scan_saves = saves, .custom_kernels = false, .platform = Platform::cuda})
-            .text;
-    const bool recomputed = saves == graph::ScanSaves::inputs;
-    EXPECT_EQ(test::occurrences(text, "call_target_name = \"__cudnn$fmhaSoftmax\""), recomputed ? 2u : 1u);
-    EXPECT_EQ(test::occurrences(text, "call_target_name = \"__cudnn$fmhaSoftmaxBackward\""), 1u);
-    EXPECT_EQ(test::occurrences(text, "dense<> : tensor<0xui8>"), recomputed ? 0u : 1u);
-    if (test::test_runner().platform() != Platform::cpu) continue;
-    EXPECT_TITAN_ERROR(test::test_runner().compile(text), "No registered implementation",
-                       "__cudnn$fmhaSoftmax");
+  data::Batch batch{Tensor::zeros({2, 16}, {.dtype = kI64}), Tensor::zeros({2, 16}, {.dtype = kI64})};
+  for (const bool documents : {false, true}) {
+    // Packed documents: the calls take their lengths and offsets too.
+    if (documents) batch.document_ids = test::packed_ids(2, 16, 4);
+    for (const auto& [saves, name] : test::kAllScanSaves) {
+      SCOPED_TRACE(std::string(name) + (documents ? ", packed documents" : ""));
+      const AutocastGuard bf16(kBF16);
+      const std::string text = train::capture_train_step(model, optim::AdamW(params), params, {batch},
+                                                         {.scan_layers = true,
+                                                          .scan_saves = saves,
+                                                          .custom_kernels = false,
+                                                          .platform = Platform::cuda,
+                                                          .max_documents = documents ? 8 : 0})
+                                   .text;
+      const bool recomputed = saves == graph::ScanSaves::inputs;
+      EXPECT_EQ(test::occurrences(text, "call_target_name = \"__cudnn$fmhaSoftmax\""), recomputed ? 2u : 1u);
+      EXPECT_EQ(test::occurrences(text, "call_target_name = \"__cudnn$fmhaSoftmaxBackward\""), 1u);
+      EXPECT_EQ(test::occurrences(text, "dense<> : tensor<0xui8>"), recomputed ? 0u : 1u);
+      EXPECT_EQ(test::occurrences(text, "\\\"max_seg_per_batch\\\":8"), documents ? (recomputed ? 3u : 2u) : 0u);
+      if (test::test_runner().platform() != Platform::cpu) continue;
+      EXPECT_TITAN_ERROR(test::test_runner().compile(text), "No registered implementation",
+                         "__cudnn$fmhaSoftmax");
+    }
   }
 }
 
 // On a CUDA plugin (scripts/gpu_check.sh runs the graph tests there): cuDNN's flash attention,
 // forward and backward, against titan's eager splash kernels in bf16 products on the host, for
-// causal grouped-query heads, a sliding window and no mask. bf16 outputs and gradients: 2e-2 of
-// the largest value.
+// causal grouped-query heads, a sliding window, no mask and packed documents (cuDNN's ragged
+// layout). bf16 outputs and gradients: 2e-2 of the largest value.
 TEST(CudnnAttention, OnACudaPluginMatchesEagerSplash) {
   if (test::test_runner().platform() != Platform::cuda)
     GTEST_SKIP() << "needs TITAN_GRAPH_PLUGIN=cuda (scripts/gpu_check.sh); the text is checked above";
-  const std::vector<std::pair<const char*, Mask>> rules{
-      {"causal", Mask::causal()}, {"window", Mask::sliding_window(37)}, {"none", Mask::sliding_window(200, 200)}};
+  const int64_t B = 2, S = 200, Hq = 8, Hkv = 2, D = 64;
+  const Tensor ids = test::packed_ids(B, S, 9);
+  const std::vector<std::pair<const char*, std::function<Mask(const std::vector<Tensor>&)>>> rules{
+      {"causal", [](const std::vector<Tensor>&) { return Mask::causal(); }},
+      {"window", [](const std::vector<Tensor>&) { return Mask::sliding_window(37); }},
+      {"none", [](const std::vector<Tensor>&) { return Mask::sliding_window(200, 200); }},
+      {"documents", [](const std::vector<Tensor>& x) { return Mask::document(x[3]); }}};
   for (const auto& [name, rule] : rules) {
     SCOPED_TRACE(name);
-    const int64_t B = 2, S = 200, Hq = 8, Hkv = 2, D = 64;
-    const std::vector<Tensor> in{test::rand_f32({B, S, Hq, D}, 1), test::rand_f32({B, S, Hkv, D}, 2),
-                                 test::rand_f32({B, S, Hkv, D}, 3)};
+    const bool documents = std::string(name) == "documents";
+    std::vector<Tensor> in{test::rand_f32({B, S, Hq, D}, 1), test::rand_f32({B, S, Hkv, D}, 2),
+                           test::rand_f32({B, S, Hkv, D}, 3)};
+    if (documents) in.push_back(ids);
     const test::GraphEager r = test::run_eager_and_graph(
         [&](const std::vector<Tensor>& x) {
           const AutocastGuard bf16(kBF16);
-          return std::vector<Tensor>{attention::splash_attention(x[0], x[1], x[2], BlockMask::build(rule, B, S))};
+          return std::vector<Tensor>{attention::splash_attention(x[0], x[1], x[2], BlockMask::build(rule(x), B, S))};
         },
-        in);
+        in, true, false, false, graph::ScanSaves::all,
+        documents ? *attention::packed_documents_per_row(ids) : 0);
     EXPECT_EQ(test::occurrences(r.module, "__cudnn$fmhaSoftmaxBackward"), 1u);
     const char* names[] = {"out", "dq", "dk", "dv"};
     for (size_t i = 0; i < r.eager.size(); ++i)

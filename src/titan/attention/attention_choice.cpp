@@ -1,5 +1,8 @@
 #include "titan/attention/attention_choice.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace titan::attention {
 
 namespace {
@@ -23,7 +26,10 @@ AttentionChoice choose_attention(const graph::Program& program, const BlockMask&
   const int64_t S = mask.seq();
   std::string not_cudnn;
   if (program.platform() == graph::Program::Platform::cuda) {
-    const CudnnFit fit = cudnn_fit(mask, dtype, bf16_products, scores, D);
+    CudnnFit fit = cudnn_fit(mask, dtype, bf16_products, scores, D, program.max_documents());
+    if (fit.spec && fit.spec->documents > 1 && B * S * std::max(Hq, Hkv) * D > std::numeric_limits<int32_t>::max())
+      fit = {.why_not = "packed documents' offsets in " + std::to_string(B) + " x " + std::to_string(S) +
+                        " tokens of " + std::to_string(std::max(Hq, Hkv) * D) + " elements pass cuDNN's i32"};
     if (!program.cudnn_attention())
       not_cudnn = "compile.cudnn_attention = false";
     else if (program.partitions() > 1)
@@ -33,7 +39,10 @@ AttentionChoice choose_attention(const graph::Program& program, const BlockMask&
       not_cudnn = fit.why_not;
     else
       return {.form = AttentionForm::cudnn, .cudnn = fit.spec,
-              .note = what + "cuDNN flash attention (" + kCudnnForward + ", " + kCudnnBackward + ")"};
+              .note = what + "cuDNN flash attention (" + kCudnnForward + ", " + kCudnnBackward + ")" +
+                      (fit.spec->documents > 1
+                           ? ", up to " + std::to_string(fit.spec->documents) + " packed documents a row"
+                           : "")};
     not_cudnn = " (not cuDNN's flash attention: " + not_cudnn + ")";
   }
   const bool gpu = program.platform() != graph::Program::Platform::cpu;

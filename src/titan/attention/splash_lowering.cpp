@@ -299,11 +299,16 @@ Tensor called_attention(const char* op, const Tensor& q, const Tensor& k, const 
 }
 
 // Attention as cuDNN's two custom calls, in bf16: out and the gradients return in the dtypes of q,
-// k and v.
-Tensor cudnn_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const CudnnCallSpec& spec) {
+// k and v. Packed documents' lengths and offsets come from the mask's document ids.
+Tensor cudnn_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const CudnnCallSpec& spec,
+                       const BlockMask& mask) {
   auto bf16 = [op](const Tensor& t) { return hlo::convert(graph::value_of(t, op), kBF16); };
   const Value qv = bf16(q), kv = bf16(k), vv = bf16(v);
-  const CudnnForward fwd = cudnn_forward_call(spec, qv, kv, vv);
+  const CudnnSegments segments =
+      spec.documents > 1 ? cudnn_segments(graph::value_of(mask.mask().terms()->document_ids, op), spec.documents,
+                                          q.size(2), k.size(2), q.size(3))
+                         : CudnnSegments{};
+  const CudnnForward fwd = cudnn_forward_call(spec, qv, kv, vv, segments);
   Tensor out = graph::tensor_of(hlo::convert(fwd.out, q.dtype()));
   if (!autograd::needs_grad({&q, &k, &v})) return out;
   autograd::record(op, {q, k, v}, {out},
@@ -328,7 +333,7 @@ Tensor lowered_attention(const char* op, const Tensor& q, const Tensor& k, const
       choose_attention(program, mask, scores, q.dtype(), bf16_products, q.size(0), q.size(2), k.size(2), q.size(3));
   program.note(choice.note);
   if (choice.form == AttentionForm::titan_kernels) return called_attention(op, q, k, v, *choice.splash);
-  if (choice.form == AttentionForm::cudnn) return cudnn_attention(op, q, k, v, *choice.cudnn);
+  if (choice.form == AttentionForm::cudnn) return cudnn_attention(op, q, k, v, *choice.cudnn, mask);
   const int64_t S = q.size(1);
   const bool blocked = choice.form == AttentionForm::tiled;
   const Setup s{.B = q.size(0),

@@ -218,6 +218,11 @@ class Program {
   // Whether attention on a CUDA program calls cuDNN's flash attention where it can (compile.cudnn_attention).
   bool cudnn_attention() const { return cudnn_attention_; }
   void set_cudnn_attention(bool on) { cudnn_attention_ = on; }
+  // The most packed documents one row of the captured batches may hold (GraphStep counts them on
+  // the host and recaptures when a batch holds more): the static size of cuDNN's per-document
+  // lengths and offsets. 0: no bound, and document-masked attention stays with XLA's lowering.
+  int64_t max_documents() const { return max_documents_; }
+  void set_max_documents(int64_t n) { max_documents_ = n; }
   // Lines for the start-up log from the lowerings (which attention each kind of layer got, and
   // why), in the order first noted, each once.
   void note(const std::string& line);
@@ -243,6 +248,7 @@ class Program {
   bool custom_kernels_ = false;
   Platform platform_ = Platform::cpu;
   bool cudnn_attention_ = true;
+  int64_t max_documents_ = 0;
   std::vector<std::string> notes_;
   std::optional<Sharding> carry_sharding_ = std::nullopt;
   ActivationLayout activation_layout_ = nullptr;

@@ -77,6 +77,7 @@ CapturedFunction::CapturedFunction(graph::Runner& runner, const std::function<st
   program.set_custom_kernels(custom_kernels_);
   program.set_platform(runner.platform());
   program.set_cudnn_attention(options.cudnn_attention);
+  program.set_max_documents(options.max_documents);
   FunctionCapture capture = capture_function(program, fn, inputs, douts);
   module_ = std::move(capture.module);
   const graph::Runner::Compiled compiled = runner.compile(module_);

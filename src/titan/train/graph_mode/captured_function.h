@@ -18,6 +18,7 @@ struct CaptureOptions {
   graph::ScanSaves scan_saves = graph::ScanSaves::all;
   bool custom_kernels = false;  // titan's kernels as custom calls where the runner's plugin allows
   bool cudnn_attention = true;  // on a CUDA plugin, attention as cuDNN's custom calls where it can
+  int64_t max_documents = 0;    // Program::max_documents: packed documents a row of the inputs holds
 };
 
 // sum_i sum(outs[i] * douts[i]) in float32, over the outputs whose dout is defined: the objective

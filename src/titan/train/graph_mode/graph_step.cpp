@@ -1,11 +1,13 @@
 #include "titan/train/graph_mode/graph_step.h"
 
+#include <bit>
 #include <chrono>
 #include <functional>
 #include <iomanip>
 #include <map>
 #include <sstream>
 
+#include "titan/attention/cudnn_attention.h"
 #include "titan/core/autocast.h"
 #include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
@@ -69,6 +71,11 @@ std::vector<Tensor> CausalLmLoss::tensors(const data::Batch& b) {
   return out;
 }
 
+std::optional<int64_t> CausalLmLoss::documents_per_row(const std::vector<Tensor>& batch) const {
+  if (batch.size() < 3) return 0;
+  return attention::packed_documents_per_row(batch[2]);
+}
+
 StepLoss::Terms CausalLmLoss::loss(const std::vector<Tensor>& batch) {
   const Tensor doc = batch.size() > 2 ? batch[2] : Tensor();
   Terms terms{.loss = ops::cross_entropy(model_(batch[0], doc), batch[1]), .aux = Tensor()};
@@ -117,6 +124,7 @@ CapturedStep capture_train_step(StepLoss& step_loss, const optim::AdamW& optimiz
   program.set_custom_kernels(options.custom_kernels);
   program.set_platform(options.platform);
   program.set_cudnn_attention(options.cudnn_attention);
+  program.set_max_documents(options.max_documents);
   graph::CaptureScope scope(program);
   const std::vector<StateSlot> slots = plan_state(params, optimizer, options.scan_layers, options.layer_lists);
   const size_t n = slots.size();
@@ -314,12 +322,25 @@ std::string GraphStep::key_of(const std::vector<std::vector<Tensor>>& batches) c
     key += ' ';
     key += t.desc();
   }
+  if (options_.max_documents > 0) key += " documents<=" + std::to_string(options_.max_documents);
   return key;
 }
 
 GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) { return run(lm_tensors(batches)); }
 
 GraphStep::Result GraphStep::run(const std::vector<std::vector<Tensor>>& batches) {
+  // cuDNN's attention over packed documents takes a static bound on the documents a row holds;
+  // a batch with more than the program was captured for makes a new program with twice the bound
+  // or more, and ids of another form one that leaves documents to XLA's attention.
+  if (options_.platform == graph::Program::Platform::cuda && options_.cudnn_attention && options_.mesh.size() == 1) {
+    std::optional<int64_t> most = 0;
+    for (const std::vector<Tensor>& b : batches) {
+      const std::optional<int64_t> n = loss_->documents_per_row(b);
+      most = n && most ? std::optional(std::max(*most, *n)) : std::nullopt;
+    }
+    if (most && *most > documents_bound_) documents_bound_ = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(*most)));
+    options_.max_documents = most ? documents_bound_ : 0;
+  }
   const std::string key = key_of(batches);
   // This process's devices, and the program's partitions: more where other processes hold some.
   const int devices = static_cast<int>(state_.size());

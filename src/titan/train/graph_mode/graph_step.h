@@ -42,6 +42,9 @@ struct GraphStepOptions {
   // plugin): attention on a CUDA plugin as cuDNN's custom calls (attention/attention_choice.h).
   bool cudnn_attention = true;
   graph::Program::Platform platform = graph::Program::Platform::cpu;
+  // The most packed documents a row of the batches holds (Program::max_documents): GraphStep sets
+  // it from the batches where cuDNN's attention can take them; 0: no bound.
+  int64_t max_documents = 0;
   // The devices the step is split over ([parallelism] degrees; train/graph_mode/graph_sharding.h), and the
   // dim of each parameter the tensor-parallel plan splits (parallel::TpLayout::splits).
   GraphMesh mesh = GraphMesh();
@@ -80,6 +83,12 @@ class StepLoss {
   // For the layout's traffic on paper (planned_traffic): the blocks, and a micro-batch's tokens.
   virtual int64_t num_layers() const = 0;
   virtual int64_t tokens(const std::vector<Tensor>& batch) const = 0;
+  // The most packed documents a row of `batch` holds, numbered as the loader numbers them
+  // (attention::packed_documents_per_row); 0 without document ids, nullopt for ids of another form.
+  virtual std::optional<int64_t> documents_per_row(const std::vector<Tensor>& batch) const {
+    (void)batch;
+    return 0;
+  }
 };
 
 // A language model's step loss: cross-entropy of the logits of inputs (document-masked where the
@@ -95,6 +104,7 @@ class CausalLmLoss : public StepLoss {
   void put_step_records(std::vector<Tensor> records) override { model_.put_step_records(std::move(records)); }
   int64_t num_layers() const override { return model_.num_layers(); }
   int64_t tokens(const std::vector<Tensor>& batch) const override { return batch.front().numel(); }
+  std::optional<int64_t> documents_per_row(const std::vector<Tensor>& batch) const override;
 
  private:
   models::CausalLM& model_;
@@ -212,6 +222,10 @@ class GraphStep {
   std::vector<std::vector<graph::pjrt::Buffer>> state_;
   std::vector<graph::Sharding> state_shardings_;  // one per buffer of a device's state_
   std::string key_;
+  // The bound on packed documents a row of any batch so far held, a power of two (options_'s
+  // max_documents for batches of the loader's form); it only grows, so a batch with fewer
+  // documents replays the program compiled for more.
+  int64_t documents_bound_ = 0;
   double last_compile_seconds_ = 0.0;
   graph::CollectiveCount collectives_;
   PlannedTraffic planned_;
