@@ -224,8 +224,8 @@ int main(int argc, char** argv) {
       ceiling = torch_ms / floor_ms;
       const double target_ms = torch_ms / 1.3;
       std::cout << "; torch " << best->first << " " << bench::fixed(torch_ms, 1) << " ms, "
-                << bench::fixed(100 * floor_ms / torch_ms, 0) << "%. Nothing runs more than "
-                << bench::fixed(*ceiling, 2) << "x the best PyTorch variant on this CPU; 1.3x is "
+                << bench::fixed(100 * floor_ms / torch_ms, 0) << "%. At that GEMM rate titan cannot run more than "
+                << bench::fixed(*ceiling, 2) << "x the best PyTorch variant; 1.3x is "
                 << bench::fixed(target_ms, 1) << " ms, which leaves " << bench::fixed(target_ms - floor_ms, 1)
                 << " ms (" << bench::fixed(100 * (target_ms - floor_ms) / target_ms, 0)
                 << "%) for everything but the products";
