@@ -14,10 +14,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/paths.h"
 #include "support/test_util.h"
 #include "titan/checkpoint/safetensors.h"
+#include "titan/autograd/grad_mode.h"
 #include "titan/core/file_lock.h"
 
 namespace titan::test {
@@ -76,6 +78,20 @@ inline std::filesystem::path with_tensors(const std::filesystem::path& src, cons
   edit(file.tensors);
   checkpoint::write_safetensors((dir / "model.safetensors").string(), file.tensors, file.metadata);
   return dir;
+}
+
+// An encoder's forward_matmul_flops against the float32 GEMMs its forward over 2 x `seq` token
+// ids issues: the count the encoders' benchmark measures its GEMM ceiling with.
+template <typename Model>
+void expect_forward_matmul_flops_counted(Model& model, int64_t vocab, int64_t seq) {
+  const int64_t batch = 2;
+  std::vector<int64_t> tokens(static_cast<size_t>(batch * seq));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7) % vocab;
+  const Tensor ids = Tensor::from_vector(tokens, {batch, seq});
+  const autograd::NoGradGuard frozen;
+  const TracedGemms gemms = traced_sgemms([&] { model.forward(ids); });
+  EXPECT_GT(gemms.calls, 0);
+  EXPECT_EQ(static_cast<double>(gemms.flops), static_cast<double>(batch) * model.args().forward_matmul_flops(seq));
 }
 
 }  // namespace titan::test

@@ -159,19 +159,9 @@ TEST(ClipText, VitLargeFlavorHasTheReleasedParameterCount) {
   EXPECT_EQ(ClipTextModel(models::clip::flavor("vit-large-patch14")).num_parameters(), 123060480);
 }
 
-// What the encoders' benchmark measures its GEMM ceiling with: every product the forward runs.
 TEST(ClipText, ForwardMatmulFlopsCountEveryGemmOfTheForward) {
-  models::clip::ModelArgs args{
-      .vocab_size = 50, .dim = 32, .ffn_dim = 37, .n_layers = 2, .n_heads = 4, .max_positions = 16};
-  ClipTextModel model(args);
-  const int64_t batch = 2, seq = 7;
-  std::vector<int64_t> tokens(static_cast<size_t>(batch * seq));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 7 % 50);
-  const Tensor ids = Tensor::from_vector(tokens, {batch, seq});
-  const autograd::NoGradGuard frozen;
-  const test::TracedGemms gemms = test::traced_sgemms([&] { model.forward(ids); });
-  EXPECT_GT(gemms.calls, 0);
-  EXPECT_EQ(static_cast<double>(gemms.flops), static_cast<double>(batch) * args.forward_matmul_flops(seq));
+  ClipTextModel model({.vocab_size = 50, .dim = 32, .ffn_dim = 37, .n_layers = 2, .n_heads = 4, .max_positions = 16});
+  test::expect_forward_matmul_flops_counted(model, 50, 7);
 }
 
 TEST(ClipText, BadFoldersAndInputsAreClearErrors) {
