@@ -13,7 +13,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
 .PHONY: all deps deps-test deps-rl deps-tools deps-all build train test build-asan test-asan fuzz bench format lint \
-        clean
+        gpu-bundle clean
 
 all: build
 
@@ -108,6 +108,16 @@ bench: deps-test build
 	TITAN_PYTHON=$(CURDIR)/.venv/bin/python TITAN_JAX_PYTHON=$(CURDIR)/.venv-jax/bin/python \
 	  scripts/run_benchmarks.sh $(BUILD)
 
+# What scripts/gpu_check.sh runs on a GPU machine that can neither fetch nor build: the graph tests
+# and the train-step benchmark, built for any x86-64-v3 CPU (the device's is not this one), with
+# the libraries they load, in build-gpu/titan-gpu.tar.xz (about 30 MB, under the device's 64 MiB).
+gpu-bundle: deps
+	cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_NATIVE=OFF \
+	  -DCMAKE_CXX_FLAGS=-march=x86-64-v3 $(CMAKE_FLAGS)
+	cmake --build build-gpu -j $(JOBS) --target titan_unit_tests bench_train_step fake_pjrt_plugin_0_50 \
+	  fake_pjrt_plugin_1_81
+	scripts/gpu_bundle.sh build-gpu build-gpu/titan-gpu.tar.xz
+
 format: deps-tools
 	find src tests bench -name '*.h' -o -name '*.cpp' | xargs clang-format -i
 
@@ -115,4 +125,4 @@ lint: deps deps-tools $(BUILD)/build.ninja
 	find src -name '*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz
+	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz build-gpu

@@ -30,6 +30,13 @@ ldd "${binaries[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 # Paths compiled into the binaries (the source tree's configs and data, the build's fake plugins).
 echo "$build" >"$stage/build_dir"
+# The instructions the code may use, for gpu_check.sh to hold against the target's CPU: a native
+# build the vector extensions of this CPU, a portable one AVX2 (x86-64-v3).
+if grep -q -- '-march=native' "$build/build.ninja" 2>/dev/null; then
+  grep -o -w -e avx2 -e avx512f -e avx512_bf16 -e amx_bf16 /proc/cpuinfo | sort -u | paste -sd' ' >"$stage/cpu_flags"
+else
+  echo avx2 >"$stage/cpu_flags"
+fi
 grep -m1 '^CMAKE_HOME_DIRECTORY' "$build/CMakeCache.txt" | cut -d= -f2 >"$stage/source_dir"
 tar -C "$stage" -cf - . | xz -6 -T2 >"$out"
 echo "gpu_bundle: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/bin" | paste -sd' '); $(ls "$stage/lib" | wc -l) libraries"
