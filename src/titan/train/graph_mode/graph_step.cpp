@@ -329,9 +329,9 @@ std::string GraphStep::key_of(const std::vector<std::vector<Tensor>>& batches) c
 GraphStep::Result GraphStep::run(const std::vector<data::Batch>& batches) { return run(lm_tensors(batches)); }
 
 GraphStep::Result GraphStep::run(const std::vector<std::vector<Tensor>>& batches) {
-  // cuDNN's attention over packed documents takes a static bound on the documents a row holds;
-  // a batch with more than the program was captured for makes a new program with twice the bound
-  // or more, and ids of another form one that leaves documents to XLA's attention.
+  // cuDNN's attention over packed documents takes a static bound on the documents a row holds: a
+  // batch with more than the program was captured for makes a new program, bound by the next
+  // power of two at or above its most, and ids of another form one that leaves documents to XLA.
   if (options_.platform == graph::Program::Platform::cuda && options_.cudnn_attention && options_.mesh.size() == 1) {
     std::optional<int64_t> most = 0;
     for (const std::vector<Tensor>& b : batches) {
