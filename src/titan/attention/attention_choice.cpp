@@ -1,7 +1,6 @@
 #include "titan/attention/attention_choice.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace titan::attention {
 
@@ -27,7 +26,7 @@ AttentionChoice choose_attention(const graph::Program& program, const BlockMask&
   std::string not_cudnn;
   if (program.platform() == graph::Program::Platform::cuda) {
     CudnnFit fit = cudnn_fit(mask, dtype, bf16_products, scores, D, program.max_documents());
-    if (fit.spec && fit.spec->documents > 1 && B * S * std::max(Hq, Hkv) * D > std::numeric_limits<int32_t>::max())
+    if (fit.spec && fit.spec->documents > 1 && !cudnn_offsets_fit(B, S, std::max(Hq, Hkv), D))
       fit = {.why_not = "packed documents' offsets in " + std::to_string(B) + " x " + std::to_string(S) +
                         " tokens of " + std::to_string(std::max(Hq, Hkv) * D) + " elements pass cuDNN's i32"};
     if (!program.cudnn_attention())

@@ -140,13 +140,16 @@ std::string cudnn_backend_config(const CudnnCallSpec& spec, int64_t B, int64_t H
          ",\"max_seg_per_batch\":" + std::to_string(spec.documents) + ",\"is_paged_attention\":false}}";
 }
 
+bool cudnn_offsets_fit(int64_t B, int64_t T, int64_t heads, int64_t head_dim) {
+  return B * T * heads * head_dim <= std::numeric_limits<int32_t>::max();
+}
+
 CudnnSegments cudnn_segments(const Value& document_ids, int64_t documents, int64_t q_heads, int64_t kv_heads,
                              int64_t head_dim) {
   TITAN_CHECK(document_ids.shape.size() == 2 && documents > 1, "cudnn_segments: wants document ids [B, T] and a bound ",
               "above 1 on the documents a row holds, got ", graph::mlir_type(document_ids), " and ", documents);
   const int64_t B = document_ids.shape[0], T = document_ids.shape[1], M = documents;
-  // cuDNN reads the offsets as i32 elements.
-  TITAN_CHECK(B * T * std::max(q_heads, kv_heads) * head_dim <= std::numeric_limits<int32_t>::max(),
+  TITAN_CHECK(cudnn_offsets_fit(B, T, std::max(q_heads, kv_heads), head_dim),
               "cudnn_segments: ", B, " x ", T, " tokens of ", std::max(q_heads, kv_heads), " heads of ", head_dim,
               " pass i32's offsets; attention this large stays with XLA's lowering (cudnn_fit)");
   auto i32 = [](double x, const Shape& shape) { return hlo::constant(x, shape, kI32); };

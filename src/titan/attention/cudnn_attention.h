@@ -59,6 +59,9 @@ struct CudnnSegments {
 };
 CudnnSegments cudnn_segments(const graph::Value& document_ids, int64_t documents, int64_t q_heads,
                              int64_t kv_heads, int64_t head_dim);
+// Whether the offsets of B x T tokens of `heads` heads of `head_dim` stay within the i32 cuDNN
+// reads them in (the larger of q's and k's heads decides); attention past it keeps XLA's lowering.
+bool cudnn_offsets_fit(int64_t B, int64_t T, int64_t heads, int64_t head_dim);
 
 // The most documents a row of `document_ids` [B, T] holds, where every row numbers its documents
 // as the loader does (consecutive tokens share an id, and each new one is one more than the last);
