@@ -223,6 +223,17 @@ TEST(CudnnAttention, SegmentsAreTheDocumentsLengthsAndOffsetsLeftPacked) {
   EXPECT_EQ(out[3].to_vector<int32_t>(), scaled(Hkv * D));
 }
 
+// cuDNN reads the offsets as i32: a batch whose elements pass that keeps XLA's lowering, and the
+// segments refuse it.
+TEST(CudnnAttention, OffsetsPastI32AreRefused) {
+  EXPECT_TRUE(attention::cudnn_offsets_fit(2, 8192, 32, 128));
+  EXPECT_FALSE(attention::cudnn_offsets_fit(64, 8192, 32, 128));  // 2^31 elements
+  graph::Program program;
+  const graph::CaptureScope scope(program);
+  const graph::Value ids = program.parameter({64, 8192}, kI32, "ids", graph::InputKind::batch);
+  EXPECT_TITAN_ERROR(attention::cudnn_segments(ids, 4, 32, 8, 128), "pass i32's offsets");
+}
+
 // What GraphStep bounds the documents by: the most a row holds where the ids are numbered as the
 // loader numbers them, none for other ids.
 TEST(CudnnAttention, DocumentsPerRowCountsTheLoadersIdsAndRefusesOthers) {
