@@ -201,6 +201,38 @@ TEST(Autocast, CastCacheConvertsEachParameterOnce) {
       << "without a cache every cast is a new copy";
 }
 
+// AutocastCasts kept by the caller serve every scope that opens them (a frozen encoder's calls),
+// and only those: a scope of its own, or none, converts again.
+TEST(Autocast, KeptCastsServeLaterScopes) {
+  TITAN_SKIP_WITHOUT_BF16();
+  const autograd::NoGradGuard inference;
+  const Tensor w = test::rand_f32({48, 64}, 22).requires_grad_(), x = test::rand_f32({5, 64}, 21);
+  const AutocastGuard bf16(kBF16);
+  AutocastCasts kept;
+  const void* first_copy;
+  Tensor first;
+  {
+    const AutocastCastCache cache(kept);
+    first = ops::linear(x, w);
+    first_copy = autocast_cast(w, kBF16).data_ptr();
+  }
+  ASSERT_EQ(kept.size(), 1u);
+  {
+    const AutocastCastCache cache(kept);
+    EXPECT_EQ(autocast_cast(w, kBF16).data_ptr(), first_copy) << "a later scope reuses the kept copy";
+    EXPECT_TRUE(test::same_bits(ops::linear(x, w), first));
+  }
+  {
+    const AutocastCastCache own;
+    EXPECT_NE(autocast_cast(w, kBF16).data_ptr(), first_copy) << "a scope of its own makes its own";
+  }
+  kept.clear();
+  EXPECT_EQ(kept.size(), 0u);
+  const AutocastCastCache cache(kept);
+  EXPECT_TRUE(test::same_bits(ops::linear(x, w), first));
+  EXPECT_EQ(kept.size(), 1u) << "cleared casts convert again";
+}
+
 // Backward multiplies in the precision forward did, whatever autocast says when it runs.
 TEST(Autocast, BackwardFollowsTheForwardsPrecision) {
   TITAN_SKIP_WITHOUT_BF16();

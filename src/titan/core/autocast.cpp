@@ -23,7 +23,11 @@ AutocastGuard::~AutocastGuard() {
   current = previous_;
 }
 
-AutocastCastCache::AutocastCastCache() : previous_(open_cache) {
+AutocastCastCache::AutocastCastCache() : casts_(&own_), previous_(open_cache) {
+  open_cache = this;
+}
+
+AutocastCastCache::AutocastCastCache(AutocastCasts& casts) : casts_(&casts), previous_(open_cache) {
   open_cache = this;
 }
 
@@ -36,9 +40,10 @@ Tensor autocast_cast(const Tensor& x, DType dtype) {
       !x.requires_grad())
     return x.detach().to(dtype);
   const std::pair<const TensorImpl*, DType> key{x.impl(), dtype};
-  if (auto it = open_cache->copies_.find(key); it != open_cache->copies_.end()) return it->second.second;
+  auto& copies = open_cache->casts_->copies_;
+  if (auto it = copies.find(key); it != copies.end()) return it->second.second;
   Tensor copy = x.detach().to(dtype);
-  open_cache->copies_.emplace(key, std::pair{x, copy});
+  copies.emplace(key, std::pair{x, copy});
   return copy;
 }
 

@@ -36,24 +36,42 @@ class AutocastGuard {
   DType previous_;
 };
 
-// While one is open on this thread, the copies that products make of parameters (leaf tensors
-// that require grad, on the host) in another dtype are made once and reused: a decoding step
-// multiplies every weight by one token, and converting the weight costs more than that product.
-// PyTorch's autocast caches the same casts. The scope must not outlive writes to the parameters
-// (an optimizer step), which it would not see: rl::generate opens one for one generation.
-class AutocastCastCache {
+// Copies of parameters (leaf tensors that require grad, on the host) in another dtype, made once
+// per parameter and dtype: what an open AutocastCastCache reuses. Each parameter is held, so that
+// its address is not reused by another.
+class AutocastCasts {
  public:
-  AutocastCastCache();
-  ~AutocastCastCache();
-  AutocastCastCache(const AutocastCastCache&) = delete;
-  AutocastCastCache& operator=(const AutocastCastCache&) = delete;
   size_t size() const { return copies_.size(); }
+  void clear() { copies_.clear(); }
 
  private:
   friend Tensor autocast_cast(const Tensor& x, DType dtype);
-  AutocastCastCache* previous_;
-  // By the parameter and the dtype; the parameter is held so that its address is not reused.
   std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>> copies_;
+};
+
+// While one is open on this thread, the copies that products make of parameters in another dtype
+// come from its AutocastCasts: a decoding step multiplies every weight by one token, and
+// converting the weight costs more than that product. PyTorch's autocast caches the same casts.
+// The copies must not outlive writes to the parameters (an optimizer step), which they would not
+// see: rl::generate opens one with copies of its own for one generation, and a frozen model's
+// owner keeps its copies across calls (train/flux's text encoders: converting their weights took
+// 10-15% of a bf16 forward of T5).
+class AutocastCastCache {
+ public:
+  // Copies of its own, dropped when it closes.
+  AutocastCastCache();
+  // `casts`, which the caller keeps across scopes.
+  explicit AutocastCastCache(AutocastCasts& casts);
+  ~AutocastCastCache();
+  AutocastCastCache(const AutocastCastCache&) = delete;
+  AutocastCastCache& operator=(const AutocastCastCache&) = delete;
+  size_t size() const { return casts_->size(); }
+
+ private:
+  friend Tensor autocast_cast(const Tensor& x, DType dtype);
+  AutocastCasts own_;
+  AutocastCasts* casts_;
+  AutocastCastCache* previous_;
 };
 
 // x, detached, as `dtype`: through the open AutocastCastCache for a parameter, else converted.

@@ -3,9 +3,15 @@
 #include <limits>
 #include <vector>
 
+#include "titan/attention/dense_forward.h"
+#include "titan/autograd/node.h"
+#include "titan/core/autocast.h"
 #include "titan/core/error.h"
+#include "titan/graph/lazy.h"
 #include "titan/ops/arith.h"
+#include "titan/ops/checks.h"
 #include "titan/ops/linalg.h"
+#include "titan/ops/op_span.h"
 #include "titan/ops/softmax.h"
 
 namespace titan::models::common {
@@ -32,6 +38,17 @@ Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
               "dense_attention: expected q, k and v of one shape [batch, seq, heads, head_dim], got q ",
               q.desc(), ", k ", k.desc(), " and v ", v.desc());
   const int64_t batch = q.size(0), seq = q.size(1), heads = q.size(2), head_dim = q.size(3);
+  // Inference (the frozen encoders) takes the fused kernel; training, f64, graph mode and dry runs
+  // take the ops, whose backward autograd derives.
+  const bool host_f32 = q.dtype() == kF32 && !q.is_meta() && (!bias.defined() || bias.dtype() == kF32) &&
+                        !graph::any_lazy({&q, &k, &v, &bias});
+  if (host_f32 && !autograd::needs_grad({&q, &k, &v, &bias})) {
+    const ops::OpSpan span("dense_attention", q, k, v, bias);
+    Tensor out = Tensor::empty({batch, seq, heads * head_dim}, q.options());
+    attention::dense_attention_forward(ops::dense(q), ops::dense(k), ops::dense(v), scale, bias.defined() ? bias.detach() : Tensor(),
+                                       matmul_operand_dtype(kF32) == kBF16, out);
+    return out;
+  }
   Tensor scores = ops::matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1}));
   if (scale != 1.0) scores = scores * scale;
   if (bias.defined()) scores = scores + bias;

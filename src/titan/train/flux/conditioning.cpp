@@ -1,8 +1,10 @@
 #include "titan/train/flux/conditioning.h"
 
+#include <optional>
 #include <sstream>
 
 #include "titan/autograd/grad_mode.h"
+#include "titan/core/autocast.h"
 #include "titan/core/error.h"
 #include "titan/train/flux/autoencoder_folder.h"
 #include "titan/train/flux/text_encoder_folders.h"
@@ -69,6 +71,10 @@ ConditioningStack::~ConditioningStack() = default;
 
 std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std::string> captions) {
   autograd::NoGradGuard frozen;
+  // Sharded encoders gather their weights for each call and free them after: keeping copies
+  // would undo what sharding saves.
+  std::optional<AutocastCastCache> weights_in_bf16;
+  if (!sharded()) weights_in_bf16.emplace(frozen_casts_);
   Tensor t5;
   {
     const Gathered weights(t5_fsdp_.get());
@@ -89,6 +95,7 @@ std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& ima
 
 void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group) {
   TITAN_CHECK(!sharded(), "FLUX conditioning: the encoders are sharded already");
+  frozen_casts_.clear();
   t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, std::vector<nn::Module*>{}, shard_group, replicate_group);
   clip_fsdp_ =
       std::make_unique<parallel::FullyShard>(*clip_, std::vector<nn::Module*>{}, shard_group, replicate_group);

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "titan/core/autocast.h"
 #include "titan/core/tensor.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/process_group.h"
@@ -61,6 +62,9 @@ class ConditioningStack {
   std::unique_ptr<models::clip::ClipTextModel> clip_;
   std::shared_ptr<models::autoencoder::Autoencoder> autoencoder_;
   std::unique_ptr<parallel::FullyShard> t5_fsdp_, clip_fsdp_, autoencoder_fsdp_;
+  // The text encoders' weights as their products multiply them under bf16 autocast, made on the
+  // first call and kept (the encoders are frozen): half their f32 size more memory.
+  AutocastCasts frozen_casts_;
 };
 
 }  // namespace titan::train::flux
