@@ -13,6 +13,7 @@
 // The reference loads the same folders (bench/torch_reference.py: flux_autoencoder, text_encoder).
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -226,6 +227,24 @@ int main(int argc, char** argv) {
                "here runs "
             << bench::fixed(peak / 1e9, 1) << " GFLOP/s (2048^3, oneDNN " << titan::kernels::cpu::onednn_bf16_isa()
             << ", best of 5), so the products alone take " << bench::fixed(floor_ms, 1) << " ms.\n";
+  {
+    // Which of oneDNN's implementations serve the encoders' products: on one CPU a shape may get a
+    // slower one than 2048^3 does.
+    using titan::kernels::cpu::onednn_gemm_bf16_impl;
+    const auto& t5 = e.t5->args();
+    const auto& clip = e.clip->args();
+    const int64_t tokens = kCaptions * kT5Tokens;
+    std::cout << "  oneDNN " << titan::kernels::cpu::onednn_version() << " implementations: 2048^3 "
+              << onednn_gemm_bf16_impl(false, false, 2048, 2048, 2048) << "; T5's projections (" << tokens << " x "
+              << t5.inner_dim() << " x " << t5.d_model << ", weight transposed) "
+              << onednn_gemm_bf16_impl(false, true, tokens, t5.inner_dim(), t5.d_model) << "; T5's scores ("
+              << kT5Tokens << " x " << kT5Tokens << " x " << t5.d_kv << ") "
+              << onednn_gemm_bf16_impl(false, true, kT5Tokens, kT5Tokens, t5.d_kv) << "; CLIP's scaled scores ("
+              << kClipTokens << " x " << kClipTokens << " x " << clip.head_dim() << ") "
+              << onednn_gemm_bf16_impl(false, true, kClipTokens, kClipTokens, clip.head_dim(),
+                                       static_cast<float>(1.0 / std::sqrt(double(clip.head_dim()))))
+              << ".\n";
+  }
   for (const bench::Row& r : b16.rows) {
     if (r.name != kTextRow || !r.titan) continue;
     const double titan_ms = work(kT5Case) / *r.titan * 1e3;

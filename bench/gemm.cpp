@@ -1,7 +1,10 @@
 // GEMM throughput, GFLOP/s = 2·m·n·k·batch / seconds, on four paths with the same shapes and
 // threads: titan's kernel (kernels::cpu::gemm, a thin wrapper over BLAS), the raw cblas_sgemm it
 // wraps, the full op ops::matmul (checks, dispatch, output allocation) and torch.matmul. What
-// titan adds on top of BLAS should stay under 3%.
+// titan adds on top of BLAS should stay under 3%. Where the CPU has bf16 instructions, a second
+// table times titan's bf16 kernel (oneDNN, bf16 operands, f32 sums) against torch.matmul on bf16
+// tensors at the shapes of the models' products, and names oneDNN's implementation of each: the
+// GEMM rate under everything bf16 titan runs, and where it falls behind PyTorch's own oneDNN.
 #include "titan/kernels/cpu/gemm.h"
 
 #include <cblas.h>
@@ -17,6 +20,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/parallel.h"
 #include "titan/core/tensor.h"
+#include "titan/kernels/cpu/onednn_matmul.h"
 #include "titan/ops/linalg.h"
 
 namespace {
@@ -58,6 +62,33 @@ Operands make_operands(const GemmCase& g) {
   o.b = Tensor::randn(g.tb ? shape(g.n, g.k) : shape(g.k, g.n), gen);
   o.c = Tensor::zeros(shape(g.m, g.n));
   return o;
+}
+
+// bf16 copies of A and B, C in f32: what a product under bf16 autocast multiplies.
+struct Bf16Operands {
+  Tensor a, b, c;
+};
+
+Bf16Operands make_bf16_operands(const GemmCase& g) {
+  Operands o = make_operands(g);
+  return {o.a.to(titan::kBF16), o.b.to(titan::kBF16), o.c};
+}
+
+void run_bf16(const GemmCase& g, Bf16Operands& o) {
+  titan::kernels::cpu::gemm<titan::bf16>(g.ta, g.tb, g.m, g.n, g.k, 1.f, o.a.data<titan::bf16>(), g.lda(),
+                                         o.b.data<titan::bf16>(), g.ldb(), 0.f, o.c.data<float>(), g.n);
+  benchmark::ClobberMemory();
+}
+
+// The products of bf16 training and the encoders, one at a time: a square one, a linear layer's
+// forward (weight stored [out, in], so B is transposed) and its input gradient at a Llama width.
+std::vector<GemmCase> bf16_cases() {
+  return {
+      {1, 2048, 2048, 2048, false, false, {.reps = 3, .min_time = 0.3, .warmup = 0.1}},
+      {1, 2048, 1536, 512, false, true, {}},
+      {1, 2048, 512, 1536, false, true, {}},
+      {1, 2048, 2048, 512, false, false, {}},
+  };
 }
 
 void run_kernel(const GemmCase& g, Operands& o) {
@@ -169,6 +200,14 @@ int main(int argc, char** argv) {
       bench::add_benchmark("gemm/" + g.id() + "/" + name, g.plan,
                            [g, path](benchmark::State& s) { bm_path(s, g, path); });
   }
+  const bool bf16 = !titan::kernels::cpu::onednn_bf16_isa().empty();
+  if (bf16)
+    for (const GemmCase& g : bf16_cases())
+      bench::add_benchmark("gemm_bf16/" + g.id(), g.plan, [g](benchmark::State& s) {
+        Bf16Operands& o = bench::cached_inputs<Bf16Operands>("bf16/" + g.id(), [&] { return make_bf16_operands(g); });
+        for (auto _ : s) run_bf16(g, o);
+        s.counters["FLOP/s"] = benchmark::Counter(g.flops(), benchmark::Counter::kIsIterationInvariantRate);
+      });
   auto titan_runs = bench::run_benchmarks(argc, argv);
   auto measured = [&](const GemmCase& g, const char* path) -> const bench::Measurement* {
     auto it = titan_runs.find("gemm/" + g.id() + "/" + path);
@@ -195,6 +234,21 @@ int main(int argc, char** argv) {
       overheads[g.id()] = paired_overhead(g, 1.0);
       titan::CpuAllocator::instance().empty_cache();
     }
+  }
+  for (const GemmCase& g : bf16_cases()) {
+    if (!titan_runs.contains("gemm_bf16/" + g.id())) continue;
+    torch_cases.push_back({"gemm_bf16/" + g.id(),
+                           g.plan,
+                           {{"op", "matmul"},
+                            {"mode", "fwd"},
+                            {"dtype", "bf16"},
+                            {"batch", g.batch},
+                            {"m", g.m},
+                            {"n", g.n},
+                            {"k", g.k},
+                            {"trans_a", g.ta},
+                            {"trans_b", g.tb}},
+                           {"eager"}});
   }
   bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
 
@@ -247,6 +301,33 @@ int main(int argc, char** argv) {
       "matmul back to back (paired, so load from other processes cancels); target < 3%. Largest: kernel " +
           largest(worst_kernel) + ", ops::matmul " + largest(worst_matmul) + ".",
       "matmul peak: titan allocator high-water mark while timing ops::matmul (inputs + output)."};
-  bench::print_table(table, torch);
+  if (!table.rows.empty()) bench::print_table(table, torch);
+
+  bench::Table b16{.title = "GEMM, bf16 operands (GFLOP/s = 2*m*n*k / median seconds)",
+                   .unit = "GFLOP/s",
+                   .titan_label = "kernels::cpu::gemm<bf16>",
+                   .reference_label = "torch.matmul bf16",
+                   .variants = {"eager"},
+                   .extra_headers = {"oneDNN implementation"},
+                   .rows = {},
+                   .notes = {}};
+  for (const GemmCase& g : bf16_cases()) {
+    auto it = titan_runs.find("gemm_bf16/" + g.id());
+    if (it == titan_runs.end()) continue;
+    bench::Row row;
+    row.name = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " + g.layout();
+    row.titan = g.flops() / it->second.seconds / 1e9;
+    if (std::optional<double> ref = torch.get("gemm_bf16/" + g.id(), "eager")) row.torch["eager"] = g.flops() / *ref / 1e9;
+    row.extra = {titan::kernels::cpu::onednn_gemm_bf16_impl(g.ta, g.tb, g.m, g.n, g.k)};
+    b16.rows.push_back(std::move(row));
+  }
+  if (!b16.rows.empty()) {
+    b16.notes = {"titan: oneDNN " + titan::kernels::cpu::onednn_version() + " on " +
+                     titan::kernels::cpu::onednn_bf16_isa() +
+                     ", f32 C; torch.matmul on bf16 tensors (its own oneDNN; a bf16 C). Operands as in the f32 table.",
+                 "Every bf16 product titan runs (linear layers, attention's tiles aside) goes through this kernel: "
+                 "where it falls behind torch's, so does a bf16 model."};
+    bench::print_table(b16, torch);
+  }
   return 0;
 }

@@ -82,8 +82,12 @@ def matmul(case, torch):
     m, n, k, batch = case["m"], case["n"], case["k"], case["batch"]
     lead = (batch,) if batch > 1 else ()
     # Transposed operands are views of the other layout, so BLAS gets a transpose flag, not a copy.
-    a = torch.randn(*lead, k, m).transpose(-1, -2) if case["trans_a"] else torch.randn(*lead, m, k)
-    b = torch.randn(*lead, n, k).transpose(-1, -2) if case["trans_b"] else torch.randn(*lead, k, n)
+    # "dtype": "bf16" makes both operands bf16 (torch then returns a bf16 product).
+    dtype = torch.bfloat16 if case.get("dtype") == "bf16" else torch.float32
+    a = (torch.randn(*lead, k, m, dtype=dtype).transpose(-1, -2) if case["trans_a"]
+         else torch.randn(*lead, m, k, dtype=dtype))
+    b = (torch.randn(*lead, n, k, dtype=dtype).transpose(-1, -2) if case["trans_b"]
+         else torch.randn(*lead, k, n, dtype=dtype))
     return Built(lambda: torch.matmul(a, b))
 
 

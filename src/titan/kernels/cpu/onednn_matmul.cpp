@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <unordered_map>
@@ -43,6 +44,7 @@ struct KeyHash {
 struct Entry {
   dnnl::matmul primitive;
   size_t scratch_bytes = 0;
+  std::string impl;  // oneDNN's name for the implementation it picked
 };
 
 // A [rows, cols] operand at leading dimension ld, stored transposed when `trans`; rows may be
@@ -69,6 +71,7 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
   auto entry = std::make_shared<Entry>();
   entry->primitive = dnnl::matmul(pd);
   entry->scratch_bytes = pd.scratchpad_desc().get_size();
+  entry->impl = pd.impl_info_str();
   return entry;
 }
 
@@ -125,6 +128,13 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   entry->primitive.execute(
       stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
   stream.wait();
+}
+
+std::string onednn_gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha) {
+  TITAN_CHECK(m > 0 && n > 0 && k > 0, "onednn_gemm_bf16_impl: expected a product of positive sizes, got m ", m,
+              ", n ", n, ", k ", k);
+  if (onednn_bf16_isa().empty()) return "";
+  return cached({trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, 0.0f})->impl;
 }
 
 std::string onednn_bf16_isa() {

@@ -22,6 +22,12 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc,
                       Varying varying = Varying::none);
 
+// oneDNN's name for the implementation that runs onednn_gemm_bf16 on operands of these sizes and
+// layouts, stored without gaps ("brg:avx512_core_amx", "gemm:jit"), or "" where the CPU has no
+// bf16 instructions: benchmarks print it, since one CPU's implementation may run several times
+// slower than another's on the same instructions.
+std::string onednn_gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha = 1.0f);
+
 // The bf16 instructions oneDNN uses on this CPU ("AMX-BF16", "AVX512-BF16"), or "" when the CPU
 // (or ONEDNN_MAX_CPU_ISA, oneDNN's own limit, read from the environment when it starts) allows
 // neither: oneDNN then has no bf16 primitive (onednn_gemm_bf16 refuses, naming why), and titan
