@@ -30,20 +30,22 @@ if(NOT TITAN_OPENBLAS OR NOT TITAN_CBLAS_INCLUDE)
                       "install libopenblas-openmp-dev (make deps does it)")
 endif()
 
-# oneDNN's matmul primitive runs the bf16 GEMMs of mixed-precision training (libdnnl-dev, OpenMP
-# runtime like OpenBLAS's: one thread pool for both). Found by hand: Debian's dnnl-config.cmake
-# insists on OpenCL's headers (its GPU runtime), which titan does not use.
-find_library(TITAN_DNNL dnnl)
-find_path(TITAN_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
-if(NOT TITAN_DNNL OR NOT TITAN_DNNL_INCLUDE)
-  message(FATAL_ERROR "oneDNN not found: install libdnnl-dev (make deps does it)")
+# oneDNN 3.2 runs the bf16 GEMMs of mixed-precision training and the convolutions: Intel's PyPI
+# build for GNU OpenMP (OpenBLAS's runtime: one thread pool for both), which scripts/setup.sh
+# unpacks into .onednn (it says why not Debian's 2.6). Only that copy is looked for, so a machine
+# that still has Debian's libdnnl-dev does not link the older one.
+set(TITAN_ONEDNN_ROOT ${CMAKE_SOURCE_DIR}/.onednn)
+find_library(TITAN_ONEDNN_LIB NAMES libdnnl.so.3 PATHS ${TITAN_ONEDNN_ROOT}/lib NO_DEFAULT_PATH)
+find_path(TITAN_ONEDNN_INCLUDE oneapi/dnnl/dnnl.hpp PATHS ${TITAN_ONEDNN_ROOT}/include NO_DEFAULT_PATH)
+if(NOT TITAN_ONEDNN_LIB OR NOT TITAN_ONEDNN_INCLUDE)
+  message(FATAL_ERROR "oneDNN 3.2 not found in ${TITAN_ONEDNN_ROOT}: run scripts/setup.sh (make deps does it)")
 endif()
 
 add_library(titan_deps INTERFACE)
-target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
+target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE} ${TITAN_ONEDNN_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
-target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB PNG::PNG JPEG::JPEG ${TITAN_DNNL})
+target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB PNG::PNG JPEG::JPEG ${TITAN_ONEDNN_LIB})
 # tcmalloc (gperftools' minimal build) serves every allocation of titan's programs. In graph mode
 # XLA's CPU runtime mallocs each run's scratch buffer (the saved activations: 0.8 GiB for the
 # bench's M step, more for L) and frees it when the run ends. glibc serves any block over 32 MiB

@@ -43,7 +43,6 @@ if $build; then
          libprotobuf-dev protobuf-compiler
          libpcre2-dev libicu-dev
          libtcmalloc-minimal4  # the process malloc (cmake/dependencies.cmake says why)
-         libdnnl-dev  # oneDNN: bf16 matmuls on AVX512-BF16 and AMX (training.mixed_precision_param)
          openmpi-bin libopenmpi-dev)
 fi
 if $tools; then
@@ -80,70 +79,96 @@ if ! installed; then
   fi
 fi
 
-# Graph mode's PJRT plugins and the PJRT C API header, from PyPI wheels (titan dlopens the plugin;
-# no Python at run time), fetched with Debian's pip (no venv). Unpacked once per pinned list in
-# ~/.cache/titan and linked as .pjrt. Layout (src/titan/graph/pjrt/plugin.cpp resolves the names):
-#   include/pjrt_c_api.h            the header titan compiles against (API 0.81)
-#   cpu/pjrt_c_api_cpu_plugin.so     the default CPU plugin (API 0.115)
-#   cpu-xla-cpu-pjrt/xla_cpu_pjrt.so a second CPU plugin (API 0.81): the loader is tested on both
-# Neither wheel is an official Google release (README.md, Graph mode).
-if $build; then
-  PJRT_WHEELS=(xla-cpu-pjrt==0.0.1 lammps-jax-pjrt-cpu==0.11.2)
-  want=$(printf '%s\n' "${PJRT_WHEELS[@]}" | sha256sum | cut -c1-16)
-  pjrt=$cache/pjrt-$want
+# Native libraries from PyPI wheels, fetched with Debian's pip (no venv; titan loads them without
+# Python) and unpacked once per pinned list in ~/.cache/titan, linked from the clone.
+#   wheels NAME LINK WHAT MEMBERS WHEEL...: fetches the wheels into $cache/NAME-<hash>, keeps only
+#   MEMBERS (a JSON object {wheel-name prefix: {member suffix: target}}; a suffix ending in "/"
+#   keeps everything under it), writes WHEELS (their names) and links LINK to it.
+wheels() {
+  local name=$1 link=$2 what=$3 members=$4
+  shift 4
+  local want dir
+  want=$(printf '%s\n' "$@" | sha256sum | cut -c1-16)
+  dir=$cache/$name-$want
   (
     flock 9
-    if [[ ! -f $pjrt/.complete ]]; then
-      rm -rf "$pjrt"
-      echo "setup: fetching the PJRT CPU plugins into $pjrt (${PJRT_WHEELS[*]}: about 125 MB)"
-      mkdir -p "$pjrt/wheels"
+    if [[ ! -f $dir/.complete ]]; then
+      rm -rf "$dir"
+      echo "setup: fetching $what into $dir ($*)"
+      mkdir -p "$dir/wheels"
       # Debian's pip: PEP 668 keeps it from installing into the system's Python, not from
       # downloading, and the wheels are unpacked below rather than installed.
-      if ! /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps -d "$pjrt/wheels" \
-             "${PJRT_WHEELS[@]}"; then
-        echo "setup: pip download of ${PJRT_WHEELS[*]} failed; run it by hand:" >&2
-        echo "  /usr/bin/python3 -m pip download --no-deps -d $pjrt/wheels ${PJRT_WHEELS[*]}" >&2
+      if ! /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps -d "$dir/wheels" "$@"; then
+        echo "setup: pip download of $* failed; run it by hand:" >&2
+        echo "  /usr/bin/python3 -m pip download --no-deps -d $dir/wheels $*" >&2
         exit 1
       fi
-      # Only the plugins, the header and the licences: the wheels' Python wrappers are not used.
-      /usr/bin/python3 - "$pjrt" <<'PY'
-import pathlib, sys, zipfile
-root = pathlib.Path(sys.argv[1])
-wanted = {
-    "xla_cpu_pjrt-": {"xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h": "include/pjrt_c_api.h",
-                      "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so": "cpu-xla-cpu-pjrt/xla_cpu_pjrt.so"},
-    "lammps_jax_pjrt_cpu-": {"lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so": "cpu/pjrt_c_api_cpu_plugin.so",
-                             ".dist-info/licenses/LICENSE": "cpu/LICENSE",
-                             ".dist-info/licenses/THIRD_PARTY_NOTICES": "cpu/THIRD_PARTY_NOTICES"},
-}
+      /usr/bin/python3 - "$dir" "$members" <<'PY'
+import json, pathlib, sys, zipfile
+root, wanted = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2])
 installed = []
 for prefix, members in wanted.items():
     wheels = sorted((root / "wheels").glob(prefix + "*.whl"))
     if len(wheels) != 1:
         sys.exit(f"setup: expected one {prefix}*.whl in {root / 'wheels'}, found {len(wheels)}")
     with zipfile.ZipFile(wheels[0]) as wheel:
+        names = wheel.namelist()
         for suffix, target in members.items():
-            # By suffix: the dist-info folder's name carries the version.
-            found = [name for name in wheel.namelist() if name.endswith(suffix)]
-            if len(found) != 1:
-                sys.exit(f"setup: expected one member ending in {suffix} in {wheels[0]}, found {found}")
-            out = root / target
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(wheel.read(found[0]))
-            if out.suffix == ".so":
-                out.chmod(0o755)
+            # By suffix: the dist-info and data folders' names carry the version.
+            if suffix.endswith("/"):
+                found = {n: target + n.split(suffix, 1)[1] for n in names if suffix in n and not n.endswith("/")}
+            else:
+                found = {n: target for n in names if n.endswith(suffix)}
+                if len(found) != 1:
+                    sys.exit(f"setup: expected one member ending in {suffix} in {wheels[0]}, found {list(found)}")
+            if not found:
+                sys.exit(f"setup: nothing under {suffix} in {wheels[0]}")
+            for member, target_path in found.items():
+                out = root / target_path
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(wheel.read(member))
+                if ".so" in out.name:
+                    out.chmod(0o755)
     installed.append(wheels[0].name)
 (root / "WHEELS").write_text("".join(name + "\n" for name in installed))
 PY
-      rm -rf "$pjrt/wheels"
-      touch "$pjrt/.complete"
+      rm -rf "$dir/wheels"
+      touch "$dir/.complete"
     fi
-  ) 9>"$pjrt.lock"
-  if [[ "$(readlink .pjrt 2>/dev/null)" != "$pjrt" ]]; then
-    rm -rf .pjrt
-    ln -s "$pjrt" .pjrt
+  ) 9>"$dir.lock"
+  if [[ "$(readlink "$link" 2>/dev/null)" != "$dir" ]]; then
+    rm -rf "$link"
+    ln -s "$dir" "$link"
   fi
-  echo "setup: PJRT plugins in .pjrt from $(paste -sd' ' .pjrt/WHEELS)"
+  echo "setup: $what in $link from $(paste -sd' ' "$link/WHEELS")"
+}
+
+if $build; then
+  # Graph mode's PJRT plugins and the PJRT C API header. Layout (src/titan/graph/pjrt/plugin.cpp
+  # resolves the names):
+  #   include/pjrt_c_api.h            the header titan compiles against (API 0.81)
+  #   cpu/pjrt_c_api_cpu_plugin.so     the default CPU plugin (API 0.115)
+  #   cpu-xla-cpu-pjrt/xla_cpu_pjrt.so a second CPU plugin (API 0.81): the loader is tested on both
+  # Neither wheel is an official Google release (README.md, Graph mode).
+  wheels pjrt .pjrt "the PJRT CPU plugins (about 125 MB)" '{
+      "xla_cpu_pjrt-": {"xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h": "include/pjrt_c_api.h",
+                        "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so": "cpu-xla-cpu-pjrt/xla_cpu_pjrt.so"},
+      "lammps_jax_pjrt_cpu-": {"lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so": "cpu/pjrt_c_api_cpu_plugin.so",
+                               ".dist-info/licenses/LICENSE": "cpu/LICENSE",
+                               ".dist-info/licenses/THIRD_PARTY_NOTICES": "cpu/THIRD_PARTY_NOTICES"}}' \
+    xla-cpu-pjrt==0.0.1 lammps-jax-pjrt-cpu==0.11.2
+  # oneDNN 3.2 (bf16 matrix products and convolutions: kernels/cpu/onednn_*.cpp), Intel's build
+  # for GNU OpenMP, the thread pool OpenBLAS and titan's kernels share. Debian 12 has only oneDNN
+  # 2.6-2.7, whose AMX kernels lag: on an AMX Xeon titan's bf16 text encoders ran no faster than
+  # on Zen 4's AVX512-BF16 while PyTorch's (oneDNN 3.13) ran 2.8x faster. The newer "onednn" wheels
+  # are SYCL and TBB builds titan cannot link. Only libdnnl.so.3 is kept (the wheel carries three
+  # copies of it); cmake/dependencies.cmake links it from .onednn.
+  wheels onednn .onednn "oneDNN 3.2 (about 40 MB)" '{
+      "onednn_cpu_gomp-": {".data/data/lib/libdnnl.so.3": "lib/libdnnl.so.3",
+                           ".dist-info/LICENSE.txt": "LICENSE",
+                           ".data/data/share/doc/onednn/THIRD-PARTY-PROGRAMS": "THIRD-PARTY-PROGRAMS"},
+      "onednn_devel_cpu_gomp-": {".data/data/include/oneapi/dnnl/": "include/oneapi/dnnl/"}}' \
+    onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 fi
 
 # The Python venvs (PyPI's torch 2 and transformers 5) are large, so each is built once per

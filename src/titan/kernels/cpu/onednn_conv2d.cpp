@@ -81,11 +81,9 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d, dt in, dt o
   const auto algo = dnnl::algorithm::convolution_direct;
   if (bias) {
     const memory::desc b(d.b, dt::f32, tag::a);
-    return {dnnl::convolution_forward::desc(prop, algo, x, w, b, y, d.strides, d.pad_l, d.pad_r), attr,
-            onednn_engine()};
+    return {onednn_engine(), prop, algo, x, w, b, y, d.strides, d.pad_l, d.pad_r, attr};
   }
-  return {dnnl::convolution_forward::desc(prop, algo, x, w, y, d.strides, d.pad_l, d.pad_r), attr,
-          onednn_engine()};
+  return {onednn_engine(), prop, algo, x, w, y, d.strides, d.pad_l, d.pad_r, attr};
 }
 
 std::shared_ptr<const Entry> make_entry(const Key& key) {
@@ -110,9 +108,8 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
     case Direction::backward_data: {
       const auto hint = forward_pd(d, in, in, false, {});
       const memory::desc dx(d.x, dt::f32, tag::any), w(d.w, in, tag::any), dy(d.y, in, tag::any);
-      const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(algo, dx, w, dy, d.strides, d.pad_l, d.pad_r), attr,
-          onednn_engine(), hint);
+      const dnnl::convolution_backward_data::primitive_desc pd(onednn_engine(), algo, dx, w, dy, d.strides,
+                                                               d.pad_l, d.pad_r, hint, attr);
       entry->primitive = dnnl::convolution_backward_data(pd);
       entry->scratch_bytes = pd.scratchpad_desc().get_size();
       entry->args = {make_arg(DNNL_ARG_DIFF_DST, plain(d.y, stored, tag::nchw), pd.diff_dst_desc(), false),
@@ -123,9 +120,8 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
     case Direction::backward_weights: {
       const auto hint = forward_pd(d, in, in, false, {});
       const memory::desc x(d.x, in, tag::any), dw(d.w, dt::f32, tag::any), dy(d.y, in, tag::any);
-      const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(algo, x, dw, dy, d.strides, d.pad_l, d.pad_r), attr,
-          onednn_engine(), hint);
+      const dnnl::convolution_backward_weights::primitive_desc pd(onednn_engine(), algo, x, dw, dy, d.strides,
+                                                                  d.pad_l, d.pad_r, hint, attr);
       entry->primitive = dnnl::convolution_backward_weights(pd);
       entry->scratch_bytes = pd.scratchpad_desc().get_size();
       entry->args = {

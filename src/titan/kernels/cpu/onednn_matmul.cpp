@@ -61,13 +61,15 @@ std::shared_ptr<const Entry> make_entry(const Key& key) {
   const memory::desc c = operand(key.m, key.n, key.ldc, false, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  // alpha scales the product before the sum post-op adds beta * C, as a scale on A's values
+  // (one for the whole tensor, passed with each run) does.
+  if (key.alpha != 1.0f) attr.set_scales_mask(DNNL_ARG_SRC, 0);
   if (key.beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, onednn_engine());
+  dnnl::matmul::primitive_desc pd(onednn_engine(), a, b, c, attr);
   auto entry = std::make_shared<Entry>();
   entry->primitive = dnnl::matmul(pd);
   entry->scratch_bytes = pd.scratchpad_desc().get_size();
@@ -124,9 +126,12 @@ void onednn_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   if (scratch.size() < entry->scratch_bytes) scratch.resize(entry->scratch_bytes);
   memory sm(dnnl::memory::desc({static_cast<memory::dim>(entry->scratch_bytes)}, dt::u8, memory::dims{1}),
             engine, scratch.data());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+  if (alpha != 1.0f)
+    args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, memory({{1}, dt::f32, memory::dims{1}}, engine, &alpha));
   dnnl::stream& stream = onednn_stream();
-  entry->primitive.execute(
-      stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+  entry->primitive.execute(stream, args);
   stream.wait();
 }
 

@@ -34,7 +34,7 @@ std::string onednn_gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t
 // refuses bf16 training.
 std::string onednn_bf16_isa();
 
-// oneDNN's version, "2.6.3".
+// oneDNN's version, "3.2.0".
 std::string onednn_version();
 
 }  // namespace titan::kernels::cpu
