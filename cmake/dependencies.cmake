@@ -33,7 +33,9 @@ endif()
 # oneDNN 3.2 runs the bf16 GEMMs of mixed-precision training and the convolutions: Intel's PyPI
 # build for GNU OpenMP (OpenBLAS's runtime: one thread pool for both), which scripts/setup.sh
 # unpacks into .onednn (it says why not Debian's 2.6). Only that copy is looked for, so a machine
-# that still has Debian's libdnnl-dev does not link the older one.
+# that still has Debian's libdnnl-dev does not link the older one. Only the sources that call
+# oneDNN (kernels/cpu/onednn_*.cpp) see its headers, so no other object's compile line, and so no
+# other ccache entry, depends on where they are.
 set(TITAN_ONEDNN_ROOT ${CMAKE_SOURCE_DIR}/.onednn)
 find_library(TITAN_ONEDNN_LIB NAMES libdnnl.so.3 PATHS ${TITAN_ONEDNN_ROOT}/lib NO_DEFAULT_PATH)
 find_path(TITAN_ONEDNN_INCLUDE oneapi/dnnl/dnnl.hpp PATHS ${TITAN_ONEDNN_ROOT}/include NO_DEFAULT_PATH)
@@ -42,7 +44,7 @@ if(NOT TITAN_ONEDNN_LIB OR NOT TITAN_ONEDNN_INCLUDE)
 endif()
 
 add_library(titan_deps INTERFACE)
-target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE} ${TITAN_ONEDNN_INCLUDE})
+target_include_directories(titan_deps SYSTEM INTERFACE ${TITAN_CBLAS_INCLUDE})
 target_link_libraries(titan_deps INTERFACE ${TITAN_OPENBLAS} OpenMP::OpenMP_CXX Threads::Threads
                       nlohmann_json::nlohmann_json PkgConfig::TOMLPP PkgConfig::PCRE2 PkgConfig::ICU)
 target_link_libraries(titan_deps INTERFACE ZLIB::ZLIB PNG::PNG JPEG::JPEG ${TITAN_ONEDNN_LIB})
