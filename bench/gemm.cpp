@@ -181,6 +181,23 @@ std::vector<GemmCase> gemm_cases() {
   return cases;
 }
 
+// The reference's torch.matmul on `g`'s operands in `dtype` (f32 or bf16), eager only: torch.compile
+// of one matmul calls the same GEMM.
+bench::TorchCase torch_matmul(const std::string& prefix, const GemmCase& g, const std::string& dtype) {
+  return {prefix + g.id(),
+          g.plan,
+          {{"op", "matmul"},
+           {"mode", "fwd"},
+           {"dtype", dtype},
+           {"batch", g.batch},
+           {"m", g.m},
+           {"n", g.n},
+           {"k", g.k},
+           {"trans_a", g.ta},
+           {"trans_b", g.tb}},
+          {"eager"}};
+}
+
 std::string signed_percent(double fraction) {
   std::string s = fraction >= 0 ? "+" : "";
   return s + bench::fixed(100.0 * fraction, 1) + "%";
@@ -218,18 +235,7 @@ int main(int argc, char** argv) {
   std::map<std::string, Overhead> overheads;
   for (const GemmCase& g : cases) {
     if (!measured(g, "kernel") && !measured(g, "cblas") && !measured(g, "matmul")) continue;
-    torch_cases.push_back({"gemm/" + g.id(),
-                           g.plan,
-                           {{"op", "matmul"},
-                            {"mode", "fwd"},
-                            {"batch", g.batch},
-                            {"m", g.m},
-                            {"n", g.n},
-                            {"k", g.k},
-                            {"trans_a", g.ta},
-                            {"trans_b", g.tb}},
-                           // torch.compile of one matmul calls the same MKL GEMM.
-                           {"eager"}});
+    torch_cases.push_back(torch_matmul("gemm/", g, "f32"));
     if (measured(g, "kernel") && measured(g, "cblas") && measured(g, "matmul")) {
       overheads[g.id()] = paired_overhead(g, 1.0);
       titan::CpuAllocator::instance().empty_cache();
@@ -237,18 +243,7 @@ int main(int argc, char** argv) {
   }
   for (const GemmCase& g : bf16_cases()) {
     if (!titan_runs.contains("gemm_bf16/" + g.id())) continue;
-    torch_cases.push_back({"gemm_bf16/" + g.id(),
-                           g.plan,
-                           {{"op", "matmul"},
-                            {"mode", "fwd"},
-                            {"dtype", "bf16"},
-                            {"batch", g.batch},
-                            {"m", g.m},
-                            {"n", g.n},
-                            {"k", g.k},
-                            {"trans_a", g.ta},
-                            {"trans_b", g.tb}},
-                           {"eager"}});
+    torch_cases.push_back(torch_matmul("gemm_bf16/", g, "bf16"));
   }
   bench::TorchResults torch = bench::run_torch_reference(torch_cases, titan::num_threads());
 
