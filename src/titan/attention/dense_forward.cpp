@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "titan/core/error.h"
-#include "titan/core/parallel.h"
 #include "titan/kernels/cpu/bf16_convert.h"
 #include "titan/kernels/cpu/gemm.h"
 #include "titan/kernels/cpu/vec_math.h"
@@ -38,29 +37,12 @@ BiasView bias_view(const Tensor& bias, int64_t B, int64_t H, int64_t S) {
   return {e.data<float>(), e.stride(0), e.stride(1), e.stride(2), e.stride(3)};
 }
 
-// x as the products' operand U: x itself, or a bf16 copy.
+// x as the products' operand U: x itself, or its bf16 copy (Tensor::to's rounding).
 template <typename U>
 struct Operand {
-  Tensor copy;
+  Tensor t;
   const U* data;
-
-  explicit Operand(const Tensor& x) {
-    if constexpr (std::is_same_v<U, float>) {
-      data = x.data<float>();
-    } else {
-      copy = Tensor::empty(x.sizes(), {.dtype = kBF16});
-      const float* src = x.data<float>();
-      bf16* dst = copy.data<bf16>();
-      constexpr int64_t kChunk = 1 << 16;
-      parallel_for(0, (x.numel() + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const int64_t at = c * kChunk;
-          kernels::cpu::floats_to_bf16(src + at, dst + at, std::min(kChunk, x.numel() - at));
-        }
-      });
-      data = dst;
-    }
-  }
+  explicit Operand(const Tensor& x) : t(std::is_same_v<U, float> ? x : x.to(kBF16)), data(t.data<U>()) {}
 };
 
 // One row of scores [0, n) in place: the bias added (`add` read every `step` elements, or nothing

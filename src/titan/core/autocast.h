@@ -54,8 +54,8 @@ class AutocastCasts {
 // converting the weight costs more than that product. PyTorch's autocast caches the same casts.
 // The copies must not outlive writes to the parameters (an optimizer step), which they would not
 // see: rl::generate opens one with copies of its own for one generation, and a frozen model's
-// owner keeps its copies across calls (train/flux's text encoders: converting their weights took
-// 10-15% of a bf16 forward of T5).
+// owner keeps its copies across calls (train/flux's text encoders, whose weights would otherwise
+// be converted on every call).
 class AutocastCastCache {
  public:
   // Copies of its own, dropped when it closes.

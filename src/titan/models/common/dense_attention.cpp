@@ -45,8 +45,9 @@ Tensor dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   if (host_f32 && !autograd::needs_grad({&q, &k, &v, &bias})) {
     const ops::OpSpan span("dense_attention", q, k, v, bias);
     Tensor out = Tensor::empty({batch, seq, heads * head_dim}, q.options());
-    attention::dense_attention_forward(ops::dense(q), ops::dense(k), ops::dense(v), scale, bias.defined() ? bias.detach() : Tensor(),
-                                       matmul_operand_dtype(kF32) == kBF16, out);
+    attention::dense_attention_forward(ops::dense(q), ops::dense(k), ops::dense(v), scale,
+                                       bias.defined() ? bias.detach() : Tensor(),
+                                       matmul_operand_dtype(q.dtype()) == kBF16, out);
     return out;
   }
   Tensor scores = ops::matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1}));
