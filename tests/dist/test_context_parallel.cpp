@@ -31,6 +31,7 @@ struct Case {
   DType dtype = kF64;
   bool documents = false;
   int64_t block = attention::kDefaultBlockQ;
+  bool causal = true;
 };
 
 // max |a - b| / max |ref|.
@@ -65,10 +66,11 @@ struct Result {
 
 // Splash attention on the whole sequence, forward and backward.
 Result reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& ids,
-                 int64_t block) {
+                 int64_t block, bool causal = true) {
   Tensor ql = q.detach().clone().requires_grad_(), kl = k.detach().clone().requires_grad_(),
          vl = v.detach().clone().requires_grad_();
-  const Mask rule = ids.defined() ? Mask::document(ids) : Mask::causal();
+  const int64_t S = q.size(1);
+  const Mask rule = ids.defined() ? Mask::document(ids) : causal ? Mask::causal() : Mask::sliding_window(S, S);
   const BlockMask mask = BlockMask::build(rule, q.size(0), q.size(1), block, block);
   Tensor out = attention::splash_attention(ql, kl, vl, mask);
   out.backward(dout);
@@ -77,11 +79,12 @@ Result reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
 // Ring attention on this rank's slices, forward and backward.
 Result ring(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& ids,
-            int64_t block, dist::ProcessGroup& group) {
+            int64_t block, dist::ProcessGroup& group, bool causal = true) {
   const int r = group.rank(), n = group.size();
   Tensor ql = cp_shard(q, 1, r, n).requires_grad_(), kl = cp_shard(k, 1, r, n).requires_grad_(),
          vl = cp_shard(v, 1, r, n).requires_grad_();
-  Tensor out = ring_attention(ql, kl, vl, {.document_ids = ids, .block_q = block, .block_kv = block}, group);
+  Tensor out = ring_attention(
+      ql, kl, vl, {.causal = causal, .document_ids = ids, .block_q = block, .block_kv = block}, group);
   out.backward(cp_shard(dout, 1, r, n));
   return {out.detach(), ql.grad(), kl.grad(), vl.grad()};
 }
@@ -94,8 +97,8 @@ void expect_matches(const Case& c, dist::ProcessGroup& group) {
   const Tensor v = Tensor::randn({c.B, c.S, c.Hkv, c.D}, gen, opts);
   const Tensor dout = Tensor::randn({c.B, c.S, c.Hq, c.D}, gen, opts);
   const Tensor ids = c.documents ? document_ids(c.B, c.S, gen) : Tensor();
-  const Result want = reference(q, k, v, dout, ids, c.block);
-  const Result got = ring(q, k, v, dout, ids, c.block, group);
+  const Result want = reference(q, k, v, dout, ids, c.block, c.causal);
+  const Result got = ring(q, k, v, dout, ids, c.block, group, c.causal);
   const double tol = c.dtype == kF64 ? 1e-12 : 1e-5;
   const int r = group.rank(), n = group.size();
   const std::string where = "cp rank " + std::to_string(r) + " of " + std::to_string(n);
@@ -111,6 +114,24 @@ TEST(ContextParallel, CausalF64MatchesSplash) {
 
 TEST(ContextParallel, CausalF32MatchesSplash) {
   expect_matches({.S = 1024, .dtype = kF32}, dist::world());
+}
+
+// FLUX's joint attention: every query sees every key, whichever rank holds it.
+TEST(ContextParallel, EveryPairF64MatchesSplash) {
+  expect_matches({.S = 1024, .causal = false}, dist::world());
+}
+
+TEST(ContextParallel, EveryPairF32GroupedQueries) {
+  expect_matches({.B = 1, .S = 512, .Hq = 4, .Hkv = 2, .dtype = kF32, .causal = false}, dist::world());
+}
+
+TEST(ContextParallel, EveryPairTakesNoDocumentsOrWindow) {
+  const Tensor ids = Tensor::zeros({1, 64}, {.dtype = kI64});
+  for (const RingAttentionOptions& opts :
+       {RingAttentionOptions{.causal = false, .document_ids = ids}, RingAttentionOptions{.causal = false, .window_left = 8}}) {
+    const std::string msg = error_of([&] { (void)RingMasks::build(1, 64 / dist::world().size(), opts, 0, dist::world().size()); });
+    EXPECT_NE(msg.find("takes no document ids or window"), std::string::npos) << msg;
+  }
 }
 
 TEST(ContextParallel, GroupedQueryAttention) {

@@ -32,6 +32,9 @@ Tensor cp_shard(const Tensor& x, int64_t dim, int64_t cp_rank, int64_t cp_size);
 Tensor cp_unshard(const Tensor& local, int64_t dim, dist::ProcessGroup& cp_group);
 
 struct RingAttentionOptions {
+  // false: every query sees every key (FLUX's joint attention over text and image tokens); the
+  // tokens' order then does not matter, and documents and windows are refused.
+  bool causal = true;
   // Optional GLOBAL document ids [B, S] (i32 or i64) of the whole sequence, not this rank's
   // slice: tokens attend causally within their own document only (packed sequences).
   Tensor document_ids = {};
@@ -68,8 +71,8 @@ class RingMasks {
   int64_t cp_rank_ = 0, cp_size_ = 1, batch_ = 0, local_seq_ = 0;
 };
 
-// Causal attention (AND the document mask and the window when given; scores scaled and capped as
-// splash attention's) over the whole global sequence, for this
+// Causal attention (AND the document mask and the window when given; with causal = false, every
+// pair; scores scaled and capped as splash attention's) over the whole global sequence, for this
 // rank's queries. q [B, S / cp, Hq, D], k and v [B, S / cp, Hkv, D]: this rank's tokens in
 // cp_shard's layout, f32 or f64; Hq a multiple of Hkv (grouped-query attention, as splash
 // attention). Returns this rank's rows of the output, [B, S / cp, Hq, D]. Differentiable: its

@@ -6,11 +6,13 @@
 
 namespace titan::parallel {
 
-ContextParallel::ContextParallel(dist::ProcessGroup group, int64_t seq_len, int64_t block_q, int64_t block_kv)
+ContextParallel::ContextParallel(dist::ProcessGroup group, int64_t seq_len, int64_t block_q, int64_t block_kv,
+                                 bool causal)
     : group_(std::move(group)), seq_len_(seq_len) {
   TITAN_CHECK(seq_len % (2 * group_.size()) == 0, "context parallelism: training.seq_len = ", seq_len,
               " must be a multiple of 2 x parallelism.context_parallel_degree = ", 2 * group_.size(),
               " (each rank holds two equal chunks of every sequence)");
+  options_.causal = causal;
   options_.block_q = block_q;
   options_.block_kv = block_kv;
 }
@@ -34,6 +36,10 @@ Tensor ContextParallel::shard(const Tensor& t) const {
   TITAN_CHECK(t.dim() == 2 && t.size(1) == seq_len_, "context parallelism: expected a [batch, ", seq_len_,
               "] tensor of the batch, got ", t.desc(), "; every sequence must be training.seq_len long");
   return cp_shard(t, 1, group_.rank(), group_.size());
+}
+
+Tensor ContextParallel::shard(const Tensor& t, int64_t dim) const {
+  return cp_shard(t, dim, group_.rank(), group_.size());
 }
 
 void ContextParallel::begin_batch(int64_t batch, const Tensor& document_ids) {

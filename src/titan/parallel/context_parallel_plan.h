@@ -26,8 +26,8 @@ namespace titan::parallel {
 class ContextParallel {
  public:
   // `seq_len`: the training sequences' length, a multiple of 2 * the group's size; tiles of
-  // block_q x block_kv, as splash attention's.
-  ContextParallel(dist::ProcessGroup group, int64_t seq_len, int64_t block_q, int64_t block_kv);
+  // block_q x block_kv, as splash attention's. `causal` false: attention sees every pair (FLUX).
+  ContextParallel(dist::ProcessGroup group, int64_t seq_len, int64_t block_q, int64_t block_kv, bool causal = true);
 
   // Keeps, in place, the rows of a position table [max_seq, ...] (RoPE's cos or sin) at this
   // rank's tokens' positions, so that a model applying it from position 0 rotates each local
@@ -36,6 +36,9 @@ class ContextParallel {
 
   // This rank's tokens of a [batch, seq_len] tensor of the batch (inputs, labels, document ids).
   Tensor shard(const Tensor& t) const;
+  // This rank's tokens of any tensor whose `dim` runs over a stream's tokens (cp_shard's layout):
+  // a model whose sequence joins several streams (FLUX's text and image) shards each of them.
+  Tensor shard(const Tensor& t, int64_t dim) const;
   // The micro-batch's document ids [batch, seq_len] of the whole sequences (undefined: causal
   // only), before its forward; ring attention masks by them until the next call.
   void begin_batch(int64_t batch, const Tensor& document_ids);

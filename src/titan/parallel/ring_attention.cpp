@@ -184,7 +184,11 @@ RingMasks RingMasks::build(int64_t batch, int64_t local_seq, const RingAttention
       "even, got ",
       local_seq, "; shard a sequence whose length is a multiple of 2 * cp = ", 2 * cp_size, " with cp_shard");
   const int64_t seq = local_seq * cp_size;
-  Mask rule = Mask::causal();
+  TITAN_CHECK(opts.causal || (!opts.document_ids.defined() && !opts.window_left), op,
+              ": attention without the causal rule sees every pair, so it takes no document ids or window; "
+              "leave them unset or set causal");
+  // A window reaching the whole sequence both ways: every pair, in the rule form the others take.
+  Mask rule = opts.causal ? Mask::causal() : Mask::sliding_window(seq, seq);
   if (opts.document_ids.defined()) {
     const Tensor& ids = opts.document_ids;
     TITAN_CHECK(ids.dim() == 2 && ids.size(0) == batch && ids.size(1) == seq, op,

@@ -36,15 +36,20 @@ Tensor heads_of(const Tensor& part, int64_t heads) {
 
 // softmax(q k^T / sqrt(D)) v over every pair of tokens, q/k/v [B, L, H, D] after their norms;
 // RoPE rotates q and k first. -> [B, L, H * D].
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const ops::RopeTable& pe) {
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const BlockContext& ctx) {
   const int64_t batch = q.size(0), seq = q.size(1);
-  const Tensor qr = ops::rope(q, pe, ops::RopeLayout::interleaved);
-  const Tensor kr = ops::rope(k, pe, ops::RopeLayout::interleaved);
-  // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
-  // form graph mode's splash custom call carries.
-  const attention::BlockMask mask =
-      attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
-  const Tensor out = attention::splash_attention(qr, kr, v.contiguous(), mask);
+  const Tensor qr = ops::rope(q, ctx.pe, ops::RopeLayout::interleaved);
+  const Tensor kr = ops::rope(k, ctx.pe, ops::RopeLayout::interleaved);
+  Tensor out;
+  if (ctx.attend) {
+    out = ctx.attend(qr, kr, v.contiguous());
+  } else {
+    // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
+    // form graph mode's splash custom call carries.
+    const attention::BlockMask mask =
+        attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
+    out = attention::splash_attention(qr, kr, v.contiguous(), mask);
+  }
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
 
@@ -181,7 +186,7 @@ Tensor DoubleStreamBlock::forward(const Tensor& x, const BlockContext& ctx) cons
   const Tensor k =
       ops::cat({qk(txt_qkv[1], *txt_attn->norm->key_norm), qk(img_qkv[1], *img_attn->norm->key_norm)}, 1);
   const Tensor v = ops::cat({heads_of(txt_qkv[2], num_heads_), heads_of(img_qkv[2], num_heads_)}, 1);
-  const std::vector<Tensor> attn = ops::split(attend(q, k, v, ctx.pe), {txt_len, img_len}, 1);
+  const std::vector<Tensor> attn = ops::split(attend(q, k, v, ctx), {txt_len, img_len}, 1);
 
   Tensor img_out = img + im[2] * (*img_attn->proj)(attn[1]);
   img_out = img_out + im[5] * img_mlp->forward(modulate(layer_norm(img_out), im[3], im[4]));
@@ -209,7 +214,7 @@ Tensor SingleStreamBlock::forward(const Tensor& x_vec, const BlockContext& ctx) 
   const Tensor q = norm->query_norm->forward(heads_of(fused[0], num_heads_));
   const Tensor k = norm->key_norm->forward(heads_of(fused[1], num_heads_));
   const Tensor mlp = ops::gelu(fused[3], ops::GeluApproximation::tanh);
-  const Tensor out = (*linear2)(ops::cat({attend(q, k, heads_of(fused[2], num_heads_), ctx.pe), mlp}, 2));
+  const Tensor out = (*linear2)(ops::cat({attend(q, k, heads_of(fused[2], num_heads_), ctx), mlp}, 2));
   return ops::cat({vec_token, x + mod[2] * out}, 1);
 }
 
@@ -277,7 +282,8 @@ Tensor FluxTransformer::operator()(const FluxInputs& in) {
 
     const BlockContext ctx{
         .pe = rope_table(ops::cat({in.txt_ids.to(kF32), in.img_ids.to(kF32)}, 0), a.axes_dim, a.theta),
-        .txt_len = txt_len};
+        .txt_len = txt_len,
+        .attend = attend_};
     Tensor x = ops::cat({vec.unsqueeze(1), (*txt_in)(in.txt), (*img_in)(in.img)}, 1);
     x = common::run_blocks(*double_blocks, 0, static_cast<int64_t>(double_blocks->size()), x,
                            [ctx](DoubleStreamBlock& block, const Tensor& h) { return block(h, ctx); });

@@ -10,6 +10,7 @@
 //   out = final_layer(img part, vec)
 // Attention is splash attention with every pair visible; RoPE rotates interleaved pairs of each
 // head by angles from the tokens' 3-axis ids.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -96,11 +97,17 @@ class Modulation : public nn::Module {
   std::shared_ptr<nn::Linear> lin;
 };
 
-// What every block of one forward shares besides its input: the RoPE table of [txt; img] and the
-// text length. Blocks capture it by value (activation checkpointing reruns them).
+// What runs attention on q, k, v [B, L, H, D] (RoPE applied) and gives [B, L, H, D]: unset, splash
+// attention over every pair of the tokens given; a parallel plan sets another (context
+// parallelism's ring over the ranks' tokens).
+using AttendFn = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+
+// What every block of one forward shares besides its input: the RoPE table of [txt; img], the
+// text length and the attention. Blocks capture it by value (activation checkpointing reruns them).
 struct BlockContext {
   ops::RopeTable pe;
   int64_t txt_len = 0;
+  AttendFn attend;
 };
 
 // A block's input and output: [vec; txt; img] along the sequence, [B, 1 + L_txt + L_img, hidden],
@@ -157,6 +164,7 @@ class FluxTransformer : public nn::Module {
   // -> f32 [B, L_img, in_channels]: the predicted velocity (noise - x0).
   Tensor operator()(const FluxInputs& in);
   const FluxModelArgs& args() const { return args_; }
+  void set_attend(AttendFn fn) { attend_ = std::move(fn); }
 
   std::shared_ptr<nn::Linear> img_in, txt_in;
   std::shared_ptr<MLPEmbedder> time_in, vector_in;
@@ -167,6 +175,7 @@ class FluxTransformer : public nn::Module {
 
  private:
   FluxModelArgs args_;
+  AttendFn attend_;
 };
 
 // diffusers' _pack_latents / BFL's rearrange "b c (h ph) (w pw) -> b (h w) (c ph pw)" and back.

@@ -1,6 +1,7 @@
 #include "titan/models/flux/parallelize.h"
 
 #include "titan/parallel/activation_checkpoint.h"
+#include "titan/parallel/context_parallel_plan.h"
 #include "titan/parallel/data_parallel_style.h"
 
 namespace titan::models::flux {
@@ -20,6 +21,15 @@ Parallelized parallelize(FluxTransformer& model, const ParallelizeOptions& optio
   parallel::apply_activation_checkpointing(*model.single_blocks, ac, options.activation_checkpoint_every_k);
   Parallelized out;
   if (dist::DeviceMesh* mesh = options.mesh) {
+    if (mesh->degree(dist::MeshAxis::cp) > 1) {
+      // The joint [txt; img] sequence split over cp: each rank holds its share of both streams
+      // (the trainer shards them), and attention, which sees every pair, runs as a ring.
+      out.cp = std::make_unique<parallel::ContextParallel>((*mesh)[dist::MeshAxis::cp], options.seq_len,
+                                                           options.block_q, options.block_kv, /*causal=*/false);
+      model.set_attend([plan = out.cp.get()](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return plan->attend(q, k, v);
+      });
+    }
     const parallel::DataParallelStyle style = parallel::data_parallel_style(*mesh);
     if (style == parallel::DataParallelStyle::fsdp || style == parallel::DataParallelStyle::hsdp)
       out.fsdp = std::make_unique<parallel::FullyShard>(model, blocks(model), (*mesh)[dist::MeshAxis::dp_shard],

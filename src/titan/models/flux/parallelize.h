@@ -1,8 +1,11 @@
 #pragma once
 // The parallel plans of a FLUX transformer, as TorchTitan's flux parallelize_flux: activation
 // checkpointing of each double- and single-stream block, then FSDP (HSDP over dp_replicate) with
-// every block a unit of its own and the embedders and final layer the root unit. FLUX has no
-// tensor, context, pipeline or expert plan (the trainer refuses those degrees).
+// every block a unit of its own and the embedders and final layer the root unit. Context
+// parallelism over mesh cp: options.seq_len is the joint [txt; img] length, of which each cp rank
+// holds 1 / cp of either stream (the trainer shards them, ContextParallel::shard(t, dim)), and
+// attention runs as ring attention over every pair. FLUX has no tensor, pipeline or expert plan
+// (the trainer refuses those degrees).
 #include "titan/models/flux/model.h"
 #include "titan/models/registry.h"
 

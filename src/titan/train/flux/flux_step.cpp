@@ -38,6 +38,7 @@ class EagerFluxStep : public StepEngine {
         dp_rank_(p.mesh[dist::MeshAxis::dp].rank()),
         dp_world_(p.mesh[dist::MeshAxis::dp].size()),
         step_(p.start_step),
+        cp_(p.plans.cp.get()),
         sync_(step_parallelism(p.plans, p.named_params, p.ddp)) {
     for (const auto& [name, t] : p.named_params) params_.push_back(t);
   }
@@ -50,8 +51,13 @@ class EagerFluxStep : public StepEngine {
       Tensor loss;
       {
         trace::Span span("forward", "phase");
-        const FluxBatch b = draw(batches_, step_, m, micro_batches, dp_rank_, dp_world_, local_batch_);
-        loss = flow_matching_loss(velocity(model_, b, guidance_), b.x0, b.noise);
+        FluxBatch b = draw(batches_, step_, m, micro_batches, dp_rank_, dp_world_, local_batch_);
+        if (cp_) {
+          // Every cp rank draws the same rows (they share a dp coordinate) and keeps its tokens.
+          cp_->begin_batch(b.x0.size(0), Tensor());
+          b = shard_tokens(b, *cp_);
+        }
+        loss = flow_matching_loss(velocity(model_, b, guidance_, cp_), b.x0, b.noise);
         loss_sum += loss.item();
       }
       if (sync_.before_backward) sync_.before_backward(m == micro_batches - 1);
@@ -75,6 +81,7 @@ class EagerFluxStep : public StepEngine {
   optim::AdamW& optimizer_;
   double max_norm_, guidance_;
   int64_t local_batch_, dp_rank_, dp_world_, step_;
+  parallel::ContextParallel* cp_;
   StepParallelism sync_;
   std::vector<Tensor> params_;
 };
@@ -133,10 +140,20 @@ int64_t FlowMatchingLoss::num_layers() const {
   return model_.args().depth + model_.args().depth_single_blocks;
 }
 
-Tensor velocity(FluxTransformer& model, const FluxBatch& b, double guidance) {
+FluxBatch shard_tokens(const FluxBatch& b, const parallel::ContextParallel& cp) {
+  FluxBatch local = b;
+  local.x0 = cp.shard(b.x0, 1);
+  local.noise = cp.shard(b.noise, 1);
+  local.txt = cp.shard(b.txt, 1);
+  return local;
+}
+
+Tensor velocity(FluxTransformer& model, const FluxBatch& b, double guidance, const parallel::ContextParallel* cp) {
   const FluxModelArgs& a = model.args();
+  const Tensor img_ids = models::flux::image_ids(b.height, b.width, a.patch_size);
+  // Text ids are all zero, so the local text tokens' are text_ids of their count.
   models::flux::FluxInputs in{.img = noisy_latents(b.x0, b.noise, b.t),
-                              .img_ids = models::flux::image_ids(b.height, b.width, a.patch_size),
+                              .img_ids = cp ? cp->shard(img_ids, 0) : img_ids,
                               .txt = b.txt,
                               .txt_ids = models::flux::text_ids(b.txt.size(1)),
                               .timesteps = b.t,

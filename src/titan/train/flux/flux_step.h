@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "titan/models/flux/model.h"
+#include "titan/parallel/context_parallel_plan.h"
 #include "titan/train/flux/flux_batches.h"
 #include "titan/train/graph_mode/graph_step.h"
 #include "titan/train/workload.h"
@@ -19,8 +20,14 @@
 namespace titan::train::flux {
 
 // The transformer's velocity at b's x_t = (1 - t) x0 + t noise; `guidance` is read by flavors
-// with guidance_in.
-Tensor velocity(models::flux::FluxTransformer& model, const FluxBatch& b, double guidance);
+// with guidance_in. Under context parallelism (`cp`), b holds this rank's tokens (shard_tokens),
+// and so does the velocity.
+Tensor velocity(models::flux::FluxTransformer& model, const FluxBatch& b, double guidance,
+                const parallel::ContextParallel* cp = nullptr);
+
+// This cp rank's share of b's image and text tokens (x0, noise, T5), in the layout of
+// parallel/context_parallel.h; t and CLIP are per sample and stay whole.
+FluxBatch shard_tokens(const FluxBatch& b, const parallel::ContextParallel& cp);
 
 // FLUX's loss as graph mode's step captures it (graph_mode/graph_step.h): a micro-batch is the
 // tensors x0, noise, t, T5 and CLIP of a FluxBatch.

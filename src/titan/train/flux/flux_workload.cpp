@@ -29,13 +29,12 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
   std::vector<std::string> refused;
   const dist::ParallelismConfig& p = c.parallelism;
   for (const auto& [key, degree] : {std::pair<std::string, int64_t>{"tensor_parallel_degree", p.tensor_parallel_degree},
-                                    {"context_parallel_degree", p.context_parallel_degree},
                                     {"pipeline_parallel_degree", p.pipeline_parallel_degree},
                                     {"expert_parallel_degree", p.expert_parallel_degree},
                                     {"expert_tensor_parallel_degree", p.expert_tensor_parallel_degree}})
     if (degree > 1)
       refused.push_back("parallelism." + key + " = " + std::to_string(degree) +
-                        ": FLUX trains under data parallelism (FSDP, HSDP, DDP) only; set it to 1");
+                        ": FLUX trains under data and context parallelism (FSDP, HSDP, DDP, cp) only; set it to 1");
   if (c.training.objective != d.training.objective)
     refused.push_back("training.objective = \"" + c.training.objective +
                       "\": FLUX trains by flow matching; remove the key");
@@ -104,11 +103,23 @@ class FluxWorkload : public Workload {
     summary_.n_heads = summary_.n_kv_heads = args_.num_heads;
   }
 
-  void check_layout(const JobConfig& c, const dist::ParallelDims&) override {
+  void check_layout(const JobConfig& c, const dist::ParallelDims& dims) override {
     const int64_t f = c.flux.latent_downscale;
     config::require(c.flux.image_size % (f * args_.patch_size) == 0, "flux.image_size = ", c.flux.image_size,
                     " must be a multiple of ", f * args_.patch_size, " (flux.latent_downscale ", f, " times the ",
                     args_.patch_size, "x", args_.patch_size, " patch)");
+    if (const int64_t cp = dims.degree(dist::MeshAxis::cp); cp > 1) {
+      // Each rank holds two equal chunks of either stream (parallel/context_parallel.h's layout).
+      const std::string key = "parallelism.context_parallel_degree = " + std::to_string(cp);
+      config::require(c.flux.t5_length % (2 * cp) == 0, key, " with flux.t5_length = ", c.flux.t5_length,
+                      ": each cp rank holds 2 equal chunks of the text tokens, so t5_length must be a multiple of ",
+                      2 * cp);
+      config::require(image_tokens(c, args_) % (2 * cp) == 0, key, " with flux.image_size = ", c.flux.image_size,
+                      ": its ", image_tokens(c, args_), " image tokens do not split into ", 2 * cp,
+                      " equal chunks (2 per cp rank); choose an image size or degree that divides them");
+      config::require(!c.validation.enable, key, " with validation.enable = true: validation does not split its ",
+                      "tokens over cp ranks yet; set it to false, or validate in a run without context parallelism");
+    }
   }
 
   void build_data(const WorkloadContext& ctx) override {
@@ -195,7 +206,8 @@ class FluxWorkload : public Workload {
         *model_, {.activation_checkpoint_mode = ac.mode,
                   .activation_checkpoint_every_k = ac.every_k,
                   .mesh = &ctx.mesh,
-                  .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"}});
+                  .fsdp = {.reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never"},
+                  .seq_len = c.flux.t5_length + image_tokens(c, args_)});
     dp_ = std::make_unique<dist::ProcessGroup>(ctx.mesh[dist::MeshAxis::dp]);
     mode_ = &ctx.mode;
     return model_;
@@ -213,7 +225,7 @@ class FluxWorkload : public Workload {
   // (its modulated inputs, Q, K, V, attention output, and the MLP's 4x-wide hidden activations);
   // a checkpointed block its input alone. A rough figure: FLUX's blocks are not decoder blocks.
   std::optional<int64_t> activation_bytes(const JobConfig& c) const override {
-    const int64_t tokens = image_tokens(c, args_) + c.flux.t5_length;
+    const int64_t tokens = (image_tokens(c, args_) + c.flux.t5_length) / c.parallelism.context_parallel_degree;
     const int64_t blocks = args_.depth + args_.depth_single_blocks;
     const bool checkpointed = c.activation_checkpoint.mode != "none";
     const int64_t per_block = args_.hidden_size * (checkpointed ? 1 : 12) * 4;
@@ -225,7 +237,11 @@ class FluxWorkload : public Workload {
         << summary_.flops_per_token * static_cast<double>(image_tokens(c, args_)) / 1e9 << " GFLOP per sample (training, "
         << c.flux.image_size << "px: " << image_tokens(c, args_) << " image tokens, " << c.flux.t5_length
         << " T5 tokens)\n"
-        << "titan: attention splash over [text; image]; activation checkpointing " << checkpointing << "\n";
+        << "titan: attention splash over [text; image]";
+    if (const int64_t cp = c.parallelism.context_parallel_degree; cp > 1)
+      log << ", context parallel over " << cp << " ranks (ring attention; each holds " << c.flux.t5_length / cp
+          << " text and " << image_tokens(c, args_) / cp << " image tokens of a sample)";
+    log << "; activation checkpointing " << checkpointing << "\n";
   }
 
   void log_data(std::ostream& log, const JobConfig& c) const override {
@@ -301,8 +317,9 @@ class FluxWorkload : public Workload {
             .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   }
 
-  int64_t tokens_per_step(const JobConfig& c, const dist::ParallelDims&, int64_t micro_batches) const override {
-    return c.training.local_batch_size * micro_batches * image_tokens(c, args_);
+  int64_t tokens_per_step(const JobConfig& c, const dist::ParallelDims& dims, int64_t micro_batches) const override {
+    // Per device, as the language models count them: cp ranks share a sample's tokens.
+    return c.training.local_batch_size * micro_batches * image_tokens(c, args_) / dims.degree(dist::MeshAxis::cp);
   }
 
  private:
