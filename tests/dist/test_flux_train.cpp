@@ -75,22 +75,24 @@ TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
 }
 
 // Context parallelism over 2 ranks (with FSDP over the rest): each holds half of every sample's
-// text and image tokens, attention runs as a ring over both, and the steps are one rank's.
+// text and image tokens, attention runs as a ring over both, and the steps and validation losses
+// are one rank's.
 TEST(FluxTrain, ContextParallelTakesOneRanksSteps) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n % 2 != 0) GTEST_SKIP() << "context parallelism of 2 needs an even number of ranks";
   const FluxJob job = make_job("flux_train_cp");
-  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", false));
+  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", true));
 
   std::ostringstream log;
   const TrainResult all =
-      Trainer(job.config(n / 2, "cp", false, {"--parallelism.context_parallel_degree=2"}), log, world).train();
+      Trainer(job.config(n / 2, "cp", true, {"--parallelism.context_parallel_degree=2"}), log, world).train();
   if (world.rank() == 0)
     EXPECT_NE(log.str().find("context parallel over 2 ranks (ring attention; each holds 4 text and 8 image tokens"),
               std::string::npos)
         << log.str();
-  const double worst = testing::expect_one_rank_figures(all, want, "flux-tiny, cp 2");
+  const double worst = std::max(testing::expect_one_rank_figures(all, want, "flux-tiny, cp 2"),
+                                testing::expect_one_rank_validation(all, want, "flux-tiny, cp 2"));
   if (world.rank() == 0)
     std::cout << "flux-tiny cp 2 x dp_shard " << n / 2 << " vs 1 rank: largest relative loss difference " << worst
               << "\n";
@@ -112,8 +114,8 @@ TEST(FluxTrain, ContextParallelRefusesWhatItCannotSplit) {
   };
   std::string msg = refusal(false, {"--flux.t5_length=6"});
   EXPECT_NE(msg.find("flux.t5_length = 6"), std::string::npos) << msg;
-  msg = refusal(true, {});
-  EXPECT_NE(msg.find("validation.enable = true"), std::string::npos) << msg;
+  msg = refusal(false, {"--flux.image_size=24"});
+  EXPECT_NE(msg.find("flux.image_size = 24: its 9 image tokens"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -117,8 +117,6 @@ class FluxWorkload : public Workload {
       config::require(image_tokens(c, args_) % (2 * cp) == 0, key, " with flux.image_size = ", c.flux.image_size,
                       ": its ", image_tokens(c, args_), " image tokens do not split into ", 2 * cp,
                       " equal chunks (2 per cp rank); choose an image size or degree that divides them");
-      config::require(!c.validation.enable, key, " with validation.enable = true: validation does not split its ",
-                      "tokens over cp ranks yet; set it to false, or validate in a run without context parallelism");
     }
   }
 
@@ -298,14 +296,20 @@ class FluxWorkload : public Workload {
         const std::vector<int64_t> rows(mine.begin() + static_cast<std::ptrdiff_t>(first),
                                         mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + static_cast<size_t>(validation_batch_))));
         for (int i = 0; i < 8; ++i) {
-          const FluxBatch b = validation_->validation(rows, (i + 0.5) / 8.0);
-          const Tensor loss = flow_matching_loss(velocity(*model_, b, guidance_), b.x0, b.noise);
+          FluxBatch b = validation_->validation(rows, (i + 0.5) / 8.0);
+          if (plans.cp) {
+            plans.cp->begin_batch(b.x0.size(0), Tensor());
+            b = shard_tokens(b, *plans.cp);
+          }
+          const Tensor loss = flow_matching_loss(velocity(*model_, b, guidance_, plans.cp.get()), b.x0, b.noise);
           loss_sum += loss.item() * static_cast<double>(rows.size());
           counted += static_cast<int64_t>(rows.size());
         }
       }
     }
     if (plans.fsdp) plans.fsdp->reshard_all();
+    // Each cp rank's losses are the means over its share of the tokens, equal in size.
+    if (plans.cp) loss_sum = plans.cp->group().all_reduce(loss_sum, dist::ReduceOp::avg);
     if (dp_->size() > 1) {
       loss_sum = dp_->all_reduce(loss_sum, dist::ReduceOp::sum);
       counted = static_cast<int64_t>(dp_->all_reduce(static_cast<double>(counted), dist::ReduceOp::sum));
