@@ -98,6 +98,28 @@ TEST(FluxTrain, ContextParallelTakesOneRanksSteps) {
               << "\n";
 }
 
+// A checkpoint saved under context parallelism resumes under it and under FSDP alone as the
+// uninterrupted run continues.
+TEST(FluxTrain, ContextParallelCheckpointsResumeAcrossLayouts) {
+  dist::ProcessGroup& world = dist::world();
+  const int n = world.size();
+  if (n % 2 != 0) GTEST_SKIP() << "context parallelism of 2 needs an even number of ranks";
+  const FluxJob job = make_job("flux_train_cp_resume");
+  const testing::ResumeAcrossLayouts c("flux_cp_checkpoints");
+  c.fresh();
+  const std::vector<std::string> ten = {"--training.steps=10"};
+  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", false, ten));
+  const std::vector<std::string> cp = {"--parallelism.context_parallel_degree=2"};
+  auto run = [&](int dp, const std::vector<std::string>& extra) {
+    std::ostringstream log;
+    return Trainer(job.config(dp, "run", false, testing::join(ten, extra)), log, world).train();
+  };
+  (void)testing::expect_one_rank_figures(run(n / 2, testing::join(cp, c.save)), want, "flux-tiny, cp 2, saving");
+  testing::ResumeAcrossLayouts::expect_second_half(run(n / 2, testing::join(cp, c.resume)), want,
+                                                   "saved and resumed under cp 2");
+  testing::ResumeAcrossLayouts::expect_second_half(run(n, c.resume), want, "saved under cp 2, resumed under FSDP");
+}
+
 // What context parallelism cannot split is refused by key, before anything is built.
 TEST(FluxTrain, ContextParallelRefusesWhatItCannotSplit) {
   dist::ProcessGroup& world = dist::world();
