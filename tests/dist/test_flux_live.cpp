@@ -1,16 +1,21 @@
 // FLUX training with the frozen encoders run every step, FSDP over the world's ranks (the
-// transformer's weights and the encoders' sharded over dp_shard, each encoder gathered whole for
-// its forward), takes the steps one rank takes on the same global batch, validation included.
+// transformer's weights and the encoders' sharded over dp_shard, T5 and CLIP gathered block by
+// block, the autoencoder whole for its forward), takes the steps one rank takes on the same
+// global batch, validation included.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 #include <sstream>
 
 #include "support/flux_live_pipeline.h"
 #include "support/paths.h"
 #include "titan/dist/process_group.h"
+#include "titan/train/flux/conditioning.h"
 #include "titan/train/trainer.h"
 #include "trainer_fixture.h"
 
@@ -60,6 +65,49 @@ TEST(FluxLive, ShardedEncodersOverTheRanksTakeOneRanksSteps) {
   if (world.rank() == 0)
     std::cout << "flux-tiny, encoders every step, FSDP on " << n << " ranks vs 1: largest relative loss difference "
               << worst << "\n";
+}
+
+// Sharded T5 and CLIP hold a block whole only while it runs (and the next, prefetched): when block
+// i starts, blocks before it are freed again, and after the call nothing is gathered. The
+// encodings are the unsharded encoders'.
+TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
+  dist::ProcessGroup& world = dist::world();
+  if (world.size() == 1) GTEST_SKIP() << "one rank has nothing to split";
+  double made = world.rank() == 0 && !test::flux_live_pipeline().empty() ? 1 : 0;
+  made = world.all_reduce(made, dist::ReduceOp::sum);
+  ASSERT_EQ(made, 1) << "the reference Python (numpy, Pillow, torch, diffusers) did not run: make deps-test";
+  const flux::ConditioningPaths paths =
+      flux::ConditioningPaths::of_pipeline(fs::path(TITAN_PARITY_DIR) / "flux_live" / "pipeline");
+  const std::vector<std::string> captions = {"a red circle at the top left", "a blue square"};
+  flux::ConditioningStack whole(paths, 8);
+  const std::map<std::string, Tensor> want = whole.encode_text(captions);
+
+  flux::ConditioningStack sharded(paths, 8);
+  sharded.shard(world, dist::ProcessGroup::single());
+  auto gathered = [](nn::Module& m) {
+    for (const auto& [name, p] : m.named_parameters())
+      if (p.impl()->storage->nbytes() > 0) return true;
+    return false;
+  };
+  std::vector<std::string> held_too_long;
+  for (nn::Module* layers : {static_cast<nn::Module*>(sharded.t5().layers.get()),
+                             static_cast<nn::Module*>(sharded.clip().layers.get())}) {
+    std::vector<nn::Module*> blocks;
+    for (const auto& [name, b] : layers->named_children()) blocks.push_back(b.get());
+    ASSERT_GE(blocks.size(), 2u);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      blocks[i]->register_forward_pre_hook([&, blocks, i](nn::Module&) {
+        for (size_t j = 0; j < i; ++j)
+          if (gathered(*blocks[j]))
+            held_too_long.push_back("block " + std::to_string(j) + " when block " + std::to_string(i) + " starts");
+      });
+  }
+  const std::map<std::string, Tensor> got = sharded.encode_text(captions);
+  EXPECT_TRUE(held_too_long.empty()) << held_too_long.front();
+  EXPECT_FALSE(gathered(sharded.t5())) << "T5 left gathered after the call";
+  EXPECT_FALSE(gathered(sharded.clip())) << "CLIP left gathered after the call";
+  for (const char* key : {"t5", "clip_pooled"})
+    EXPECT_EQ(testing::relative_difference(got.at(key), want.at(key)), 0.0) << key;
 }
 
 }  // namespace

@@ -72,11 +72,15 @@ ClipTextOutput ClipTextModel::forward(const Tensor& ids, const Tensor& attention
   TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(),
               "clip text model: attention mask ", attention_mask.desc(), " and token ids ", ids.desc(),
               " must have one shape");
-  Tensor h = (*tok_embeddings)(ids) + (*pos_embeddings)(Tensor::arange(seq));
-  const Tensor mask = common::attention_bias(attention_mask, seq, true, h.dtype());
-  for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i](h, mask);
   ClipTextOutput out;
-  out.last_hidden_state = (*norm)(h);
+  // Through the root's hooks (FSDP gathers the root unit, each block's hooks that block); the
+  // pooling after it reads no parameter.
+  out.last_hidden_state = run_forward([&] {
+    Tensor h = (*tok_embeddings)(ids) + (*pos_embeddings)(Tensor::arange(seq));
+    const Tensor mask = common::attention_bias(attention_mask, seq, true, h.dtype());
+    for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i](h, mask);
+    return (*norm)(h);
+  });
   // Row b * seq + pooled[b] of the states as one table: the embedding op is the row gather, and
   // its backward scatters into the states' gradient.
   std::vector<int64_t> rows(pooled.size());

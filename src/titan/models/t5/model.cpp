@@ -73,13 +73,17 @@ Tensor T5Encoder::forward(const Tensor& ids, const Tensor& attention_mask) {
   TITAN_CHECK(!attention_mask.defined() || attention_mask.sizes() == ids.sizes(),
               "t5 encoder: attention mask ", attention_mask.desc(), " and token ids ", ids.desc(),
               " must have one shape");
-  const int64_t seq = ids.size(1);
-  Tensor h = (*tok_embeddings)(ids);
-  Tensor bias = position_bias(seq);
-  const Tensor mask = common::attention_bias(attention_mask, seq, false, h.dtype());
-  if (mask.defined()) bias = bias + mask;
-  for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i](h, bias);
-  return (*norm)(h);
+  // Through the root's hooks: FSDP gathers the root unit (embeddings, position bias, final norm)
+  // around the call, and each block's hooks gather that block.
+  return run_forward([&] {
+    const int64_t seq = ids.size(1);
+    Tensor h = (*tok_embeddings)(ids);
+    Tensor bias = position_bias(seq);
+    const Tensor mask = common::attention_bias(attention_mask, seq, false, h.dtype());
+    if (mask.defined()) bias = bias + mask;
+    for (size_t i = 0; i < layers->size(); ++i) h = (*layers)[i](h, bias);
+    return (*norm)(h);
+  });
 }
 
 }  // namespace titan::models::t5

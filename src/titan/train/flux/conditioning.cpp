@@ -38,7 +38,24 @@ Tensor token_ids(const data::Tokenizer& tokenizer, std::span<const std::string> 
   return ids;
 }
 
-// An encoder's whole weights, gathered while this lives when it is sharded.
+// A text encoder sharded block by block gathers each unit in its forward's hooks and frees each
+// block after it; the root unit (embeddings, final norm) stays gathered after a forward, until
+// this frees it.
+class Resharded {
+ public:
+  explicit Resharded(parallel::FullyShard* fsdp) : fsdp_(fsdp) {}
+  ~Resharded() {
+    if (fsdp_) fsdp_->reshard_all();
+  }
+  Resharded(const Resharded&) = delete;
+  Resharded& operator=(const Resharded&) = delete;
+
+ private:
+  parallel::FullyShard* fsdp_;
+};
+
+// An encoder's whole weights, gathered while this lives when it is sharded (the autoencoder:
+// one unit, its blocks' calls are not hooked).
 class Gathered {
  public:
   explicit Gathered(parallel::FullyShard* fsdp) : fsdp_(fsdp) {
@@ -77,10 +94,10 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
   if (!sharded()) weights_in_bf16.emplace(frozen_casts_);
   Tensor t5;
   {
-    const Gathered weights(t5_fsdp_.get());
+    const Resharded after(t5_fsdp_.get());
     t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_)).detach();
   }
-  const Gathered weights(clip_fsdp_.get());
+  const Resharded after(clip_fsdp_.get());
   const models::clip::ClipTextOutput clip =
       clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_positions));
   return {{"t5", t5}, {"clip_pooled", clip.pooler_output.detach()}};
@@ -96,9 +113,15 @@ std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& ima
 void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group) {
   TITAN_CHECK(!sharded(), "FLUX conditioning: the encoders are sharded already");
   frozen_casts_.clear();
-  t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, std::vector<nn::Module*>{}, shard_group, replicate_group);
-  clip_fsdp_ =
-      std::make_unique<parallel::FullyShard>(*clip_, std::vector<nn::Module*>{}, shard_group, replicate_group);
+  // T5 and CLIP a unit per block, as TorchTitan's FLUX shards its T5: a rank holds its shards,
+  // the root unit and at most two blocks whole at once (the one running, the next prefetched).
+  auto blocks = [](nn::Module& layers) {
+    std::vector<nn::Module*> out;
+    for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
+    return out;
+  };
+  t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, blocks(*t5_->layers), shard_group, replicate_group);
+  clip_fsdp_ = std::make_unique<parallel::FullyShard>(*clip_, blocks(*clip_->layers), shard_group, replicate_group);
   autoencoder_fsdp_ = std::make_unique<parallel::FullyShard>(*autoencoder_, std::vector<nn::Module*>{}, shard_group,
                                                              replicate_group);
 }

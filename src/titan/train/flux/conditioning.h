@@ -42,13 +42,15 @@ class ConditioningStack {
   std::map<std::string, Tensor> encode_images(const Tensor& images);
 
   // FSDP over `shard_group` (replicated over `replicate_group`): each rank keeps 1/N of each
-  // encoder's weights, and encode_text / encode_images gather an encoder's whole weights for its
-  // forward and free them after it (one unit per encoder: the encoders' forwards are not the
-  // modules' hooked call operators, through which FSDP gathers block by block). Collective, and so
-  // is every encode_* after it: every rank of the groups must encode alike.
+  // encoder's weights. T5 and CLIP are a unit per block: their forwards gather each block as it
+  // runs (the next one prefetched) and free it after, so a rank never holds a text encoder whole.
+  // The autoencoder is one unit, gathered whole for encode_images and freed after it. Collective,
+  // and so is every encode_* after it: every rank of the groups must encode alike.
   void shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group);
   bool sharded() const { return t5_fsdp_ != nullptr; }
 
+  models::t5::T5Encoder& t5() { return *t5_; }
+  models::clip::ClipTextModel& clip() { return *clip_; }
   const models::autoencoder::Autoencoder& autoencoder() const { return *autoencoder_; }
   models::autoencoder::Autoencoder& autoencoder() { return *autoencoder_; }
   // The parts and options, for the cache's description.
