@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <string>
@@ -16,6 +17,7 @@
 #include "support/paths.h"
 #include "titan/dist/process_group.h"
 #include "titan/train/flux/conditioning.h"
+#include "titan/train/flux/conditioning_memory.h"
 #include "titan/train/trainer.h"
 #include "trainer_fixture.h"
 
@@ -69,7 +71,8 @@ TEST(FluxLive, ShardedEncodersOverTheRanksTakeOneRanksSteps) {
 
 // Sharded T5 and CLIP hold a block whole only while it runs (and the next, prefetched): when block
 // i starts, blocks before it are freed again, and after the call nothing is gathered. The
-// encodings are the unsharded encoders'.
+// encodings are the unsharded encoders', and the memory plan's figures (conditioning_memory.h)
+// are what the encoders hold and gather.
 TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
   dist::ProcessGroup& world = dist::world();
   if (world.size() == 1) GTEST_SKIP() << "one rank has nothing to split";
@@ -84,12 +87,19 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
 
   flux::ConditioningStack sharded(paths, 8);
   sharded.shard(world, dist::ProcessGroup::single());
-  auto gathered = [](nn::Module& m) {
-    for (const auto& [name, p] : m.named_parameters())
-      if (p.impl()->storage->nbytes() > 0) return true;
-    return false;
+  auto gathered_bytes = [](nn::Module& m) {
+    int64_t bytes = 0;
+    for (const auto& [name, p] : m.named_parameters()) bytes += static_cast<int64_t>(p.impl()->storage->nbytes());
+    return bytes;
+  };
+  auto gathered = [&](nn::Module& m) { return gathered_bytes(m) > 0; };
+  auto bytes_of = [](nn::Module& m) {
+    int64_t bytes = 0;
+    for (const auto& [name, p] : m.named_parameters()) bytes += p.numel() * 4;
+    return bytes;
   };
   std::vector<std::string> held_too_long;
+  int64_t most_gathered = 0;
   for (nn::Module* layers : {static_cast<nn::Module*>(sharded.t5().layers.get()),
                              static_cast<nn::Module*>(sharded.clip().layers.get())}) {
     std::vector<nn::Module*> blocks;
@@ -97,12 +107,26 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
     ASSERT_GE(blocks.size(), 2u);
     for (size_t i = 0; i < blocks.size(); ++i)
       blocks[i]->register_forward_pre_hook([&, blocks, i](nn::Module&) {
+        // Block i is gathered now (FSDP's hook ran first), the next one on its way.
+        most_gathered = std::max({most_gathered, gathered_bytes(sharded.t5()), gathered_bytes(sharded.clip())});
         for (size_t j = 0; j < i; ++j)
           if (gathered(*blocks[j]))
             held_too_long.push_back("block " + std::to_string(j) + " when block " + std::to_string(i) + " starts");
       });
   }
+  // The memory plan's figures for these encoders (reckoned from their configs): what this rank
+  // keeps is its shards, and what it gathers covers the root unit and two blocks of either.
+  const flux::ConditioningMemory planned = flux::conditioning_memory(paths, world.size(), false);
+  EXPECT_NEAR(static_cast<double>(planned.kept_bytes), static_cast<double>(sharded.weight_bytes()),
+              0.02 * static_cast<double>(sharded.weight_bytes()));
+  const flux::ConditioningMemory unsharded = flux::conditioning_memory(paths, 1, false);
+  EXPECT_EQ(unsharded.kept_bytes, whole.weight_bytes());
+  EXPECT_EQ(unsharded.gathered_bytes, 0);
+  EXPECT_EQ(flux::conditioning_memory(paths, 1, true).kept_bytes,
+            whole.weight_bytes() + (bytes_of(whole.t5()) + bytes_of(whole.clip())) / 2);
   const std::map<std::string, Tensor> got = sharded.encode_text(captions);
+  EXPECT_GT(most_gathered, 0);
+  EXPECT_LE(most_gathered, planned.gathered_bytes);
   EXPECT_TRUE(held_too_long.empty()) << held_too_long.front();
   EXPECT_FALSE(gathered(sharded.t5())) << "T5 left gathered after the call";
   EXPECT_FALSE(gathered(sharded.clip())) << "CLIP left gathered after the call";

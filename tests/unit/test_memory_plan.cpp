@@ -118,5 +118,23 @@ TEST(MemoryPlan, AvailableMemoryIsThisMachinesAtMost) {
   EXPECT_NE(shared.source.find("shared by the 4 ranks of this node"), std::string::npos) << shared.source;
 }
 
+// Frozen models (FLUX's encoders run every step) are kept from start-up on, and what they gather
+// runs before the forward: beside the held gradients, not beside the activations.
+TEST(MemoryPlan, FrozenModelsAreKeptThroughoutAndGatherBeforeTheForward) {
+  MemoryPlan p;
+  p.param_bytes = 100;
+  p.optimizer_bytes = 200;
+  p.gathered_bytes = 10;
+  p.grad_bytes = 100;
+  p.held_grad_bytes = 50;
+  p.activation_bytes = 300;
+  EXPECT_EQ(p.peak_bytes(), 300 + 10 + 350);
+  p.frozen_bytes = 40;
+  EXPECT_EQ(p.startup_bytes(), 340);
+  EXPECT_EQ(p.peak_bytes(), 340 + 10 + 350);
+  p.frozen_gathered_bytes = 400;  // more than the forward's activations with their gathered weights
+  EXPECT_EQ(p.peak_bytes(), 340 + 400 + 50);
+}
+
 }  // namespace
 }  // namespace titan::train

@@ -200,6 +200,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // with checkpointed blocks, of those computing.
   if (in.matmul_dtype == kBF16) plan.gathered_bytes += (checkpointed ? two_units : local) / 2;
   plan.activation_bytes = activation_bytes(in);
+  plan.frozen_bytes = in.frozen_bytes;
+  plan.frozen_gathered_bytes = in.frozen_gathered_bytes;
   return plan;
 }
 
@@ -211,6 +213,8 @@ void log_memory_plan(const MemoryPlan& p, std::ostream& log) {
   log << " + the larger of gradients " << gib(p.grad_bytes) << " and activations " << gib(p.activation_bytes)
       << " (estimate)";
   if (p.held_grad_bytes > 0) log << " with earlier micro-batches' gradients " << gib(p.held_grad_bytes);
+  if (p.frozen_bytes > 0) log << " + frozen models " << gib(p.frozen_bytes);
+  if (p.frozen_gathered_bytes > 0) log << " (gathering " << gib(p.frozen_gathered_bytes) << " while they run)";
   log << "; start-up " << gib(p.startup_bytes()) << "\n" << std::flush;
 }
 
@@ -254,7 +258,8 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
       "this rank needs about " + gib(plan.peak_bytes()) + " (" + plan.scope + ": parameters " +
       gib(plan.param_bytes) + ", gathered " + gib(plan.gathered_bytes) + ", gradients " +
       gib(plan.grad_bytes) + ", AdamW moments " + gib(plan.optimizer_bytes) +
-      (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") + ", activations " +
+      (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
+      (plan.frozen_bytes > 0 ? ", frozen models " + gib(plan.frozen_bytes) : "") + ", activations " +
       gib(plan.activation_bytes) + " estimated) but " + gib(available.bytes) + " are available (" +
       available.source +
       "); spread the model over more ranks with FSDP (parallelism.data_parallel_shard_degree), turn on "

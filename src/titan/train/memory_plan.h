@@ -40,6 +40,10 @@ struct MemoryPlanInputs {
   // units) and estimates its activations itself (train/workload.h).
   std::vector<const nn::Module*> blocks = {};
   std::optional<int64_t> activation_bytes = std::nullopt;
+  // Frozen models the step runs besides the trained one (FLUX's encoders every step): what they
+  // keep throughout, and what they gather while they run, before the trained model's forward.
+  int64_t frozen_bytes = 0;
+  int64_t frozen_gathered_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -53,14 +57,18 @@ struct MemoryPlan {
   int64_t optimizer_bytes = 0;   // AdamW's two moments
   int64_t bucket_bytes = 0;      // DDP's flat gradient buckets, made at start-up and kept
   int64_t activation_bytes = 0;  // an estimate of what a step keeps for backward (memory_plan.cpp)
-  // Deferred initialisation and the optimizer: the parameters this rank keeps, their moments and
-  // DDP's buckets.
-  int64_t startup_bytes() const { return param_bytes + optimizer_bytes + bucket_bytes; }
+  int64_t frozen_bytes = 0;           // frozen models' weights (or shards) this rank keeps
+  int64_t frozen_gathered_bytes = 0;  // what they gather while they run
+  // Deferred initialisation and the optimizer: the parameters this rank keeps, their moments,
+  // DDP's buckets and the frozen models.
+  int64_t startup_bytes() const { return param_bytes + optimizer_bytes + bucket_bytes + frozen_bytes; }
   // The most a step holds at once: parameters, gathered copies and moments throughout, and at
   // backward's start the activations (with the gradients held), or at its end the gradients, by
-  // which time backward has freed the activations.
+  // which time backward has freed the activations; or, while frozen models run before the
+  // forward, what they gather with the gradients held.
   int64_t peak_bytes() const {
-    return startup_bytes() + gathered_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes);
+    return startup_bytes() + std::max(gathered_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes),
+                                      frozen_gathered_bytes + held_grad_bytes);
   }
 };
 

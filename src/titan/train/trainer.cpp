@@ -193,6 +193,7 @@ std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() cons
 MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
   const JobConfig& c = cfg;
   const std::vector<std::pair<std::string, Tensor>> optimized = optimized_params();
+  const std::pair<int64_t, int64_t> frozen = workload->frozen_bytes(c, dims);
   const MemoryPlan memory =
       train::plan_memory({.model = *model,
                           .fsdp = plans.fsdp.get(),
@@ -209,7 +210,9 @@ MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
                           .reshard_after_forward = c.parallelism.fsdp_reshard_after_forward != "never",
                           .scope = scope,
                           .blocks = workload->blocks(),
-                          .activation_bytes = workload->activation_bytes(c)});
+                          .activation_bytes = workload->activation_bytes(c),
+                          .frozen_bytes = frozen.first,
+                          .frozen_gathered_bytes = frozen.second});
   log_memory_plan(memory, log);
   check_memory_plan(memory, available_memory(), c.training.memory_check, log,
                     [this](const std::string& text) { warn(text); });

@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,10 @@ class Workload {
   // The model's repeated blocks (FSDP's units) and the activations one micro-batch keeps for
   // backward, for the memory plan; nullopt: the decoder's estimate (memory_plan.h).
   virtual std::optional<int64_t> activation_bytes(const JobConfig&) const { return std::nullopt; }
+  // Frozen models the step runs besides the trained one, for the memory plan: the bytes a rank
+  // keeps and the most they gather while running (MemoryPlanInputs' frozen_bytes and
+  // frozen_gathered_bytes).
+  virtual std::pair<int64_t, int64_t> frozen_bytes(const JobConfig&, const dist::ParallelDims&) const { return {0, 0}; }
   virtual std::vector<const nn::Module*> blocks() const { return {}; }
   // After deferred initialisation: what the model needs of the layout (MoE's global counts).
   virtual void after_initialise(dist::DeviceMesh&) {}

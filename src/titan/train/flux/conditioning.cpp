@@ -126,6 +126,15 @@ void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist:
                                                              replicate_group);
 }
 
+int64_t ConditioningStack::weight_bytes() const {
+  if (sharded()) return t5_fsdp_->shard_bytes() + clip_fsdp_->shard_bytes() + autoencoder_fsdp_->shard_bytes();
+  int64_t bytes = 0;
+  for (const nn::Module* m : {static_cast<const nn::Module*>(t5_.get()), static_cast<const nn::Module*>(clip_.get()),
+                              static_cast<const nn::Module*>(autoencoder_.get())})
+    for (const auto& [name, p] : m->named_parameters()) bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+  return bytes;
+}
+
 std::string ConditioningStack::description() const {
   std::ostringstream s;
   s << "t5 " << fs::absolute(paths_.t5).lexically_normal().string() << " (" << t5_length_ << " tokens, "

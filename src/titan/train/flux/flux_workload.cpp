@@ -10,6 +10,7 @@
 #include "titan/models/flux/model.h"
 #include "titan/models/flux/parallelize.h"
 #include "titan/models/flux/train_spec.h"
+#include "titan/train/flux/conditioning_memory.h"
 #include "titan/train/flux/encoding_cache.h"
 #include "titan/train/flux/flux_batches.h"
 #include "titan/train/flux/flux_step.h"
@@ -228,6 +229,16 @@ class FluxWorkload : public Workload {
     const bool checkpointed = c.activation_checkpoint.mode != "none";
     const int64_t per_block = args_.hidden_size * (checkpointed ? 1 : 12) * 4;
     return per_block * blocks * tokens * c.training.local_batch_size;
+  }
+
+  // The encoders run every step (flux.data_path): FSDP-sharded over dp_shard as build_data shards
+  // them, else whole on every rank.
+  std::pair<int64_t, int64_t> frozen_bytes(const JobConfig& c, const dist::ParallelDims& dims) const override {
+    if (c.flux.data_path.empty()) return {0, 0};
+    const ConditioningMemory m =
+        conditioning_memory(ConditioningPaths::of_pipeline(c.flux.pipeline_path), dims.degree(dist::MeshAxis::dp_shard),
+                            c.training.mixed_precision_param == "bfloat16");
+    return {m.kept_bytes, m.gathered_bytes};
   }
 
   void log_model(std::ostream& log, const JobConfig& c, const std::string& checkpointing) const override {
