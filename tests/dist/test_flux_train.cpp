@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,29 +42,34 @@ struct FluxJob {
   }
 };
 
-FluxJob make_job(const std::string& name) {
+// None on every rank when rank 0 could not make the data, so that all stop together.
+std::optional<FluxJob> make_job(const std::string& name) {
   dist::ProcessGroup& world = dist::world();
   const fs::path dir = testing::job_dir(0) / name;
+  double made = 0;  // rank 0's verdict, the others' 0, summed
   if (world.rank() == 0) {
     fs::remove_all(dir);
     const std::string cmd = std::string("'") + TITAN_PYTHON + "' '" + TITAN_SOURCE_DIR +
                             "/scripts/make_shapes.py' make --count 12 --out '" + (dir / "data").string() + "' > /dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << ": the reference Python (numpy, Pillow) did not run";
-    test::write_synthetic_cache(dir / "data", dir / "cache", {});
+    made = std::system(cmd.c_str()) == 0 ? 1 : 0;
+    if (made == 1) test::write_synthetic_cache(dir / "data", dir / "cache", {});
   }
-  world.barrier().wait();
-  return {dir};
+  if (world.all_reduce(made, dist::ReduceOp::sum) != 1) return std::nullopt;
+  return FluxJob{dir};
 }
+
+constexpr const char* kNoPython = "the reference Python (numpy, Pillow) did not run: make deps-test";
 
 TEST(FluxTrain, FsdpOverTheRanksTakesOneRanksStepsOnTheSameGlobalBatch) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n == 1) GTEST_SKIP() << "one rank has nothing to split";
-  const FluxJob job = make_job("flux_train");
-  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", true));
+  const std::optional<FluxJob> job = make_job("flux_train");
+  ASSERT_TRUE(job) << kNoPython;
+  const testing::OneRankReference want = testing::one_rank_run(job->config(1, "one", true));
 
   std::ostringstream log;
-  const TrainResult all = Trainer(job.config(n, "all", true), log, world).train();
+  const TrainResult all = Trainer(job->config(n, "all", true), log, world).train();
   // Only world rank 0 writes the log.
   if (world.rank() == 0) {
     EXPECT_NE(log.str().find("dp_shard " + std::to_string(n)), std::string::npos) << log.str();
@@ -81,12 +87,13 @@ TEST(FluxTrain, ContextParallelTakesOneRanksSteps) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n % 2 != 0) GTEST_SKIP() << "context parallelism of 2 needs an even number of ranks";
-  const FluxJob job = make_job("flux_train_cp");
-  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", true));
+  const std::optional<FluxJob> job = make_job("flux_train_cp");
+  ASSERT_TRUE(job) << kNoPython;
+  const testing::OneRankReference want = testing::one_rank_run(job->config(1, "one", true));
 
   std::ostringstream log;
   const TrainResult all =
-      Trainer(job.config(n / 2, "cp", true, {"--parallelism.context_parallel_degree=2"}), log, world).train();
+      Trainer(job->config(n / 2, "cp", true, {"--parallelism.context_parallel_degree=2"}), log, world).train();
   if (world.rank() == 0)
     EXPECT_NE(log.str().find("context parallel over 2 ranks (ring attention; each holds 4 text and 8 image tokens"),
               std::string::npos)
@@ -95,7 +102,7 @@ TEST(FluxTrain, ContextParallelTakesOneRanksSteps) {
                           testing::expect_one_rank_validation(all, want, "flux-tiny, cp 2"));
   // Checkpointed blocks run their ring again in backward, on every rank in the same order.
   const TrainResult checkpointed =
-      Trainer(job.config(n / 2, "cp_ac", true,
+      Trainer(job->config(n / 2, "cp_ac", true,
                          {"--parallelism.context_parallel_degree=2", "--activation_checkpoint.mode=full"}),
               log, world)
           .train();
@@ -111,15 +118,16 @@ TEST(FluxTrain, ContextParallelCheckpointsResumeAcrossLayouts) {
   dist::ProcessGroup& world = dist::world();
   const int n = world.size();
   if (n % 2 != 0) GTEST_SKIP() << "context parallelism of 2 needs an even number of ranks";
-  const FluxJob job = make_job("flux_train_cp_resume");
+  const std::optional<FluxJob> job = make_job("flux_train_cp_resume");
+  ASSERT_TRUE(job) << kNoPython;
   const testing::ResumeAcrossLayouts c("flux_cp_checkpoints");
   c.fresh();
   const std::vector<std::string> ten = {"--training.steps=10"};
-  const testing::OneRankReference want = testing::one_rank_run(job.config(1, "one", false, ten));
+  const testing::OneRankReference want = testing::one_rank_run(job->config(1, "one", false, ten));
   const std::vector<std::string> cp = {"--parallelism.context_parallel_degree=2"};
   auto run = [&](int dp, const std::vector<std::string>& extra) {
     std::ostringstream log;
-    return Trainer(job.config(dp, "run", false, testing::join(ten, extra)), log, world).train();
+    return Trainer(job->config(dp, "run", false, testing::join(ten, extra)), log, world).train();
   };
   (void)testing::expect_one_rank_figures(run(n / 2, testing::join(cp, c.save)), want, "flux-tiny, cp 2, saving");
   testing::ResumeAcrossLayouts::expect_second_half(run(n / 2, testing::join(cp, c.resume)), want,
@@ -131,12 +139,13 @@ TEST(FluxTrain, ContextParallelCheckpointsResumeAcrossLayouts) {
 TEST(FluxTrain, ContextParallelRefusesWhatItCannotSplit) {
   dist::ProcessGroup& world = dist::world();
   if (world.size() % 2 != 0) GTEST_SKIP() << "context parallelism of 2 needs an even number of ranks";
-  const FluxJob job = make_job("flux_train_cp_refused");
+  const std::optional<FluxJob> job = make_job("flux_train_cp_refused");
+  ASSERT_TRUE(job) << kNoPython;
   const int dp = world.size() / 2;
   auto refusal = [&](bool validation, const std::vector<std::string>& extra) {
     std::ostringstream log;
     return testing::error_of([&] {
-      Trainer(job.config(dp, "refused", validation, testing::join({"--parallelism.context_parallel_degree=2"}, extra)),
+      Trainer(job->config(dp, "refused", validation, testing::join({"--parallelism.context_parallel_degree=2"}, extra)),
               log, world)
           .train();
     });

@@ -124,10 +124,12 @@ TEST(FluxTrain, RefusesByKeyWhatIsNotBuilt) {
     return [&, extra] { Trainer(load_job_config(kTiny, tiny("/nonexistent", dir, extra)), log); };
   };
   EXPECT_TITAN_ERROR(refused({"--parallelism.tensor_parallel_degree=2"})(), "parallelism.tensor_parallel_degree = 2");
-  EXPECT_TITAN_ERROR(refused({"--parallelism.context_parallel_degree=2"})(), "parallelism.context_parallel_degree = 2");
+  EXPECT_TITAN_ERROR(refused({"--compile.enable=true", "--parallelism.context_parallel_degree=2"})(),
+                     "parallelism.context_parallel_degree = 2 with compile.enable = true");
   EXPECT_TITAN_ERROR(refused({"--parallelism.pipeline_parallel_degree=2"})(),
                      "parallelism.pipeline_parallel_degree = 2");
   EXPECT_TITAN_ERROR(refused({"--training.seq_len=64"})(), "training.seq_len");
+  EXPECT_TITAN_ERROR(refused({"--attention.block_q=64"})(), "attention.block_q / block_kv");
   EXPECT_TITAN_ERROR(refused({"--model.vocab_size=10"})(), "model.vocab_size");
   EXPECT_TITAN_ERROR(refused({"--flux.cache_path="})(), "flux.cache_path is empty");
   EXPECT_TITAN_ERROR(refused({"--flux.guidance=3.5"})(), "flux.guidance", "no guidance_in");

@@ -23,6 +23,13 @@ AutocastGuard::~AutocastGuard() {
   current = previous_;
 }
 
+int64_t AutocastCasts::bytes() const {
+  int64_t total = 0;
+  for (const auto& [key, copy] : copies_)
+    total += copy.second.numel() * static_cast<int64_t>(dtype_size(copy.second.dtype()));
+  return total;
+}
+
 AutocastCastCache::AutocastCastCache() : casts_(&own_), previous_(open_cache) {
   open_cache = this;
 }

@@ -42,6 +42,7 @@ class AutocastGuard {
 class AutocastCasts {
  public:
   size_t size() const { return copies_.size(); }
+  int64_t bytes() const;  // of the copies
   void clear() { copies_.clear(); }
 
  private:

@@ -164,6 +164,14 @@ std::optional<int64_t> cgroup_limit() {
 
 }  // namespace
 
+int64_t fsdp_gathered_at_most(int64_t whole, std::vector<int64_t> blocks) {
+  std::sort(blocks.rbegin(), blocks.rend());
+  int64_t most = whole;
+  for (int64_t b : blocks) most -= b;
+  for (size_t i = 0; i < std::min<size_t>(2, blocks.size()); ++i) most += blocks[i];
+  return most;
+}
+
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   MemoryPlan plan;
   plan.scope = in.scope;
@@ -178,10 +186,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     for (const auto& [name, block] : decoder->blocks().named_children())
       blocks.push_back(bytes_of(block->named_parameters()));
   for (const nn::Module* block : in.blocks) blocks.push_back(bytes_of(block->named_parameters()));
-  std::sort(blocks.rbegin(), blocks.rend());
-  int64_t two_units = local;
-  for (int64_t b : blocks) two_units -= b;
-  for (size_t i = 0; i < std::min<size_t>(2, blocks.size()); ++i) two_units += blocks[i];
+  const int64_t two_units = fsdp_gathered_at_most(local, blocks);
   const bool checkpointed = in.checkpointing.mode != "none";
   if (in.fsdp) {
     plan.gathered_bytes = in.reshard_after_forward ? two_units : local;
@@ -259,7 +264,10 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
       gib(plan.param_bytes) + ", gathered " + gib(plan.gathered_bytes) + ", gradients " +
       gib(plan.grad_bytes) + ", AdamW moments " + gib(plan.optimizer_bytes) +
       (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
-      (plan.frozen_bytes > 0 ? ", frozen models " + gib(plan.frozen_bytes) : "") + ", activations " +
+      (plan.frozen_bytes > 0 ? ", frozen models " + gib(plan.frozen_bytes) + " (gathering " +
+                                   gib(plan.frozen_gathered_bytes) + " while they run)"
+                             : "") +
+      ", activations " +
       gib(plan.activation_bytes) + " estimated) but " + gib(available.bytes) + " are available (" +
       available.source +
       "); spread the model over more ranks with FSDP (parallelism.data_parallel_shard_degree), turn on "

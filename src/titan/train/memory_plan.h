@@ -42,6 +42,8 @@ struct MemoryPlanInputs {
   std::optional<int64_t> activation_bytes = std::nullopt;
   // Frozen models the step runs besides the trained one (FLUX's encoders every step): what they
   // keep throughout, and what they gather while they run, before the trained model's forward.
+  // Their activations are not counted yet (a forward without gradients holds a few at a time, but
+  // the autoencoder's at 1024 px are 0.5 GiB a tensor per image).
   int64_t frozen_bytes = 0;
   int64_t frozen_gathered_bytes = 0;
 };
@@ -73,6 +75,11 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
+
+// The most FSDP holds gathered at once with reshard_after_forward, in the units of `whole` (all of
+// a model) and `blocks` (each block unit): the root unit (what no block holds) and the two largest
+// blocks (the one running and the next, prefetched).
+int64_t fsdp_gathered_at_most(int64_t whole, std::vector<int64_t> blocks);
 
 // The plan's lines for the start-up log.
 void log_memory_plan(const MemoryPlan& plan, std::ostream& log);

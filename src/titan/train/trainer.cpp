@@ -193,7 +193,7 @@ std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() cons
 MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
   const JobConfig& c = cfg;
   const std::vector<std::pair<std::string, Tensor>> optimized = optimized_params();
-  const std::pair<int64_t, int64_t> frozen = workload->frozen_bytes(c, dims);
+  const std::pair<int64_t, int64_t> frozen = workload->frozen_bytes(c, *mesh);
   const MemoryPlan memory =
       train::plan_memory({.model = *model,
                           .fsdp = plans.fsdp.get(),

@@ -74,7 +74,8 @@ class Workload {
   // Frozen models the step runs besides the trained one, for the memory plan: the bytes a rank
   // keeps and the most they gather while running (MemoryPlanInputs' frozen_bytes and
   // frozen_gathered_bytes).
-  virtual std::pair<int64_t, int64_t> frozen_bytes(const JobConfig&, const dist::ParallelDims&) const { return {0, 0}; }
+  // `mesh` is the processes' (in graph mode too, where ParallelDims counts devices).
+  virtual std::pair<int64_t, int64_t> frozen_bytes(const JobConfig&, dist::DeviceMesh&) const { return {0, 0}; }
   virtual std::vector<const nn::Module*> blocks() const { return {}; }
   // After deferred initialisation: what the model needs of the layout (MoE's global counts).
   virtual void after_initialise(dist::DeviceMesh&) {}

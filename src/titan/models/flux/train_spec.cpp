@@ -11,6 +11,9 @@ FluxModelArgs args_from(const ModelConfig& cfg) {
     refused.push_back("model.tokenizer_path (FLUX trains on the encoding cache's encodings: flux.cache_path)");
   if (cfg.attention != "splash") refused.push_back("model.attention = \"" + cfg.attention + "\" (FLUX runs splash attention)");
   if (cfg.attn.document_masking) refused.push_back("attention.document_masking (FLUX's tokens are one image and its caption)");
+  if (cfg.attn.block_q != attention::kDefaultBlockQ || cfg.attn.block_kv != attention::kDefaultBlockKv)
+    refused.push_back("attention.block_q / block_kv (FLUX's attention, and its ring under context parallelism, runs "
+                      "splash attention's default tiles)");
   std::string message;
   for (const std::string& r : refused) message += "\n  " + r;
   config::require(refused.empty(), "model flux/", cfg.flavor, " does not read these keys; remove them:", message);

@@ -132,7 +132,7 @@ int64_t ConditioningStack::weight_bytes() const {
   for (const nn::Module* m : {static_cast<const nn::Module*>(t5_.get()), static_cast<const nn::Module*>(clip_.get()),
                               static_cast<const nn::Module*>(autoencoder_.get())})
     for (const auto& [name, p] : m->named_parameters()) bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
-  return bytes;
+  return bytes + frozen_casts_.bytes();
 }
 
 std::string ConditioningStack::description() const {

@@ -48,7 +48,8 @@ class ConditioningStack {
   // and so is every encode_* after it: every rank of the groups must encode alike.
   void shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group);
   bool sharded() const { return t5_fsdp_ != nullptr; }
-  // Bytes of the encoders' weights this rank holds between calls: its shards once sharded.
+  // Bytes of the encoders' weights this rank holds between calls: its shards once sharded, else
+  // the weights and the bf16 copies kept of them.
   int64_t weight_bytes() const;
 
   models::t5::T5Encoder& t5() { return *t5_; }

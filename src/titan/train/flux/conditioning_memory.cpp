@@ -9,6 +9,8 @@
 #include "titan/models/autoencoder/state_dict_adapter.h"
 #include "titan/models/clip/state_dict_adapter.h"
 #include "titan/models/t5/state_dict_adapter.h"
+#include "titan/parallel/shard_grid.h"
+#include "titan/train/memory_plan.h"
 
 namespace titan::train::flux {
 
@@ -16,10 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kF32Bytes = 4;
+constexpr int64_t kF32Bytes = 4, kBF16Bytes = 2;
 
-// Elements of a module's parameters, and of its shard on one of `ranks` ranks (FSDP splits rows:
-// each rank holds ceil(rows / ranks) of them).
+// Elements of a module's parameters whole, and in one rank's FSDP shard of them over `ranks`
+// (FullyShard's grid, padding included).
 struct Count {
   int64_t whole = 0, shard = 0;
 };
@@ -27,26 +29,26 @@ Count count(const nn::Module& m, int64_t ranks) {
   Count c;
   for (const auto& [name, p] : m.named_parameters()) {
     c.whole += p.numel();
-    const int64_t rows = p.dim() > 0 ? p.size(0) : 1;
-    c.shard += (rows + ranks - 1) / ranks * (p.numel() / std::max<int64_t>(rows, 1));
+    c.shard += parallel::plan_shard_grid(p.sizes(), ranks).shard_numel();
   }
   return c;
 }
 
-// A text encoder: its whole size and shard, and its root unit with its two largest blocks.
-struct Encoder {
+// A text encoder sharded a unit per block: its counts, the most it gathers at once, and the
+// elements its products multiply (the blocks' matrices: what ConditioningStack keeps in bf16).
+struct TextEncoder {
   Count all;
-  int64_t gathered = 0;
+  int64_t gathered = 0, matrices = 0;
 };
-Encoder text_encoder(const nn::Module& model, const nn::Module& layers, int64_t ranks) {
-  Encoder e{.all = count(model, ranks), .gathered = 0};
+TextEncoder text_encoder(const nn::Module& model, const nn::Module& layers, int64_t ranks) {
+  TextEncoder e{.all = count(model, ranks)};
   std::vector<int64_t> blocks;
-  for (const auto& [name, block] : layers.named_children()) blocks.push_back(count(*block, ranks).whole);
-  std::sort(blocks.rbegin(), blocks.rend());
-  int64_t in_blocks = 0;
-  for (int64_t b : blocks) in_blocks += b;
-  e.gathered = e.all.whole - in_blocks;  // the root unit
-  for (size_t i = 0; i < std::min<size_t>(2, blocks.size()); ++i) e.gathered += blocks[i];
+  for (const auto& [name, block] : layers.named_children()) {
+    blocks.push_back(count(*block, ranks).whole);
+    for (const auto& [pname, p] : block->named_parameters())
+      if (p.dim() == 2) e.matrices += p.numel();
+  }
+  e.gathered = fsdp_gathered_at_most(e.all.whole, blocks);
   return e;
 }
 
@@ -65,14 +67,14 @@ ConditioningMemory conditioning_memory(const ConditioningPaths& paths, int64_t s
           : models::autoencoder::flavor("flux");
   const models::autoencoder::Autoencoder autoencoder(ae_args);
 
-  const Encoder t5_units = text_encoder(t5, *t5.layers, shard_ranks);
-  const Encoder clip_units = text_encoder(clip, *clip.layers, shard_ranks);
+  const TextEncoder t5_units = text_encoder(t5, *t5.layers, shard_ranks);
+  const TextEncoder clip_units = text_encoder(clip, *clip.layers, shard_ranks);
   const Count ae = count(autoencoder, shard_ranks);
   ConditioningMemory m;
   if (shard_ranks == 1) {
-    // Whole on every rank; ConditioningStack keeps the text encoders' bf16 copies across calls.
+    // Whole on every rank, and ConditioningStack keeps the text encoders' bf16 copies across calls.
     m.kept_bytes = kF32Bytes * (t5_units.all.whole + clip_units.all.whole + ae.whole) +
-                   (bf16 ? 2 * (t5_units.all.whole + clip_units.all.whole) : 0);
+                   (bf16 ? kBF16Bytes * (t5_units.matrices + clip_units.matrices) : 0);
     return m;
   }
   m.kept_bytes = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + ae.shard);

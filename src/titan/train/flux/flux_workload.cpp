@@ -84,6 +84,14 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
   config::require(refused.empty(), "model.name = \"flux\":", message);
 }
 
+// The encoders' parts in flux.pipeline_path, a diffusers FLUX folder.
+ConditioningPaths pipeline_paths(const FluxConfig& f) {
+  config::require(std::filesystem::is_directory(f.pipeline_path), "flux.pipeline_path = ", f.pipeline_path,
+                  " is not a folder; expected diffusers' FLUX layout (text_encoder/, tokenizer/, text_encoder_2/, "
+                  "tokenizer_2/, vae/)");
+  return ConditioningPaths::of_pipeline(f.pipeline_path);
+}
+
 // The latent pixels of an image side and the packed tokens of a sample.
 int64_t latent_side(const JobConfig& c) { return c.flux.image_size / c.flux.latent_downscale; }
 int64_t image_tokens(const JobConfig& c, const FluxModelArgs& a) {
@@ -132,12 +140,9 @@ class FluxWorkload : public Workload {
     if (!c.flux.data_path.empty()) {
       where = "flux.pipeline_path " + c.flux.pipeline_path + " over flux.data_path " + c.flux.data_path;
       remedy = "use encoders of this flavor's widths";
-      config::require(std::filesystem::is_directory(c.flux.pipeline_path), "flux.pipeline_path = ",
-                      c.flux.pipeline_path, " is not a folder; expected diffusers' FLUX layout (text_encoder/, "
-                      "tokenizer/, text_encoder_2/, tokenizer_2/, vae/)");
       auto live = std::make_shared<LiveEncodings>(LiveEncodingsOptions{
           .data_path = c.flux.data_path,
-          .encoders = ConditioningPaths::of_pipeline(c.flux.pipeline_path),
+          .encoders = pipeline_paths(c.flux),
           .t5_length = c.flux.t5_length,
           .image_size = c.flux.image_size,
           .bad_data = c.data.bad_data == "skip" ? data::BadData::skip : data::BadData::error,
@@ -231,13 +236,12 @@ class FluxWorkload : public Workload {
     return per_block * blocks * tokens * c.training.local_batch_size;
   }
 
-  // The encoders run every step (flux.data_path): FSDP-sharded over dp_shard as build_data shards
-  // them, else whole on every rank.
-  std::pair<int64_t, int64_t> frozen_bytes(const JobConfig& c, const dist::ParallelDims& dims) const override {
+  // The encoders run every step (flux.data_path): FSDP-sharded over the dp_shard processes as
+  // build_data shards them, else whole on every rank.
+  std::pair<int64_t, int64_t> frozen_bytes(const JobConfig& c, dist::DeviceMesh& mesh) const override {
     if (c.flux.data_path.empty()) return {0, 0};
-    const ConditioningMemory m =
-        conditioning_memory(ConditioningPaths::of_pipeline(c.flux.pipeline_path), dims.degree(dist::MeshAxis::dp_shard),
-                            c.training.mixed_precision_param == "bfloat16");
+    const ConditioningMemory m = conditioning_memory(pipeline_paths(c.flux), mesh[dist::MeshAxis::dp_shard].size(),
+                                                     c.training.mixed_precision_param == "bfloat16");
     return {m.kept_bytes, m.gathered_bytes};
   }
 

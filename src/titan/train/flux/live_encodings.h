@@ -1,8 +1,9 @@
 #pragma once
 // FLUX training's data without an encoding cache: the frozen encoders (conditioning.h) run on each
 // batch's images and captions as it is drawn, without gradients, every rank on its own rows. Given
-// a shard group of several ranks, the encoders' weights are FSDP-sharded over it (each encoder
-// gathered whole for its forward); then every rank must ask for samples as often as the others
+// a shard group of several ranks, the encoders' weights are FSDP-sharded over it (conditioning.h:
+// T5 and CLIP block by block, the autoencoder whole for its forward); then every rank must ask for
+// samples as often as the others
 // (FluxBatches does: every rank draws each micro-batch and validation batch). The images are made as
 // `titan flux encode --crop center` makes them (resized, the middle square cut), so the same data,
 // encoders and seed give the batches of a cache encoded that way (to float rounding).
