@@ -38,34 +38,19 @@ Tensor token_ids(const data::Tokenizer& tokenizer, std::span<const std::string> 
   return ids;
 }
 
-// A text encoder sharded block by block gathers each unit in its forward's hooks and frees each
-// block after it; the root unit (embeddings, final norm) stays gathered after a forward, until
-// this frees it.
-class Resharded {
+// Around one encoder's call when it is sharded: with `whole`, its whole weights gathered first
+// (the autoencoder, one unit: its blocks' calls are not hooked); T5 and CLIP gather block by block
+// in their forwards' hooks and leave the root unit gathered. After the call every unit is freed.
+class ShardedCall {
  public:
-  explicit Resharded(parallel::FullyShard* fsdp) : fsdp_(fsdp) {}
-  ~Resharded() {
+  ShardedCall(parallel::FullyShard* fsdp, bool whole) : fsdp_(fsdp) {
+    if (fsdp_ && whole) fsdp_->unshard_all();
+  }
+  ~ShardedCall() {
     if (fsdp_) fsdp_->reshard_all();
   }
-  Resharded(const Resharded&) = delete;
-  Resharded& operator=(const Resharded&) = delete;
-
- private:
-  parallel::FullyShard* fsdp_;
-};
-
-// An encoder's whole weights, gathered while this lives when it is sharded (the autoencoder:
-// one unit, its blocks' calls are not hooked).
-class Gathered {
- public:
-  explicit Gathered(parallel::FullyShard* fsdp) : fsdp_(fsdp) {
-    if (fsdp_) fsdp_->unshard_all();
-  }
-  ~Gathered() {
-    if (fsdp_) fsdp_->reshard_all();
-  }
-  Gathered(const Gathered&) = delete;
-  Gathered& operator=(const Gathered&) = delete;
+  ShardedCall(const ShardedCall&) = delete;
+  ShardedCall& operator=(const ShardedCall&) = delete;
 
  private:
   parallel::FullyShard* fsdp_;
@@ -94,10 +79,10 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
   if (!sharded()) weights_in_bf16.emplace(frozen_casts_);
   Tensor t5;
   {
-    const Resharded after(t5_fsdp_.get());
+    const ShardedCall call(t5_fsdp_.get(), false);
     t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_)).detach();
   }
-  const Resharded after(clip_fsdp_.get());
+  const ShardedCall call(clip_fsdp_.get(), false);
   const models::clip::ClipTextOutput clip =
       clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_positions));
   return {{"t5", t5}, {"clip_pooled", clip.pooler_output.detach()}};
@@ -105,7 +90,7 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
 
 std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& images) {
   autograd::NoGradGuard frozen;
-  const Gathered weights(autoencoder_fsdp_.get());
+  const ShardedCall call(autoencoder_fsdp_.get(), true);
   const models::autoencoder::DiagonalGaussian d = autoencoder_->encode_distribution(images);
   return {{"latent_mean", d.mean.detach()}, {"latent_logvar", d.logvar.detach()}};
 }
