@@ -94,10 +94,11 @@ TEST(FluxTrain, ContextParallelTakesOneRanksSteps) {
   std::ostringstream log;
   const TrainResult all =
       Trainer(job->config(n / 2, "cp", true, {"--parallelism.context_parallel_degree=2"}), log, world).train();
-  if (world.rank() == 0)
+  if (world.rank() == 0) {
     EXPECT_NE(log.str().find("context parallel over 2 ranks (ring attention; each holds 4 text and 8 image tokens"),
               std::string::npos)
         << log.str();
+  }
   double worst = std::max(testing::expect_one_rank_figures(all, want, "flux-tiny, cp 2"),
                           testing::expect_one_rank_validation(all, want, "flux-tiny, cp 2"));
   // Checkpointed blocks run their ring again in backward, on every rank in the same order.
