@@ -114,20 +114,20 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
   }
   // The memory plan's figures for these encoders (reckoned from their configs): what this rank
   // keeps is its shards, and what it gathers covers the root unit and two blocks of either.
-  const flux::ConditioningMemory planned = flux::conditioning_memory(paths, world.size(), false);
-  EXPECT_EQ(planned.kept_bytes, sharded.weight_bytes());
-  const flux::ConditioningMemory unsharded = flux::conditioning_memory(paths, 1, false);
-  EXPECT_EQ(unsharded.kept_bytes, whole.weight_bytes());
-  EXPECT_EQ(unsharded.gathered_bytes, 0);
+  const FrozenBytes planned = flux::conditioning_memory(paths, world.size(), false);
+  EXPECT_EQ(planned.kept, sharded.weight_bytes());
+  const FrozenBytes unsharded = flux::conditioning_memory(paths, 1, false);
+  EXPECT_EQ(unsharded.kept, whole.weight_bytes());
+  EXPECT_EQ(unsharded.gathered, 0);
   if (!kernels::cpu::onednn_bf16_isa().empty()) {
     // Whole and under bf16, the stack keeps its products' bf16 copies of the text encoders' weights.
     const AutocastGuard bf16(kBF16);
     (void)whole.encode_text(captions);
-    EXPECT_EQ(flux::conditioning_memory(paths, 1, true).kept_bytes, whole.weight_bytes());
+    EXPECT_EQ(flux::conditioning_memory(paths, 1, true).kept, whole.weight_bytes());
   }
   const std::map<std::string, Tensor> got = sharded.encode_text(captions);
   EXPECT_GT(most_gathered, 0);
-  EXPECT_LE(most_gathered, planned.gathered_bytes);
+  EXPECT_LE(most_gathered, planned.gathered);
   EXPECT_TRUE(held_too_long.empty()) << held_too_long.front();
   EXPECT_FALSE(gathered(sharded.t5())) << "T5 left gathered after the call";
   EXPECT_FALSE(gathered(sharded.clip())) << "CLIP left gathered after the call";

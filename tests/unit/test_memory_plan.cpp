@@ -129,10 +129,10 @@ TEST(MemoryPlan, FrozenModelsAreKeptThroughoutAndGatherBeforeTheForward) {
   p.held_grad_bytes = 50;
   p.activation_bytes = 300;
   EXPECT_EQ(p.peak_bytes(), 300 + 10 + 350);
-  p.frozen_bytes = 40;
+  p.frozen.kept = 40;
   EXPECT_EQ(p.startup_bytes(), 340);
   EXPECT_EQ(p.peak_bytes(), 340 + 10 + 350);
-  p.frozen_gathered_bytes = 400;  // more than the forward's activations with their gathered weights
+  p.frozen.gathered = 400;  // more than the forward's activations with their gathered weights
   EXPECT_EQ(p.peak_bytes(), 340 + 400 + 50);
 }
 

@@ -205,8 +205,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // with checkpointed blocks, of those computing.
   if (in.matmul_dtype == kBF16) plan.gathered_bytes += (checkpointed ? two_units : local) / 2;
   plan.activation_bytes = activation_bytes(in);
-  plan.frozen_bytes = in.frozen_bytes;
-  plan.frozen_gathered_bytes = in.frozen_gathered_bytes;
+  plan.frozen = in.frozen;
   return plan;
 }
 
@@ -218,8 +217,8 @@ void log_memory_plan(const MemoryPlan& p, std::ostream& log) {
   log << " + the larger of gradients " << gib(p.grad_bytes) << " and activations " << gib(p.activation_bytes)
       << " (estimate)";
   if (p.held_grad_bytes > 0) log << " with earlier micro-batches' gradients " << gib(p.held_grad_bytes);
-  if (p.frozen_bytes > 0) log << " + frozen models " << gib(p.frozen_bytes);
-  if (p.frozen_gathered_bytes > 0) log << " (gathering " << gib(p.frozen_gathered_bytes) << " while they run)";
+  if (p.frozen.kept > 0) log << " + frozen models " << gib(p.frozen.kept);
+  if (p.frozen.gathered > 0) log << " (gathering " << gib(p.frozen.gathered) << " while they run)";
   log << "; start-up " << gib(p.startup_bytes()) << "\n" << std::flush;
 }
 
@@ -264,8 +263,8 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
       gib(plan.param_bytes) + ", gathered " + gib(plan.gathered_bytes) + ", gradients " +
       gib(plan.grad_bytes) + ", AdamW moments " + gib(plan.optimizer_bytes) +
       (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
-      (plan.frozen_bytes > 0 ? ", frozen models " + gib(plan.frozen_bytes) + " (gathering " +
-                                   gib(plan.frozen_gathered_bytes) + " while they run)"
+      (plan.frozen.kept > 0 ? ", frozen models " + gib(plan.frozen.kept) + " (gathering " +
+                                  gib(plan.frozen.gathered) + " while they run)"
                              : "") +
       ", activations " +
       gib(plan.activation_bytes) + " estimated) but " + gib(available.bytes) + " are available (" +

@@ -21,6 +21,15 @@
 namespace titan::train {
 
 // What a memory plan is computed from: a rank's model after its parallel plans, and its step.
+// Frozen models a step runs besides the trained one (FLUX's encoders every step): what a rank keeps
+// of them throughout, and the most they gather while they run, before the trained model's forward.
+// Their activations are not counted yet (a forward without gradients holds a few at a time, but
+// the autoencoder's at 1024 px are 0.5 GiB a tensor per image).
+struct FrozenBytes {
+  int64_t kept = 0;
+  int64_t gathered = 0;
+};
+
 struct MemoryPlanInputs {
   nn::Module& model;                     // built on meta, parallelized (tp/ep/pp slices applied)
   const parallel::FullyShard* fsdp;      // null without FSDP
@@ -40,12 +49,7 @@ struct MemoryPlanInputs {
   // units) and estimates its activations itself (train/workload.h).
   std::vector<const nn::Module*> blocks = {};
   std::optional<int64_t> activation_bytes = std::nullopt;
-  // Frozen models the step runs besides the trained one (FLUX's encoders every step): what they
-  // keep throughout, and what they gather while they run, before the trained model's forward.
-  // Their activations are not counted yet (a forward without gradients holds a few at a time, but
-  // the autoencoder's at 1024 px are 0.5 GiB a tensor per image).
-  int64_t frozen_bytes = 0;
-  int64_t frozen_gathered_bytes = 0;
+  FrozenBytes frozen = {};
 };
 
 struct MemoryPlan {
@@ -59,18 +63,17 @@ struct MemoryPlan {
   int64_t optimizer_bytes = 0;   // AdamW's two moments
   int64_t bucket_bytes = 0;      // DDP's flat gradient buckets, made at start-up and kept
   int64_t activation_bytes = 0;  // an estimate of what a step keeps for backward (memory_plan.cpp)
-  int64_t frozen_bytes = 0;           // frozen models' weights (or shards) this rank keeps
-  int64_t frozen_gathered_bytes = 0;  // what they gather while they run
+  FrozenBytes frozen = {};
   // Deferred initialisation and the optimizer: the parameters this rank keeps, their moments,
   // DDP's buckets and the frozen models.
-  int64_t startup_bytes() const { return param_bytes + optimizer_bytes + bucket_bytes + frozen_bytes; }
+  int64_t startup_bytes() const { return param_bytes + optimizer_bytes + bucket_bytes + frozen.kept; }
   // The most a step holds at once: parameters, gathered copies and moments throughout, and at
   // backward's start the activations (with the gradients held), or at its end the gradients, by
   // which time backward has freed the activations; or, while frozen models run before the
   // forward, what they gather with the gradients held.
   int64_t peak_bytes() const {
     return startup_bytes() + std::max(gathered_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes),
-                                      frozen_gathered_bytes + held_grad_bytes);
+                                      frozen.gathered + held_grad_bytes);
   }
 };
 

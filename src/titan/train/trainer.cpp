@@ -193,7 +193,6 @@ std::vector<const parallel::ParameterSlices*> Trainer::State::slice_plans() cons
 MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
   const JobConfig& c = cfg;
   const std::vector<std::pair<std::string, Tensor>> optimized = optimized_params();
-  const std::pair<int64_t, int64_t> frozen = workload->frozen_bytes(c, *mesh);
   const MemoryPlan memory =
       train::plan_memory({.model = *model,
                           .fsdp = plans.fsdp.get(),
@@ -211,8 +210,7 @@ MemoryPlan Trainer::State::plan_memory(const std::string& scope) {
                           .scope = scope,
                           .blocks = workload->blocks(),
                           .activation_bytes = workload->activation_bytes(c),
-                          .frozen_bytes = frozen.first,
-                          .frozen_gathered_bytes = frozen.second});
+                          .frozen = workload->frozen_bytes(c, *mesh)});
   log_memory_plan(memory, log);
   check_memory_plan(memory, available_memory(), c.training.memory_check, log,
                     [this](const std::string& text) { warn(text); });

@@ -10,7 +10,6 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "titan/optim/adamw.h"
 #include "titan/parallel/data_parallel.h"
 #include "titan/train/config/job_config.h"
+#include "titan/train/memory_plan.h"
 #include "titan/train/metrics/metrics.h"
 #include "titan/train/step/step_engine.h"
 
@@ -71,11 +71,9 @@ class Workload {
   // The model's repeated blocks (FSDP's units) and the activations one micro-batch keeps for
   // backward, for the memory plan; nullopt: the decoder's estimate (memory_plan.h).
   virtual std::optional<int64_t> activation_bytes(const JobConfig&) const { return std::nullopt; }
-  // Frozen models the step runs besides the trained one, for the memory plan: the bytes a rank
-  // keeps and the most they gather while running (MemoryPlanInputs' frozen_bytes and
-  // frozen_gathered_bytes).
+  // Frozen models the step runs besides the trained one, for the memory plan (memory_plan.h).
   // `mesh` is the processes' (in graph mode too, where ParallelDims counts devices).
-  virtual std::pair<int64_t, int64_t> frozen_bytes(const JobConfig&, dist::DeviceMesh&) const { return {0, 0}; }
+  virtual FrozenBytes frozen_bytes(const JobConfig&, dist::DeviceMesh&) const { return {}; }
   virtual std::vector<const nn::Module*> blocks() const { return {}; }
   // After deferred initialisation: what the model needs of the layout (MoE's global counts).
   virtual void after_initialise(dist::DeviceMesh&) {}

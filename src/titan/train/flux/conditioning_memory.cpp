@@ -54,7 +54,7 @@ TextEncoder text_encoder(const nn::Module& model, const nn::Module& layers, int6
 
 }  // namespace
 
-ConditioningMemory conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16) {
+FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16) {
   const MetaScope meta;
   const models::t5::T5Encoder t5(models::t5::parse_hf_config(checkpoint::HfReader(paths.t5).config()));
   const models::clip::ClipTextModel clip(
@@ -70,15 +70,15 @@ ConditioningMemory conditioning_memory(const ConditioningPaths& paths, int64_t s
   const TextEncoder t5_units = text_encoder(t5, *t5.layers, shard_ranks);
   const TextEncoder clip_units = text_encoder(clip, *clip.layers, shard_ranks);
   const Count ae = count(autoencoder, shard_ranks);
-  ConditioningMemory m;
+  FrozenBytes m;
   if (shard_ranks == 1) {
     // Whole on every rank, and ConditioningStack keeps the text encoders' bf16 copies across calls.
-    m.kept_bytes = kF32Bytes * (t5_units.all.whole + clip_units.all.whole + ae.whole) +
+    m.kept = kF32Bytes * (t5_units.all.whole + clip_units.all.whole + ae.whole) +
                    (bf16 ? kBF16Bytes * (t5_units.matrices + clip_units.matrices) : 0);
     return m;
   }
-  m.kept_bytes = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + ae.shard);
-  m.gathered_bytes = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, ae.whole});
+  m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + ae.shard);
+  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, ae.whole});
   return m;
 }
 

@@ -5,19 +5,17 @@
 #include <cstdint>
 
 #include "titan/train/flux/conditioning.h"
+#include "titan/train/memory_plan.h"
 
 namespace titan::train::flux {
 
-struct ConditioningMemory {
-  // Held throughout: the weights (f32) whole, or this rank's FSDP shards of them; whole and under
-  // bf16, the text encoders' kept bf16 copies too.
-  int64_t kept_bytes = 0;
-  // Held while an encoder runs, when sharded: the most gathered at once (T5's or CLIP's root unit
-  // with two blocks, the running one and the next prefetched, or the whole autoencoder).
-  int64_t gathered_bytes = 0;
-};
 
 // The encoders of `paths` sharded over `shard_ranks` (1: every rank holds them whole).
-ConditioningMemory conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16);
+// The encoders of `paths` sharded over `shard_ranks` (1: every rank holds them whole). Kept: the
+// weights (f32) whole, or this rank's FSDP shards of them; whole and under bf16, the bf16 copies
+// ConditioningStack keeps of the text encoders' matrices too. Gathered, when sharded: T5's or
+// CLIP's root unit with two blocks (the running one and the next, prefetched), or the whole
+// autoencoder.
+FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16);
 
 }  // namespace titan::train::flux

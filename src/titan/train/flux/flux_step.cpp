@@ -51,12 +51,9 @@ class EagerFluxStep : public StepEngine {
       Tensor loss;
       {
         trace::Span span("forward", "phase");
-        FluxBatch b = draw(batches_, step_, m, micro_batches, dp_rank_, dp_world_, local_batch_);
-        if (cp_) {
-          // Every cp rank draws the same rows (they share a dp coordinate) and keeps its tokens.
-          cp_->begin_batch(b.x0.size(0), Tensor());
-          b = shard_tokens(b, *cp_);
-        }
+        // Every cp rank draws the same rows (they share a dp coordinate) and keeps its tokens.
+        const FluxBatch b =
+            local_tokens(draw(batches_, step_, m, micro_batches, dp_rank_, dp_world_, local_batch_), cp_);
         loss = flow_matching_loss(velocity(model_, b, guidance_, cp_), b.x0, b.noise);
         loss_sum += loss.item();
       }
@@ -140,11 +137,13 @@ int64_t FlowMatchingLoss::num_layers() const {
   return model_.args().depth + model_.args().depth_single_blocks;
 }
 
-FluxBatch shard_tokens(const FluxBatch& b, const parallel::ContextParallel& cp) {
+FluxBatch local_tokens(const FluxBatch& b, parallel::ContextParallel* cp) {
+  if (!cp) return b;
+  cp->begin_batch(b.x0.size(0), Tensor());
   FluxBatch local = b;
-  local.x0 = cp.shard(b.x0, 1);
-  local.noise = cp.shard(b.noise, 1);
-  local.txt = cp.shard(b.txt, 1);
+  local.x0 = cp->shard(b.x0, 1);
+  local.noise = cp->shard(b.noise, 1);
+  local.txt = cp->shard(b.txt, 1);
   return local;
 }
 

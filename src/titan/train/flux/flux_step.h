@@ -20,14 +20,15 @@
 namespace titan::train::flux {
 
 // The transformer's velocity at b's x_t = (1 - t) x0 + t noise; `guidance` is read by flavors
-// with guidance_in. Under context parallelism (`cp`), b holds this rank's tokens (shard_tokens),
+// with guidance_in. Under context parallelism (`cp`), b holds this rank's tokens (local_tokens),
 // and so does the velocity.
 Tensor velocity(models::flux::FluxTransformer& model, const FluxBatch& b, double guidance,
                 const parallel::ContextParallel* cp = nullptr);
 
-// This cp rank's share of b's image and text tokens (x0, noise, T5), in the layout of
-// parallel/context_parallel.h; t and CLIP are per sample and stay whole.
-FluxBatch shard_tokens(const FluxBatch& b, const parallel::ContextParallel& cp);
+// The batch a rank computes on: b itself, or under context parallelism (`cp`) its share of b's
+// image and text tokens (x0, noise, T5) in the layout of parallel/context_parallel.h, t and CLIP
+// being per sample, after telling cp the batch begins. Call once per forward.
+FluxBatch local_tokens(const FluxBatch& b, parallel::ContextParallel* cp);
 
 // FLUX's loss as graph mode's step captures it (graph_mode/graph_step.h): a micro-batch is the
 // tensors x0, noise, t, T5 and CLIP of a FluxBatch.

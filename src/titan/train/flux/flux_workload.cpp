@@ -238,11 +238,10 @@ class FluxWorkload : public Workload {
 
   // The encoders run every step (flux.data_path): FSDP-sharded over the dp_shard processes as
   // build_data shards them, else whole on every rank.
-  std::pair<int64_t, int64_t> frozen_bytes(const JobConfig& c, dist::DeviceMesh& mesh) const override {
-    if (c.flux.data_path.empty()) return {0, 0};
-    const ConditioningMemory m = conditioning_memory(pipeline_paths(c.flux), mesh[dist::MeshAxis::dp_shard].size(),
-                                                     c.training.mixed_precision_param == "bfloat16");
-    return {m.kept_bytes, m.gathered_bytes};
+  FrozenBytes frozen_bytes(const JobConfig& c, dist::DeviceMesh& mesh) const override {
+    if (c.flux.data_path.empty()) return {};
+    return conditioning_memory(pipeline_paths(c.flux), mesh[dist::MeshAxis::dp_shard].size(),
+                               c.training.mixed_precision_param == "bfloat16");
   }
 
   void log_model(std::ostream& log, const JobConfig& c, const std::string& checkpointing) const override {
@@ -311,11 +310,7 @@ class FluxWorkload : public Workload {
         const std::vector<int64_t> rows(mine.begin() + static_cast<std::ptrdiff_t>(first),
                                         mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + static_cast<size_t>(validation_batch_))));
         for (int i = 0; i < 8; ++i) {
-          FluxBatch b = validation_->validation(rows, (i + 0.5) / 8.0);
-          if (plans.cp) {
-            plans.cp->begin_batch(b.x0.size(0), Tensor());
-            b = shard_tokens(b, *plans.cp);
-          }
+          const FluxBatch b = local_tokens(validation_->validation(rows, (i + 0.5) / 8.0), plans.cp.get());
           const Tensor loss = flow_matching_loss(velocity(*model_, b, guidance_, plans.cp.get()), b.x0, b.noise);
           loss_sum += loss.item() * static_cast<double>(rows.size());
           counted += static_cast<int64_t>(rows.size());
