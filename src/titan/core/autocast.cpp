@@ -25,8 +25,7 @@ AutocastGuard::~AutocastGuard() {
 
 int64_t AutocastCasts::bytes() const {
   int64_t total = 0;
-  for (const auto& [key, copy] : copies_)
-    total += copy.second.numel() * static_cast<int64_t>(dtype_size(copy.second.dtype()));
+  for (const auto& [key, copy] : copies_) total += static_cast<int64_t>(copy.second.nbytes());
   return total;
 }
 

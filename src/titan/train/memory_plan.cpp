@@ -21,12 +21,6 @@ namespace {
 constexpr double kGiB = 1.0 / (1 << 30);
 constexpr int64_t kActivationBytes = 4;  // activations, norms and losses stay float32 (core/autocast.h)
 
-int64_t bytes_of(const std::vector<std::pair<std::string, Tensor>>& named) {
-  int64_t bytes = 0;
-  for (const auto& [name, t] : named) bytes += static_cast<int64_t>(t.nbytes());
-  return bytes;
-}
-
 // The experts a token goes through in `block`: its MoE router's k; 1 without experts.
 int64_t top_k_of(nn::Module& block) {
   for (const auto& [name, m] : block.named_modules())
@@ -163,6 +157,12 @@ std::optional<int64_t> cgroup_limit() {
 }
 
 }  // namespace
+
+int64_t bytes_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : named) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
 
 int64_t fsdp_gathered_at_most(int64_t whole, std::vector<int64_t> blocks) {
   std::sort(blocks.rbegin(), blocks.rend());

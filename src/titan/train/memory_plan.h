@@ -79,6 +79,9 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
+// The bytes of named tensors' elements (a module's named_parameters()).
+int64_t bytes_of(const std::vector<std::pair<std::string, Tensor>>& named);
+
 // The most FSDP holds gathered at once with reshard_after_forward, in the units of `whole` (all of
 // a model) and `blocks` (each block unit): the root unit (what no block holds) and the two largest
 // blocks (the one running and the next, prefetched).

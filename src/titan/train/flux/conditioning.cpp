@@ -8,6 +8,7 @@
 #include "titan/core/error.h"
 #include "titan/train/flux/autoencoder_folder.h"
 #include "titan/train/flux/text_encoder_folders.h"
+#include "titan/train/memory_plan.h"
 
 namespace titan::train::flux {
 
@@ -113,11 +114,8 @@ void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist:
 
 int64_t ConditioningStack::weight_bytes() const {
   if (sharded()) return t5_fsdp_->shard_bytes() + clip_fsdp_->shard_bytes() + autoencoder_fsdp_->shard_bytes();
-  int64_t bytes = 0;
-  for (const nn::Module* m : {static_cast<const nn::Module*>(t5_.get()), static_cast<const nn::Module*>(clip_.get()),
-                              static_cast<const nn::Module*>(autoencoder_.get())})
-    for (const auto& [name, p] : m->named_parameters()) bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
-  return bytes + frozen_casts_.bytes();
+  return bytes_of(t5_->named_parameters()) + bytes_of(clip_->named_parameters()) +
+         bytes_of(autoencoder_->named_parameters()) + frozen_casts_.bytes();
 }
 
 std::string ConditioningStack::description() const {
