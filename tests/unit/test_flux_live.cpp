@@ -1,8 +1,9 @@
 // FLUX training with the frozen encoders run every step (train/flux/live_encodings.h): on the same
 // data, encoders and seed its batches are the encoding cache's (`titan flux encode --crop center`),
 // and so are a few training steps and a validation; a sample's encodings do not depend on its
-// batch; bad images are skipped and counted or stop training naming the file; and the keys that do
-// not go together are refused by name.
+// batch; the random crop cuts each draw's own square, the same one again in a resumed run, and
+// validation the centre; bad images are skipped and counted or stop training naming the file; and
+// the keys that do not go together are refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "support/test_util.h"
 #include "titan/checkpoint/checkpoint.h"
 #include "titan/core/error.h"
+#include "titan/data/image/png.h"
 #include "titan/train/flux/encoding_cache.h"
 #include "titan/train/flux/flux_batches.h"
 #include "titan/train/flux/live_encodings.h"
@@ -59,7 +61,8 @@ LiveEncodingsOptions live_options(const Fixture& f) {
   return {.data_path = f.data.string(),
           .encoders = ConditioningPaths::of_pipeline(f.pipeline),
           .t5_length = 8,
-          .image_size = 32};
+          .image_size = 32,
+          .crop = data::ImageCrop::center};
 }
 
 // max |a - b| over max |b|.
@@ -106,7 +109,7 @@ TEST(FluxLive, BatchesAreTheCachesOfTheSameDataEncodersAndSeed) {
 
   // Sample 3 alone and inside a batch of three: the same encodings.
   const std::vector<int64_t> one = {3}, three = {1, 3, 5};
-  const auto alone = live->samples(one), among = live->samples(three);
+  const auto alone = live->samples(one, {}), among = live->samples(three, {});
   for (const char* name : {"t5", "clip_pooled", "latent_mean", "latent_logvar"})
     EXPECT_LE(relative(alone[0].at(name), among[1].at(name)), 1e-5) << name;
   EXPECT_EQ(among[1].at("index").to_vector<int64_t>(), std::vector<int64_t>{3});
@@ -131,7 +134,62 @@ TEST(FluxLive, ABadImageIsSkippedAndCountedOrStopsTrainingNamingTheFile) {
   LiveEncodings strict(o);
   ASSERT_EQ(strict.size(), 11);
   const std::vector<int64_t> last = {10};
-  EXPECT_TITAN_ERROR(strict.samples(last), "zz_broken.png");
+  EXPECT_TITAN_ERROR(strict.samples(last, {}), "zz_broken.png");
+}
+
+// Wide pictures (96 x 32, a gradient along x, so that every offset of a 32 px square shows
+// something else) and their captions, in a fresh folder.
+fs::path wide_pictures(int count) {
+  const fs::path dir = test::fresh_temp_dir("flux_live_wide");
+  for (int i = 0; i < count; ++i) {
+    data::Image image(96, 32);
+    for (int64_t y = 0; y < image.height; ++y)
+      for (int64_t x = 0; x < image.width; ++x) {
+        uint8_t* p = image.row(y) + x * 3;
+        p[0] = static_cast<uint8_t>(x * 255 / 95);
+        p[1] = static_cast<uint8_t>(255 - x * 255 / 95);
+        p[2] = static_cast<uint8_t>(40 * i + y);
+      }
+    const std::string stem = "wide_" + std::to_string(i);
+    std::ofstream(dir / (stem + ".png"), std::ios::binary) << data::encode_png(image);
+    std::ofstream(dir / (stem + ".txt")) << "a gradient, number " << i;
+  }
+  return dir;
+}
+
+TEST(FluxLive, RandomCropCutsAfreshAtEachDrawAndTheCenterForValidation) {
+  const Fixture& f = fixture();
+  NEED_FIXTURE(f);
+  LiveEncodingsOptions o = live_options(f);
+  o.data_path = wide_pictures(3).string();
+  const auto centered = std::make_shared<LiveEncodings>(o);
+  o.crop = data::ImageCrop::random;
+  const auto random = std::make_shared<LiveEncodings>(o);
+  EXPECT_NE(random->description().find("a random crop at each draw"), std::string::npos) << random->description();
+  auto mean = [](const std::shared_ptr<LiveEncodings>& source, std::vector<uint64_t> draws) {
+    const std::vector<int64_t> sample = {1};
+    return source->samples(sample, draws).at(0).at("latent_mean");
+  };
+  // A draw fixes the square: the same draw, the same latents; other draws, other squares; no draw,
+  // the centre. The centre crop takes no draw.
+  const Tensor center = mean(centered, {});
+  EXPECT_EQ(relative(mean(random, {}), center), 0.0);
+  EXPECT_EQ(relative(mean(centered, {12345}), center), 0.0);
+  EXPECT_EQ(relative(mean(random, {12345}), mean(random, {12345})), 0.0);
+  int differ = 0;
+  for (uint64_t draw = 1; draw <= 4; ++draw) differ += relative(mean(random, {draw}), mean(random, {draw + 100})) > 1e-3;
+  EXPECT_GE(differ, 3) << "four pairs of draws, 65 offsets each: at most one pair may cut the same square";
+
+  // In training, each slot draws its own square: the 3 samples read in epoch 0 (slots 0-2) and again
+  // in epoch 1 (slots 3-5) get other squares there, so their batches differ beyond the noise draws;
+  // a second FluxBatches (a resumed run) cuts the same ones. Validation takes the centre.
+  FluxConfig cfg;
+  cfg.prompt_dropout = 0;
+  FluxBatches batches(random, 0, 3, cfg, 7, 2), resumed(random, 0, 3, cfg, 7, 2), fixed(centered, 0, 3, cfg, 7, 2);
+  const FluxBatch first = batches.training(3, 3);
+  EXPECT_EQ(relative(resumed.training(3, 3).x0, first.x0), 0.0);
+  EXPECT_GT(relative(first.x0, fixed.training(3, 3).x0), 1e-3) << "the random crop cut the centre every time";
+  EXPECT_EQ(relative(batches.validation({0, 2}, 0.5).x0, fixed.validation({0, 2}, 0.5).x0), 0.0);
 }
 
 const std::string kTiny = std::string(TITAN_SOURCE_DIR) + "/configs/flux/flux_tiny.toml";
@@ -162,7 +220,7 @@ TEST(FluxLive, TrainingStepsEqualThoseOnTheCache) {
   std::string cached_log, live_log;
   const TrainResult cached =
       run(tiny(a, {"--flux.cache_path=" + f.cache.string(), "--checkpoint.enable=false"}), &cached_log);
-  const TrainResult live = run(tiny(b, {"--flux.cache_path=", "--flux.data_path=" + f.data.string(),
+  const TrainResult live = run(tiny(b, {"--flux.cache_path=", "--flux.data_path=" + f.data.string(), "--flux.crop=center",
                                         "--flux.pipeline_path=" + f.pipeline.string(), "--checkpoint.enable=true",
                                         "--checkpoint.interval=3", "--checkpoint.last_save_model_only=false"}),
                                &live_log);
@@ -205,6 +263,8 @@ TEST(FluxLive, RefusesByKeyWhatDoesNotGoTogether) {
                      "flux.validation_cache_path with flux.data_path");
   EXPECT_TITAN_ERROR(refused({"--flux.cache_path=/c", "--training.bad_data=skip"})(),
                      "training.bad_data is read only with flux.data_path");
+  EXPECT_TITAN_ERROR(refused({"--flux.cache_path=/c", "--flux.crop=center"})(),
+                     "flux.crop is read only with flux.data_path", "titan flux encode --crop");
 }
 
 }  // namespace

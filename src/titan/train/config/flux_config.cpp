@@ -19,7 +19,10 @@ void declare_keys(config::Keys<FluxConfig>& keys) {
            "samples a validation pass reads (from validation_cache_path, or held out of cache_path)")
       .add("image_size", &C::image_size, config::positive(),
            "pixels per image side: the cache's (checked against it), or data_path's images resized and "
-           "center-cropped to it")
+           "cropped to it (crop)")
+      .add("crop", &C::crop, config::one_of({"random", "center"}),
+           "with data_path: a training image's image_size square cut at random, afresh each time the sample is "
+           "drawn (TorchTitan's), or from the center; validation images are center-cropped")
       .add("latent_downscale", &C::latent_downscale, config::positive(),
            "image pixels per latent pixel of the cache's autoencoder (FLUX.1's: 8; checked against the cache)")
       .add("t5_length", &C::t5_length, config::positive(),

@@ -27,6 +27,9 @@ struct FluxConfig {
   int64_t image_size = 256;
   int64_t t5_length = 256;
   int64_t latent_downscale = 8;  // the autoencoder's; FLUX.1's downsamples by 8
+  // With data_path: how a training image's square is cut, "random" (afresh at each draw, as
+  // TorchTitan's loader cuts it) or "center"; validation's is the centre.
+  std::string crop = "random";
   std::string timestep_sampling = "uniform";  // uniform | logit_normal
   double logit_mean = 0.0;
   double logit_std = 1.0;

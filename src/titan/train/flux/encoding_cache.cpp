@@ -291,7 +291,8 @@ std::map<std::string, Tensor> EncodingCache::sample(int64_t i) const {
   return out;
 }
 
-std::vector<std::map<std::string, Tensor>> EncodingCache::samples(std::span<const int64_t> indices) {
+std::vector<std::map<std::string, Tensor>> EncodingCache::samples(std::span<const int64_t> indices,
+                                                                std::span<const uint64_t>) {
   std::vector<std::map<std::string, Tensor>> out;
   for (int64_t i : indices) out.push_back(sample(i));
   return out;

@@ -79,7 +79,8 @@ class EncodingCache : public SampleEncodings {
   std::string description() const override;
   // Each tensor of sample i without the batch dimension, plus "index" ([1]: its data-set position).
   std::map<std::string, Tensor> sample(int64_t i) const;
-  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices) override;
+  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices,
+                                                     std::span<const uint64_t> crop_draws) override;
   std::string caption(int64_t i) const;
   const std::map<std::string, Tensor>& empty_prompt() const override;
   double scaling_factor() const override;

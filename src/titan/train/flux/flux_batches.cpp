@@ -22,7 +22,7 @@ uint64_t splitmix64(uint64_t x) {
 // The Philox seed of one draw (`stream`) of the sample keyed `key`.
 uint64_t stream_seed(uint64_t key, uint64_t stream) { return splitmix64(key ^ splitmix64(stream)); }
 
-enum Stream : uint64_t { kLatent = 1, kNoise, kTime, kDropT5, kDropClip, kEpoch };
+enum Stream : uint64_t { kLatent = 1, kNoise, kTime, kDropT5, kDropClip, kEpoch, kCrop };
 
 std::vector<float> values(const std::map<std::string, Tensor>& encodings, const std::string& name,
                           const std::string& where) {
@@ -57,28 +57,30 @@ const std::vector<int64_t>& FluxBatches::permutation(int64_t epoch) {
 
 FluxBatch FluxBatches::training(int64_t first_slot, int64_t rows) {
   std::vector<int64_t> samples;
-  std::vector<uint64_t> keys;
+  std::vector<uint64_t> keys, crop_draws;
   for (int64_t g = first_slot; g < first_slot + rows; ++g) {
     samples.push_back(permutation(g / count_)[static_cast<size_t>(g % count_)]);
     keys.push_back(stream_seed(seed_, static_cast<uint64_t>(g) * 16 + 8));
+    crop_draws.push_back(stream_seed(keys.back(), kCrop));
   }
-  return assemble(encodings(samples), keys, true, 0);
+  return assemble(encodings(samples, crop_draws), keys, true, 0);
 }
 
 FluxBatch FluxBatches::validation(const std::vector<int64_t>& samples, double t) {
   std::vector<uint64_t> keys;
   for (int64_t s : samples) keys.push_back(stream_seed(seed_ ^ 0x7a11da7eULL, static_cast<uint64_t>(s)));
   if (samples != validation_samples_) {
-    validation_encodings_ = encodings(samples);
+    validation_encodings_ = encodings(samples, {});
     validation_samples_ = samples;
   }
   return assemble(validation_encodings_, keys, false, t);
 }
 
-std::vector<std::map<std::string, Tensor>> FluxBatches::encodings(const std::vector<int64_t>& samples) {
+std::vector<std::map<std::string, Tensor>> FluxBatches::encodings(const std::vector<int64_t>& samples,
+                                                                  const std::vector<uint64_t>& crop_draws) {
   std::vector<int64_t> positions;
   for (int64_t s : samples) positions.push_back(first_ + s);
-  return source_->samples(positions);
+  return source_->samples(positions, crop_draws);
 }
 
 FluxBatch FluxBatches::assemble(const std::vector<std::map<std::string, Tensor>>& encoded,

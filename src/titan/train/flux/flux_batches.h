@@ -2,7 +2,8 @@
 // FLUX training batches drawn from the samples' encodings (sample_encodings.h: an encoding cache or
 // the encoders run every step). Every draw is a function of (seed, global sample slot) alone,
 // Philox-counter based: which sample a slot reads, its
-// latent's draw from the stored mean/logvar, its noise, its t and its prompt dropout. So a resumed
+// latent's draw from the stored mean/logvar, its noise, its t, its prompt dropout and (encoders run
+// every step under a random crop) where its image's square is cut. So a resumed
 // run continues bit-exactly with no data state in the checkpoint, and one rank reading a global
 // batch draws what N ranks reading their shares of it draw.
 //
@@ -45,8 +46,10 @@ class FluxBatches {
 
  private:
   const std::vector<int64_t>& permutation(int64_t epoch);
-  // The encodings of samples (positions in this range).
-  std::vector<std::map<std::string, Tensor>> encodings(const std::vector<int64_t>& samples);
+  // The encodings of samples (positions in this range), their squares cut at `crop_draws` (none:
+  // the centre; sample_encodings.h).
+  std::vector<std::map<std::string, Tensor>> encodings(const std::vector<int64_t>& samples,
+                                                       const std::vector<uint64_t>& crop_draws);
   FluxBatch assemble(const std::vector<std::map<std::string, Tensor>>& encoded,
                      const std::vector<uint64_t>& keys, bool train, double fixed_t);
 

@@ -66,6 +66,9 @@ void refuse_keys(const JobConfig& c, bool guidance_embed) {
   if (f.data_path.empty() && c.data.bad_data != d.data.bad_data)
     refused.push_back("training.bad_data is read only with flux.data_path (a cache's bad images were left out when "
                       "it was encoded: titan flux encode --bad-data); remove it");
+  if (f.data_path.empty() && f.crop != d.flux.crop)
+    refused.push_back("flux.crop is read only with flux.data_path (a cache's squares were cut when it was "
+                      "encoded: titan flux encode --crop); remove it");
   if (!f.data_path.empty() && !f.validation_cache_path.empty())
     refused.push_back("flux.validation_cache_path with flux.data_path: validation reads the last "
                       "flux.validation_samples of flux.data_path; remove it");
@@ -145,6 +148,7 @@ class FluxWorkload : public Workload {
           .encoders = pipeline_paths(c.flux),
           .t5_length = c.flux.t5_length,
           .image_size = c.flux.image_size,
+          .crop = c.flux.crop == "center" ? data::ImageCrop::center : data::ImageCrop::random,
           .bad_data = c.data.bad_data == "skip" ? data::BadData::skip : data::BadData::error,
           .shard_group = ctx.mesh[dist::MeshAxis::dp_shard],
           .replicate_group = ctx.mesh[dist::MeshAxis::dp_replicate]});
@@ -163,7 +167,7 @@ class FluxWorkload : public Workload {
       source = std::make_shared<EncodingCache>(c.flux.cache_path);
     }
     const int64_t zero = 0;
-    const std::map<std::string, Tensor> first = source->samples({&zero, 1}).at(0);
+    const std::map<std::string, Tensor> first = source->samples({&zero, 1}, {}).at(0);
     const Shape latent = first.at("latent_mean").sizes(), t5 = first.at("t5").sizes();
     config::require(latent.size() == 3 && latent[0] == args_.latent_channels && latent[1] == latent_side(c) &&
                         latent[2] == latent_side(c) && t5.size() == 2 && t5[0] == c.flux.t5_length &&

@@ -7,7 +7,7 @@
 namespace titan::train::flux {
 
 LiveEncodings::LiveEncodings(const LiveEncodingsOptions& options)
-    : options_(options), transform_{.size = options.image_size, .crop = data::ImageCrop::center} {
+    : options_(options), center_{.size = options.image_size, .crop = data::ImageCrop::center} {
   stack_ = std::make_unique<ConditioningStack>(options.encoders, options.t5_length);
   if (options.shard_group && options.shard_group->size() > 1) {
     TITAN_CHECK(options.replicate_group.has_value(), "flux: the encoders' shard group needs its replicate group");
@@ -24,7 +24,8 @@ LiveEncodings::LiveEncodings(const LiveEncodingsOptions& options)
         ++skipped_["image does not decode"];
         continue;
       }
-      if (!data::resize_and_crop(sample.image, transform_, static_cast<uint64_t>(i))) {
+      // Whether an image is large enough does not depend on where its square is cut.
+      if (!data::resize_and_crop(sample.image, center_, static_cast<uint64_t>(i))) {
         ++skipped_["image smaller than the image size"];
         continue;
       }
@@ -47,11 +48,16 @@ double LiveEncodings::scaling_factor() const { return stack_->autoencoder().args
 double LiveEncodings::shift_factor() const { return stack_->autoencoder().args().shift_factor; }
 
 std::string LiveEncodings::description() const {
-  return stack_->description() + "; images " + std::to_string(options_.image_size) +
-         " px, center crop; data " + options_.data_path;
+  return stack_->description() + "; images " + std::to_string(options_.image_size) + " px, " +
+         (options_.crop == data::ImageCrop::random ? "a random crop at each draw (validation: the center)"
+                                                   : "center crop") +
+         "; data " + options_.data_path;
 }
 
-std::vector<std::map<std::string, Tensor>> LiveEncodings::samples(std::span<const int64_t> indices) {
+std::vector<std::map<std::string, Tensor>> LiveEncodings::samples(std::span<const int64_t> indices,
+                                                                std::span<const uint64_t> crop_draws) {
+  TITAN_CHECK(crop_draws.empty() || crop_draws.size() == indices.size(), "flux: ", crop_draws.size(),
+              " crop draws for ", indices.size(), " samples; give one per sample or none");
   const auto b = static_cast<int64_t>(indices.size()), side = options_.image_size;
   Tensor images = Tensor::empty({b, 3, side, side});
   std::vector<std::string> captions;
@@ -63,8 +69,12 @@ std::vector<std::map<std::string, Tensor>> LiveEncodings::samples(std::span<cons
     const int64_t position = kept_[static_cast<size_t>(i)];
     // Under BadData::error, an image that does not decode throws here, naming its file.
     const data::ImageSample sample = dataset_->read(position);
-    const std::optional<Tensor> image =
-        data::preprocess_image(sample.image, transform_, static_cast<uint64_t>(position));
+    // ImageTransform's random square is drawn at (seed, index): the draw is the seed.
+    const bool random = options_.crop == data::ImageCrop::random && !crop_draws.empty();
+    const data::ImageTransform transform =
+        random ? data::ImageTransform{.size = side, .crop = data::ImageCrop::random, .seed = crop_draws[static_cast<size_t>(k)]}
+               : center_;
+    const std::optional<Tensor> image = data::preprocess_image(sample.image, transform, static_cast<uint64_t>(position));
     TITAN_CHECK(image.has_value(), options_.data_key, ": sample ", position, " ('", sample.key, "') is ",
                 sample.image.width, "x", sample.image.height, ", smaller than flux.image_size = ", side,
                 " on a side; set training.bad_data = \"skip\" to leave such images out");

@@ -5,8 +5,11 @@
 // T5 and CLIP block by block, the autoencoder whole for its forward); then every rank must ask for
 // samples as often as the others
 // (FluxBatches does: every rank draws each micro-batch and validation batch). The images are made as
-// `titan flux encode --crop center` makes them (resized, the middle square cut), so the same data,
-// encoders and seed give the batches of a cache encoded that way (to float rounding).
+// `titan flux encode` makes them (resized, a square cut). Under the random crop each draw of a
+// sample cuts its own square (the draw is the batches', flux_batches.h: a function of the seed
+// and the sample's slot, so a resumed run cuts what the uninterrupted one would), which a cache,
+// cut once, cannot; validation takes the centre. Under the centre crop the same data, encoders
+// and seed give the batches of a cache encoded with `--crop center` (to float rounding).
 //
 // Bad data: under BadData::skip every image is decoded once when the source is built, and those
 // that do not decode or are smaller than the image size are left out (as the cache's encoder
@@ -35,6 +38,7 @@ struct LiveEncodingsOptions {
   ConditioningPaths encoders;
   int64_t t5_length = 256;
   int64_t image_size = 256;
+  data::ImageCrop crop = data::ImageCrop::random;  // training's; validation's is the centre
   data::BadData bad_data = data::BadData::error;
   std::string data_key = "flux.data_path";  // what messages call `data_path`
   // FSDP of the encoders' weights over shard_group when it has several ranks (replicated over
@@ -49,7 +53,8 @@ class LiveEncodings : public SampleEncodings {
 
   int64_t size() const override { return static_cast<int64_t>(kept_.size()); }
   // One batch through the encoders.
-  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices) override;
+  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices,
+                                                     std::span<const uint64_t> crop_draws) override;
   const std::map<std::string, Tensor>& empty_prompt() const override { return empty_prompt_; }
   double scaling_factor() const override;
   double shift_factor() const override;
@@ -62,7 +67,7 @@ class LiveEncodings : public SampleEncodings {
 
  private:
   LiveEncodingsOptions options_;
-  data::ImageTransform transform_;
+  data::ImageTransform center_;
   std::unique_ptr<ConditioningStack> stack_;
   std::unique_ptr<data::ImageCaptionDataset> dataset_;
   std::vector<int64_t> kept_;  // the data-set position of each sample

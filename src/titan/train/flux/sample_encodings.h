@@ -20,7 +20,11 @@ class SampleEncodings {
   // The encodings of samples `indices` (positions in [0, size())), one map per index in order:
   // "t5" [L, d], "clip_pooled" [d'], "latent_mean" and "latent_logvar" [C, h, w], without the
   // batch dimension. A sample's encodings do not depend on which others are asked with it.
-  virtual std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices) = 0;
+  // `crop_draws`, empty or one per index, are the draws of a source that cuts its images as it
+  // reads them under a random crop (live_encodings.h): a draw picks the square, and none (as for
+  // validation) the centre. A cache's squares were cut when it was encoded; it takes no draws.
+  virtual std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices,
+                                                             std::span<const uint64_t> crop_draws) = 0;
   // The empty caption's "t5" and "clip_pooled" (prompt dropout).
   virtual const std::map<std::string, Tensor>& empty_prompt() const = 0;
   // The autoencoder's: training's x0 = (latent - shift_factor) * scaling_factor.
