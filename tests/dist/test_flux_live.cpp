@@ -1,6 +1,6 @@
 // FLUX training with the frozen encoders run every step, FSDP over the world's ranks (the
-// transformer's weights and the encoders' sharded over dp_shard, T5 and CLIP gathered block by
-// block, the autoencoder whole for its forward), takes the steps one rank takes on the same
+// transformer's weights and the encoders' sharded over dp_shard, each gathered block by block),
+// takes the steps one rank takes on the same
 // global batch, validation included.
 #include <gtest/gtest.h>
 
@@ -72,11 +72,11 @@ TEST(FluxLive, ShardedEncodersOverTheRanksTakeOneRanksSteps) {
               << worst << "\n";
 }
 
-// Sharded T5 and CLIP hold a block whole only while it runs (and the next, prefetched): when block
-// i starts, blocks before it are freed again, and after the call nothing is gathered. The
-// encodings are the unsharded encoders', and the memory plan's figures (conditioning_memory.h)
-// are what the encoders hold and gather.
-TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
+// Sharded T5, CLIP and the autoencoder's encoder hold a block whole only while it runs (and the
+// next, prefetched): when block i starts, blocks before it are freed again, and after the call
+// nothing is gathered. The encodings are the unsharded encoders', and the memory plan's figures
+// (conditioning_memory.h) are what the encoders hold and gather.
+TEST(FluxLive, ShardedEncodersGatherBlockByBlock) {
   dist::ProcessGroup& world = dist::world();
   if (world.size() == 1) GTEST_SKIP() << "one rank has nothing to split";
   double made = world.rank() == 0 && !test::flux_live_pipeline().empty() ? 1 : 0;
@@ -87,6 +87,9 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
   const std::vector<std::string> captions = {"a red circle at the top left", "a blue square"};
   flux::ConditioningStack whole(paths, 8);
   const std::map<std::string, Tensor> want = whole.encode_text(captions);
+  Generator gen(5);
+  const Tensor images = Tensor::rand({2, 3, 32, 32}, gen, {}, -1.0, 1.0);
+  const std::map<std::string, Tensor> want_latents = whole.encode_images(images);
 
   flux::ConditioningStack sharded(paths, 8);
   sharded.shard(world, dist::ProcessGroup::single());
@@ -98,15 +101,20 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
   auto gathered = [&](nn::Module& m) { return gathered_bytes(m) > 0; };
   std::vector<std::string> held_too_long;
   int64_t most_gathered = 0;
-  for (nn::Module* layers : {static_cast<nn::Module*>(sharded.t5().layers.get()),
-                             static_cast<nn::Module*>(sharded.clip().layers.get())}) {
-    std::vector<nn::Module*> blocks;
-    for (const auto& [name, b] : layers->named_children()) blocks.push_back(b.get());
+  auto children = [](const nn::Module& layers) {
+    std::vector<nn::Module*> out;
+    for (const auto& [name, b] : layers.named_children()) out.push_back(b.get());
+    return out;
+  };
+  nn::Module& image_encoder = *sharded.autoencoder().encoder;
+  for (const std::vector<nn::Module*>& blocks :
+       {children(*sharded.t5().layers), children(*sharded.clip().layers), sharded.autoencoder().encoder->blocks()}) {
     ASSERT_GE(blocks.size(), 2u);
     for (size_t i = 0; i < blocks.size(); ++i)
       blocks[i]->register_forward_pre_hook([&, blocks, i](nn::Module&) {
         // Block i is gathered now (FSDP's hook ran first), the next one on its way.
-        most_gathered = std::max({most_gathered, gathered_bytes(sharded.t5()), gathered_bytes(sharded.clip())});
+        most_gathered = std::max({most_gathered, gathered_bytes(sharded.t5()), gathered_bytes(sharded.clip()),
+                                  gathered_bytes(image_encoder)});
         for (size_t j = 0; j < i; ++j)
           if (gathered(*blocks[j]))
             held_too_long.push_back("block " + std::to_string(j) + " when block " + std::to_string(i) + " starts");
@@ -126,13 +134,17 @@ TEST(FluxLive, ShardedTextEncodersGatherBlockByBlock) {
     EXPECT_EQ(flux::conditioning_memory(paths, 1, true).kept, whole.weight_bytes());
   }
   const std::map<std::string, Tensor> got = sharded.encode_text(captions);
+  const std::map<std::string, Tensor> got_latents = sharded.encode_images(images);
   EXPECT_GT(most_gathered, 0);
   EXPECT_LE(most_gathered, planned.gathered);
   EXPECT_TRUE(held_too_long.empty()) << held_too_long.front();
   EXPECT_FALSE(gathered(sharded.t5())) << "T5 left gathered after the call";
   EXPECT_FALSE(gathered(sharded.clip())) << "CLIP left gathered after the call";
+  EXPECT_FALSE(gathered(sharded.autoencoder())) << "the autoencoder left gathered after the call";
   for (const char* key : {"t5", "clip_pooled"})
     EXPECT_EQ(testing::relative_difference(got.at(key), want.at(key)), 0.0) << key;
+  for (const char* key : {"latent_mean", "latent_logvar"})
+    EXPECT_EQ(testing::relative_difference(got_latents.at(key), want_latents.at(key)), 0.0) << key;
 }
 
 }  // namespace

@@ -159,6 +159,13 @@ Tensor Encoder::forward(const Tensor& image) const {
   return head(*conv_norm_out, *conv_out, (*mid_block)(h));
 }
 
+std::vector<nn::Module*> Encoder::blocks() const {
+  std::vector<nn::Module*> out;
+  for (const auto& b : *down_blocks) out.push_back(b.get());
+  out.push_back(mid_block.get());
+  return out;
+}
+
 Decoder::Decoder(const ModelArgs& a, TensorOptions opts) {
   const std::vector<int64_t>& ch = a.block_out_channels;
   conv_in = register_module("conv_in", conv3x3(a.latent_channels, ch.back(), opts));
@@ -179,6 +186,12 @@ Tensor Decoder::forward(const Tensor& z) const {
   Tensor h = (*mid_block)((*conv_in)(z));
   for (const auto& b : *up_blocks) h = (*b)(h);
   return head(*conv_norm_out, *conv_out, h);
+}
+
+std::vector<nn::Module*> Decoder::blocks() const {
+  std::vector<nn::Module*> out = {mid_block.get()};
+  for (const auto& b : *up_blocks) out.push_back(b.get());
+  return out;
 }
 
 DiagonalGaussian::DiagonalGaussian(const Tensor& moments) {

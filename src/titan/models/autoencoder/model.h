@@ -4,6 +4,7 @@
 // The module tree and so the parameter names are diffusers' ("encoder.down_blocks.0.resnets.1.
 // conv2.weight"); state_dict_adapter.h maps them to BFL's. Images and latents are NCHW.
 #include <memory>
+#include <vector>
 
 #include "titan/models/autoencoder/model_args.h"
 #include "titan/nn/conv2d.h"
@@ -118,6 +119,8 @@ class Encoder : public nn::Module {
   Tensor operator()(const Tensor& x) {
     return run_forward(x, [this](const Tensor& in) { return forward(in); });
   }
+  // The levels, then the mid block, in the order forward runs them (FSDP's units).
+  std::vector<nn::Module*> blocks() const;
 
   std::shared_ptr<nn::Conv2d> conv_in;
   std::shared_ptr<nn::ModuleList<DownBlock>> down_blocks;
@@ -135,6 +138,8 @@ class Decoder : public nn::Module {
   Tensor operator()(const Tensor& x) {
     return run_forward(x, [this](const Tensor& in) { return forward(in); });
   }
+  // The mid block, then the levels, in the order forward runs them.
+  std::vector<nn::Module*> blocks() const;
 
   std::shared_ptr<nn::Conv2d> conv_in;
   std::shared_ptr<MidBlock> mid_block;

@@ -39,14 +39,11 @@ Tensor token_ids(const data::Tokenizer& tokenizer, std::span<const std::string> 
   return ids;
 }
 
-// Around one encoder's call when it is sharded: with `whole`, its whole weights gathered first
-// (the autoencoder, one unit: its blocks' calls are not hooked); T5 and CLIP gather block by block
-// in their forwards' hooks and leave the root unit gathered. After the call every unit is freed.
+// Around one encoder's call when it is sharded: its forward's hooks gather block by block and
+// leave the root unit gathered; after the call every unit is freed.
 class ShardedCall {
  public:
-  ShardedCall(parallel::FullyShard* fsdp, bool whole) : fsdp_(fsdp) {
-    if (fsdp_ && whole) fsdp_->unshard_all();
-  }
+  explicit ShardedCall(parallel::FullyShard* fsdp) : fsdp_(fsdp) {}
   ~ShardedCall() {
     if (fsdp_) fsdp_->reshard_all();
   }
@@ -80,10 +77,10 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
   if (!sharded()) weights_in_bf16.emplace(frozen_casts_);
   Tensor t5;
   {
-    const ShardedCall call(t5_fsdp_.get(), false);
+    const ShardedCall call(t5_fsdp_.get());
     t5 = t5_->forward(token_ids(*t5_tokenizer_, captions, t5_length_)).detach();
   }
-  const ShardedCall call(clip_fsdp_.get(), false);
+  const ShardedCall call(clip_fsdp_.get());
   const models::clip::ClipTextOutput clip =
       clip_->forward(token_ids(*clip_tokenizer_, captions, clip_->args().max_positions));
   return {{"t5", t5}, {"clip_pooled", clip.pooler_output.detach()}};
@@ -91,7 +88,7 @@ std::map<std::string, Tensor> ConditioningStack::encode_text(std::span<const std
 
 std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& images) {
   autograd::NoGradGuard frozen;
-  const ShardedCall call(autoencoder_fsdp_.get(), true);
+  const ShardedCall call(image_encoder_fsdp_.get());
   const models::autoencoder::DiagonalGaussian d = autoencoder_->encode_distribution(images);
   return {{"latent_mean", d.mean.detach()}, {"latent_logvar", d.logvar.detach()}};
 }
@@ -99,8 +96,10 @@ std::map<std::string, Tensor> ConditioningStack::encode_images(const Tensor& ima
 void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group) {
   TITAN_CHECK(!sharded(), "FLUX conditioning: the encoders are sharded already");
   frozen_casts_.clear();
-  // T5 and CLIP a unit per block, as TorchTitan's FLUX shards its T5: a rank holds its shards,
-  // the root unit and at most two blocks whole at once (the one running, the next prefetched).
+  // A unit per block, as TorchTitan's FLUX shards its T5: a rank holds its shards, the root unit
+  // and at most two blocks whole at once (the one running, the next prefetched). The autoencoder's
+  // encoder and decoder are a root each (the decoder does not run in training); its quant convs,
+  // 1x1 and outside both, stay whole.
   auto blocks = [](nn::Module& layers) {
     std::vector<nn::Module*> out;
     for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
@@ -108,12 +107,20 @@ void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist:
   };
   t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, blocks(*t5_->layers), shard_group, replicate_group);
   clip_fsdp_ = std::make_unique<parallel::FullyShard>(*clip_, blocks(*clip_->layers), shard_group, replicate_group);
-  autoencoder_fsdp_ = std::make_unique<parallel::FullyShard>(*autoencoder_, std::vector<nn::Module*>{}, shard_group,
-                                                             replicate_group);
+  image_encoder_fsdp_ = std::make_unique<parallel::FullyShard>(
+      *autoencoder_->encoder, autoencoder_->encoder->blocks(), shard_group, replicate_group);
+  image_decoder_fsdp_ = std::make_unique<parallel::FullyShard>(
+      *autoencoder_->decoder, autoencoder_->decoder->blocks(), shard_group, replicate_group);
 }
 
 int64_t ConditioningStack::weight_bytes() const {
-  if (sharded()) return t5_fsdp_->shard_bytes() + clip_fsdp_->shard_bytes() + autoencoder_fsdp_->shard_bytes();
+  if (sharded()) {
+    const int64_t quant_convs = bytes_of(autoencoder_->named_parameters()) -
+                                bytes_of(autoencoder_->encoder->named_parameters()) -
+                                bytes_of(autoencoder_->decoder->named_parameters());
+    return t5_fsdp_->shard_bytes() + clip_fsdp_->shard_bytes() + image_encoder_fsdp_->shard_bytes() +
+           image_decoder_fsdp_->shard_bytes() + quant_convs;
+  }
   return bytes_of(t5_->named_parameters()) + bytes_of(clip_->named_parameters()) +
          bytes_of(autoencoder_->named_parameters()) + frozen_casts_.bytes();
 }

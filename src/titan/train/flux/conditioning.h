@@ -42,10 +42,10 @@ class ConditioningStack {
   std::map<std::string, Tensor> encode_images(const Tensor& images);
 
   // FSDP over `shard_group` (replicated over `replicate_group`): each rank keeps 1/N of each
-  // encoder's weights. T5 and CLIP are a unit per block: their forwards gather each block as it
-  // runs (the next one prefetched) and free it after, so a rank never holds a text encoder whole.
-  // The autoencoder is one unit, gathered whole for encode_images and freed after it. Collective,
-  // and so is every encode_* after it: every rank of the groups must encode alike.
+  // encoder's weights. T5, CLIP and the autoencoder's encoder and decoder (each a root of its own;
+  // the 1x1 quant convs outside both stay whole) are a unit per block: their forwards gather each
+  // block as it runs (the next one prefetched) and free it after, so a rank never holds an encoder
+  // whole. Collective, and so is every encode_* after it: every rank of the groups must encode alike.
   void shard(const dist::ProcessGroup& shard_group, const dist::ProcessGroup& replicate_group);
   bool sharded() const { return t5_fsdp_ != nullptr; }
   // Bytes of the encoders' weights this rank holds between calls: its shards once sharded, else
@@ -66,7 +66,7 @@ class ConditioningStack {
   std::unique_ptr<models::t5::T5Encoder> t5_;
   std::unique_ptr<models::clip::ClipTextModel> clip_;
   std::shared_ptr<models::autoencoder::Autoencoder> autoencoder_;
-  std::unique_ptr<parallel::FullyShard> t5_fsdp_, clip_fsdp_, autoencoder_fsdp_;
+  std::unique_ptr<parallel::FullyShard> t5_fsdp_, clip_fsdp_, image_encoder_fsdp_, image_decoder_fsdp_;
   // The text encoders' weights as their products multiply them under bf16 autocast, made on the
   // first call and kept (the encoders are frozen): half their f32 size more memory.
   AutocastCasts frozen_casts_;

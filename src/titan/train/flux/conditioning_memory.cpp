@@ -34,22 +34,28 @@ Count count(const nn::Module& m, int64_t ranks) {
   return c;
 }
 
-// A text encoder sharded a unit per block: its counts, the most it gathers at once, and the
-// elements its products multiply (the blocks' matrices: what ConditioningStack keeps in bf16).
-struct TextEncoder {
+// An encoder sharded a unit per block: its counts, the most it gathers at once, and the elements
+// its blocks' matrices hold (what ConditioningStack keeps in bf16 of a text encoder).
+struct Units {
   Count all;
   int64_t gathered = 0, matrices = 0;
 };
-TextEncoder text_encoder(const nn::Module& model, const nn::Module& layers, int64_t ranks) {
-  TextEncoder e{.all = count(model, ranks)};
-  std::vector<int64_t> blocks;
-  for (const auto& [name, block] : layers.named_children()) {
-    blocks.push_back(count(*block, ranks).whole);
-    for (const auto& [pname, p] : block->named_parameters())
-      if (p.dim() == 2) e.matrices += p.numel();
+Units units(const nn::Module& model, const std::vector<nn::Module*>& blocks, int64_t ranks) {
+  Units u{.all = count(model, ranks)};
+  std::vector<int64_t> sizes;
+  for (const nn::Module* block : blocks) {
+    sizes.push_back(count(*block, ranks).whole);
+    for (const auto& [name, p] : block->named_parameters())
+      if (p.dim() == 2) u.matrices += p.numel();
   }
-  e.gathered = fsdp_gathered_at_most(e.all.whole, blocks);
-  return e;
+  u.gathered = fsdp_gathered_at_most(u.all.whole, sizes);
+  return u;
+}
+
+std::vector<nn::Module*> children(const nn::Module& layers) {
+  std::vector<nn::Module*> out;
+  for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
+  return out;
 }
 
 }  // namespace
@@ -67,9 +73,10 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
           : models::autoencoder::flavor("flux");
   const models::autoencoder::Autoencoder autoencoder(ae_args);
 
-  const TextEncoder t5_units = text_encoder(t5, *t5.layers, shard_ranks);
-  const TextEncoder clip_units = text_encoder(clip, *clip.layers, shard_ranks);
-  const Count ae = count(autoencoder, shard_ranks);
+  const Units t5_units = units(t5, children(*t5.layers), shard_ranks);
+  const Units clip_units = units(clip, children(*clip.layers), shard_ranks);
+  const Units image_encoder = units(*autoencoder.encoder, autoencoder.encoder->blocks(), shard_ranks);
+  const Count ae = count(autoencoder, shard_ranks), decoder = count(*autoencoder.decoder, shard_ranks);
   FrozenBytes m;
   if (shard_ranks == 1) {
     // Whole on every rank, and ConditioningStack keeps the text encoders' bf16 copies across calls.
@@ -77,8 +84,10 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
                    (bf16 ? kBF16Bytes * (t5_units.matrices + clip_units.matrices) : 0);
     return m;
   }
-  m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + ae.shard);
-  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, ae.whole});
+  // The quant convs, outside the encoder's and decoder's units, stay whole; the decoder does not run.
+  const int64_t quant_convs = ae.whole - image_encoder.all.whole - decoder.whole;
+  m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + image_encoder.all.shard + decoder.shard + quant_convs);
+  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, image_encoder.gathered});
   return m;
 }
 

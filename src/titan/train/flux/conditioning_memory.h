@@ -9,13 +9,11 @@
 
 namespace titan::train::flux {
 
-
-// The encoders of `paths` sharded over `shard_ranks` (1: every rank holds them whole).
 // The encoders of `paths` sharded over `shard_ranks` (1: every rank holds them whole). Kept: the
 // weights (f32) whole, or this rank's FSDP shards of them; whole and under bf16, the bf16 copies
-// ConditioningStack keeps of the text encoders' matrices too. Gathered, when sharded: T5's or
-// CLIP's root unit with two blocks (the running one and the next, prefetched), or the whole
-// autoencoder.
+// ConditioningStack keeps of the text encoders' matrices too. Gathered, when sharded: the root
+// unit of T5, CLIP or the autoencoder's encoder with two of its blocks (the running one and the
+// next, prefetched), whichever is most.
 FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16);
 
 }  // namespace titan::train::flux

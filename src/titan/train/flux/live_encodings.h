@@ -2,8 +2,7 @@
 // FLUX training's data without an encoding cache: the frozen encoders (conditioning.h) run on each
 // batch's images and captions as it is drawn, without gradients, every rank on its own rows. Given
 // a shard group of several ranks, the encoders' weights are FSDP-sharded over it (conditioning.h:
-// T5 and CLIP block by block, the autoencoder whole for its forward); then every rank must ask for
-// samples as often as the others
+// block by block); then every rank must ask for samples as often as the others
 // (FluxBatches does: every rank draws each micro-batch and validation batch). The images are made as
 // `titan flux encode` makes them (resized, a square cut). Under the random crop each draw of a
 // sample cuts its own square (the draw is the batches', flux_batches.h: a function of the seed
