@@ -41,6 +41,10 @@ class Mask {
   // q - left <= k <= q + right: the `left` keys before the query, the query itself and the
   // `right` keys after it (right = 0: causal within the window).
   static Mask sliding_window(int64_t left, int64_t right = 0);
+  // Every query sees every key of a `seq`-token sequence (no mask): the window that reaches the
+  // whole sequence both ways, so that it takes the rule form splash's tiles, ring attention and
+  // graph mode's custom call carry.
+  static Mask every_pair(int64_t seq) { return sliding_window(seq, seq); }
   // k <= q and doc_ids[b, k] == doc_ids[b, q]: packed sequences attend causally within their own
   // document. doc_ids [B, S], i32 or i64, one id per token. In graph mode the ids are a value of the
   // step being captured: the rule cannot read them, so it classifies tiles by causality alone

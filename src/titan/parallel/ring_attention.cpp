@@ -187,8 +187,7 @@ RingMasks RingMasks::build(int64_t batch, int64_t local_seq, const RingAttention
   TITAN_CHECK(opts.causal || (!opts.document_ids.defined() && !opts.window_left), op,
               ": attention without the causal rule sees every pair, so it takes no document ids or window; "
               "leave them unset or set causal");
-  // A window reaching the whole sequence both ways: every pair, in the rule form the others take.
-  Mask rule = opts.causal ? Mask::causal() : Mask::sliding_window(seq, seq);
+  Mask rule = opts.causal ? Mask::causal() : Mask::every_pair(seq);
   if (opts.document_ids.defined()) {
     const Tensor& ids = opts.document_ids;
     TITAN_CHECK(ids.dim() == 2 && ids.size(0) == batch && ids.size(1) == seq, op,

@@ -44,11 +44,8 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const BlockCont
   if (ctx.attend) {
     out = ctx.attend(qr, kr, v.contiguous());
   } else {
-    // A window reaching `seq` tokens both ways shows every pair: attention without a mask, in the
-    // form graph mode's splash custom call carries.
-    const attention::BlockMask mask =
-        attention::BlockMask::build(attention::Mask::sliding_window(seq, seq), batch, seq);
-    out = attention::splash_attention(qr, kr, v.contiguous(), mask);
+    out = attention::splash_attention(qr, kr, v.contiguous(),
+                                      attention::BlockMask::build(attention::Mask::every_pair(seq), batch, seq));
   }
   return out.reshape({batch, seq, q.size(2) * q.size(3)});
 }
