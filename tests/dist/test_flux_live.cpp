@@ -122,16 +122,17 @@ TEST(FluxLive, ShardedEncodersGatherBlockByBlock) {
   }
   // The memory plan's figures for these encoders (reckoned from their configs): what this rank
   // keeps is its shards, and what it gathers covers the root unit and two blocks of either.
-  const FrozenBytes planned = flux::conditioning_memory(paths, world.size(), false);
+  const flux::EncoderBatch batch{.rows = 2, .image_size = 32, .t5_length = 8};
+  const FrozenBytes planned = flux::conditioning_memory(paths, world.size(), false, batch);
   EXPECT_EQ(planned.kept, sharded.weight_bytes());
-  const FrozenBytes unsharded = flux::conditioning_memory(paths, 1, false);
+  const FrozenBytes unsharded = flux::conditioning_memory(paths, 1, false, batch);
   EXPECT_EQ(unsharded.kept, whole.weight_bytes());
   EXPECT_EQ(unsharded.gathered, 0);
   if (!kernels::cpu::onednn_bf16_isa().empty()) {
     // Whole and under bf16, the stack keeps its products' bf16 copies of the text encoders' weights.
     const AutocastGuard bf16(kBF16);
     (void)whole.encode_text(captions);
-    EXPECT_EQ(flux::conditioning_memory(paths, 1, true).kept, whole.weight_bytes());
+    EXPECT_EQ(flux::conditioning_memory(paths, 1, true, batch).kept, whole.weight_bytes());
   }
   const std::map<std::string, Tensor> got = sharded.encode_text(captions);
   const std::map<std::string, Tensor> got_latents = sharded.encode_images(images);

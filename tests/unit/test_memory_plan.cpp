@@ -119,7 +119,8 @@ TEST(MemoryPlan, AvailableMemoryIsThisMachinesAtMost) {
 }
 
 // Frozen models (FLUX's encoders run every step) are kept from start-up on, and what they gather
-// runs before the forward: beside the held gradients, not beside the activations.
+// and their own activations exist before the forward: beside the held gradients, not beside the
+// trained model's activations.
 TEST(MemoryPlan, FrozenModelsAreKeptThroughoutAndGatherBeforeTheForward) {
   MemoryPlan p;
   p.param_bytes = 100;
@@ -132,8 +133,11 @@ TEST(MemoryPlan, FrozenModelsAreKeptThroughoutAndGatherBeforeTheForward) {
   p.frozen.kept = 40;
   EXPECT_EQ(p.startup_bytes(), 340);
   EXPECT_EQ(p.peak_bytes(), 340 + 10 + 350);
-  p.frozen.gathered = 400;  // more than the forward's activations with their gathered weights
+  p.frozen.gathered = 300;
+  p.frozen.activations = 100;  // with the weights they gather, more than the forward's activations
   EXPECT_EQ(p.peak_bytes(), 340 + 400 + 50);
+  p.frozen.activations = 0;
+  EXPECT_EQ(p.peak_bytes(), 340 + 10 + 350);
 }
 
 }  // namespace

@@ -218,7 +218,7 @@ void log_memory_plan(const MemoryPlan& p, std::ostream& log) {
       << " (estimate)";
   if (p.held_grad_bytes > 0) log << " with earlier micro-batches' gradients " << gib(p.held_grad_bytes);
   if (p.frozen.kept > 0) log << " + frozen models " << gib(p.frozen.kept);
-  if (p.frozen.gathered > 0) log << " (gathering " << gib(p.frozen.gathered) << " while they run)";
+  if (p.frozen.kept > 0) log << " (running: gathered " << gib(p.frozen.gathered) << ", activations " << gib(p.frozen.activations) << ")";
   log << "; start-up " << gib(p.startup_bytes()) << "\n" << std::flush;
 }
 
@@ -263,8 +263,8 @@ void check_memory_plan(const MemoryPlan& plan, const AvailableMemory& available,
       gib(plan.param_bytes) + ", gathered " + gib(plan.gathered_bytes) + ", gradients " +
       gib(plan.grad_bytes) + ", AdamW moments " + gib(plan.optimizer_bytes) +
       (plan.bucket_bytes > 0 ? ", DDP's buckets " + gib(plan.bucket_bytes) : "") +
-      (plan.frozen.kept > 0 ? ", frozen models " + gib(plan.frozen.kept) + " (gathering " +
-                                  gib(plan.frozen.gathered) + " while they run)"
+      (plan.frozen.kept > 0 ? ", frozen models " + gib(plan.frozen.kept) + " (running: gathered " +
+                                  gib(plan.frozen.gathered) + ", activations " + gib(plan.frozen.activations) + ")"
                              : "") +
       ", activations " +
       gib(plan.activation_bytes) + " estimated) but " + gib(available.bytes) + " are available (" +

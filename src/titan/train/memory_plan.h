@@ -22,12 +22,12 @@ namespace titan::train {
 
 // What a memory plan is computed from: a rank's model after its parallel plans, and its step.
 // Frozen models a step runs besides the trained one (FLUX's encoders every step): what a rank keeps
-// of them throughout, and the most they gather while they run, before the trained model's forward.
-// Their activations are not counted yet (a forward without gradients holds a few at a time, but
-// the autoencoder's at 1024 px are 0.5 GiB a tensor per image).
+// of them throughout, and the most they gather and their activations hold while they run (without
+// gradients, on a micro-batch's rows), before the trained model's forward.
 struct FrozenBytes {
   int64_t kept = 0;
   int64_t gathered = 0;
+  int64_t activations = 0;
 };
 
 struct MemoryPlanInputs {
@@ -70,10 +70,10 @@ struct MemoryPlan {
   // The most a step holds at once: parameters, gathered copies and moments throughout, and at
   // backward's start the activations (with the gradients held), or at its end the gradients, by
   // which time backward has freed the activations; or, while frozen models run before the
-  // forward, what they gather with the gradients held.
+  // forward, what they gather and their activations with the gradients held.
   int64_t peak_bytes() const {
     return startup_bytes() + std::max(gathered_bytes + std::max(grad_bytes, held_grad_bytes + activation_bytes),
-                                      frozen.gathered + held_grad_bytes);
+                                      frozen.gathered + frozen.activations + held_grad_bytes);
   }
 };
 

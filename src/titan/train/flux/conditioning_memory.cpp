@@ -58,13 +58,51 @@ std::vector<nn::Module*> children(const nn::Module& layers) {
   return out;
 }
 
+// Encoder blocks' activations (conditioning_memory.h): the bias, then per row the feed-forward's
+// intermediates and the hidden states.
+int64_t encoder_block_activations(int64_t bias_elements, int64_t rows, int64_t length, int64_t d_model, int64_t d_ff,
+                                  bool gated, bool bf16) {
+  const int64_t feed_forward = gated ? kF32Bytes * 3 * d_ff + (bf16 ? kBF16Bytes * d_ff : 0) : kF32Bytes * 2 * d_ff;
+  return kF32Bytes * bias_elements + rows * length * (feed_forward + kF32Bytes * 4 * d_model);
+}
+
+// The largest matrix of `model`'s blocks in bf16: the copy a product makes of its gathered weight
+// under bf16 when the stack keeps no copies (sharded).
+int64_t largest_matrix_bf16(const std::vector<nn::Module*>& blocks) {
+  int64_t most = 0;
+  for (const nn::Module* block : blocks)
+    for (const auto& [name, p] : block->named_parameters())
+      if (p.dim() == 2) most = std::max(most, kBF16Bytes * p.numel());
+  return most;
+}
+
 }  // namespace
 
-FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16) {
+int64_t t5_activation_bytes(const models::t5::ModelArgs& args, int64_t rows, int64_t length, bool bf16) {
+  return encoder_block_activations(args.n_heads * length * length, rows, length, args.d_model, args.d_ff, true, bf16);
+}
+
+int64_t clip_activation_bytes(const models::clip::ModelArgs& args, int64_t rows, bool bf16) {
+  const int64_t length = args.max_positions;
+  return encoder_block_activations(length * length, rows, length, args.dim, args.ffn_dim, false, bf16);
+}
+
+int64_t image_encoder_activation_bytes(const models::autoencoder::ModelArgs& args, int64_t rows, int64_t image_size) {
+  int64_t level = 0, side = image_size;
+  for (const int64_t channels : args.block_out_channels) {
+    level = std::max(level, channels * side * side);
+    side /= 2;
+  }
+  return kF32Bytes * rows * (args.in_channels * image_size * image_size + 6 * level);
+}
+
+FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16,
+                                const EncoderBatch& batch) {
   const MetaScope meta;
-  const models::t5::T5Encoder t5(models::t5::parse_hf_config(checkpoint::HfReader(paths.t5).config()));
-  const models::clip::ClipTextModel clip(
-      models::clip::parse_hf_config(checkpoint::HfReader(paths.clip).config()));
+  const models::t5::ModelArgs t5_args = models::t5::parse_hf_config(checkpoint::HfReader(paths.t5).config());
+  const models::clip::ModelArgs clip_args = models::clip::parse_hf_config(checkpoint::HfReader(paths.clip).config());
+  const models::t5::T5Encoder t5(t5_args);
+  const models::clip::ClipTextModel clip(clip_args);
   const models::autoencoder::ModelArgs ae_args =
       fs::is_directory(paths.autoencoder)
           ? models::autoencoder::parse_diffusers_config(
@@ -78,6 +116,9 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
   const Units image_encoder = units(*autoencoder.encoder, autoencoder.encoder->blocks(), shard_ranks);
   const Count ae = count(autoencoder, shard_ranks), decoder = count(*autoencoder.decoder, shard_ranks);
   FrozenBytes m;
+  m.activations = std::max({t5_activation_bytes(t5_args, batch.rows, batch.t5_length, bf16),
+                            clip_activation_bytes(clip_args, batch.rows, bf16),
+                            image_encoder_activation_bytes(ae_args, batch.rows, batch.image_size)});
   if (shard_ranks == 1) {
     // Whole on every rank, and ConditioningStack keeps the text encoders' bf16 copies across calls.
     m.kept = kF32Bytes * (t5_units.all.whole + clip_units.all.whole + ae.whole) +
@@ -87,7 +128,8 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
   // The quant convs, outside the encoder's and decoder's units, stay whole; the decoder does not run.
   const int64_t quant_convs = ae.whole - image_encoder.all.whole - decoder.whole;
   m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + image_encoder.all.shard + decoder.shard + quant_convs);
-  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, image_encoder.gathered});
+  const int64_t casts = bf16 ? std::max(largest_matrix_bf16(children(*t5.layers)), largest_matrix_bf16(children(*clip.layers))) : 0;
+  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, image_encoder.gathered}) + casts;
   return m;
 }
 

@@ -244,8 +244,12 @@ class FluxWorkload : public Workload {
   // build_data shards them, else whole on every rank.
   FrozenBytes frozen_bytes(const JobConfig& c, dist::DeviceMesh& mesh) const override {
     if (c.flux.data_path.empty()) return {};
+    // A call encodes a micro-batch's rows, or a validation batch's.
+    const int64_t rows = std::max(c.training.local_batch_size,
+                                  c.validation.enable ? c.validation.local_batch_size : int64_t{0});
     return conditioning_memory(pipeline_paths(c.flux), mesh[dist::MeshAxis::dp_shard].size(),
-                               c.training.mixed_precision_param == "bfloat16");
+                               c.training.mixed_precision_param == "bfloat16",
+                               {.rows = rows, .image_size = c.flux.image_size, .t5_length = c.flux.t5_length});
   }
 
   void log_model(std::ostream& log, const JobConfig& c, const std::string& checkpointing) const override {
