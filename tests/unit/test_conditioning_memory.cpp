@@ -27,6 +27,19 @@ std::vector<bool> precisions() {
   return {false, true};
 }
 
+// Under bf16: autocast, with the weights' bf16 copies kept across calls as ConditioningStack keeps
+// them.
+struct Precision {
+  explicit Precision(bool bf16) {
+    if (!bf16) return;
+    autocast.emplace(kBF16);
+    kept.emplace(casts);
+  }
+  AutocastCasts casts;
+  std::optional<AutocastGuard> autocast;
+  std::optional<AutocastCastCache> kept;
+};
+
 // The most `forward` holds at once beyond what was live before it, after a first call has made
 // whatever it keeps (bf16 weight copies).
 int64_t measured_peak(const std::function<void()>& forward) {
@@ -57,13 +70,7 @@ TEST(ConditioningMemory, T5ActivationsAreWithinAFifthOfAMeasuredForward) {
   models::t5::T5Encoder t5(args);
   const autograd::NoGradGuard frozen;
   for (const bool bf16 : precisions()) {
-    AutocastCasts casts;
-    std::optional<AutocastGuard> autocast;
-    std::optional<AutocastCastCache> kept;
-    if (bf16) {
-      autocast.emplace(kBF16);
-      kept.emplace(casts);
-    }
+    const Precision precision(bf16);
     for (const int64_t length : {64, 256})
       for (const int64_t rows : {1, 3}) {
         const Tensor ids = Tensor::zeros({rows, length}, {.dtype = kI64});
@@ -84,13 +91,7 @@ TEST(ConditioningMemory, ClipActivationsAreWithinAFifthOfAMeasuredForward) {
   models::clip::ClipTextModel clip(args);
   const autograd::NoGradGuard frozen;
   for (const bool bf16 : precisions()) {
-    AutocastCasts casts;
-    std::optional<AutocastGuard> autocast;
-    std::optional<AutocastCastCache> kept;
-    if (bf16) {
-      autocast.emplace(kBF16);
-      kept.emplace(casts);
-    }
+    const Precision precision(bf16);
     for (const int64_t rows : {2, 8}) {
       const Tensor ids = Tensor::zeros({rows, args.max_positions}, {.dtype = kI64});
       expect_close(clip_activation_bytes(args, rows, bf16), measured_peak([&] { (void)clip.forward(ids); }),
@@ -104,8 +105,7 @@ TEST(ConditioningMemory, ImageEncoderActivationsAreWithinAFifthOfAMeasuredForwar
   models::autoencoder::Autoencoder autoencoder(args);
   const autograd::NoGradGuard frozen;
   for (const bool bf16 : precisions()) {
-    std::optional<AutocastGuard> autocast;
-    if (bf16) autocast.emplace(kBF16);
+    const Precision precision(bf16);
     for (const int64_t size : {64, 128})
       for (const int64_t rows : {1, 2}) {
         Generator gen(3);
