@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "support/flux_live_pipeline.h"
@@ -180,16 +181,60 @@ TEST(FluxLive, RandomCropCutsAfreshAtEachDrawAndTheCenterForValidation) {
   for (uint64_t draw = 1; draw <= 4; ++draw) differ += relative(mean(random, {draw}), mean(random, {draw + 100})) > 1e-3;
   EXPECT_GE(differ, 3) << "four pairs of draws, 65 offsets each: at most one pair may cut the same square";
 
-  // In training, each slot draws its own square: the 3 samples read in epoch 0 (slots 0-2) and again
-  // in epoch 1 (slots 3-5) get other squares there, so their batches differ beyond the noise draws;
-  // a second FluxBatches (a resumed run) cuts the same ones. Validation takes the centre.
+  // In training the batches cut random squares, and validation the centre.
   FluxConfig cfg;
   cfg.prompt_dropout = 0;
-  FluxBatches batches(random, 0, 3, cfg, 7, 2), resumed(random, 0, 3, cfg, 7, 2), fixed(centered, 0, 3, cfg, 7, 2);
-  const FluxBatch first = batches.training(3, 3);
-  EXPECT_EQ(relative(resumed.training(3, 3).x0, first.x0), 0.0);
-  EXPECT_GT(relative(first.x0, fixed.training(3, 3).x0), 1e-3) << "the random crop cut the centre every time";
+  FluxBatches batches(random, 0, 3, cfg, 7, 2), fixed(centered, 0, 3, cfg, 7, 2);
+  EXPECT_GT(relative(batches.training(3, 3).x0, fixed.training(3, 3).x0), 1e-3) << "the random crop cut the centre";
   EXPECT_EQ(relative(batches.validation({0, 2}, 0.5).x0, fixed.validation({0, 2}, 0.5).x0), 0.0);
+}
+
+// A source that records the (sample, crop draw) pairs each call asks `inner` for.
+class RecordedDraws : public SampleEncodings {
+ public:
+  explicit RecordedDraws(std::shared_ptr<SampleEncodings> inner) : inner_(std::move(inner)) {}
+  int64_t size() const override { return inner_->size(); }
+  std::vector<std::map<std::string, Tensor>> samples(std::span<const int64_t> indices,
+                                                     std::span<const uint64_t> crop_draws) override {
+    EXPECT_EQ(crop_draws.size(), indices.size()) << "a training batch without a draw per sample";
+    for (size_t k = 0; k < indices.size() && k < crop_draws.size(); ++k) draws.emplace_back(indices[k], crop_draws[k]);
+    return inner_->samples(indices, crop_draws);
+  }
+  const std::map<std::string, Tensor>& empty_prompt() const override { return inner_->empty_prompt(); }
+  double scaling_factor() const override { return inner_->scaling_factor(); }
+  double shift_factor() const override { return inner_->shift_factor(); }
+  std::string description() const override { return inner_->description(); }
+
+  std::vector<std::pair<int64_t, uint64_t>> draws;
+
+ private:
+  std::shared_ptr<SampleEncodings> inner_;
+};
+
+// The crop draw is the slot's: a sample read again in the next epoch gets another draw, and the
+// draws of slots [0, 12) are the same whether one process asks for them in 2 calls, ranks in 4 or
+// a run resumed at slot 6 asks for the rest.
+TEST(FluxLive, CropDrawsAreTheSlotsWhateverTheCallsAndAfterAResume) {
+  const Fixture& f = fixture();
+  NEED_FIXTURE(f);
+  const auto cache = std::make_shared<EncodingCache>(f.cache.string());
+  const FluxConfig cfg;
+  auto draws = [&](const std::vector<std::pair<int64_t, int64_t>>& calls) {
+    const auto recorded = std::make_shared<RecordedDraws>(cache);
+    FluxBatches batches(recorded, 0, 6, cfg, 7, 2);
+    for (const auto& [first, rows] : calls) (void)batches.training(first, rows);
+    return recorded->draws;
+  };
+  const auto whole = draws({{0, 6}, {6, 6}});
+  ASSERT_EQ(whole.size(), 12u);
+  EXPECT_EQ(draws({{0, 3}, {3, 3}, {6, 3}, {9, 3}}), whole);
+  using Draws = std::vector<std::pair<int64_t, uint64_t>>;
+  EXPECT_EQ(draws({{6, 6}}), Draws(whole.begin() + 6, whole.end()));
+  // Epochs 0 and 1 read each of the 6 samples once: with other draws.
+  std::map<int64_t, std::set<uint64_t>> per_sample;
+  for (const auto& [sample, draw] : whole) per_sample[sample].insert(draw);
+  ASSERT_EQ(per_sample.size(), 6u);
+  for (const auto& [sample, seen] : per_sample) EXPECT_EQ(seen.size(), 2u) << "sample " << sample;
 }
 
 const std::string kTiny = std::string(TITAN_SOURCE_DIR) + "/configs/flux/flux_tiny.toml";

@@ -14,7 +14,7 @@ namespace titan::data {
 
 enum class ImageCrop {
   // The square's offset along the long side is uniform over every position, drawn from Philox at
-  // (seed, sample index): the same sample gets the same crop on every run and after a resume.
+  // (seed, sample index): the same (seed, index) gets the same crop on every run and after a resume.
   random,
   // The middle square (offset rounded down): for validation.
   center,

@@ -64,16 +64,12 @@ MidAttention::MidAttention(int64_t channels, int64_t groups, TensorOptions opts)
   to_out->push_back(std::make_shared<nn::Linear>(channels, channels, true, opts));
 }
 
-// The scores are a dense [H*W, H*W] matrix per image. That is acceptable here: the autoencoder is
-// frozen (encoded once per image, never trained through), and this attention runs only at the
-// deepest level, H/8 x W/8 for FLUX: 1024 positions (4 MiB of f32 scores) for a 256 px image,
-// 16384 (1 GiB) for a 1024 px one. A memory-efficient kernel would pay off only for training it.
 Tensor MidAttention::forward(const Tensor& x) const {
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t positions = h * w;
   const Tensor tokens = (*group_norm)(x).reshape({n, c, positions}).transpose(1, 2);  // [N, HW, C]
   // One head of width C: [N, HW, 1, C]. Splash attention's tiles never hold the [HW, HW] scores
-  // (1 GiB an image at 1024 px), as diffusers' SDPA does not.
+  // (at FLUX's deepest level, H/8 x W/8: 1 GiB an image at 1024 px), as diffusers' SDPA does not.
   auto head = [&](nn::Linear& projection) { return projection(tokens).reshape({n, positions, 1, c}); };
   const Tensor attended = attention::splash_attention(
       head(*to_q), head(*to_k), head(*to_v),

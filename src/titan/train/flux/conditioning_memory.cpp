@@ -66,8 +66,8 @@ int64_t encoder_block_activations(int64_t bias_elements, int64_t rows, int64_t l
   return kF32Bytes * bias_elements + rows * length * (feed_forward + kF32Bytes * 4 * d_model);
 }
 
-// The largest matrix of `model`'s blocks in bf16: the copy a product makes of its gathered weight
-// under bf16 when the stack keeps no copies (sharded).
+// The largest matrix of `blocks` in bf16: the copy a product makes of its gathered weight under
+// bf16 when the stack keeps no copies (sharded).
 int64_t largest_matrix_bf16(const std::vector<nn::Module*>& blocks) {
   int64_t most = 0;
   for (const nn::Module* block : blocks)
@@ -115,21 +115,29 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
   const Units clip_units = units(clip, children(*clip.layers), shard_ranks);
   const Units image_encoder = units(*autoencoder.encoder, autoencoder.encoder->blocks(), shard_ranks);
   const Count ae = count(autoencoder, shard_ranks), decoder = count(*autoencoder.decoder, shard_ranks);
+  const int64_t t5_activations = t5_activation_bytes(t5_args, batch.rows, batch.t5_length, bf16),
+                clip_activations = clip_activation_bytes(clip_args, batch.rows, bf16),
+                image_activations = image_encoder_activation_bytes(ae_args, batch.rows, batch.image_size);
   FrozenBytes m;
-  m.activations = std::max({t5_activation_bytes(t5_args, batch.rows, batch.t5_length, bf16),
-                            clip_activation_bytes(clip_args, batch.rows, bf16),
-                            image_encoder_activation_bytes(ae_args, batch.rows, batch.image_size)});
   if (shard_ranks == 1) {
     // Whole on every rank, and ConditioningStack keeps the text encoders' bf16 copies across calls.
     m.kept = kF32Bytes * (t5_units.all.whole + clip_units.all.whole + ae.whole) +
                    (bf16 ? kBF16Bytes * (t5_units.matrices + clip_units.matrices) : 0);
+    m.activations = std::max({t5_activations, clip_activations, image_activations});
     return m;
   }
   // The quant convs, outside the encoder's and decoder's units, stay whole; the decoder does not run.
   const int64_t quant_convs = ae.whole - image_encoder.all.whole - decoder.whole;
   m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + image_encoder.all.shard + decoder.shard + quant_convs);
-  const int64_t casts = bf16 ? std::max(largest_matrix_bf16(children(*t5.layers)), largest_matrix_bf16(children(*clip.layers))) : 0;
-  m.gathered = kF32Bytes * std::max({t5_units.gathered, clip_units.gathered, image_encoder.gathered}) + casts;
+  auto casts = [&](const nn::Module& layers) { return bf16 ? largest_matrix_bf16(children(layers)) : 0; };
+  for (const auto& [gathered, activations] :
+       {std::pair{kF32Bytes * t5_units.gathered + casts(*t5.layers), t5_activations},
+        std::pair{kF32Bytes * clip_units.gathered + casts(*clip.layers), clip_activations},
+        std::pair{kF32Bytes * image_encoder.gathered, image_activations}})
+    if (gathered + activations > m.gathered + m.activations) {
+      m.gathered = gathered;
+      m.activations = activations;
+    }
   return m;
 }
 

@@ -24,8 +24,9 @@ struct EncoderBatch {
 // weights (f32) whole, or this rank's FSDP shards of them; whole and under bf16, the bf16 copies
 // ConditioningStack keeps of the text encoders' matrices too. Gathered, when sharded: the root
 // unit of T5, CLIP or the autoencoder's encoder with two of its blocks (the running one and the
-// next, prefetched), and under bf16 the copy a product makes of its weight, whichever is most.
-// Activations: the most one of them holds at once on `batch` (the *_activation_bytes below).
+// next, prefetched), and under bf16 the copy a product makes of its weight. Activations: what it
+// holds at once on `batch` (the *_activation_bytes below). The encoders run one after another: the
+// figures are those of the one whose gathered weights and activations together are the most.
 FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ranks, bool bf16,
                                 const EncoderBatch& batch);
 
@@ -37,8 +38,9 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
 //   product's bf16 copy of the last; 2 otherwise) and 4 of the hidden states [L, d_model]; the
 //   fused attention kernel holds no scores.
 // - The autoencoder's encoder: per row the image [3, S, S] and 6 tensors of its largest level
-//   (channels x side^2; the first, at full size, for FLUX's), the most a ResNet block holds: its
-//   input, the operand and the output of a convolution, and the convolution's own two layouts.
+//   (channels x side^2; the first, at full size, for FLUX's), what its second ResNet block holds
+//   at most: the level's input (the caller's until the level returns), the block's input, a
+//   convolution's operand and output, and the convolution's own two layouts.
 int64_t t5_activation_bytes(const models::t5::ModelArgs& args, int64_t rows, int64_t length, bool bf16);
 int64_t clip_activation_bytes(const models::clip::ModelArgs& args, int64_t rows, bool bf16);
 int64_t image_encoder_activation_bytes(const models::autoencoder::ModelArgs& args, int64_t rows, int64_t image_size);
