@@ -12,7 +12,10 @@ Writes, each in a folder of its own under DIR:
   clip         OpenAI CLIP's 49,408-id vocabulary built from open_clip's bpe_simple_vocab_16e6.txt.gz
                as its SimpleTokenizer builds it, made into tokenizer.json by transformers'
                CLIPTokenizer (openai/clip-vit-large-patch14's pipeline)
-Each folder holds tokenizer.json, tokenizer_config.json and reference.json: {"texts": [...],
+  clip_files   the same vocabulary as FLUX.1's tokenizer/ folder ships it: vocab.json, merges.txt
+               and tokenizer_config.json, no tokenizer.json; clip's references, which transformers'
+               CLIPTokenizer loaded from these files is checked to give
+Each folder (clip_files but for tokenizer.json) holds tokenizer.json, tokenizer_config.json and reference.json: {"texts": [...],
 "ids": tokenizers' ids without special tokens, "decoded": tokenizers' decode of them,
 "fixed": {L: transformers' tokenizer(texts, padding="max_length", max_length=L,
 truncation=True).input_ids}}. The folders are written beside DIR and renamed into place, so a
@@ -165,6 +168,43 @@ def clip_fixtures(tmp, out, strings, bpe_file):
         "pad_token": "<|endoftext|>",
     }
     write(out / "clip", fast.backend_tokenizer, config, strings, [8, 77], fast)
+    clip_files_fixture(tmp, out, strings)
+
+
+def clip_files_fixture(tmp, out, strings):
+    """CLIP's tokenizer as FLUX.1's tokenizer/ folder ships it: vocab.json, merges.txt and a
+    tokenizer_config.json, no tokenizer.json. transformers builds the tokenizer from them; its ids are
+    checked here to be those of clip/ (whose reference.json the folder gets)."""
+    folder = out / "clip_files"
+    folder.mkdir(parents=True)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(tmp / name, folder / name)
+    special = {"lstrip": False, "normalized": True, "rstrip": False, "single_word": False, "special": True}
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            "49406": {"content": "<|startoftext|>", **special},
+            "49407": {"content": "<|endoftext|>", **special},
+        },
+        "bos_token": "<|startoftext|>",
+        "clean_up_tokenization_spaces": True,
+        "do_lower_case": True,
+        "eos_token": "<|endoftext|>",
+        "errors": "replace",
+        "model_max_length": 77,
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "CLIPTokenizer",
+        "unk_token": "<|endoftext|>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    loaded = CLIPTokenizer.from_pretrained(str(folder))
+    assert not (folder / "tokenizer.json").exists()
+    reference = json.loads((out / "clip" / "reference.json").read_text())
+    assert loaded(strings, add_special_tokens=False).input_ids == reference["ids"], "vocab.json + merges.txt ids"
+    for n, fixed in reference["fixed"].items():
+        assert loaded(strings, padding="max_length", max_length=int(n), truncation=True).input_ids == fixed
+    shutil.copy(out / "clip" / "reference.json", folder / "reference.json")
+    print(f"{folder}: transformers' ids from vocab.json and merges.txt are clip/'s")
 
 
 def main():

@@ -9,6 +9,7 @@
 #include "titan/core/json_fields.h"
 #include "titan/core/parallel.h"
 #include "titan/data/tokenizer/byte_level.h"
+#include "titan/data/tokenizer/clip_vocab_files.h"
 
 namespace titan::data {
 
@@ -58,13 +59,39 @@ int32_t max_token_id(const nlohmann::json& tokenizer, const std::string& source)
 }  // namespace
 
 BpeTokenizer BpeTokenizer::load(const std::filesystem::path& path) {
-  std::filesystem::path file = std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
-  TITAN_CHECK(std::filesystem::is_regular_file(file), "no tokenizer at ", path.string(),
-              ": name a folder holding tokenizer.json, or the tokenizer.json itself");
-  std::filesystem::path config_file = file.parent_path() / "tokenizer_config.json";
-  const std::string tokenizer_text = read_file(file);
-  const std::string config_text = std::filesystem::exists(config_file) ? read_file(config_file) : "{}";
-  return parse(tokenizer_text, config_text, file.string(), config_file.string());
+  namespace fs = std::filesystem;
+  fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
+  const fs::path vocab_file = path / "vocab.json", merges_file = path / "merges.txt";
+  const bool vocab_files = fs::is_directory(path) && !fs::exists(file) && fs::is_regular_file(vocab_file) &&
+                           fs::is_regular_file(merges_file);
+  TITAN_CHECK(vocab_files || fs::is_regular_file(file), "no tokenizer at ", path.string(),
+              ": name a folder holding tokenizer.json (or CLIP's vocab.json, merges.txt and tokenizer_config.json), "
+              "or the tokenizer.json itself");
+  fs::path config_file = file.parent_path() / "tokenizer_config.json";
+  const std::string config_text = fs::exists(config_file) ? read_file(config_file) : "{}";
+  if (!vocab_files) return parse(read_file(file), config_text, file.string(), config_file.string());
+  const nlohmann::json config = parse_json(config_text, config_file.string());
+  const JsonPath at{config_file.string(), ""};
+  const std::string kind = json_fields::field_or<std::string>(config, "tokenizer_class", "", at);
+  TITAN_CHECK(kind == "CLIPTokenizer" || kind == "CLIPTokenizerFast", path.string(),
+              " holds vocab.json and merges.txt but no tokenizer.json; titan builds one from them for CLIP's "
+              "tokenizer alone (tokenizer_config.json's tokenizer_class CLIPTokenizer), and ",
+              config_file.string(), " says '", kind,
+              "'; write tokenizer.json with transformers: AutoTokenizer.from_pretrained(dir).save_pretrained(dir)");
+  auto token = [&](const char* key) {
+    const std::optional<std::string> t = config_token(config, key, at);
+    TITAN_CHECK(t.has_value(), config_file.string(), " names no ", key, "; CLIP's tokenizer needs it");
+    return *t;
+  };
+  const std::string merges = read_file(merges_file);
+  const nlohmann::json tokenizer = clip_tokenizer_json({.vocab = parse_json(read_file(vocab_file), vocab_file.string()),
+                                                        .merges = merges,
+                                                        .vocab_source = vocab_file.string(),
+                                                        .merges_source = merges_file.string(),
+                                                        .bos = token("bos_token"),
+                                                        .eos = token("eos_token"),
+                                                        .unk = token("unk_token")});
+  return parse(tokenizer.dump(), config_text, vocab_file.string() + " and merges.txt", config_file.string());
 }
 
 BpeTokenizer BpeTokenizer::parse(std::string_view tokenizer_text, std::string_view config_text,

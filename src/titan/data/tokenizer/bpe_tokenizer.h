@@ -35,7 +35,9 @@ namespace titan::data {
 class BpeTokenizer {
  public:
   // `path`: a folder holding tokenizer.json (and, optionally, tokenizer_config.json), or the
-  // tokenizer.json file itself. Throws, naming the file and the key, on anything it cannot honour.
+  // tokenizer.json file itself; or a folder of CLIP's vocab.json, merges.txt and
+  // tokenizer_config.json without tokenizer.json (clip_vocab_files.h). Throws, naming the file and
+  // the key, on anything it cannot honour.
   static BpeTokenizer load(const std::filesystem::path& path);
   // The same from the files' text: `source` and `config_source` name them in errors.
   static BpeTokenizer parse(std::string_view tokenizer_json, std::string_view config_json,
