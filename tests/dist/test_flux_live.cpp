@@ -101,14 +101,9 @@ TEST(FluxLive, ShardedEncodersGatherBlockByBlock) {
   auto gathered = [&](nn::Module& m) { return gathered_bytes(m) > 0; };
   std::vector<std::string> held_too_long;
   int64_t most_gathered = 0;
-  auto children = [](const nn::Module& layers) {
-    std::vector<nn::Module*> out;
-    for (const auto& [name, b] : layers.named_children()) out.push_back(b.get());
-    return out;
-  };
   nn::Module& image_encoder = *sharded.autoencoder().encoder;
   for (const std::vector<nn::Module*>& blocks :
-       {children(*sharded.t5().layers), children(*sharded.clip().layers), sharded.autoencoder().encoder->blocks()}) {
+       {flux::block_units(*sharded.t5().layers), flux::block_units(*sharded.clip().layers), sharded.autoencoder().encoder->blocks()}) {
     ASSERT_GE(blocks.size(), 2u);
     for (size_t i = 0; i < blocks.size(); ++i)
       blocks[i]->register_forward_pre_hook([&, blocks, i](nn::Module&) {

@@ -56,6 +56,12 @@ class ShardedCall {
 
 }  // namespace
 
+std::vector<nn::Module*> block_units(const nn::Module& layers) {
+  std::vector<nn::Module*> out;
+  for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
+  return out;
+}
+
 ConditioningStack::ConditioningStack(const ConditioningPaths& paths, int64_t t5_length)
     : paths_(paths), t5_length_(t5_length) {
   TITAN_CHECK(t5_length > 0, "FLUX conditioning: T5's length must be positive, got ", t5_length);
@@ -100,13 +106,9 @@ void ConditioningStack::shard(const dist::ProcessGroup& shard_group, const dist:
   // and at most two blocks whole at once (the one running, the next prefetched). The autoencoder's
   // encoder and decoder are a root each (the decoder does not run in training); its quant convs,
   // 1x1 and outside both, stay whole.
-  auto blocks = [](nn::Module& layers) {
-    std::vector<nn::Module*> out;
-    for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
-    return out;
-  };
-  t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, blocks(*t5_->layers), shard_group, replicate_group);
-  clip_fsdp_ = std::make_unique<parallel::FullyShard>(*clip_, blocks(*clip_->layers), shard_group, replicate_group);
+  t5_fsdp_ = std::make_unique<parallel::FullyShard>(*t5_, block_units(*t5_->layers), shard_group, replicate_group);
+  clip_fsdp_ =
+      std::make_unique<parallel::FullyShard>(*clip_, block_units(*clip_->layers), shard_group, replicate_group);
   image_encoder_fsdp_ = std::make_unique<parallel::FullyShard>(
       *autoencoder_->encoder, autoencoder_->encoder->blocks(), shard_group, replicate_group);
   image_decoder_fsdp_ = std::make_unique<parallel::FullyShard>(

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "titan/core/autocast.h"
 #include "titan/core/tensor.h"
@@ -27,6 +28,9 @@ struct ConditioningPaths {
   std::filesystem::path t5, t5_tokenizer, clip, clip_tokenizer, autoencoder;
   static ConditioningPaths of_pipeline(const std::filesystem::path& dir);
 };
+
+// The children of a text encoder's layer list in order: its FSDP units, one per block.
+std::vector<nn::Module*> block_units(const nn::Module& layers);
 
 class ConditioningStack {
  public:

@@ -34,11 +34,12 @@ Count count(const nn::Module& m, int64_t ranks) {
   return c;
 }
 
-// An encoder sharded a unit per block: its counts, the most it gathers at once, and the elements
-// its blocks' matrices hold (what ConditioningStack keeps in bf16 of a text encoder).
+// An encoder sharded a unit per block: its counts, the most it gathers at once, the elements its
+// blocks' matrices hold (what ConditioningStack keeps in bf16 of a text encoder) and the largest
+// of them (the copy a product makes of its gathered weight under bf16 when the stack keeps none).
 struct Units {
   Count all;
-  int64_t gathered = 0, matrices = 0;
+  int64_t gathered = 0, matrices = 0, largest_matrix = 0;
 };
 Units units(const nn::Module& model, const std::vector<nn::Module*>& blocks, int64_t ranks) {
   Units u{.all = count(model, ranks)};
@@ -46,16 +47,13 @@ Units units(const nn::Module& model, const std::vector<nn::Module*>& blocks, int
   for (const nn::Module* block : blocks) {
     sizes.push_back(count(*block, ranks).whole);
     for (const auto& [name, p] : block->named_parameters())
-      if (p.dim() == 2) u.matrices += p.numel();
+      if (p.dim() == 2) {
+        u.matrices += p.numel();
+        u.largest_matrix = std::max(u.largest_matrix, p.numel());
+      }
   }
   u.gathered = fsdp_gathered_at_most(u.all.whole, sizes);
   return u;
-}
-
-std::vector<nn::Module*> children(const nn::Module& layers) {
-  std::vector<nn::Module*> out;
-  for (const auto& [name, block] : layers.named_children()) out.push_back(block.get());
-  return out;
 }
 
 // Encoder blocks' activations (conditioning_memory.h): the bias, then per row the feed-forward's
@@ -64,16 +62,6 @@ int64_t encoder_block_activations(int64_t bias_elements, int64_t rows, int64_t l
                                   bool gated, bool bf16) {
   const int64_t feed_forward = gated ? kF32Bytes * 3 * d_ff + (bf16 ? kBF16Bytes * d_ff : 0) : kF32Bytes * 2 * d_ff;
   return kF32Bytes * bias_elements + rows * length * (feed_forward + kF32Bytes * 4 * d_model);
-}
-
-// The largest matrix of `blocks` in bf16: the copy a product makes of its gathered weight under
-// bf16 when the stack keeps no copies (sharded).
-int64_t largest_matrix_bf16(const std::vector<nn::Module*>& blocks) {
-  int64_t most = 0;
-  for (const nn::Module* block : blocks)
-    for (const auto& [name, p] : block->named_parameters())
-      if (p.dim() == 2) most = std::max(most, kBF16Bytes * p.numel());
-  return most;
 }
 
 }  // namespace
@@ -111,8 +99,8 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
           : models::autoencoder::flavor("flux");
   const models::autoencoder::Autoencoder autoencoder(ae_args);
 
-  const Units t5_units = units(t5, children(*t5.layers), shard_ranks);
-  const Units clip_units = units(clip, children(*clip.layers), shard_ranks);
+  const Units t5_units = units(t5, block_units(*t5.layers), shard_ranks);
+  const Units clip_units = units(clip, block_units(*clip.layers), shard_ranks);
   const Units image_encoder = units(*autoencoder.encoder, autoencoder.encoder->blocks(), shard_ranks);
   const Count ae = count(autoencoder, shard_ranks), decoder = count(*autoencoder.decoder, shard_ranks);
   const int64_t t5_activations = t5_activation_bytes(t5_args, batch.rows, batch.t5_length, bf16),
@@ -129,10 +117,10 @@ FrozenBytes conditioning_memory(const ConditioningPaths& paths, int64_t shard_ra
   // The quant convs, outside the encoder's and decoder's units, stay whole; the decoder does not run.
   const int64_t quant_convs = ae.whole - image_encoder.all.whole - decoder.whole;
   m.kept = kF32Bytes * (t5_units.all.shard + clip_units.all.shard + image_encoder.all.shard + decoder.shard + quant_convs);
-  auto casts = [&](const nn::Module& layers) { return bf16 ? largest_matrix_bf16(children(layers)) : 0; };
+  auto casts = [&](const Units& u) { return bf16 ? kBF16Bytes * u.largest_matrix : 0; };
   for (const auto& [gathered, activations] :
-       {std::pair{kF32Bytes * t5_units.gathered + casts(*t5.layers), t5_activations},
-        std::pair{kF32Bytes * clip_units.gathered + casts(*clip.layers), clip_activations},
+       {std::pair{kF32Bytes * t5_units.gathered + casts(t5_units), t5_activations},
+        std::pair{kF32Bytes * clip_units.gathered + casts(clip_units), clip_activations},
         std::pair{kF32Bytes * image_encoder.gathered, image_activations}})
     if (gathered + activations > m.gathered + m.activations) {
       m.gathered = gathered;
